@@ -1,0 +1,5 @@
+import sys
+
+from gpuserve.cli import main
+
+sys.exit(main())

@@ -1,0 +1,45 @@
+"""The ``gpuserve`` command line: ``gpuserve plan|doctor|render|compare ...``.
+
+Subcommands live in ``gpuserve.commands`` (one module each) and are discovered here,
+so adding one never means editing a central list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from gpuserve import __version__, commands
+from gpuserve.errors import GpuserveError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuserve",
+        description="Plan, check and compare SGLang deployments on GPU hosts.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpuserve {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except GpuserveError as exc:
+        print(f"gpuserve: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
