@@ -1,0 +1,137 @@
+"""pyinfra facts about the host's kernel, firmware and PCIe setup.
+
+Usage: ``host.get_fact(KernelCmdline)``; on the CLI
+``pyinfra inventory/lab.py fact gpuserve.facts.host.IommuGroups``.
+"""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+from gpuserve.facts.base import ParsedFact
+from gpuserve.parsers import (
+    bootloader,
+    cpuinfo,
+    iommu,
+    lspci,
+    mokutil,
+    proc_cmdline,
+    proc_modules,
+    systemd_detect_virt,
+)
+
+IOMMU_MARKER = "##gpuserve-iommu-groups##"
+IOMMU_COMMAND = (
+    f"echo '{IOMMU_MARKER}'; "
+    "find /sys/kernel/iommu_groups -type l 2>/dev/null; true"
+)
+# Evidence lines for gpuserve.parsers.bootloader.parse_boot_evidence.
+BOOT_EVIDENCE_COMMAND = (
+    "if command -v proxmox-boot-tool >/dev/null 2>&1; then "
+    "proxmox-boot-tool status 2>/dev/null | sed 's/^/pbt: /'; fi; "
+    "if ls /sys/firmware/efi/efivars/LoaderInfo-* >/dev/null 2>&1; then "
+    "echo 'loaderinfo: yes'; fi; "
+    "if [ -e /boot/grub/grub.cfg ]; then echo 'grub_cfg: yes'; fi; "
+    "if [ -d /sys/firmware/efi ]; then echo 'efi: yes'; fi; true"
+)
+
+
+class KernelCmdline(ParsedFact[proc_cmdline.Cmdline | None]):
+    """The running kernel's command line: ``{"raw": str, "args": {key: value | None}}``."""
+
+    def command(self) -> str:
+        return "cat /proc/cmdline 2>/dev/null || true"
+
+    def parse(self, output: list[str]) -> proc_cmdline.Cmdline | None:
+        return proc_cmdline.parse_cmdline(output)
+
+
+class Virtualization(ParsedFact[str | None]):
+    """``systemd-detect-virt``: "kvm", "microsoft", ..., "none" on bare metal; None if
+    the tool is missing. It exits 1 for "none", hence the ``|| true``."""
+
+    def requires_command(self) -> str:
+        return "systemd-detect-virt"
+
+    def command(self) -> str:
+        return "systemd-detect-virt 2>/dev/null || true"
+
+    def parse(self, output: list[str]) -> str | None:
+        return systemd_detect_virt.parse_detect_virt(output)
+
+
+class CpuVendor(ParsedFact[str | None]):
+    """"intel", "amd" (or the raw vendor_id); None where /proc/cpuinfo has none (arm64)."""
+
+    def command(self) -> str:
+        return "grep -m1 '^vendor_id' /proc/cpuinfo 2>/dev/null || true"
+
+    def parse(self, output: list[str]) -> str | None:
+        return cpuinfo.parse_cpu_vendor(output)
+
+
+class IommuGroups(ParsedFact[list[iommu.IommuGroup] | None]):
+    """``[{"group": n, "devices": ["0000:01:00.0", ...]}]``; empty when no IOMMU is active."""
+
+    def command(self) -> str:
+        return IOMMU_COMMAND
+
+    def parse(self, output: list[str]) -> list[iommu.IommuGroup] | None:
+        if not output or output[0].strip() != IOMMU_MARKER:
+            raise ValueError(f"missing {IOMMU_MARKER} line")
+        return iommu.parse_iommu_groups(output[1:])
+
+
+class AcsBridges(ParsedFact[list[lspci.AcsBridge] | None]):
+    """PCI bridges from ``lspci -vvv`` with ACS capability and ACSCtl flags.
+
+    lspci needs root to read extended capabilities: call with ``_sudo=True``; without
+    it each bridge's ``acs`` is None (unknown). None when lspci is missing.
+    """
+
+    def requires_command(self) -> str:
+        return "lspci"
+
+    def command(self) -> str:
+        return "lspci -vvv 2>/dev/null || true"
+
+    def parse(self, output: list[str]) -> list[lspci.AcsBridge] | None:
+        return lspci.parse_lspci_acs(output)
+
+
+class BootLoader(ParsedFact[bootloader.BootLoaderName | None]):
+    """"grub" or "systemd-boot" (proxmox-boot-tool, LoaderInfo EFI variable, grub.cfg);
+    None without evidence (e.g. direct kernel boot)."""
+
+    def command(self) -> str:
+        return BOOT_EVIDENCE_COMMAND
+
+    def parse(self, output: list[str]) -> bootloader.BootLoaderName | None:
+        return bootloader.parse_boot_evidence(output)
+
+
+class SecureBoot(ParsedFact[bool | None]):
+    """True/False from ``mokutil --sb-state`` (False on a legacy-BIOS boot); None
+    without mokutil."""
+
+    def requires_command(self) -> str:
+        return "mokutil"
+
+    def command(self) -> str:
+        return "mokutil --sb-state 2>&1 || true"
+
+    def parse(self, output: list[str]) -> bool | None:
+        return mokutil.parse_sb_state(output)
+
+
+class NouveauLoaded(FactBase[bool | None]):
+    """Whether the nouveau module is loaded (/proc/modules); it blocks the NVIDIA driver."""
+
+    def command(self) -> str:
+        return "cat /proc/modules 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> bool | None:
+        try:
+            return "nouveau" in proc_modules.parse_proc_modules(output)
+        except ValueError:
+            return None

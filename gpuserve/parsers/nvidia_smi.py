@@ -1,0 +1,306 @@
+"""Parsers for ``nvidia-smi`` output: ``--query-gpu`` CSV, ``topo -m`` and ``topo -p2p``.
+
+Formats follow what nvidia-smi prints (``nvidia-smi --help-query-gpu`` and
+``nvidia-smi topo -h``); samples with their sources are in tests/fixtures/gpuhost/.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal, TypedDict
+
+from gpuserve.parsers.common import ParseError, as_lines, na_to_none
+
+# The query the facts run; the order is the column order of a header-less CSV.
+QUERY_FIELDS: tuple[str, ...] = (
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "memory.total",
+    "driver_version",
+    "compute_cap",
+    "persistence_mode",
+)
+QUERY_COMMAND = (
+    "nvidia-smi --query-gpu=" + ",".join(QUERY_FIELDS) + " --format=csv,noheader,nounits"
+)
+
+
+class GpuInfo(TypedDict):
+    """One GPU as the host-facts document carries it (docs/architecture.md)."""
+
+    index: int
+    name: str | None
+    uuid: str | None
+    bus_id: str | None
+    memory_total_mib: int | None
+    driver_version: str | None
+    compute_cap: str | None
+    persistence_mode: str | None
+
+
+_KEY_BY_FIELD = {
+    "index": "index",
+    "name": "name",
+    "uuid": "uuid",
+    "pci.bus_id": "bus_id",
+    "memory.total": "memory_total_mib",
+    "driver_version": "driver_version",
+    "compute_cap": "compute_cap",
+    "persistence_mode": "persistence_mode",
+}
+# Header cells carry units in brackets ("memory.total [MiB]") unless nounits is given.
+_HEADER_UNIT_RE = re.compile(r"\s*\[[^\]]*\]\s*$")
+_MIB_RE = re.compile(r"^(\d+)(?:\s*MiB)?$")
+
+
+def _memory_mib(value: str, line_no: int, line: str) -> int | None:
+    value = na_to_none(value)
+    if value is None:
+        return None
+    match = _MIB_RE.match(value)
+    if not match:
+        raise ParseError(f"memory.total is not a MiB count ({value!r})", line_no, line)
+    return int(match.group(1))
+
+
+def parse_query_gpu(
+    text: str | Iterable[str], fields: tuple[str, ...] = QUERY_FIELDS
+) -> list[GpuInfo]:
+    """Parse ``nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]``.
+
+    ``fields`` is the column order used when there is no header line; a header line
+    (``index, name, ..., memory.total [MiB]``) overrides it, so a header with a
+    different order or a subset of the columns is read correctly. Values are joined
+    by ``", "``; ``[N/A]`` and ``[Not Supported]`` become None.
+    """
+    gpus: list[GpuInfo] = []
+    columns = list(fields)
+    for line_no, raw in enumerate(as_lines(text), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        cells = [cell.strip() for cell in line.split(",")]
+        names = [_HEADER_UNIT_RE.sub("", cell) for cell in cells]
+        if not gpus and names and all(name in _KEY_BY_FIELD for name in names):
+            columns = names
+            continue
+        if len(cells) != len(columns):
+            raise ParseError(
+                f"expected {len(columns)} comma-separated values, got {len(cells)}", line_no, raw
+            )
+        row = dict(zip(columns, cells, strict=True))
+        gpu: GpuInfo = {
+            "index": len(gpus),
+            "name": None,
+            "uuid": None,
+            "bus_id": None,
+            "memory_total_mib": None,
+            "driver_version": None,
+            "compute_cap": None,
+            "persistence_mode": None,
+        }
+        for column, value in row.items():
+            key = _KEY_BY_FIELD[column]
+            if key == "index":
+                if not value.isdigit():
+                    raise ParseError(f"index is not a number ({value!r})", line_no, raw)
+                gpu["index"] = int(value)
+            elif key == "memory_total_mib":
+                gpu["memory_total_mib"] = _memory_mib(value, line_no, raw)
+            else:
+                gpu[key] = na_to_none(value)  # type: ignore[literal-required]
+        if gpu["uuid"] is not None and not gpu["uuid"].startswith(("GPU-", "MIG-")):
+            raise ParseError(f"uuid does not start with GPU- ({gpu['uuid']!r})", line_no, raw)
+        gpus.append(gpu)
+    return gpus
+
+
+# --------------------------------------------------------------------------- topo -m
+
+# Link cells in the ``topo -m`` matrix (legend of current drivers; SOC is the pre-2018
+# name of SYS, NV# a bonded set of # NVLinks, NVB "traversing multiple NVLinks").
+_LINK_RE = re.compile(r"^(X|SYS|SOC|NODE|PHB|PXB|PIX|NVB|NV\d+)$")
+_AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_HEADER_TOKEN_RE = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID|\S+")
+_NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+
+
+@dataclass
+class Topology:
+    """``nvidia-smi topo -m``: links between devices and each GPU's CPU/NUMA affinity.
+
+    ``links`` is the GPU x GPU matrix (``"X"`` on the diagonal); ``nic_links`` maps each
+    NIC column name to its link towards every GPU; ``nics`` is the NIC legend
+    (``NIC0 -> mlx5_0``). Affinity lists are per GPU, None where nvidia-smi prints
+    ``N/A`` or the column is absent (older drivers have no NUMA columns).
+    """
+
+    gpus: list[str]
+    links: list[list[str]]
+    nic_links: dict[str, list[str]] = field(default_factory=dict)
+    nics: dict[str, str] = field(default_factory=dict)
+    cpu_affinity: list[str | None] = field(default_factory=list)
+    numa_affinity: list[str | None] = field(default_factory=list)
+    gpu_numa_id: list[str | None] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "gpus": self.gpus,
+            "links": self.links,
+            "nic_links": self.nic_links,
+            "nics": self.nics,
+            "cpu_affinity": self.cpu_affinity,
+            "numa_affinity": self.numa_affinity,
+            "gpu_numa_id": self.gpu_numa_id,
+        }
+
+
+def parse_topo_matrix(text: str | Iterable[str]) -> Topology:
+    """Parse ``nvidia-smi topo -m`` (cells separated by tabs or runs of spaces)."""
+    lines = as_lines(text)
+    header: list[str] | None = None
+    rows: dict[str, list[str]] = {}
+    affinities: dict[str, list[str]] = {}
+    nics: dict[str, str] = {}
+    in_legend = False
+    in_nic_legend = False
+    for line_no, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("Legend"):
+            in_legend, in_nic_legend = True, False
+            continue
+        if line.startswith("NIC Legend"):
+            in_legend, in_nic_legend = False, True
+            continue
+        if in_nic_legend:
+            match = _NIC_LEGEND_RE.match(raw)
+            if not match:
+                raise ParseError("bad NIC legend entry", line_no, raw)
+            nics[match.group(1)] = match.group(2)
+            continue
+        if in_legend:
+            continue
+        if header is None:
+            tokens = _HEADER_TOKEN_RE.findall(raw)
+            devices = [t for t in tokens if t not in _AFFINITY_COLUMNS]
+            if not devices or not devices[0].startswith("GPU"):
+                raise ParseError("expected the topo -m header (GPU0 GPU1 ...)", line_no, raw)
+            header = tokens
+            continue
+        devices = [t for t in header if t not in _AFFINITY_COLUMNS]
+        tokens = line.split()
+        label = tokens[0]
+        if label not in devices:
+            raise ParseError(f"row label {label!r} is not a header column", line_no, raw)
+        cells = tokens[1 : 1 + len(devices)]
+        if len(cells) != len(devices):
+            raise ParseError(f"expected {len(devices)} link cells", line_no, raw)
+        for cell in cells:
+            if not _LINK_RE.match(cell):
+                raise ParseError(f"unknown link type {cell!r}", line_no, raw)
+        rows[label] = cells
+        affinities[label] = tokens[1 + len(devices) :]
+    if header is None:
+        raise ParseError("no topo -m header found")
+    devices = [t for t in header if t not in _AFFINITY_COLUMNS]
+    affinity_columns = [t for t in header if t in _AFFINITY_COLUMNS]
+    gpus = [d for d in devices if d.startswith("GPU")]
+    missing = [g for g in gpus if g not in rows]
+    if missing:
+        raise ParseError(f"no matrix row for {', '.join(missing)}")
+    gpu_cols = [devices.index(g) for g in gpus]
+    topo = Topology(gpus=gpus, links=[[rows[g][c] for c in gpu_cols] for g in gpus], nics=nics)
+    for device in devices:
+        if device not in gpus and device in rows:
+            topo.nic_links[device] = [rows[device][c] for c in gpu_cols]
+    per_column: dict[str, list[str | None]] = {name: [] for name in _AFFINITY_COLUMNS}
+    for gpu in gpus:
+        values = affinities[gpu]
+        for i, name in enumerate(affinity_columns):
+            per_column[name].append(na_to_none(values[i]) if i < len(values) else None)
+    n = len(gpus)
+    topo.cpu_affinity = per_column["CPU Affinity"] or [None] * n
+    topo.numa_affinity = per_column["NUMA Affinity"] or [None] * n
+    topo.gpu_numa_id = per_column["GPU NUMA ID"] or [None] * n
+    return topo
+
+
+# ----------------------------------------------------------------------- topo -p2p
+
+# ``nvidia-smi topo -p2p`` legend: OK, CNS chipset / GNS GPU / TNS topology not
+# supported, NS not supported, DR disabled by regkey, U unknown.
+P2P_STATUSES = frozenset({"X", "OK", "CNS", "GNS", "TNS", "NS", "DR", "U"})
+P2PVerdict = Literal["ok", "none", "partial"]
+
+
+@dataclass
+class P2PMatrix:
+    """``nvidia-smi topo -p2p <mode>``: status of every ordered GPU pair."""
+
+    gpus: list[str]
+    cells: list[list[str]]
+
+    def to_json(self) -> dict:
+        return {"gpus": self.gpus, "cells": self.cells}
+
+
+def parse_p2p_matrix(text: str | Iterable[str]) -> P2PMatrix:
+    """Parse the matrix printed by ``nvidia-smi topo -p2p r|w|n|a|p`` (legend ignored)."""
+    gpus: list[str] | None = None
+    rows: dict[str, list[str]] = {}
+    for line_no, raw in enumerate(as_lines(text), start=1):
+        tokens = raw.split()
+        if not tokens:
+            continue
+        if tokens[0].startswith("Legend"):
+            break
+        if gpus is None:
+            if not all(re.fullmatch(r"GPU\d+", t) for t in tokens):
+                raise ParseError("expected the -p2p header (GPU0 GPU1 ...)", line_no, raw)
+            gpus = tokens
+            continue
+        label, cells = tokens[0], tokens[1:]
+        if label not in gpus or len(cells) != len(gpus):
+            raise ParseError(f"expected '<GPUn>' and {len(gpus)} status cells", line_no, raw)
+        bad = [c for c in cells if c not in P2P_STATUSES]
+        if bad:
+            raise ParseError(f"unknown P2P status {bad[0]!r}", line_no, raw)
+        rows[label] = cells
+    if gpus is None:
+        raise ParseError("no -p2p header found")
+    missing = [g for g in gpus if g not in rows]
+    if missing:
+        raise ParseError(f"no matrix row for {', '.join(missing)}")
+    return P2PMatrix(gpus=gpus, cells=[rows[g] for g in gpus])
+
+
+def p2p_verdict(*matrices: P2PMatrix | None) -> P2PVerdict | None:
+    """Judge P2P over all GPU pairs: "ok" if every pair is OK in every given matrix,
+    "none" if no pair is, "partial" otherwise; None with no matrix or fewer than 2 GPUs.
+
+    A pair counts as OK only when all the matrices (e.g. read and write) say OK, since
+    NCCL and SGLang's custom all-reduce need both directions.
+    """
+    present = [m for m in matrices if m is not None]
+    if not present:
+        return None
+    n = len(present[0].gpus)
+    if n < 2 or any(len(m.gpus) != n for m in present):
+        return None
+    pair_ok = [
+        all(m.cells[i][j] == "OK" for m in present)
+        for i in range(n)
+        for j in range(n)
+        if i != j
+    ]
+    if all(pair_ok):
+        return "ok"
+    if not any(pair_ok):
+        return "none"
+    return "partial"
