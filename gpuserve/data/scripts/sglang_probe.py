@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""One health probe of an SGLang systemd unit, run on the host by the health gate.
+
+Uploaded by roles/checks and run with the host's python3 (stdlib only, Python >= 3.8).
+It only reads: GET /health on 127.0.0.1 (so the port need not be open to the
+controller), `systemctl show` and `journalctl`. It always exits 0 and prints exactly one
+JSON line; every judgement is made on the controller (gpuserve/health.py).
+"""
+
+import argparse
+import json
+import subprocess
+import urllib.error
+import urllib.request
+
+UNIT_PROPS = "ActiveState,SubState,NRestarts,ExecMainStatus,InvocationID,MainPID"
+
+
+def http_status(port, path, timeout):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+            return r.status, None
+    except urllib.error.HTTPError as e:
+        return e.code, None
+    except Exception as e:  # refused, reset, timeout: nothing healthy listens yet
+        return None, f"{type(e).__name__}: {e}"
+
+
+def run(cmd):
+    try:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True, errors="replace", timeout=20)
+        return out.stdout
+    except Exception:
+        return ""
+
+
+def unit_state(unit):
+    props = {}
+    for line in run(["systemctl", "show", unit, "-p", UNIT_PROPS]).splitlines():
+        key, _, value = line.partition("=")
+        props[key] = value
+    return props
+
+
+def journal(args):
+    """Lines of the current start attempt (by invocation id) and the unit's last lines."""
+    lines = []
+    inv = args.invocation
+    if inv:
+        lines = run(["journalctl", "_SYSTEMD_INVOCATION_ID=" + inv, "-o", "cat", "--no-pager",
+                     "-n", str(args.lines)]).splitlines()
+    tail = run(["journalctl", "-u", args.unit, "-o", "short-iso", "--no-pager",
+                "-n", str(args.tail)]).splitlines()
+    return lines, tail
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--unit", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--path", default="/health")
+    p.add_argument("--lines", type=int, default=400)
+    p.add_argument("--tail", type=int, default=30)
+    p.add_argument("--http-timeout", type=float, default=25.0)
+    args = p.parse_args()
+    status, error = http_status(args.port, args.path, args.http_timeout)
+    unit = unit_state(args.unit)
+    args.invocation = unit.get("InvocationID", "")
+    lines, tail = journal(args)
+    print(json.dumps({"health": status, "health_error": error, "unit": unit,
+                      "lines": lines, "tail": tail}))
+
+
+if __name__ == "__main__":
+    main()

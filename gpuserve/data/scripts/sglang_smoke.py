@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""One smoke completion against a local SGLang server, run on the host by roles/checks.
+
+Stdlib only (Python >= 3.8). The API key, when the server has one, is read here from the
+server's own --config YAML (mode 0600), so it never appears on a command line, in the
+deploy output or on the controller. Prints one JSON line:
+{"endpoint", "status", "elapsed_s", "body"} and always exits 0; the controller judges it
+(gpuserve/smoke.py).
+"""
+
+import argparse
+import json
+import time
+import urllib.error
+import urllib.request
+
+
+def api_key_from_config(path):
+    """Read `api-key:` from the YAML file gpuserve writes (one `key: "json string"` a line)."""
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() in ("api-key", "api_key"):
+                    value = value.strip()
+                    return json.loads(value) if value.startswith('"') else value
+    except OSError:
+        return None
+    return None
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--prompt", default="The capital of France is")
+    p.add_argument("--endpoint", default="/v1/completions",
+                   choices=["/v1/completions", "/generate"])
+    p.add_argument("--config", default="")
+    p.add_argument("--timeout", type=float, default=300.0)
+    args = p.parse_args()
+
+    if args.endpoint == "/v1/completions":
+        # ignore_eos is an SGLang extension of the OpenAI request: generate exactly
+        # max_tokens so the speed figure always covers the same amount of decoding.
+        payload = {"model": args.model, "prompt": args.prompt, "max_tokens": args.max_tokens,
+                   "temperature": 0, "ignore_eos": True}
+    else:
+        payload = {"text": args.prompt, "sampling_params": {
+            "max_new_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True}}
+    headers = {"Content-Type": "application/json"}
+    key = api_key_from_config(args.config)
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    req = urllib.request.Request(f"http://127.0.0.1:{args.port}{args.endpoint}",
+                                 data=json.dumps(payload).encode(), headers=headers)
+    out = {"endpoint": args.endpoint, "status": None, "elapsed_s": None, "body": None}
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=args.timeout) as r:
+            raw = r.read()
+            out["status"] = r.status
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        out["status"] = e.code
+    except Exception as e:
+        raw = b""
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["elapsed_s"] = time.monotonic() - start
+    try:
+        out["body"] = json.loads(raw.decode("utf-8", "replace")) if raw else None
+    except ValueError:
+        out["body"] = raw.decode("utf-8", "replace")[:500]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
