@@ -1,0 +1,164 @@
+"""The doctor's host-facts document, gathered in one SSH round trip.
+
+pyinfra's ShortFactBase can only post-process a single other fact, so the document is
+one fact whose command is a shell script: each tool's output follows a section marker
+(``gpuserve.parsers.sections``) and is parsed by the same pure parsers the individual
+facts use. A tool that is missing leaves its section empty, which gives ``null``.
+
+CLI: ``pyinfra inventory/lab.py fact gpuserve.facts.document.HostFactsDocument``
+(add ``--sudo`` so lspci/mokutil can read what they need).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+from gpuserve.facts.base import quiet
+from gpuserve.facts.gpu import CUDA_TOOLKIT_COMMAND, NVIDIA_DRIVER_COMMAND, driver_from_sections
+from gpuserve.facts.host import BOOT_EVIDENCE_COMMAND, IOMMU_COMMAND, IOMMU_MARKER
+from gpuserve.parsers import (
+    bootloader,
+    cpuinfo,
+    cuda,
+    iommu,
+    mokutil,
+    nvidia_smi,
+    proc_cmdline,
+    proc_modules,
+    systemd_detect_virt,
+)
+from gpuserve.parsers.sections import marker, split_sections
+
+T = TypeVar("T")
+
+
+def _if_tool(tool: str, command: str) -> str:
+    """Run ``command`` only where ``tool`` is on PATH (else the section stays empty)."""
+    return f"if command -v {tool} >/dev/null 2>&1; then {command}; fi"
+
+
+# (section, shell command); commands must exit 0 and print nothing when a tool is absent.
+_SECTIONS: tuple[tuple[str, str], ...] = (
+    ("hostname", "uname -n"),
+    ("virt", _if_tool("systemd-detect-virt", "systemd-detect-virt 2>/dev/null || true")),
+    ("gpus", _if_tool("nvidia-smi", quiet(nvidia_smi.QUERY_COMMAND))),
+    ("topo", _if_tool("nvidia-smi", quiet("nvidia-smi topo -m"))),
+    ("p2p_r", _if_tool("nvidia-smi", quiet("nvidia-smi topo -p2p r"))),
+    ("p2p_w", _if_tool("nvidia-smi", quiet("nvidia-smi topo -p2p w"))),
+    ("driver", NVIDIA_DRIVER_COMMAND),  # prints its own proc/dpkg sub-sections
+    ("cuda", CUDA_TOOLKIT_COMMAND),
+    ("cmdline", "cat /proc/cmdline 2>/dev/null"),
+    ("iommu", IOMMU_COMMAND),
+    ("boot", BOOT_EVIDENCE_COMMAND),
+    ("secure_boot", _if_tool("mokutil", "mokutil --sb-state 2>&1 || true")),
+    ("modules", "cat /proc/modules 2>/dev/null"),
+    ("cpu", "grep -m1 '^vendor_id' /proc/cpuinfo 2>/dev/null"),
+)
+SECTION_NAMES = tuple(name for name, _ in _SECTIONS) + ("sglang",)
+
+# Reads the installed distribution's version without importing sglang (which would
+# initialise torch/CUDA); prints nothing when sglang is not installed.
+_SGLANG_VERSION_PY = (
+    "import importlib.metadata as m\n"
+    "try:\n    print(m.version('sglang'))\n"
+    "except m.PackageNotFoundError:\n    pass\n"
+)
+
+
+def _parse(lines: list[str] | None, parser: Callable[[list[str]], T]) -> T | None:
+    """Parse a section; an absent, empty or unrecognised section is None."""
+    if not lines or not any(line.strip() for line in lines):
+        return None
+    try:
+        return parser(lines)
+    except ValueError:
+        return None
+
+
+def document_from_sections(sections: dict[str, list[str]]) -> dict[str, Any]:
+    """Build the host-facts document (docs/architecture.md) from the gathered sections."""
+    gpus = _parse(sections.get("gpus"), nvidia_smi.parse_query_gpu) or []
+    topo = _parse(sections.get("topo"), nvidia_smi.parse_topo_matrix)
+    p2p_r = _parse(sections.get("p2p_r"), nvidia_smi.parse_p2p_matrix)
+    p2p_w = _parse(sections.get("p2p_w"), nvidia_smi.parse_p2p_matrix)
+    driver = driver_from_sections(sections)
+    cmdline = _parse(sections.get("cmdline"), proc_cmdline.parse_cmdline)
+    iommu_lines = sections.get("iommu")
+    groups: list[iommu.IommuGroup] | None = None
+    if iommu_lines and iommu_lines[0].strip() == IOMMU_MARKER:
+        try:
+            groups = iommu.parse_iommu_groups(iommu_lines[1:])
+        except ValueError:
+            groups = None
+    modules = _parse(sections.get("modules"), proc_modules.parse_proc_modules)
+    hostname = [line.strip() for line in sections.get("hostname", []) if line.strip()]
+    sglang = [line.strip() for line in sections.get("sglang", []) if line.strip()]
+    return {
+        "hostname": hostname[0] if hostname else None,
+        "virtualization": _parse(sections.get("virt"), systemd_detect_virt.parse_detect_virt),
+        "gpus": gpus,
+        "topology": {
+            "links": topo.links if topo else None,
+            "p2p_read": p2p_r.cells if p2p_r else None,
+            "p2p_write": p2p_w.cells if p2p_w else None,
+            "p2p": nvidia_smi.p2p_verdict(p2p_r, p2p_w),
+        },
+        "driver": {"version": driver["version"], "flavour": driver["flavour"]},
+        "cuda": {"toolkit": _parse(sections.get("cuda"), cuda.parse_toolkit)},
+        "kernel": {
+            "cmdline": cmdline["raw"] if cmdline else None,
+            "iommu": iommu.iommu_state(groups, cmdline["args"] if cmdline else None),
+            "iommu_groups": len(groups) if groups is not None else None,
+            "boot_loader": _parse(sections.get("boot"), bootloader.parse_boot_evidence),
+            "secure_boot": _parse(sections.get("secure_boot"), mokutil.parse_sb_state),
+            "nouveau_loaded": ("nouveau" in modules) if modules is not None else None,
+        },
+        "cpu_vendor": _parse(sections.get("cpu"), cpuinfo.parse_cpu_vendor),
+        "sglang_version": sglang[0] if sglang else None,
+    }
+
+
+def gather_script(sglang_python: str = "") -> StringCommand:
+    """The shell script that prints every section (marker line, then the output)."""
+    parts: list[Any] = []
+    for name, command in _SECTIONS:
+        parts.append(f"echo '{marker(name)}'; {{ {command}; }};")
+    if sglang_python:
+        parts += [
+            f"echo '{marker('sglang')}';",
+            "if [ -x",
+            QuoteString(sglang_python),
+            "]; then",
+            QuoteString(sglang_python),
+            "-c",
+            QuoteString(_SGLANG_VERSION_PY),
+            "2>/dev/null; fi;",
+        ]
+    parts.append("true")
+    return StringCommand(*parts)
+
+
+class HostFactsDocument(FactBase[dict[str, Any]]):
+    """The doctor's host-facts document (docs/architecture.md) in one round trip.
+
+    ``sglang_python`` is the interpreter of the SGLang virtualenv (e.g.
+    ``/opt/sglang/venv/bin/python``); without it ``sglang_version`` is null.
+    """
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return document_from_sections({})
+
+    def command(self, sglang_python: str = "") -> StringCommand:
+        return gather_script(sglang_python)
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        return document_from_sections(split_sections(output))
+
+
+def host_facts_document(host: Any, sglang_python: str = "") -> dict[str, Any]:
+    """Gather the host-facts document from a connected pyinfra ``host``."""
+    return host.get_fact(HostFactsDocument, sglang_python=sglang_python)
