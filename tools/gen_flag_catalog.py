@@ -128,6 +128,7 @@ def generate(version: str, out_dir: Path) -> Path:
             "generator": GENERATOR,
             "prog": parsed["prog"],
             "allow_abbrev": parsed["allow_abbrev"],
+            "type_params": parsed["type_params"],
             "options": parsed["options"],
         }
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -334,6 +335,32 @@ def _action_name(action: argparse.Action) -> str:
     return _ACTION_NAMES.get(cls.__name__, cls.__name__)
 
 
+def _type_params() -> dict:
+    """Version-specific data the ``type=`` converters consult, read from the wheel.
+
+    ``parse_cuda_graph_config_arg`` (sglang/srt/model_executor/cuda_graph_config.py)
+    checks phases and per-phase keys against module tables, and from 0.5.2x also
+    refuses retired backends through ``parse_cuda_graph_backend_arg``.
+    """
+    import inspect  # noqa: PLC0415
+
+    import sglang.srt.model_executor.cuda_graph_config as cg  # noqa: PLC0415
+
+    config_src = inspect.getsource(cg.parse_cuda_graph_config_arg)
+    retired: list[str] = []
+    if hasattr(cg, "parse_cuda_graph_backend_arg"):
+        backend_src = inspect.getsource(cg.parse_cuda_graph_backend_arg)
+        retired = re.findall(r'raw == "([^"]+)"', backend_src)
+    return {
+        "parse_cuda_graph_config_arg": {
+            "phases": list(cg.Phase.ALL),
+            "allowed_keys": {k: list(v) for k, v in cg.ALLOWED_KEYS_PER_PHASE.items()},
+            "retired_backends": retired if "parse_cuda_graph_backend_arg" in config_src else [],
+        },
+        "parse_cuda_graph_backend_arg": {"retired_backends": retired},
+    }
+
+
 def introspect(src: str, deps: str, out: str) -> None:
     sys.path[:0] = [src, deps]
     keep = {"sglang", "_sglang_stub_guard"} | {d.replace("-", "_") for d in REAL_DEPS}
@@ -377,6 +404,7 @@ def introspect(src: str, deps: str, out: str) -> None:
             entry["extra"] = extra
         options.append(entry)
     result = {
+        "type_params": _type_params(),
         "prog": parser.prog,
         "allow_abbrev": parser.allow_abbrev,
         "options": options,
