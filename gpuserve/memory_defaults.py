@@ -1,0 +1,218 @@
+"""SGLang's default choice of mem_fraction_static, chunked_prefill_size and decode max_bs.
+
+A transcription of ``sglang/srt/arg_groups/memory_hook.py::handle_gpu_memory_settings`` and
+``reserve_for_graph_mb`` / ``reserve_for_deepep_a2a_mb`` (read in the 0.5.23 and 0.5.19
+wheels), with the attention-DP split of chunked_prefill_size from
+``arg_groups/parallel_hook.py`` (applied after the fraction is computed). Graph capture sizes
+follow ``arg_groups/cuda_graph_hook.py``.
+
+Differences between the two versions that matter here (0.5.19 vs 0.5.23):
+  * 20-35 GiB cards: cps 2048 and decode max_bs 24/80 (0.5.23: 4096 and 48/160);
+  * unknown GPU memory: mfs 0.88 (0.5.23: 0.95);
+  * a user --max-running-requests below the default caps decode max_bs only in 0.5.23;
+  * MLA prefill-graph max_bs defaults to 2048 (0.5.23: min(8192, cps)); the reserve for MLA
+    prefill graphs is a flat 1.5 GiB in both, so mfs is unaffected.
+The notes' "aiter x0.85 for context > 8k" rule is not in memory_hook.py of either wheel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+KNOWN_VERSIONS = ("0.5.19", "0.5.23")
+DEFAULT_VERSION = "0.5.23"
+# moe_a2a_backend values whose buffers memory_hook reserves for (only deepep).
+_DEEPEP = ("deepep",)
+
+
+@dataclass(frozen=True)
+class MemoryDefaults:
+    """What SGLang would pick, and the reserve (MiB) behind mem_fraction_static."""
+
+    version: str
+    gpu_memory_mib: float | None
+    chunked_prefill_size: int  # before the attention-DP split (the value the fraction uses)
+    chunked_prefill_size_per_dp: int  # what the scheduler ends up with
+    decode_max_bs: int
+    decode_capture_sizes: tuple[int, ...]
+    prefill_graph_max_bs: int | None
+    mem_fraction_static: float
+    mem_fraction_is_default: bool
+    reserved_mb: float
+    reserve_breakdown: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _check_version(version: str) -> str:
+    if version not in KNOWN_VERSIONS:
+        from gpuserve.errors import InputError
+
+        raise InputError(
+            "--sglang-version",
+            "sglang_version",
+            f"no memory rules for SGLang {version}; known: {', '.join(KNOWN_VERSIONS)}",
+        )
+    return version
+
+
+def capacity_defaults(
+    gpu_memory_mib: float | None, tp: int, version: str = DEFAULT_VERSION
+) -> tuple[int, int]:
+    """(chunked_prefill_size, decode max_bs) by GPU memory tier (handle_gpu_memory_settings)."""
+    _check_version(version)
+    if gpu_memory_mib is None:
+        return 4096, 160
+    g = gpu_memory_mib
+    if g < 20 * 1024:
+        return 2048, 8
+    if g < 35 * 1024:
+        if version == "0.5.19":
+            return 2048, (24 if tp < 4 else 80)
+        return 4096, (48 if tp < 4 else 160)
+    if g < 60 * 1024:
+        return 4096, (32 if tp < 4 else 160)
+    if g < 90 * 1024:
+        return 8192, (256 if tp < 4 else 512)
+    if g < 160 * 1024:
+        return 8192, (256 if tp < 4 else 512)
+    return 16384, 512
+
+
+def decode_capture_sizes(max_bs: int, speculative: bool = False) -> list[int]:
+    """cuda_graph_hook.py::generate_decode_cuda_graph_batch_sizes (no padding override)."""
+    if not speculative:
+        sizes = (
+            [1, 2, 4, 8, 12]
+            + list(range(16, 257, 8))
+            + list(range(272, 512, 16))
+            + list(range(512, max_bs + 1, 32))
+        )
+    else:
+        sizes = (
+            list(range(1, 9))
+            + list(range(10, 33, 2))
+            + list(range(40, 65, 4))
+            + list(range(72, 257, 8))
+            + list(range(272, max_bs + 1, 16))
+        )
+    sizes = [s for s in sizes if s <= max_bs]
+    if max_bs not in sizes:
+        sizes.append(max_bs)
+    return sizes
+
+
+def prefill_capture_sizes(max_bs: int) -> list[int]:
+    """cuda_graph_hook.py::generate_prefill_cuda_graph_batch_sizes."""
+    sizes = (
+        list(range(4, 33, 4))
+        + list(range(48, 257, 16))
+        + list(range(288, 513, 32))
+        + list(range(576, 1025, 64))
+        + list(range(1280, 4097, 256))
+        + list(range(4608, max_bs + 1, 512))
+    )
+    return [s for s in sizes if s <= max_bs]
+
+
+def memory_defaults(
+    gpu_memory_mib: float | None,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    attn_dp: int = 1,
+    use_mla: bool = False,
+    version: str = DEFAULT_VERSION,
+    chunked_prefill_size: int | None = None,
+    max_prefill_tokens: int = 16384,
+    decode_max_bs: int | None = None,
+    max_running_requests: int | None = None,
+    mem_fraction_static: float | None = None,
+    decode_graph: bool = True,
+    prefill_graph: bool = True,
+    prefill_graph_breakable: bool = True,
+    moe_a2a_backend: str = "none",
+    speculative: bool = False,
+    post_capture_kv_sizing: bool = False,
+) -> MemoryDefaults:
+    """Reproduce handle_gpu_memory_settings for a plain (non-PD, non-VLM, CUDA) launch.
+
+    ``gpu_memory_mib`` is nvidia-smi's memory.total (min over GPUs). Explicit values
+    (chunked_prefill_size, decode_max_bs, mem_fraction_static) win, as in SGLang.
+    In 0.5.19 attention-DP is ``--enable-dp-attention --dp-size N``; pass N as attn_dp.
+    """
+    _check_version(version)
+    default_cps, default_bs = capacity_defaults(gpu_memory_mib, tp, version)
+    cps = chunked_prefill_size if chunked_prefill_size is not None else default_cps
+    max_bs = decode_max_bs if decode_max_bs is not None else default_bs
+    if (
+        version != "0.5.19"
+        and decode_max_bs is None
+        and max_running_requests is not None
+        and max_bs > max_running_requests
+    ):
+        max_bs = max_running_requests
+    captures = tuple(decode_capture_sizes(max_bs, speculative))
+
+    prefill_max: int | None = None
+    if cps > 0 and use_mla:
+        prefill_max = 2048 if version == "0.5.19" else min(8192, cps)
+    elif cps > 0:
+        prefill_max = cps
+
+    breakdown: dict[str, float] = {}
+    if mem_fraction_static is not None:
+        mfs, is_default, reserved = mem_fraction_static, False, 0.0
+    else:
+        is_default = True
+        if post_capture_kv_sizing and not use_mla:
+            # SGLANG_ENABLE_POST_CAPTURE_KV_SIZING: only the floor + parallel slack.
+            breakdown["floor"] = 1536
+            breakdown["parallel"] = tp * pp / 8 * 1024
+        else:
+            activation_tokens = max(cps, 2048) if cps > 0 else max(max_prefill_tokens, 2048)
+            breakdown["constant"] = 512
+            breakdown["activations"] = activation_tokens * 1.5
+            breakdown["parallel"] = tp * pp / 8 * 1024
+            # reserve_for_graph_mb
+            graphs = 0.0
+            if decode_graph:
+                graphs += max_bs * 2
+            if attn_dp > 1:
+                graphs += max_bs * attn_dp * 3
+                if max_bs > 300:
+                    graphs += max_bs * attn_dp * 1.5
+            if prefill_graph and prefill_max:
+                if use_mla:
+                    graphs += 1.5 * 1024
+                else:
+                    graphs += len(prefill_capture_sizes(prefill_max)) * 8
+                if prefill_graph_breakable and moe_a2a_backend in _DEEPEP:
+                    graphs += 1024
+            breakdown["cuda_graphs"] = graphs
+            subtotal = sum(breakdown.values())
+            if gpu_memory_mib is not None and gpu_memory_mib > 60 * 1024 and subtotal < 10240:
+                breakdown["floor_10GiB"] = 10240 - subtotal
+            if decode_graph and moe_a2a_backend in _DEEPEP:
+                breakdown["deepep_buffers"] = 2048
+        reserved = sum(breakdown.values())
+        if gpu_memory_mib is None:
+            mfs = 0.88 if version == "0.5.19" else 0.95
+        else:
+            mfs = round((gpu_memory_mib - reserved) / gpu_memory_mib, 3)
+
+    per_dp = cps // attn_dp if (attn_dp > 1 and cps > 0) else cps
+    return MemoryDefaults(
+        version=version,
+        gpu_memory_mib=gpu_memory_mib,
+        chunked_prefill_size=cps,
+        chunked_prefill_size_per_dp=per_dp,
+        decode_max_bs=max_bs,
+        decode_capture_sizes=captures,
+        prefill_graph_max_bs=prefill_max,
+        mem_fraction_static=mfs,
+        mem_fraction_is_default=is_default,
+        reserved_mb=reserved,
+        reserve_breakdown=breakdown,
+    )

@@ -1,0 +1,783 @@
+"""The memory planner: weights per GPU, KV bytes per token, KV tokens, verdict and fixes.
+
+It follows SGLang's own accounting (0.5.23, 0.5.19 where it differs):
+
+* ``mem_cache/kv_cache_configurator.py::_profile_available_bytes``:
+  ``rest = avail_after_weights - pre_load_free * (1 - mem_fraction_static)``, all in GiB and
+  the minimum over ranks. ``rest <= 0`` raises "Loaded weights leave no GPU memory for the KV
+  cache ... minimum viable = 1 - available/pre"; the suggested value is that ceiled to 0.001.
+* ``model_executor/pool_configurator.py::_compute_cell_size`` for bytes per token, and
+  ``DefaultPoolConfigurator.calculate_pool_sizes``: ``tokens = rest_bytes // cell`` rounded
+  down to the page size; ``tokens <= 0`` raises "Not enough memory" (MemoryPoolConfig).
+* Default mem_fraction_static / cps / max_bs: ``gpuserve.memory_defaults``.
+
+Everything here takes plain numbers so it can be tested without profiles or hosts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from gpuserve.memory_defaults import DEFAULT_VERSION, MemoryDefaults, memory_defaults
+from gpuserve.models import ModelArch
+
+GIB = 1 << 30
+
+# moe_a2a_backend values for which models/deepseek_v2.py builds the shared experts with
+# parallel_group="replicated" (``_shared_expert_use_tp1``): a whole copy on every rank.
+A2A_REPLICATE_SHARED = (
+    "deepep",
+    "deepep_v2",
+    "pplx",
+    "mooncake",
+    "nixl",
+    "mori",
+    "ascend_fuseep",
+    "flashinfer",
+    "megamoe",
+    "flashinfer_megamoe",
+)
+# Backends that force ep_size = tp_size (arg_groups/overrides.py::_a2a_ep_size).
+A2A_FORCE_EP = A2A_REPLICATE_SHARED
+KV_DTYPE_BYTES = {
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp16": 2,
+    "float16": 2,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8": 1,
+    "mxfp8": 1,
+}
+# Dispatch/combine workspace of an all-to-all MoE backend, GiB per GPU. Not computed by
+# SGLang's memory hook (except deepep's 2 GiB reserve); this default is the residual of the
+# GLM-5 NVFP4 TP-vs-EP field measurement (5.4 GiB less free under EP, 4.6 GiB of which is
+# the replicated BF16 shared expert). Override with --a2a-buffer-gib.
+DEFAULT_A2A_BUFFER_GIB = {"deepep": 2.0, "flashinfer": 0.8}
+
+
+# ------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the model is spread over the GPUs of one replica."""
+
+    tp: int = 1
+    ep: int = 1
+    attn_dp: int = 1
+    pp: int = 1
+    moe_a2a_backend: str = "none"
+    num_redundant_experts: int = 0
+    speculative: str | None = None  # NEXTN/EAGLE/MTP -> the checkpoint's MTP layers load too
+    draft_layers: int | None = None  # override the number of draft (MTP/EAGLE) layers
+
+    @property
+    def attn_tp(self) -> int:
+        return max(1, self.tp // self.attn_dp)
+
+    @property
+    def moe_tp(self) -> int:
+        return max(1, self.tp // self.ep)
+
+    def validate(self, arch: ModelArch | None = None) -> list[str]:
+        """Problems SGLang would refuse at launch (runtime_context.py, parallel_hook.py)."""
+        errs = []
+        if self.tp % self.ep:
+            errs.append(f"ep ({self.ep}) must divide tp ({self.tp}): tp = ep x moe_dp x moe_tp")
+        if self.tp % self.attn_dp:
+            errs.append(f"attn_dp ({self.attn_dp}) must divide tp ({self.tp})")
+        if self.moe_a2a_backend in A2A_FORCE_EP and self.ep != self.tp:
+            errs.append(
+                f"--moe-a2a-backend {self.moe_a2a_backend} forces ep_size = tp_size ({self.tp})"
+            )
+        if arch is not None and arch.is_moe and self.ep > 1:
+            total = arch.n_routed_experts + self.num_redundant_experts
+            if total % self.ep:
+                errs.append(
+                    f"{total} experts (routed + redundant) do not split evenly over ep={self.ep}"
+                )
+        return errs
+
+
+# ------------------------------------------------------------------------- weights
+
+
+def component_modules(arch: ModelArch) -> dict[str, str]:
+    """A representative HF module name per component, to test quantization exclusions."""
+    moe = arch.moe_layer_ids[0] if arch.moe_layer_ids else 0
+    dense = arch.dense_layer_ids[0] if arch.dense_layer_ids else 0
+    attn = "self_attn.q_b_proj" if arch.is_mla else "self_attn.q_proj"
+    mods = {
+        "embed": "model.embed_tokens",
+        "lm_head": "lm_head",
+        "attention": f"model.layers.{moe}.{attn}",
+        "norm": f"model.layers.{moe}.input_layernorm",
+    }
+    if arch.attention == "dsa":
+        mods["indexer"] = f"model.layers.{moe}.self_attn.indexer.wk"
+    if arch.dense_layer_ids and arch.intermediate_size:
+        mods["dense_mlp"] = f"model.layers.{dense}.mlp.gate_proj"
+    if arch.is_moe:
+        mods["router"] = f"model.layers.{moe}.mlp.gate"
+        mods["routed_experts"] = f"model.layers.{moe}.mlp.experts.0.gate_proj"
+        if arch.n_shared_experts or arch.shared_expert_intermediate_size:
+            mods["shared_experts"] = f"model.layers.{moe}.mlp.shared_experts.gate_proj"
+    if arch.mtp_layers:
+        mods["mtp"] = f"model.layers.{arch.num_layers}.mlp.experts.0.gate_proj"
+    return mods
+
+
+def _bytes_per_param(arch: ModelArch, kind: str, module: str) -> float:
+    q = arch.quantization
+    if q is None or kind in ("embed", "lm_head", "router", "norm") or not q.quantizes(module):
+        return float(arch.dtype_bytes)
+    return q.bytes_per_param
+
+
+@dataclass
+class WeightPart:
+    name: str
+    params_per_gpu: float
+    bytes_per_param: float
+    how: str  # "sharded /N", "replicated", ...
+
+    @property
+    def gib(self) -> float:
+        return self.params_per_gpu * self.bytes_per_param / GIB
+
+
+def _attention_params(arch: ModelArch, attn_tp: int) -> tuple[float, float]:
+    """(sharded, replicated) attention parameters of one layer on one GPU."""
+    h = arch.hidden_size
+    if arch.is_mla:
+        heads = arch.num_attention_heads / attn_tp
+        qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+        rep = h * (arch.kv_lora_rank + arch.qk_rope_head_dim) + arch.kv_lora_rank
+        if arch.q_lora_rank:
+            rep += h * arch.q_lora_rank + arch.q_lora_rank  # fused q_a/kv_a (ReplicatedLinear)
+            sharded = arch.q_lora_rank * heads * qk
+        else:
+            sharded = h * heads * qk
+        sharded += arch.kv_lora_rank * heads * (arch.qk_nope_head_dim + arch.v_head_dim)
+        sharded += heads * arch.v_head_dim * h  # o_proj
+        return sharded, rep
+    heads = arch.num_attention_heads / attn_tp
+    kv = max(1, arch.num_kv_heads // attn_tp)  # QKVParallelLinear replicates KV heads
+    sharded = h * heads * arch.head_dim + 2 * h * kv * arch.head_dim + heads * arch.head_dim * h
+    return sharded, 0.0
+
+
+def _indexer_params(arch: ModelArch) -> float:
+    """Lightning indexer of one DSA layer (wq_b, wk, weights_proj, k_norm); replicated."""
+    if arch.attention != "dsa":
+        return 0.0
+    q_in = arch.q_lora_rank or arch.hidden_size
+    return (
+        q_in * arch.index_n_heads * arch.index_head_dim
+        + arch.hidden_size * arch.index_head_dim
+        + arch.hidden_size * arch.index_n_heads
+        + 2 * arch.index_head_dim
+    )
+
+
+def weights_per_gpu(arch: ModelArch, layout: Layout) -> list[WeightPart]:
+    """Weight bytes resident on one GPU, by component.
+
+    TP shards every expert 1/tp; EP gives each rank (routed + redundant)/ep whole experts,
+    sharded again by moe_tp = tp/ep. Attention shards by attn_tp = tp/attn_dp (so attention
+    DP replicates it), MLA's q_a/kv_a down-projections are replicated, and all-to-all
+    backends replicate the shared experts (models/deepseek_v2.py::_shared_expert_use_tp1).
+    """
+    mods = component_modules(arch)
+    h, tp = arch.hidden_size, layout.tp
+    parts: list[WeightPart] = []
+
+    def add(kind: str, name: str, params: float, how: str) -> None:
+        if params:
+            parts.append(
+                WeightPart(name, params, _bytes_per_param(arch, kind, mods.get(kind, kind)), how)
+            )
+
+    vocab = arch.vocab_size * h
+    add("embed", "embedding", vocab / tp, f"vocab-parallel /{tp}")
+    if not arch.tie_word_embeddings:
+        add("lm_head", "lm_head", vocab / tp, f"vocab-parallel /{tp}")
+
+    sharded, rep = _attention_params(arch, layout.attn_tp)
+    n = arch.num_layers
+    add("attention", "attention (sharded)", sharded * n, f"/{layout.attn_tp} (attn_tp)")
+    add("attention", "attention (replicated)", rep * n, "replicated")
+    add("indexer", "DSA indexer", _indexer_params(arch) * len(arch.index_layer_ids), "replicated")
+    add("norm", "norms", 2 * h * n + h, "replicated")
+
+    dense = len(arch.dense_layer_ids)
+    if arch.intermediate_size and dense:
+        add(
+            "dense_mlp",
+            f"dense MLP x{dense}",
+            3 * h * arch.intermediate_size * dense / tp,
+            f"/{tp}",
+        )
+
+    moe = len(arch.moe_layer_ids)
+    if arch.is_moe:
+        per_expert = 3 * h * arch.moe_intermediate_size
+        experts_here = (arch.n_routed_experts + layout.num_redundant_experts) / layout.ep
+        how = (
+            f"{experts_here:g} whole experts/GPU (ep {layout.ep})"
+            if layout.ep > 1
+            else f"all {arch.n_routed_experts} experts /{tp}"
+        )
+        if layout.ep > 1 and layout.moe_tp > 1:
+            how += f" /{layout.moe_tp} (moe_tp)"
+        add(
+            "routed_experts",
+            f"routed experts x{moe} layers",
+            per_expert * experts_here / layout.moe_tp * moe,
+            how,
+        )
+        add("router", "router", h * arch.n_routed_experts * moe, "replicated")
+        shared_inter = (
+            arch.moe_intermediate_size * arch.n_shared_experts
+            or arch.shared_expert_intermediate_size
+        )
+        if shared_inter:
+            replicated = layout.moe_a2a_backend in A2A_REPLICATE_SHARED
+            add(
+                "shared_experts",
+                "shared experts",
+                3 * h * shared_inter * moe / (1 if replicated else tp),
+                f"replicated ({layout.moe_a2a_backend} a2a)" if replicated else f"/{tp}",
+            )
+
+    draft = draft_layers(arch, layout)
+    if draft:
+        # One decoder layer per MTP step plus eh_proj (2h -> h); embedding and lm_head are
+        # shared with the target (speculative EAGLE worker set_embed_and_head).
+        per_layer = (
+            sum(
+                p.params_per_gpu * p.bytes_per_param
+                for p in parts
+                if p.name.startswith(("attention", "DSA", "norms"))
+            )
+            / n
+        )
+        if arch.is_moe:
+            per_layer += (
+                sum(
+                    p.params_per_gpu * p.bytes_per_param
+                    for p in parts
+                    if p.name.startswith(("routed", "router", "shared"))
+                )
+                / moe
+            )
+        elif dense:
+            per_layer += (
+                sum(
+                    p.params_per_gpu * p.bytes_per_param
+                    for p in parts
+                    if p.name.startswith("dense")
+                )
+                / dense
+            )
+        bpp = _bytes_per_param(arch, "mtp", mods.get("mtp", "mtp"))
+        eh = 2 * h * h * arch.dtype_bytes
+        parts.append(
+            WeightPart(
+                f"draft/MTP layers x{draft}",
+                (per_layer + eh) * draft / bpp,
+                bpp,
+                "like one target layer",
+            )
+        )
+    return parts
+
+
+def draft_layers(arch: ModelArch, layout: Layout) -> int:
+    if layout.draft_layers is not None:
+        return layout.draft_layers
+    if layout.speculative and layout.speculative.upper() in ("NEXTN", "EAGLE", "MTP"):
+        return arch.mtp_layers
+    return 0
+
+
+# ------------------------------------------------------------------------- KV cache
+
+
+def resolve_kv_dtype(arch: ModelArch, kv_cache_dtype: str = "auto") -> str:
+    """SGLang's "auto": fp8 when the checkpoint says kv_cache_quant_algo FP8, else the model
+    dtype (mem_cache/kv_cache_dtype.py::configure_kv_cache_dtype)."""
+    if kv_cache_dtype in (None, "", "auto"):
+        q = arch.quantization
+        if q and q.kv_cache_quant_algo and q.kv_cache_quant_algo.upper() == "FP8":
+            return "fp8_e4m3"
+        return "bf16" if arch.dtype_bytes == 2 else arch.dtype
+    return kv_cache_dtype
+
+
+def dsa_uses_raw_layout(
+    arch: ModelArch, kv_dtype: str, sm_major: int | None, dsa_backend: str | None = None
+) -> bool:
+    """Whether the DSA pool stores the raw MLA row (trtllm/tilelang) instead of the scaled fp8
+    layout. Defaults from arg_groups/overrides.py::_dsa_split_backend_resolution (0.5.23):
+    GLM on SM12x with fp8 KV -> flashinfer_sparse_mla (scaled); other fp8 -> trtllm if
+    major >= 10 else flashmla_kv; bf16 -> decode trtllm if major >= 10 (raw)."""
+    if dsa_backend:
+        return dsa_backend in ("trtllm", "tilelang")
+    if sm_major is None:
+        return False
+    if kv_dtype.startswith("fp8"):
+        if arch.architecture == "GlmMoeDsaForCausalLM" and sm_major == 12:
+            return False
+        return sm_major >= 10
+    return sm_major >= 10
+
+
+@dataclass
+class KvCell:
+    bytes_per_token: int
+    target_bytes: int
+    indexer_bytes: int
+    draft_bytes: int
+    formula: str
+
+
+def kv_cell(
+    arch: ModelArch,
+    *,
+    kv_dtype: str,
+    attn_tp: int = 1,
+    draft: int = 0,
+    sm_major: int | None = None,
+    dsa_backend: str | None = None,
+) -> KvCell:
+    """Per-token KV bytes on one GPU (pool_configurator.py::_compute_cell_size)."""
+    e = KV_DTYPE_BYTES.get(kv_dtype)
+    if e is None:
+        raise ValueError(f"unsupported KV dtype {kv_dtype!r}")
+    n = arch.num_layers
+    indexer = 0
+    if arch.is_mla:
+        dim = arch.kv_lora_rank + arch.qk_rope_head_dim
+        desc = f"MLA ({arch.kv_lora_rank}+{arch.qk_rope_head_dim})"
+        if (
+            arch.attention == "dsa"
+            and e == 1
+            and not dsa_uses_raw_layout(arch, kv_dtype, sm_major, dsa_backend)
+        ):
+            # kv_cache_configurator.py::calculate_mla_kv_cache_dim: fp8 nope + fp32 scale per
+            # 128 + bf16 rope
+            dim = arch.kv_lora_rank + arch.kv_lora_rank // 128 * 4 + arch.qk_rope_head_dim * 2
+            desc = f"DSA fp8 scaled row ({dim} B)"
+        per_layer = dim * e
+        target = per_layer * n
+        desc += f" x {n} layers x {e} B, not split by TP"
+        if arch.attention == "dsa":
+            # _compute_dsa_indexer_cell_size: fp8 index K + fp32 scale per 128, uint8 buffer
+            idx = arch.index_head_dim + arch.index_head_dim // 128 * 4
+            indexer = idx * len(arch.index_layer_ids)
+            desc += f" + indexer {idx} B x {len(arch.index_layer_ids)} layers"
+        draft_bytes = int(target * draft / n) + (
+            (arch.index_head_dim + arch.index_head_dim // 128 * 4) * draft
+            if arch.attention == "dsa"
+            else 0
+        )
+    else:
+        heads = max(1, arch.num_kv_heads // attn_tp)
+        target = heads * (arch.head_dim + arch.v_head_dim) * n * e
+        desc = f"{heads} KV heads x ({arch.head_dim}+{arch.v_head_dim}) x {n} layers x {e} B"
+        draft_bytes = int(target * draft / n)
+    if draft:
+        desc += f" + {draft} draft layer(s)"
+    return KvCell(target + indexer + draft_bytes, target, indexer, draft_bytes, desc)
+
+
+# ------------------------------------------------------------------------- budget
+
+
+@dataclass
+class Budget:
+    """The arithmetic of _profile_available_bytes for one set of figures (GiB)."""
+
+    pre_load_free_gib: float
+    avail_after_weights_gib: float
+    mem_fraction_static: float
+    slack_gib: float
+    rest_gib: float
+    min_viable_mfs: float
+    suggested_mfs: float
+    kv_tokens: int | None
+    cell_bytes: int | None
+
+    @property
+    def refused(self) -> bool:
+        return self.rest_gib <= 0
+
+
+def budget(
+    pre_load_free_gib: float,
+    avail_after_weights_gib: float,
+    mem_fraction_static: float,
+    cell_bytes: int | None = None,
+    page_size: int = 1,
+    fixed_overhead_gib: float = 0.0,
+) -> Budget:
+    """rest = avail_after - pre * (1 - mfs); tokens = rest_bytes // cell (page-aligned)."""
+    slack = pre_load_free_gib * (1 - mem_fraction_static)
+    rest = avail_after_weights_gib - slack
+    min_viable = 1 - avail_after_weights_gib / pre_load_free_gib
+    suggested = math.ceil(min_viable * 1000) / 1000
+    tokens = None
+    if cell_bytes and rest > 0:
+        avail_bytes = max(int(rest * GIB) - int(fixed_overhead_gib * GIB), 0)
+        tokens = avail_bytes // cell_bytes // page_size * page_size
+    return Budget(
+        pre_load_free_gib,
+        avail_after_weights_gib,
+        mem_fraction_static,
+        slack,
+        rest,
+        min_viable,
+        suggested,
+        tokens,
+        cell_bytes,
+    )
+
+
+def mfs_for_tokens(pre: float, avail_after: float, tokens: int, cell_bytes: int) -> float:
+    """Smallest mem_fraction_static that leaves room for ``tokens`` KV tokens."""
+    need = tokens * cell_bytes / GIB
+    return math.ceil((1 - (avail_after - need) / pre) * 1000) / 1000
+
+
+# ------------------------------------------------------------------------- predict
+
+
+@dataclass
+class Plan:
+    model: str
+    gpu: str
+    gpus: int
+    version: str
+    layout: dict
+    defaults: dict
+    mem_fraction_static: float
+    kv_dtype: str
+    weights: list[dict]
+    weights_gib: float
+    a2a_buffer_gib: float
+    pre_load_free_gib: float
+    avail_after_weights_gib: float
+    kv_cell: dict
+    rest_gib: float
+    kv_tokens: int
+    kv_gib: float
+    context_length: int | None
+    graph_reserve_gib: float
+    verdict: str  # "fits", "tight", "refused", "no-kv", "invalid"
+    min_viable_mfs: float
+    max_safe_mfs: float
+    explanation: list[str]
+    changes: list[str]
+    problems: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def predict(
+    arch: ModelArch,
+    *,
+    gpu_memory_mib: float,
+    gpu_name: str = "",
+    gpu_count: int = 1,
+    sm_major: int | None = None,
+    init_overhead_gib: float = 2.0,
+    layout: Layout | None = None,
+    version: str = DEFAULT_VERSION,
+    mem_fraction_static: float | None = None,
+    kv_cache_dtype: str = "auto",
+    cuda_graph_max_bs: int | None = None,
+    chunked_prefill_size: int | None = None,
+    max_running_requests: int | None = None,
+    context_length: int | None = None,
+    pre_load_free_gib: float | None = None,
+    a2a_buffer_gib: float | None = None,
+    dsa_backend: str | None = None,
+    page_size: int = 1,
+) -> Plan:
+    """Predict a launch: SGLang's defaults, weights, KV capacity and a verdict with fixes."""
+    layout = layout or Layout()
+    problems = layout.validate(arch)
+    if layout.tp * layout.pp > gpu_count:
+        problems.append(f"tp x pp = {layout.tp * layout.pp} needs more than {gpu_count} GPUs")
+    defaults = memory_defaults(
+        gpu_memory_mib,
+        tp=layout.tp,
+        pp=layout.pp,
+        attn_dp=layout.attn_dp,
+        use_mla=arch.is_mla,
+        version=version,
+        chunked_prefill_size=chunked_prefill_size,
+        decode_max_bs=cuda_graph_max_bs,
+        max_running_requests=max_running_requests,
+        mem_fraction_static=mem_fraction_static,
+        moe_a2a_backend=layout.moe_a2a_backend,
+        speculative=bool(layout.speculative),
+    )
+    # The reserve SGLang's heuristic would keep for graphs + activations at these settings,
+    # used as the safe upper bound for mem_fraction_static even when the user sets it.
+    heuristic = (
+        defaults
+        if mem_fraction_static is None
+        else memory_defaults(
+            gpu_memory_mib,
+            tp=layout.tp,
+            pp=layout.pp,
+            attn_dp=layout.attn_dp,
+            use_mla=arch.is_mla,
+            version=version,
+            chunked_prefill_size=chunked_prefill_size,
+            decode_max_bs=cuda_graph_max_bs,
+            max_running_requests=max_running_requests,
+            moe_a2a_backend=layout.moe_a2a_backend,
+            speculative=bool(layout.speculative),
+        )
+    )
+    mfs = defaults.mem_fraction_static
+    kv_dtype = resolve_kv_dtype(arch, kv_cache_dtype)
+    parts = weights_per_gpu(arch, layout)
+    weights = sum(p.gib for p in parts)
+    if a2a_buffer_gib is None:
+        a2a_buffer_gib = DEFAULT_A2A_BUFFER_GIB.get(layout.moe_a2a_backend, 0.0)
+    pre = (
+        pre_load_free_gib
+        if pre_load_free_gib is not None
+        else (gpu_memory_mib / 1024 - init_overhead_gib)
+    )
+    after = pre - weights - a2a_buffer_gib
+    draft = draft_layers(arch, layout)
+    cell = kv_cell(
+        arch,
+        kv_dtype=kv_dtype,
+        attn_tp=layout.attn_tp,
+        draft=draft,
+        sm_major=sm_major,
+        dsa_backend=dsa_backend,
+    )
+    b = budget(pre, after, mfs, cell.bytes_per_token, page_size)
+    tokens = b.kv_tokens or 0
+    ctx = context_length or arch.max_position_embeddings
+    graph_reserve = heuristic.reserved_mb / 1024
+    # Highest fraction that still leaves SGLang's own graph/activation reserve free.
+    max_safe = math.floor((1 - graph_reserve / pre) * 1000) / 1000 if pre > 0 else 0.0
+
+    explanation = [
+        f"GPU memory.total {gpu_memory_mib:.0f} MiB ({gpu_memory_mib / 1024:.2f} GiB); free before "
+        f"weights ~{pre:.2f} GiB",
+        f"mem_fraction_static {mfs:.3f} "
+        + (
+            f"(SGLang {version} default: (G - R)/G with R = {defaults.reserved_mb:.0f} MiB = "
+            + " + ".join(f"{k} {v:.0f}" for k, v in defaults.reserve_breakdown.items())
+            + ")"
+            if defaults.mem_fraction_is_default
+            else "(set explicitly)"
+        ),
+        f"weights {weights:.2f} GiB/GPU"
+        + (f" + a2a buffers {a2a_buffer_gib:.2f} GiB" if a2a_buffer_gib else "")
+        + f" -> free after weights {after:.2f} GiB",
+        f"rest = {after:.2f} - {pre:.2f} x (1 - {mfs:.3f}) = {b.rest_gib:.2f} GiB for the KV cache",
+        f"KV {cell.bytes_per_token} B/token ({cell.formula}, {kv_dtype})",
+    ]
+    changes: list[str] = []
+    if problems:
+        verdict = "invalid"
+    elif b.refused:
+        verdict = "refused"
+        explanation.append(
+            f"SGLang raises: Loaded weights leave no GPU memory for the KV cache under "
+            f"--mem-fraction-static={mfs}; minimum viable = 1 - {after:.2f}/{pre:.2f} = "
+            f"{b.min_viable_mfs:.4f}"
+        )
+    elif tokens <= 0:
+        verdict = "no-kv"
+        explanation.append(
+            "SGLang raises: Not enough memory. Please try to increase --mem-fraction-static."
+        )
+    else:
+        verdict = "fits" if (ctx is None or tokens >= ctx) else "tight"
+        explanation.append(
+            f"KV tokens {tokens:,} ({tokens * cell.bytes_per_token / GIB:.2f} GiB)"
+            + (f"; context {ctx:,}" if ctx else "")
+        )
+    if verdict in ("refused", "no-kv", "tight"):
+        changes = suggest_changes(
+            arch,
+            layout,
+            pre=pre,
+            after=after,
+            mfs=mfs,
+            cell=cell,
+            ctx=ctx,
+            max_safe=max_safe,
+            defaults=heuristic,
+            kv_dtype=kv_dtype,
+            a2a_buffer_gib=a2a_buffer_gib,
+            gpu_memory_mib=gpu_memory_mib,
+        )
+    elif mfs > max_safe and verdict == "fits":
+        changes.append(
+            f"mem_fraction_static {mfs:.3f} leaves {pre * (1 - mfs):.2f} GiB outside the "
+            "static pool, "
+            f"less than SGLang's own graph/activation reserve ({graph_reserve:.2f} GiB): CUDA "
+            f"graph capture may OOM; lower --cuda-graph-max-bs or keep mfs <= {max_safe:.3f}"
+        )
+
+    return Plan(
+        model=arch.name,
+        gpu=gpu_name,
+        gpus=gpu_count,
+        version=version,
+        layout=asdict(layout),
+        defaults=defaults.to_dict(),
+        mem_fraction_static=mfs,
+        kv_dtype=kv_dtype,
+        weights=[
+            {
+                "part": p.name,
+                "gib": round(p.gib, 3),
+                "how": p.how,
+                "bytes_per_param": round(p.bytes_per_param, 4),
+            }
+            for p in parts
+        ],
+        weights_gib=weights,
+        a2a_buffer_gib=a2a_buffer_gib,
+        pre_load_free_gib=pre,
+        avail_after_weights_gib=after,
+        kv_cell=asdict(cell),
+        rest_gib=b.rest_gib,
+        kv_tokens=tokens,
+        kv_gib=tokens * cell.bytes_per_token / GIB,
+        context_length=ctx,
+        graph_reserve_gib=graph_reserve,
+        verdict=verdict,
+        min_viable_mfs=b.min_viable_mfs,
+        max_safe_mfs=max_safe,
+        explanation=explanation,
+        changes=changes,
+        problems=problems,
+    )
+
+
+def suggest_changes(
+    arch: ModelArch,
+    layout: Layout,
+    *,
+    pre: float,
+    after: float,
+    mfs: float,
+    cell: KvCell,
+    ctx: int | None,
+    max_safe: float,
+    defaults: MemoryDefaults,
+    kv_dtype: str,
+    a2a_buffer_gib: float,
+    gpu_memory_mib: float,
+) -> list[str]:
+    """Concrete changes, most direct first, each with the number that makes it work."""
+    out: list[str] = []
+    want_tokens = ctx or 4096
+    target = mfs_for_tokens(pre, after, want_tokens, cell.bytes_per_token)
+    min_viable = math.ceil((1 - after / pre) * 1000) / 1000
+    if target <= max_safe:
+        out.append(
+            f"raise --mem-fraction-static to {target:.3f} (minimum viable "
+            f"{min_viable:.3f}; {want_tokens:,} KV tokens need {target:.3f}; "
+            f"SGLang's graph/activation reserve allows up to {max_safe:.3f})"
+        )
+    else:
+        best = max_safe
+        tokens_at_best = max(0, int((after - pre * (1 - best)) * GIB) // cell.bytes_per_token)
+        if best > min_viable:
+            out.append(
+                f"raise --mem-fraction-static to {best:.3f} (the most the graph/activation "
+                f"reserve allows): about {tokens_at_best:,} KV tokens"
+            )
+        # Lower decode max_bs: graph reserve shrinks by 2 MiB (+3..4.5 MiB x attn_dp) per bs.
+        if defaults.decode_max_bs > 64:
+            for bs in (256, 128, 64):
+                if bs >= defaults.decode_max_bs:
+                    continue
+                lower = memory_defaults(
+                    gpu_memory_mib,
+                    tp=layout.tp,
+                    pp=layout.pp,
+                    attn_dp=layout.attn_dp,
+                    use_mla=arch.is_mla,
+                    version=defaults.version,
+                    decode_max_bs=bs,
+                    chunked_prefill_size=defaults.chunked_prefill_size,
+                    moe_a2a_backend=layout.moe_a2a_backend,
+                )
+                safe = math.floor((1 - lower.reserved_mb / 1024 / pre) * 1000) / 1000
+                if safe > best + 0.0005:
+                    toks = max(0, int((after - pre * (1 - safe)) * GIB) // cell.bytes_per_token)
+                    out.append(
+                        f"lower --cuda-graph-max-bs to {bs}: reserve drops to "
+                        f"{lower.reserved_mb / 1024:.2f} GiB, mem_fraction_static up to "
+                        f"{safe:.3f} gives about {toks:,} KV tokens"
+                    )
+                    break
+    if not kv_dtype.startswith("fp8"):
+        fp8 = kv_cell(
+            arch,
+            kv_dtype="fp8_e4m3",
+            attn_tp=layout.attn_tp,
+            draft=cell.draft_bytes and draft_layers(arch, layout),
+        )
+        out.append(
+            f"use --kv-cache-dtype fp8_e4m3: {fp8.bytes_per_token} B/token instead of "
+            f"{cell.bytes_per_token} (x{cell.bytes_per_token / fp8.bytes_per_token:.2f} tokens)"
+        )
+    if layout.num_redundant_experts and arch.is_moe:
+        per_expert = 3 * arch.hidden_size * arch.moe_intermediate_size * len(arch.moe_layer_ids)
+        bpp = _bytes_per_param(arch, "routed_experts", component_modules(arch)["routed_experts"])
+        saved = layout.num_redundant_experts / layout.ep * per_expert * bpp / layout.moe_tp / GIB
+        out.append(
+            f"drop --ep-num-redundant-experts {layout.num_redundant_experts}: "
+            f"saves {saved:.2f} GiB/GPU"
+        )
+    if layout.moe_a2a_backend in A2A_REPLICATE_SHARED and arch.is_moe:
+        tp_layout = Layout(
+            tp=layout.tp,
+            attn_dp=layout.attn_dp,
+            pp=layout.pp,
+            speculative=layout.speculative,
+            draft_layers=layout.draft_layers,
+        )
+        saved = (
+            sum(p.gib for p in weights_per_gpu(arch, layout))
+            + a2a_buffer_gib
+            - sum(p.gib for p in weights_per_gpu(arch, tp_layout))
+        )
+        if saved > 0.05:
+            out.append(
+                f"serve with plain TP (no --moe-a2a-backend {layout.moe_a2a_backend}): "
+                f"shared experts sharded again and no dispatch buffers, {saved:.2f} GiB/GPU "
+                f"more free"
+            )
+    if layout.attn_dp > 1:
+        out.append(
+            f"drop attention-DP {layout.attn_dp}: its graph reserve "
+            f"({defaults.reserve_breakdown.get('cuda_graphs', 0) / 1024:.1f} GiB of padding) "
+            f"and replicated attention weights return"
+        )
+    if draft_layers(arch, layout):
+        out.append(
+            "disable speculative decoding: draft weights and draft KV are charged to the "
+            "same budget"
+        )
+    return out
