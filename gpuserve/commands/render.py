@@ -1,0 +1,55 @@
+"""``gpuserve render``: show the exact SGLang command line and env a profile becomes.
+
+Why a command: the flag spelling depends on the SGLang version (gpuserve.dialect), and
+seeing the rendered argv before deploying is the quickest review of a profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from gpuserve.dialect import group_args, parse_version, render_launch
+from gpuserve.profiles import load_profile
+
+LAUNCHER = "python -m sglang.launch_server"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "render",
+        help="print the SGLang argv and env a profile renders to",
+        description="Render a launch profile for one SGLang version; the argv is validated "
+        "against that version's flag catalog.",
+    )
+    parser.add_argument("--profile", required=True, help="profile name or path")
+    parser.add_argument("--sglang-version", dest="sglang_version",
+                        help="target SGLang version (default: newest the profile targets)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    profile = load_profile(args.profile)
+    version = args.sglang_version or default_version(profile)
+    launch = render_launch(profile, version)
+    print(f"# profile {profile.name} ({profile.source}) for SGLang {version}")
+    print("# env")
+    for key, value in sorted(launch.env.items()):
+        print(f"{key}={shlex.quote(value)}")
+    print("# argv")
+    print(format_argv(launch.args))
+    return 0
+
+
+def default_version(profile) -> str:
+    """The newest version the profile targets, else the newest committed catalog."""
+    from gpuserve import catalog
+
+    versions = profile.sglang_versions or catalog.available_versions()
+    return max(versions, key=parse_version)
+
+
+def format_argv(args: list[str]) -> str:
+    """Shell-quoted, one flag (with its values) per line, continued with backslashes."""
+    lines = [LAUNCHER] + ["  " + shlex.join(group) for group in group_args(args)]
+    return " \\\n".join(lines)

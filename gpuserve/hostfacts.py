@@ -1,0 +1,277 @@
+"""The host-facts document (docs/architecture.md) as typed objects for the doctor.
+
+The document is produced by ``gpuserve.facts.document`` from one SSH round trip, or
+written by hand for a box we cannot reach; either way it is input, so it is checked
+field by field and a bad value is reported by its JSON path (``gpus[3].compute_cap``)
+rather than surfacing later as a KeyError inside a rule. Missing tools give ``null``,
+which is never an error: rules treat ``None`` as "unknown" and stay silent.
+
+Keys this module does not know are ignored, so the facts side can add keys (such as
+``cpu_vendor``) before the doctor uses them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuserve.errors import InputError
+
+_NVLINK = re.compile(r"^NV\d+$")
+
+
+class _Reader:
+    """Typed access to one JSON object, reporting errors by file and dotted path."""
+
+    def __init__(self, data: Any, path: str, file: str | None) -> None:
+        self.file = file
+        self.path = path
+        if not isinstance(data, dict):
+            raise InputError(file, path or None, f"must be an object, got {_kind(data)}")
+        self.data = data
+
+    def _at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str, *types: type, choices: tuple | None = None) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) and bool not in types:
+            raise InputError(self.file, self._at(key), f"must be {_names(types)}, got {value!r}")
+        if not isinstance(value, types):
+            raise InputError(self.file, self._at(key),
+                             f"must be {_names(types)}, got {_kind(value)}")
+        if choices is not None and value not in choices:
+            raise InputError(self.file, self._at(key), f"must be one of "
+                             f"{', '.join(map(str, choices))} or null, got {value!r}")
+        return value
+
+    def child(self, key: str) -> _Reader:
+        return _Reader(self.data.get(key) or {}, self._at(key), self.file)
+
+    def matrix(self, key: str) -> list[list[str]] | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(
+            isinstance(row, list) and all(isinstance(c, str) for c in row) for row in value
+        ):
+            raise InputError(self.file, self._at(key), "must be a list of rows of strings")
+        return [list(row) for row in value]
+
+
+def _names(types: tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true/false"}
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), repr(value))
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int | None = None
+    name: str | None = None
+    uuid: str | None = None
+    bus_id: str | None = None
+    memory_total_mib: int | None = None
+    #: optional (``nvidia-smi --query-gpu=memory.used``): memory other processes hold,
+    #: for SGLang's start-up balance check. None when not gathered.
+    memory_used_mib: int | None = None
+    driver_version: str | None = None
+    compute_cap: str | None = None
+    persistence_mode: str | None = None
+
+    @property
+    def sm_major(self) -> int | None:
+        """Compute capability major (12 for SM120), None when unknown."""
+        if not self.compute_cap:
+            return None
+        try:
+            return int(self.compute_cap.split(".")[0])
+        except ValueError:
+            return None
+
+    @property
+    def memory_free_mib(self) -> int | None:
+        if self.memory_total_mib is None or self.memory_used_mib is None:
+            return None
+        return self.memory_total_mib - self.memory_used_mib
+
+
+@dataclass(frozen=True)
+class Topology:
+    links: list[list[str]] | None = None
+    p2p_read: list[list[str]] | None = None
+    p2p_write: list[list[str]] | None = None
+    p2p: str | None = None  # "ok" | "none" | "partial"
+
+    @property
+    def nvlink(self) -> bool | None:
+        """True when every GPU pair is joined by NVLink (``NV#`` cells), None if unknown."""
+        if not self.links:
+            return None
+        cells = [c.strip() for i, row in enumerate(self.links) for j, c in enumerate(row)
+                 if i != j and j < len(self.links)]
+        return bool(cells) and all(_NVLINK.match(c) for c in cells)
+
+
+@dataclass(frozen=True)
+class Driver:
+    version: str | None = None
+    flavour: str | None = None  # "open" | "proprietary"
+
+    @property
+    def major(self) -> int | None:
+        return _major(self.version)
+
+
+@dataclass(frozen=True)
+class Cuda:
+    toolkit: str | None = None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    cmdline: str | None = None
+    iommu: str | None = None
+    iommu_groups: int | None = None
+    boot_loader: str | None = None
+    secure_boot: bool | None = None
+    nouveau_loaded: bool | None = None
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    hostname: str | None = None
+    virtualization: str | None = None
+    gpus: list[Gpu] = field(default_factory=list)
+    topology: Topology = field(default_factory=Topology)
+    driver: Driver = field(default_factory=Driver)
+    cuda: Cuda = field(default_factory=Cuda)
+    kernel: Kernel = field(default_factory=Kernel)
+    sglang_version: str | None = None
+    source: str | None = field(default=None, compare=False)
+
+    # ---- derived views the rules share
+
+    @property
+    def is_vm(self) -> bool | None:
+        if self.virtualization is None:
+            return None
+        return self.virtualization not in ("none", "")
+
+    @property
+    def sm_majors(self) -> set[int]:
+        return {g.sm_major for g in self.gpus if g.sm_major is not None}
+
+    @property
+    def compute_caps(self) -> set[str]:
+        return {g.compute_cap for g in self.gpus if g.compute_cap}
+
+    @property
+    def min_memory_mib(self) -> int | None:
+        sizes = [g.memory_total_mib for g in self.gpus if g.memory_total_mib is not None]
+        return min(sizes) if sizes else None
+
+    @property
+    def driver_version(self) -> str | None:
+        return self.driver.version or next(
+            (g.driver_version for g in self.gpus if g.driver_version), None)
+
+    # ---- (de)serialisation
+
+    @classmethod
+    def from_dict(cls, data: Any, file: str | Path | None = None) -> HostFacts:
+        f = str(file) if file is not None else None
+        root = _Reader(data, "", f)
+        gpus_raw = root.data.get("gpus") or []
+        if not isinstance(gpus_raw, list):
+            raise InputError(f, "gpus", f"must be a list, got {_kind(gpus_raw)}")
+        gpus = []
+        for index, raw in enumerate(gpus_raw):
+            g = _Reader(raw, f"gpus[{index}]", f)
+            gpus.append(Gpu(
+                index=g.get("index", int), name=g.get("name", str), uuid=g.get("uuid", str),
+                bus_id=g.get("bus_id", str), memory_total_mib=g.get("memory_total_mib", int),
+                memory_used_mib=g.get("memory_used_mib", int),
+                driver_version=g.get("driver_version", str),
+                compute_cap=_cap(g), persistence_mode=g.get("persistence_mode", str),
+            ))
+        t = root.child("topology")
+        d, c, k = root.child("driver"), root.child("cuda"), root.child("kernel")
+        return cls(
+            hostname=root.get("hostname", str),
+            virtualization=root.get("virtualization", str),
+            gpus=gpus,
+            topology=Topology(
+                links=t.matrix("links"), p2p_read=t.matrix("p2p_read"),
+                p2p_write=t.matrix("p2p_write"),
+                p2p=t.get("p2p", str, choices=("ok", "none", "partial")),
+            ),
+            driver=Driver(version=d.get("version", str),
+                          flavour=d.get("flavour", str, choices=("open", "proprietary"))),
+            cuda=Cuda(toolkit=_version_text(c, "toolkit")),
+            kernel=Kernel(
+                cmdline=k.get("cmdline", str), iommu=k.get("iommu", str, choices=("on", "off")),
+                iommu_groups=k.get("iommu_groups", int),
+                boot_loader=k.get("boot_loader", str), secure_boot=k.get("secure_boot", bool),
+                nouveau_loaded=k.get("nouveau_loaded", bool),
+            ),
+            sglang_version=root.get("sglang_version", str),
+            source=f,
+        )
+
+    @classmethod
+    def from_json(cls, text: str, file: str | Path | None = None) -> HostFacts:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(file, None, f"invalid JSON: {exc.msg}", exc.lineno) from exc
+        return cls.from_dict(data, file)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> HostFacts:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(path, None, f"cannot read: {exc.strerror}") from exc
+        return cls.from_json(text, path)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("source")
+        return data
+
+
+def _cap(g: _Reader) -> str | None:
+    value = g.get("compute_cap", str)
+    if value is not None and not re.fullmatch(r"\d+\.\d+", value):
+        raise InputError(g.file, f"{g.path}.compute_cap", f"must look like '12.0', got {value!r}")
+    return value
+
+
+def _version_text(r: _Reader, key: str) -> str | None:
+    """A version written as a string; a bare JSON number like 13.0 is accepted too."""
+    value = r.get(key, str, float, int)
+    return None if value is None else str(value)
+
+
+def _major(version: str | None) -> int | None:
+    if not version:
+        return None
+    match = re.match(r"(\d+)", version)
+    return int(match.group(1)) if match else None
+
+
+def version_tuple(version: str | None) -> tuple[int, ...] | None:
+    """``"580.126.20"`` -> ``(580, 126, 20)``; None when unknown."""
+    if not version:
+        return None
+    numbers = re.findall(r"\d+", version)
+    return tuple(int(n) for n in numbers) if numbers else None
