@@ -1,0 +1,127 @@
+"""Kernel command line for GPU hosts and hypervisors: IOMMU parameters and the reboot.
+
+configure: merge the IOMMU parameters (per CPU vendor, from gpuserve.boot) into the
+boot loader's configuration (GRUB: /etc/default/grub + update-grub; systemd-boot as
+managed by proxmox-boot-tool: /etc/kernel/cmdline + ``proxmox-boot-tool refresh``).
+activate: reboot when the *running* kernel lacks the parameters and ``allow_reboot``
+is set; otherwise say plainly that a reboot is pending.
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from pyinfra import host, logger
+from pyinfra.api import StringCommand, deploy, operation
+from pyinfra.facts.files import File, FileContents
+from pyinfra.operations import files, server
+
+from gpuserve import boot
+
+DEFAULTS = {
+    # Add iommu=pt: host-owned devices bypass DMA translation; NVIDIA documents P2P copies
+    # through a translating IOMMU as unsupported on PCIe bare metal.
+    "iommu_passthrough": True,
+    # Add pci=noacs: stop ACS redirecting peer TLPs to the root complex (NVIDIA/nccl#2079).
+    "pci_noacs": False,
+    # Further kernel parameters the host must boot with (list of "k" or "k=v").
+    "kernel_extra_params": [],
+    # Reboot the host when the running kernel lacks the configured parameters (or nouveau
+    # is still loaded). Off: the deploy reports "REBOOT PENDING" and changes nothing else.
+    "allow_reboot": False,
+    # Seconds to wait for the host to come back after a reboot.
+    "reboot_timeout": 900,
+}
+
+
+def _host_facts():
+    # Imported late: the facts package is the only pyinfra-importing part of gpuserve.
+    from gpuserve.facts import host as host_facts
+
+    return host_facts
+
+
+def _text(lines: list[str] | None) -> str:
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+@operation()
+def boot_cmdline(params: list[str], boot_loader: str | None):
+    """Merge ``params`` into the boot loader's command line and regenerate its config.
+
+    Idempotent: the file is rewritten (and update-grub / proxmox-boot-tool run) only
+    when the merged text differs from what is there.
+    """
+    path, apply = boot.boot_loader_config(boot_loader)
+    current = _text(host.get_fact(FileContents, path=path))
+    if path == "/etc/kernel/cmdline":
+        if not current.strip():
+            # Seed from the running command line so root=/boot= survive; drop what the
+            # boot loader adds itself (BOOT_IMAGE=, initrd=).
+            running = host.get_fact(_host_facts().KernelCmdline) or ""
+            current = " ".join(
+                t for t in running.split() if not t.startswith(("BOOT_IMAGE=", "initrd="))
+            )
+        new = boot.edit_kernel_cmdline_file(current, params)
+    else:
+        new = boot.edit_grub_default(current, params)
+    if new == current:
+        host.noop(f"{path} already has {' '.join(params) or 'no extra parameters'}")
+        return
+    yield from files.put._inner(src=StringIO(new), dest=path, mode="644")
+    yield StringCommand(apply)
+
+
+def reboot_reasons(params: list[str]) -> list[str]:
+    """Why this host needs a reboot now (read at execute time inside the op)."""
+    facts = _host_facts()
+    reasons: list[str] = []
+    missing = boot.missing_params(host.get_fact(facts.KernelCmdline), params)
+    if missing:
+        reasons.append(f"the running kernel lacks {' '.join(missing)}")
+    if host.get_fact(facts.NouveauLoaded):
+        reasons.append("nouveau is loaded (blacklisted; the NVIDIA module cannot bind)")
+    if host.get_fact(File, path="/run/reboot-required"):
+        reasons.append("/run/reboot-required exists")
+    return reasons
+
+
+@operation(is_idempotent=True)
+def reboot_if_pending(params: list[str], allow_reboot: bool, reboot_timeout: int = 900):
+    """Reboot only when needed and allowed; otherwise report the pending reboot."""
+    reasons = reboot_reasons(params)
+    if not reasons:
+        host.noop("no reboot pending")
+        return
+    if not allow_reboot:
+        message = (
+            f"REBOOT PENDING on {host.name}: {'; '.join(reasons)}. Reboot the host, or set "
+            "host data allow_reboot=True and re-run."
+        )
+        logger.warning(message)
+        host.noop(message)
+        return
+    logger.info(f"{host.name}: rebooting: {'; '.join(reasons)}")
+    yield from server.reboot._inner(delay=10, interval=2, reboot_timeout=reboot_timeout)
+
+
+@deploy("Kernel command line")
+def configure_kernel(params: list[str]):
+    """configure step: the boot loader carries ``params`` (decided by gpuserve.boot)."""
+    boot_loader = host.get_fact(_host_facts().BootLoader)
+    boot_cmdline(
+        name=f"Kernel parameters {' '.join(params)} ({boot_loader or 'grub'})",
+        params=params,
+        boot_loader=boot_loader,
+    )
+
+
+@deploy("Reboot when pending")
+def activate_kernel(params: list[str], allow_reboot: bool, reboot_timeout: int = 900):
+    """activate step: run last, after every role that may need a reboot."""
+    reboot_if_pending(
+        name="Reboot if the running kernel lacks the configuration",
+        params=params,
+        allow_reboot=allow_reboot,
+        reboot_timeout=reboot_timeout,
+    )

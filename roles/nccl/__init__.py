@@ -1,0 +1,66 @@
+"""NCCL environment file from the measured P2P verdict (decisions in gpuserve.nccl_env).
+
+Writes /etc/gpuserve/nccl.env (systemd EnvironmentFile syntax, each value commented
+with its reason) and /etc/gpuserve/host.json, which tells the serve deploy whether
+SGLang needs ``--disable-custom-all-reduce``. The facts are read inside the operation,
+so at execute time it sees the nvidia-smi the driver role has just installed.
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import deploy, operation
+from pyinfra.operations import files
+
+from gpuserve import nccl_env
+
+DEFAULTS = {
+    # Overrides of the derived NCCL env, e.g. {"NCCL_DEBUG": "INFO"}; "" removes a key
+    # (e.g. {"NCCL_P2P_DISABLE": ""} to keep P2P on in a VM with a P2P clique).
+    "nccl_env": {},
+}
+
+
+def _facts():
+    from gpuserve.facts import gpu
+    from gpuserve.facts import host as host_facts
+
+    return gpu, host_facts
+
+
+def current_plan(overrides: dict[str, str]) -> nccl_env.NcclPlan:
+    gpu, host_facts = _facts()
+    virtualization = host.get_fact(host_facts.Virtualization)
+    verdicts = [
+        nccl_env.p2p_verdict(host.get_fact(gpu.NvidiaP2P, mode=mode)) for mode in ("r", "w")
+    ]
+    known = [v for v in verdicts if v]
+    if not known:
+        verdict = None
+    elif all(v == "ok" for v in known):
+        verdict = "ok"
+    elif all(v == "none" for v in known):
+        verdict = "none"
+    else:
+        verdict = "partial"
+    gpus = host.get_fact(gpu.NvidiaGpus) or []
+    return nccl_env.plan_nccl(virtualization, verdict, overrides, len(gpus) or None)
+
+
+@operation()
+def nccl_files(overrides: dict[str, str]):
+    plan = current_plan(overrides)
+    yield from files.directory._inner(path="/etc/gpuserve", mode="755")
+    yield from files.put._inner(
+        src=StringIO(nccl_env.render_env_file(plan)), dest=nccl_env.NCCL_ENV_PATH, mode="644"
+    )
+    yield from files.put._inner(
+        src=StringIO(nccl_env.host_json(plan)), dest=nccl_env.HOST_JSON_PATH, mode="644"
+    )
+
+
+@deploy("NCCL environment")
+def configure_nccl(overrides: dict[str, str] | None = None):
+    nccl_files(name="NCCL env and host.json from the P2P verdict", overrides=overrides or {})

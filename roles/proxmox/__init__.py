@@ -1,0 +1,131 @@
+"""Proxmox VE host: GPUs bound to vfio-pci and a VM configured to receive them.
+
+configure: vfio-pci binding by vendor:device id (/etc/modprobe.d/vfio.conf, the vfio
+modules in /etc/modules, initramfs rebuilt when either changes); the VM's config through
+``qm`` (q35, OVMF, cpu host without hidden=1, hostpciN with pcie=1 and an explicit .0
+function, a 64-bit MMIO window sized for the GPUs' BARs, the P2P clique args).
+The VM step reads ``qm config <vmid>`` first and sets only the keys that differ
+(decisions in gpuserve.passthrough). IOMMU parameters come from roles.kernel.
+Sources: Proxmox VE admin guide, "PCI(e) Passthrough" and qm(1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.api import StringCommand, deploy, operation
+from pyinfra.facts.server import Command
+from pyinfra.operations import files, server
+
+from gpuserve import passthrough
+from gpuserve.errors import InputError
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+
+DEFAULTS = {
+    # The VM that receives the GPUs (required).
+    "proxmox_vmid": None,
+    # Full PCI function addresses of the GPUs, e.g. ["0000:01:00.0"]. None: every
+    # NVIDIA VGA/3D function found in sysfs, in address order.
+    "proxmox_gpus": None,
+    # vendor:device ids bound to vfio-pci. None: the GPUs' ids plus their HD-audio
+    # functions' ids, read from sysfs.
+    "proxmox_vfio_ids": None,
+    # OVMF 64-bit MMIO window in MiB. None: sized from the GPUs' 64-bit BARs in sysfs.
+    "proxmox_mmio_window_mb": None,
+    # x-nv-gpudirect-clique id given to every GPU (0-15), None to leave it out. Only put
+    # GPUs in one clique when the host path between them really supports P2P.
+    "proxmox_gpudirect_clique": 0,
+    # Stop and start the VM when its config changed so the change takes effect.
+    "proxmox_restart_vm": False,
+}
+
+
+def pci_functions() -> list[passthrough.PciFunction]:
+    output = host.get_fact(Command, command=passthrough.SYSFS_PCI_COMMAND) or ""
+    return passthrough.parse_sysfs_pci(output)
+
+
+def resolve(
+    src: str,
+    gpus: list[str] | None,
+    vfio_ids: list[str] | None,
+    mmio_mb: int | None,
+) -> tuple[list[str], list[str], int]:
+    """Fill what host data left out from the host's sysfs; InputError when impossible."""
+    functions = pci_functions()
+    found, found_ids = passthrough.gpus_and_companions(functions)
+    by_address = {f.address: f for f in functions}
+    if gpus is None:
+        if not found:
+            raise InputError(src, "proxmox_gpus", f"no NVIDIA GPU found in sysfs on {host.name}; "
+                             "list the GPUs' PCI addresses")
+        gpus = [f.address for f in found]
+    if vfio_ids is None:
+        if not found_ids:
+            raise InputError(src, "proxmox_vfio_ids", f"no NVIDIA GPU found in sysfs on "
+                             f"{host.name}; give the vendor:device ids to bind")
+        vfio_ids = found_ids
+    if mmio_mb is None:
+        bars = [by_address[g].bars for g in gpus if g in by_address and by_address[g].bars]
+        if len(bars) != len(gpus):
+            raise InputError(src, "proxmox_mmio_window_mb", "cannot read the GPUs' BAR sizes "
+                             f"from sysfs on {host.name}; give the window in MiB")
+        mmio_mb = passthrough.mmio_window_mb(bars)
+    return gpus, vfio_ids, mmio_mb
+
+
+@operation()
+def vm_config(vmid: int, gpus: list[str], mmio_mb: int | None, clique: int | None,
+              restart: bool = False):
+    """``qm set`` with only the keys whose current value differs."""
+    text = host.get_fact(Command, command=f"qm config {int(vmid)}") or ""
+    changes = passthrough.desired_vm_changes(
+        passthrough.parse_qm_config(text), gpus, mmio_mb, clique
+    )
+    if not changes:
+        host.noop(f"VM {vmid} already configured for {len(gpus)} GPU(s)")
+        return
+    logger.info(f"{host.name}: VM {vmid}: setting {', '.join(sorted(changes))}")
+    yield StringCommand(passthrough.qm_set_command(vmid, changes))
+    status = host.get_fact(Command, command=f"qm status {int(vmid)}") or ""
+    if "running" in status:
+        if restart:
+            yield StringCommand(f"qm stop {int(vmid)} && qm start {int(vmid)}")
+        else:
+            logger.warning(f"{host.name}: VM {vmid} is running: its new config applies at "
+                           "its next start (or set proxmox_restart_vm=True)")
+
+
+@deploy("vfio-pci binding")
+def bind_vfio(vfio_ids: list[str]):
+    conf = files.template(
+        name=f"vfio-pci owns {', '.join(vfio_ids)}",
+        src=str(TEMPLATES / "proxmox-vfio.conf.j2"),
+        dest="/etc/modprobe.d/vfio.conf",
+        mode="644",
+        ids=vfio_ids,
+    )
+    modules = [
+        files.line(name=f"Load {m} at boot", path="/etc/modules", line=f"^{m}$", replace=m)
+        for m in passthrough.VFIO_MODULES
+    ]
+    server.shell(
+        name="Rebuild every initramfs with vfio",
+        commands=["update-initramfs -u -k all"],
+        _if=[lambda: conf.did_change() or any(op.did_change() for op in modules)],
+    )
+
+
+@deploy("Proxmox VM for GPU passthrough")
+def configure_vm(vmid: int, gpus: list[str], mmio_mb: int | None, clique: int | None,
+                 restart: bool = False):
+    vm_config(
+        name=f"VM {vmid}: q35, OVMF, cpu host, {len(gpus)} GPU(s), MMIO {mmio_mb} MiB",
+        vmid=vmid,
+        gpus=gpus,
+        mmio_mb=mmio_mb,
+        clique=clique,
+        restart=restart,
+    )
