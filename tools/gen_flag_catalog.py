@@ -44,8 +44,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT_DIR = REPO_ROOT / "gpuserve" / "data" / "flags"
 GENERATOR = "tools/gen_flag_catalog.py"
 
-# Third-party modules the argument definitions need to *work*, not just import.
-REAL_DEPS = ("msgspec",)
+# Third-party modules the argument definitions need to *work*, not just import:
+# msgspec declares ServerArgs (0.5.2x), orjson parses json_list_type values (so the
+# fidelity check below sees its real errors).
+REAL_DEPS = ("msgspec", "orjson")
 
 # Target interpreter/platform of the wheels we read (SGLang ships cp311-cp313
 # manylinux_2_34 wheels; the option set does not depend on the tag).
@@ -363,13 +365,14 @@ def _type_params() -> dict:
 
 def introspect(src: str, deps: str, out: str) -> None:
     sys.path[:0] = [src, deps]
-    keep = {"sglang", "_sglang_stub_guard"} | {d.replace("-", "_") for d in REAL_DEPS}
+    keep = {"sglang", "gpuserve"} | {d.replace("-", "_") for d in REAL_DEPS}
     finder = _StubFinder(keep)
     sys.meta_path.insert(0, finder)
     import sglang.srt.server_args as sa  # noqa: PLC0415 (after the finder)
 
-    # The same two steps as sglang.srt.server_args.prepare_server_args.
-    parser = argparse.ArgumentParser(prog="sglang serve")
+    # The same two steps as sglang.srt.server_args.prepare_server_args (the
+    # subclass only turns error() into an exception for the fidelity check).
+    parser = _RaisingParser(prog="sglang serve")
     sa.ServerArgs.add_cli_args(parser)
 
     options = []
@@ -412,6 +415,109 @@ def introspect(src: str, deps: str, out: str) -> None:
     }
     Path(out).write_text(json.dumps(result))
     print(f"stubbed: {', '.join(sorted(finder.stubbed))}", file=sys.stderr)
+    import logging  # noqa: PLC0415
+
+    logging.disable(logging.WARNING)  # SGLang's deprecation warnings, once per probe
+    mismatches = check_fidelity(parser, result)
+    if mismatches:
+        for m in mismatches[:20]:
+            print(f"MISMATCH {m}", file=sys.stderr)
+        raise SystemExit(f"gpuserve.flagparser disagrees with SGLang's parser on "
+                         f"{len(mismatches)} probes")
+
+
+class _ParseError(Exception):
+    pass
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _ParseError(message)
+
+
+def _probe_values(action: argparse.Action) -> list[list[str]]:
+    """A few argument vectors per option: a good value, a bad one, none."""
+    if action.nargs == 0:
+        return [[]]
+    if action.choices:
+        good = [str(next(iter(action.choices)))]
+    else:
+        good = {"int": ["7"], "float": ["0.5"], "human_readable_int": ["128k"],
+                "json": ["{}"], "json_list_type": ['["a", 1]'],
+                "parse_cuda_graph_config_arg": ['{"decode": {"max_bs": 8}}'],
+                }.get(_type_name(action.type) or "", ["v"])
+    if action.nargs in ("+", "*"):
+        good = good * 2
+    probes = [good, ["__bogus__"], []]
+    if action.nargs == "?":
+        probes.append([])
+    return probes
+
+
+def _comparable(value) -> str:
+    text = repr(value)
+    return "<stub>" if "stub" in text else text
+
+
+def _same_set_choices(a: str, b: str, set_flags: set[str]) -> bool:
+    pattern = re.compile(r"^argument (\S+?)(?:/\S+)?: invalid choice: (.*) \(choose from (.*)\)$")
+    ma, mb = pattern.match(a), pattern.match(b)
+    if not (ma and mb) or ma.group(1) not in set_flags or ma.group(2) != mb.group(2):
+        return False
+    return sorted(ma.group(3).split(", ")) == sorted(mb.group(3).split(", "))
+
+
+def check_fidelity(real: argparse.ArgumentParser, result: dict) -> list[str]:
+    """Parse probe command lines with SGLang's parser and with the stdlib rebuild.
+
+    Both must accept with the same values (where the real value is not a stub)
+    or refuse with the same argparse message. Probes cover every option string,
+    good and bad values, missing values, and one- to three-character-short
+    abbreviations (the ambiguity rules).
+    """
+    sys.path.insert(0, str(REPO_ROOT))
+    from gpuserve.flagparser import build_parser  # noqa: PLC0415
+
+    rebuilt = build_parser(result, parser_class=_RaisingParser)
+    # Choices given as a set (--sampling-backend) are listed in hash order, which
+    # differs from run to run even for SGLang itself.
+    set_flags = {f for a in real._actions if isinstance(a.choices, (set, frozenset))
+                 for f in a.option_strings}
+    base = ["--model-path", "m"]
+    argvs: list[list[str]] = [base]
+    for action in real._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        for flag in action.option_strings:
+            for values in _probe_values(action):
+                argvs.append(base + [flag, *values])
+            for cut in (1, 2, 3):
+                if len(flag) - cut > 3:
+                    argvs.append(base + [flag[:-cut], *_probe_values(action)[0]])
+    mismatches = []
+    for argv in argvs:
+        outcome = []
+        for parser in (real, rebuilt):
+            try:
+                ns = parser.parse_args(argv)
+                outcome.append(("ok", {k: _comparable(v) for k, v in vars(ns).items()
+                                       if not k.startswith("_")}))
+            except _ParseError as e:
+                outcome.append(("error", str(e)))
+        (kind_a, a), (kind_b, b) = outcome
+        if kind_a != kind_b:
+            mismatches.append(f"{argv}: sglang {kind_a} {str(a)[:200]} / rebuilt {kind_b}")
+        elif kind_a == "error" and a != b and not _same_set_choices(a, b, set_flags):
+            mismatches.append(f"{argv}: sglang {a!r} / rebuilt {b!r}")
+        elif kind_a == "ok":
+            diff = {k for k in a if a[k] != "<stub>" and a[k] != b.get(k)}
+            if diff:
+                shown = sorted(diff)[:5]
+                mismatches.append(f"{argv}: {len(diff)} values differ, e.g. "
+                                  f"{[(k, a[k], b.get(k, '<missing>')) for k in shown]}")
+    print(f"fidelity: {len(argvs)} probe command lines, {len(mismatches)} mismatches",
+          file=sys.stderr)
+    return mismatches
 
 
 def main(argv: list[str] | None = None) -> int:
