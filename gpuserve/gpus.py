@@ -39,7 +39,7 @@ class GpuSpec:
 
 
 def _norm(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower())
+    return re.sub(r"[^a-z0-9]", "", str(name).lower())
 
 
 @cache

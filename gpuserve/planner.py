@@ -507,6 +507,7 @@ def predict(
     a2a_buffer_gib: float | None = None,
     dsa_backend: str | None = None,
     page_size: int = 1,
+    draft_weights_gib: float = 0.0,
 ) -> Plan:
     """Predict a launch: SGLang's defaults, weights, KV capacity and a verdict with fixes."""
     layout = layout or Layout()
@@ -549,6 +550,10 @@ def predict(
     mfs = defaults.mem_fraction_static
     kv_dtype = resolve_kv_dtype(arch, kv_cache_dtype)
     parts = weights_per_gpu(arch, layout)
+    if draft_weights_gib:
+        parts.append(
+            WeightPart("separate draft model (given)", draft_weights_gib * GIB, 1.0, "as given")
+        )
     weights = sum(p.gib for p in parts)
     if a2a_buffer_gib is None:
         a2a_buffer_gib = DEFAULT_A2A_BUFFER_GIB.get(layout.moe_a2a_backend, 0.0)

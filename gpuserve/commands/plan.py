@@ -1,0 +1,266 @@
+"""``gpuserve plan``: predict whether a launch fits in GPU memory, or diagnose a startup log.
+
+Predict: ``gpuserve plan --model glm-5-nvfp4 --gpus 8xRTX-PRO-6000 --tp 8`` (or
+``--profile glm5-nvfp4-tp8``) reproduces SGLang's default mem_fraction_static, weights per
+GPU, KV bytes per token and KV tokens, then says what to change when it does not fit.
+Diagnose: ``gpuserve plan --log server.log`` reads the free-memory figures SGLang printed and
+explains the outcome with the same arithmetic. Both print a table, or JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from gpuserve.errors import InputError
+from gpuserve.gpus import parse_gpus
+from gpuserve.memory_defaults import DEFAULT_VERSION, KNOWN_VERSIONS
+from gpuserve.models import resolve_model
+from gpuserve.planner import Layout, predict
+from gpuserve.startup_log import diagnose, read_log
+
+_BUILTIN_MTP = ("NEXTN", "EAGLE", "MTP")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="predict GPU memory for a launch, or diagnose an SGLang startup log",
+        description="Predict SGLang's memory budget (weights, KV cache, default "
+        "mem_fraction_static) for a model on a GPU box, or explain a startup log's outcome.",
+    )
+    p.add_argument(
+        "--model",
+        help="model record name (see gpuserve/data/models) or a directory holding config.json",
+    )
+    p.add_argument("--gpus", help="COUNTxGPU, e.g. 8xRTX-PRO-6000, 8xH200")
+    p.add_argument("--profile", help="launch profile (name or path); CLI flags override it")
+    p.add_argument("--log", help="diagnose this SGLang startup log instead of predicting")
+    p.add_argument(
+        "--sglang-version",
+        dest="sglang_version",
+        help=f"memory rules of this SGLang version ({', '.join(KNOWN_VERSIONS)})",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    g = p.add_argument_group("overrides")
+    g.add_argument("--tp", type=int)
+    g.add_argument("--ep", type=int)
+    g.add_argument("--attn-dp", dest="attn_dp", type=int)
+    g.add_argument("--mem-fraction-static", dest="mem_fraction_static", type=float)
+    g.add_argument("--kv-cache-dtype", dest="kv_cache_dtype")
+    g.add_argument("--cuda-graph-max-bs", dest="cuda_graph_max_bs", type=int)
+    g.add_argument("--chunked-prefill-size", dest="chunked_prefill_size", type=int)
+    g.add_argument("--context-length", dest="context_length", type=int)
+    g.add_argument("--max-running-requests", dest="max_running_requests", type=int)
+    g.add_argument("--moe-a2a-backend", dest="moe_a2a_backend")
+    g.add_argument("--num-redundant-experts", dest="num_redundant_experts", type=int)
+    g.add_argument(
+        "--speculative", help="speculative algorithm (NEXTN/EAGLE use the checkpoint's MTP layers)"
+    )
+    g.add_argument(
+        "--draft-weights-gib",
+        dest="draft_weights_gib",
+        type=float,
+        help="weights of a separate draft model per GPU (EAGLE3 heads)",
+    )
+    g.add_argument(
+        "--pre-load-free-gib",
+        dest="pre_load_free_gib",
+        type=float,
+        help="measured 'Load weight begin. avail mem' (default: GPU spec)",
+    )
+    g.add_argument("--a2a-buffer-gib", dest="a2a_buffer_gib", type=float)
+    g.add_argument(
+        "--dsa-backend",
+        dest="dsa_backend",
+        help="DSA attention backend (decides the DSA KV layout)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.log:
+        return _run_log(args)
+    return _run_predict(args)
+
+
+def _run_log(args: argparse.Namespace) -> int:
+    log = read_log(args.log)
+    d = diagnose(
+        log, mem_fraction_static=args.mem_fraction_static, pre_load_free_gib=args.pre_load_free_gib
+    )
+    if args.json:
+        print(json.dumps({"log": log.to_dict(), "diagnosis": d.to_dict()}, indent=2))
+        return 0
+    print(f"log {args.log}: {d.outcome}")
+    rows = [
+        ("free before weights (GiB)", d.pre_load_free_gib),
+        ("free after weights (GiB)", d.avail_after_weights_gib),
+        ("weights (GiB)", d.weights_gib),
+        ("mem_fraction_static", d.mem_fraction_static),
+        ("slack pre x (1 - mfs) (GiB)", d.slack_gib),
+        ("rest for KV (GiB)", d.rest_gib),
+        ("minimum viable mfs", d.min_viable_mfs),
+        ("KV tokens", d.kv_tokens),
+        ("KV pool (GiB)", d.kv_gib),
+        ("KV bytes/token", d.kv_bytes_per_token),
+        ("CUDA graphs (GiB)", d.graph_gib),
+    ]
+    _table(rows)
+    for line in d.lines:
+        print(f"  - {line}")
+    if d.fixes:
+        print("fixes:")
+        for fix in d.fixes:
+            print(f"  * {fix}")
+    return 0
+
+
+def _pick(cli: Any, profile_value: Any) -> Any:
+    return cli if cli is not None else profile_value
+
+
+def _run_predict(args: argparse.Namespace) -> int:
+    prof = None
+    if args.profile:
+        from gpuserve.profiles import load_profile
+
+        prof = load_profile(args.profile)
+    model = args.model or (prof and (prof.model.arch or prof.model.path))
+    if not model:
+        raise InputError(
+            args.profile or "--model",
+            "model.arch",
+            "give --model (a record name or a model directory) or a profile with model.arch",
+        )
+    if not args.gpus:
+        raise InputError("--gpus", "gpus", "give the GPUs, e.g. --gpus 8xRTX-PRO-6000")
+    count, gpu = parse_gpus(args.gpus)
+    arch = resolve_model(model)
+    version = args.sglang_version or _profile_version(prof) or DEFAULT_VERSION
+    par = prof.parallel if prof else None
+    mem = prof.memory if prof else None
+    moe = prof.moe if prof else None
+    spec = prof.speculative if prof else None
+    algo = _pick(args.speculative, spec.algorithm if spec else None)
+    draft_layers = None
+    if algo and algo.upper() not in _BUILTIN_MTP:
+        draft_layers = 1  # EAGLE3/STANDALONE heads: one layer of target-shaped KV
+    if algo and algo.upper() == "EAGLE" and spec and spec.draft_model:
+        draft_layers = 1
+    layout = Layout(
+        tp=_pick(args.tp, par.tp if par else None) or 1,
+        ep=_pick(args.ep, par.ep if par else None) or 1,
+        attn_dp=_pick(args.attn_dp, par.attention_dp if par else None) or 1,
+        moe_a2a_backend=_pick(args.moe_a2a_backend, moe.a2a_backend if moe else None) or "none",
+        num_redundant_experts=_pick(
+            args.num_redundant_experts, moe.num_redundant_experts if moe else None
+        )
+        or 0,
+        speculative=algo,
+        draft_layers=draft_layers,
+    )
+    dsa_backend = args.dsa_backend or (prof and prof.attention.dsa_decode_backend) or None
+    plan = predict(
+        arch,
+        gpu_memory_mib=gpu.memory_total_mib,
+        gpu_name=gpu.key,
+        gpu_count=count,
+        sm_major=gpu.sm_major,
+        init_overhead_gib=gpu.init_overhead_gib,
+        layout=layout,
+        version=version,
+        mem_fraction_static=_pick(
+            args.mem_fraction_static, mem.mem_fraction_static if mem else None
+        ),
+        kv_cache_dtype=_pick(args.kv_cache_dtype, mem.kv_cache_dtype if mem else None) or "auto",
+        cuda_graph_max_bs=_pick(args.cuda_graph_max_bs, mem.cuda_graph_max_bs if mem else None),
+        chunked_prefill_size=_pick(
+            args.chunked_prefill_size, mem.chunked_prefill_size if mem else None
+        ),
+        max_running_requests=_pick(
+            args.max_running_requests, mem.max_running_requests if mem else None
+        ),
+        context_length=_pick(args.context_length, mem.context_length if mem else None),
+        pre_load_free_gib=args.pre_load_free_gib,
+        a2a_buffer_gib=args.a2a_buffer_gib,
+        dsa_backend=dsa_backend,
+        draft_weights_gib=args.draft_weights_gib or 0.0,
+    )
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+        return 0 if plan.verdict != "invalid" else 2
+    _print_plan(plan, arch)
+    return 0 if plan.verdict != "invalid" else 2
+
+
+def _profile_version(prof: Any) -> str | None:
+    if prof is None or not prof.sglang_versions:
+        return None
+    known = [v for v in prof.sglang_versions if v in KNOWN_VERSIONS]
+    return max(known, key=lambda v: tuple(int(x) for x in v.split("."))) if known else None
+
+
+def _table(rows: list[tuple[str, Any]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        if value is None:
+            shown = "-"
+        elif isinstance(value, float):
+            shown = f"{value:,.4f}" if abs(value) < 2 else f"{value:,.2f}"
+        elif isinstance(value, int):
+            shown = f"{value:,}"
+        else:
+            shown = str(value)
+        print(f"  {key.ljust(width)}  {shown}")
+
+
+def _print_plan(plan: Any, arch: Any) -> None:
+    lay = plan.layout
+    print(
+        f"{plan.model} on {plan.gpus}x{plan.gpu}, SGLang {plan.version}: tp {lay['tp']}, "
+        f"ep {lay['ep']}, attn-dp {lay['attn_dp']}, a2a {lay['moe_a2a_backend']}"
+    )
+    print(
+        f"  {arch.attention.upper()} {'MoE' if arch.is_moe else 'dense'}, {arch.num_layers} "
+        f"layers, weights {arch.quant_label}"
+        + (
+            f" (kept full precision: {', '.join(arch.unquantized_parts())})"
+            if arch.quantization
+            else ""
+        )
+    )
+    d = plan.defaults
+    _table(
+        [
+            ("chunked_prefill_size", d["chunked_prefill_size"]),
+            ("decode cuda graph max bs", d["decode_max_bs"]),
+            ("mem_fraction_static", plan.mem_fraction_static),
+            ("free before weights (GiB)", plan.pre_load_free_gib),
+        ]
+    )
+    print("weights per GPU:")
+    for w in plan.weights:
+        print(f"  {w['part'].ljust(28)} {w['gib']:9.2f} GiB  {w['how']}")
+    print(f"  {'total'.ljust(28)} {plan.weights_gib:9.2f} GiB")
+    _table(
+        [
+            ("free after weights (GiB)", plan.avail_after_weights_gib),
+            ("rest for KV (GiB)", plan.rest_gib),
+            ("KV bytes/token", plan.kv_cell["bytes_per_token"]),
+            ("KV tokens", plan.kv_tokens),
+            ("context length", plan.context_length),
+            ("minimum viable mfs", plan.min_viable_mfs),
+            ("max safe mfs", plan.max_safe_mfs),
+        ]
+    )
+    print(f"verdict: {plan.verdict}")
+    for p in plan.problems:
+        print(f"  ! {p}")
+    for line in plan.explanation:
+        print(f"  - {line}")
+    if plan.changes:
+        print("changes:")
+        for c in plan.changes:
+            print(f"  * {c}")

@@ -1,0 +1,548 @@
+"""Parse a real SGLang startup log and explain how its memory budget came out.
+
+The lines come from SGLang's own format strings (0.5.23 wheel):
+``model_executor/model_runner.py`` ("Load weight begin/end"), ``mem_cache/memory_pool.py``
+("KV Cache is allocated"), ``mem_cache/kv_cache_configurator.py`` ("Memory pool end",
+the "Loaded weights leave no GPU memory" ValueError), ``model_executor/pool_configurator.py``
+("Not enough memory"), ``distributed/bootstrap.py`` ("memory capacity is unbalanced"),
+``model_executor/model_runner_components/cuda_graph_setup.py`` ("Capture ... CUDA graph
+begin/end") and ``managers/scheduler.py`` ("max_total_num_tokens=..."). Older builds (early
+2025) print "Load weight end" without ``mem usage``, "KV Cache is allocated. K size" without
+``#tokens`` and "Capture cuda graph end. Time elapsed: ... mem usage=... avail mem=...";
+those parse too. "GB" in these lines is GiB (``get_available_gpu_memory`` divides by 1 << 30).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gpuserve.errors import InputError
+
+GIB = 1 << 30
+_NUM = r"(-?\d+(?:\.\d+)?)"
+_PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?P<ranks>(?: [A-Z]+\d+)*)\]\s?")
+
+_PATTERNS: dict[str, re.Pattern[str]] = {
+    "init_dist_end": re.compile(rf"Init torch distributed ends\. mem usage={_NUM} GB"),
+    "load_begin": re.compile(rf"Load weight begin\. avail mem={_NUM} GB"),
+    "load_end": re.compile(
+        rf"Load weight end\.(?P<body>.*?)avail mem={_NUM} GB(?:, mem usage={_NUM} GB)?"
+    ),
+    "kv": re.compile(
+        r"(?P<label>[\w-]+ )?KV Cache (?:is allocated|VA upper bound)\."
+        r"(?: dtype: (?P<dtype>[\w.]+),)?(?: #tokens: (?P<tokens>\d+),)?"
+        rf"(?: K size: {_NUM} GB, V size: {_NUM} GB| KV size: {_NUM} GB)"
+    ),
+    "pool_end": re.compile(rf"Memory pool end\. avail mem={_NUM} GB"),
+    "graph_begin": re.compile(
+        rf"Capture (?P<what>.*?)(?:CUDA|cuda) graph begin\..*?avail mem={_NUM} GB"
+    ),
+    "graph_end": re.compile(
+        rf"Capture (?P<what>.*?)(?:CUDA|cuda) graph end\..*?mem usage={_NUM} GB[.,] "
+        rf"avail mem={_NUM} GB"
+    ),
+    "capturing": re.compile(rf"Capturing batches \(bs=(\d+) avail_mem={_NUM} GB\)"),
+    "scheduler": re.compile(
+        r"max_total_num_tokens=(?P<tokens>\d+), chunked_prefill_size=(?P<cps>-?\d+).*?"
+        r"max_running_requests=(?P<mrr>\d+).*?context_len=(?P<ctx>\d+)"
+        rf"(?:, available_gpu_mem={_NUM} GB)?"
+    ),
+    "err_no_kv": re.compile(
+        r"Loaded weights leave no GPU memory for the KV cache under "
+        rf"--mem-fraction-static={_NUM}\.?(?: Raise --mem-fraction-static above {_NUM} "
+        rf"\(minimum viable = 1 - available/pre = {_NUM}\))?"
+    ),
+    "err_not_enough": re.compile(
+        r"Not enough memory\. Please try to increase --mem-fraction-static\."
+        rf"(?: Current value: mem_fraction_static={_NUM})?"
+    ),
+    "err_unbalanced": re.compile(
+        r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes\."
+        rf"(?: pre_model_load_memory={_NUM}, local_gpu_memory={_NUM})?"
+    ),
+    "err_oom": re.compile(
+        r"(?:CUDA out of memory|OutOfMemoryError)[.:]?(?:.*?Tried to allocate "
+        rf"{_NUM} (?P<unit>[GM]iB))?(?:.*?of which {_NUM} (?P<unit2>[GM]iB) is free)?"
+    ),
+    "err_capture": re.compile(r"Capture (?:prefill )?(?:cuda|CUDA) graph failed"),
+    "ready": re.compile(r"The server is fired up and ready to roll!"),
+}
+_SERVER_ARGS = re.compile(r"server_args=ServerArgs\((?P<body>.*)\)")
+_ARG_KEYS = {
+    "mem_fraction_static": float,
+    "tp_size": int,
+    "ep_size": int,
+    "dp_size": int,
+    "attn_dp_size": int,
+    "pp_size": int,
+    "chunked_prefill_size": int,
+    "cuda_graph_max_bs": int,
+    "max_running_requests": int,
+    "kv_cache_dtype": str,
+    "moe_a2a_backend": str,
+    "enable_dp_attention": str,
+    "model_path": str,
+    "speculative_algorithm": str,
+}
+
+
+@dataclass
+class RankLog:
+    """Figures one rank printed, in GiB."""
+
+    rank: str
+    load_begin_avail: float | None = None
+    load_end_avail: float | None = None
+    weights_usage: float | None = None
+    kv_tokens: int | None = None
+    kv_dtype: str | None = None
+    kv_gib: float | None = None
+    draft_kv_gib: float | None = None
+    pool_end_avail: float | None = None
+    graph_usage: float = 0.0
+    graph_end_avail: float | None = None
+    last_capture_avail: float | None = None
+
+
+@dataclass
+class StartupLog:
+    source: str
+    ranks: dict[str, RankLog] = field(default_factory=dict)
+    server_args: dict[str, object] = field(default_factory=dict)
+    load_type: str | None = None
+    quant: str | None = None
+    scheduler: dict[str, float] = field(default_factory=dict)
+    errors: list[dict] = field(default_factory=list)
+    ready: bool = False
+
+    def _min(self, attr: str) -> float | None:
+        values = [getattr(r, attr) for r in self.ranks.values() if getattr(r, attr) is not None]
+        return min(values) if values else None
+
+    def _max(self, attr: str) -> float | None:
+        values = [getattr(r, attr) for r in self.ranks.values() if getattr(r, attr) is not None]
+        return max(values) if values else None
+
+    @property
+    def pre_load_free(self) -> float | None:
+        return self._min("load_begin_avail")
+
+    @property
+    def avail_after_weights(self) -> float | None:
+        return self._min("load_end_avail")
+
+    @property
+    def weights_usage(self) -> float | None:
+        return self._max("weights_usage")
+
+    @property
+    def kv_tokens(self) -> int | None:
+        tokens = self._min("kv_tokens")
+        return int(tokens) if tokens is not None else self.scheduler.get("max_total_num_tokens")
+
+    @property
+    def kv_gib(self) -> float | None:
+        return self._max("kv_gib")
+
+    @property
+    def graph_usage(self) -> float | None:
+        return self._max("graph_usage") or None
+
+    def error(self, kind: str) -> dict | None:
+        return next((e for e in self.errors if e["kind"] == kind), None)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            pre_load_free=self.pre_load_free,
+            avail_after_weights=self.avail_after_weights,
+            weights_usage=self.weights_usage,
+            kv_tokens=self.kv_tokens,
+            kv_gib=self.kv_gib,
+            graph_usage=self.graph_usage,
+        )
+        return d
+
+
+def _f(value: str | None) -> float | None:
+    return float(value) if value is not None else None
+
+
+def _parse_server_args(body: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, kind in _ARG_KEYS.items():
+        m = re.search(rf"\b{key}=('(?P<s>[^']*)'|(?P<v>[^,)\s]+))", body)
+        if not m:
+            continue
+        raw = m.group("s") if m.group("s") is not None else m.group("v")
+        if raw == "None":
+            continue
+        try:
+            out[key] = kind(raw)
+        except ValueError:
+            continue
+    return out
+
+
+def _rank(log: StartupLog, rank: str) -> RankLog:
+    return log.ranks.setdefault(rank, RankLog(rank))
+
+
+def parse_log(text: str, source: str = "<log>") -> StartupLog:
+    """Collect every memory figure, per rank, and every memory error of a startup log."""
+    log = StartupLog(source=source)
+    seen_lines = 0
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.rstrip()
+        if not line or line.startswith("#"):
+            continue
+        m = _PREFIX.match(line)
+        rank = (m.group("ranks").strip() or "rank0") if m else "rank0"
+        body = line[m.end() :] if m else line
+        sa = _SERVER_ARGS.search(body)
+        if sa:
+            log.server_args.update(_parse_server_args(sa.group("body")))
+            seen_lines += 1
+            continue
+        for kind, pat in _PATTERNS.items():
+            hit = pat.search(body)
+            if not hit:
+                continue
+            seen_lines += 1
+            g = hit.groups()
+            if kind == "load_begin":
+                _rank(log, rank).load_begin_avail = float(g[0])
+            elif kind == "load_end":
+                rl = _rank(log, rank)
+                rl.load_end_avail = float(g[1])
+                rl.weights_usage = _f(g[2])
+                t = re.search(r"type=(\w+)", hit.group("body"))
+                q = re.search(r"(quant=[^,]+(?:, fmt=[^,]+)?)", hit.group("body"))
+                log.load_type = t.group(1) if t else log.load_type
+                log.quant = q.group(1) if q else log.quant
+            elif kind == "kv":
+                rl = _rank(log, rank)
+                size = (float(g[3]) + float(g[4])) if g[3] is not None else float(g[5])
+                if rl.kv_gib is None:
+                    rl.kv_gib = size
+                    rl.kv_dtype = hit.group("dtype")
+                    rl.kv_tokens = int(hit.group("tokens")) if hit.group("tokens") else None
+                else:
+                    rl.draft_kv_gib = (rl.draft_kv_gib or 0.0) + size
+            elif kind == "pool_end":
+                if _rank(log, rank).pool_end_avail is None:
+                    _rank(log, rank).pool_end_avail = float(g[0])
+            elif kind == "graph_end":
+                _rank(log, rank).graph_usage += float(g[1])
+                _rank(log, rank).graph_end_avail = float(g[2])
+            elif kind in ("graph_begin", "capturing"):
+                _rank(log, rank).last_capture_avail = float(g[-1])
+            elif kind == "scheduler":
+                log.scheduler = {
+                    "max_total_num_tokens": int(hit.group("tokens")),
+                    "chunked_prefill_size": int(hit.group("cps")),
+                    "max_running_requests": int(hit.group("mrr")),
+                    "context_len": int(hit.group("ctx")),
+                }
+                if g[-1] is not None:
+                    log.scheduler["available_gpu_mem"] = float(g[-1])
+            elif kind == "ready":
+                log.ready = True
+            else:
+                err: dict = {"kind": kind, "line": lineno, "rank": rank, "text": body.strip()}
+                if kind == "err_no_kv":
+                    err.update(mfs=_f(g[0]), suggested=_f(g[1]), min_viable=_f(g[2]))
+                elif kind == "err_not_enough":
+                    err.update(mfs=_f(g[0]))
+                elif kind == "err_unbalanced":
+                    err.update(pre=_f(g[0]), local=_f(g[1]))
+                elif kind == "err_oom":
+                    tried, free = _f(g[0]), _f(g[2])
+                    if tried is not None and hit.group("unit") == "MiB":
+                        tried /= 1024
+                    if free is not None and hit.group("unit2") == "MiB":
+                        free /= 1024
+                    err.update(tried_gib=tried, free_gib=free)
+                if not any(e["kind"] == kind and e["text"] == err["text"] for e in log.errors):
+                    log.errors.append(err)
+            break
+    if not seen_lines:
+        raise InputError(source, "log", "no SGLang startup lines found (is this a server log?)", 1)
+    log.ranks = {
+        k: v
+        for k, v in log.ranks.items()
+        if any(
+            getattr(v, a) is not None
+            for a in (
+                "load_begin_avail",
+                "load_end_avail",
+                "kv_gib",
+                "pool_end_avail",
+                "graph_end_avail",
+            )
+        )
+    }
+    return log
+
+
+def read_log(path: str | Path) -> StartupLog:
+    p = Path(path)
+    try:
+        text = p.read_text(errors="replace")
+    except OSError as exc:
+        raise InputError(p, "log", f"cannot read: {exc.strerror}") from exc
+    return parse_log(text, str(p))
+
+
+# ------------------------------------------------------------------------- diagnosis
+
+
+@dataclass
+class Diagnosis:
+    outcome: str  # "ready", "started", "refused-no-kv", "not-enough-memory", "unbalanced", ...
+    pre_load_free_gib: float | None
+    avail_after_weights_gib: float | None
+    weights_gib: float | None
+    mem_fraction_static: float | None
+    slack_gib: float | None
+    rest_gib: float | None
+    min_viable_mfs: float | None
+    suggested_mfs: float | None
+    kv_tokens: int | None
+    kv_gib: float | None
+    kv_bytes_per_token: float | None
+    graph_gib: float | None
+    lines: list[str]
+    fixes: list[str]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def diagnose(
+    log: StartupLog,
+    *,
+    mem_fraction_static: float | None = None,
+    pre_load_free_gib: float | None = None,
+) -> Diagnosis:
+    """Explain the outcome with SGLang's own arithmetic (_profile_available_bytes)."""
+    no_kv = log.error("err_no_kv")
+    mfs = mem_fraction_static
+    if mfs is None:
+        mfs = log.server_args.get("mem_fraction_static")  # type: ignore[assignment]
+    if mfs is None and no_kv:
+        mfs = no_kv.get("mfs")
+    if mfs is None and log.error("err_not_enough"):
+        mfs = log.error("err_not_enough").get("mfs")
+    after = log.avail_after_weights
+    pre = pre_load_free_gib if pre_load_free_gib is not None else log.pre_load_free
+    lines: list[str] = []
+    fixes: list[str] = []
+    if pre is None and after is not None and no_kv and no_kv.get("min_viable") is not None:
+        pre = after / (1 - no_kv["min_viable"])
+        lines.append(
+            f"free before weights not logged; from the error's minimum viable fraction "
+            f"{no_kv['min_viable']}: pre = {after:.2f} / (1 - {no_kv['min_viable']}) = "
+            f"{pre:.2f} GiB"
+        )
+    weights = log.weights_usage
+    if pre is None and after is not None and weights is not None:
+        # model_runner.py logs mem usage = free before load - free after load.
+        pre = after + weights
+        lines.append(
+            f"free before weights not logged; pre = avail after + mem usage = "
+            f"{after:.2f} + {weights:.2f} = {pre:.2f} GiB"
+        )
+    if weights is None and pre is not None and after is not None:
+        weights = pre - after
+    slack = rest = min_viable = suggested = None
+    if pre is not None:
+        lines.append(f"free GPU memory before weights (min over ranks): {pre:.2f} GiB")
+    if after is not None:
+        lines.append(
+            f"free after weights (min over ranks): {after:.2f} GiB"
+            + (f" (weights and load buffers use {weights:.2f} GiB)" if weights else "")
+        )
+    if pre is not None and after is not None:
+        min_viable = 1 - after / pre
+        suggested = math.ceil(min_viable * 1000) / 1000
+    if pre is not None and after is not None and mfs is not None:
+        slack = pre * (1 - mfs)
+        rest = after - slack
+        lines.append(
+            f"mem_fraction_static {mfs}: SGLang keeps pre x (1 - mfs) = {pre:.2f} x "
+            f"{1 - mfs:.3f} = {slack:.2f} GiB outside the static pool for graphs and "
+            f"activations"
+        )
+        lines.append(f"rest for the KV cache = {after:.2f} - {slack:.2f} = {rest:.2f} GiB")
+    tokens, kv = log.kv_tokens, log.kv_gib
+    kv_dtype = str(
+        log.server_args.get("kv_cache_dtype")
+        or next((r.kv_dtype for r in log.ranks.values() if r.kv_dtype), "auto")
+    )
+    cell = kv * GIB / tokens if (kv and tokens) else None
+    graph = log.graph_usage
+
+    if log.error("err_unbalanced"):
+        e = log.error("err_unbalanced")
+        outcome = "unbalanced"
+        lines.append(
+            "SGLang refused: the minimum free memory over ranks is below 90% of this "
+            "rank's free memory"
+            + (f" ({e['pre']:.2f} < 0.9 x {e['local']:.2f})" if e.get("pre") is not None else "")
+        )
+        fixes.append(
+            "free the GPUs first: another process holds memory on some of them "
+            "(nvidia-smi --query-compute-apps=pid,used_memory --format=csv)"
+        )
+        fixes.append(
+            "or set SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK=0 to make it a warning; "
+            "the KV pool is then sized from the emptiest GPU"
+        )
+    elif no_kv or (rest is not None and rest <= 0 and not log.ready and tokens is None):
+        outcome = "refused-no-kv"
+        lines.append(
+            "SGLang refused: Loaded weights leave no GPU memory for the KV cache (rest <= 0)"
+        )
+        if min_viable is not None:
+            lines.append(
+                f"minimum viable mem_fraction_static = 1 - {after:.2f}/{pre:.2f} = {min_viable:.4f}"
+            )
+        fixes.extend(_refusal_fixes(pre, after, mfs, suggested, graph, kv_dtype))
+    elif log.error("err_not_enough"):
+        outcome = "not-enough-memory"
+        lines.append("SGLang refused: the KV pool would hold no token (Not enough memory)")
+        fixes.extend(_refusal_fixes(pre, after, mfs, suggested, graph, kv_dtype))
+    elif log.error("err_oom") or log.error("err_capture"):
+        outcome = "oom-during-capture" if (log.error("err_capture") or kv) else "oom"
+        e = log.error("err_oom") or {}
+        pool_end = min(
+            (r.pool_end_avail for r in log.ranks.values() if r.pool_end_avail is not None),
+            default=None,
+        )
+        if pool_end is not None:
+            lines.append(
+                f"after the KV pool only {pool_end:.2f} GiB were free for CUDA graphs "
+                f"and activations"
+            )
+        if e.get("tried_gib") is not None:
+            lines.append(
+                f"CUDA OOM trying to allocate {e['tried_gib']:.2f} GiB"
+                + (f" with {e['free_gib']:.2f} GiB free" if e.get("free_gib") is not None else "")
+            )
+        if mfs is not None and pre is not None:
+            need = (e.get("tried_gib") or 1.0) + 0.5
+            lower = math.floor((mfs - need / pre) * 1000) / 1000
+            fixes.append(
+                f"lower --mem-fraction-static to about {lower:.3f} (frees {need:.1f} GiB "
+                f"of the KV pool for graph capture)"
+            )
+        bs = log.server_args.get("cuda_graph_max_bs")
+        fixes.append(
+            "or lower the decode graph batch: --cuda-graph-max-bs-decode "
+            f"{max(int(bs) // 2, 8) if isinstance(bs, int) else 256} (0.5.20+; "
+            "--cuda-graph-max-bs before)"
+        )
+    elif log.ready or tokens:
+        outcome = "ready" if log.ready else "started"
+        if tokens:
+            lines.append(
+                f"KV pool: {tokens:,} tokens"
+                + (f", {kv:.2f} GiB" if kv else "")
+                + (f" ({cell:,.0f} B/token)" if cell else "")
+            )
+        if rest is not None and kv:
+            lines.append(
+                f"rest {rest:.2f} GiB vs KV pool {kv:.2f} GiB: "
+                f"{rest - kv:+.2f} GiB went to other pools (draft, fixed overheads)"
+            )
+        if graph:
+            lines.append(
+                f"CUDA graphs used {graph:.2f} GiB"
+                + (f" of the {slack:.2f} GiB slack" if slack else "")
+            )
+        if rest is not None and rest < 2.0:
+            fixes.append(
+                f"the KV cache is only {rest:.2f} GiB: raise --mem-fraction-static "
+                f"(each +0.01 adds {pre * 0.01:.2f} GiB) or lower --cuda-graph-max-bs"
+            )
+    else:
+        outcome = "incomplete"
+        lines.append("the log stops before the KV pool was sized")
+        if rest is not None:
+            lines.append(
+                ("it will be refused" if rest <= 0 else "it should size a KV pool of")
+                + f" (rest {rest:.2f} GiB)"
+            )
+            if rest <= 0:
+                fixes.extend(_refusal_fixes(pre, after, mfs, suggested, graph, kv_dtype))
+        if graph:
+            lines.append(f"CUDA graphs used {graph:.2f} GiB")
+    return Diagnosis(
+        outcome,
+        pre,
+        after,
+        weights,
+        mfs,
+        slack,
+        rest,
+        min_viable,
+        suggested,
+        tokens,
+        kv,
+        cell,
+        graph,
+        lines,
+        fixes,
+    )
+
+
+def _refusal_fixes(
+    pre: float | None,
+    after: float | None,
+    mfs: float | None,
+    suggested: float | None,
+    graph: float | None,
+    kv_dtype: str = "auto",
+) -> list[str]:
+    fixes: list[str] = []
+    if pre is None or after is None or suggested is None:
+        return [
+            "raise --mem-fraction-static (the log lacks the free-memory figures to say how far)"
+        ]
+    # Give the KV cache at least 2 GiB on top of the bare minimum, but keep at least the
+    # graph memory (or 3 GiB when not measured) outside the static pool.
+    keep_out = max(graph or 0.0, 3.0)
+    target = math.ceil((1 - (after - 2.0) / pre) * 1000) / 1000
+    ceiling = math.floor((1 - keep_out / pre) * 1000) / 1000
+    if target <= ceiling:
+        fixes.append(
+            f"raise --mem-fraction-static to {target:.3f} (minimum viable {suggested:.3f}; "
+            f"{target:.3f} leaves {after - pre * (1 - target):.2f} GiB for the KV cache "
+            f"and {pre * (1 - target):.2f} GiB for graphs and activations)"
+        )
+    elif suggested <= ceiling:
+        fixes.append(
+            f"raise --mem-fraction-static to {ceiling:.3f} (minimum viable {suggested:.3f}; "
+            f"more would starve CUDA graph capture)"
+        )
+    else:
+        fixes.append(
+            f"mem_fraction_static would have to exceed {suggested:.3f}, leaving under "
+            f"{keep_out:.1f} GiB for graphs: free weight memory instead"
+        )
+    fixes.append(
+        "lower --cuda-graph-max-bs(-decode) so the raised fraction still leaves room "
+        "for graph capture"
+    )
+    fixes.append(
+        "free weight memory: plain TP instead of an all-to-all MoE backend (shared "
+        "experts are replicated under EP), fewer --ep-num-redundant-experts, no draft "
+        "model"
+    )
+    if "fp8" not in kv_dtype and "float8" not in kv_dtype:
+        fixes.append("then use --kv-cache-dtype fp8_e4m3 to fit twice the tokens in what is left")
+    return fixes
