@@ -42,79 +42,90 @@ class GpuInfo(TypedDict):
     persistence_mode: str | None
 
 
-_KEY_BY_FIELD = {
-    "index": "index",
-    "name": "name",
-    "uuid": "uuid",
-    "pci.bus_id": "bus_id",
-    "memory.total": "memory_total_mib",
-    "driver_version": "driver_version",
-    "compute_cap": "compute_cap",
-    "persistence_mode": "persistence_mode",
-}
-# Header cells carry units in brackets ("memory.total [MiB]") unless nounits is given.
-_HEADER_UNIT_RE = re.compile(r"\s*\[[^\]]*\]\s*$")
+# Header cells are query field names, with units in brackets unless nounits is given
+# ("memory.total [MiB]"); values never look like that.
+_HEADER_CELL_RE = re.compile(r"^([a-z][a-z0-9_.]*)(?:\s*\[[^\]]*\])?$")
 _MIB_RE = re.compile(r"^(\d+)(?:\s*MiB)?$")
 
 
-def _memory_mib(value: str, line_no: int, line: str) -> int | None:
-    value = na_to_none(value)
+def mib(value: str | None) -> int | None:
+    """"97887 MiB" or "97887" -> 97887; None for None / "[N/A]"; ValueError otherwise."""
+    value = na_to_none(value) if value is not None else None
     if value is None:
         return None
     match = _MIB_RE.match(value)
     if not match:
-        raise ParseError(f"memory.total is not a MiB count ({value!r})", line_no, line)
+        raise ValueError(f"not a MiB count: {value!r}")
     return int(match.group(1))
 
 
-def parse_query_gpu(
-    text: str | Iterable[str], fields: tuple[str, ...] = QUERY_FIELDS
-) -> list[GpuInfo]:
-    """Parse ``nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]``.
+def parse_query_csv(
+    text: str | Iterable[str], fields: Iterable[str] = QUERY_FIELDS
+) -> list[dict[str, str | None]]:
+    """Parse any ``nvidia-smi --query-*=... --format=csv[,noheader][,nounits]`` output.
 
-    ``fields`` is the column order used when there is no header line; a header line
-    (``index, name, ..., memory.total [MiB]``) overrides it, so a header with a
-    different order or a subset of the columns is read correctly. Values are joined
-    by ``", "``; ``[N/A]`` and ``[Not Supported]`` become None.
+    Values are joined by ``", "`` (one line per GPU). ``fields`` names the columns when
+    there is no header line; a header line (``name, memory.total [MiB]``) overrides it.
+    ``[N/A]`` / ``[Not Supported]`` become None; units are left on the values.
     """
-    gpus: list[GpuInfo] = []
+    rows: list[dict[str, str | None]] = []
     columns = list(fields)
     for line_no, raw in enumerate(as_lines(text), start=1):
         line = raw.strip()
         if not line:
             continue
         cells = [cell.strip() for cell in line.split(",")]
-        names = [_HEADER_UNIT_RE.sub("", cell) for cell in cells]
-        if not gpus and names and all(name in _KEY_BY_FIELD for name in names):
-            columns = names
+        names = [_HEADER_CELL_RE.match(cell) for cell in cells]
+        if not rows and all(names):
+            columns = [m.group(1) for m in names if m]
             continue
         if len(cells) != len(columns):
             raise ParseError(
                 f"expected {len(columns)} comma-separated values, got {len(cells)}", line_no, raw
             )
-        row = dict(zip(columns, cells, strict=True))
+        rows.append({c: na_to_none(v) for c, v in zip(columns, cells, strict=True)})
+    return rows
+
+
+def parse_query_gpu(
+    text: str | Iterable[str], fields: Iterable[str] = QUERY_FIELDS
+) -> list[GpuInfo]:
+    """Parse the GPU query into the document's GPU records.
+
+    Columns outside QUERY_FIELDS are ignored; missing ones are None (``index`` defaults
+    to the line's position). Raises ParseError naming the line for a bad index, memory
+    figure or uuid.
+    """
+    gpus: list[GpuInfo] = []
+    lines = as_lines(text)
+    # Map each data row back to its line for error messages.
+    data_lines = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    rows = parse_query_csv(lines, fields)
+    data_lines = data_lines[len(data_lines) - len(rows) :]
+    for (line_no, raw), row in zip(data_lines, rows, strict=True):
         gpu: GpuInfo = {
             "index": len(gpus),
-            "name": None,
-            "uuid": None,
-            "bus_id": None,
+            "name": row.get("name"),
+            "uuid": row.get("uuid"),
+            "bus_id": row.get("pci.bus_id"),
             "memory_total_mib": None,
-            "driver_version": None,
-            "compute_cap": None,
-            "persistence_mode": None,
+            "driver_version": row.get("driver_version"),
+            "compute_cap": row.get("compute_cap"),
+            "persistence_mode": row.get("persistence_mode"),
         }
-        for column, value in row.items():
-            key = _KEY_BY_FIELD[column]
-            if key == "index":
-                if not value.isdigit():
-                    raise ParseError(f"index is not a number ({value!r})", line_no, raw)
-                gpu["index"] = int(value)
-            elif key == "memory_total_mib":
-                gpu["memory_total_mib"] = _memory_mib(value, line_no, raw)
-            else:
-                gpu[key] = na_to_none(value)  # type: ignore[literal-required]
+        index = row.get("index")
+        if index is not None:
+            if not index.isdigit():
+                raise ParseError(f"index is not a number ({index!r})", line_no, raw)
+            gpu["index"] = int(index)
+        try:
+            gpu["memory_total_mib"] = mib(row.get("memory.total"))
+        except ValueError as exc:
+            raise ParseError(f"memory.total: {exc}", line_no, raw) from None
         if gpu["uuid"] is not None and not gpu["uuid"].startswith(("GPU-", "MIG-")):
             raise ParseError(f"uuid does not start with GPU- ({gpu['uuid']!r})", line_no, raw)
+        if gpu["compute_cap"] is not None and not re.fullmatch(r"\d+\.\d+", gpu["compute_cap"]):
+            raise ParseError(f"compute_cap is not N.M ({gpu['compute_cap']!r})", line_no, raw)
         gpus.append(gpu)
     return gpus
 
