@@ -1,0 +1,60 @@
+"""Serve a launch profile with SGLang on every host of the inventory, and prove it.
+
+    pyinfra -y inventory/lab.py deploy/serve.py
+    pyinfra -y inventory/gpu.py deploy/serve.py --data profile=glm5-nvfp4-tp8
+
+Order: (1) validate host data and load + render the profile for the pinned SGLang
+version (``roles/service/serve_plan.py``; any bad input raises ``InputError`` naming
+file and field here, at prepare time, before any operation exists), (2) service user,
+venv and ``pip install`` (``roles/sglang``), (3) unit, EnvironmentFile, secrets
+``--config`` and activation (``roles/service``), (4) health gate and one smoke
+completion (``roles/checks``), which prints ``<host>: smoke: N tokens in T s = X tok/s``.
+
+What a rerun reports: pyinfra counts an operation as a change when it ran at least one
+command. The checks run their probes as facts and yield no command when they pass, so
+a rerun against a healthy, unchanged host says "No changes" for every operation while
+still verifying ``/health`` and a real completion, the way a deployment tool reports a
+passing check as "ok" rather than "changed". A failing check fails the host (exit code
+non-zero) with the reason and the last journal lines. See roles/checks for details.
+
+Host data keys and defaults: ``roles/sglang.DEFAULTS``, ``roles/service.DEFAULTS``,
+``roles/checks.DEFAULTS``, plus ``profile`` (required).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api.exceptions import PyinfraError
+
+from gpuserve.errors import InputError
+from gpuserve.facts.gpu import CudaToolkit
+from roles.checks import check_service
+from roles.service import UNIT_NAME, configure_service
+from roles.service.serve_plan import plan_serve
+from roles.sglang import install_sglang
+
+
+def inventory_source() -> str:
+    """The inventory file this host came from, for error messages."""
+    for arg in sys.argv[1:]:
+        path = Path(arg)
+        if path.suffix == ".py" and path.stem in host.groups and path.is_file():
+            return str(arg)
+    return f"inventory (host {host.name})"
+
+
+try:
+    plan = plan_serve(host.data.dict(), inventory_source(), lambda: host.get_fact(CudaToolkit))
+except InputError as e:
+    # PyinfraError: the CLI prints the message alone (no traceback) and exits non-zero.
+    raise PyinfraError(f"gpuserve: error: {e}") from None
+
+install_sglang(user=plan.user, home=plan.home, package=plan.package,
+               index_url=plan.index_url, find_links=plan.find_links)
+configure_service(plan=plan.service)
+check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
+              profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
+              health_timeout=plan.health_timeout, config_path=plan.config_path)

@@ -1,0 +1,139 @@
+"""Health gate and smoke completion: verify the served model, change nothing.
+
+How pyinfra 3.10 counts an operation: an operation "changed" the host when it yielded
+at least one command that ran (``OperationMeta.did_change``: success and commands > 0;
+``_run_host_op`` prints "Success" when commands ran, "No changes" otherwise, and
+``print_results`` counts the same). Running ``curl`` as a ``server.shell`` command would
+therefore count every health check as a change, and a rerun could never say "No
+changes".
+
+So the checks are reads, the way a real deployment tool reports them (Ansible's
+``uri`` with ``changed_when: false`` is "ok", not "changed"): the operations below run
+their probes as *facts* (``host.get_fact``, which runs a command without making it an
+operation command) at execute time, print progress themselves, and yield nothing when
+the check passes. A failed check yields one ``FunctionCommand`` that logs the reason
+and returns False, so the host is failed and the deploy exits non-zero. At prepare time
+(change detection) they do nothing: the service they check may not exist yet.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from importlib import resources
+
+from pyinfra import host, logger, state
+from pyinfra.api import FactBase, FunctionCommand, deploy, operation
+from pyinfra.operations import files
+
+from gpuserve.health import ProbeError, Verdict, decide, parse_probe, progress_line
+from gpuserve.smoke import SmokeError, parse_smoke_output, smoke_line
+
+DEFAULTS = {
+    # seconds to wait for /health == 200 after a (re)start before failing the host
+    "health_timeout": 900,
+}
+
+SCRIPTS = resources.files("gpuserve") / "data" / "scripts"
+PROBE = "sglang_probe.py"
+SMOKE = "sglang_smoke.py"
+
+
+class SglangProbe(FactBase):
+    """One probe of the unit (HTTP /health, systemd state, journal); JSON text."""
+
+    def command(self, script: str, unit: str, port: int) -> str:
+        return " ".join(shlex.quote(a) for a in (
+            "python3", script, "--unit", unit, "--port", str(port)))
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
+
+
+class SglangSmoke(FactBase):
+    """One completion request made on the host; JSON text. Reads, never changes state."""
+
+    def command(self, script: str, port: int, model: str, max_tokens: int,
+                config: str) -> str:
+        return " ".join(shlex.quote(a) for a in (
+            "python3", script, "--port", str(port), "--model", model,
+            "--max-tokens", str(max_tokens), "--config", config))
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
+
+
+def _fail(message: str, details: list[str]):
+    """A command that reports the failure and fails the host."""
+
+    def report(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
+        host.log_styled(message, fg="red", log_func=logger.error)
+        for line in details:
+            logger.error(f"    {line}")
+        return False
+
+    return FunctionCommand(report, (), {})
+
+
+@operation(is_idempotent=True)
+def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: float = 3.0,
+                 report_every: float = 15.0):
+    """Wait for ``/health`` 200, printing the startup phase; fail early or on timeout."""
+    if not state.is_executing:
+        return
+    start = time.monotonic()
+    last_report = -report_every
+    last_phase = None
+    baseline: int | None = None
+    while True:
+        elapsed = time.monotonic() - start
+        try:
+            probe = parse_probe(host.get_fact(SglangProbe, script=script, unit=unit, port=port))
+        except ProbeError as e:
+            yield _fail(f"health: {e}", [])
+            return
+        if baseline is None:
+            baseline = probe.n_restarts
+        decision = decide(probe, elapsed, timeout, baseline)
+        if decision.verdict is Verdict.HEALTHY:
+            logger.info(f"{host.name}: health: ready after {elapsed:.0f} s (/health 200)")
+            return
+        if decision.verdict in (Verdict.FAILED, Verdict.TIMEOUT):
+            yield _fail(f"health: {decision.message}; last journal lines of {unit}:",
+                        probe.tail)
+            return
+        if decision.phase != last_phase or elapsed - last_report >= report_every:
+            logger.info(progress_line(host.name, decision, elapsed))
+            last_phase, last_report = decision.phase, elapsed
+        time.sleep(interval)
+
+
+@operation(is_idempotent=True)
+def smoke_completion(port: int, model: str, profile: str, script: str, config: str = "",
+                     max_tokens: int = 64):
+    """One completion on the host; print ``<host>: smoke: N tokens in T s = X tok/s``."""
+    if not state.is_executing:
+        return
+    out = host.get_fact(SglangSmoke, script=script, port=port, model=model,
+                        max_tokens=max_tokens, config=config)
+    try:
+        result = parse_smoke_output(out)
+    except SmokeError as e:
+        yield _fail(f"smoke: {e}", [])
+        return
+    logger.info(smoke_line(host.name, result, model, profile))
+
+
+@deploy("Check SGLang")
+def check_service(unit: str, port: int, served_name: str, profile_name: str,
+                  bin_dir: str, health_timeout: float, config_path: str = "") -> None:
+    """Upload the probe scripts, gate on health, then one smoke completion."""
+    files.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
+                    group="root", mode="755")
+    for script in (PROBE, SMOKE):
+        files.put(name=f"host script {bin_dir}/{script}", src=str(SCRIPTS / script),
+                  dest=f"{bin_dir}/{script}", user="root", group="root", mode="755")
+    wait_healthy(name=f"health gate: {unit} answers /health 200",
+                 unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout)
+    smoke_completion(name=f"smoke completion on port {port}", port=port, model=served_name,
+                     profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path)

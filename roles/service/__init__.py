@@ -1,0 +1,133 @@
+"""The SGLang systemd service: unit, EnvironmentFile, secrets --config, activation.
+
+Everything is decided at prepare time by :func:`plan_service` (pure, raises
+``InputError``), then :func:`configure_service` only puts files and (re)starts.
+
+Activation follows the unit-change pattern (pyinfra docs, operations/systemd.py):
+``daemon-reload`` only when the unit file changed, ``restart`` only when the unit, the
+EnvironmentFile or the --config file changed *and* the service was already running
+(``systemd.service(restarted=True)`` only restarts a running unit), then
+``start`` + ``enable`` when it is not running or not enabled. A rerun with nothing
+changed therefore runs no command at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from io import StringIO
+
+from pyinfra.api import deploy
+from pyinfra.operations import files, systemd
+
+from gpuserve.errors import InputError
+from roles.service.render import (
+    UnitSpec,
+    env_line,
+    render_config,
+    render_env_file,
+    render_unit,
+)
+from roles.service.secret import secret_file
+
+DEFAULTS = {
+    # extra environment for the server (dict), added after the profile's env
+    "sglang_extra_env": {},
+    # Hugging Face token (secret): EnvironmentFile only (mode 0600, root)
+    "hf_token": None,
+    # SGLang --api-key (secret): --config YAML only (mode 0600, service user)
+    "sglang_api_key": None,
+}
+
+UNIT_NAME = "gpuserve-sglang.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
+CONFIG_DIR = "/etc/gpuserve"
+ENV_PATH = f"{CONFIG_DIR}/sglang.env"
+CONFIG_PATH = f"{CONFIG_DIR}/sglang-secrets.yaml"
+
+# Flags that carry secrets and so must never be rendered onto the command line.
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    user: str
+    group: str
+    unit_text: str
+    env_text: str
+    config_text: str | None
+    port: int
+    served_name: str
+    profile_name: str
+
+
+def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
+                 state_dir: str, profile_name: str, profile_source: str,
+                 sglang_version: str, model_path: str, port: int, served_name: str,
+                 extra_env: object, hf_token: object, api_key: object,
+                 data_source: str) -> ServicePlan:
+    """Render the three files; every input problem is an ``InputError`` here."""
+    for flag in SECRET_FLAGS:
+        if any(a == flag or a.startswith(flag + "=") for a in args):
+            raise InputError(profile_source, "extra_args",
+                             f"{flag} would put a secret on the command line; set "
+                             "sglang_api_key in host data instead")
+    if extra_env is None:
+        extra_env = {}
+    if not isinstance(extra_env, dict):
+        raise InputError(data_source, "sglang_extra_env", "must be a mapping of NAME: value")
+    for key, value in (("hf_token", hf_token), ("sglang_api_key", api_key)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise InputError(data_source, key, "must be a non-empty string")
+
+    merged: dict[str, tuple[str, str]] = {}
+    for key, value in env.items():
+        merged[key] = env_line(key, value, profile_source, "env")
+    for key, value in extra_env.items():
+        merged[key] = env_line(key, value, data_source, "sglang_extra_env")
+    if hf_token:
+        if "\n" in hf_token:
+            raise InputError(data_source, "hf_token", "must be a single line")
+        merged["HF_TOKEN"] = env_line("HF_TOKEN", hf_token, data_source, "hf_token")
+
+    argv = [f"{venv}/bin/python", "-m", "sglang.launch_server", *args]
+    config_text = None
+    if api_key:
+        if "\n" in api_key:
+            raise InputError(data_source, "sglang_api_key", "must be a single line")
+        config_text = render_config({"api-key": api_key})
+        argv += ["--config", CONFIG_PATH]
+
+    unit_text = render_unit(UnitSpec(
+        user=user, group=user, state_dir=state_dir, env_file=ENV_PATH, argv=argv,
+        profile_name=profile_name, profile_source=profile_source,
+        sglang_version=sglang_version, model_path=model_path,
+    ))
+    env_text = render_env_file(list(merged.values()), profile_name)
+    return ServicePlan(user, user, unit_text, env_text, config_text, port, served_name,
+                       profile_name)
+
+
+@deploy("Configure the SGLang service")
+def configure_service(plan: ServicePlan) -> None:
+    files.directory(name=f"{CONFIG_DIR} (root, readable by {plan.group} only)",
+                    path=CONFIG_DIR, user="root", group=plan.group, mode="750")
+    env = secret_file(name=f"EnvironmentFile {ENV_PATH} (0600 root)", dest=ENV_PATH,
+                      contents=plan.env_text, user="root", group="root", mode="600")
+    if plan.config_text is not None:
+        cfg = secret_file(name=f"SGLang --config {CONFIG_PATH} (0600 {plan.user})",
+                          dest=CONFIG_PATH, contents=plan.config_text, user=plan.user,
+                          group=plan.group, mode="600")
+    else:
+        cfg = files.file(name=f"no --config file {CONFIG_PATH} (no API key)",
+                         path=CONFIG_PATH, present=False)
+    unit = files.put(name=f"systemd unit {UNIT_PATH}", src=StringIO(plan.unit_text),
+                     dest=UNIT_PATH, user="root", group="root", mode="644")
+
+    def changed() -> bool:
+        return unit.did_change() or env.did_change() or cfg.did_change()
+
+    systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
+    systemd.service(name=f"restart {UNIT_NAME} (configuration changed)", service=UNIT_NAME,
+                    running=None, restarted=True, _if=changed)
+    systemd.service(name=f"{UNIT_NAME} running and enabled", service=UNIT_NAME,
+                    running=True, enabled=True)

@@ -1,0 +1,130 @@
+"""Pure rendering of the SGLang unit, EnvironmentFile and --config file.
+
+Kept free of pyinfra so the exact bytes that land on a host are unit-tested. Quoting
+follows systemd's own parsers: ExecStart= words (systemd.service(5), "Command lines")
+and EnvironmentFile= assignments (systemd.exec(5); src/basic/env-file.c).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from gpuserve.errors import InputError
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SAFE_ENV_VALUE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]*$")
+
+
+def systemd_quote(word: str) -> str:
+    """Quote one argv word for ExecStart=.
+
+    systemd splits on whitespace, honours "..." with C-style backslash escapes, expands
+    ``$VAR``/``${VAR}`` (``$$`` is a literal ``$``) and ``%`` specifiers (``%%`` is a
+    literal ``%``), so every word is escaped for all three, and control characters are
+    refused rather than guessed at.
+    """
+    if any(ord(c) < 32 or ord(c) == 127 for c in word):
+        raise ValueError(f"control character in argument {word!r}")
+    if word and _SAFE_WORD.match(word):
+        return word.replace("%", "%%")
+    escaped = (
+        word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    )
+    return f'"{escaped}"'
+
+
+def exec_start(argv: list[str]) -> str:
+    """ExecStart= value, one flag and its values per continuation line for readability."""
+    groups: list[list[str]] = []
+    for i, word in enumerate(argv):
+        if i == 0 or (word.startswith("--") and len(word) > 2) or not groups:
+            groups.append([word])
+        else:
+            groups[-1].append(word)
+    lines = [" ".join(systemd_quote(w) for w in g) for g in groups]
+    # the interpreter and "-m sglang.launch_server" stay on the first line
+    head = lines[0]
+    rest = lines[1:]
+    return " \\\n    ".join([head, *rest])
+
+
+def env_line(key: str, value: str, source: str, field_name: str) -> tuple[str, str]:
+    """Validate and quote one EnvironmentFile assignment (double quotes escape \\ " ` $)."""
+    if not isinstance(key, str) or not _ENV_KEY.match(key):
+        raise InputError(source, f"{field_name}.{key}", "not a valid environment variable name")
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise InputError(source, f"{field_name}.{key}", "value must be a string or a number")
+    value = str(value)
+    if "\n" in value or "\r" in value or "\0" in value:
+        raise InputError(source, f"{field_name}.{key}", "value must be a single line")
+    if _SAFE_ENV_VALUE.match(value):
+        return key, value
+    escaped = "".join("\\" + c if c in '"\\`$' else c for c in value)
+    return key, f'"{escaped}"'
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+@dataclass
+class UnitSpec:
+    """Everything the unit file depends on (none of it secret)."""
+
+    user: str
+    group: str
+    state_dir: str
+    env_file: str
+    argv: list[str]
+    profile_name: str
+    profile_source: str
+    sglang_version: str
+    model_path: str = ""
+    extra_rw_paths: list[str] = field(default_factory=list)
+    restart_sec: int = 15
+    timeout_start: str = "20min"
+    timeout_stop: str = "2min"
+    start_limit_interval: str = "1h"
+    start_limit_burst: int = 3
+    limit_nofile: int = 1048576
+    syslog_identifier: str = "sglang"
+
+    @property
+    def protect_home(self) -> str:
+        # A model kept under /home or /root must stay readable; everything else hides them.
+        if self.model_path.startswith(("/home/", "/root/", "/run/user/")):
+            return "read-only"
+        return "yes"
+
+
+def render_unit(spec: UnitSpec) -> str:
+    return _env().get_template("sglang-unit.service.j2").render(
+        **{k: getattr(spec, k) for k in spec.__dataclass_fields__},
+        protect_home=spec.protect_home,
+        exec_start=exec_start(spec.argv),
+        read_write_paths=[spec.state_dir, *spec.extra_rw_paths],
+    )
+
+
+def render_env_file(env: list[tuple[str, str]], profile_name: str) -> str:
+    """Render pre-validated (key, quoted value) pairs; see :func:`env_line`."""
+    return _env().get_template("sglang-env.j2").render(env=env, profile_name=profile_name)
+
+
+def render_config(options: dict[str, str]) -> str:
+    """SGLang --config YAML: one ``key: "json string"`` a line (JSON strings are YAML)."""
+    return _env().get_template("sglang-config.yaml.j2").render(options=sorted(options.items()))

@@ -1,0 +1,94 @@
+"""Prepare-time plan of a serve deploy: validate host data, load and render the profile.
+
+Everything that can be wrong with the input (host data types, the package pin, the
+profile file, a flag the target SGLang lacks) is found here and raised as ``InputError``
+before deploy/serve.py adds a single operation. Pure apart from one callable that
+reads the CUDA lane fact, so tests drive it with plain dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpuserve.dialect import render_launch
+from gpuserve.errors import InputError
+from gpuserve.profiles import load_profile
+from roles import checks, service, sglang
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    package: str
+    version: str
+    user: str
+    home: str
+    index_url: str | None
+    find_links: str | None
+    health_timeout: float
+    service: service.ServicePlan
+
+    @property
+    def venv(self) -> str:
+        return sglang.venv_dir(self.home)
+
+    @property
+    def bin_dir(self) -> str:
+        return f"{self.home}/bin"
+
+    @property
+    def config_path(self) -> str:
+        return service.CONFIG_PATH if self.service.config_text is not None else ""
+
+
+def defaults() -> dict:
+    merged: dict = {"profile": None}
+    for layer in (sglang.DEFAULTS, service.DEFAULTS, checks.DEFAULTS):
+        merged.update(layer)
+    return merged
+
+
+def _opt_str(data: dict, key: str, source: str) -> str | None:
+    value = data.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InputError(source, key, f"must be a string, got {value!r}")
+    return value
+
+
+def plan_serve(host_data: dict, source: str, cuda_toolkit: Callable[[], str | None]) -> ServePlan:
+    """Validate ``host_data`` (merged over :func:`defaults`) and render the launch."""
+    data = defaults()
+    data.update({k: v for k, v in host_data.items() if k in data})
+
+    profile_ref = data["profile"]
+    if not profile_ref or not isinstance(profile_ref, str):
+        raise InputError(source, "profile",
+                         "required: a profile name (profiles/<name>.yaml) or path, "
+                         "in host data or as --data profile=NAME")
+    package = data["sglang_package"]
+    if package is None:
+        package = sglang.default_package(cuda_toolkit(), source)
+    version = sglang.pinned_version(package, source)
+    user = sglang.validate_user(data["sglang_user"], source)
+    home = sglang.validate_home(data["sglang_home"], source)
+    index_url = _opt_str(data, "pip_index_url", source)
+    find_links = _opt_str(data, "pip_find_links", source)
+    timeout = data["health_timeout"]
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise InputError(source, "health_timeout", f"must be a positive number of seconds, "
+                         f"got {timeout!r}")
+
+    profile = load_profile(profile_ref)
+    launch = render_launch(profile, version)
+    served = profile.model.served_name or profile.model.path
+    plan = service.plan_service(
+        args=launch.args, env=launch.env, venv=sglang.venv_dir(home), user=user,
+        state_dir=sglang.state_dir(home), profile_name=profile.name,
+        profile_source=str(profile.source), sglang_version=version,
+        model_path=profile.model.path, port=profile.server.port, served_name=served,
+        extra_env=data["sglang_extra_env"], hf_token=data["hf_token"],
+        api_key=data["sglang_api_key"], data_source=source,
+    )
+    return ServePlan(package, version, user, home, index_url, find_links, float(timeout), plan)

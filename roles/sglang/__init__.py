@@ -1,0 +1,140 @@
+"""Install SGLang for a dedicated service user: system user, venv, pip install.
+
+The venv is owned by root and only read by the service (its unit has
+``ProtectSystem=strict``), so a compromised server cannot rewrite its own code. The
+package comes from host data so an air-gapped mirror works: ``pip_find_links`` alone
+means "this mirror only" (``--no-index``); add ``pip_index_url`` to also use an index.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.deb import DebPackages
+from pyinfra.operations import apt, files, pip, server
+
+from gpuserve.errors import InputError
+
+DEFAULTS = {
+    # pip requirement; must pin a version (it selects the flag dialect). Default from
+    # the CUDA lane (gpuserve.facts.gpu.CudaToolkit), see DEFAULT_PACKAGE_BY_CUDA_MAJOR.
+    "sglang_package": None,
+    # pip --index-url (None: pip's default, or no index at all when pip_find_links is set)
+    "pip_index_url": None,
+    # pip --find-links (a local wheel mirror, e.g. http://mirror/wheels/)
+    "pip_find_links": None,
+    # the system user and group the server runs as
+    "sglang_user": "sglang",
+    # root of everything gpuserve installs: venv/, cache/ (the service's HOME), bin/
+    "sglang_home": "/opt/gpuserve",
+}
+
+# "SGLang 0.5.19 is the last release with a CUDA 12 lane" (https://docs.sglang.io/docs/,
+# install page); 0.5.23 is the current CUDA 13 release with a committed flag catalog.
+DEFAULT_PACKAGE_BY_CUDA_MAJOR = {"12": "sglang==0.5.19", "13": "sglang==0.5.23"}
+
+# PEP 508 name, optional extras, then an exact "==" pin (PEP 440 public + local part).
+_PIN = re.compile(
+    r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*==\s*"
+    r"(?P<public>[0-9]+(\.[0-9]+)*([a-z0-9.]*)?)(\+(?P<local>[A-Za-z0-9.]+))?\s*$"
+)
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+def default_package(cuda_toolkit: str | None, source: str) -> str:
+    """Pick the SGLang release for the host's CUDA lane, or explain why we cannot."""
+    if not cuda_toolkit:
+        raise InputError(source, "sglang_package",
+                         "not set and no CUDA toolkit found on the host to choose one "
+                         "(12.x -> sglang==0.5.19, 13.x -> sglang==0.5.23)")
+    major = cuda_toolkit.split(".")[0]
+    if major not in DEFAULT_PACKAGE_BY_CUDA_MAJOR:
+        raise InputError(source, "sglang_package",
+                         f"not set and CUDA {cuda_toolkit} has no default SGLang release")
+    return DEFAULT_PACKAGE_BY_CUDA_MAJOR[major]
+
+
+def pinned_version(requirement: str, source: str) -> str:
+    """``sglang==0.5.23+lab`` -> ``0.5.23``: the version whose flags we render.
+
+    The local part (PEP 440 ``+...``) names a build of the same release, so it is
+    stripped; anything but an exact pin is refused, because the flag dialect must be
+    known before the host is touched.
+    """
+    if not isinstance(requirement, str):
+        raise InputError(source, "sglang_package", "must be a pip requirement string")
+    m = _PIN.match(requirement)
+    if not m or m.group("name").lower().replace("_", "-") != "sglang":
+        raise InputError(source, "sglang_package",
+                         f"{requirement!r} must pin SGLang exactly, e.g. 'sglang==0.5.23'")
+    return m.group("public")
+
+
+def validate_user(user: object, source: str) -> str:
+    if not isinstance(user, str) or not _USER.match(user):
+        raise InputError(source, "sglang_user", f"{user!r} is not a valid system user name")
+    return user
+
+
+def validate_home(home: object, source: str) -> str:
+    if not isinstance(home, str) or not home.startswith("/") or home.rstrip("/") in ("", "/"):
+        raise InputError(source, "sglang_home", f"{home!r} must be an absolute directory")
+    if any(c in home for c in " \t\n'\"$%\\"):
+        raise InputError(source, "sglang_home", f"{home!r} must not contain spaces or quotes")
+    return home.rstrip("/")
+
+
+def venv_dir(home: str) -> str:
+    return f"{home}/venv"
+
+
+def state_dir(home: str) -> str:
+    """The service user's HOME and its only writable place (model/JIT caches)."""
+    return f"{home}/cache"
+
+
+def pip_args(index_url: str | None, find_links: str | None) -> str | None:
+    args: list[str] = []
+    if index_url:
+        args += ["--index-url", index_url]
+    elif find_links:
+        args.append("--no-index")
+    if find_links:
+        args += ["--find-links", find_links]
+    return " ".join(shlex.quote(a) for a in args) or None
+
+
+@deploy("Install SGLang")
+def install_sglang(user: str, home: str, package: str, index_url: str | None = None,
+                   find_links: str | None = None) -> None:
+    server.group(name=f"Service group {user}", group=user, system=True)
+    server.user(
+        name=f"Service user {user}",
+        user=user,
+        group=user,
+        home=state_dir(home),
+        shell="/usr/sbin/nologin",
+        system=True,
+        create_home=False,
+        ensure_home=False,
+        comment="gpuserve SGLang server",
+    )
+    files.directory(name=f"{home} (root-owned)", path=home, user="root", group="root",
+                    mode="755")
+    files.directory(name=f"{state_dir(home)} (service caches)", path=state_dir(home),
+                    user=user, group=user, mode="750")
+    # Debian splits venv/ensurepip out of python3; check at prepare so a rerun is a no-op.
+    if "python3-venv" not in host.get_fact(DebPackages):
+        apt.packages(name="python3-venv for the SGLang venv", packages=["python3-venv"],
+                     update=True)
+    pip.venv(name=f"venv {venv_dir(home)}", path=venv_dir(home), python="python3")
+    pip.packages(
+        name=f"pip install {package}",
+        packages=[package],
+        virtualenv=venv_dir(home),
+        virtualenv_kwargs={"venv": True, "python": "python3"},
+        extra_install_args=pip_args(index_url, find_links),
+    )

@@ -1,0 +1,164 @@
+"""Serve deploy: the exact unit, EnvironmentFile and --config bytes, and their quoting."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from gpuserve.errors import InputError
+from roles.service import CONFIG_PATH, ENV_PATH, plan_service
+from roles.service.render import (
+    UnitSpec,
+    env_line,
+    exec_start,
+    render_config,
+    render_unit,
+    systemd_quote,
+)
+
+
+def unquote_systemd(text: str) -> list[str]:
+    """Split an ExecStart= value the way systemd does for the cases we emit."""
+    text = text.replace("\\\n", " ")
+    words = shlex.split(text.replace("$$", "$").replace("%%", "%"), posix=True)
+    return words
+
+
+@pytest.mark.parametrize(
+    "word",
+    ["--model-path", "/models/GLM-5", 'a "quoted" word', "has space", "50%", "$HOME",
+     "back\\slash", "{\"decode\": {\"max_bs\": 256}}", ""],
+)
+def test_systemd_quote_round_trips(word: str) -> None:
+    quoted = systemd_quote(word)
+    assert unquote_systemd(quoted) == [word]
+    # specifiers and variables are always escaped
+    assert "%" not in quoted.replace("%%", "")
+    assert "$" not in quoted.replace("$$", "")
+
+
+def test_systemd_quote_refuses_control_characters() -> None:
+    with pytest.raises(ValueError):
+        systemd_quote("a\nb")
+
+
+def test_exec_start_one_flag_per_line() -> None:
+    argv = ["/v/bin/python", "-m", "sglang.launch_server", "--tp-size", "8",
+            "--cuda-graph-bs-decode", "1", "2", "4", "--trust-remote-code",
+            "--cuda-graph-config", '{"decode": {"max_bs": 256}}']
+    text = exec_start(argv)
+    assert text.splitlines()[0] == "/v/bin/python -m sglang.launch_server \\"
+    assert "    --cuda-graph-bs-decode 1 2 4 \\" in text.splitlines()
+    assert unquote_systemd(text) == argv
+
+
+def spec(**kw) -> UnitSpec:
+    base = dict(user="sglang", group="sglang", state_dir="/opt/gpuserve/cache",
+                env_file=ENV_PATH, argv=["/opt/gpuserve/venv/bin/python", "-m",
+                                         "sglang.launch_server", "--port", "30000"],
+                profile_name="p", profile_source="profiles/p.yaml", sglang_version="0.5.23",
+                model_path="/models/x")
+    base.update(kw)
+    return UnitSpec(**base)
+
+
+def directives(unit: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    joined = unit.replace("\\\n", " ")
+    for line in joined.splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            out.setdefault(k, []).append(v)
+    return out
+
+
+def test_unit_is_hardened_and_runs_the_venv_python() -> None:
+    d = directives(render_unit(spec()))
+    assert d["User"] == ["sglang"] and d["Group"] == ["sglang"]
+    assert d["ExecStart"][0].split()[:3] == ["/opt/gpuserve/venv/bin/python", "-m",
+                                             "sglang.launch_server"]
+    assert d["EnvironmentFile"] == [ENV_PATH]
+    assert d["Restart"] == ["on-failure"]
+    for key, value in [("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"),
+                       ("ProtectHome", "yes"), ("PrivateTmp", "yes"),
+                       ("ReadWritePaths", "/opt/gpuserve/cache")]:
+        assert d[key] == [value], key
+    assert int(d["LimitNOFILE"][0]) >= 65536
+    assert d["TimeoutStartSec"][0].endswith("min") and int(d["TimeoutStartSec"][0][:-3]) >= 10
+    assert int(d["StartLimitBurst"][0]) >= 1
+
+
+def test_model_under_home_keeps_home_readable() -> None:
+    d = directives(render_unit(spec(model_path="/home/ml/models/x")))
+    assert d["ProtectHome"] == ["read-only"]
+
+
+def test_env_line_quoting_and_validation() -> None:
+    assert env_line("NCCL_P2P_DISABLE", "1", "p.yaml", "env") == ("NCCL_P2P_DISABLE", "1")
+    assert env_line("X", 'a "b" $c\\', "p.yaml", "env") == ("X", '"a \\"b\\" \\$c\\\\"')
+    for key, value in [("1BAD", "x"), ("A-B", "x"), ("OK", "two\nlines"), ("OK", ["x"]),
+                       ("OK", True)]:
+        with pytest.raises(InputError) as e:
+            env_line(key, value, "inv.py", "sglang_extra_env")
+        assert e.value.file == "inv.py" and e.value.field.startswith("sglang_extra_env.")
+
+
+def test_config_is_yaml_with_json_string() -> None:
+    text = render_config({"api-key": 'k"ey\\'})
+    line = [x for x in text.splitlines() if x.startswith("api-key:")][0]
+    import json
+
+    assert json.loads(line.split(":", 1)[1]) == 'k"ey\\'
+
+
+def plan(**kw):
+    base = dict(args=["--model-path", "/models/x", "--port", "30000"],
+                env={"NCCL_DEBUG": "WARN"}, venv="/opt/gpuserve/venv", user="sglang",
+                state_dir="/opt/gpuserve/cache", profile_name="p",
+                profile_source="profiles/p.yaml", sglang_version="0.5.23",
+                model_path="/models/x", port=30000, served_name="x", extra_env={},
+                hf_token=None, api_key=None, data_source="inventory/gpu.py")
+    base.update(kw)
+    return plan_service(**base)
+
+
+SECRET_TOKEN = "hf_Sup3rSecretToken"
+SECRET_KEY = "sk-very-secret-key"
+
+
+def test_secrets_stay_out_of_the_unit() -> None:
+    p = plan(hf_token=SECRET_TOKEN, api_key=SECRET_KEY, extra_env={"A": "1"})
+    assert SECRET_TOKEN not in p.unit_text and SECRET_KEY not in p.unit_text
+    assert f"HF_TOKEN={SECRET_TOKEN}" in p.env_text.splitlines()
+    assert SECRET_KEY not in p.env_text
+    assert SECRET_KEY in p.config_text
+    exec_words = unquote_systemd(directives(p.unit_text)["ExecStart"][0])
+    assert exec_words[-2:] == ["--config", CONFIG_PATH]
+    assert "NCCL_DEBUG=WARN" in p.env_text and "A=1" in p.env_text
+
+
+def test_no_api_key_means_no_config_flag() -> None:
+    p = plan()
+    assert p.config_text is None and "--config" not in p.unit_text
+
+
+def test_extra_env_overrides_profile_env() -> None:
+    p = plan(extra_env={"NCCL_DEBUG": "INFO"})
+    assert "NCCL_DEBUG=INFO" in p.env_text and "NCCL_DEBUG=WARN" not in p.env_text
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"args": ["--api-key", "x"]}, "extra_args"),
+        ({"extra_env": ["A=1"]}, "sglang_extra_env"),
+        ({"hf_token": 123}, "hf_token"),
+        ({"api_key": ""}, "sglang_api_key"),
+        ({"api_key": "a\nb"}, "sglang_api_key"),
+    ],
+)
+def test_bad_service_input_names_the_field(kw: dict, field: str) -> None:
+    with pytest.raises(InputError) as e:
+        plan(**kw)
+    assert e.value.field == field
