@@ -200,6 +200,7 @@ def load_profile(name_or_path: str | Path, profiles_dir: Path | None = None) -> 
     data, locs = _resolve(path.resolve(), ())
     profile = _build(path.resolve(), data, locs)
     _check_cross_fields(profile)
+    _check_arch(profile)
     _check_catalog(profile)
     return profile
 
@@ -490,6 +491,21 @@ def _check_cross_fields(p: Profile) -> None:
         if any(word in key.upper() for word in SECRET_ENV_WORDS):
             raise p.error(f"env.{key}", "looks like a secret: set it in host data (hf_token / "
                           "sglang_api_key / sglang_extra_env), not in a committed profile")
+
+
+def _check_arch(p: Profile) -> None:
+    """``model.arch`` names a model record (gpuserve/data/models/) the planner and the
+    doctor read; a typo would silently switch those checks off."""
+    if p.model.arch is None:
+        return
+    try:
+        from gpuserve.models import record_names
+    except ImportError:  # pragma: no cover - planner side not present
+        return
+    names = record_names()
+    if names and p.model.arch not in names:
+        raise p.error("model.arch", f"no model record {p.model.arch!r} "
+                      f"(known: {', '.join(names)})")
 
 
 def _check_catalog(p: Profile) -> None:

@@ -1,0 +1,48 @@
+"""``gpuserve doctor``: check a profile against a host-facts document before deploying.
+
+Exit status: 0 when no error-severity rule fires, 1 when one does (2 for bad input, as
+for every command), so CI and deploy scripts can gate on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gpuserve.doctor import diagnose, format_table, has_errors, resolve_version
+from gpuserve.hostfacts import HostFacts
+from gpuserve.profiles import load_profile
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "doctor",
+        help="check a profile against a host's facts (known failure modes)",
+        description="Run the doctor rules over a launch profile, its rendered SGLang "
+        "command line and a host-facts document.",
+    )
+    parser.add_argument("--profile", required=True, help="profile name or path")
+    parser.add_argument("--facts", required=True, help="host-facts JSON document")
+    parser.add_argument("--sglang-version", dest="sglang_version",
+                        help="target SGLang version (default: the host's, else the "
+                        "newest the profile targets)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    profile = load_profile(args.profile)
+    facts = HostFacts.from_file(args.facts)
+    version = resolve_version(profile, facts, args.sglang_version)
+    findings = diagnose(profile, facts, version)
+    if args.json:
+        print(json.dumps({
+            "profile": profile.name, "facts": args.facts, "sglang_version": version,
+            "ok": not has_errors(findings),
+            "findings": [f.to_dict() for f in findings],
+        }, indent=2))
+    else:
+        print(f"# doctor: profile {profile.name}, host {facts.hostname or args.facts}, "
+              f"SGLang {version}")
+        print(format_table(findings))
+    return 1 if has_errors(findings) else 0
