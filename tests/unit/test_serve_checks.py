@@ -1,0 +1,114 @@
+"""Serve checks and secret files through pyinfra's real execution path (@fake connector).
+
+What is asserted is the contract deploy/serve.py documents: a passing check runs its
+probe but counts as *no change*; a failing check fails the host with the reason; a
+secret file's contents never appear in a command line or in the log, even with --diff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+
+import pytest
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.connect import connect_all
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operation import add_op
+from pyinfra.api.operations import run_ops
+
+from roles.checks import smoke_completion, wait_healthy
+from roles.service.secret import secret_file
+
+
+def run(op, responses: dict, diff: bool = False, **kwargs):
+    inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
+    state = State(inv, Config(DIFF=diff))
+    connect_all(state)
+    meta = next(iter(add_op(state, op, **kwargs).values()))
+    with contextlib.suppress(PyinfraError):  # "No hosts remaining!" once the host failed
+        run_ops(state)
+    host = next(iter(inv))
+    return meta, [str(c) for c in host.connector.executed_commands]
+
+
+def probe_doc(health, active="active", sub="running", restarts="0", lines=(), tail=()):
+    return json.dumps({"health": health, "unit": {"ActiveState": active, "SubState": sub,
+                                                    "NRestarts": restarts},
+                       "lines": list(lines), "tail": list(tail)})
+
+
+GATE = dict(unit="gpuserve-sglang.service", port=30000, script="/opt/gpuserve/bin/sglang_probe.py")
+
+
+def test_healthy_service_is_verified_without_a_change() -> None:
+    meta, cmds = run(wait_healthy, {"sglang_probe.py": probe_doc(200)}, timeout=5, **GATE)
+    assert meta.did_succeed() and not meta.did_change()
+    assert any("sglang_probe.py --unit gpuserve-sglang.service --port 30000" in c
+               for c in cmds)
+
+
+def test_dead_unit_fails_the_host_with_journal_tail(caplog) -> None:
+    doc = probe_doc(None, active="activating", sub="auto-restart", restarts="1",
+                    lines=["[2026-03-03 03:53:36] Received sigquit from a child process. "
+                           "It usually means the child failed."],
+                    tail=["Nov 29 sglang[42]: torch.OutOfMemoryError: CUDA out of memory."])
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, _ = run(wait_healthy, {"sglang_probe.py": doc}, timeout=600, **GATE)
+    assert not meta.did_succeed()
+    text = caplog.text
+    assert "unit stopped during" in text and "torch.OutOfMemoryError" in text
+
+
+def test_timeout_fails_with_last_phase(caplog) -> None:
+    doc = probe_doc(503, lines=["[2025-10-16 09:06:10 TP0] Load weight begin. avail mem=1 GB"])
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, _ = run(wait_healthy, {"sglang_probe.py": doc}, timeout=0, **GATE)
+    assert not meta.did_succeed()
+    assert "not healthy after" in caplog.text and "loading weights" in caplog.text
+
+
+SMOKE = dict(port=30000, model="glm-5", profile="glm5-nvfp4-tp8",
+             script="/opt/gpuserve/bin/sglang_smoke.py",
+             config="/etc/gpuserve/sglang-secrets.yaml")
+
+
+def smoke_doc(status=200, tokens=64, elapsed=1.9):
+    return json.dumps({"endpoint": "/v1/completions", "status": status, "elapsed_s": elapsed,
+                       "body": {"choices": [{"text": " Paris"}],
+                                "usage": {"prompt_tokens": 5, "completion_tokens": tokens}}})
+
+
+def test_smoke_prints_the_speed_line_and_changes_nothing(caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, cmds = run(smoke_completion, {"sglang_smoke.py": smoke_doc()}, **SMOKE)
+    assert meta.did_succeed() and not meta.did_change()
+    assert "@fake: smoke: 64 tokens in 1.9 s = 33.7 tok/s (glm-5, profile glm5-nvfp4-tp8)" \
+        in caplog.text
+    assert any("--config /etc/gpuserve/sglang-secrets.yaml" in c for c in cmds)
+
+
+def test_smoke_http_error_fails_the_host(caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, _ = run(smoke_completion, {"sglang_smoke.py": smoke_doc(status=401)}, **SMOKE)
+    assert not meta.did_succeed()
+    assert "HTTP 401" in caplog.text
+
+
+SECRET = "hf_Sup3rSecretToken"
+
+
+@pytest.mark.parametrize("diff", [False, True])
+def test_secret_file_contents_never_on_argv_or_in_log(caplog, diff: bool) -> None:
+    with caplog.at_level(logging.DEBUG, logger="pyinfra"):
+        meta, cmds = run(secret_file, {}, diff=diff, name="env file",
+                         dest="/etc/gpuserve/sglang.env", contents=f"HF_TOKEN={SECRET}\n",
+                         user="root", group="root", mode="600")
+    assert meta.did_succeed() and meta.did_change()
+    assert cmds, "a missing file is written"
+    assert all(SECRET not in c for c in cmds)
+    assert any("umask 077" in c and "mv -f" in c for c in cmds)
+    assert SECRET not in caplog.text
+    if diff:
+        assert "contents secret, diff not shown" in caplog.text
