@@ -239,6 +239,7 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
                 result.ranks.append(
                     Rank(int(m[1]), int(m[2]), int(m[3]), m[4], int(m[5]), m[6], m[7])
                 )
+                recognised = True
             elif _PARAMS_RE.match(stripped):
                 result.params = _params(stripped)
                 recognised = True

@@ -53,7 +53,7 @@ _OPEN_KMOD = re.compile(
 )
 _PROPRIETARY_KMOD = re.compile(
     r"^(nvidia-kernel-dkms|nvidia-dkms-\d+(-server)?|nvidia-kernel-source|nvidia-kernel-\d+"
-    r"|linux-modules-nvidia-\d+(-server)?-(?!open)\S+)$"
+    r"|linux-(?:modules|objects)-nvidia-\d+(-server)?-\S+)$"
 )
 _OPEN_META = re.compile(r"^(nvidia-open|nvidia-open-\d+|nvidia-driver-\d+(-server)?-open)$")
 _PROPRIETARY_META = re.compile(r"^(cuda-drivers-\d+|nvidia-driver-\d+(-server)?)$")
@@ -69,7 +69,9 @@ def flavour_from_packages(packages: Iterable[str]) -> Flavour | None:
     names = set(packages)
     for open_re, prop_re in ((_OPEN_KMOD, _PROPRIETARY_KMOD), (_OPEN_META, _PROPRIETARY_META)):
         has_open = any(open_re.match(n) for n in names)
-        has_prop = any(prop_re.match(n) for n in names)
+        # Ubuntu's linux-modules-nvidia-<br>[-server]-open-<kernel> also matches the
+        # proprietary pattern, so names with "-open" never count as proprietary.
+        has_prop = any(prop_re.match(n) and "-open" not in n for n in names)
         if has_open and not has_prop:
             return "open"
         if has_prop and not has_open:
@@ -107,6 +109,6 @@ def _upstream_version(debian_version: str) -> str:
 def driver_version_from_packages(installed: dict[str, str]) -> str | None:
     """Driver version of the installed kernel-module package (None if there is none)."""
     for name in sorted(installed):
-        if _OPEN_KMOD.match(name) or _PROPRIETARY_KMOD.match(name):
+        if _OPEN_KMOD.match(name) or _PROPRIETARY_KMOD.match(name):  # either flavour
             return _upstream_version(installed[name])
     return None
