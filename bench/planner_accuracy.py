@@ -1,0 +1,35 @@
+"""Print the planner's per-case error table against tests/fixtures/memory_cases.jsonl.
+
+    .venv/bin/python bench/planner_accuracy.py
+
+Same data and comparison as tests/unit/test_planner_accuracy.py: weights per GPU, KV bytes per
+token and KV tokens (from each case's own free-memory figures and mem fraction), with skipped
+cases and their reasons.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from gpuserve.planner_cases import evaluate, format_table  # noqa: E402
+
+
+def main() -> int:
+    fixtures = ROOT / "tests" / "fixtures"
+    results = evaluate(fixtures / "memory_cases.jsonl", fixtures / "memory_cases_inputs.yaml", ROOT)
+    print(format_table(results))
+    checked = [r for r in results if r.status == "checked"]
+    print(f"\n{len(checked)} cases checked, {len(results) - len(checked)} skipped")
+    for what, bound in (("weights GiB/GPU", 0.05), ("KV tokens", 0.10), ("KV B/token", 0.01)):
+        errs = [abs(e) for r in results for e in r.errors(what)]
+        if errs:
+            print(f"{what}: {len(errs)} checked, worst {max(errs):.1%} (bound {bound:.0%})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
