@@ -73,9 +73,16 @@ def _satisfied(token: str, tokens: list[str]) -> bool:
     return values[-1] == wanted
 
 
-def missing_params(cmdline: str | None, params: list[str]) -> list[str]:
+def raw_cmdline(cmdline: str | dict | None) -> str:
+    """The command line as text, from a string or the KernelCmdline fact's ``{"raw": ...}``."""
+    if isinstance(cmdline, dict):
+        return str(cmdline.get("raw") or "")
+    return cmdline or ""
+
+
+def missing_params(cmdline: str | dict | None, params: list[str]) -> list[str]:
     """Configured parameters the (running) command line lacks; empty means nothing pending."""
-    tokens = (cmdline or "").split()
+    tokens = raw_cmdline(cmdline).split()
     return [p for p in params if not _satisfied(p, tokens)]
 
 

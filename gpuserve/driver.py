@@ -67,15 +67,17 @@ def driver_plan(branch: int, flavour: str) -> DriverPlan:
 
     Up to 580 NVIDIA's repository has versioned metas (``nvidia-open-580``); from 590
     the branch is locked by installing ``nvidia-driver-pinning-<branch>`` *before* the
-    unversioned meta (NVIDIA Driver Installation Guide, "Version locking").
+    unversioned meta (NVIDIA Driver Installation Guide, "Version locking"); 580 gets
+    both (see first_pinning_branch in the data file).
     """
     if flavour not in FLAVOURS:
         raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
-    meta = nvidia_data()["flavours"][flavour]
-    if branch <= int(nvidia_data()["last_versioned_meta_branch"]):
-        return DriverPlan(branch, flavour, (f"{meta}-{branch}",), None)
-    pin = f"nvidia-driver-pinning-{branch}"
-    return DriverPlan(branch, flavour, (pin, meta), pin)
+    data = nvidia_data()
+    meta = data["flavours"][flavour]
+    pin = f"nvidia-driver-pinning-{branch}" if branch >= int(data["first_pinning_branch"]) else None
+    if branch <= int(data["last_versioned_meta_branch"]):
+        meta = f"{meta}-{branch}"
+    return DriverPlan(branch, flavour, tuple(p for p in (pin, meta) if p), pin)
 
 
 def lane_problem(lane: str, branch: int, installed_driver: str | None = None) -> str | None:

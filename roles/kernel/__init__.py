@@ -58,7 +58,7 @@ def boot_cmdline(params: list[str], boot_loader: str | None):
         if not current.strip():
             # Seed from the running command line so root=/boot= survive; drop what the
             # boot loader adds itself (BOOT_IMAGE=, initrd=).
-            running = host.get_fact(_host_facts().KernelCmdline) or ""
+            running = boot.raw_cmdline(host.get_fact(_host_facts().KernelCmdline))
             current = " ".join(
                 t for t in running.split() if not t.startswith(("BOOT_IMAGE=", "initrd="))
             )

@@ -77,8 +77,10 @@ def test_boot_loader_config():
 
 
 def test_driver_plan_versioned_meta_up_to_580_pinning_from_590():
-    assert driver.driver_plan(580, "open").packages == ("nvidia-open-580",)
+    assert driver.driver_plan(580, "open").packages == (
+        "nvidia-driver-pinning-580", "nvidia-open-580")
     assert driver.driver_plan(575, "proprietary").packages == ("cuda-drivers-575",)
+    assert driver.driver_plan(575, "open").pinning_package is None
     plan = driver.driver_plan(590, "open")
     assert plan.packages == ("nvidia-driver-pinning-590", "nvidia-open")
     assert plan.pinning_package == "nvidia-driver-pinning-590"

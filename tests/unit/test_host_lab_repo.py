@@ -1,0 +1,126 @@
+"""The lab's NVIDIA-layout repository: signed, complete, and its stand-ins print the
+formats gpuserve's own parsers read (so the lab exercises the real parsing paths)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuserve.parsers import cuda, nvidia_smi
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("dpkg-deb") and shutil.which("gpg") and shutil.which("gpgv")),
+    reason="needs dpkg-deb, gpg and gpgv",
+)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    import os
+
+    home = tmp_path_factory.mktemp("labhome")
+    old = os.environ.get("GPUSERVE_LAB_HOME")
+    os.environ["GPUSERVE_LAB_HOME"] = str(home)
+    try:
+        from lab import nvidia_repo
+
+        mirror = tmp_path_factory.mktemp("mirror")
+        nvidia_repo.publish(mirror)
+        path = mirror / nvidia_repo.REPO_SUBDIR
+        before = (path / "InRelease").stat().st_mtime_ns
+        nvidia_repo.publish(mirror)  # unchanged inputs: nothing rebuilt
+        assert (path / "InRelease").stat().st_mtime_ns == before
+        yield path
+    finally:
+        if old is None:
+            os.environ.pop("GPUSERVE_LAB_HOME", None)
+        else:
+            os.environ["GPUSERVE_LAB_HOME"] = old
+
+
+def _extract(repo: Path, pattern: str, dest: Path) -> Path:
+    deb = next(repo.glob(pattern))
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(dest)], check=True)
+    return dest
+
+
+def test_repository_layout_and_signature(repo, tmp_path):
+    packages = (repo / "Packages").read_text()
+    names = {line.split(": ", 1)[1] for line in packages.splitlines()
+             if line.startswith("Package: ")}
+    for name in ("cuda-keyring", "nvidia-open", "nvidia-open-580", "cuda-drivers",
+                 "nvidia-driver-pinning-590", "nvidia-kernel-open-dkms", "nvidia-kernel-dkms",
+                 "nvidia-persistenced", "cuda-toolkit-12-8", "cuda-toolkit-12-9",
+                 "cuda-toolkit-13-0"):
+        assert name in names, name
+    assert "Filename: ./cuda-keyring_1.1-1_all.deb" in packages
+    root = _extract(repo, "cuda-keyring_1.1-1_all.deb", tmp_path / "kr")
+    keyring = root / "usr/share/keyrings/cuda-archive-keyring.gpg"
+    ok = subprocess.run(["gpgv", "--keyring", str(keyring), str(repo / "InRelease")],
+                        capture_output=True)
+    assert ok.returncode == 0, ok.stderr
+    # a tampered Release must not verify against the detached signature
+    bad = tmp_path / "Release"
+    bad.write_text((repo / "Release").read_text().replace("amd64", "arm64"))
+    fail = subprocess.run(["gpgv", "--keyring", str(keyring), str(repo / "Release.gpg"),
+                           str(bad)], capture_output=True)
+    assert fail.returncode != 0
+    sources = (root / "etc/apt/sources.list.d/cuda-debian12-x86_64.list").read_text()
+    assert "/compute/cuda/repos/debian12/x86_64/ /" in sources
+
+
+def _smi(tmp_path: Path, repo: Path, box: str, *args: str) -> str:
+    drv = _extract(repo, "nvidia-driver_580.126.20-1_amd64.deb", tmp_path / "drv")
+    hw = _extract(repo, "gpuserve-lab-hardware_1.0-1_all.deb", tmp_path / "hw")
+    script = (drv / "usr/bin/nvidia-smi").read_text()
+    script = script.replace("/usr/share/gpuserve-lab/boxes", str(hw / "usr/share/gpuserve-lab/boxes"))
+    script = script.replace("/etc/gpuserve-lab/box", str(tmp_path / "box"))
+    (tmp_path / "box").write_text(box + "\n")
+    (tmp_path / "smi").write_text(script)
+    out = subprocess.run([sys.executable, str(tmp_path / "smi"), *args], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out
+    return out.stdout
+
+
+def test_nvidia_smi_reference_box(repo, tmp_path):
+    gpus = nvidia_smi.parse_query_gpu(_smi(tmp_path, repo, "rtxpro6000-kvm",
+                                           *nvidia_smi.QUERY_COMMAND.split()[1:]))
+    assert len(gpus) == 8
+    assert {g["name"] for g in gpus} == {"NVIDIA RTX PRO 6000 Blackwell Server Edition"}
+    assert {g["memory_total_mib"] for g in gpus} == {97887}
+    assert {g["driver_version"] for g in gpus} == {"580.126.20"}
+    assert gpus[0]["compute_cap"] == "12.0"
+    topo = nvidia_smi.parse_topo_matrix(_smi(tmp_path, repo, "rtxpro6000-kvm", "topo", "-m"))
+    links = topo.to_json()["links"]
+    assert all(links[i][j] == "PHB" for i in range(8) for j in range(8) if i != j)
+    p2p = nvidia_smi.parse_p2p_matrix(_smi(tmp_path, repo, "rtxpro6000-kvm", "topo", "-p2p", "r"))
+    assert nvidia_smi.p2p_verdict(p2p) == "none"
+    units = _smi(tmp_path, repo, "rtxpro6000-kvm", "--query-gpu=name,memory.total",
+                 "--format=csv")
+    assert units.splitlines()[:2] == [
+        "name, memory.total [MiB]", "NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887 MiB"]
+
+
+@pytest.mark.parametrize(("box", "link"), [("rtxpro6000-baremetal", "NODE"),
+                                           ("h200-nvlink", "NV18")])
+def test_nvidia_smi_other_boxes(repo, tmp_path, box, link):
+    p2p = nvidia_smi.parse_p2p_matrix(_smi(tmp_path, repo, box, "topo", "-p2p", "w"))
+    assert nvidia_smi.p2p_verdict(p2p) == "ok"
+    topo = nvidia_smi.parse_topo_matrix(_smi(tmp_path, repo, box, "topo", "-m"))
+    assert topo.to_json()["links"][0][1] == link
+
+
+@pytest.mark.parametrize("lane", ["12.8", "12.9", "13.0"])
+def test_toolkit_packages_report_their_lane(repo, tmp_path, lane):
+    dash = lane.replace(".", "-")
+    root = _extract(repo, f"cuda-toolkit-{dash}_*.deb", tmp_path / "tk")
+    nvcc = subprocess.run([str(root / f"usr/local/cuda-{lane}/bin/nvcc"), "--version"],
+                          capture_output=True, text=True, check=True).stdout
+    assert cuda.parse_nvcc_version(nvcc) == lane
+    assert cuda.parse_version_json((root / f"usr/local/cuda-{lane}/version.json").read_text()) \
+        == lane
