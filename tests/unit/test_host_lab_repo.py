@@ -77,7 +77,8 @@ def _smi(tmp_path: Path, repo: Path, box: str, *args: str) -> str:
     drv = _extract(repo, "nvidia-driver_580.126.20-1_amd64.deb", tmp_path / "drv")
     hw = _extract(repo, "gpuserve-lab-hardware_1.0-1_all.deb", tmp_path / "hw")
     script = (drv / "usr/bin/nvidia-smi").read_text()
-    script = script.replace("/usr/share/gpuserve-lab/boxes", str(hw / "usr/share/gpuserve-lab/boxes"))
+    boxes = hw / "usr/share/gpuserve-lab/boxes"
+    script = script.replace("/usr/share/gpuserve-lab/boxes", str(boxes))
     script = script.replace("/etc/gpuserve-lab/box", str(tmp_path / "box"))
     (tmp_path / "box").write_text(box + "\n")
     (tmp_path / "smi").write_text(script)
