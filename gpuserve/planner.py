@@ -72,6 +72,7 @@ class Layout:
     num_redundant_experts: int = 0
     speculative: str | None = None  # NEXTN/EAGLE/MTP -> the checkpoint's MTP layers load too
     draft_layers: int | None = None  # override the number of draft (MTP/EAGLE) layers
+    dp_lm_head: bool = False  # --enable-dp-lm-head
 
     @property
     def attn_tp(self) -> int:
@@ -201,9 +202,14 @@ def weights_per_gpu(arch: ModelArch, layout: Layout) -> list[WeightPart]:
             )
 
     vocab = arch.vocab_size * h
-    add("embed", "embedding", vocab / tp, f"vocab-parallel /{tp}")
+    # layers/vocab_parallel_embedding.py::get_embedding_tp_kwargs: under attention DP the
+    # embedding shards over the attention-TP group only; the LM head does so only with
+    # --enable-dp-lm-head (ParallelLMHead use_attn_tp_group).
+    emb_div = layout.attn_tp if layout.attn_dp > 1 else tp
+    add("embed", "embedding", vocab / emb_div, f"vocab-parallel /{emb_div}")
     if not arch.tie_word_embeddings:
-        add("lm_head", "lm_head", vocab / tp, f"vocab-parallel /{tp}")
+        head_div = layout.attn_tp if layout.dp_lm_head else tp
+        add("lm_head", "lm_head", vocab / head_div, f"vocab-parallel /{head_div}")
 
     sharded, rep = _attention_params(arch, layout.attn_tp)
     n = arch.num_layers

@@ -139,6 +139,8 @@ def test_attention_dp_replicates_attention():
     dp = {p.name: p.gib for p in weights_per_gpu(dsv3, Layout(tp=8, attn_dp=8))}
     assert dp["attention (sharded)"] == pytest.approx(8 * tp["attention (sharded)"])
     assert dp["routed experts x58 layers"] == tp["routed experts x58 layers"]
+    assert dp["embedding"] == pytest.approx(8 * tp["embedding"])  # attn_tp group only
+    assert dp["lm_head"] == tp["lm_head"]
 
 
 def test_seed_diagnosis_from_field_note_figures():
