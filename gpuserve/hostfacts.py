@@ -51,7 +51,8 @@ class _Reader:
         return value
 
     def child(self, key: str) -> _Reader:
-        return _Reader(self.data.get(key) or {}, self._at(key), self.file)
+        value = self.data.get(key)
+        return _Reader({} if value is None else value, self._at(key), self.file)
 
     def matrix(self, key: str) -> list[list[str]] | None:
         value = self.data.get(key)
