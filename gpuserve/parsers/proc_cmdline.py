@@ -25,6 +25,8 @@ def parse_cmdline(text: str | Iterable[str]) -> Cmdline:
     if len(lines) != 1:
         raise ParseError(f"/proc/cmdline has one line, got {len(lines)}")
     raw = lines[0].strip()
+    if not raw.isprintable():
+        raise ParseError("control characters in a kernel command line", 1, lines[0])
     try:
         tokens = shlex.split(raw)
     except ValueError as exc:
