@@ -24,6 +24,7 @@ from gpuserve.facts.host import (
     SecureBoot,
     Virtualization,
 )
+from gpuserve.hostfacts import HostFacts
 from gpuserve.parsers.sections import marker, split_sections
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpuhost"
@@ -215,6 +216,10 @@ def test_document_from_sections():
     }
     assert doc["cpu_vendor"] == "intel"
     assert doc["sglang_version"] == "0.5.23"
+    # The doctor's reader accepts it and sees the same values.
+    facts = HostFacts.from_dict(doc, "gathered")
+    assert facts.gpus[0].memory_total_mib == 97887 and facts.topology.p2p == "none"
+    assert facts.kernel.iommu_groups == 1 and facts.driver.flavour == "open"
 
 
 def test_document_absent_everything_is_null():
