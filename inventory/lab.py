@@ -1,0 +1,63 @@
+"""pyinfra inventory for the lab: the running QEMU instance as one GPU host, `lab-gpu`.
+
+    python -m lab up
+    pyinfra -y inventory/lab.py deploy/serve.py
+
+Reads the state `python -m lab up` wrote for instance $GPUSERVE_LAB_NAME (default
+"default"). Host-key checking stays strict: the lab pins the guest's host key in its
+own known_hosts file (real inventories must never disable host-key checking).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_REPO = str(Path(__file__).resolve().parent.parent)
+if _REPO not in sys.path:
+    sys.path.insert(0, _REPO)
+
+from lab.state import instance_name, pid_alive, read_state  # noqa: E402
+
+# Host data of the lab host, in one place. `{mirror}` is the instance's loopback mirror
+# as the guest sees it (http://10.0.2.2:<port>/). The GPUSERVE_LAB_STANDIN_* knobs
+# steer the SGLang stand-in and are set only here, never by product code.
+LAB_HOST_DATA = {
+    "profile": "glm5-nvfp4-tp8",
+    "sglang_package": "sglang==0.5.23+lab",
+    "pip_find_links": "{mirror}wheels/",
+    "sglang_extra_env": {"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "8"},
+    "nvidia_repo_url": "{mirror}cuda/repos/debian12/x86_64/",
+    "allow_reboot": True,
+}
+
+
+class LabNotRunning(RuntimeError):
+    pass
+
+
+def _host_data() -> dict:
+    name = instance_name()
+    st = read_state(name)
+    if st is None or not pid_alive(st.pid):
+        raise LabNotRunning(
+            f"lab instance {name!r} is not running: run `python -m lab up` "
+            f"(or `GPUSERVE_LAB_NAME={name} python -m lab up`) first")
+    data = {
+        k: v.format(mirror=st.mirror_url) if isinstance(v, str) else v
+        for k, v in LAB_HOST_DATA.items()
+    }
+    data.update(
+        ssh_hostname="127.0.0.1",
+        ssh_port=st.ssh_port,
+        ssh_user="root",
+        ssh_key=st.ssh_key,
+        ssh_known_hosts_file=st.known_hosts,
+        ssh_strict_host_key_checking="yes",
+        ssh_allow_agent=False,
+        ssh_look_for_keys=False,
+    )
+    return data
+
+
+gpu = [("lab-gpu", _host_data())]

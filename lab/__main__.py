@@ -1,0 +1,96 @@
+"""`python -m lab deps|up|down|status|ssh`: the local stand-in GPU host.
+
+State lives under $GPUSERVE_LAB_HOME (default ~/.cache/gpuserve/lab); the instance is
+--name or $GPUSERVE_LAB_NAME (default "default").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from lab import instance
+from lab.deps import ensure_deps
+from lab.sshutil import ssh_argv
+from lab.state import instance_name, list_instances, read_state
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m lab", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("deps", help="apt-get install the host tools that are missing")
+    up = sub.add_parser("up", help="build/reuse the image, start mirror and VM, wait for SSH")
+    up.add_argument("--name")
+    up.add_argument("--fresh", action="store_true", help="reset the instance's disk")
+    up.add_argument("--memory", type=int, default=2048, metavar="MIB")
+    up.add_argument("--timeout", type=float, default=420, help="seconds to wait for SSH")
+    down = sub.add_parser("down", help="power the VM off and stop the mirror")
+    down.add_argument("--name")
+    down.add_argument("--all", action="store_true", help="every instance")
+    down.add_argument("--timeout", type=float, default=90)
+    st = sub.add_parser("status", help="is it running, does SSH answer, which ports")
+    st.add_argument("--name")
+    st.add_argument("--all", action="store_true")
+    st.add_argument("--json", action="store_true")
+    ssh = sub.add_parser("ssh", help="ssh into the VM: ssh [--name N] [-- cmd ...]")
+    ssh.add_argument("--name")
+    ssh.add_argument("command", nargs=argparse.REMAINDER)
+    return p
+
+
+def _print_status(info: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+        return
+    print(f"{info['name']}: {info['state']}")
+    if "ssh_port" in info:
+        print(f"  qemu pid {info['pid']} alive={info['qemu_alive']}  "
+              f"ssh 127.0.0.1:{info['ssh_port']} answers={info['ssh_answers']}")
+        print(f"  mirror pid {info['mirror_pid']} alive={info['mirror_alive']}  "
+              f"127.0.0.1:{info['mirror_port']} (guest: {info['mirror_url']})")
+        print(f"  serial log {info['serial_log']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    try:
+        if a.cmd == "deps":
+            return ensure_deps()
+        if a.cmd == "up":
+            st = instance.up(instance_name(a.name), fresh=a.fresh, memory_mib=a.memory,
+                             timeout=a.timeout)
+            print(f"lab {st.name}: ssh 127.0.0.1:{st.ssh_port}, mirror {st.mirror_url}")
+            return 0
+        if a.cmd == "down":
+            if a.all:
+                instance.down_all(a.timeout)
+            else:
+                instance.down(instance_name(a.name), a.timeout)
+            return 0
+        if a.cmd == "status":
+            names = list_instances() if a.all else [instance_name(a.name)]
+            infos = [instance.status(n) for n in names]
+            for info in infos:
+                _print_status(info, a.json)
+            return 0 if all(i["state"] == "running" for i in infos) and infos else 1
+        if a.cmd == "ssh":
+            name = instance_name(a.name)
+            st = read_state(name)
+            if st is None:
+                print(f"lab: instance {name!r} is not running; run `python -m lab up`",
+                      file=sys.stderr)
+                return 1
+            cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+            argv_ = ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts)
+            os.execvp(argv_[0], [*argv_, *cmd])
+    except (RuntimeError, TimeoutError, ValueError, OSError) as exc:
+        print(f"lab: error: {exc}", file=sys.stderr)
+        return 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

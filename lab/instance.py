@@ -1,0 +1,183 @@
+"""Bring one lab instance up, down, and report on it (the logic behind the CLI)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from lab import mirror, qemu
+from lab.image import ensure_image
+from lab.keys import ensure_keys, public_key, write_known_hosts
+from lab.sshutil import ssh_ok
+from lab.state import (
+    InstanceState,
+    clear_state,
+    instance_dir,
+    list_instances,
+    pid_alive,
+    read_state,
+    write_state,
+)
+
+
+def say(msg: str) -> None:
+    print(f"lab: {msg}", file=sys.stderr, flush=True)
+
+
+def serial_tail(path: Path | str, lines: int = 25) -> str:
+    try:
+        text = Path(path).read_bytes().decode(errors="replace")
+    except OSError:
+        return "(no serial log)"
+    clean = text.replace("\r", "")
+    return "\n".join(clean.splitlines()[-lines:])
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _last_line(path: Path) -> str:
+    tail = [ln for ln in _ANSI.sub("", serial_tail(path, 5)).splitlines() if ln.strip()]
+    return tail[-1][:100] if tail else ""
+
+
+def wait_ssh(st: InstanceState, timeout: float, what: str = "boot") -> float:
+    """Wait until a real SSH login works; show progress; fail with the serial tail."""
+    t0 = time.monotonic()
+    last_note = 0.0
+    while True:
+        elapsed = time.monotonic() - t0
+        if not pid_alive(st.pid):
+            raise RuntimeError(f"QEMU (pid {st.pid}) died during {what}; serial log tail:\n"
+                               + serial_tail(st.serial_log))
+        if ssh_ok(st.ssh_port, st.ssh_key, st.known_hosts, timeout=10):
+            return elapsed
+        if elapsed > timeout:
+            raise TimeoutError(
+                f"SSH did not answer within {timeout:.0f}s of {what}; "
+                f"serial log {st.serial_log} ends with:\n" + serial_tail(st.serial_log))
+        if elapsed - last_note >= 10:
+            say(f"  [{elapsed:4.0f}s] waiting for SSH on 127.0.0.1:{st.ssh_port} ... "
+                f"console: {_last_line(Path(st.serial_log))}")
+            last_note = elapsed
+        time.sleep(2)
+
+
+def up(name: str, fresh: bool = False, memory_mib: int = 2048,
+       timeout: float = 420.0) -> InstanceState:
+    """Build/reuse the image, publish and start the mirror, boot, wait for SSH."""
+    st = read_state(name)
+    if st and pid_alive(st.pid):
+        if not fresh:
+            if not pid_alive(st.mirror_pid):
+                say("mirror was down; restarting it")
+                st = _restart_mirror(st)
+            wait_ssh(st, timeout, "an already running guest")
+            say(f"instance {name!r} already running (ssh port {st.ssh_port})")
+            return st
+        say(f"--fresh: stopping the running instance {name!r}")
+        down(name)
+    elif st:
+        # A stale state file from a crashed run: clean up what is left.
+        mirror.stop(st.mirror_pid)
+        clear_state(name)
+
+    client, hostkey = ensure_keys()
+    base = ensure_image()
+    idir = instance_dir(name)
+    idir.mkdir(parents=True, exist_ok=True)
+    overlay = idir / "disk.qcow2"
+    if fresh or not overlay.exists() or qemu.overlay_backing(overlay) != str(base):
+        if overlay.exists() and not fresh:
+            say("the base image changed since this instance was created; resetting it")
+        qemu.create_overlay(base, overlay)
+
+    mirror_root = idir / "mirror"
+    say(f"publishing the mirror at {mirror_root}")
+    mirror.publish_all(mirror_root, warn=lambda m: print(m, file=sys.stderr))
+    mpid, mport = mirror.start(mirror_root, idir)
+
+    serial_log = idir / "serial.log"
+    serial_log.write_bytes(b"")
+    t0 = time.monotonic()
+    for attempt in range(5):
+        port = qemu.free_port()
+        spec = qemu.VmSpec(name=name, overlay=overlay, ssh_port=port,
+                           serial_log=serial_log, console_socket=idir / "console.sock",
+                           qmp_socket=idir / "qmp.sock", pidfile=idir / "qemu.pid",
+                           memory_mib=memory_mib)
+        try:
+            pid = qemu.launch(spec)
+            break
+        except qemu.QemuStartError as exc:
+            if exc.port_taken and attempt < 4:
+                continue
+            mirror.stop(mpid)
+            raise
+    known_hosts = write_known_hosts(idir / "known_hosts", "127.0.0.1", port,
+                                    public_key(hostkey))
+    st = InstanceState(
+        name=name, ssh_port=port, mirror_port=mport, pid=pid, mirror_pid=mpid,
+        ssh_key=str(client), known_hosts=str(known_hosts), image=str(base),
+        overlay=str(overlay), serial_log=str(serial_log), qmp_socket=str(spec.qmp_socket),
+        mirror_root=str(mirror_root),
+        extra={"console_socket": str(spec.console_socket), "memory_mib": memory_mib},
+    )
+    write_state(st)
+    say(f"QEMU started (pid {pid}); booting through GRUB under TCG "
+        f"(ssh 127.0.0.1:{port}, mirror {st.mirror_url})")
+    try:
+        wait_ssh(st, timeout)
+    except Exception:
+        say("boot failed; stopping the instance")
+        down(name)
+        raise
+    say(f"instance {name!r} up: SSH answered {time.monotonic() - t0:.0f}s after start")
+    return st
+
+
+def _restart_mirror(st: InstanceState) -> InstanceState:
+    mpid, mport = mirror.start(Path(st.mirror_root), instance_dir(st.name))
+    st.mirror_pid, st.mirror_port = mpid, mport
+    write_state(st)
+    return st
+
+
+def down(name: str, timeout: float = 90.0) -> str:
+    """Power the guest off (kill after the timeout), stop the mirror, drop the state."""
+    st = read_state(name)
+    if st is None:
+        return "not running"
+    result = "not running"
+    if pid_alive(st.pid):
+        say(f"shutting down {name!r} (pid {st.pid})")
+        result = qemu.stop(st.pid, Path(st.qmp_socket), timeout=timeout)
+    mirror.stop(st.mirror_pid)
+    clear_state(name)
+    say(f"{name!r}: {result}; mirror stopped")
+    return result
+
+
+def down_all(timeout: float = 90.0) -> dict[str, str]:
+    return {n: down(n, timeout) for n in list_instances()}
+
+
+def status(name: str) -> dict:
+    """The truth about an instance: processes alive, SSH answering, ports."""
+    st = read_state(name)
+    if st is None:
+        return {"name": name, "state": "down"}
+    alive = pid_alive(st.pid)
+    info = asdict(st)
+    info.update(
+        qemu_alive=alive,
+        mirror_alive=pid_alive(st.mirror_pid),
+        ssh_answers=alive and ssh_ok(st.ssh_port, st.ssh_key, st.known_hosts, timeout=10),
+        mirror_url=st.mirror_url,
+    )
+    info["state"] = ("running" if info["ssh_answers"] else
+                     "booting or unresponsive" if alive else "dead (stale state)")
+    return info

@@ -1,0 +1,137 @@
+"""The lab mirror: a threaded static HTTP server on 127.0.0.1 for the guest.
+
+The guest reaches it at ``http://10.0.2.2:<port>/`` (QEMU's user network forwards its
+host alias 10.0.2.2 to the controller's loopback), so nothing leaves the machine.
+Layout (docs/architecture.md, "Lab"): ``wheels/`` (pip find-links) and
+``cuda/repos/debian12/x86_64/`` (an NVIDIA-layout apt repository), each filled by a
+publisher module ``lab.<name>.publish(mirror_root: Path)`` before serving.
+
+Run as ``python -m lab.mirror --root DIR --port-file FILE``: it binds port 0 itself
+and writes the port it got, so there is no window between picking and binding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+PUBLISHERS = ("lab.sglang_standin", "lab.nvidia_repo")
+LAYOUT = ("wheels", "cuda/repos/debian12/x86_64")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+log = logging.getLogger("lab.mirror")
+
+
+def publish_all(mirror_root: Path, warn=print) -> list[str]:
+    """Create the layout and run every publisher that exists; return those that ran.
+
+    A publisher module that does not exist yet is skipped with a warning; one that
+    exists but fails raises, naming it (a half-published mirror would only fail later
+    and less clearly inside the guest).
+    """
+    for sub in LAYOUT:
+        (mirror_root / sub).mkdir(parents=True, exist_ok=True)
+    ran = []
+    for modname in PUBLISHERS:
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and modname.startswith(exc.name):
+                warn(f"lab: warning: publisher {modname} does not exist yet; skipped")
+                continue
+            raise
+        publish = getattr(mod, "publish", None)
+        if publish is None:
+            warn(f"lab: warning: {modname} has no publish(mirror_root); skipped")
+            continue
+        try:
+            publish(mirror_root)
+        except Exception as exc:
+            raise RuntimeError(f"publisher {modname}.publish failed: {exc}") from exc
+        ran.append(modname)
+    return ran
+
+
+class _Handler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 (stdlib signature)
+        log.info("%s %s", self.address_string(), format % args)
+
+
+def serve(root: Path, port_file: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+    handler = functools.partial(_Handler, directory=str(root))
+    httpd = ThreadingHTTPServer((host, port), handler)
+    httpd.daemon_threads = True
+    tmp = port_file.with_suffix(".tmp")
+    tmp.write_text(str(httpd.server_address[1]))
+    os.replace(tmp, port_file)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        httpd.serve_forever()
+    finally:
+        httpd.server_close()
+
+
+def start(root: Path, workdir: Path, timeout: float = 10.0) -> tuple[int, int]:
+    """Start the server in the background (own session, outlives `lab up`).
+
+    Returns (pid, port).
+    """
+    port_file = workdir / "mirror.port"
+    port_file.unlink(missing_ok=True)
+    logf = open(workdir / "mirror.log", "ab")  # noqa: SIM115 (handed to the child)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lab.mirror", "--root", str(root),
+         "--port-file", str(port_file)],
+        stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd=REPO_ROOT, env=env,
+        start_new_session=True,
+    )
+    logf.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if port_file.exists():
+            return proc.pid, int(port_file.read_text())
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"the mirror did not start; see {workdir / 'mirror.log'}")
+
+
+def stop(pid: int) -> None:
+    from lab.state import pid_alive
+
+    if not pid_alive(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(50):
+        if not pid_alive(pid):
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m lab.mirror")
+    p.add_argument("--root", type=Path, required=True)
+    p.add_argument("--port-file", type=Path, required=True)
+    p.add_argument("--port", type=int, default=0)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    serve(a.root, a.port_file, port=a.port)
+
+
+if __name__ == "__main__":
+    main()
