@@ -122,6 +122,38 @@ class Context:
         defaults = self.memory_defaults()
         return defaults.decode_max_bs if defaults else None
 
+    def plan(self) -> Any:
+        """The planner's prediction for this profile on this host (None if it cannot say)."""
+        record = self.arch
+        if record is None or self.facts.min_memory_mib is None:
+            return None
+        try:
+            from gpuserve.memory_defaults import KNOWN_VERSIONS
+            from gpuserve.planner import Layout, predict
+        except ImportError:  # pragma: no cover - planner side not present
+            return None
+        p = self.profile
+        layout = Layout(
+            tp=p.parallel.tp, ep=p.parallel.ep, attn_dp=p.parallel.attention_dp,
+            moe_a2a_backend=p.moe.a2a_backend or "none",
+            num_redundant_experts=p.moe.num_redundant_experts or 0,
+            speculative=p.speculative.algorithm,
+        )
+        majors = self.facts.sm_majors
+        return predict(
+            record, gpu_memory_mib=self.facts.min_memory_mib,
+            gpu_count=len(self.facts.gpus) or p.gpus,
+            sm_major=max(majors) if majors else None, layout=layout,
+            version=self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1],
+            mem_fraction_static=p.memory.mem_fraction_static,
+            kv_cache_dtype=p.memory.kv_cache_dtype or "auto",
+            cuda_graph_max_bs=p.memory.cuda_graph_max_bs,
+            chunked_prefill_size=p.memory.chunked_prefill_size,
+            max_running_requests=p.memory.max_running_requests,
+            context_length=p.memory.context_length,
+            dsa_backend=p.attention.dsa_decode_backend,
+        )
+
     def memory_defaults(self) -> Any:
         """SGLang's auto memory settings for this launch (gpuserve.memory_defaults)."""
         if self.facts.min_memory_mib is None:
@@ -419,6 +451,16 @@ def _iommu_p2p(ctx: Context) -> str | None:
     if ctx.pcie_only:
         return f"bare metal, P2P ok over PCIe, IOMMU on, cmdline without iommu=pt: {k.cmdline}"
     return None
+
+
+@rule("memory-plan")
+def _memory_plan(ctx: Context) -> str | None:
+    plan = ctx.plan()
+    if plan is None or plan.verdict not in ctx.params["verdicts"]:
+        return None
+    return f"{plan.verdict}: weights {plan.weights_gib:.1f} GiB per GPU, KV budget " \
+           f"{plan.rest_gib:.1f} GiB at mem_fraction_static {plan.mem_fraction_static:.3f}; " \
+           f"minimum viable {plan.min_viable_mfs:.3f}"
 
 
 @rule("ep-memory")

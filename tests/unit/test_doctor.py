@@ -210,6 +210,15 @@ def test_iommu_p2p_bare_metal():
     assert "iommu-p2p-bare-metal" not in fired("deepseek-v3-fp8-h200-tp8", facts(H200, no_pt))
 
 
+def test_memory_plan():
+    # DeepSeek-V3 FP8 (~79 GiB of weights per GPU at TP8) does not leave KV room on 96 GB
+    findings = {f.id: f for f in diagnose(load_profile("deepseek-v3-fp8-h200-tp8"), facts(REF))}
+    assert findings["memory-plan"].severity == "error"
+    assert "refused" in findings["memory-plan"].evidence
+    assert "memory-plan" not in fired("deepseek-v3-fp8-h200-tp8", facts(H200))
+    assert "memory-plan" not in fired("glm5-nvfp4-tp8", facts(REF))
+
+
 def test_ep_memory(tmp_path):
     auto = child(tmp_path, "qwen3-235b-a22b-fp8-h200-tp8",
                  {"memory": {"mem_fraction_static": "auto"}})
