@@ -140,19 +140,24 @@ class Context:
             speculative=p.speculative.algorithm,
         )
         majors = self.facts.sm_majors
-        return predict(
-            record, gpu_memory_mib=self.facts.min_memory_mib,
-            gpu_count=len(self.facts.gpus) or p.gpus,
-            sm_major=max(majors) if majors else None, layout=layout,
-            version=self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1],
-            mem_fraction_static=p.memory.mem_fraction_static,
-            kv_cache_dtype=p.memory.kv_cache_dtype or "auto",
-            cuda_graph_max_bs=p.memory.cuda_graph_max_bs,
-            chunked_prefill_size=p.memory.chunked_prefill_size,
-            max_running_requests=p.memory.max_running_requests,
-            context_length=p.memory.context_length,
-            dsa_backend=p.attention.dsa_decode_backend,
-        )
+        try:
+            return predict(
+                record, gpu_memory_mib=self.facts.min_memory_mib,
+                gpu_count=len(self.facts.gpus) or p.gpus,
+                sm_major=max(majors) if majors else None, layout=layout,
+                version=self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1],
+                mem_fraction_static=p.memory.mem_fraction_static,
+                kv_cache_dtype=p.memory.kv_cache_dtype or "auto",
+                cuda_graph_max_bs=p.memory.cuda_graph_max_bs,
+                chunked_prefill_size=p.memory.chunked_prefill_size,
+                max_running_requests=p.memory.max_running_requests,
+                context_length=p.memory.context_length,
+                dsa_backend=p.attention.dsa_decode_backend,
+                )
+        except (ValueError, InputError):
+            # settings the planner does not model (e.g. an NVFP4 KV cache): no prediction,
+            # other rules judge those settings
+            return None
 
     def memory_defaults(self) -> Any:
         """SGLang's auto memory settings for this launch (gpuserve.memory_defaults)."""
