@@ -145,6 +145,12 @@ def test_bad_choice_names_the_profile_field_and_line():
     assert "flashmla_magic" in exc.message
 
 
+def test_local_version_suffix_renders_as_its_release():
+    launch = render_launch(load_profile("glm5-nvfp4-tp8"), "0.5.23+lab")
+    assert launch.version == "0.5.23"
+    assert launch.args == render_launch(load_profile("glm5-nvfp4-tp8"), "0.5.23").args
+
+
 def test_version_outside_the_profile_targets_is_refused():
     with pytest.raises(InputError) as info:
         render_launch(load_profile("glm5-nvfp4-tp8"), "0.5.19")
