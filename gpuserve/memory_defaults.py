@@ -155,11 +155,11 @@ def memory_defaults(
         max_bs = max_running_requests
     captures = tuple(decode_capture_sizes(max_bs, speculative))
 
-    prefill_max: int | None = None
-    if cps > 0 and use_mla:
+    # Prefill graph max_bs as the hook sets it, even when chunking is off (cps = -1): the
+    # reserve below still counts the MLA prefill graphs then, as SGLang does.
+    prefill_max = cps
+    if use_mla:
         prefill_max = 2048 if version == "0.5.19" else min(8192, cps)
-    elif cps > 0:
-        prefill_max = cps
 
     breakdown: dict[str, float] = {}
     if mem_fraction_static is not None:
@@ -183,7 +183,7 @@ def memory_defaults(
                 graphs += max_bs * attn_dp * 3
                 if max_bs > 300:
                     graphs += max_bs * attn_dp * 1.5
-            if prefill_graph and prefill_max:
+            if prefill_graph:
                 if use_mla:
                     graphs += 1.5 * 1024
                 else:
@@ -210,7 +210,7 @@ def memory_defaults(
         chunked_prefill_size_per_dp=per_dp,
         decode_max_bs=max_bs,
         decode_capture_sizes=captures,
-        prefill_graph_max_bs=prefill_max,
+        prefill_graph_max_bs=prefill_max if prefill_max > 0 else None,
         mem_fraction_static=mfs,
         mem_fraction_is_default=is_default,
         reserved_mb=reserved,
