@@ -8,6 +8,7 @@ max_bs and mem_fraction_static.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import itertools
 import sys
