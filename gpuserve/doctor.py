@@ -468,6 +468,13 @@ def _memory_plan(ctx: Context) -> str | None:
            f"minimum viable {plan.min_viable_mfs:.3f}"
 
 
+@rule("ep-pcie-no-win")
+def _ep_pcie_no_win(ctx: Context) -> str | None:
+    if ctx.profile.parallel.ep > 1 and ctx.pcie_only:
+        return f"ep {ctx.profile.parallel.ep} over PCIe (no NVLink)"
+    return None
+
+
 @rule("ep-memory")
 def _ep_memory(ctx: Context) -> str | None:
     p = ctx.profile
@@ -509,15 +516,20 @@ def _decode_graph_bs_dsa(ctx: Context) -> str | None:
     return f"DSA model, decode graph max bs {max_bs} ({how}) on {mem} MiB GPUs"
 
 
-@rule("dsa-trtllm-sm120")
-def _dsa_trtllm_sm120(ctx: Context) -> str | None:
-    if not ctx.sm120:
+@rule("dsa-backend-sm120")
+def _dsa_backend_sm120(ctx: Context) -> str | None:
+    if not ctx.sm120 or not ctx.dsa:
         return None
-    att = ctx.profile.attention
-    chosen = [f"attention.{n}" for n in ("dsa_prefill_backend", "dsa_decode_backend")
-              if getattr(att, n) == "trtllm"]
+    att, bad = ctx.profile.attention, ctx.params["unsupported"]
+    chosen = [f"attention.{n} = {getattr(att, n)}"
+              for n in ("dsa_prefill_backend", "dsa_decode_backend") if getattr(att, n) in bad]
     if chosen:
-        return f"{', '.join(chosen)} = trtllm on SM120"
+        return f"{', '.join(chosen)} on SM120"
+    unset = [n for n in ("dsa_prefill_backend", "dsa_decode_backend") if getattr(att, n) is None]
+    if unset and ctx.profile.memory.kv_cache_dtype != "fp8_e4m3":
+        return f"attention.{unset[0]} unset with kv_cache_dtype " \
+               f"{ctx.profile.memory.kv_cache_dtype or 'auto'}: SGLang's default is not " \
+               f"flashinfer_sparse_mla there (trtllm/flashmla) on SM120"
     return None
 
 

@@ -246,11 +246,25 @@ def test_decode_graph_bs_dsa(tmp_path):
     assert "decode-graph-bs-dsa" not in fired("deepseek-v3-fp8-h200-tp8", facts(REF))
 
 
-def test_dsa_trtllm_sm120(tmp_path):
+def test_dsa_backend_sm120(tmp_path):
     p = child(tmp_path, "glm5-nvfp4-tp8", {"attention": {"dsa_decode_backend": "trtllm"}})
-    assert "dsa-trtllm-sm120" in fired(p, facts(REF))
-    assert "dsa-trtllm-sm120" not in fired(p, facts(H200))
-    assert "dsa-trtllm-sm120" not in fired("glm5-nvfp4-tp8", facts(REF))
+    assert "dsa-backend-sm120" in fired(p, facts(REF))
+    assert "dsa-backend-sm120" not in fired(p, facts(H200))
+    assert "dsa-backend-sm120" not in fired("glm5-nvfp4-tp8", facts(REF))
+    # backends unset and a BF16 KV cache: SGLang's default would not be the SM12x one
+    bf16 = child(tmp_path, "glm5-nvfp4-tp8", {
+        "attention": {"dsa_prefill_backend": None, "dsa_decode_backend": None},
+        "memory": {"kv_cache_dtype": "bf16"}})
+    assert "dsa-backend-sm120" in fired(bf16, facts(REF))
+    fp8 = child(tmp_path, "glm5-nvfp4-tp8", {
+        "attention": {"dsa_prefill_backend": None, "dsa_decode_backend": None}})
+    assert "dsa-backend-sm120" not in fired(fp8, facts(REF))
+
+
+def test_ep_pcie_no_win():
+    assert "ep-pcie-no-win" in fired("glm5-nvfp4-tp8-ep8", facts(REF))
+    assert "ep-pcie-no-win" not in fired("qwen3-235b-a22b-fp8-h200-tp8", facts(H200))
+    assert "ep-pcie-no-win" not in fired("glm5-nvfp4-tp8", facts(REF))
 
 
 def test_dp_attention_graph_bs(tmp_path):
