@@ -452,6 +452,18 @@ def budget(
     )
 
 
+def resolve_max_running_requests(
+    tokens: int, context_len: int, requested: int | None = None, attn_dp: int = 1
+) -> int:
+    """Per-DP-worker request cap (kv_cache_configurator.py::resolve_max_num_reqs, no Mamba):
+    min(clamp(tokens / context_len * 512, 2048, 4096), tokens // 2), or the user's value
+    split over attention-DP workers, still capped at tokens // 2."""
+    if requested is not None:
+        return min(max(1, requested // attn_dp), tokens // 2)
+    estimated = max(min(int(tokens / context_len * 512), 4096), 2048)
+    return min(estimated, tokens // 2)
+
+
 def mfs_for_tokens(pre: float, avail_after: float, tokens: int, cell_bytes: int) -> float:
     """Smallest mem_fraction_static that leaves room for ``tokens`` KV tokens."""
     need = tokens * cell_bytes / GIB
@@ -481,6 +493,7 @@ class Plan:
     kv_tokens: int
     kv_gib: float
     context_length: int | None
+    max_running_requests: int | None
     graph_reserve_gib: float
     verdict: str  # "fits", "tight", "refused", "no-kv", "invalid"
     min_viable_mfs: float
@@ -673,6 +686,11 @@ def predict(
         kv_tokens=tokens,
         kv_gib=tokens * cell.bytes_per_token / GIB,
         context_length=ctx,
+        max_running_requests=(
+            resolve_max_running_requests(tokens, ctx, max_running_requests, layout.attn_dp)
+            if tokens > 0 and ctx
+            else None
+        ),
         graph_reserve_gib=graph_reserve,
         verdict=verdict,
         min_viable_mfs=b.min_viable_mfs,

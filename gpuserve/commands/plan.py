@@ -251,6 +251,7 @@ def _print_plan(plan: Any, arch: Any) -> None:
             ("KV bytes/token", plan.kv_cell["bytes_per_token"]),
             ("KV tokens", plan.kv_tokens),
             ("context length", plan.context_length),
+            ("max running requests", plan.max_running_requests),
             ("minimum viable mfs", plan.min_viable_mfs),
             ("max safe mfs", plan.max_safe_mfs),
         ]

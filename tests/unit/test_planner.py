@@ -12,7 +12,15 @@ from gpuserve.memory_defaults import (
     prefill_capture_sizes,
 )
 from gpuserve.models import load_record
-from gpuserve.planner import GIB, Layout, budget, kv_cell, predict, weights_per_gpu
+from gpuserve.planner import (
+    GIB,
+    Layout,
+    budget,
+    kv_cell,
+    predict,
+    resolve_max_running_requests,
+    weights_per_gpu,
+)
 
 G_PRO6000 = 97887  # nvidia-smi memory.total of an RTX PRO 6000 (MiB)
 
@@ -254,3 +262,11 @@ def test_invalid_layouts_are_reported():
     assert not Layout(tp=8, ep=8, moe_a2a_backend="deepep").validate(glm)
     plan = predict(glm, gpu_memory_mib=G_PRO6000, gpu_count=4, layout=Layout(tp=8))
     assert plan.verdict == "invalid"
+
+
+def test_max_running_requests_rule():
+    # sglang #11208: max_total_num_tokens=1339395, context_len=131072 -> max_running_requests=4096
+    assert resolve_max_running_requests(1339395, 131072) == 4096
+    assert resolve_max_running_requests(100_000, 131072) == 2048
+    assert resolve_max_running_requests(3000, 131072) == 1500  # tokens // 2
+    assert resolve_max_running_requests(1_000_000, 8192, requested=256, attn_dp=8) == 32
