@@ -1,0 +1,1 @@
+"""Internals of the lab's SGLang stand-in (standard library only)."""

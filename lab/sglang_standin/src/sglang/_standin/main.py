@@ -1,0 +1,200 @@
+"""``sglang serve`` / ``python -m sglang.launch_server`` of the stand-in.
+
+Flow (like srt/entrypoints/http_server.py::launch_server): parse argv with the
+version's real parser (rebuilt from the bundled flag catalog; --config merged first),
+log the start-up phases over a simulated load time, and only then listen on
+--host/--port; a warmup thread flips /health to 200 and logs
+"The server is fired up and ready to roll!".
+
+Failures end the way SGLang's do: the scheduler logs "Scheduler hit an exception:
+<traceback>", the launcher logs "Received sigquit from a child process. It usually
+means the child failed." and the process tree is killed (SIGKILL, so the exit
+status is non-zero).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from importlib import resources
+
+from sglang._standin import logs
+from sglang._standin.config import ConfigArgumentMerger
+from sglang._standin.flagparser import build_parser, stderr_warn
+from sglang._standin.server import State, serve
+from sglang._standin.sim import ModelShape, StartupError, capture_oom, env_float, env_str, plan
+from sglang.version import __version__
+
+
+def load_catalog() -> dict:
+    return json.loads(resources.files("sglang._standin").joinpath("flags.json").read_text())
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split("+", 1)[0].split(".")[:3] if p.isdigit())
+
+
+def parse_args(argv: list[str]):
+    catalog = load_catalog()
+    parser = build_parser(catalog, warn=stderr_warn)
+    if "--config" in argv:
+        # 0.5.19's merger keyed the file by dest only; 0.5.2x accepts every long spelling.
+        legacy = _version_tuple(__version__) < (0, 5, 23)
+        argv = ConfigArgumentMerger(parser, legacy=legacy).merge_config_with_args(argv)
+    return parser.parse_args(argv), argv
+
+
+def _die(exc: StartupError, rank: str = "TP0") -> None:
+    frames = "".join(f'  File "{path}", line {line}, in {func}\n'
+                     for path, line, func in exc.frames)
+    logs.log(f"Scheduler hit an exception: Traceback (most recent call last):\n{frames}"
+             f"{exc.exc_type}: {exc.message}\n", rank=rank, level="error")
+    logs.log("Received sigquit from a child process. It usually means the child failed.",
+             level="error")
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _sleep(seconds: float) -> None:
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def _resolved(args, p) -> dict:
+    """ServerArgs after resolution: the CLI values plus what the memory hook decided."""
+    info = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    info.update({
+        "mem_fraction_static": p.mem_fraction_static,
+        "chunked_prefill_size": p.chunked_prefill_size,
+        "served_model_name": args.served_model_name or args.model_path,
+        "tokenizer_path": args.tokenizer_path or args.model_path,
+        "cuda_graph_config": {
+            "decode": {"backend": "full" if p.decode_graphs else "disabled",
+                       "max_bs": p.decode_max_bs, "bs": p.decode_bs},
+            "prefill": {"backend": "breakable" if p.prefill_graphs else "disabled",
+                        "max_bs": p.prefill_bs[-1] if p.prefill_bs else None,
+                        "bs": p.prefill_bs}},
+    })
+    return info
+
+
+def _scheduler_info(p) -> dict:
+    return {"max_total_num_tokens": p.max_total_num_tokens,
+            "max_running_requests": p.max_running_requests,
+            "max_req_input_len": max(p.context_len - 1, 0),
+            "context_len": p.context_len}
+
+
+def run(argv: list[str]) -> None:
+    args, merged_argv = parse_args(list(argv))
+    logs.set_level(args.log_level)
+    shape = ModelShape.from_model_path(args.model_path)
+    p = plan(args, shape)
+    resolved = _resolved(args, p)
+    # Like entrypoints/engine.py::_launch_subprocesses, which logs the resolved record
+    # (api_key included: SGLang redacts only watermark secrets).
+    logs.log(f"server_args={resolved}")
+
+    load_s = env_float("LOAD_SECONDS", 1.0)
+    fail = env_str("FAIL").strip().lower()
+    ranks = [f"TP{r}" for r in range(p.tp)]
+
+    for r in ranks:
+        logs.log(f"Load weight begin. avail mem={p.pre_gb:.2f} GB", rank=r)
+    _sleep(load_s * 0.6)
+    quant = f"quant={args.quantization}, " if args.quantization else ""
+    for r in ranks:
+        logs.log(f"Load weight end. elapsed={load_s * 0.6:.2f} s, type={shape.architecture}, "
+                 f"{quant}avail mem={p.after_weights_gb:.2f} GB, "
+                 f"mem usage={p.weights_gb:.2f} GB.", rank=r)
+    if p.errors:
+        _die(p.errors[0])
+    for r in ranks:
+        kv = p.kv_gb
+        if p.is_mla:
+            logs.log(f"KV Cache is allocated. dtype: {p.kv_dtype_name}, "
+                     f"#tokens: {p.max_total_num_tokens}, KV size: {kv:.2f} GB", rank=r)
+        else:
+            logs.log(f"KV Cache is allocated. dtype: {p.kv_dtype_name}, "
+                     f"#tokens: {p.max_total_num_tokens}, K size: {kv / 2:.2f} GB, "
+                     f"V size: {kv / 2:.2f} GB", rank=r)
+        logs.log(f"Memory pool end. avail mem={p.after_pool_gb:.2f} GB", rank=r)
+    _sleep(load_s * 0.1)
+
+    avail = p.after_pool_gb
+    if p.prefill_graphs:
+        for r in ranks:
+            logs.log(f"Capture target prefill CUDA graph begin. backend=breakable, "
+                     f"num_tokens={p.prefill_bs}, avail mem={avail:.2f} GB", rank=r)
+        avail -= p.prefill_graph_gb
+        for r in ranks:
+            logs.log(f"Capture target prefill CUDA graph end. elapsed={load_s * 0.1:.2f} s, "
+                     f"mem usage={p.prefill_graph_gb:.2f} GB, avail mem={avail:.2f} GB.",
+                     rank=r)
+    if p.decode_graphs:
+        for r in ranks:
+            logs.log(f"Capture target decode CUDA graph begin. backend=full, "
+                     f"num_tokens_per_req=1, avail mem={avail:.2f} GB", rank=r)
+        _sleep(load_s * 0.2)
+        # Capture needs its graphs plus activation scratch inside the free memory.
+        need = p.decode_graph_gb + 0.25
+        if fail == "oom" or need > avail:
+            tried = max(need - avail, 0.0) + 2.0 if fail == "oom" else need
+            _die(capture_oom(p, tried_gb=tried, avail_gb=max(avail - 0.12, 0.0)))
+        avail -= p.decode_graph_gb
+        for r in ranks:
+            logs.log(f"Capture target decode CUDA graph end. bs={p.decode_bs}, "
+                     f"elapsed={load_s * 0.2:.2f} s, mem usage={p.decode_graph_gb:.2f} GB, "
+                     f"avail mem={avail:.2f} GB.", rank=r)
+    elif fail == "oom":
+        _die(capture_oom(p, tried_gb=2.0, avail_gb=max(avail - 0.12, 0.0)))
+    logs.log(f"max_total_num_tokens={p.max_total_num_tokens}, "
+             f"chunked_prefill_size={p.chunked_prefill_size}, "
+             f"max_prefill_tokens={p.max_prefill_tokens}, "
+             f"max_running_requests={p.max_running_requests}, "
+             f"context_len={p.context_len}, available_gpu_mem={avail:.2f} GB", rank="TP0")
+
+    info = {**resolved, "launch_command": " ".join(merged_argv), **_scheduler_info(p),
+            "_model_type": shape.model_type, "_architectures": [shape.architecture]}
+    state = State(args, info, __version__, decode_tps=env_float("DECODE_TPS", 60.0),
+                  prefill_tps=env_float("PREFILL_TPS", 8000.0))
+    httpd = serve(state, args.host, args.port)
+    logs.uvicorn(f"Started server process [{os.getpid()}]")
+    logs.uvicorn("Waiting for application startup.")
+    logs.uvicorn("Application startup complete.")
+    logs.uvicorn(f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+
+    def warmup() -> None:
+        if not args.skip_server_warmup:
+            _sleep(env_float("WARMUP_SECONDS", 0.3))
+            logs.uvicorn('127.0.0.1:0 - "GET /model_info HTTP/1.1" 200 OK')
+            logs.uvicorn('127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
+        state.status = "Up"
+        logs.log("The server is fired up and ready to roll!")
+        if fail == "crash":
+            _sleep(env_float("CRASH_AFTER_SECONDS", 2.0))
+            _die(StartupError(
+                "RuntimeError",
+                "CUDA error: an illegal memory access was encountered\nCUDA kernel errors "
+                "might be asynchronously reported at some other API call, so the stacktrace "
+                "below might be incorrect.\nFor debugging consider passing "
+                "CUDA_LAUNCH_BLOCKING=1",
+                [("sglang/srt/managers/scheduler.py", 1480, "run_event_loop")]))
+
+    threading.Thread(target=warmup, name="warmup", daemon=True).start()
+
+    def stop(signum, frame) -> None:
+        logs.uvicorn("Shutting down")
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        httpd.serve_forever(poll_interval=0.2)
+    finally:
+        httpd.server_close()
+        logs.uvicorn(f"Finished server process [{os.getpid()}]")

@@ -1,0 +1,436 @@
+"""The HTTP side of the stand-in: SGLang's endpoints and JSON shapes, simulated decode.
+
+Shapes follow srt/entrypoints/http_server.py and srt/entrypoints/openai/protocol.py
+of the 0.5.23 wheel: /health and /health_generate answer 503 while the server is
+Starting and 200 with an empty body after warmup; /ready likewise; auth is a Bearer
+token with /health*, /ready and /metrics exempt (srt/utils/auth.py), refused with 401
+``{"error": "Unauthorized"}``; unknown routes give FastAPI's 404 ``{"detail": "Not Found"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from sglang._standin import logs
+
+STARTING, UP, UNHEALTHY = "Starting", "Up", "UnHealthy"
+
+# Bucket edges of the simulated histograms (seconds).
+_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_WORDS = ("the", "lab", "stands", "in", "for", "a", "gpu", "box", "and", "answers",
+          "with", "simulated", "tokens", "at", "a", "steady", "rate")
+
+
+def _dumps(obj: Any) -> str:
+    """Compact like orjson / pydantic's model_dump_json."""
+    return json.dumps(obj, separators=(",", ":"))
+
+
+class Histogram:
+    def __init__(self) -> None:
+        self.counts = [0] * len(_BUCKETS)
+        self.total = 0.0
+        self.n = 0
+
+    def observe(self, v: float) -> None:
+        self.n += 1
+        self.total += v
+        for i, edge in enumerate(_BUCKETS):
+            if v <= edge:
+                self.counts[i] += 1
+
+
+class State:
+    """Shared between the startup thread, the HTTP threads and the warmup thread."""
+
+    def __init__(self, args, info: dict, version: str, decode_tps: float,
+                 prefill_tps: float) -> None:
+        self.args = args
+        self.info = info            # /server_info body (resolved args + scheduler info)
+        self.version = version
+        self.status = STARTING
+        self.decode_tps = decode_tps
+        self.prefill_tps = prefill_tps
+        self.lock = threading.Lock()
+        self.running = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.requests_total = 0
+        self.last_gen_throughput = 0.0
+        self.ttft = Histogram()
+        self.e2e = Histogram()
+        self.itl = Histogram()
+        self.startup_time = time.time()
+
+    @property
+    def served_model_name(self) -> str:
+        return self.args.served_model_name or self.args.model_path
+
+
+def count_prompt_tokens(prompt: Any) -> int:
+    """A stand-in tokenizer: token ids count as given, text ~ one token per word."""
+    if isinstance(prompt, list):
+        if prompt and isinstance(prompt[0], int):
+            return len(prompt)
+        return sum(count_prompt_tokens(p) for p in prompt)
+    if isinstance(prompt, str):
+        return max(1, len(prompt.split()))
+    return 1
+
+
+def make_handler(state: State):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "uvicorn"
+        sys_version = ""
+
+        def log_message(self, fmt: str, *a) -> None:  # uvicorn access-log style
+            pass
+
+        def _access(self, code: int) -> None:
+            phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else ""
+            logs.uvicorn(f'{self.client_address[0]}:{self.client_address[1]} - '
+                         f'"{self.command} {self.path} HTTP/1.1" {code} {phrase}')
+
+        # -- responses ---------------------------------------------------
+        def _send(self, code: int, body: bytes = b"", ctype: str = "application/json",
+                  extra: dict | None = None) -> None:
+            self.send_response(code)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(body)))
+            for k, v in (extra or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            self._access(code)
+
+        def _json(self, code: int, obj: Any) -> None:
+            self._send(code, _dumps(obj).encode())
+
+        def _empty(self, code: int) -> None:
+            self.send_response(code)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            self._access(code)
+
+        def _stream_start(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream; charset=utf-8")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            self._access(200)
+
+        def _chunk(self, text: str) -> None:
+            data = text.encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _stream_end(self) -> None:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        # -- plumbing ----------------------------------------------------
+        def _authorized(self, path: str) -> bool:
+            key = state.args.api_key
+            if not key or path.startswith(("/health", "/ready", "/metrics")):
+                return True
+            header = self.headers.get("authorization", "")
+            scheme, _, token = header.partition(" ")
+            return scheme.lower() == "bearer" and token.strip() == key
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            return json.loads(raw) if raw else {}
+
+        def _route(self, method: str) -> None:
+            path = self.path.split("?", 1)[0]
+            if not self._authorized(path):
+                self._json(401, {"error": "Unauthorized"})
+                return
+            routes = {
+                ("GET", "/health"): self.health, ("GET", "/health_generate"): self.health,
+                ("GET", "/ready"): self.ready,
+                ("GET", "/model_info"): self.model_info,
+                ("GET", "/get_model_info"): self.model_info,
+                ("GET", "/server_info"): self.server_info,
+                ("GET", "/get_server_info"): self.server_info,
+                ("GET", "/v1/models"): self.models,
+                ("POST", "/generate"): self.generate, ("PUT", "/generate"): self.generate,
+                ("POST", "/v1/completions"): self.completions,
+                ("GET", "/metrics"): self.metrics,
+                ("GET", "/freeze_gc"): self.ok, ("POST", "/freeze_gc"): self.ok,
+                ("GET", "/flush_cache"): self.ok, ("POST", "/flush_cache"): self.ok,
+            }
+            handler = routes.get((method, path))
+            if handler is None:
+                known = {p for (_, p) in routes}
+                if path in known:
+                    self._json(405, {"detail": "Method Not Allowed"})
+                else:
+                    self._json(404, {"detail": "Not Found"})
+                return
+            try:
+                handler()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            except json.JSONDecodeError as e:
+                self._json(400, {"object": "error", "message": f"Invalid JSON: {e}",
+                                 "type": "BadRequestError", "param": None, "code": 400})
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._route("GET")
+
+        def do_POST(self) -> None:  # noqa: N802
+            self._route("POST")
+
+        def do_PUT(self) -> None:  # noqa: N802
+            self._route("PUT")
+
+        # -- endpoints ---------------------------------------------------
+        def ok(self) -> None:
+            self._empty(200)
+
+        def health(self) -> None:
+            self._empty(200 if state.status == UP else 503)
+
+        def ready(self) -> None:
+            self._empty(200 if state.status == UP else 503)
+
+        def model_info(self) -> None:
+            a = state.args
+            self._json(200, {
+                "model_path": a.model_path, "served_model_name": state.served_model_name,
+                "tokenizer_path": a.tokenizer_path or a.model_path, "is_generation": True,
+                "preferred_sampling_params": a.preferred_sampling_params,
+                "weight_version": a.weight_version, "load_format": a.load_format,
+                "reasoning_parser": a.reasoning_parser, "tool_call_parser": a.tool_call_parser,
+                "disaggregation_mode": a.disaggregation_mode,
+                "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": state.info.get("_model_type"),
+                "architectures": state.info.get("_architectures"),
+            })
+
+        def server_info(self) -> None:
+            body = {k: v for k, v in state.info.items() if not k.startswith("_")}
+            body.update({
+                "startup_time": state.startup_time,
+                "internal_states": [{"last_gen_throughput": state.last_gen_throughput,
+                                     "avg_spec_accept_length": None}],
+                "version": state.version, "frontend": "python",
+            })
+            self._json(200, body)
+
+        def models(self) -> None:
+            name = state.served_model_name
+            self._json(200, {"object": "list", "data": [{
+                "id": name, "object": "model", "created": int(time.time()),
+                "owned_by": "sglang", "root": name, "parent": None,
+                "max_model_len": state.info.get("context_len")}]})
+
+        # -- generation ----------------------------------------------------
+        def _decode(self, prompt_tokens: int, max_new: int, on_token, streaming: bool) -> float:
+            """Emit ``max_new`` tokens at the simulated rate; returns e2e latency."""
+            start = time.monotonic()
+            with state.lock:
+                state.running += 1
+            try:
+                time.sleep(prompt_tokens / state.prefill_tps)
+                ttft = time.monotonic() - start
+                state.ttft.observe(ttft)
+                step = 1.0 / state.decode_tps
+                next_t = time.monotonic()
+                for i in range(max_new):
+                    if i:
+                        next_t += step
+                        delay = next_t - time.monotonic()
+                        if delay > 0:
+                            time.sleep(delay)
+                        state.itl.observe(step)
+                    on_token(i, _WORDS[i % len(_WORDS)])
+            finally:
+                with state.lock:
+                    state.running -= 1
+            e2e = time.monotonic() - start
+            with state.lock:
+                state.requests_total += 1
+                state.prompt_tokens_total += prompt_tokens
+                state.generation_tokens_total += max_new
+                if e2e > ttft:
+                    state.last_gen_throughput = max_new / max(e2e - ttft, 1e-6)
+                state.e2e.observe(e2e)
+            return e2e
+
+        def generate(self) -> None:
+            body = self._body()
+            params = body.get("sampling_params") or {}
+            max_new = int(params.get("max_new_tokens", 128) if params.get(
+                "max_new_tokens") is not None else 128)
+            prompt = body.get("input_ids") if body.get("input_ids") is not None \
+                else body.get("text", "")
+            prompt_tokens = count_prompt_tokens(prompt)
+            rid = body.get("rid") or uuid.uuid4().hex
+            out_ids: list[int] = []
+            words: list[str] = []
+
+            def meta(finished: bool, e2e: float | None = None) -> dict:
+                m = {"id": rid,
+                     "finish_reason": ({"type": "length", "length": max_new}
+                                       if finished else None),
+                     "prompt_tokens": prompt_tokens, "weight_version": "default",
+                     "num_retractions": 0, "reasoning_tokens": 0,
+                     "completion_tokens": len(out_ids), "cached_tokens": 0}
+                if e2e is not None:
+                    m["e2e_latency"] = e2e
+                return m
+
+            if body.get("stream"):
+                self._stream_start()
+
+                def on_token(i: int, word: str) -> None:
+                    out_ids.append(1000 + i)
+                    words.append(word)
+                    if i < max_new - 1:
+                        self._chunk("data: " + _dumps({
+                            "text": " " + " ".join(words), "output_ids": list(out_ids),
+                            "meta_info": meta(False)}) + "\n\n")
+
+                e2e = self._decode(prompt_tokens, max_new, on_token, True)
+                self._chunk("data: " + _dumps({
+                    "text": " " + " ".join(words) if words else "",
+                    "output_ids": list(out_ids), "meta_info": meta(True, e2e)}) + "\n\n")
+                self._chunk("data: [DONE]\n\n")
+                self._stream_end()
+                return
+
+            def collect(i: int, word: str) -> None:
+                out_ids.append(1000 + i)
+                words.append(word)
+
+            e2e = self._decode(prompt_tokens, max_new, collect, False)
+            self._json(200, {"text": " " + " ".join(words) if words else "",
+                             "output_ids": out_ids, "meta_info": meta(True, e2e)})
+
+        def completions(self) -> None:
+            body = self._body()
+            model = body.get("model") or state.served_model_name
+            max_new = body.get("max_tokens")
+            max_new = 16 if max_new is None else int(max_new)
+            prompt_tokens = count_prompt_tokens(body.get("prompt", ""))
+            rid = uuid.uuid4().hex
+            created = int(time.time())
+            words: list[str] = []
+
+            def usage(completion: int, exclude_none: bool = False) -> dict:
+                u = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion,
+                     "completion_tokens": completion, "prompt_tokens_details": None,
+                     "reasoning_tokens": 0, "completion_tokens_details": None}
+                return {k: v for k, v in u.items() if v is not None} if exclude_none else u
+
+            if body.get("stream"):
+                opts = body.get("stream_options") or {}
+                include_usage = bool(opts.get("include_usage")) or bool(
+                    state.args.stream_response_default_include_usage)
+                continuous = bool(opts.get("continuous_usage_stats"))
+                self._stream_start()
+
+                def on_token(i: int, word: str) -> None:
+                    words.append(word)
+                    chunk = {"id": rid, "object": "text_completion", "created": created,
+                             "model": model,
+                             "choices": [{"index": 0, "text": " " + word, "logprobs": None,
+                                          "finish_reason": "length" if i == max_new - 1
+                                          else None, "matched_stop": None}],
+                             "usage": usage(i + 1) if continuous else None}
+                    self._chunk("data: " + _dumps(chunk) + "\n\n")
+
+                self._decode(prompt_tokens, max_new, on_token, True)
+                if include_usage:
+                    self._chunk("data: " + _dumps({
+                        "id": rid, "object": "text_completion", "created": created,
+                        "model": model, "choices": [],
+                        "usage": usage(len(words), exclude_none=True)}) + "\n\n")
+                self._chunk("data: [DONE]\n\n")
+                self._stream_end()
+                return
+
+            self._decode(prompt_tokens, max_new, lambda i, w: words.append(w), False)
+            self._json(200, {
+                "id": rid, "object": "text_completion", "created": created, "model": model,
+                "choices": [{"index": 0, "text": "".join(" " + w for w in words),
+                             "logprobs": None, "finish_reason": "length",
+                             "matched_stop": None}],
+                "usage": usage(len(words)), "metadata": None})
+
+        def metrics(self) -> None:
+            if not state.args.enable_metrics:
+                self._json(404, {"detail": "Not Found"})
+                return
+            self._send(200, render_metrics(state).encode(),
+                       ctype="text/plain; version=0.0.4; charset=utf-8")
+
+    return Handler
+
+
+def render_metrics(state: State) -> str:
+    """Prometheus text with SGLang's metric names and labels
+    (srt/observability/metrics_collector.py)."""
+    name = state.served_model_name
+    sched = (f'engine_type="unified",model_name="{name}",moe_ep_rank="0",pp_rank="0",'
+             f'tp_rank="0"')
+    tok = f'engine_type="unified",is_streaming="false",model_name="{name}"'
+    max_tokens = state.info.get("max_total_num_tokens") or 0
+    lines: list[str] = []
+
+    def gauge(metric: str, doc: str, value: float, labels: str = sched) -> None:
+        lines.extend([f"# HELP sglang:{metric} {doc}", f"# TYPE sglang:{metric} gauge",
+                      f"sglang:{metric}{{{labels}}} {float(value)}"])
+
+    def counter(metric: str, doc: str, value: float, labels: str = tok) -> None:
+        lines.extend([f"# HELP sglang:{metric} {doc}", f"# TYPE sglang:{metric} counter",
+                      f"sglang:{metric}{{{labels}}} {float(value)}"])
+
+    def histogram(metric: str, doc: str, h: Histogram, labels: str) -> None:
+        lines.extend([f"# HELP sglang:{metric} {doc}", f"# TYPE sglang:{metric} histogram"])
+        for edge, count in zip(_BUCKETS, h.counts, strict=True):
+            lines.append(f'sglang:{metric}_bucket{{{labels},le="{edge}"}} {float(count)}')
+        lines.append(f'sglang:{metric}_bucket{{{labels},le="+Inf"}} {float(h.n)}')
+        lines.append(f"sglang:{metric}_count{{{labels}}} {float(h.n)}")
+        lines.append(f"sglang:{metric}_sum{{{labels}}} {h.total}")
+
+    with state.lock:
+        running = state.running
+        usage = min(1.0, running * 64 / max_tokens) if max_tokens else 0.0
+        gauge("num_running_reqs", "The number of running requests.", running)
+        gauge("num_queue_reqs", "The number of requests in the waiting queue.", 0)
+        gauge("gen_throughput", "The generation throughput (token/s).",
+              state.last_gen_throughput)
+        gauge("token_usage", "The token usage.", round(usage, 4))
+        gauge("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.",
+              max_tokens)
+        counter("prompt_tokens_total", "Number of prefill tokens processed.",
+                state.prompt_tokens_total)
+        counter("generation_tokens_total", "Number of generation tokens processed.",
+                state.generation_tokens_total)
+        counter("num_requests_total", "Number of requests processed.", state.requests_total)
+        histogram("time_to_first_token_seconds",
+                  "Histogram of time to first token in seconds.", state.ttft, tok)
+        histogram("inter_token_latency_seconds",
+                  "Histogram of inter-token latency in seconds.", state.itl,
+                  f'engine_type="unified",model_name="{name}"')
+        histogram("e2e_request_latency_seconds",
+                  "Histogram of End-to-end request latency in seconds", state.e2e, tok)
+    return "\n".join(lines) + "\n"
+
+
+def serve(state: State, host: str, port: int) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, port), make_handler(state))
+    server.daemon_threads = True
+    return server
