@@ -51,7 +51,8 @@ def _flags(text: str, line_no: int, line: str) -> dict[str, bool]:
 
 
 def parse_lspci_acs(text: str | Iterable[str], bridges_only: bool = True) -> list[AcsBridge]:
-    """Every PCI bridge (or every device with ``bridges_only=False``) with its ACS state."""
+    """Every PCI-to-PCI bridge (or every device with ``bridges_only=False``) with its ACS
+    state."""
     devices: list[AcsBridge] = []
     classes: list[str] = []
     current: AcsBridge | None = None
@@ -96,6 +97,7 @@ def parse_lspci_acs(text: str | Iterable[str], bridges_only: bool = True) -> lis
         else:
             device["redirect"] = any(device["acs_ctl"].get(f, False) for f in REDIRECT_FLAGS)
     if bridges_only:
-        return [d for d, cls in zip(devices, classes, strict=True) if "bridge" in cls.lower()
-                and "Host bridge" not in cls]
+        # PCI-to-PCI bridges (root ports, switch ports) route peer traffic; host and ISA
+        # bridges do not.
+        return [d for d, cls in zip(devices, classes, strict=True) if cls == "PCI bridge"]
     return devices

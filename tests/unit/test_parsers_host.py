@@ -44,7 +44,7 @@ def test_every_fixture_names_its_source():
         text = sidecar.read_text()
         if text.startswith("COMPOSED"):
             continue  # a labelled composed case; its sidecar says what format it follows
-        assert "http" in text or "gpuhost.md" in text, f"{sidecar.name} names no source"
+        assert any(ref in text for ref in ("http", "gpuhost.md", "lab-notes.md")), sidecar.name
         assert "erbatim" in text or "Real line" in text, sidecar.name
 
 
@@ -213,6 +213,33 @@ def test_lspci_acs():
     everything = parse_lspci_acs(fixture("lspci_vvv_acs_composed.txt"), bridges_only=False)
     assert len(everything) == 5
     assert everything[-1]["acs"] is False  # the GPU has no ACS capability
+
+
+def test_lspci_real_lab_capture_iommu_on():
+    bridges = parse_lspci_acs(fixture("lspci_vvv_lab_iommu_on.txt"))
+    assert [b["bdf"] for b in bridges] == ["00:01.0", "00:02.0", "00:03.0", "00:04.0"]
+    assert all(b["acs"] and b["redirect"] for b in bridges)
+    assert bridges[0]["acs_ctl"] == {
+        "SrcValid": True, "TransBlk": False, "ReqRedir": True, "CmpltRedir": True,
+        "UpstreamFwd": True, "EgressCtrl": False, "DirectTrans": False,
+    }
+    assert bridges[0]["acs_cap"]["DirectTrans"] is True
+    everything = parse_lspci_acs(fixture("lspci_vvv_lab_iommu_on.txt"), bridges_only=False)
+    assert "00:1f.0" in [d["bdf"] for d in everything]  # the ISA bridge is not a PCI bridge
+
+
+def test_lspci_real_lab_capture_iommu_off():
+    bridges = parse_lspci_acs(fixture("lspci_vvv_lab_iommu_off.txt"))
+    assert len(bridges) == 4
+    assert all(b["acs"] is True and b["redirect"] is False for b in bridges)
+
+
+def test_iommu_groups_real_lab_capture():
+    groups = parse_iommu_groups(fixture("iommu_groups_lab.txt"))
+    assert len(groups) == 9
+    assert [g["group"] for g in groups] == list(range(9))
+    assert groups[5]["devices"] == ["0000:00:1f.0", "0000:00:1f.2", "0000:00:1f.3"]
+    assert iommu_state(groups, {"ro": None}) == "on"  # on without any cmdline parameter
 
 
 def test_lspci_garbage_names_the_line():
