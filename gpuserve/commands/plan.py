@@ -17,7 +17,7 @@ from gpuserve.errors import InputError
 from gpuserve.gpus import parse_gpus
 from gpuserve.memory_defaults import DEFAULT_VERSION, KNOWN_VERSIONS
 from gpuserve.models import resolve_model
-from gpuserve.planner import Layout, predict
+from gpuserve.planner import GIB, Layout, kv_cell, predict, resolve_kv_dtype, weights_per_gpu
 from gpuserve.startup_log import diagnose, read_log
 
 _BUILTIN_MTP = ("NEXTN", "EAGLE", "MTP")
@@ -90,6 +90,9 @@ def _run_log(args: argparse.Namespace) -> int:
     d = diagnose(
         log, mem_fraction_static=args.mem_fraction_static, pre_load_free_gib=args.pre_load_free_gib
     )
+    if args.model:
+        sm_major = parse_gpus(args.gpus)[1].sm_major if args.gpus else None
+        d.lines.extend(model_lines(log, d, resolve_model(args.model), sm_major))
     if args.json:
         print(json.dumps({"log": log.to_dict(), "diagnosis": d.to_dict()}, indent=2))
         return 0
@@ -115,6 +118,48 @@ def _run_log(args: argparse.Namespace) -> int:
         for fix in d.fixes:
             print(f"  * {fix}")
     return 0
+
+
+_TORCH_KV = {
+    "torch.bfloat16": "bf16",
+    "torch.float16": "fp16",
+    "torch.float8_e4m3fn": "fp8_e4m3",
+    "torch.float8_e5m2": "fp8_e5m2",
+}
+
+
+def model_lines(log: Any, d: Any, arch: Any, sm_major: int | None) -> list[str]:
+    """What the model record adds to a log diagnosis: expected weights and KV tokens."""
+    sa = log.server_args
+    tp = int(sa.get("tp_size") or 1)
+    attn_dp = int(sa.get("attn_dp_size") or 1)
+    if attn_dp == 1 and str(sa.get("enable_dp_attention")) == "True":
+        attn_dp = int(sa.get("dp_size") or 1)
+    layout = Layout(
+        tp=tp,
+        ep=int(sa.get("ep_size") or 1),
+        attn_dp=attn_dp,
+        moe_a2a_backend=str(sa.get("moe_a2a_backend") or "none"),
+    )
+    out = []
+    weights = sum(p.gib for p in weights_per_gpu(arch, layout))
+    if d.weights_gib:
+        out.append(
+            f"{arch.name} predicts {weights:.2f} GiB of weights per GPU at tp {tp}, "
+            f"ep {layout.ep}; the log shows {d.weights_gib:.2f} GiB in use after loading "
+            f"({d.weights_gib - weights:+.2f} GiB not explained by the weights)"
+        )
+    logged = next((r.kv_dtype for r in log.ranks.values() if r.kv_dtype), None)
+    kv_dtype = str(sa.get("kv_cache_dtype") or _TORCH_KV.get(logged or "", "auto"))
+    kv_dtype = resolve_kv_dtype(arch, kv_dtype)
+    cell = kv_cell(arch, kv_dtype=kv_dtype, attn_tp=layout.attn_tp, sm_major=sm_major)
+    if d.rest_gib is not None and d.rest_gib > 0:
+        tokens = int(d.rest_gib * GIB) // cell.bytes_per_token
+        line = f"{cell.bytes_per_token:,} B/token ({kv_dtype}): about {tokens:,} KV tokens"
+        if d.kv_tokens:
+            line += f" (log: {d.kv_tokens:,})"
+        out.append(line)
+    return out
 
 
 def _pick(cli: Any, profile_value: Any) -> Any:

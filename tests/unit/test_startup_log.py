@@ -124,3 +124,22 @@ def test_cli_log_json_and_table(capsys):
 def test_cli_missing_log_exits_2(capsys, tmp_path):
     assert main(["plan", "--log", str(tmp_path / "absent.log")]) == 2
     assert "gpuserve: error:" in capsys.readouterr().err
+
+
+def test_cli_log_with_model_predicts_kv_tokens(capsys):
+    argv = [
+        "plan",
+        "--log",
+        str(LOGS / "fieldnote_glm5_tp8.log"),
+        "--model",
+        "glm-5-nvfp4",
+        "--gpus",
+        "8xRTX-PRO-6000",
+        "--json",
+    ]
+    assert main(argv) == 0
+    lines = json.loads(capsys.readouterr().out)["diagnosis"]["lines"]
+    kv = next(x for x in lines if "KV tokens" in x and "B/token" in x)
+    tokens = int(kv.split("about ")[1].split()[0].replace(",", ""))
+    assert tokens == int(1.02 * (1 << 30)) // 61464 or abs(tokens - 17818) <= 5
+    assert any("predicts 55." in x for x in lines)
