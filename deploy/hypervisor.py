@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 
 from pyinfra import host
+from pyinfra.api.exceptions import PyinfraError
 
+from gpuserve.errors import GpuserveError
 from gpuserve.host_data import hypervisor_settings
 from roles import kernel, proxmox
 
@@ -34,24 +36,31 @@ def host_data(*defaults: dict) -> dict:
     return merged
 
 
-source = inventory_source()
-settings = hypervisor_settings(host_data(kernel.DEFAULTS, proxmox.DEFAULTS), source)
-gpus, vfio_ids, mmio_mb = proxmox.resolve(
-    source, settings.gpus, settings.vfio_ids, settings.mmio_window_mb
-)
-params = settings.kernel.params(host.get_fact(kernel._host_facts().CpuVendor))
+def main() -> None:
+    source = inventory_source()
+    settings = hypervisor_settings(host_data(kernel.DEFAULTS, proxmox.DEFAULTS), source)
+    gpus, vfio_ids, mmio_mb = proxmox.resolve(
+        source, settings.gpus, settings.vfio_ids, settings.mmio_window_mb
+    )
+    params = settings.kernel.params(*kernel.platform())
 
-kernel.configure_kernel(params=params)
-proxmox.bind_vfio(vfio_ids=vfio_ids)
-proxmox.configure_vm(
-    vmid=settings.vmid,
-    gpus=gpus,
-    mmio_mb=mmio_mb,
-    clique=settings.clique,
-    restart=settings.kernel.allow_reboot and settings.restart_vm,
-)
-kernel.activate_kernel(
-    params=params,
-    allow_reboot=settings.kernel.allow_reboot,
-    reboot_timeout=settings.kernel.reboot_timeout,
-)
+    kernel.configure_kernel(params=params)
+    proxmox.bind_vfio(vfio_ids=vfio_ids)
+    proxmox.configure_vm(
+        vmid=settings.vmid,
+        gpus=gpus,
+        mmio_mb=mmio_mb,
+        clique=settings.clique,
+        restart=settings.kernel.allow_reboot and settings.restart_vm,
+    )
+    kernel.activate_kernel(
+        params=params,
+        allow_reboot=settings.kernel.allow_reboot,
+        reboot_timeout=settings.kernel.reboot_timeout,
+    )
+
+
+try:
+    main()
+except GpuserveError as exc:
+    raise PyinfraError(f"gpuserve: {exc}") from None

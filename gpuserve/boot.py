@@ -30,10 +30,27 @@ def cpu_vendor_kind(vendor: str | None) -> str | None:
     return None
 
 
+def iommu_kind(cpu_vendor: str | None, acpi_tables: set[str] | None = None) -> str | None:
+    """Which IOMMU the platform has: ``intel`` (ACPI DMAR table, VT-d) or ``amd`` (IVRS).
+
+    The firmware's ACPI table names the IOMMU; the CPU vendor is the fallback when the
+    tables cannot be read (an emulated q35 with intel-iommu has a DMAR table whatever
+    CPU model QEMU presents).
+    """
+    tables = acpi_tables or set()
+    if "DMAR" in tables:
+        return "intel"
+    if "IVRS" in tables:
+        return "amd"
+    return cpu_vendor_kind(cpu_vendor)
+
+
 def iommu_params(
     cpu_vendor: str | None, passthrough: bool = True, noacs: bool = False
 ) -> list[str]:
     """Kernel parameters that turn the IOMMU on for device passthrough.
+
+    ``cpu_vendor`` may also be the result of :func:`iommu_kind`.
 
     Intel needs ``intel_iommu=on`` (on by default only from kernel 6.8, so always set
     it); on AMD the IOMMU is on by default and ``amd_iommu=on`` is not a valid switch

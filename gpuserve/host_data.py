@@ -60,9 +60,10 @@ class KernelSettings:
     allow_reboot: bool
     reboot_timeout: int
 
-    def params(self, cpu_vendor: str | None) -> list[str]:
+    def params(self, cpu_vendor: str | None, acpi_tables: set[str] | None = None) -> list[str]:
         """The kernel parameters this host must boot with."""
-        return boot.iommu_params(cpu_vendor, self.iommu_passthrough, self.pci_noacs) + list(
+        kind = boot.iommu_kind(cpu_vendor, acpi_tables)
+        return boot.iommu_params(kind, self.iommu_passthrough, self.pci_noacs) + list(
             self.extra_params
         )
 

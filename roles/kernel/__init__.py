@@ -41,6 +41,16 @@ def _host_facts():
     return host_facts
 
 
+def platform() -> tuple[str | None, set[str]]:
+    """(CPU vendor, ACPI tables naming the IOMMU) of the current host, for the params."""
+    tables = {
+        name
+        for name in ("DMAR", "IVRS")
+        if host.get_fact(File, path=f"/sys/firmware/acpi/tables/{name}")
+    }
+    return host.get_fact(_host_facts().CpuVendor), tables
+
+
 def _text(lines: list[str] | None) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
@@ -98,7 +108,8 @@ def reboot_if_pending(params: list[str], allow_reboot: bool, reboot_timeout: int
             f"REBOOT PENDING on {host.name}: {'; '.join(reasons)}. Reboot the host, or set "
             "host data allow_reboot=True and re-run."
         )
-        logger.warning(message)
+        if host.state.is_executing:
+            logger.warning(message)
         host.noop(message)
         return
     logger.info(f"{host.name}: rebooting: {'; '.join(reasons)}")

@@ -21,6 +21,14 @@ def test_iommu_params_per_vendor():
     assert boot.iommu_params("amd", noacs=True) == ["iommu=pt", "pci=noacs"]
 
 
+def test_iommu_kind_prefers_acpi_tables():
+    assert boot.iommu_kind("amd", {"DMAR"}) == "intel"  # q35 + intel-iommu under TCG
+    assert boot.iommu_kind("GenuineIntel", {"IVRS"}) == "amd"
+    assert boot.iommu_kind("GenuineIntel", set()) == "intel"
+    assert boot.iommu_kind(None, None) is None
+    assert boot.iommu_params(boot.iommu_kind("amd", {"DMAR"})) == ["intel_iommu=on", "iommu=pt"]
+
+
 DEBIAN_GRUB = """\
 # If you change this file, run 'update-grub' afterwards to update
 # /boot/grub/grub.cfg.
