@@ -299,3 +299,13 @@ def test_too_low_mem_fraction_gives_sglangs_value_error(site23):
             f"--mem-fraction-static=0.1. Raise --mem-fraction-static above {suggested:.3f} "
             f"(minimum viable = 1 - available/pre = {minimum:.4f}). If using speculative "
             f"decoding, draft weights are now counted.") in r.stderr
+
+
+def test_crash_knob_dies_after_becoming_healthy(site23):
+    r = _run(site23, ["--model-path", "m", "--port", str(_free_port())], FAIL="crash",
+             CRASH_AFTER_SECONDS="0.3")
+    assert r.returncode != 0
+    ready = r.stderr.index("The server is fired up and ready to roll!")
+    died = r.stderr.index("Scheduler hit an exception")
+    assert ready < died
+    assert "Received sigquit from a child process." in r.stderr[died:]
