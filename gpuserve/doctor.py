@@ -227,7 +227,7 @@ def resolve_version(profile: Profile, facts: HostFacts, explicit: str | None) ->
     from gpuserve import catalog
 
     if explicit:
-        return explicit
+        return catalog.base_version(explicit)
     if facts.sglang_version:
         return catalog.base_version(facts.sglang_version)
     versions = profile.sglang_versions or catalog.available_versions()
