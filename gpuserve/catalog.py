@@ -96,6 +96,12 @@ class _RaisingParser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         raise _ParseError(message)
 
+    def print_help(self, file=None) -> None:
+        """-h/--help in a launch line would print help and exit; never from gpuserve."""
+
+    def exit(self, status: int = 0, message: str | None = None):  # type: ignore[override]
+        raise _ParseError("-h/--help prints the help text and exits: not a launch option")
+
 
 class FlagCatalog:
     """The launch flags of one SGLang version."""
@@ -148,8 +154,12 @@ class FlagCatalog:
         flag = flag.split("=", 1)[0]
         if flag in self._by_flag:
             return self._by_flag[flag]
-        hits = sorted(f for f in self._by_flag if f.startswith(flag)) if flag.startswith(
-            "--") and self.data.get("allow_abbrev", True) else []
+        hits: list[str] = []
+        if flag.startswith("--") and self.data.get("allow_abbrev", True):
+            # argparse also matches the -h/--help every parser has.
+            hits = [f for f in ("--help", *self._by_flag) if f.startswith(flag)]
+        if hits == ["--help"]:
+            raise InputError(None, flag, f"{flag} abbreviates --help, not a launch option")
         if len(hits) == 1:
             return self._by_flag[hits[0]]
         if len(hits) > 1:

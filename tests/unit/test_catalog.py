@@ -198,3 +198,13 @@ def test_unknown_converter_or_action_fails_loudly():
                         "help": ""}]}
     with pytest.raises(ValueError, match="NewAction"):
         build_parser(bad)
+
+
+def test_help_is_refused_without_printing_or_exiting(c23, capsys):
+    with pytest.raises(InputError, match="prints the help text and exits"):
+        c23.validate(["--help"])
+    with pytest.raises(InputError, match="abbreviates --help"):
+        c23.resolve("--he")
+    with pytest.raises(InputError, match="could match --help, --host"):
+        c23.validate(["--h", "x"])
+    assert capsys.readouterr().out == ""
