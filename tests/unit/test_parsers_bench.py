@@ -186,3 +186,22 @@ def test_p2p_garbage_names_the_line(text, line_no):
 def test_p2p_not_p2p_output():
     with pytest.raises(ParseError):
         parse_p2p_bandwidth("Segmentation fault (core dumped)\n")
+
+
+def test_nccl_per_iteration_and_timestamp_columns():
+    # Composed from the -I 1 and -S 1 header formats in nccl-tests src/util.cu
+    # (writeResultHeader: i_min i_max i_p99 i_cv% per half, trailing "timestamp").
+    text = (
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+        "    i_min    i_max    i_p99    i_cv%     time   algbw   busbw #wrong    i_min"
+        "    i_max    i_p99    i_cv%           timestamp\n"
+        "     1048576        262144     float     sum      -1    87.52   11.98   11.98      0"
+        "    85.10    90.33    90.01     1.52    86.90   12.07   12.07      0    84.95"
+        "    89.80    89.70     1.40 2026-11-29 10:59:13\n"
+    )
+    (row,) = parse_nccl_tests(text).rows
+    assert row.out_of_place.extra == {"i_min": 85.10, "i_max": 90.33, "i_p99": 90.01,
+                                      "i_cv%": 1.52}
+    assert row.in_place.extra["i_cv%"] == 1.40
+    assert row.in_place.busbw == 12.07
+    assert row.timestamp == "2026-11-29 10:59:13"
