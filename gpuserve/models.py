@@ -51,6 +51,7 @@ class Quantization:
     exclude: tuple[str, ...] = ()  # module-name patterns left unquantized
     kv_cache_quant_algo: str | None = None  # "FP8" makes SGLang's "auto" KV dtype fp8
     detail: str = ""
+    weight_block_size: tuple[int, ...] = ()  # block-wise fp8: (block_n, block_k)
 
     def quantizes(self, module: str) -> bool:
         for pattern in self.exclude:
@@ -227,6 +228,7 @@ def parse_quantization(qcfg: dict | None, file: str) -> Quantization | None:
         exclude=exclude,
         kv_cache_quant_algo=str(kv_algo) if kv_algo else None,
         detail=detail,
+        weight_block_size=tuple(int(x) for x in qcfg.get("weight_block_size") or ()),
     )
 
 

@@ -93,6 +93,19 @@ class Layout:
             errs.append(
                 f"--moe-a2a-backend {self.moe_a2a_backend} forces ep_size = tp_size ({self.tp})"
             )
+        q = arch.quantization if arch is not None else None
+        if arch is not None and arch.is_moe and q is not None and len(q.weight_block_size) == 2:
+            # layers/quantization/fp8.py (Fp8MoEMethod.create_weights): block-wise fp8 experts
+            # need intermediate_size_per_partition divisible by block_n (and block_k if tp > 1)
+            per_part = arch.moe_intermediate_size // self.moe_tp
+            if per_part % q.weight_block_size[0] or (
+                self.moe_tp > 1 and per_part % q.weight_block_size[1]
+            ):
+                errs.append(
+                    f"moe_intermediate_size {arch.moe_intermediate_size} / moe_tp {self.moe_tp} = "
+                    f"{per_part} is not divisible by the fp8 block {q.weight_block_size[0]}: "
+                    f"SGLang refuses to load; use --ep {self.tp} (whole experts)"
+                )
         if arch is not None and arch.is_moe and self.ep > 1:
             total = arch.n_routed_experts + self.num_redundant_experts
             if total % self.ep:

@@ -255,6 +255,13 @@ def test_predict_too_small_gpu_suggests_fp8_and_higher_fraction():
     assert any("fp8_e4m3" in c for c in plan.changes)
 
 
+def test_block_fp8_experts_need_whole_blocks_per_shard():
+    qwen = load_record("qwen3-235b-a22b-fp8")  # moe_intermediate 1536, 128x128 blocks
+    assert any("not divisible by the fp8 block 128" in e for e in Layout(tp=8).validate(qwen))
+    assert not Layout(tp=8, ep=8).validate(qwen)
+    assert not Layout(tp=4).validate(qwen)  # 384 per shard
+
+
 def test_invalid_layouts_are_reported():
     glm = load_record("glm-5-nvfp4")
     assert Layout(tp=8, ep=3).validate(glm)
