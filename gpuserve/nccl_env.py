@@ -56,6 +56,25 @@ def p2p_verdict(matrix: Any) -> str | None:
     return "none" if ok == 0 else "partial"
 
 
+def combined_verdict(*matrices: Any) -> str | None:
+    """One verdict over several ``topo -p2p`` matrices (read and write): a pair counts as
+    OK only when every matrix says OK (gpuserve.parsers.nvidia_smi.p2p_verdict).
+
+    Accepts the NvidiaP2P fact's ``{"gpus", "cells"}`` dicts or parsed P2PMatrix objects;
+    absent matrices (no nvidia-smi) are skipped.
+    """
+    from gpuserve.parsers import nvidia_smi
+
+    parsed = []
+    for m in matrices:
+        if m is None:
+            continue
+        if isinstance(m, dict):
+            m = nvidia_smi.P2PMatrix(gpus=list(m["gpus"]), cells=[list(r) for r in m["cells"]])
+        parsed.append(m)
+    return nvidia_smi.p2p_verdict(*parsed)
+
+
 def is_vm(virtualization: str | None) -> bool:
     return bool(virtualization) and virtualization not in ("none", "")
 

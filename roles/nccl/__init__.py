@@ -33,18 +33,9 @@ def _facts():
 def current_plan(overrides: dict[str, str]) -> nccl_env.NcclPlan:
     gpu, host_facts = _facts()
     virtualization = host.get_fact(host_facts.Virtualization)
-    verdicts = [
-        nccl_env.p2p_verdict(host.get_fact(gpu.NvidiaP2P, mode=mode)) for mode in ("r", "w")
-    ]
-    known = [v for v in verdicts if v]
-    if not known:
-        verdict = None
-    elif all(v == "ok" for v in known):
-        verdict = "ok"
-    elif all(v == "none" for v in known):
-        verdict = "none"
-    else:
-        verdict = "partial"
+    verdict = nccl_env.combined_verdict(
+        *(host.get_fact(gpu.NvidiaP2P, mode=mode) for mode in ("r", "w"))
+    )
     gpus = host.get_fact(gpu.NvidiaGpus) or []
     return nccl_env.plan_nccl(virtualization, verdict, overrides, len(gpus) or None)
 
