@@ -271,7 +271,7 @@ def weights_per_gpu(arch: ModelArch, layout: Layout) -> list[WeightPart]:
                 f"replicated ({layout.moe_a2a_backend} a2a)" if replicated else f"/{tp}",
             )
 
-    draft = draft_layers(arch, layout)
+    draft = draft_layers(arch, layout) if uses_builtin_mtp(arch, layout) else 0
     if draft:
         # One decoder layer per MTP step plus eh_proj (2h -> h); embedding and lm_head are
         # shared with the target (speculative EAGLE worker set_embed_and_head).
@@ -314,12 +314,26 @@ def weights_per_gpu(arch: ModelArch, layout: Layout) -> list[WeightPart]:
     return parts
 
 
+def uses_builtin_mtp(arch: ModelArch, layout: Layout) -> bool:
+    """Drafting with the checkpoint's own MTP layers (their weights load with the target)."""
+    algo = (layout.speculative or "").upper()
+    return (
+        bool(arch.mtp_layers) and layout.draft_layers is None and algo in ("NEXTN", "MTP", "EAGLE")
+    )
+
+
 def draft_layers(arch: ModelArch, layout: Layout) -> int:
+    """Draft layers whose KV the target pool also holds (pool_configurator.py adds
+    cell x draft_layers / L for EAGLE/STANDALONE). NEXTN/MTP, and EAGLE on a checkpoint with
+    built-in MTP layers, draft with those layers; EAGLE3/STANDALONE heads have one layer."""
     if layout.draft_layers is not None:
         return layout.draft_layers
-    if layout.speculative and layout.speculative.upper() in ("NEXTN", "EAGLE", "MTP"):
+    algo = (layout.speculative or "").upper()
+    if not algo or algo == "NGRAM":
+        return 0
+    if algo in ("NEXTN", "MTP") or (algo == "EAGLE" and arch.mtp_layers):
         return arch.mtp_layers
-    return 0
+    return 1
 
 
 # ------------------------------------------------------------------------- KV cache
@@ -628,6 +642,11 @@ def predict(
         f"rest = {after:.2f} - {pre:.2f} x (1 - {mfs:.3f}) = {b.rest_gib:.2f} GiB for the KV cache",
         f"KV {cell.bytes_per_token} B/token ({cell.formula}, {kv_dtype})",
     ]
+    if layout.speculative and not uses_builtin_mtp(arch, layout) and not draft_weights_gib:
+        explanation.append(
+            f"{layout.speculative} draft model weights are not included (unknown): pass "
+            "--draft-weights-gib; SGLang charges them to the same KV budget"
+        )
     changes: list[str] = []
     if problems:
         verdict = "invalid"

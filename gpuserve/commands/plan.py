@@ -20,8 +20,6 @@ from gpuserve.models import resolve_model
 from gpuserve.planner import GIB, Layout, kv_cell, predict, resolve_kv_dtype, weights_per_gpu
 from gpuserve.startup_log import diagnose, read_log
 
-_BUILTIN_MTP = ("NEXTN", "EAGLE", "MTP")
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -189,11 +187,8 @@ def _run_predict(args: argparse.Namespace) -> int:
     moe = prof.moe if prof else None
     spec = prof.speculative if prof else None
     algo = _pick(args.speculative, spec.algorithm if spec else None)
-    draft_layers = None
-    if algo and algo.upper() not in _BUILTIN_MTP:
-        draft_layers = 1  # EAGLE3/STANDALONE heads: one layer of target-shaped KV
-    if algo and algo.upper() == "EAGLE" and spec and spec.draft_model:
-        draft_layers = 1
+    # A separate EAGLE draft model is one layer of target-shaped KV, not the MTP layers.
+    draft_layers = 1 if (algo and spec and spec.draft_model) else None
     layout = Layout(
         tp=_pick(args.tp, par.tp if par else None) or 1,
         ep=_pick(args.ep, par.ep if par else None) or 1,

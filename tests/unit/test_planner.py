@@ -277,3 +277,19 @@ def test_max_running_requests_rule():
     assert resolve_max_running_requests(100_000, 131072) == 2048
     assert resolve_max_running_requests(3000, 131072) == 1500  # tokens // 2
     assert resolve_max_running_requests(1_000_000, 8192, requested=256, attn_dp=8) == 32
+
+
+def test_draft_layers_by_algorithm():
+    from gpuserve.planner import draft_layers
+
+    glm, llama = load_record("glm-5-nvfp4"), load_record("llama-3.1-70b")
+    assert draft_layers(glm, Layout(speculative="NEXTN")) == 1  # num_nextn_predict_layers
+    assert draft_layers(glm, Layout(speculative="EAGLE")) == 1
+    assert draft_layers(llama, Layout(speculative="EAGLE3")) == 1
+    assert draft_layers(llama, Layout(speculative="NGRAM")) == 0
+    assert draft_layers(llama, Layout()) == 0
+    with_mtp = weights_per_gpu(glm, Layout(tp=8, speculative="NEXTN"))
+    assert any(p.name.startswith("draft/MTP") for p in with_mtp)
+    # a separate EAGLE3 head is not one of the checkpoint's layers: weights come from the user
+    eagle3 = weights_per_gpu(glm, Layout(tp=8, speculative="EAGLE3"))
+    assert not any(p.name.startswith("draft/MTP") for p in eagle3)
