@@ -272,6 +272,8 @@ def test_server_lifecycle_auth_streaming_and_metrics(site23, tmp_path):
     assert "lab-secret-key" not in " ".join(proc.args)  # the key travelled in the file
     assert "Load weight begin. avail mem=" in out
     assert "The server is fired up and ready to roll!" in out
+    decode = [line for line in out.splitlines() if "Decode batch, #running-req: " in line]
+    assert decode and ", cuda graph: True, gen throughput (token/s): " in decode[0]
     sched = [line for line in out.splitlines() if "max_total_num_tokens=" in line][0]
     assert sched.startswith("[") and " TP0] max_total_num_tokens=" in sched
     assert ", available_gpu_mem=" in sched and sched.endswith(" GB")

@@ -186,6 +186,8 @@ def run(argv: list[str]) -> None:
                 [("sglang/srt/managers/scheduler.py", 1480, "run_event_loop")]))
 
     threading.Thread(target=warmup, name="warmup", daemon=True).start()
+    threading.Thread(target=state.decode_logger, args=(args.decode_log_interval,),
+                     name="decode-log", daemon=True).start()
 
     def stop(signum, frame) -> None:
         logs.uvicorn("Shutting down")

@@ -67,6 +67,29 @@ class State:
         self.e2e = Histogram()
         self.itl = Histogram()
         self.startup_time = time.time()
+        self.active_tokens = 0          # KV tokens held by running requests
+        self.window_tokens = 0          # tokens generated since the last decode log
+
+    def decode_logger(self, interval_steps: int) -> None:
+        """Log SGLang's periodic decode line while requests run
+        (srt/managers/scheduler_components/metrics_reporter.py, every
+        --decode-log-interval decode steps)."""
+        period = max(interval_steps, 1) / self.decode_tps
+        capacity = max(int(self.info.get("max_total_num_tokens") or 0), 1)
+        while True:
+            time.sleep(period)
+            with self.lock:
+                running, generated = self.running, self.window_tokens
+                used = self.active_tokens
+                self.window_tokens = 0
+            if not running and not generated:
+                continue
+            throughput = generated / period
+            self.last_gen_throughput = throughput
+            logs.log(f"Decode batch, #running-req: {running}, #token: {used}, "
+                     f"token usage: {used / capacity:.2f}, cuda graph: True, "
+                     f"gen throughput (token/s): {throughput:.2f}, #queue-req: 0",
+                     rank="TP0")
 
     @property
     def served_model_name(self) -> str:
@@ -241,6 +264,8 @@ def make_handler(state: State):
             start = time.monotonic()
             with state.lock:
                 state.running += 1
+                state.active_tokens += prompt_tokens
+            held = prompt_tokens
             try:
                 time.sleep(prompt_tokens / state.prefill_tps)
                 ttft = time.monotonic() - start
@@ -254,10 +279,15 @@ def make_handler(state: State):
                         if delay > 0:
                             time.sleep(delay)
                         state.itl.observe(step)
+                    with state.lock:
+                        state.active_tokens += 1
+                        state.window_tokens += 1
+                    held += 1
                     on_token(i, _WORDS[i % len(_WORDS)])
             finally:
                 with state.lock:
                     state.running -= 1
+                    state.active_tokens -= held
             e2e = time.monotonic() - start
             with state.lock:
                 state.requests_total += 1
