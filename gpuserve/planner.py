@@ -387,9 +387,11 @@ def kv_cell(
     dsa_backend: str | None = None,
 ) -> KvCell:
     """Per-token KV bytes on one GPU (pool_configurator.py::_compute_cell_size)."""
-    e = KV_DTYPE_BYTES.get(kv_dtype)
+    fp4 = kv_dtype in ("nvfp4", "fp4_e2m1")
+    e = 1 if (fp4 and arch.is_mla) else KV_DTYPE_BYTES.get(kv_dtype)
     if e is None:
-        raise ValueError(f"unsupported KV dtype {kv_dtype!r}")
+        # FP4 KV for MHA/GQA is sized by a per-recipe quant method; not modelled here.
+        raise ValueError(f"unsupported KV dtype {kv_dtype!r} for {arch.attention.upper()}")
     n = arch.num_layers
     indexer = 0
     if arch.is_mla:
@@ -397,7 +399,7 @@ def kv_cell(
         desc = f"MLA ({arch.kv_lora_rank}+{arch.qk_rope_head_dim})"
         if (
             arch.attention == "dsa"
-            and e == 1
+            and kv_dtype.startswith("fp8")
             and not dsa_uses_raw_layout(arch, kv_dtype, sm_major, dsa_backend)
         ):
             # kv_cache_configurator.py::calculate_mla_kv_cache_dim: fp8 nope + fp32 scale per
@@ -405,8 +407,12 @@ def kv_cell(
             dim = arch.kv_lora_rank + arch.kv_lora_rank // 128 * 4 + arch.qk_rope_head_dim * 2
             desc = f"DSA fp8 scaled row ({dim} B)"
         per_layer = dim * e
+        if fp4:
+            # float4_e2m1fn_x2 (1 B holds 2 values): cell // 2 plus one scale byte per 16
+            per_layer = dim // 2 + (arch.kv_lora_rank + arch.qk_rope_head_dim) // 16
+            desc = f"MLA fp4 ({dim}/2 + {dim // 16} scale B)"
         target = per_layer * n
-        desc += f" x {n} layers x {e} B, not split by TP"
+        desc += f" x {n} layers{'' if fp4 else f' x {e} B'}, not split by TP"
         if arch.attention == "dsa":
             # _compute_dsa_indexer_cell_size: fp8 index K + fp32 scale per 128, uint8 buffer
             idx = arch.index_head_dim + arch.index_head_dim // 128 * 4
