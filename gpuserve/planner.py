@@ -427,6 +427,9 @@ def kv_cell(
         heads = max(1, arch.num_kv_heads // attn_tp)
         target = heads * (arch.head_dim + arch.v_head_dim) * n * e
         desc = f"{heads} KV heads x ({arch.head_dim}+{arch.v_head_dim}) x {n} layers x {e} B"
+        if kv_dtype == "mxfp8":  # one e8m0 scale per 32 values
+            target += heads * (arch.head_dim + arch.v_head_dim) * n // 32
+            desc += " + mxfp8 scales"
         draft_bytes = int(target * draft / n)
     if draft:
         desc += f" + {draft} draft layer(s)"

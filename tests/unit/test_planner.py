@@ -113,6 +113,7 @@ def test_kv_cell_sizes():
     qwen = load_record("qwen3-235b-a22b-fp8")
     assert kv_cell(qwen, kv_dtype="bf16", attn_tp=4).bytes_per_token == 48128
     assert kv_cell(qwen, kv_dtype="bf16", attn_tp=2).bytes_per_token == 2 * 48128
+    assert kv_cell(qwen, kv_dtype="mxfp8", attn_tp=4).bytes_per_token == 24064 + 24064 // 32
     # nvfp4 MLA: 576 / 2 + 576 / 16 scale bytes per layer
     assert kv_cell(dsv3, kv_dtype="nvfp4").bytes_per_token == 61 * (288 + 36)
     assert kv_cell(glm, kv_dtype="nvfp4", sm_major=12).bytes_per_token == 78 * (324 + 132)
