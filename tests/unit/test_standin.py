@@ -211,7 +211,7 @@ def test_server_lifecycle_auth_streaming_and_metrics(site23, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "sglang.launch_server", "--model-path", "/models/tiny",
          "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)],
-        env=_env(site23, LOAD_SECONDS="0.3", WARMUP_SECONDS="1.0", DECODE_TPS="400"),
+        env=_env(site23, LOAD_SECONDS="0.3", WARMUP_SECONDS="1.5", DECODE_TPS="400"),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         codes = []
