@@ -24,7 +24,13 @@ def main() -> int:
     print(format_table(results))
     checked = [r for r in results if r.status == "checked"]
     print(f"\n{len(checked)} cases checked, {len(results) - len(checked)} skipped")
-    for what, bound in (("weights GiB/GPU", 0.05), ("KV tokens", 0.10), ("KV B/token", 0.01)):
+    bounds = (
+        ("weights GiB/GPU", 0.05),
+        ("free after weights GiB", 0.05),
+        ("KV tokens", 0.10),
+        ("KV B/token", 0.01),
+    )
+    for what, bound in bounds:
         errs = [abs(e) for r in results for e in r.errors(what)]
         if errs:
             print(f"{what}: {len(errs)} checked, worst {max(errs):.1%} (bound {bound:.0%})")

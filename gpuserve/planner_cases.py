@@ -77,6 +77,23 @@ def evaluate(cases_path: str | Path, inputs_path: str | Path, repo_root: Path) -
             if spec.get("weights_outlier"):
                 row.update(excluded=True, note=spec["weights_outlier"])
             res.rows.append(row)
+        # -- free memory after weights, when only that is stated (pre from the GPU spec)
+        if (
+            case.get("avail_mem_after_weights_gb") is not None
+            and case.get("weights_mem_usage_gb") is None
+            and case.get("avail_mem_before_load_gb") is None
+            and gpu is not None
+        ):
+            pred_after = gpu.memory_total_gib - gpu.init_overhead_gib - weights
+            res.rows.append(
+                {
+                    "what": "free after weights GiB",
+                    "predicted": pred_after,
+                    "measured": case["avail_mem_after_weights_gb"],
+                    "error": _err(pred_after, case["avail_mem_after_weights_gb"]),
+                    "note": f"pre = {gpu.key} memory.total - init overhead (gpus.yaml)",
+                }
+            )
         # -- KV bytes per token
         tokens = case.get("kv_tokens") or case.get("max_total_num_tokens")
         kv_size = None

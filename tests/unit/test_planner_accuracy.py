@@ -35,6 +35,12 @@ def test_weights_within_5_percent(results):
     assert all(abs(e) <= 0.05 for e in errors), errors
 
 
+def test_free_after_weights_within_5_percent(results):
+    errors = [e for r in results for e in r.errors("free after weights GiB")]
+    assert errors
+    assert all(abs(e) <= 0.05 for e in errors), errors
+
+
 def test_kv_tokens_within_10_percent(results):
     errors = [e for r in results for e in r.errors("KV tokens")]
     assert len(errors) >= 3
