@@ -311,3 +311,35 @@ def test_crash_knob_dies_after_becoming_healthy(site23):
     died = r.stderr.index("Scheduler hit an exception")
     assert ready < died
     assert "Received sigquit from a child process." in r.stderr[died:]
+
+
+def _load_sim_module():
+    path = REPO / "lab" / "sglang_standin" / "src" / "sglang" / "_standin" / "sim.py"
+    spec = importlib.util.spec_from_file_location("standin_sim_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(("args", "mla", "expected"), [
+    # SGLang 0.5.23 memory_hook.py on a 97,887 MiB card, cps 8192 (58 prefill sizes).
+    # TP8 MLA: R = 512 + 1.5*8192 + 8/8*1024 + 2*512 + 1536 = 16,384 -> 0.833
+    (["--tp-size", "8"], True, 0.833),
+    (["--tp-size", "8"], False, 0.844),
+    (["--tp-size", "8", "--cuda-graph-max-bs-decode", "256"], True, 0.838),
+    # attention DP adds 3*max_bs*attn_dp (+1.5*... above 300): R = 34,816 -> 0.644
+    (["--tp-size", "8", "--attn-dp-size", "8"], True, 0.644),
+    (["--tp-size", "8", "--attn-dp-size", "8", "--cuda-graph-max-bs-decode", "128"], True,
+     0.809),
+    (["--tp-size", "8", "--dp-size", "8", "--enable-dp-attention"], True, 0.644),
+])
+def test_auto_mem_fraction_static_follows_sglangs_formula(args, mla, expected):
+    sim = _load_sim_module()
+    ns = load_catalog("0.5.23").parse(["--model-path", "m", *args])
+    shape = sim.ModelShape()
+    shape.is_mla = mla
+    plan = sim.plan(ns, shape)
+    assert plan.mem_fraction_static == expected
+    assert plan.chunked_prefill_size == 8192 // (8 if "--attn-dp-size" in args
+                                                 or "--enable-dp-attention" in args else 1)

@@ -217,14 +217,11 @@ def plan(args, shape: ModelShape) -> Plan:
     if prefill_max is None:
         prefill_max = cps if not shape.is_mla else min(8192, cps)
     prefill_bs = prefill_capture_sizes(int(prefill_max))
-    if attn_dp > 1:
-        cps = cps // attn_dp  # parallel_hook.py divides after the memory hook
-
     mfs = args.mem_fraction_static
     mfs_auto = mfs is None
     if mfs_auto:
         max_prefill = int(getattr(args, "max_prefill_tokens", 16384) or 16384)
-        activation = max(cps * attn_dp, 2048) if cps > 0 else max(max_prefill, 2048)
+        activation = max(cps, 2048) if cps > 0 else max(max_prefill, 2048)
         reserved = 512 + activation * 1.5 + tp * pp / 8 * 1024
         graph = 0.0
         if decode_backend != "disabled":
@@ -240,6 +237,9 @@ def plan(args, shape: ModelShape) -> Plan:
             reserved = max(reserved, 10 * 1024)
         mfs = round((gpu_mem - reserved) / gpu_mem, 3)
     mfs = float(mfs)
+
+    if attn_dp > 1 and cps > 0:
+        cps = cps // attn_dp  # parallel_hook.py divides it after the memory hook ran
 
     # The box: free memory before weights (CUDA context and NCCL already resident).
     pre = gpu_mem / 1024 - env_float("INIT_GB", 1.6)
