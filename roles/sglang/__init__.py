@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 import shlex
+from urllib.parse import urlparse
 
 from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, pip, server
 
@@ -73,6 +74,43 @@ def pinned_version(requirement: str, source: str) -> str:
     return m.group("public")
 
 
+def exact_version(requirement: str) -> tuple[str, str]:
+    """``sglang[all]==0.5.23+lab`` -> (``sglang``, ``0.5.23+lab``): what pip must report."""
+    m = _PIN.match(requirement)
+    assert m, "validated by pinned_version() first"
+    local = m.group("local")
+    return m.group("name"), m.group("public") + (f"+{local}" if local else "")
+
+
+class InstalledVersion(FactBase):
+    """Version of a distribution in a venv (``importlib.metadata``), None if absent.
+
+    pyinfra's ``PipPackages`` fact does not parse local versions (its regex stops at
+    ``+``), so ``sglang==0.5.23+lab`` would be reinstalled on every run.
+    """
+
+    def command(self, python: str, dist: str) -> str:
+        code = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+        return (f"{shlex.quote(python)} -c {shlex.quote(code)} {shlex.quote(dist)} "
+                "2>/dev/null || true")
+
+    def process(self, output: list[str]) -> str | None:
+        return output[0].strip() if output and output[0].strip() else None
+
+
+@operation()
+def pip_install_pinned(venv: str, requirement: str, extra_args: str | None = None):
+    """``pip install`` an exact pin into ``venv`` unless that exact version is there."""
+    dist, version = exact_version(requirement)
+    installed = host.get_fact(InstalledVersion, python=f"{venv}/bin/python", dist=dist)
+    if installed is not None and installed.lower() == version.lower():
+        host.noop(f"{dist} {installed} is installed in {venv}")
+        return
+    extra = [QuoteString(a) for a in shlex.split(extra_args or "")]
+    yield StringCommand(QuoteString(f"{venv}/bin/pip"), "install", *extra,
+                        QuoteString(requirement))
+
+
 def validate_user(user: object, source: str) -> str:
     if not isinstance(user, str) or not _USER.match(user):
         raise InputError(source, "sglang_user", f"{user!r} is not a valid system user name")
@@ -104,6 +142,12 @@ def pip_args(index_url: str | None, find_links: str | None) -> str | None:
         args.append("--no-index")
     if find_links:
         args += ["--find-links", find_links]
+    # pip ignores a plain-http index or find-links host unless it is trusted; a mirror
+    # the inventory names explicitly is the one the user asked for, so trust that host.
+    for url in (index_url, find_links):
+        parsed = urlparse(url or "")
+        if parsed.scheme == "http" and parsed.hostname and parsed.hostname not in args:
+            args += ["--trusted-host", parsed.hostname]
     return " ".join(shlex.quote(a) for a in args) or None
 
 
@@ -131,10 +175,5 @@ def install_sglang(user: str, home: str, package: str, index_url: str | None = N
         apt.packages(name="python3-venv for the SGLang venv", packages=["python3-venv"],
                      update=True)
     pip.venv(name=f"venv {venv_dir(home)}", path=venv_dir(home), python="python3")
-    pip.packages(
-        name=f"pip install {package}",
-        packages=[package],
-        virtualenv=venv_dir(home),
-        virtualenv_kwargs={"venv": True, "python": "python3"},
-        extra_install_args=pip_args(index_url, find_links),
-    )
+    pip_install_pinned(name=f"pip install {package}", venv=venv_dir(home),
+                       requirement=package, extra_args=pip_args(index_url, find_links))

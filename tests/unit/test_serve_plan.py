@@ -44,9 +44,9 @@ def test_default_package_from_cuda_lane() -> None:
 
 def test_pip_args_air_gapped_mirror() -> None:
     assert pip_args(None, "http://10.0.2.2:8000/wheels/") == (
-        "--no-index --find-links http://10.0.2.2:8000/wheels/")
-    assert pip_args("https://m/simple", "http://w/") == (
-        "--index-url https://m/simple --find-links http://w/")
+        "--no-index --find-links http://10.0.2.2:8000/wheels/ --trusted-host 10.0.2.2")
+    assert pip_args("https://m/simple", "https://w/") == (
+        "--index-url https://m/simple --find-links https://w/")
     assert pip_args(None, None) is None
 
 

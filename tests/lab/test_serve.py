@@ -1,0 +1,154 @@
+"""End to end on the lab host: the real pyinfra CLI serves a profile, testinfra checks it.
+
+Order matters (module-scoped, one deploy): a bad profile is refused before the host is
+touched, then the deploy with secrets, then the checks over SSH, then a rerun that must
+report no changes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.state import instance_name, read_state
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+PYINFRA = Path(sys.executable).with_name("pyinfra")
+UNIT = "gpuserve-sglang.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+ENV_PATH = "/etc/gpuserve/sglang.env"
+CONFIG_PATH = "/etc/gpuserve/sglang-secrets.yaml"
+HF_TOKEN = "hf_labTokenNeverOnArgv0123"
+API_KEY = "sk-lab-key-never-on-argv-4567"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def pyinfra(*args: str, group_data: Path | None = None, timeout: int = 1500):
+    cmd = [str(PYINFRA), "-y", "inventory/lab.py", "deploy/serve.py", *args]
+    if group_data is not None:
+        cmd += ["--group-data", str(group_data)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ))
+    return proc.returncode, ANSI.sub("", proc.stdout + proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def vm(lab):
+    """testinfra host over SSH to the lab instance the shared ``lab`` fixture runs."""
+    import testinfra
+
+    st = read_state(instance_name())
+    assert st is not None, "the lab fixture should have started the instance"
+    return testinfra.get_host(f"paramiko://root@127.0.0.1:{st.ssh_port}",
+                              ssh_identity_file=st.ssh_key)
+
+
+@pytest.fixture(scope="module")
+def secrets_data(tmp_path_factory) -> Path:
+    """Secrets as group data (a file), so they are not even on the controller's argv."""
+    d = tmp_path_factory.mktemp("group_data")
+    (d / "all.py").write_text(f"hf_token = {HF_TOKEN!r}\nsglang_api_key = {API_KEY!r}\n")
+    return d
+
+
+def fingerprint(vm) -> str:
+    return vm.check_output(
+        "ls -la --time-style=full-iso /etc/systemd/system /etc/gpuserve /opt/gpuserve "
+        "2>&1; systemctl show -p InvocationID,ActiveState " + UNIT)
+
+
+@pytest.fixture(scope="module")
+def first_run(vm, secrets_data, tmp_path_factory):
+    # 1. An unknown flag in the profile: refused at prepare, the host is not touched.
+    bad = tmp_path_factory.mktemp("profiles") / "bad-flag.yaml"
+    bad.write_text("extends: " + str(REPO / "profiles/glm5-nvfp4-tp8.yaml") +
+                   "\nextra_args: ['--no-such-flag', '1']\n")
+    before = fingerprint(vm)
+    rc, out = pyinfra("--data", f"profile={bad}", group_data=secrets_data, timeout=300)
+    refused = (rc, out, before == fingerprint(vm))
+    # 2. The real deploy.
+    rc, out = pyinfra(group_data=secrets_data)
+    return refused, rc, out
+
+
+def test_bad_profile_refused_before_the_host_changes(first_run) -> None:
+    (rc, out, unchanged), _, _ = first_run
+    assert rc != 0, out
+    assert "bad-flag.yaml" in out and "extra_args[0]" in out and "--no-such-flag" in out
+    assert "Beginning operation run" not in out
+    assert unchanged
+
+
+def test_deploy_succeeds_with_a_smoke_line(first_run) -> None:
+    _, rc, out = first_run
+    assert rc == 0, out[-6000:]
+    assert re.search(r"lab-gpu: health: ", out), out[-4000:]
+    m = re.search(r"lab-gpu: smoke: (\d+) tokens in ([\d.]+) s = ([\d.]+) tok/s "
+                  r"\(glm-5, profile glm5-nvfp4-tp8\)", out)
+    assert m, out[-4000:]
+    assert int(m.group(1)) > 0 and float(m.group(3)) > 0
+
+
+def test_secrets_not_in_pyinfra_output(first_run) -> None:
+    _, _, out = first_run
+    assert HF_TOKEN not in out and API_KEY not in out
+
+
+def test_unit_file(vm, first_run) -> None:
+    unit = vm.file(UNIT_PATH)
+    assert unit.is_file and unit.mode == 0o644 and unit.user == "root"
+    text = unit.content_string
+    assert "User=sglang" in text and "NoNewPrivileges=yes" in text
+    assert "ExecStart=/opt/gpuserve/venv/bin/python -m sglang.launch_server" in text
+    assert f"--config {CONFIG_PATH}" in text
+    assert HF_TOKEN not in text and API_KEY not in text
+    assert vm.run("systemd-analyze verify %s", UNIT_PATH).rc == 0
+
+
+def test_secret_files(vm, first_run) -> None:
+    env = vm.file(ENV_PATH)
+    assert (env.mode, env.user, env.group) == (0o600, "root", "root")
+    assert f"HF_TOKEN={HF_TOKEN}" in env.content_string
+    cfg = vm.file(CONFIG_PATH)
+    assert (cfg.mode, cfg.user) == (0o600, "sglang")
+    assert API_KEY in cfg.content_string
+    assert vm.file("/etc/gpuserve").mode == 0o750
+
+
+def test_service_running_listening_healthy(vm, first_run) -> None:
+    svc = vm.service(UNIT)
+    assert svc.is_running and svc.is_enabled
+    assert vm.socket("tcp://0.0.0.0:30000").is_listening
+    assert vm.check_output("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health") \
+        == "200"
+    args = vm.check_output("ps -eo user,args")
+    assert HF_TOKEN not in args and API_KEY not in args
+    assert re.search(r"^sglang\s+/opt/gpuserve/venv/bin/python -m sglang.launch_server",
+                     args, re.M)
+
+
+def test_api_key_is_enforced(vm, first_run) -> None:
+    code = vm.check_output(
+        "curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' "
+        "-d '{\"model\": \"glm-5\", \"prompt\": \"hi\", \"max_tokens\": 1}' "
+        "http://127.0.0.1:30000/v1/completions")
+    assert code == "401"
+
+
+def test_rerun_reports_no_changes(vm, first_run, secrets_data) -> None:
+    invocation = vm.check_output(f"systemctl show -p InvocationID --value {UNIT}")
+    rc, out = pyinfra(group_data=secrets_data)
+    assert rc == 0, out[-6000:]
+    assert "No changes" in out
+    assert not re.search(r"^\s*\[lab-gpu\]\s+Success\s*$", out, re.M), out[-6000:]
+    total = [line for line in out.splitlines() if line.strip().startswith("Grand total")]
+    assert total and total[-1].split()[3] == "-", total  # Hosts, Success(-), Error, ...
+    assert "lab-gpu: smoke: " in out  # still verified
+    assert vm.check_output(f"systemctl show -p InvocationID --value {UNIT}") == invocation
