@@ -343,3 +343,16 @@ def test_auto_mem_fraction_static_follows_sglangs_formula(args, mla, expected):
     assert plan.mem_fraction_static == expected
     assert plan.chunked_prefill_size == 8192 // (8 if "--attn-dp-size" in args
                                                  or "--enable-dp-attention" in args else 1)
+
+
+@pytest.mark.parametrize("text", [
+    'api-key: "sk-\\u003cx\\u003e #1: y"\n',
+    "# comment\n\ntp-size: 2\nmem-fraction-static: 0.85\nenable-metrics: true\n",
+    "served-model-name: 'it''s'\nhost: 0.0.0.0\nport: 30000\nlog-level: null\n",
+    "cuda-graph-bs-decode: [1, 2, 4]\ndisable-custom-all-reduce: false\n",
+    "lora-paths:\n  - a\n  - b\n",
+    '{"api-key": "k", "tp-size": 8}',
+])
+def test_yaml_subset_reads_like_pyyaml(text):
+    yaml = pytest.importorskip("yaml")
+    assert _load_config_module().safe_load(text) == yaml.safe_load(text)
