@@ -20,7 +20,13 @@ The introspection runs in a fresh interpreter per version (``--introspect``) so
 stubs and ``sys.path`` never leak between versions. A few small pure
 dependencies that the argument *definitions* need for real (msgspec: 0.5.2x
 declares ServerArgs as a ``msgspec.Struct``) are pip-installed into the
-temporary directory rather than stubbed.
+temporary directory rather than stubbed (orjson too, so json_list_type errors are real).
+
+Before writing, the script checks the catalog: it rebuilds the parser from the
+catalog with ``gpuserve.flagparser`` (what gpuserve and the lab stand-in use) and
+parses a few thousand probe command lines with both parsers (every option string,
+good/bad/missing values, 1-3 character abbreviations); any difference in outcome,
+parsed value or argparse error text aborts the run.
 """
 
 from __future__ import annotations
