@@ -691,13 +691,15 @@ def predict(
             kv_dtype=kv_dtype,
             a2a_buffer_gib=a2a_buffer_gib,
             gpu_memory_mib=gpu_memory_mib,
+            sm_major=sm_major,
+            dsa_backend=dsa_backend,
         )
     elif mfs > max_safe and verdict == "fits":
         changes.append(
             f"mem_fraction_static {mfs:.3f} leaves {pre * (1 - mfs):.2f} GiB outside the "
             "static pool, "
             f"less than SGLang's own graph/activation reserve ({graph_reserve:.2f} GiB): CUDA "
-            f"graph capture may OOM; lower --cuda-graph-max-bs or keep mfs <= {max_safe:.3f}"
+            f"graph capture may OOM; lower the decode graph max bs or keep mfs <= {max_safe:.3f}"
         )
 
     return Plan(
@@ -756,9 +758,15 @@ def suggest_changes(
     kv_dtype: str,
     a2a_buffer_gib: float,
     gpu_memory_mib: float,
+    sm_major: int | None = None,
+    dsa_backend: str | None = None,
 ) -> list[str]:
     """Concrete changes, most direct first, each with the number that makes it work."""
     out: list[str] = []
+    # 0.5.20+ only accepts the per-phase spelling (sglang.md §0; server_args fields).
+    bs_flag = (
+        "--cuda-graph-max-bs" if defaults.version == "0.5.19" else "--cuda-graph-max-bs-decode"
+    )
     want_tokens = ctx or 4096
     target = mfs_for_tokens(pre, after, want_tokens, cell.bytes_per_token)
     min_viable = math.ceil((1 - after / pre) * 1000) / 1000
@@ -776,41 +784,65 @@ def suggest_changes(
                 f"raise --mem-fraction-static to {best:.3f} (the most the graph/activation "
                 f"reserve allows): about {tokens_at_best:,} KV tokens"
             )
-        # Lower decode max_bs: graph reserve shrinks by 2 MiB (+3..4.5 MiB x attn_dp) per bs.
-        if defaults.decode_max_bs > 64:
-            for bs in (256, 128, 64):
-                if bs >= defaults.decode_max_bs:
-                    continue
-                lower = memory_defaults(
-                    gpu_memory_mib,
-                    tp=layout.tp,
-                    pp=layout.pp,
-                    attn_dp=layout.attn_dp,
-                    use_mla=arch.is_mla,
-                    version=defaults.version,
-                    decode_max_bs=bs,
-                    chunked_prefill_size=defaults.chunked_prefill_size,
-                    moe_a2a_backend=layout.moe_a2a_backend,
+
+        # Shrink SGLang's own reserve: decode graphs (2 MiB per bs, more with attention-DP)
+        # and activations (1.5 MiB per chunked-prefill token); report what each knob buys.
+        def option(bs: int, cps: int) -> tuple[float, int]:
+            lower = memory_defaults(
+                gpu_memory_mib,
+                tp=layout.tp,
+                pp=layout.pp,
+                attn_dp=layout.attn_dp,
+                use_mla=arch.is_mla,
+                version=defaults.version,
+                decode_max_bs=bs,
+                chunked_prefill_size=cps,
+                moe_a2a_backend=layout.moe_a2a_backend,
+            )
+            safe = math.floor((1 - lower.reserved_mb / 1024 / pre) * 1000) / 1000
+            toks = max(0, int((after - pre * (1 - safe)) * GIB) // cell.bytes_per_token)
+            return safe, toks
+
+        bs0, cps0 = defaults.decode_max_bs, defaults.chunked_prefill_size
+        knobs = [(f"{bs_flag} {bs}", bs, cps0) for bs in (256, 128, 64) if bs < bs0]
+        knobs += [(f"--chunked-prefill-size {c}", bs0, c) for c in (4096, 2048) if 0 < c < cps0]
+        if len(knobs) > 1:
+            knobs.append(
+                (
+                    f"{bs_flag} 128 and --chunked-prefill-size 2048",
+                    min(bs0, 128),
+                    min(cps0, 2048) if cps0 > 0 else cps0,
                 )
-                safe = math.floor((1 - lower.reserved_mb / 1024 / pre) * 1000) / 1000
-                if safe > best + 0.0005:
-                    toks = max(0, int((after - pre * (1 - safe)) * GIB) // cell.bytes_per_token)
-                    out.append(
-                        f"lower --cuda-graph-max-bs to {bs}: reserve drops to "
-                        f"{lower.reserved_mb / 1024:.2f} GiB, mem_fraction_static up to "
-                        f"{safe:.3f} gives about {toks:,} KV tokens"
-                    )
+            )
+        for label, bs, cps in knobs:
+            safe, toks = option(bs, cps)
+            if toks > 0 and safe > best + 0.0005:
+                best = safe
+                out.append(
+                    f"use {label} with --mem-fraction-static {safe:.3f} (SGLang's own reserve "
+                    f"shrinks that far): about {toks:,} KV tokens"
+                )
+                if toks >= want_tokens:
                     break
+    if not out:
+        out.append(
+            f"no mem_fraction_static leaves room for both the KV cache and SGLang's "
+            f"graph/activation reserve (minimum viable {min_viable:.3f} > {max_safe:.3f}): "
+            f"weights must shrink (more GPUs or a smaller quantization) or the reserve must"
+        )
     if not kv_dtype.startswith("fp8"):
         fp8 = kv_cell(
             arch,
             kv_dtype="fp8_e4m3",
             attn_tp=layout.attn_tp,
-            draft=cell.draft_bytes and draft_layers(arch, layout),
+            draft=draft_layers(arch, layout),
+            sm_major=sm_major,
+            dsa_backend=dsa_backend,
         )
         out.append(
             f"use --kv-cache-dtype fp8_e4m3: {fp8.bytes_per_token} B/token instead of "
-            f"{cell.bytes_per_token} (x{cell.bytes_per_token / fp8.bytes_per_token:.2f} tokens)"
+            f"{cell.bytes_per_token}, x{cell.bytes_per_token / fp8.bytes_per_token:.2f} the "
+            f"tokens of any positive KV budget"
         )
     if layout.num_redundant_experts and arch.is_moe:
         per_expert = 3 * arch.hidden_size * arch.moe_intermediate_size * len(arch.moe_layer_ids)
