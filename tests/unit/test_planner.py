@@ -299,3 +299,21 @@ def test_draft_layers_by_algorithm():
     # a separate EAGLE3 head is not one of the checkpoint's layers: weights come from the user
     eagle3 = weights_per_gpu(glm, Layout(tp=8, speculative="EAGLE3"))
     assert not any(p.name.startswith("draft/MTP") for p in eagle3)
+
+
+def test_reserve_shrinking_suggestion_is_actionable():
+    dsv3 = load_record("deepseek-v3")
+    common = dict(gpu_memory_mib=G_PRO6000, gpu_count=8, sm_major=12, init_overhead_gib=2.29)
+    plan = predict(dsv3, layout=Layout(tp=8), **common)
+    assert plan.verdict == "refused" and plan.mem_fraction_static == 0.833
+    tip = next(c for c in plan.changes if "--chunked-prefill-size" in c)
+    cps = int(tip.split("--chunked-prefill-size ")[1].split()[0])
+    mfs = float(tip.split("--mem-fraction-static ")[1].split()[0])
+    applied = predict(
+        dsv3, layout=Layout(tp=8), chunked_prefill_size=cps, mem_fraction_static=mfs, **common
+    )
+    assert applied.kv_tokens > 0 and applied.verdict in ("fits", "tight")
+    assert mfs <= applied.max_safe_mfs
+    # 0.5.19 spells the decode graph flag without the -decode suffix
+    old = predict(dsv3, layout=Layout(tp=8), version="0.5.19", **common)
+    assert not any("--cuda-graph-max-bs-decode" in c for c in old.changes)
