@@ -651,6 +651,16 @@ def predict(
         f"rest = {after:.2f} - {pre:.2f} x (1 - {mfs:.3f}) = {b.rest_gib:.2f} GiB for the KV cache",
         f"KV {cell.bytes_per_token} B/token ({cell.formula}, {kv_dtype})",
     ]
+    if arch.checkpoint_bytes:
+        # model.safetensors.index.json total_size vs the record's own parameter bytes (MTP
+        # layers included, as checkpoints ship them): a cross-check of the record.
+        whole = weights_per_gpu(arch, Layout(speculative="NEXTN" if arch.mtp_layers else None))
+        total = sum(p.gib for p in whole)
+        ckpt = arch.checkpoint_bytes / GIB
+        explanation.append(
+            f"checkpoint total_size {ckpt:.1f} GiB vs {total:.1f} GiB from the config "
+            f"({(total - ckpt) / ckpt:+.0%})"
+        )
     if layout.speculative and not uses_builtin_mtp(arch, layout) and not draft_weights_gib:
         explanation.append(
             f"{layout.speculative} draft model weights are not included (unknown): pass "

@@ -110,6 +110,7 @@ def test_model_directory_and_table_output(capsys):
     assert "routed experts x2 layers" in out and "verdict:" in out
     # hf_quant_config.json says kv_cache_quant_algo FP8, so "auto" KV is fp8
     assert "fp8_e4m3" in out
+    assert "checkpoint total_size 20.0 GiB" in out  # model.safetensors.index.json
 
 
 def test_bad_input_exits_2(capsys):
