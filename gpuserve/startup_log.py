@@ -70,7 +70,10 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "err_capture": re.compile(r"Capture (?:prefill )?(?:cuda|CUDA) graph failed"),
     "ready": re.compile(r"The server is fired up and ready to roll!"),
 }
-_SERVER_ARGS = re.compile(r"server_args=ServerArgs\((?P<body>.*)\)")
+# Two spellings: ``server_args=ServerArgs(mem_fraction_static=0.78, ...)`` (older
+# releases) and ``server_args={'mem_fraction_static': 0.78, ...}`` (0.5.x:
+# entrypoints/engine.py logs ``_server_args_for_logging(server_args)``, a dict).
+_SERVER_ARGS = re.compile(r"server_args=(?:ServerArgs\((?P<body>.*)\)|(?P<dict>\{.*\}))")
 _ARG_KEYS = {
     "mem_fraction_static": float,
     "tp_size": int,
@@ -171,10 +174,11 @@ def _f(value: str | None) -> float | None:
     return float(value) if value is not None else None
 
 
-def _parse_server_args(body: str) -> dict[str, object]:
+def _parse_server_args(body: str, dict_form: bool = False) -> dict[str, object]:
     out: dict[str, object] = {}
     for key, kind in _ARG_KEYS.items():
-        m = re.search(rf"\b{key}=('(?P<s>[^']*)'|(?P<v>[^,)\s]+))", body)
+        sep = rf"'{key}':\s*" if dict_form else rf"\b{key}="
+        m = re.search(rf"{sep}('(?P<s>[^']*)'|(?P<v>[^,)}}\s]+))", body)
         if not m:
             continue
         raw = m.group("s") if m.group("s") is not None else m.group("v")
@@ -204,7 +208,10 @@ def parse_log(text: str, source: str = "<log>") -> StartupLog:
         body = line[m.end() :] if m else line
         sa = _SERVER_ARGS.search(body)
         if sa:
-            log.server_args.update(_parse_server_args(sa.group("body")))
+            if sa.group("dict") is not None:
+                log.server_args.update(_parse_server_args(sa.group("dict"), dict_form=True))
+            else:
+                log.server_args.update(_parse_server_args(sa.group("body")))
             seen_lines += 1
             continue
         for kind, pat in _PATTERNS.items():

@@ -143,3 +143,16 @@ def test_cli_log_with_model_predicts_kv_tokens(capsys):
     tokens = int(kv.split("about ")[1].split()[0].replace(",", ""))
     assert abs(tokens - int(1.02 * (1 << 30)) // 61464) <= 1  # rest 1.02 GiB / 61,464 B
     assert any("predicts 55." in x for x in lines)
+
+
+def test_server_args_dict_form_of_sglang_0_5_x():
+    # 0.5.x logs the resolved args as a dict (entrypoints/engine.py::_server_args_for_logging).
+    line = (
+        "[2026-11-29 10:00:00] server_args={'model_path': '/models/GLM-5-NVFP4', "
+        "'tp_size': 8, 'mem_fraction_static': 0.833, 'kv_cache_dtype': 'fp8_e4m3', "
+        "'chunked_prefill_size': 8192, 'api_key': None}"
+    )
+    log = parse_log(line)
+    assert log.server_args["mem_fraction_static"] == 0.833
+    assert log.server_args["kv_cache_dtype"] == "fp8_e4m3"
+    assert log.server_args["tp_size"] == 8
