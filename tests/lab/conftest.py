@@ -1,0 +1,198 @@
+"""The `lab` fixture: one QEMU lab host per test session, shared by every lab test.
+
+    def test_something(lab):
+        lab.run_pyinfra("deploy/host.py")            # the real CLI, output captured
+        assert lab.ssh("systemctl is-active x").stdout.strip() == "active"
+        host = lab.testinfra_host()                  # testinfra over paramiko, pinned key
+        assert host.file("/etc/x").exists
+
+At session start it runs `python -m lab up --fresh --name <name>` (name from
+$GPUSERVE_LAB_NAME, default "pytest"); at the end `python -m lab down`, unless
+GPUSERVE_LAB_KEEP=1. GPUSERVE_LAB_REUSE=1 skips --fresh (keeps the disk of a
+previous run: faster iteration, less honest). Connection details (ssh_port ...) are
+read from the lab's state file on every access because a test may restart the VM:
+do not cache them. Output of subprocesses is echoed to stdout (live with `pytest -s`,
+otherwise shown for failing tests).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+import testinfra.backend
+import testinfra.host
+
+from lab.sshutil import ssh_argv
+from lab.state import InstanceState, read_state
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = REPO_ROOT / "inventory" / "lab.py"
+VENV_BIN = REPO_ROOT / ".venv" / "bin"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark everything under tests/lab as `lab`, and run the lab's own self-test
+    (test_lab.py) first so a broken lab fails fast before any deploy test."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.lab)
+    items.sort(key=lambda it: 0 if Path(str(it.path)).name == "test_lab.py" else 1)
+
+
+def _run_echo(argv: list[str], env: dict, timeout: float | None,
+              cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
+    """Run, echo each output line as it comes, return stdout+stderr interleaved."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+    assert proc.stdout is not None
+    lines = []
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for line in proc.stdout:
+        lines.append(line)
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        if deadline is not None and time.monotonic() > deadline:
+            proc.kill()
+            lines.append(f"\n[killed after {timeout:.0f}s]\n")
+            break
+    rc = proc.wait()
+    return subprocess.CompletedProcess(argv, rc, stdout="".join(lines), stderr="")
+
+
+class Lab:
+    """Handle on the session's lab instance (see the module docstring)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.inventory = INVENTORY
+        self.env = dict(os.environ, GPUSERVE_LAB_NAME=name)
+
+    # -- state (re-read each time: the VM may have been restarted) --
+    @property
+    def state(self) -> InstanceState:
+        st = read_state(self.name)
+        if st is None:
+            raise RuntimeError(f"lab instance {self.name!r} is not running")
+        return st
+
+    @property
+    def ssh_port(self) -> int:
+        return self.state.ssh_port
+
+    @property
+    def ssh_key(self) -> str:
+        return self.state.ssh_key
+
+    @property
+    def known_hosts(self) -> str:
+        return self.state.known_hosts
+
+    @property
+    def mirror_port(self) -> int:
+        return self.state.mirror_port
+
+    @property
+    def mirror_url(self) -> str:
+        """The mirror as the guest sees it: http://10.0.2.2:<port>/."""
+        return self.state.mirror_url
+
+    # -- running things --
+    def lab_cli(self, *args: str, check: bool = True,
+                timeout: float | None = 900) -> subprocess.CompletedProcess:
+        """`python -m lab <args> --name <name>` (add --name yourself for `ssh`)."""
+        r = _run_echo([sys.executable, "-m", "lab", *args], self.env, timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"python -m lab {' '.join(args)} failed ({r.returncode}):\n"
+                                 + r.stdout[-4000:])
+        return r
+
+    def run_pyinfra(self, deploy: str, *extra_args: str, check: bool = True,
+                    timeout: float | None = 1800) -> subprocess.CompletedProcess:
+        """`.venv/bin/pyinfra -y inventory/lab.py <deploy> <extra_args>` from the repo
+        root; `.stdout` holds stdout and stderr interleaved."""
+        argv = [str(VENV_BIN / "pyinfra"), "-y", str(self.inventory.relative_to(REPO_ROOT)),
+                deploy, *extra_args]
+        r = _run_echo(argv, self.env, timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"pyinfra {deploy} failed ({r.returncode}):\n"
+                                 + r.stdout[-6000:])
+        return r
+
+    def ssh(self, cmd: str, check: bool = False,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+        """Run a shell command in the guest as root (pinned host key, lab key)."""
+        st = self.state
+        r = subprocess.run([*ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts), cmd],
+                           capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"ssh {cmd!r} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+        return r
+
+    def testinfra_host(self) -> testinfra.host.Host:
+        """A fresh testinfra host over paramiko with the lab key and the pinned host key.
+
+        testinfra's paramiko backend would accept any host key (WarningPolicy, no
+        known_hosts); its `client` is a cached property, so we hand it a client that
+        rejects unknown keys instead. Fresh each call: a reboot kills old connections.
+        """
+        st = self.state
+        backend = testinfra.backend.get_backend(
+            f"paramiko://root@127.0.0.1:{st.ssh_port}", ssh_identity_file=st.ssh_key)
+        client = paramiko.SSHClient()
+        client.load_host_keys(st.known_hosts)
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        client.connect("127.0.0.1", port=st.ssh_port, username="root",
+                       key_filename=st.ssh_key, look_for_keys=False, allow_agent=False,
+                       timeout=30)
+        backend.client = client  # overrides the cached_property
+        return testinfra.host.Host(backend)
+
+    def boot_id(self) -> str:
+        return self.ssh("cat /proc/sys/kernel/random/boot_id", check=True).stdout.strip()
+
+    def wait_ssh(self, timeout: float = 420) -> float:
+        """Wait until SSH answers again (e.g. after a reboot); return seconds waited."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            try:
+                if self.ssh("true", timeout=30).returncode == 0:
+                    return time.monotonic() - t0
+            except subprocess.TimeoutExpired:
+                pass
+            time.sleep(3)
+        raise AssertionError(f"lab {self.name!r}: SSH did not come back in {timeout:.0f}s")
+
+    def reboot(self, timeout: float = 420) -> float:
+        """Reboot the guest and wait until it is back (new boot id); return seconds."""
+        before = self.boot_id()
+        t0 = time.monotonic()
+        self.ssh("systemctl reboot", timeout=30)
+        while time.monotonic() - t0 < timeout:
+            time.sleep(5)
+            try:
+                r = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=30)
+            except subprocess.TimeoutExpired:
+                continue
+            if r.returncode == 0 and r.stdout.strip() != before:
+                return time.monotonic() - t0
+        raise AssertionError(f"lab {self.name!r}: no new boot within {timeout:.0f}s")
+
+
+@pytest.fixture(scope="session")
+def lab() -> Lab:
+    name = os.environ.get("GPUSERVE_LAB_NAME") or "pytest"
+    handle = Lab(name)
+    up = ["up", "--name", name]
+    if os.environ.get("GPUSERVE_LAB_REUSE") != "1":
+        up.append("--fresh")
+    handle.lab_cli(*up)
+    yield handle
+    if os.environ.get("GPUSERVE_LAB_KEEP") != "1":
+        handle.lab_cli("down", "--name", name, check=False)
