@@ -7,16 +7,20 @@ Activation follows the unit-change pattern (pyinfra docs, operations/systemd.py)
 ``daemon-reload`` only when the unit file changed, ``restart`` only when the unit, the
 EnvironmentFile or the --config file changed *and* the service was already running
 (``systemd.service(restarted=True)`` only restarts a running unit), then
-``start`` + ``enable`` when it is not running or not enabled. A rerun with nothing
+``start`` + ``enable`` when it is not running or not enabled, with the start limit
+cleared first when anything changed or the unit had failed. A rerun with nothing
 changed therefore runs no command at all.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from io import StringIO
 
-from pyinfra.api import deploy
+from pyinfra import host, state
+from pyinfra.api import QuoteString, StringCommand, deploy, operation
+from pyinfra.facts.server import Command
 from pyinfra.operations import files, systemd
 
 from gpuserve.errors import InputError
@@ -107,6 +111,24 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
                        profile_name)
 
 
+@operation(is_idempotent=True)
+def reset_failed(unit: str, changed: Callable[[], bool]):
+    """``systemctl reset-failed`` when the configuration changed or the unit is failed.
+
+    Every start counts towards StartLimitBurst (deploy restarts included), so without
+    this a few redeploys in an hour, or a fixed profile after a crash loop, would be
+    refused with "Start request repeated too quickly". Decided at execute time, when
+    the earlier operations' results are known.
+    """
+    if not state.is_executing:
+        return
+    active = host.get_fact(Command, f"systemctl show -p ActiveState --value {unit}")
+    if changed() or (active or "").strip() == "failed":
+        yield StringCommand("systemctl", "reset-failed", QuoteString(unit))
+    else:
+        host.noop(f"{unit} is not failed and unchanged")
+
+
 @deploy("Configure the SGLang service")
 def configure_service(plan: ServicePlan) -> None:
     files.directory(name=f"{CONFIG_DIR} (root, readable by {plan.group} only)",
@@ -127,6 +149,8 @@ def configure_service(plan: ServicePlan) -> None:
         return unit.did_change() or env.did_change() or cfg.did_change()
 
     systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
+    reset_failed(name=f"clear {UNIT_NAME} start limit (changed or failed)", unit=UNIT_NAME,
+                 changed=changed)
     systemd.service(name=f"restart {UNIT_NAME} (configuration changed)", service=UNIT_NAME,
                     running=None, restarted=True, _if=changed)
     systemd.service(name=f"{UNIT_NAME} running and enabled", service=UNIT_NAME,

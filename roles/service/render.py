@@ -98,8 +98,8 @@ class UnitSpec:
     restart_sec: int = 15
     timeout_start: str = "20min"
     timeout_stop: str = "2min"
-    start_limit_interval: str = "1h"
-    start_limit_burst: int = 3
+    start_limit_interval: str = "30min"
+    start_limit_burst: int = 4
     limit_nofile: int = 1048576
     syslog_identifier: str = "sglang"
 

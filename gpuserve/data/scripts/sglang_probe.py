@@ -44,14 +44,21 @@ def unit_state(unit):
 
 
 def journal(args):
-    """Lines of the current start attempt (by invocation id) and the unit's last lines."""
-    lines = []
+    """Lines of the current start attempt, and its tail with systemd's own messages.
+
+    The server's output carries _SYSTEMD_INVOCATION_ID; systemd's messages about the
+    unit ("Main process exited, code=exited, status=1/FAILURE") carry INVOCATION_ID.
+    """
+    lines, tail = [], []
     inv = args.invocation
     if inv:
         lines = run(["journalctl", "_SYSTEMD_INVOCATION_ID=" + inv, "-o", "cat", "--no-pager",
                      "-n", str(args.lines)]).splitlines()
-    tail = run(["journalctl", "-u", args.unit, "-o", "short-iso", "--no-pager",
-                "-n", str(args.tail)]).splitlines()
+        tail = run(["journalctl", "_SYSTEMD_INVOCATION_ID=" + inv, "+", "INVOCATION_ID=" + inv,
+                    "-o", "short-iso", "--no-pager", "-n", str(args.tail)]).splitlines()
+    if not tail or tail == ["-- No entries --"]:
+        tail = run(["journalctl", "-u", args.unit, "-o", "short-iso", "--no-pager",
+                    "-n", str(args.tail)]).splitlines()
     return lines, tail
 
 
