@@ -7,20 +7,14 @@ report no changes.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from lab.state import instance_name, read_state
-
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-PYINFRA = Path(sys.executable).with_name("pyinfra")
 UNIT = "gpuserve-sglang.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 ENV_PATH = "/etc/gpuserve/sglang.env"
@@ -30,24 +24,15 @@ API_KEY = "sk-lab-key-never-on-argv-4567"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def pyinfra(*args: str, group_data: Path | None = None, timeout: int = 1500):
-    cmd = [str(PYINFRA), "-y", "inventory/lab.py", "deploy/serve.py", *args]
-    if group_data is not None:
-        cmd += ["--group-data", str(group_data)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ))
-    return proc.returncode, ANSI.sub("", proc.stdout + proc.stderr)
+def serve(lab, *args: str, group_data: Path | None = None) -> tuple[int, str]:
+    extra = [*args, *(["--group-data", str(group_data)] if group_data else [])]
+    r = lab.run_pyinfra("deploy/serve.py", *extra, check=False)
+    return r.returncode, ANSI.sub("", r.stdout)
 
 
 @pytest.fixture(scope="module")
 def vm(lab):
-    """testinfra host over SSH to the lab instance the shared ``lab`` fixture runs."""
-    import testinfra
-
-    st = read_state(instance_name())
-    assert st is not None, "the lab fixture should have started the instance"
-    return testinfra.get_host(f"paramiko://root@127.0.0.1:{st.ssh_port}",
-                              ssh_identity_file=st.ssh_key)
+    return lab.testinfra_host()
 
 
 @pytest.fixture(scope="module")
@@ -58,23 +43,23 @@ def secrets_data(tmp_path_factory) -> Path:
     return d
 
 
-def fingerprint(vm) -> str:
-    return vm.check_output(
+def fingerprint(lab) -> str:
+    return lab.ssh(
         "ls -la --time-style=full-iso /etc/systemd/system /etc/gpuserve /opt/gpuserve "
-        "2>&1; systemctl show -p InvocationID,ActiveState " + UNIT)
+        f"2>&1; systemctl show -p InvocationID,ActiveState {UNIT}", check=True).stdout
 
 
 @pytest.fixture(scope="module")
-def first_run(vm, secrets_data, tmp_path_factory):
+def first_run(lab, secrets_data, tmp_path_factory):
     # 1. An unknown flag in the profile: refused at prepare, the host is not touched.
     bad = tmp_path_factory.mktemp("profiles") / "bad-flag.yaml"
     bad.write_text("extends: " + str(REPO / "profiles/glm5-nvfp4-tp8.yaml") +
                    "\nextra_args: ['--no-such-flag', '1']\n")
-    before = fingerprint(vm)
-    rc, out = pyinfra("--data", f"profile={bad}", group_data=secrets_data, timeout=300)
-    refused = (rc, out, before == fingerprint(vm))
+    before = fingerprint(lab)
+    rc, out = serve(lab, "--data", f"profile={bad}", group_data=secrets_data)
+    refused = (rc, out, before == fingerprint(lab))
     # 2. The real deploy.
-    rc, out = pyinfra(group_data=secrets_data)
+    rc, out = serve(lab, group_data=secrets_data)
     return refused, rc, out
 
 
@@ -142,9 +127,9 @@ def test_api_key_is_enforced(vm, first_run) -> None:
     assert code == "401"
 
 
-def test_rerun_reports_no_changes(vm, first_run, secrets_data) -> None:
+def test_rerun_reports_no_changes(lab, vm, first_run, secrets_data) -> None:
     invocation = vm.check_output(f"systemctl show -p InvocationID --value {UNIT}")
-    rc, out = pyinfra(group_data=secrets_data)
+    rc, out = serve(lab, group_data=secrets_data)
     assert rc == 0, out[-6000:]
     assert "No changes" in out
     assert not re.search(r"^\s*\[lab-gpu\]\s+Success\s*$", out, re.M), out[-6000:]
