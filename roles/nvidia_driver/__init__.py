@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy, operation
+from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Arch, Command, KernelVersion, LinuxDistribution
 from pyinfra.operations import apt, files, server, systemd
@@ -26,6 +27,7 @@ from gpuserve import driver, passthrough
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
+KEYRING_VERSION = "1.1-1"
 KEYRING_PATH = "/usr/share/keyrings/cuda-archive-keyring.gpg"
 
 DEFAULTS = {
@@ -83,6 +85,19 @@ def preflight(flavour: str, mok_enrolled: bool) -> None:
 
 
 @operation()
+def cuda_keyring(repo_url: str):
+    """Install cuda-keyring 1.1-1 from the repository unless it is installed.
+
+    apt.deb alone would download the .deb again whenever its temporary copy is gone
+    (e.g. /tmp cleaned at boot) and report a change on every such run.
+    """
+    if KEYRING_VERSION in (host.get_fact(DebPackages) or {}).get("cuda-keyring", []):
+        host.noop(f"cuda-keyring {KEYRING_VERSION} is installed")
+        return
+    yield from apt.deb._inner(src=f"{repo_url}{KEYRING_DEB}")
+
+
+@operation()
 def debian_contrib():
     """Add contrib next to main in Debian's own sources (one-line and deb822 files)."""
     changed = False
@@ -107,7 +122,7 @@ def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contr
         changes.append(debian_contrib(name="Enable Debian contrib"))
     # apt.deb fetches the keyring with curl/wget; minimal images have neither.
     apt.packages(name="Tools to fetch the repository keyring", packages=["ca-certificates", "curl"])
-    changes.append(apt.deb(name="Install cuda-keyring", src=f"{repo_url}{KEYRING_DEB}"))
+    changes.append(cuda_keyring(name="Install cuda-keyring", repo_url=repo_url))
     list_name = driver.repo_list_name(repo_url)
     # cuda-keyring ships its own one-line entry pointing at NVIDIA's servers; the deb822
     # source below replaces it so the configured base URL (a mirror) is the only one.

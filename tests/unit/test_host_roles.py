@@ -242,3 +242,10 @@ def test_vfio_binding_writes_ids_modules_and_initramfs():
     for module in ("vfio", "vfio_iommu_type1", "vfio_pci"):
         assert f"echo {module} >> /etc/modules" in commands
     assert "update-initramfs -u -k all" in commands
+
+
+def test_installed_keyring_is_not_downloaded_again():
+    dpkg = ["ii  cuda-keyring   1.1-1   all   GPG keyring for the CUDA repository"]
+    commands = " ;; ".join(runs(_driver_plan({"dpkg -l": dpkg}, install_headers=False)))
+    assert "cuda-keyring_1.1-1_all.deb" not in commands
+    assert "nvidia-open-580" in commands
