@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from io import StringIO
 
 from pyinfra import host, state
@@ -50,6 +51,8 @@ CONFIG_PATH = f"{CONFIG_DIR}/sglang-secrets.yaml"
 
 # Flags that carry secrets and so must never be rendered onto the command line.
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
+REDACT_SCRIPT = "sglang_redact.py"
+SCRIPTS = resources.files("gpuserve") / "data" / "scripts"
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,11 @@ class ServicePlan:
     port: int
     served_name: str
     profile_name: str
+    bin_dir: str
 
 
 def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
-                 state_dir: str, profile_name: str, profile_source: str,
+                 state_dir: str, bin_dir: str, profile_name: str, profile_source: str,
                  sglang_version: str, model_path: str, port: int, served_name: str,
                  extra_env: object, hf_token: object, api_key: object,
                  data_source: str) -> ServicePlan:
@@ -100,6 +104,10 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
             raise InputError(data_source, "sglang_api_key", "must be a single line")
         config_text = render_config({"api-key": api_key})
         argv += ["--config", CONFIG_PATH]
+    if api_key or hf_token:
+        # SGLang logs its resolved arguments, api_key included (sglang issue #37457):
+        # run it under the redacting wrapper so no secret reaches the journal.
+        argv = [f"{venv}/bin/python", f"{bin_dir}/{REDACT_SCRIPT}", CONFIG_PATH, "--", *argv]
 
     unit_text = render_unit(UnitSpec(
         user=user, group=user, state_dir=state_dir, env_file=ENV_PATH, argv=argv,
@@ -108,7 +116,7 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
     ))
     env_text = render_env_file(list(merged.values()), profile_name)
     return ServicePlan(user, user, unit_text, env_text, config_text, port, served_name,
-                       profile_name)
+                       profile_name, bin_dir)
 
 
 @operation(is_idempotent=True)
@@ -142,11 +150,16 @@ def configure_service(plan: ServicePlan) -> None:
     else:
         cfg = files.file(name=f"no --config file {CONFIG_PATH} (no API key)",
                          path=CONFIG_PATH, present=False)
+    files.directory(name=f"{plan.bin_dir} (gpuserve host scripts)", path=plan.bin_dir,
+                    user="root", group="root", mode="755")
+    redact = files.put(name=f"output redactor {plan.bin_dir}/{REDACT_SCRIPT}",
+                       src=str(SCRIPTS / REDACT_SCRIPT), dest=f"{plan.bin_dir}/{REDACT_SCRIPT}",
+                       user="root", group="root", mode="755")
     unit = files.put(name=f"systemd unit {UNIT_PATH}", src=StringIO(plan.unit_text),
                      dest=UNIT_PATH, user="root", group="root", mode="644")
 
     def changed() -> bool:
-        return unit.did_change() or env.did_change() or cfg.did_change()
+        return any(op.did_change() for op in (unit, env, cfg, redact))
 
     systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
     reset_failed(name=f"clear {UNIT_NAME} start limit (changed or failed)", unit=UNIT_NAME,

@@ -85,7 +85,7 @@ def plan_serve(host_data: dict, source: str, cuda_toolkit: Callable[[], str | No
     served = profile.model.served_name or profile.model.path
     plan = service.plan_service(
         args=launch.args, env=launch.env, venv=sglang.venv_dir(home), user=user,
-        state_dir=sglang.state_dir(home), profile_name=profile.name,
+        state_dir=sglang.state_dir(home), bin_dir=f"{home}/bin", profile_name=profile.name,
         profile_source=str(profile.source), sglang_version=version,
         model_path=profile.model.path, port=profile.server.port, served_name=served,
         extra_env=data["sglang_extra_env"], hf_token=data["hf_token"],

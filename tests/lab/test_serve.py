@@ -91,7 +91,8 @@ def test_unit_file(vm, first_run) -> None:
     assert unit.is_file and unit.mode == 0o644 and unit.user == "root"
     text = unit.content_string
     assert "User=sglang" in text and "NoNewPrivileges=yes" in text
-    assert "ExecStart=/opt/gpuserve/venv/bin/python -m sglang.launch_server" in text
+    assert "ExecStart=/opt/gpuserve/venv/bin/python /opt/gpuserve/bin/sglang_redact.py" in text
+    assert "/opt/gpuserve/venv/bin/python -m sglang.launch_server" in text
     assert f"--config {CONFIG_PATH}" in text
     assert HF_TOKEN not in text and API_KEY not in text
     assert vm.run("systemd-analyze verify %s", UNIT_PATH).rc == 0
@@ -117,6 +118,12 @@ def test_service_running_listening_healthy(vm, first_run) -> None:
     assert HF_TOKEN not in args and API_KEY not in args
     assert re.search(r"^sglang\s+/opt/gpuserve/venv/bin/python -m sglang.launch_server",
                      args, re.M)
+
+
+def test_secrets_not_in_the_journal(vm, first_run) -> None:
+    journal = vm.check_output(f"journalctl -u {UNIT} --no-pager -o cat")
+    assert "fired up and ready to roll" in journal
+    assert HF_TOKEN not in journal and API_KEY not in journal
 
 
 def test_api_key_is_enforced(vm, first_run) -> None:

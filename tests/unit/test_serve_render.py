@@ -115,7 +115,7 @@ def test_config_is_yaml_with_json_string() -> None:
 def plan(**kw):
     base = dict(args=["--model-path", "/models/x", "--port", "30000"],
                 env={"NCCL_DEBUG": "WARN"}, venv="/opt/gpuserve/venv", user="sglang",
-                state_dir="/opt/gpuserve/cache", profile_name="p",
+                state_dir="/opt/gpuserve/cache", bin_dir="/opt/gpuserve/bin", profile_name="p",
                 profile_source="profiles/p.yaml", sglang_version="0.5.23",
                 model_path="/models/x", port=30000, served_name="x", extra_env={},
                 hf_token=None, api_key=None, data_source="inventory/gpu.py")
@@ -135,12 +135,17 @@ def test_secrets_stay_out_of_the_unit() -> None:
     assert SECRET_KEY in p.config_text
     exec_words = unquote_systemd(directives(p.unit_text)["ExecStart"][0])
     assert exec_words[-2:] == ["--config", CONFIG_PATH]
+    # the server runs under the redacting wrapper, which reads the same secrets file
+    assert exec_words[:5] == ["/opt/gpuserve/venv/bin/python", "/opt/gpuserve/bin/sglang_redact.py",
+                              CONFIG_PATH, "--", "/opt/gpuserve/venv/bin/python"]
+    assert exec_words[5:7] == ["-m", "sglang.launch_server"]
     assert "NCCL_DEBUG=WARN" in p.env_text and "A=1" in p.env_text
 
 
 def test_no_api_key_means_no_config_flag() -> None:
     p = plan()
     assert p.config_text is None and "--config" not in p.unit_text
+    assert "sglang_redact.py" not in p.unit_text  # no secret, nothing to redact
 
 
 def test_extra_env_overrides_profile_env() -> None:
