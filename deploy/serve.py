@@ -17,6 +17,12 @@ still verifying ``/health`` and a real completion, the way a deployment tool rep
 passing check as "ok" rather than "changed". A failing check fails the host (exit code
 non-zero) with the reason and the last journal lines. See roles/checks for details.
 
+Secrets (``hf_token``, ``sglang_api_key``) go only into the root-only EnvironmentFile
+and the service user's ``--config`` YAML (both 0600, written from stdin, never shown by
+``--diff``); because SGLang itself logs its resolved arguments with the API key
+(sglang issue #37457), the unit then runs the server under a small redacting wrapper
+(``gpuserve/data/scripts/sglang_redact.py``) so the key never reaches the journal.
+
 Host data keys and defaults: ``roles/sglang.DEFAULTS``, ``roles/service.DEFAULTS``,
 ``roles/checks.DEFAULTS``, plus ``profile`` (required).
 """
