@@ -57,6 +57,15 @@ def test_out_of_order_ranks_do_not_move_the_phase_back() -> None:
     assert classify(lines).phase.name == "warmup"
 
 
+def test_0523_graph_capture_lines() -> None:
+    # format strings of sglang 0.5.23, model_executor/model_runner_components/
+    # cuda_graph_setup.py, as the 0.5.23 wheel prints them
+    begin = "[2026-11-29 10:00:00 TP0] Capture target decode CUDA graph begin. backend=full"
+    assert classify([begin]).phase.name == "cuda_graphs"
+    sched = "[2026-11-29 10:00:09 TP0] max_total_num_tokens=1049600, chunked_prefill_size=8192"
+    assert classify([begin, sched]).phase.name == "warmup"
+
+
 def test_ready_line_from_http_server() -> None:
     # logged by sglang/srt/entrypoints/http_server.py::_wait_and_warmup after warmup
     lines = ["[2026-11-29 10:00:00] The server is fired up and ready to roll!"]
