@@ -78,6 +78,9 @@ def ensure_image(home: Path | None = None, log: Log = _log) -> Path:
     with _build_lock(home):
         if img.exists():
             return img
+        if os.geteuid() != 0:
+            raise RuntimeError("building the lab image needs root (debootstrap, chroot, "
+                               "mount); run `python -m lab up` as root once")
         t0 = time.monotonic()
         log(f"building the lab image {img.name} (recipe changed or first run; minutes)")
         rootfs = _ensure_rootfs(recipe, home, log)
@@ -103,9 +106,17 @@ def ensure_image(home: Path | None = None, log: Log = _log) -> Path:
 
 
 def _prune(keep: Path, home: Path | None, log: Log) -> None:
-    """Drop images of older recipes; instances still running keep their open file."""
+    """Drop images of older recipes, except those a running instance still uses
+    (its overlay needs the backing file for as long as it runs)."""
+    from lab.state import list_instances, pid_alive, read_state
+
+    in_use = set()
+    for name in list_instances(home):
+        st = read_state(name, home)
+        if st is not None and pid_alive(st.pid):
+            in_use.add(Path(st.image).name)
     for old in images_dir(home).glob("debian12-*.raw"):
-        if old != keep:
+        if old != keep and old.name not in in_use:
             log(f"removing old image {old.name}")
             old.unlink(missing_ok=True)
 

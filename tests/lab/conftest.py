@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -53,16 +54,20 @@ def _run_echo(argv: list[str], env: dict, timeout: float | None,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
     assert proc.stdout is not None
     lines = []
-    deadline = None if timeout is None else time.monotonic() + timeout
-    for line in proc.stdout:
-        lines.append(line)
-        sys.stdout.write(line)
-        sys.stdout.flush()
-        if deadline is not None and time.monotonic() > deadline:
-            proc.kill()
-            lines.append(f"\n[killed after {timeout:.0f}s]\n")
-            break
-    rc = proc.wait()
+    watchdog = threading.Timer(timeout, proc.kill) if timeout else None
+    if watchdog:
+        watchdog.start()
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        rc = proc.wait()
+    finally:
+        if watchdog:
+            watchdog.cancel()
+    if rc == -9:
+        lines.append(f"\n[killed after {timeout:.0f}s]\n")
     return subprocess.CompletedProcess(argv, rc, stdout="".join(lines), stderr="")
 
 
