@@ -126,7 +126,7 @@ def plan_nccl(
             why.append(f"running in a {virtualization} guest (the emulated host bridge is "
                        "not on the driver's P2P allowlist)")
         if verdict in ("none", "partial"):
-            why.append(f"nvidia-smi topo -p2p r verdict is '{verdict}'")
+            why.append(f"nvidia-smi topo -p2p r/w verdict is '{verdict}'")
         reason = "; ".join(why)
         plan.env["NCCL_P2P_DISABLE"] = "1"
         plan.reasons["NCCL_P2P_DISABLE"] = (
@@ -161,7 +161,7 @@ def render_env_file(plan: NcclPlan) -> str:
     lines = [
         "# Managed by gpuserve (roles/nccl); edit host data nccl_env instead of this file.",
         f"# Virtualization: {plan.virtualization or 'unknown'}; "
-        f"P2P verdict (nvidia-smi topo -p2p r): {plan.p2p or 'unknown'}",
+        f"P2P verdict (nvidia-smi topo -p2p r/w): {plan.p2p or 'unknown'}",
         f"# Decision: {plan.summary}",
     ]
     if not plan.env:

@@ -113,7 +113,7 @@ def test_bare_metal_box_changes_the_nccl_env(lab, provisioned, tmp_path):
         assert rc == 0, out[-4000:]
         bare = lab.ssh(f"cat {nccl_env.NCCL_ENV_PATH}", check=True).stdout
         assert nccl_env.parse_env_file(bare) == {}
-        assert "P2P verdict (nvidia-smi topo -p2p r): ok" in bare
+        assert "P2P verdict (nvidia-smi topo -p2p r/w): ok" in bare
         doc = json.loads(lab.ssh(f"cat {nccl_env.HOST_JSON_PATH}", check=True).stdout)
         assert doc["p2p"] == "ok" and doc["disable_custom_all_reduce"] is False
     finally:
