@@ -130,11 +130,14 @@ def reset_failed(unit: str, changed: Callable[[], bool]):
     """
     if not state.is_executing:
         return
-    active = host.get_fact(Command, f"systemctl show -p ActiveState --value {unit}")
-    if changed() or (active or "").strip() == "failed":
+    active = (host.get_fact(Command, f"systemctl show -p ActiveState --value {unit}")
+              or "").strip()
+    # An inactive unit (e.g. never started since its file appeared) has nothing to clear,
+    # and systemctl refuses it ("Unit ... not loaded"): only failed or live units.
+    if active == "failed" or (changed() and active in ("active", "activating", "reloading")):
         yield StringCommand("systemctl", "reset-failed", QuoteString(unit))
     else:
-        host.noop(f"{unit} is not failed and unchanged")
+        host.noop(f"{unit} is {active or 'absent'}: no start limit to clear")
 
 
 @deploy("Configure the SGLang service")
