@@ -67,21 +67,23 @@ class StartupState:
 
 
 def classify(lines: list[str], rules: Rules | None = None) -> StartupState:
-    """Return the furthest phase reached and the first fatal line, if any.
+    """Return the furthest phase reached and the most telling fatal line, if any.
 
     The furthest phase (not the last matching line) is used because TP ranks log out
     of order: rank 3 may still print "Load weight begin" after rank 0 finished.
     """
     rules = rules or load_rules()
     best = STARTING
-    fatal: str | None = None
+    fatal: tuple[int, str] | None = None  # (pattern priority, line)
     for line in lines:
-        if fatal is None and any(p.search(line) for p in rules.fatal):
-            fatal = line.strip()
+        for prio, pattern in enumerate(rules.fatal):
+            if (fatal is None or prio < fatal[0]) and pattern.search(line):
+                fatal = (prio, line.strip())
+                break
         for phase in rules.phases:
             if phase.rank > best.rank and any(p.search(line) for p in phase.patterns):
                 best = phase
-    return StartupState(best, fatal)
+    return StartupState(best, fatal[1] if fatal else None)
 
 
 @dataclass(frozen=True)

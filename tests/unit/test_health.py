@@ -72,10 +72,23 @@ def test_ready_line_from_http_server() -> None:
     assert classify(lines).phase.label == "ready"
 
 
+def test_most_specific_fatal_line_wins() -> None:
+    # SGLang prints the generic scheduler line first, the cause a few lines later
+    # (sglang/srt/model_executor/cuda_graph_runner.py: "Capture cuda graph failed: ...")
+    lines = ["[2026-11-29 11:29:24 TP0] Scheduler hit an exception: Traceback (most recent "
+             "call last):",
+             "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate "
+             "2.00 GiB.",
+             "[2026-11-29 11:29:24] Received sigquit from a child process. It usually means the "
+             "child failed."]
+    assert classify(lines).fatal_line.startswith("Exception: Capture cuda graph failed")
+
+
 def test_fatal_line_of_a_real_crash() -> None:
     state = classify(log_lines("failure_pr19781_sigquit.log"))
     assert state.failed
-    assert "Received sigquit from a child process" in state.fatal_line
+    # the scheduler's exception says more than the SIGQUIT notice printed before it
+    assert "Scheduler hit an exception" in state.fatal_line
 
 
 def probe(**kw) -> dict:
@@ -116,7 +129,7 @@ def test_decide_fails_early_when_the_unit_dies() -> None:
     lines = log_lines("failure_pr19781_sigquit.log")
     d = decide(parse_probe(json.dumps(probe(unit=unit, lines=lines))), 5, 600)
     assert d.verdict is Verdict.FAILED
-    assert "exit status 1" in d.message and "sigquit" in d.message
+    assert "exit status 1" in d.message and "Scheduler hit an exception" in d.message
 
 
 def test_decide_fails_on_restart_count_growth_even_if_running_again() -> None:
