@@ -20,6 +20,7 @@ QUERY_FIELDS: tuple[str, ...] = (
     "uuid",
     "pci.bus_id",
     "memory.total",
+    "memory.used",
     "driver_version",
     "compute_cap",
     "persistence_mode",
@@ -37,6 +38,9 @@ class GpuInfo(TypedDict):
     uuid: str | None
     bus_id: str | None
     memory_total_mib: int | None
+    # Used before SGLang starts: unequal figures across GPUs abort SGLang's startup
+    # ("The memory capacity is unbalanced", distributed/bootstrap.py).
+    memory_used_mib: int | None
     driver_version: str | None
     compute_cap: str | None
     persistence_mode: str | None
@@ -109,6 +113,7 @@ def parse_query_gpu(
             "uuid": row.get("uuid"),
             "bus_id": row.get("pci.bus_id"),
             "memory_total_mib": None,
+            "memory_used_mib": None,
             "driver_version": row.get("driver_version"),
             "compute_cap": row.get("compute_cap"),
             "persistence_mode": row.get("persistence_mode"),
@@ -118,10 +123,14 @@ def parse_query_gpu(
             if not index.isdigit():
                 raise ParseError(f"index is not a number ({index!r})", line_no, raw)
             gpu["index"] = int(index)
-        try:
-            gpu["memory_total_mib"] = mib(row.get("memory.total"))
-        except ValueError as exc:
-            raise ParseError(f"memory.total: {exc}", line_no, raw) from None
+        for column, key in (
+            ("memory.total", "memory_total_mib"),
+            ("memory.used", "memory_used_mib"),
+        ):
+            try:
+                gpu[key] = mib(row.get(column))  # type: ignore[literal-required]
+            except ValueError as exc:
+                raise ParseError(f"{column}: {exc}", line_no, raw) from None
         if gpu["uuid"] is not None and not gpu["uuid"].startswith(("GPU-", "MIG-")):
             raise ParseError(f"uuid does not start with GPU- ({gpu['uuid']!r})", line_no, raw)
         if gpu["compute_cap"] is not None and not re.fullmatch(r"\d+\.\d+", gpu["compute_cap"]):

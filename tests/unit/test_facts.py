@@ -77,7 +77,7 @@ def test_tool_facts_require_their_command():
 
 def test_commands_never_fail_the_host():
     # Tools that exit non-zero for ordinary states are wrapped to exit 0.
-    assert "--query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version," in (
+    assert "--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,driver_version," in (
         NvidiaGpus().command()
     )
     assert "--format=csv,noheader,nounits" in NvidiaGpus().command()

@@ -29,8 +29,8 @@ BASICS = ("sh", "cat", "grep", "awk", "sed", "find", "uname", "ls", "env", "sort
 # tool on anything else.
 FAKE_NVIDIA_SMI = f"""#!/bin/sh
 case "$*" in
-  "--query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version,compute_cap,\
-persistence_mode --format=csv,noheader,nounits")
+  "--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,driver_version,\
+compute_cap,persistence_mode --format=csv,noheader,nounits")
     cat {FIXTURES}/smi_query_full_composed.txt ;;
   "topo -m") cat {FIXTURES}/topo_m_club3090_1229.txt ;;
   "topo -p2p r") cat {FIXTURES}/topo_p2p_club3090_1229.txt ;;

@@ -146,7 +146,7 @@ def test_driver_590_uses_pinning_then_unversioned_meta():
 
 def test_driver_refuses_proprietary_on_blackwell_before_any_change():
     smi = "0, NVIDIA RTX PRO 6000 Blackwell Server Edition, GPU-1, 00000000:01:00.0, " \
-          "97887, 580.126.20, 12.0, Enabled"
+          "97887, 0, 580.126.20, 12.0, Enabled"
     with pytest.raises(HostRefusal, match="open kernel modules"):
         _driver_plan({"nvidia-smi --query-gpu": [smi]}, flavour="proprietary")
     sysfs = ["dev 0000:01:00.0 0x10de 0x2bb5 0x030200"]

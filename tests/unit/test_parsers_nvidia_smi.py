@@ -87,6 +87,7 @@ def test_query_full_composed_with_placeholders():
         "uuid": "GPU-75bd273e-6b20-0d22-1b0b-5fbb6fb0025b",
         "bus_id": "00000000:03:00.0",
         "memory_total_mib": 97887,
+        "memory_used_mib": 824,
         "driver_version": "580.126.20",
         "compute_cap": "12.0",
         "persistence_mode": "Enabled",
@@ -112,8 +113,8 @@ def test_query_header_with_units_composed():
             "Make sure that the latest NVIDIA driver is installed and running.",
             1,
         ),
-        ("0, a, GPU-1, 00000000:03:00.0, 97887, 580.1, 12.0, Enabled\n"
-         "x, a, GPU-1, 00000000:04:00.0, 97887, 580.1, 12.0, Enabled", 2),
+        ("0, a, GPU-1, 00000000:03:00.0, 97887, 0, 580.1, 12.0, Enabled\n"
+         "x, a, GPU-1, 00000000:04:00.0, 97887, 0, 580.1, 12.0, Enabled", 2),
         ("0, a, GPU-1, 00000000:03:00.0, lots, 580.1, 12.0, Enabled", 1),
         ("0, a, not-a-uuid, 00000000:03:00.0, 1, 580.1, 12.0, Enabled", 1),
     ],
