@@ -150,11 +150,13 @@ def check_flavour(flavour: str, gpus, pci_devices) -> None:
         return
     blocked = open_only_gpus(gpus, pci_devices)
     if blocked:
+        counts: dict[str, int] = {}
+        for item in blocked:
+            counts[item] = counts.get(item, 0) + 1
+        listed = ", ".join(f"{n}x {item}" if n > 1 else item for item, n in counts.items())
         raise HostRefusal(
-            "nvidia_driver_flavour=proprietary refused: "
-            + ", ".join(blocked[:3])
-            + (f" and {len(blocked) - 3} more" if len(blocked) > 3 else "")
-            + " run only with the open kernel modules (NVIDIA driver README, "
+            f"nvidia_driver_flavour=proprietary refused: {listed}"
+            " run only with the open kernel modules (NVIDIA driver README, "
             "'Open Linux Kernel Modules': Blackwell and later are only supported by the "
             "open kernel modules; the proprietary modules fail with RmInitAdapter). "
             "Use nvidia_driver_flavour=open."
