@@ -144,3 +144,26 @@ def test_rerun_reports_no_changes(lab, vm, first_run, secrets_data) -> None:
     assert total and total[-1].split()[3] == "-", total  # Hosts, Success(-), Error, ...
     assert "lab-gpu: smoke: " in out  # still verified
     assert vm.check_output(f"systemctl show -p InvocationID --value {UNIT}") == invocation
+
+
+def test_oom_start_fails_early_with_the_cause(lab, vm, first_run, secrets_data) -> None:
+    """A start that dies (the stand-in's CUDA-graph-capture OOM) fails the deploy at once
+    with the cause and the journal, long before health_timeout; a fixed deploy recovers."""
+    import time
+
+    oom = ('sglang_extra_env={"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "8", '
+           '"GPUSERVE_LAB_STANDIN_FAIL": "oom"}')
+    t0 = time.monotonic()
+    rc, out = serve(lab, "--data", oom, "--data", "health_timeout=600",
+                    group_data=secrets_data)
+    took = time.monotonic() - t0
+    assert rc != 0, out[-4000:]
+    assert re.search(r"\[lab-gpu\] health: (unit stopped|fatal error) during "
+                     r"'capturing CUDA graphs'.*CUDA out of memory", out), out[-6000:]
+    assert "last journal lines of gpuserve-sglang.service" in out
+    assert took < 400, f"waited {took:.0f} s: the failure was not detected early"
+    assert HF_TOKEN not in out and API_KEY not in out
+    # back to the good configuration: restarts despite the crash loop's start limit
+    rc, out = serve(lab, group_data=secrets_data)
+    assert rc == 0, out[-6000:]
+    assert "lab-gpu: smoke: " in out
