@@ -112,3 +112,41 @@ def test_secret_file_contents_never_on_argv_or_in_log(caplog, diff: bool) -> Non
     assert SECRET not in caplog.text
     if diff:
         assert "contents secret, diff not shown" in caplog.text
+
+
+PIN = dict(venv="/opt/gpuserve/venv", requirement="sglang==0.5.23+lab",
+           extra_args="--no-index --find-links http://10.0.2.2:8000/wheels/ "
+                      "--trusted-host 10.0.2.2")
+
+
+def test_exact_pin_already_installed_is_no_change() -> None:
+    from roles.sglang import pip_install_pinned
+
+    meta, cmds = run(pip_install_pinned, {"importlib.metadata": "0.5.23+lab"}, **PIN)
+    assert meta.did_succeed() and not meta.did_change()
+    assert not any("pip' install" in c or "pip install" in c for c in cmds)
+
+
+@pytest.mark.parametrize("installed", ["", "0.5.23", "0.5.19+lab"])
+def test_other_version_is_installed(installed: str) -> None:
+    from roles.sglang import pip_install_pinned
+
+    meta, cmds = run(pip_install_pinned, {"importlib.metadata": installed}, **PIN)
+    assert meta.did_change()
+    assert cmds[-1] == ("/opt/gpuserve/venv/bin/pip install --no-index --find-links "
+                        "http://10.0.2.2:8000/wheels/ --trusted-host 10.0.2.2 "
+                        "sglang==0.5.23+lab")
+
+
+@pytest.mark.parametrize(
+    ("active", "changed", "resets"),
+    [("failed", False, True), ("active", True, True), ("active", False, False),
+     ("inactive", True, False)],
+)
+def test_reset_failed_only_for_failed_or_changed_live_units(active, changed, resets) -> None:
+    from roles.service import reset_failed
+
+    meta, cmds = run(reset_failed, {"systemctl show -p ActiveState": active},
+                     unit="gpuserve-sglang.service", changed=lambda: changed)
+    assert meta.did_succeed()
+    assert any("reset-failed" in c for c in cmds) is resets
