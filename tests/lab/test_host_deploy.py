@@ -71,7 +71,9 @@ def test_bare_host_provisioned_with_grub_change_and_reboot(lab, provisioned):
         [str(Path(sys.executable).with_name("pyinfra")), "inventory/lab.py", "fact",
          "gpuserve.facts.host.IommuGroups"],
         cwd=REPO, env=lab.env, capture_output=True, text=True, timeout=600)
-    groups = json.loads(fact.stdout[fact.stdout.index("{"):])
+    text = clean(fact.stdout + fact.stderr)  # pyinfra prints fact data on stderr
+    start = text.index("{", text.index("Fact data for"))
+    groups = json.loads(text[start:text.rindex("}") + 1])
     assert groups["lab-gpu"], "the IommuGroups fact reads no group after the reboot"
     installed = lab.ssh("dpkg-query -W -f='${Package} ${Version}\\n' nvidia-open-580 "
                         "nvidia-kernel-open-dkms cuda-toolkit-13-0").stdout
