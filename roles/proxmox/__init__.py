@@ -88,6 +88,12 @@ def vm_config(vmid: int, gpus: list[str], mmio_mb: int | None, clique: int | Non
         host.noop(f"VM {vmid} already configured for {len(gpus)} GPU(s)")
         return
     logger.info(f"{host.name}: VM {vmid}: setting {', '.join(sorted(changes))}")
+    current = passthrough.parse_qm_config(text)
+    if changes.get("bios") == "ovmf" and "efidisk0" not in current:
+        # OVMF keeps its variables on an EFI disk; without one qm starts the VM with a
+        # temporary efivars disk ("no efidisk configured!"), losing boot entries.
+        logger.warning(f"{host.name}: VM {vmid} has no efidisk0: add one, e.g. "
+                       f"qm set {int(vmid)} --efidisk0 <storage>:1,efitype=4m")
     yield StringCommand(passthrough.qm_set_command(vmid, changes))
     status = host.get_fact(Command, command=f"qm status {int(vmid)}") or ""
     if "running" in status:
