@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -218,8 +220,26 @@ def _configure(tree: Path, recipe: Recipe, fs_uuid: str, home: Path | None,
         # grub-pc's postinst reinstalls GRUB on upgrades to these devices.
         _chroot(tree, "debconf-set-selections",
                 stdin="grub-pc grub-pc/install_devices multiselect /dev/vda\n")
+        _regenerate_initramfs(tree, log)
         _install_grub_files(tree, recipe, fs_uuid)
         _chroot(tree, "apt-get", "clean")
+
+
+def _regenerate_initramfs(tree: Path, log: Log) -> None:
+    """Rebuild the initramfs with the guest's conf.d settings, but MODULES=most:
+    MODULES=dep in a chroot would pick the build machine's modules, not the VM's."""
+    log("regenerating the initramfs (MODULES=most for the first boot)")
+    kernels = sorted((tree / "boot").glob("vmlinuz-*"))
+    with tempfile.TemporaryDirectory(dir=tree / "tmp") as confdir:
+        conf = Path(confdir)
+        shutil.copytree(tree / "etc/initramfs-tools", conf, dirs_exist_ok=True)
+        for f in (conf / "conf.d").glob("*"):
+            f.write_text(re.sub(r"(?m)^MODULES=.*$", "MODULES=most", f.read_text()))
+        inside = "/" + str(conf.relative_to(tree))
+        for k in kernels:
+            kver = k.name.removeprefix("vmlinuz-")
+            _chroot(tree, "mkinitramfs", "-d", inside, "-o", f"/boot/initrd.img-{kver}",
+                    kver)
 
 
 def _install_grub_files(tree: Path, recipe: Recipe, fs_uuid: str) -> None:

@@ -129,16 +129,25 @@ def test_guest_network_and_apt_sources(lab):
 
 
 def test_cmdline_change_via_update_grub_survives_a_reboot(lab):
-    """What the host deploy does: edit /etc/default/grub, update-grub, reboot."""
+    """What the host deploy does: edit /etc/default/grub, update-grub, reboot.
+
+    Adding intel_iommu=on after the base image's intel_iommu=off turns the IOMMU on
+    (the kernel honours the last value), so the groups appear. The original file is
+    restored afterwards; the last test's cold boot then starts with the IOMMU off.
+    """
     probe = f"gpuserve_lab_probe={secrets.token_hex(4)}"
     pid = lab.state.pid
     lab.ssh("cp /etc/default/grub /root/grub.lab-test && "
-            f"sed -i 's/^GRUB_CMDLINE_LINUX_DEFAULT=\"/&{probe} /' /etc/default/grub && "
+            "sed -i 's/^GRUB_CMDLINE_LINUX_DEFAULT=\"\\(.*\\)\"/"
+            f"GRUB_CMDLINE_LINUX_DEFAULT=\"\\1 {probe} intel_iommu=on\"/' /etc/default/grub && "
             "update-grub", check=True)
     try:
         seconds = lab.reboot()
         print(f"lab: reboot took {seconds:.0f}s")
-        assert probe in lab.ssh("cat /proc/cmdline", check=True).stdout
+        r = lab.ssh("cat /proc/cmdline; ls /sys/kernel/iommu_groups | wc -l", check=True)
+        cmdline, groups = r.stdout.splitlines()
+        assert probe in cmdline
+        assert int(groups) >= 4, "intel_iommu=on after a reboot must give IOMMU groups"
         assert lab.state.pid == pid and pid_alive(pid), "reboot must keep the QEMU process"
     finally:
         lab.ssh("cp /root/grub.lab-test /etc/default/grub && update-grub", check=True)
