@@ -261,6 +261,15 @@ def publish(mirror_root: Path) -> None:
     """Build (or keep) the repository under ``mirror_root/cuda/repos/debian12/x86_64``."""
     repo = Path(mirror_root) / REPO_SUBDIR
     home = _gnupg_home()
+    try:
+        _publish(repo, home)
+    finally:
+        # gpg starts a gpg-agent per home directory that outlives us; stop ours.
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"],
+                       capture_output=True, check=False)
+
+
+def _publish(repo: Path, home: Path) -> None:
     fingerprint, public_key = lab_key(home)
     digest = _inputs_digest(fingerprint)
     stamp = repo / STAMP
