@@ -17,11 +17,12 @@ from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, pip, server
 
+from gpuserve import driver
 from gpuserve.errors import InputError
 
 DEFAULTS = {
     # pip requirement; must pin a version (it selects the flag dialect). Default from
-    # the CUDA lane (gpuserve.facts.gpu.CudaToolkit), see DEFAULT_PACKAGE_BY_CUDA_MAJOR.
+    # the CUDA lane (gpuserve.facts.gpu.CudaToolkit), see default_package().
     "sglang_package": None,
     # pip --index-url (None: pip's default, or no index at all when pip_find_links is set)
     "pip_index_url": None,
@@ -33,10 +34,6 @@ DEFAULTS = {
     "sglang_home": "/opt/gpuserve",
 }
 
-# "SGLang 0.5.19 is the last release with a CUDA 12 lane" (https://docs.sglang.io/docs/,
-# install page); 0.5.23 is the current CUDA 13 release with a committed flag catalog.
-DEFAULT_PACKAGE_BY_CUDA_MAJOR = {"12": "sglang==0.5.19", "13": "sglang==0.5.23"}
-
 # PEP 508 name, optional extras, then an exact "==" pin (PEP 440 public + local part).
 _PIN = re.compile(
     r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*==\s*"
@@ -46,16 +43,21 @@ _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
 def default_package(cuda_toolkit: str | None, source: str) -> str:
-    """Pick the SGLang release for the host's CUDA lane, or explain why we cannot."""
+    """Pick the SGLang release for the host's CUDA lane, or explain why we cannot.
+
+    The lane table (and which SGLang release each lane gets) is data, shared with the
+    host deploy: gpuserve/data/host/nvidia.yaml via ``gpuserve.driver``.
+    """
+    lanes = driver.lanes()
+    choices = ", ".join(f"{lane} -> sglang=={spec['sglang']}" for lane, spec in lanes.items())
     if not cuda_toolkit:
         raise InputError(source, "sglang_package",
-                         "not set and no CUDA toolkit found on the host to choose one "
-                         "(12.x -> sglang==0.5.19, 13.x -> sglang==0.5.23)")
-    major = cuda_toolkit.split(".")[0]
-    if major not in DEFAULT_PACKAGE_BY_CUDA_MAJOR:
+                         f"not set and no CUDA toolkit found on the host to choose one ({choices})")
+    if cuda_toolkit not in lanes:
         raise InputError(source, "sglang_package",
-                         f"not set and CUDA {cuda_toolkit} has no default SGLang release")
-    return DEFAULT_PACKAGE_BY_CUDA_MAJOR[major]
+                         f"not set and CUDA {cuda_toolkit} has no default SGLang release "
+                         f"({choices}); pin one, e.g. sglang_package='sglang==0.5.23'")
+    return f"sglang=={driver.sglang_release_for_lane(cuda_toolkit)}"
 
 
 def pinned_version(requirement: str, source: str) -> str:
