@@ -34,9 +34,11 @@ from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.facts.files import FileContents
 
 from gpuserve.errors import InputError
 from gpuserve.facts.gpu import CudaToolkit
+from gpuserve.nccl_env import HOST_JSON_PATH
 from roles.checks import check_service
 from roles.service import UNIT_NAME, configure_service
 from roles.service.serve_plan import plan_serve
@@ -53,7 +55,12 @@ def inventory_source() -> str:
 
 
 try:
-    plan = plan_serve(host.data.dict(), inventory_source(), lambda: host.get_fact(CudaToolkit))
+    plan = plan_serve(
+        host.data.dict(),
+        inventory_source(),
+        cuda_toolkit=lambda: host.get_fact(CudaToolkit),
+        host_record=lambda: host.get_fact(FileContents, path=HOST_JSON_PATH),
+    )
 except InputError as e:
     # PyinfraError: the CLI prints the message alone (no traceback) and exits non-zero.
     raise PyinfraError(f"gpuserve: error: {e}") from None

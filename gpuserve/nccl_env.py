@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuserve.errors import InputError
+
 NCCL_ENV_PATH = "/etc/gpuserve/nccl.env"
 HOST_JSON_PATH = "/etc/gpuserve/host.json"
 
@@ -195,3 +197,28 @@ def host_json(plan: NcclPlan) -> str:
         "reason": plan.summary,
     }
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def sglang_flags_for_host(
+    host_json_lines: list[str] | None, source: str = HOST_JSON_PATH
+) -> list[str]:
+    """SGLang flags the host's measured communication requires, from ``host.json``.
+
+    The host deploy records ``disable_custom_all_reduce`` when GPUs lack P2P (a VM, or
+    CNS/GNS in ``topo -p2p``): custom all-reduce needs CUDA IPC peer access
+    (sglang issue #4814, "peer access is not supported"). A host not provisioned by
+    gpuserve has no record and gets no extra flag. A record that is not valid JSON is
+    an error, since silently ignoring it could start SGLang with a known-bad setting.
+    """
+    if not host_json_lines:
+        return []
+    try:
+        doc = json.loads("\n".join(host_json_lines))
+    except json.JSONDecodeError as exc:
+        raise InputError(source, None, f"not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(doc, dict):
+        raise InputError(source, None, "must be a JSON object")
+    flag = doc.get("disable_custom_all_reduce", False)
+    if not isinstance(flag, bool):
+        raise InputError(source, "disable_custom_all_reduce", "must be true or false")
+    return ["--disable-custom-all-reduce"] if flag else []

@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 
 from gpuserve.errors import InputError
+from gpuserve.nccl_env import NCCL_ENV_PATH
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
@@ -94,6 +95,9 @@ class UnitSpec:
     profile_source: str
     sglang_version: str
     model_path: str = ""
+    # The host deploy's NCCL env (roles/nccl); optional: a host not provisioned by
+    # gpuserve has none. Read before env_file so the profile's own env wins.
+    host_env_file: str = NCCL_ENV_PATH
     extra_rw_paths: list[str] = field(default_factory=list)
     restart_sec: int = 15
     timeout_start: str = "20min"

@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpuserve.catalog import load_catalog
 from gpuserve.dialect import render_launch
 from gpuserve.errors import InputError
+from gpuserve.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
 from gpuserve.profiles import load_profile
 from roles import checks, service, sglang
 
@@ -57,8 +59,18 @@ def _opt_str(data: dict, key: str, source: str) -> str | None:
     return value
 
 
-def plan_serve(host_data: dict, source: str, cuda_toolkit: Callable[[], str | None]) -> ServePlan:
-    """Validate ``host_data`` (merged over :func:`defaults`) and render the launch."""
+def plan_serve(
+    host_data: dict,
+    source: str,
+    cuda_toolkit: Callable[[], str | None],
+    host_record: Callable[[], list[str] | None] = lambda: None,
+) -> ServePlan:
+    """Validate ``host_data`` (merged over :func:`defaults`) and render the launch.
+
+    ``host_record`` reads the host deploy's ``/etc/gpuserve/host.json`` (lines, or None
+    when absent); flags the host's communication requires (no P2P ->
+    ``--disable-custom-all-reduce``) are added when the profile does not set them.
+    """
     data = defaults()
     data.update({k: v for k, v in host_data.items() if k in data})
 
@@ -82,9 +94,16 @@ def plan_serve(host_data: dict, source: str, cuda_toolkit: Callable[[], str | No
 
     profile = load_profile(profile_ref)
     launch = render_launch(profile, version)
+    args = list(launch.args)
+    host_flags = [f for f in sglang_flags_for_host(host_record(), HOST_JSON_PATH) if f not in args]
+    if host_flags:
+        args += host_flags
+        load_catalog(version).validate(
+            args, source=HOST_JSON_PATH, field="disable_custom_all_reduce"
+        )
     served = profile.model.served_name or profile.model.path
     plan = service.plan_service(
-        args=launch.args, env=launch.env, venv=sglang.venv_dir(home), user=user,
+        args=args, env=launch.env, venv=sglang.venv_dir(home), user=user,
         state_dir=sglang.state_dir(home), bin_dir=f"{home}/bin", profile_name=profile.name,
         profile_source=str(profile.source), sglang_version=version,
         model_path=profile.model.path, port=profile.server.port, served_name=served,

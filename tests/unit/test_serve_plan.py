@@ -3,6 +3,7 @@ and the real pyinfra CLI refusing a bad profile before any operation runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -67,6 +68,33 @@ def test_plan_uses_the_cuda_lane_when_no_package() -> None:
     assert (p.package, p.version) == ("sglang==0.5.19", "0.5.19")
     p = plan_serve({"profile": "deepseek-v3-fp8-h200-tp8"}, "inv.py", lambda: "13.0")
     assert (p.package, p.version) == ("sglang==0.5.23", "0.5.23")
+
+
+def _host_json(disable: object) -> list[str]:
+    """/etc/gpuserve/host.json as the host deploy writes it (gpuserve.nccl_env.host_json)."""
+    return json.dumps({"disable_custom_all_reduce": disable, "p2p": "none"}, indent=2).splitlines()
+
+
+def test_host_without_p2p_adds_disable_custom_all_reduce_once() -> None:
+    data = {"profile": "deepseek-v3-fp8-h200-tp8", "sglang_package": "sglang==0.5.23"}
+    plain = plan_serve(data, "inv.py", no_cuda)
+    assert "--disable-custom-all-reduce" not in plain.service.unit_text
+    no_p2p = plan_serve(data, "inv.py", no_cuda, host_record=lambda: _host_json(True))
+    assert no_p2p.service.unit_text.count("--disable-custom-all-reduce") == 1
+    p2p_ok = plan_serve(data, "inv.py", no_cuda, host_record=lambda: _host_json(False))
+    assert "--disable-custom-all-reduce" not in p2p_ok.service.unit_text
+    # the GLM-5 profile already disables it: not rendered twice
+    glm = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_package": "sglang==0.5.23"},
+                     "inv.py", no_cuda, host_record=lambda: _host_json(True))
+    assert glm.service.unit_text.count("--disable-custom-all-reduce") == 1
+
+
+@pytest.mark.parametrize("lines", [["{not json"], _host_json("yes")])
+def test_bad_host_record_names_the_file(lines: list[str]) -> None:
+    with pytest.raises(InputError) as e:
+        plan_serve({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_package": "sglang==0.5.23"},
+                   "inv.py", no_cuda, host_record=lambda: lines)
+    assert e.value.file == "/etc/gpuserve/host.json"
 
 
 def test_profile_not_made_for_the_lane_is_refused() -> None:

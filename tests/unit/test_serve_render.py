@@ -78,7 +78,8 @@ def test_unit_is_hardened_and_runs_the_venv_python() -> None:
     assert d["User"] == ["sglang"] and d["Group"] == ["sglang"]
     assert d["ExecStart"][0].split()[:3] == ["/opt/gpuserve/venv/bin/python", "-m",
                                              "sglang.launch_server"]
-    assert d["EnvironmentFile"] == [ENV_PATH]
+    # host NCCL env first (optional), then the profile env, which wins
+    assert d["EnvironmentFile"] == ["-/etc/gpuserve/nccl.env", ENV_PATH]
     assert d["Restart"] == ["on-failure"]
     for key, value in [("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"),
                        ("ProtectHome", "yes"), ("PrivateTmp", "yes"),
