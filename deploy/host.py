@@ -10,32 +10,9 @@ documented in each role's DEFAULTS.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-from pyinfra import host
-from pyinfra.api.exceptions import PyinfraError
-
-from gpuserve.errors import GpuserveError
 from gpuserve.host_data import host_settings
 from roles import cuda_toolkit, kernel, nccl, nvidia_driver
-
-
-def inventory_source() -> str:
-    """The inventory file this host came from (for error messages)."""
-    for arg in sys.argv[1:]:
-        path = Path(arg)
-        if path.suffix == ".py" and path.stem in host.groups and path.is_file():
-            return str(arg)
-    return f"inventory (host {host.name})"
-
-
-def host_data(*defaults: dict) -> dict:
-    merged: dict = {}
-    for layer in defaults:
-        merged.update(layer)
-    merged.update({k: v for k, v in host.data.dict().items() if k in merged})
-    return merged
+from roles.inventory import host_data, inventory_source, run_deploy
 
 
 def main() -> None:
@@ -62,9 +39,4 @@ def main() -> None:
     )
 
 
-try:
-    main()
-except GpuserveError as exc:
-    # Shown by pyinfra as one "pyinfra error" line instead of a traceback; raised at
-    # prepare time, so no operation has run on any host.
-    raise PyinfraError(f"gpuserve: {exc}") from None
+run_deploy(main)

@@ -9,31 +9,9 @@ MMIO window default to what the host's sysfs shows (roles.proxmox.DEFAULTS).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-from pyinfra import host
-from pyinfra.api.exceptions import PyinfraError
-
-from gpuserve.errors import GpuserveError
 from gpuserve.host_data import hypervisor_settings
 from roles import kernel, proxmox
-
-
-def inventory_source() -> str:
-    for arg in sys.argv[1:]:
-        path = Path(arg)
-        if path.suffix == ".py" and path.stem in host.groups and path.is_file():
-            return str(arg)
-    return f"inventory (host {host.name})"
-
-
-def host_data(*defaults: dict) -> dict:
-    merged: dict = {}
-    for layer in defaults:
-        merged.update(layer)
-    merged.update({k: v for k, v in host.data.dict().items() if k in merged})
-    return merged
+from roles.inventory import host_data, inventory_source, run_deploy
 
 
 def main() -> None:
@@ -60,7 +38,4 @@ def main() -> None:
     )
 
 
-try:
-    main()
-except GpuserveError as exc:
-    raise PyinfraError(f"gpuserve: {exc}") from None
+run_deploy(main)

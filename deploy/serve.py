@@ -29,45 +29,31 @@ Host data keys and defaults: ``roles/sglang.DEFAULTS``, ``roles/service.DEFAULTS
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from pyinfra import host
-from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.files import FileContents
 
-from gpuserve.errors import InputError
 from gpuserve.facts.gpu import CudaToolkit
 from gpuserve.nccl_env import HOST_JSON_PATH
 from roles.checks import check_service
+from roles.inventory import inventory_source, run_deploy
 from roles.service import UNIT_NAME, configure_service
 from roles.service.serve_plan import plan_serve
 from roles.sglang import install_sglang
 
 
-def inventory_source() -> str:
-    """The inventory file this host came from, for error messages."""
-    for arg in sys.argv[1:]:
-        path = Path(arg)
-        if path.suffix == ".py" and path.stem in host.groups and path.is_file():
-            return str(arg)
-    return f"inventory (host {host.name})"
-
-
-try:
+def main() -> None:
     plan = plan_serve(
         host.data.dict(),
         inventory_source(),
         cuda_toolkit=lambda: host.get_fact(CudaToolkit),
         host_record=lambda: host.get_fact(FileContents, path=HOST_JSON_PATH),
     )
-except InputError as e:
-    # PyinfraError: the CLI prints the message alone (no traceback) and exits non-zero.
-    raise PyinfraError(f"gpuserve: error: {e}") from None
+    install_sglang(user=plan.user, home=plan.home, package=plan.package,
+                   index_url=plan.index_url, find_links=plan.find_links)
+    configure_service(plan=plan.service)
+    check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
+                  profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
+                  health_timeout=plan.health_timeout, config_path=plan.config_path)
 
-install_sglang(user=plan.user, home=plan.home, package=plan.package,
-               index_url=plan.index_url, find_links=plan.find_links)
-configure_service(plan=plan.service)
-check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
-              profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
-              health_timeout=plan.health_timeout, config_path=plan.config_path)
+
+run_deploy(main)

@@ -1,0 +1,44 @@
+"""What every deploy script needs from pyinfra's inventory, in one place.
+
+``deploy/*.py`` stay thin: they merge host data over the roles' documented DEFAULTS,
+name the inventory file in error messages, and turn gpuserve's input errors into one
+clean pyinfra error line (no traceback) raised at prepare time, before any operation
+has run on any host.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api.exceptions import PyinfraError
+
+from gpuserve.errors import GpuserveError
+
+
+def inventory_source() -> str:
+    """The inventory file this host came from, for error messages."""
+    for arg in sys.argv[1:]:
+        path = Path(arg)
+        if path.suffix == ".py" and path.stem in host.groups and path.is_file():
+            return str(arg)
+    return f"inventory (host {host.name})"
+
+
+def host_data(*defaults: dict) -> dict:
+    """The roles' DEFAULTS, overridden by this host's data for the keys they document."""
+    merged: dict = {}
+    for layer in defaults:
+        merged.update(layer)
+    merged.update({k: v for k, v in host.data.dict().items() if k in merged})
+    return merged
+
+
+def run_deploy(main: Callable[[], None]) -> None:
+    """Run a deploy script's ``main``; a GpuserveError becomes one pyinfra error line."""
+    try:
+        main()
+    except GpuserveError as exc:
+        raise PyinfraError(f"gpuserve: error: {exc}") from None
