@@ -8,6 +8,7 @@ so at execute time it sees the nvidia-smi the driver role has just installed.
 
 from __future__ import annotations
 
+import posixpath
 from io import StringIO
 
 from pyinfra import host
@@ -43,7 +44,10 @@ def current_plan(overrides: dict[str, str]) -> nccl_env.NcclPlan:
 @operation()
 def nccl_files(overrides: dict[str, str]):
     plan = current_plan(overrides)
-    yield from files.directory._inner(path="/etc/gpuserve", mode="755")
+    # Ensure the directory only: its owner and mode belong to the serve deploy
+    # (roles/service: 0750 root:<service group>, it holds the secrets), so the host
+    # deploy must not loosen them back (and the two deploys must not undo each other).
+    yield from files.directory._inner(path=posixpath.dirname(nccl_env.NCCL_ENV_PATH))
     yield from files.put._inner(
         src=StringIO(nccl_env.render_env_file(plan)), dest=nccl_env.NCCL_ENV_PATH, mode="644"
     )

@@ -199,6 +199,21 @@ def test_nccl_env_bare_metal_p2p_ok_and_overrides():
     assert "# NCCL_DEBUG: set in host data" in env
 
 
+def test_nccl_env_leaves_the_serve_deploys_config_dir_alone():
+    """/etc/gpuserve is 0750 root:sglang once served (it holds the secrets): the host
+    deploy writes its files there without loosening the directory again."""
+    from roles import nccl
+
+    served = re.compile(r"test -e /etc/gpuserve \|\|")
+    ops = plan(nccl.configure_nccl, {
+        served: ["user=root group=sglang mode=drwxr-x--- atime=0 mtime=0 ctime=0 size=4096 "
+                 "'/etc/gpuserve'"],
+        "systemd-detect-virt": ["kvm"], "topo -p2p": P2P_CNS})
+    assert set(uploads(ops)) == {"/etc/gpuserve/nccl.env", "/etc/gpuserve/host.json"}
+    touching_dir = [r for r in runs(ops) if r.split()[-1] == "/etc/gpuserve"]
+    assert touching_dir == []
+
+
 QM_CURRENT = [
     "boot: order=scsi0;net0",
     "cores: 32",
