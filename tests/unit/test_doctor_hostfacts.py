@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuserve.errors import InputError
+from gpuserve.facts.document import document_from_sections
 from gpuserve.hostfacts import HostFacts
 
 HOSTFACTS = Path(__file__).resolve().parent.parent / "fixtures" / "hostfacts"
@@ -69,7 +70,6 @@ def test_nulls_and_unknown_keys_are_accepted():
 
 def test_document_from_the_facts_side_is_accepted():
     """The facts engineer's builder, with every tool missing, gives a valid document."""
-    document = pytest.importorskip("gpuserve.facts.document")
-    doc = document.document_from_sections({})
+    doc = document_from_sections({})
     facts = HostFacts.from_dict(doc, "gathered")
     assert facts.gpus == [] and facts.topology.p2p is None

@@ -23,6 +23,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuserve.catalog import load_catalog
 from lab import sglang_standin
@@ -354,5 +355,4 @@ def test_auto_mem_fraction_static_follows_sglangs_formula(args, mla, expected):
     '{"api-key": "k", "tp-size": 8}',
 ])
 def test_yaml_subset_reads_like_pyyaml(text):
-    yaml = pytest.importorskip("yaml")
     assert _load_config_module().safe_load(text) == yaml.safe_load(text)
