@@ -78,6 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_overrides(args)
     if args.log:
         return _run_log(args)
     return _run_predict(args)
@@ -158,6 +159,31 @@ def model_lines(log: Any, d: Any, arch: Any, sm_major: int | None) -> list[str]:
             line += f" (log: {d.kv_tokens:,})"
         out.append(line)
     return out
+
+
+# Overrides and the smallest value each accepts (as the profile schema and SGLang do).
+_AT_LEAST = {
+    "tp": 1, "ep": 1, "attn_dp": 1, "cuda_graph_max_bs": 1, "context_length": 1,
+    "max_running_requests": 1, "num_redundant_experts": 0, "draft_weights_gib": 0,
+    "pre_load_free_gib": 0, "a2a_buffer_gib": 0,
+}
+
+
+def check_overrides(args: argparse.Namespace) -> None:
+    """Refuse override values SGLang would refuse, naming the flag (before any arithmetic)."""
+    for dest, low in _AT_LEAST.items():
+        value = getattr(args, dest, None)
+        if value is not None and value < low:
+            flag = "--" + dest.replace("_", "-")
+            raise InputError(flag, dest, f"must be at least {low}, got {value}")
+    mfs = args.mem_fraction_static
+    if mfs is not None and not 0 < mfs < 1:
+        raise InputError("--mem-fraction-static", "mem_fraction_static",
+                         f"must be in (0, 1), got {mfs}")
+    cps = args.chunked_prefill_size
+    if cps is not None and cps != -1 and cps < 1:
+        raise InputError("--chunked-prefill-size", "chunked_prefill_size",
+                         f"must be a positive size or -1 (off), got {cps}")
 
 
 def _pick(cli: Any, profile_value: Any) -> Any:

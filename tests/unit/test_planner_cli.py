@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from gpuserve.cli import main
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
@@ -43,7 +45,7 @@ def test_overrides_change_the_defaults(capsys):
             "8",
         ],
     )
-    assert plan["mem_fraction_static"] == 0.644
+    assert rc == 0 and plan["mem_fraction_static"] == 0.644
     rc, plan = _json(
         capsys,
         [
@@ -123,3 +125,23 @@ def test_bad_input_exits_2(capsys):
     )
     assert "no memory rules for SGLang 0.4.0" in capsys.readouterr().err
     assert main(["plan", "--model", "deepseek-v3", "--gpus", "4xH200", "--tp", "8"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        (["--tp", "0"], "tp"),
+        (["--tp", "-2"], "tp"),
+        (["--ep", "0"], "ep"),
+        (["--attn-dp", "0"], "attn_dp"),
+        (["--mem-fraction-static", "2"], "mem_fraction_static"),
+        (["--mem-fraction-static", "0"], "mem_fraction_static"),
+        (["--chunked-prefill-size", "0"], "chunked_prefill_size"),
+        (["--num-redundant-experts", "-1"], "num_redundant_experts"),
+    ],
+)
+def test_out_of_range_overrides_are_input_errors(capsys, flags, field):
+    # tp 0 used to plan silently as tp 1, a negative tp or mfs 2 as a "refused" plan
+    assert main(["plan", "--model", "deepseek-v3", "--gpus", "8xH200", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpuserve: error: {flags[0]}: {field}: "), err
