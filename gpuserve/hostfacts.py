@@ -242,6 +242,8 @@ class HostFacts:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise InputError(path, None, f"cannot read: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise InputError(path, None, f"not UTF-8 text: {exc.reason}") from exc
         return cls.from_json(text, path)
 
     def to_dict(self) -> dict[str, Any]:

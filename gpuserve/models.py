@@ -190,6 +190,8 @@ def parse_quantization(qcfg: dict | None, file: str) -> Quantization | None:
     """Map a ``quantization_config`` / ``hf_quant_config.json`` dict to a Quantization."""
     if not qcfg:
         return None
+    if not isinstance(qcfg, dict):
+        raise InputError(file, "quantization_config", f"must be a mapping, got {qcfg!r}")
     if "quantization" in qcfg and isinstance(qcfg["quantization"], dict):
         qcfg = {**qcfg["quantization"], "quant_method": "modelopt"}  # hf_quant_config.json
     method = str(qcfg.get("quant_method", "")).lower()
@@ -228,8 +230,19 @@ def parse_quantization(qcfg: dict | None, file: str) -> Quantization | None:
         exclude=exclude,
         kv_cache_quant_algo=str(kv_algo) if kv_algo else None,
         detail=detail,
-        weight_block_size=tuple(int(x) for x in qcfg.get("weight_block_size") or ()),
+        weight_block_size=_block_size(qcfg.get("weight_block_size"), file),
     )
+
+
+def _block_size(value: object, file: str) -> tuple[int, ...]:
+    if not value:
+        return ()
+    if not isinstance(value, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in value
+    ):
+        raise InputError(file, "quantization_config.weight_block_size",
+                         f"must be a list of positive integers, got {value!r}")
+    return tuple(value)
 
 
 def arch_from_config(
@@ -307,9 +320,16 @@ def arch_from_config(
 
 def _load_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(path, None, f"not UTF-8 text: {exc.reason}") from exc
     except json.JSONDecodeError as exc:
         raise InputError(path, None, f"invalid JSON: {exc.msg}", exc.lineno) from exc
+    if not isinstance(data, dict):
+        raise InputError(path, None, f"must be a JSON object, got {type(data).__name__}")
+    return data
 
 
 def from_directory(path: str | Path) -> ModelArch:
@@ -325,7 +345,10 @@ def from_directory(path: str | Path) -> ModelArch:
     total = None
     index = root / "model.safetensors.index.json"
     if index.is_file():
-        total = (_load_json(index).get("metadata") or {}).get("total_size")
+        metadata = _load_json(index).get("metadata") or {}
+        total = metadata.get("total_size") if isinstance(metadata, dict) else None
+        if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
+            raise InputError(index, "metadata.total_size", f"must be an integer, got {total!r}")
     return arch_from_config(
         cfg, name=root.name, file=str(config_file), quant=quant, checkpoint_bytes=total
     )

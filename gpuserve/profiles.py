@@ -215,6 +215,8 @@ def _read(path: Path) -> tuple[dict[str, Any], dict[str, Origin]]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(path, None, f"cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(path, None, f"not UTF-8 text: {exc.reason}") from exc
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()

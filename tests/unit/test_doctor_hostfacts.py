@@ -73,3 +73,11 @@ def test_document_from_the_facts_side_is_accepted():
     doc = document_from_sections({})
     facts = HostFacts.from_dict(doc, "gathered")
     assert facts.gpus == [] and facts.topology.p2p is None
+
+
+def test_unreadable_facts_file_is_an_input_error(tmp_path):
+    path = tmp_path / "host.json"
+    path.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(InputError) as info:
+        HostFacts.from_file(path)
+    assert info.value.file == str(path) and "not UTF-8" in info.value.message

@@ -106,3 +106,40 @@ def test_unsupported_quantization_is_rejected(tmp_path):
     with pytest.raises(InputError) as exc:
         from_directory(tmp_path)
     assert exc.value.field == "quantization_config.quant_method"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "field", "words"),
+    [
+        ("config.json", b"\xff\xfe{}", None, "not UTF-8"),
+        ("config.json", b"[1]", None, "JSON object"),
+        ("hf_quant_config.json", b"\xff", None, "not UTF-8"),
+        ("hf_quant_config.json", b"[]", None, "JSON object"),
+        ("model.safetensors.index.json", b"[1]", None, "JSON object"),
+        ("model.safetensors.index.json", b'{"metadata": {"total_size": "big"}}',
+         "metadata.total_size", "integer"),
+    ],
+)
+def test_malformed_directory_files_name_file_and_field(tmp_path, name, content, field, words):
+    (tmp_path / "config.json").write_bytes(
+        (FIXTURES / "qwen3-30b-a3b-5layers" / "config.json").read_bytes())
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(InputError) as exc:
+        from_directory(tmp_path)
+    assert exc.value.file == str(tmp_path / name) and exc.value.field == field
+    assert words in exc.value.message
+
+
+@pytest.mark.parametrize(
+    ("qcfg", "field"),
+    [("fp8", "quantization_config"),
+     ({"quant_method": "fp8", "weight_block_size": ["a"]},
+      "quantization_config.weight_block_size")],
+)
+def test_malformed_quantization_config_is_an_input_error(tmp_path, qcfg, field):
+    cfg = json.loads((FIXTURES / "qwen3-30b-a3b-5layers" / "config.json").read_text())
+    cfg["quantization_config"] = qcfg
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(InputError) as exc:
+        from_directory(tmp_path)
+    assert exc.value.field == field

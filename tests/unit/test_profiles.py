@@ -169,6 +169,14 @@ def test_bad_choice_in_extra_args():
     assert "nccl" in exc.message
 
 
+def test_non_utf8_profile_is_an_input_error(tmp_path):
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"\xff\xfemodel: {}\n")
+    with pytest.raises(InputError) as info:
+        load_profile(path)
+    assert info.value.file == str(path) and "not UTF-8" in info.value.message
+
+
 def test_auto_mem_fraction_is_none():
     assert load("mfs-auto").memory.mem_fraction_static is None
 
