@@ -335,3 +335,16 @@ def validate_results_dir(value: object, source: str) -> str | None:
         raise InputError(source, "results_dir", f"must be a directory path (string), or "
                          f"empty to record nothing; got {value!r}")
     return value
+
+
+def record_spec(results_dir: object, source: str, *, profile: str, args: Iterable[str],
+                env: Mapping[str, str], sglang_version: str, model: str,
+                served_name: str) -> RecordSpec | None:
+    """The serve deploy's :class:`RecordSpec` from host data ``results_dir`` (validated
+    here, at prepare time) and the rendered launch; None when recording is off."""
+    directory = validate_results_dir(results_dir, source)
+    if directory is None:
+        return None
+    return RecordSpec(results_dir=directory, profile=profile,
+                      launch_hash=launch_hash(args, env), sglang_version=sglang_version,
+                      model=model, served_name=served_name)

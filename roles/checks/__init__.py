@@ -14,6 +14,13 @@ operation command) at execute time, print progress themselves, and yield nothing
 the check passes. A failed check yields one ``FunctionCommand`` that logs the reason
 and returns False, so the host is failed and the deploy exits non-zero. At prepare time
 (change detection) they do nothing: the service they check may not exist yet.
+
+Recording: given a ``record`` (:class:`gpuserve.results.RecordSpec`), a passing smoke
+check also writes its result as a ``gpuserve.result/1`` file on the *controller*, under
+``<results_dir>/<host>/`` (relative paths are taken from the repository root), from the
+operation body at execute time. That is plain local Python, not a host command, so the
+check still yields nothing and a rerun still reports "No changes". A record that cannot
+be written is a warning, never a failed host: the check itself passed.
 """
 
 from __future__ import annotations
@@ -21,18 +28,25 @@ from __future__ import annotations
 import shlex
 import time
 from importlib import resources
+from pathlib import Path
 
 from pyinfra import host, logger, state
 from pyinfra.api import FactBase, FunctionCommand, deploy, operation
 from pyinfra.operations import files
 
 from gpuserve.health import ProbeError, Verdict, decide, parse_probe, progress_line
+from gpuserve.results import RecordSpec, smoke_record, write_record
 from gpuserve.smoke import SmokeError, parse_smoke_output, smoke_line
 
 DEFAULTS = {
     # seconds to wait for /health == 200 after a (re)start before failing the host
     "health_timeout": 900,
+    # controller directory for result records (results/<host>/<time>-smoke-<profile>.json,
+    # see gpuserve/results.py); relative to the repository root; "" records nothing
+    "results_dir": "results",
 }
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPTS = resources.files("gpuserve") / "data" / "scripts"
 PROBE = "sglang_probe.py"
@@ -108,10 +122,17 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
         time.sleep(interval)
 
 
+def results_root(results_dir: str) -> Path:
+    """``results_dir`` as a controller path: relative ones start at the repository root."""
+    path = Path(results_dir).expanduser()
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
 @operation(is_idempotent=True)
 def smoke_completion(port: int, model: str, profile: str, script: str, config: str = "",
-                     max_tokens: int = 64):
-    """One completion on the host; print ``<host>: smoke: N tokens in T s = X tok/s``."""
+                     max_tokens: int = 64, record: RecordSpec | None = None):
+    """One completion on the host; print ``<host>: smoke: N tokens in T s = X tok/s``
+    and, with ``record``, write the result on the controller (no host command)."""
     if not state.is_executing:
         return
     out = host.get_fact(SglangSmoke, script=script, port=port, model=model,
@@ -122,12 +143,22 @@ def smoke_completion(port: int, model: str, profile: str, script: str, config: s
         yield _fail(f"smoke: {e}", [])
         return
     logger.info(smoke_line(host.name, result, model, profile))
+    if record is not None:
+        try:
+            path = write_record(results_root(record.results_dir),
+                                smoke_record(record, host.name, result))
+        except OSError as e:
+            logger.warning(f"{host.name}: smoke: result not recorded: {e}")
+        else:
+            logger.info(f"{host.name}: smoke: recorded {path}")
 
 
 @deploy("Check SGLang")
 def check_service(unit: str, port: int, served_name: str, profile_name: str,
-                  bin_dir: str, health_timeout: float, config_path: str = "") -> None:
-    """Upload the probe scripts, gate on health, then one smoke completion."""
+                  bin_dir: str, health_timeout: float, config_path: str = "",
+                  record: RecordSpec | None = None) -> None:
+    """Upload the probe scripts, gate on health, then one smoke completion (recorded on
+    the controller when ``record`` is given)."""
     files.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
                     group="root", mode="755")
     for script in (PROBE, SMOKE):
@@ -136,4 +167,5 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
     wait_healthy(name=f"health gate: {unit} answers /health 200",
                  unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout)
     smoke_completion(name=f"smoke completion on port {port}", port=port, model=served_name,
-                     profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path)
+                     profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path,
+                     record=record)
