@@ -95,6 +95,13 @@ def plan_serve(
     profile = load_profile(profile_ref)
     launch = render_launch(profile, version)
     args = list(launch.args)
+    for arg in args:
+        # systemd's ExecStart= cannot carry them (roles/service/render.py refuses them)
+        if any(ord(c) < 32 or ord(c) == 127 for c in arg):
+            owner = next((f for f, items in launch.by_field.items() if arg in items),
+                         "extra_args")
+            raise profile.error(owner, f"{arg!r} contains a control character, which a "
+                                       "systemd ExecStart= line cannot carry")
     host_flags = [f for f in sglang_flags_for_host(host_record(), HOST_JSON_PATH) if f not in args]
     if host_flags:
         args += host_flags

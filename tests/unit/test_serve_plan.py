@@ -125,6 +125,23 @@ def test_bad_host_data_names_inventory_and_field(data: dict, field: str) -> None
     assert (e.value.file, e.value.field) == ("inventory/gpu.py", field)
 
 
+@pytest.mark.parametrize(
+    ("text", "field", "line"),
+    [('model:\n  path: "/models/x\\ny"\n', "model.path", 2),
+     ('model:\n  path: /m\nextra_args: ["--served-model-name", "a\\tb"]\n', "extra_args", 3)],
+)
+def test_control_character_in_argv_names_the_profile_field(tmp_path: Path, text: str,
+                                                           field: str, line: int) -> None:
+    # systemd's ExecStart= cannot carry it: an InputError at prepare time, not a traceback
+    profile = tmp_path / "ctl.yaml"
+    profile.write_text(text)
+    with pytest.raises(InputError) as e:
+        plan_serve({"profile": str(profile), "sglang_package": "sglang==0.5.23"}, "inv.py",
+                   no_cuda)
+    assert (e.value.file, e.value.field, e.value.line) == (str(profile), field, line)
+    assert "control character" in e.value.message
+
+
 BAD_PROFILES = {
     "unknown-flag": ("model:\n  path: /models/x\nextra_args: ['--no-such-flag']\n",
                      "extra_args[0]", "--no-such-flag"),
