@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,6 +32,21 @@ def test_secrets_redacted_and_status_kept(tmp_path: Path) -> None:
     assert KEY not in out and TOKEN not in out
     assert "api_key='[REDACTED]'" in out and "token [REDACTED] here" in out
     assert out.rstrip().endswith("ready")
+
+
+def test_escaped_spellings_of_a_secret_are_redacted(tmp_path: Path) -> None:
+    # SGLang prints server_args with repr(): a backslash or quote in the key is escaped
+    key = "sk-back\\slash'and\"quote"
+    cfg = tmp_path / "sglang-secrets.yaml"
+    cfg.write_text(f"api-key: {json.dumps(key)}\n")
+    child = f"print('server_args=' + repr({{'api_key': {key!r}}}))"
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(cfg), "--", sys.executable, "-c",
+                           child], capture_output=True, timeout=60,
+                          env={"PATH": os.environ["PATH"]})
+    out = proc.stdout.decode()
+    assert proc.returncode == 0 and out.startswith("server_args={'api_key': ")
+    assert "back" not in out and "quote" not in out, out
+    assert "[REDACTED]" in out
 
 
 def test_missing_secrets_file_still_runs(tmp_path: Path) -> None:

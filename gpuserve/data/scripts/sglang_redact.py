@@ -38,8 +38,12 @@ def read_secrets(path):
     except OSError:
         pass
     found += [os.environ[k] for k in ENV_SECRETS if os.environ.get(k)]
-    # longest first, so a secret containing another is replaced whole
-    return sorted({s.encode() for s in found if len(s) >= 4}, key=len, reverse=True)
+    # SGLang logs its arguments with repr() (ServerArgs(...), or a dict), which escapes
+    # backslashes, quotes and non-printable characters: redact those spellings too, and
+    # the JSON one. Longest first, so a secret containing another is replaced whole.
+    spelled = {v for s in found if len(s) >= 4
+               for v in (s, repr(s)[1:-1], json.dumps(s)[1:-1])}
+    return sorted({v.encode() for v in spelled}, key=len, reverse=True)
 
 
 def redact(line, secrets):
