@@ -1,6 +1,6 @@
 """Serve a launch profile with SGLang on every host of the inventory, and prove it.
 
-    pyinfra -y inventory/lab.py deploy/serve.py
+    pyinfra -y inventory/gpu.py deploy/serve.py --dry
     pyinfra -y inventory/gpu.py deploy/serve.py --data profile=glm5-nvfp4-tp8
 
 Order: (1) validate host data and load + render the profile for the pinned SGLang

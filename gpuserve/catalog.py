@@ -34,7 +34,7 @@ def _catalog_dir() -> Path:
 
 
 def base_version(version: str) -> str:
-    """``0.5.23+lab`` -> ``0.5.23``; also tolerates a leading ``v`` or ``sglang==``."""
+    """``0.5.23+cu130`` -> ``0.5.23``; also tolerates a leading ``v`` or ``sglang==``."""
     v = version.strip()
     v = v.removeprefix("sglang==").removeprefix("v")
     return v.split("+", 1)[0]
@@ -221,7 +221,7 @@ def _load(version: str) -> FlagCatalog:
 
 
 def load_catalog(version: str) -> FlagCatalog:
-    """The catalog for ``version`` (a local part such as ``+lab`` is ignored).
+    """The catalog for ``version`` (a local part such as ``+cu130`` is ignored).
 
     Raises InputError naming the available versions when there is none.
     """

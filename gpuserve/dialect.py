@@ -124,7 +124,7 @@ def render_launch(profile: Profile, version: str) -> Launch:
     """
     from gpuserve import catalog  # imported here: the catalog loads big JSON files
 
-    version = catalog.base_version(version)  # "0.5.23+lab" renders as 0.5.23
+    version = catalog.base_version(version)  # "0.5.23+cu130" renders as 0.5.23
     try:
         flag_catalog = catalog.load_catalog(version)
     except InputError as exc:

@@ -8,8 +8,8 @@ it back into an ``argparse.ArgumentParser`` with the same option strings, action
 nargs, choices, defaults and ``type=`` converters, so prefix abbreviation, ambiguity
 and conversion errors come out exactly as argparse produces them on the host.
 
-This file is deliberately standard-library only and imports nothing from gpuserve:
-it is also copied verbatim into the lab's SGLang stand-in wheel.
+This file is deliberately standard-library only and imports nothing from gpuserve,
+so it can be copied verbatim into a package that has no gpuserve (keep it that way).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ one fact whose command is a shell script: each tool's output follows a section m
 (``gpuserve.parsers.sections``) and is parsed by the same pure parsers the individual
 facts use. A tool that is missing leaves its section empty, which gives ``null``.
 
-CLI: ``pyinfra inventory/lab.py fact gpuserve.facts.document.HostFactsDocument``
+CLI: ``pyinfra inventory/gpu.py fact gpuserve.facts.document.HostFactsDocument``
 (add ``--sudo`` so lspci/mokutil can read what they need).
 """
 

@@ -1,7 +1,7 @@
 """pyinfra facts about NVIDIA GPUs, driver and CUDA toolkit.
 
 Usage: ``host.get_fact(NvidiaGpus)``; on the CLI
-``pyinfra inventory/lab.py fact gpuserve.facts.gpu.NvidiaGpus``.
+``pyinfra inventory/gpu.py fact gpuserve.facts.gpu.NvidiaGpus``.
 """
 
 from __future__ import annotations

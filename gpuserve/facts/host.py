@@ -1,7 +1,7 @@
 """pyinfra facts about the host's kernel, firmware and PCIe setup.
 
 Usage: ``host.get_fact(KernelCmdline)``; on the CLI
-``pyinfra inventory/lab.py fact gpuserve.facts.host.IommuGroups``.
+``pyinfra inventory/gpu.py fact gpuserve.facts.host.IommuGroups``.
 """
 
 from __future__ import annotations

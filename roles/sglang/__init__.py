@@ -61,7 +61,7 @@ def default_package(cuda_toolkit: str | None, source: str) -> str:
 
 
 def pinned_version(requirement: str, source: str) -> str:
-    """``sglang==0.5.23+lab`` -> ``0.5.23``: the version whose flags we render.
+    """``sglang==0.5.23+cu130`` -> ``0.5.23``: the version whose flags we render.
 
     The local part (PEP 440 ``+...``) names a build of the same release, so it is
     stripped; anything but an exact pin is refused, because the flag dialect must be
@@ -77,7 +77,7 @@ def pinned_version(requirement: str, source: str) -> str:
 
 
 def exact_version(requirement: str) -> tuple[str, str]:
-    """``sglang[all]==0.5.23+lab`` -> (``sglang``, ``0.5.23+lab``): what pip must report."""
+    """``sglang[all]==0.5.23+cu130`` -> (``sglang``, ``0.5.23+cu130``): what pip must report."""
     m = _PIN.match(requirement)
     assert m, "validated by pinned_version() first"
     local = m.group("local")
@@ -88,7 +88,7 @@ class InstalledVersion(FactBase):
     """Version of a distribution in a venv (``importlib.metadata``), None if absent.
 
     pyinfra's ``PipPackages`` fact does not parse local versions (its regex stops at
-    ``+``), so ``sglang==0.5.23+lab`` would be reinstalled on every run.
+    ``+``), so ``sglang==0.5.23+cu130`` would be reinstalled on every run.
     """
 
     def command(self, python: str, dist: str) -> str:
