@@ -569,8 +569,7 @@ def predict(
     problems = layout.validate(arch)
     if layout.tp * layout.pp > gpu_count:
         problems.append(f"tp x pp = {layout.tp * layout.pp} needs more than {gpu_count} GPUs")
-    defaults = memory_defaults(
-        gpu_memory_mib,
+    settings = dict(
         tp=layout.tp,
         pp=layout.pp,
         attn_dp=layout.attn_dp,
@@ -579,28 +578,14 @@ def predict(
         chunked_prefill_size=chunked_prefill_size,
         decode_max_bs=cuda_graph_max_bs,
         max_running_requests=max_running_requests,
-        mem_fraction_static=mem_fraction_static,
         moe_a2a_backend=layout.moe_a2a_backend,
         speculative=bool(layout.speculative),
     )
+    defaults = memory_defaults(gpu_memory_mib, mem_fraction_static=mem_fraction_static, **settings)
     # The reserve SGLang's heuristic would keep for graphs + activations at these settings,
     # used as the safe upper bound for mem_fraction_static even when the user sets it.
     heuristic = (
-        defaults
-        if mem_fraction_static is None
-        else memory_defaults(
-            gpu_memory_mib,
-            tp=layout.tp,
-            pp=layout.pp,
-            attn_dp=layout.attn_dp,
-            use_mla=arch.is_mla,
-            version=version,
-            chunked_prefill_size=chunked_prefill_size,
-            decode_max_bs=cuda_graph_max_bs,
-            max_running_requests=max_running_requests,
-            moe_a2a_backend=layout.moe_a2a_backend,
-            speculative=bool(layout.speculative),
-        )
+        defaults if mem_fraction_static is None else memory_defaults(gpu_memory_mib, **settings)
     )
     mfs = defaults.mem_fraction_static
     kv_dtype = resolve_kv_dtype(arch, kv_cache_dtype)
