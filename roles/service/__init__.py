@@ -8,8 +8,9 @@ Activation follows the unit-change pattern (pyinfra docs, operations/systemd.py)
 EnvironmentFile or the --config file changed *and* the service was already running
 (``systemd.service(restarted=True)`` only restarts a running unit), then
 ``start`` + ``enable`` when it is not running or not enabled, with the start limit
-cleared first when anything changed or the unit had failed. A rerun with nothing
-changed therefore runs no command at all.
+cleared first when the unit had failed, or when anything changed while it was live (an
+inactive unit has no start limit to clear; see :func:`reset_failed`). A rerun with
+nothing changed therefore runs no command at all.
 """
 
 from __future__ import annotations
