@@ -53,7 +53,8 @@ def main() -> None:
     configure_service(plan=plan.service)
     check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
                   profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
-                  health_timeout=plan.health_timeout, config_path=plan.config_path)
+                  health_timeout=plan.health_timeout, config_path=plan.config_path,
+                  record=plan.record)
 
 
 run_deploy(main)

@@ -16,6 +16,7 @@ from gpuserve.dialect import render_launch
 from gpuserve.errors import InputError
 from gpuserve.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
 from gpuserve.profiles import load_profile
+from gpuserve.results import RecordSpec, record_spec
 from roles import checks, service, sglang
 
 
@@ -29,6 +30,7 @@ class ServePlan:
     find_links: str | None
     health_timeout: float
     service: service.ServicePlan
+    record: RecordSpec | None = None  # where the smoke check records (None: off)
 
     @property
     def venv(self) -> str:
@@ -117,4 +119,9 @@ def plan_serve(
         extra_env=data["sglang_extra_env"], hf_token=data["hf_token"],
         api_key=data["sglang_api_key"], data_source=source,
     )
-    return ServePlan(package, version, user, home, index_url, find_links, float(timeout), plan)
+    extra_env = data["sglang_extra_env"] or {}
+    record = record_spec(data["results_dir"], source, profile=profile.name, args=args,
+                         env={**launch.env, **{k: str(v) for k, v in extra_env.items()}},
+                         sglang_version=version, model=profile.model.path, served_name=served)
+    return ServePlan(package, version, user, home, index_url, find_links, float(timeout), plan,
+                     record)
