@@ -85,7 +85,12 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
     if not isinstance(extra_env, dict):
         raise InputError(data_source, "sglang_extra_env", "must be a mapping of NAME: value")
     for key, value in (("hf_token", hf_token), ("sglang_api_key", api_key)):
-        if value is not None and (not isinstance(value, str) or not value.strip()):
+        if value is not None and not isinstance(value, str):
+            # the type only: a secret's value is never echoed (pyinfra's --data reads
+            # an all-digit value as a number)
+            raise InputError(data_source, key, f"must be a string, got a {type(value).__name__} "
+                             "(quote it)")
+        if value is not None and not value.strip():
             raise InputError(data_source, key, "must be a non-empty string")
 
     merged: dict[str, tuple[str, str]] = {}

@@ -168,3 +168,10 @@ def test_bad_service_input_names_the_field(kw: dict, field: str) -> None:
     with pytest.raises(InputError) as e:
         plan(**kw)
     assert e.value.field == field
+
+
+def test_non_string_secret_names_its_type_but_never_its_value() -> None:
+    with pytest.raises(InputError) as e:
+        plan(api_key=918273645)
+    assert e.value.field == "sglang_api_key" and "int" in e.value.message
+    assert "918273645" not in str(e.value)
