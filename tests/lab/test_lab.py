@@ -64,9 +64,10 @@ def test_sshd_offers_only_the_pinned_host_key(lab, tmp_path):
 
 
 def test_pyinfra_connects_through_the_lab_inventory(lab):
-    r = lab.run_pyinfra("exec", "--", "hostname")
-    assert "lab-gpu" in r.stdout
-    assert "[lab-gpu] Success" in r.stdout or "Success" in r.stdout
+    # "lab-gpu" alone is in every line pyinfra prints for the host: prove the command ran
+    # in the guest's shell and its output came back (pyinfra exec prints it)
+    r = lab.run_pyinfra("exec", "--", "echo gpuserve-$((6*7))")
+    assert "gpuserve-42" in r.stdout, r.stdout[-2000:]
 
 
 def test_testinfra_host_sees_debian_12(lab):
