@@ -229,22 +229,31 @@ class HostFacts:
         )
 
     @classmethod
-    def from_json(cls, text: str, file: str | Path | None = None) -> HostFacts:
+    def from_json(
+        cls, text: str, file: str | Path | None = None, host: str | None = None
+    ) -> HostFacts:
+        """Read the document, or pyinfra's ``--json fact`` output that wraps it.
+
+        ``pyinfra --json INVENTORY fact gpuserve.facts.document.HostFactsDocument``
+        prints ``{"<fact>": {"<host>": {...document...}}}``; that form is unwrapped, so
+        its output can be saved and passed as it is. With several hosts in it, ``host``
+        says which one.
+        """
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(file, None, f"invalid JSON: {exc.msg}", exc.lineno) from exc
-        return cls.from_dict(data, file)
+        return cls.from_dict(_unwrap_pyinfra_fact(data, file, host), file)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> HostFacts:
+    def from_file(cls, path: str | Path, host: str | None = None) -> HostFacts:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise InputError(path, None, f"cannot read: {exc.strerror}") from exc
         except UnicodeDecodeError as exc:
             raise InputError(path, None, f"not UTF-8 text: {exc.reason}") from exc
-        return cls.from_json(text, path)
+        return cls.from_json(text, path, host)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -278,3 +287,31 @@ def version_tuple(version: str | None) -> tuple[int, ...] | None:
         return None
     numbers = re.findall(r"\d+", version)
     return tuple(int(n) for n in numbers) if numbers else None
+
+
+PYINFRA_FACT_NAME = "gpuserve.facts.document.HostFactsDocument"
+
+
+def _unwrap_pyinfra_fact(data: Any, file: str | Path | None, host: str | None) -> Any:
+    """``{"<fact>": {"<host>": doc}}`` (pyinfra --json) -> ``doc``; anything else as is."""
+    if not (isinstance(data, dict) and set(data) == {PYINFRA_FACT_NAME}):
+        if host is not None:
+            raise InputError(file, None, f"--host {host}: this is a single host's document, "
+                                         "not pyinfra's fact output")
+        return data
+    hosts = data[PYINFRA_FACT_NAME]
+    if not isinstance(hosts, dict) or not hosts:
+        raise InputError(file, PYINFRA_FACT_NAME, "holds no host")
+    if host is None:
+        if len(hosts) > 1:
+            raise InputError(file, PYINFRA_FACT_NAME,
+                             f"holds {len(hosts)} hosts ({', '.join(sorted(hosts))}): "
+                             "choose one with --host")
+        host = next(iter(hosts))
+    if host not in hosts:
+        raise InputError(file, PYINFRA_FACT_NAME,
+                         f"no host {host!r} (hosts: {', '.join(sorted(hosts))})")
+    if hosts[host] is None:
+        raise InputError(file, f"{PYINFRA_FACT_NAME}.{host}",
+                         "pyinfra gathered no document for this host (did the fact fail?)")
+    return hosts[host]

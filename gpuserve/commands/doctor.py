@@ -22,7 +22,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "command line and a host-facts document.",
     )
     parser.add_argument("--profile", required=True, help="profile name or path")
-    parser.add_argument("--facts", required=True, help="host-facts JSON document")
+    parser.add_argument(
+        "--facts", required=True,
+        help="host-facts JSON document, or the output of `pyinfra --json INVENTORY fact "
+             "gpuserve.facts.document.HostFactsDocument`",
+    )
+    parser.add_argument("--host", help="which host, when --facts holds several")
     parser.add_argument("--sglang-version", dest="sglang_version",
                         help="target SGLang version (default: the host's, else the "
                         "newest the profile targets)")
@@ -32,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
-    facts = HostFacts.from_file(args.facts)
+    facts = HostFacts.from_file(args.facts, args.host)
     version = resolve_version(profile, facts, args.sglang_version)
     findings = diagnose(profile, facts, version)
     if args.json:

@@ -81,3 +81,31 @@ def test_unreadable_facts_file_is_an_input_error(tmp_path):
     with pytest.raises(InputError) as info:
         HostFacts.from_file(path)
     assert info.value.file == str(path) and "not UTF-8" in info.value.message
+
+
+def _pyinfra_json(docs: dict) -> str:
+    """What `pyinfra --json INVENTORY fact gpuserve.facts.document.HostFactsDocument` prints."""
+    return json.dumps({"gpuserve.facts.document.HostFactsDocument": docs})
+
+
+def test_pyinfra_fact_output_is_unwrapped(tmp_path):
+    doc = json.loads((HOSTFACTS / "reference-box-kvm.json").read_text())
+    path = tmp_path / "facts.json"
+    path.write_text(_pyinfra_json({"lab-gpu": doc}))
+    facts = HostFacts.from_file(path)
+    assert facts.to_dict() == HostFacts.from_dict(doc).to_dict()
+
+
+def test_pyinfra_fact_output_with_several_hosts_needs_host(tmp_path):
+    doc = json.loads((HOSTFACTS / "reference-box-kvm.json").read_text())
+    other = json.loads((HOSTFACTS / "h200-nvlink.json").read_text())
+    path = tmp_path / "facts.json"
+    path.write_text(_pyinfra_json({"gpu1": doc, "gpu2": other}))
+    with pytest.raises(InputError, match="choose one with --host"):
+        HostFacts.from_file(path)
+    assert HostFacts.from_file(path, "gpu2").to_dict() == HostFacts.from_dict(other).to_dict()
+    with pytest.raises(InputError, match="no host 'gpu3'"):
+        HostFacts.from_file(path, "gpu3")
+    path.write_text(_pyinfra_json({"gpu1": None}))
+    with pytest.raises(InputError, match="gathered no document"):
+        HostFacts.from_file(path)
