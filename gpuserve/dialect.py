@@ -74,6 +74,13 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple((numbers + [0, 0, 0, 0])[:4])
 
 
+def target_version(profile: Profile) -> str:
+    """The newest SGLang version the profile targets, else the newest committed catalog."""
+    from gpuserve import catalog
+
+    return max(profile.sglang_versions or catalog.available_versions(), key=parse_version)
+
+
 @cache
 def load_dialect(path: Path = DIALECT_PATH) -> dict[str, tuple[Rule, ...]]:
     """Field -> rules, validated so a typo in the data file fails loudly and by name."""

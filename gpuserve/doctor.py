@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from gpuserve.dialect import Launch, parse_version, render_launch
+from gpuserve.dialect import Launch, parse_version, render_launch, target_version
 from gpuserve.errors import InputError
 from gpuserve.hostfacts import HostFacts, version_tuple
 from gpuserve.profiles import Profile
@@ -230,8 +230,7 @@ def resolve_version(profile: Profile, facts: HostFacts, explicit: str | None) ->
         return catalog.base_version(explicit)
     if facts.sglang_version:
         return catalog.base_version(facts.sglang_version)
-    versions = profile.sglang_versions or catalog.available_versions()
-    return max(versions, key=parse_version)
+    return target_version(profile)
 
 
 def diagnose(profile: Profile, facts: HostFacts, version: str | None = None) -> list[Finding]:

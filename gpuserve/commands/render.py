@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from gpuserve.dialect import group_args, parse_version, render_launch
+from gpuserve.dialect import group_args, render_launch, target_version
 from gpuserve.profiles import load_profile
 
 LAUNCHER = "python -m sglang.launch_server"
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
-    version = args.sglang_version or default_version(profile)
+    version = args.sglang_version or target_version(profile)
     launch = render_launch(profile, version)
     print(f"# profile {profile.name} ({profile.source}) for SGLang {version}")
     print("# env")
@@ -39,14 +39,6 @@ def run(args: argparse.Namespace) -> int:
     print("# argv")
     print(format_argv(launch.args))
     return 0
-
-
-def default_version(profile) -> str:
-    """The newest version the profile targets, else the newest committed catalog."""
-    from gpuserve import catalog
-
-    versions = profile.sglang_versions or catalog.available_versions()
-    return max(versions, key=parse_version)
 
 
 def format_argv(args: list[str]) -> str:
