@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from gpuserve.catalog import load_catalog
 from gpuserve.doctor import diagnose, format_table, has_errors, resolve_version
+from gpuserve.errors import InputError
 from gpuserve.hostfacts import HostFacts
 from gpuserve.profiles import load_profile
 
@@ -36,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sglang_version:
+        # an explicit version without a flag catalog is bad input (exit 2), not a finding
+        try:
+            load_catalog(args.sglang_version)
+        except InputError as exc:
+            raise InputError("--sglang-version", exc.field, exc.message) from None
     profile = load_profile(args.profile)
     facts = HostFacts.from_file(args.facts, args.host)
     version = resolve_version(profile, facts, args.sglang_version)

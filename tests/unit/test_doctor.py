@@ -350,3 +350,10 @@ def test_cli_bad_facts_is_input_error(tmp_path, capsys):
     path.write_text('{"gpus": [{"index": 0, "compute_cap": 12}]}')
     assert main(["doctor", "--profile", "glm5-nvfp4-tp8", "--facts", str(path)]) == 2
     assert "gpus[0].compute_cap" in capsys.readouterr().err
+
+
+def test_cli_unknown_explicit_version_is_bad_input(capsys):
+    ref = str(HOSTFACTS / f"{REF}.json")
+    assert main(["doctor", "--profile", "glm5-nvfp4-tp8", "--facts", ref,
+                 "--sglang-version", "0.4"]) == 2
+    assert "--sglang-version: sglang_version: no flag catalog" in capsys.readouterr().err
