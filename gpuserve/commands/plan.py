@@ -206,7 +206,16 @@ def _run_predict(args: argparse.Namespace) -> int:
     if not args.gpus:
         raise InputError("--gpus", "gpus", "give the GPUs, e.g. --gpus 8xRTX-PRO-6000")
     count, gpu = parse_gpus(args.gpus)
-    arch = resolve_model(model)
+    if args.model or prof is None:
+        arch = resolve_model(model)
+    else:
+        try:
+            arch = resolve_model(model)
+        except InputError as exc:
+            # the model came from the profile: point at it, not at a --model never given
+            field = "model.arch" if prof.model.arch else "model.path"
+            raise prof.error(field, f"{exc.message}; set model.arch to a record, or pass "
+                             "--model") from None
     version = args.sglang_version or _profile_version(prof) or DEFAULT_VERSION
     par = prof.parallel if prof else None
     mem = prof.memory if prof else None

@@ -145,3 +145,11 @@ def test_out_of_range_overrides_are_input_errors(capsys, flags, field):
     assert main(["plan", "--model", "deepseek-v3", "--gpus", "8xH200", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"gpuserve: error: {flags[0]}: {field}: "), err
+
+
+def test_profile_without_a_plannable_model_names_the_profile(capsys, tmp_path):
+    profile = tmp_path / "hub.yaml"
+    profile.write_text("model:\n  path: zai-org/GLM-5\n")
+    assert main(["plan", "--profile", str(profile), "--gpus", "8xH200"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpuserve: error: {profile}:2: model.path: no record "), err
