@@ -105,6 +105,8 @@ class ProbeError(ValueError):
 
 def parse_probe(stdout: str) -> Probe:
     """Parse the probe script's one JSON line; a malformed reply is an error, not a guess."""
+    if not stdout:  # pyinfra gives a fact's default (None) when the command printed nothing
+        raise ProbeError("the probe printed nothing (is python3 on the host?)")
     try:
         doc = json.loads(stdout)
         unit = doc["unit"]

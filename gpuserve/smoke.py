@@ -68,6 +68,8 @@ def parse_completion(endpoint: str, body: dict, elapsed_s: float) -> SmokeResult
 
 def parse_smoke_output(stdout: str) -> SmokeResult:
     """Parse the host script's JSON line: ``{"endpoint", "status", "elapsed_s", "body"}``."""
+    if not stdout:  # pyinfra gives a fact's default (None) when the command printed nothing
+        raise SmokeError("the smoke script printed nothing (is python3 on the host?)")
     try:
         doc = json.loads(stdout)
         endpoint = doc["endpoint"]

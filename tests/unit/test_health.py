@@ -110,6 +110,10 @@ def test_parse_probe_reads_the_script_document() -> None:
                                                                          ["a"], ["b"])
     with pytest.raises(ProbeError):
         parse_probe("Traceback (most recent call last):")
+    # a fact whose command printed nothing comes back as None from pyinfra
+    for empty in (None, ""):
+        with pytest.raises(ProbeError, match="printed nothing"):
+            parse_probe(empty)
 
 
 def test_decide_waits_reports_phase_then_healthy() -> None:

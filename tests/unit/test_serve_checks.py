@@ -61,6 +61,14 @@ def test_dead_unit_fails_the_host_with_journal_tail(caplog) -> None:
     assert "unit stopped during" in text and "torch.OutOfMemoryError" in text
 
 
+def test_probe_without_output_fails_the_host_cleanly(caplog) -> None:
+    # no fake response: the probe "succeeds" printing nothing, pyinfra returns None
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, _ = run(wait_healthy, {}, timeout=5, **GATE)
+    assert not meta.did_succeed()
+    assert "health: the probe printed nothing" in caplog.text
+
+
 def test_timeout_fails_with_last_phase(caplog) -> None:
     doc = probe_doc(503, lines=["[2025-10-16 09:06:10 TP0] Load weight begin. avail mem=1 GB"])
     with caplog.at_level(logging.INFO, logger="pyinfra"):

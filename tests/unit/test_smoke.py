@@ -63,6 +63,8 @@ def test_parse_script_output() -> None:
         (script_out(body={"choices": [{"text": ""}], "usage": {"completion_tokens": 0}}),
          "no tokens"),
         ("not json", "unreadable"),
+        (None, "printed nothing"),  # pyinfra's default for a fact with no output
+        ("", "printed nothing"),
     ],
 )
 def test_failures_are_errors_with_the_reason(out: str, needle: str) -> None:
