@@ -54,4 +54,7 @@ def test_hypervisor_requires_vmid_and_gpus(tmp_path):
     assert r.returncode != 0
     assert "fakeinv.py: proxmox_vmid: must be a Proxmox VM id" in r.stdout + r.stderr
     r = run(tmp_path, "deploy/hypervisor.py", {"proxmox_vmid": 101}, "-y")
-    assert "proxmox_gpus: no NVIDIA GPU found in sysfs" in r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert "proxmox_gpus: no NVIDIA GPU found in sysfs" in out
+    assert "Traceback" not in out and "Beginning operation run" not in out
