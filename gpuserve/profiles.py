@@ -13,6 +13,7 @@ are the type schema, so the table in the docs and this module cannot drift apart
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -490,6 +491,9 @@ def _check_cross_fields(p: Profile) -> None:
             raise p.error(f"extra_args[{index}]", f"{flag} carries a secret: set it in host data "
                           "(sglang_api_key / hf_token), never on the command line")
     for key in p.env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            # systemd's EnvironmentFile= (and a shell) cannot carry it
+            raise p.error(f"env.{key}", "not a valid environment variable name")
         if any(word in key.upper() for word in SECRET_ENV_WORDS):
             raise p.error(f"env.{key}", "looks like a secret: set it in host data (hf_token / "
                           "sglang_api_key / sglang_extra_env), not in a committed profile")

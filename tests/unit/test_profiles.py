@@ -169,6 +169,15 @@ def test_bad_choice_in_extra_args():
     assert "nccl" in exc.message
 
 
+def test_env_name_that_no_environment_file_can_carry_is_refused(tmp_path):
+    path = tmp_path / "env-name.yaml"
+    path.write_text("model:\n  path: /m\nenv:\n  NCCL_DEBUG: WARN\n  BAD NAME: '1'\n")
+    with pytest.raises(InputError) as info:
+        load_profile(path)
+    assert where(info.value) == ("env-name.yaml", 5, "env.BAD NAME")
+    assert "environment variable name" in info.value.message
+
+
 def test_non_utf8_profile_is_an_input_error(tmp_path):
     path = tmp_path / "binary.yaml"
     path.write_bytes(b"\xff\xfemodel: {}\n")
