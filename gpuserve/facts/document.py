@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from gpuserve.facts.base import quiet
+from gpuserve.facts.base import logger, quiet
 from gpuserve.facts.gpu import CUDA_TOOLKIT_COMMAND, NVIDIA_DRIVER_COMMAND, driver_from_sections
 from gpuserve.facts.host import BOOT_EVIDENCE_COMMAND, IOMMU_COMMAND, IOMMU_MARKER
 from gpuserve.hostfacts import HostFacts
@@ -70,12 +70,15 @@ _SGLANG_VERSION_PY = (
 
 
 def _parse(lines: list[str] | None, parser: Callable[[list[str]], T]) -> T | None:
-    """Parse a section; an absent, empty or unrecognised section is None."""
+    """Parse a section; an absent, empty or unrecognised section is None (the last logged,
+    as every fact does: ``gpuserve.facts.base.ParsedFact``)."""
     if not lines or not any(line.strip() for line in lines):
         return None
     try:
         return parser(lines)
-    except ValueError:
+    except ValueError as exc:
+        logger.warning("host facts document: unrecognised %s output, treated as absent: %s",
+                       parser.__name__, exc)
         return None
 
 

@@ -222,6 +222,12 @@ def test_document_from_sections():
     assert facts.kernel.iommu_groups == 1 and facts.driver.flavour == "open"
 
 
+def test_document_logs_a_section_it_cannot_parse(caplog):
+    doc = document_from_sections({"gpus": ["\x00 not nvidia-smi output \x00"]})
+    assert doc["gpus"] == []
+    assert "unrecognised parse_query_gpu output" in caplog.text
+
+
 def test_document_absent_everything_is_null():
     doc = HostFactsDocument().default()
     assert doc["gpus"] == []
