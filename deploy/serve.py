@@ -37,6 +37,7 @@ from gpuserve.nccl_env import HOST_JSON_PATH
 from roles.checks import check_service
 from roles.inventory import inventory_source, run_deploy
 from roles.service import UNIT_NAME, configure_service
+from roles.service.rollback import RollbackSpec, keep_last_good
 from roles.service.serve_plan import plan_serve
 from roles.sglang import install_sglang
 
@@ -51,10 +52,13 @@ def main() -> None:
     install_sglang(user=plan.user, home=plan.home, package=plan.package,
                    index_url=plan.index_url, find_links=plan.find_links)
     configure_service(plan=plan.service)
+    rollback = RollbackSpec(profile_name=plan.service.profile_name, unit=UNIT_NAME)
     check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
                   profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
                   health_timeout=plan.health_timeout, config_path=plan.config_path,
-                  record=plan.record)
+                  record=plan.record, rollback=rollback)
+    keep_last_good(name="keep this configuration as the last good one (root-only copies)",
+                   spec=rollback)
 
 
 run_deploy(main)

@@ -31,12 +31,26 @@ from importlib import resources
 from pathlib import Path
 
 from pyinfra import host, logger, state
-from pyinfra.api import FactBase, FunctionCommand, deploy, operation
+from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, deploy, operation
 from pyinfra.operations import files
 
-from gpuserve.health import ProbeError, Verdict, decide, parse_probe, progress_line
+from gpuserve.health import (
+    Decision,
+    ProbeError,
+    Verdict,
+    decide,
+    parse_probe,
+    progress_line,
+)
 from gpuserve.results import RecordSpec, smoke_record, write_record
 from gpuserve.smoke import SmokeError, parse_smoke_output, smoke_line
+from roles.service.rollback import (
+    RollbackSpec,
+    read_state,
+    restore_script,
+    rollback_decision,
+    rollback_outcome,
+)
 
 DEFAULTS = {
     # seconds to wait for /health == 200 after a (re)start before failing the host
@@ -77,24 +91,25 @@ class SglangSmoke(FactBase):
         return "\n".join(output)
 
 
-def _fail(message: str, details: list[str]):
+def _fail(message: str, details: list[str], footer: list[str] = ()):
     """A command that reports the failure and fails the host."""
 
     def report(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
         host.log_styled(message, fg="red", log_func=logger.error)
         for line in details:
             logger.error(f"    {line}")
+        for line in footer:
+            host.log_styled(line, fg="red", log_func=logger.error)
         return False
 
     return FunctionCommand(report, (), {})
 
 
-@operation(is_idempotent=True)
-def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: float = 3.0,
-                 report_every: float = 15.0):
-    """Wait for ``/health`` 200, printing the startup phase; fail early or on timeout."""
-    if not state.is_executing:
-        return
+def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
+          report_every: float) -> tuple[Decision | None, list[str], float, str]:
+    """Poll until healthy, dead or timed out: (decision, journal tail, seconds, error).
+
+    A decision of None means the probe itself failed (``error`` says why)."""
     start = time.monotonic()
     last_report = -report_every
     last_phase = None
@@ -104,22 +119,55 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
         try:
             probe = parse_probe(host.get_fact(SglangProbe, script=script, unit=unit, port=port))
         except ProbeError as e:
-            yield _fail(f"health: {e}", [])
-            return
+            return None, [], elapsed, str(e)
         if baseline is None:
             baseline = probe.n_restarts
         decision = decide(probe, elapsed, timeout, baseline)
-        if decision.verdict is Verdict.HEALTHY:
-            logger.info(f"{host.name}: health: ready after {elapsed:.0f} s (/health 200)")
-            return
-        if decision.verdict in (Verdict.FAILED, Verdict.TIMEOUT):
-            yield _fail(f"health: {decision.message}; last journal lines of {unit}:",
-                        probe.tail)
-            return
+        if decision.verdict is not Verdict.WAIT:
+            return decision, probe.tail, elapsed, ""
         if decision.phase != last_phase or elapsed - last_report >= report_every:
             logger.info(progress_line(host.name, decision, elapsed))
             last_phase, last_report = decision.phase, elapsed
         time.sleep(interval)
+
+
+@operation(is_idempotent=True)
+def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: float = 3.0,
+                 report_every: float = 15.0, rollback: RollbackSpec | None = None):
+    """Wait for ``/health`` 200, printing the startup phase; fail early or on timeout.
+
+    With ``rollback``, a failed gate first restores the last good configuration when
+    there is one that differs from the failing one (roles/service/rollback.py), waits
+    for it to be healthy again, and then fails the host saying so."""
+    if not state.is_executing:
+        return
+    decision, tail, elapsed, error = _gate(unit, port, script, timeout, interval,
+                                           report_every)
+    if decision is not None and decision.verdict is Verdict.HEALTHY:
+        logger.info(f"{host.name}: health: ready after {elapsed:.0f} s (/health 200)")
+        return
+    reason = f"health: {error}" if decision is None else f"health: {decision.message}"
+    if rollback is None:
+        yield _fail(reason + ("" if decision is None else
+                              f"; last journal lines of {unit}:"), tail)
+        return
+    failed = f"{reason}; profile {rollback.profile_name} failed, last journal lines of {unit}:"
+    choice = rollback_decision(read_state(rollback))
+    if choice.target is None:
+        yield _fail(failed, tail, [f"not rolled back: {choice.reason}"])
+        return
+    logger.info(f"{host.name}: health: profile {rollback.profile_name} failed; "
+                f"{choice.reason}")
+    yield StringCommand("sh", "-c", QuoteString(restore_script(rollback)))
+    after, after_tail, after_s, after_error = _gate(unit, port, script, timeout, interval,
+                                                    report_every)
+    if after is not None and after.verdict is Verdict.HEALTHY:
+        outcome = [rollback_outcome(rollback.profile_name, choice.target, after_s, None)]
+    else:
+        why = after_error if after is None else after.message
+        outcome = [rollback_outcome(rollback.profile_name, choice.target, after_s, why),
+                   *(f"    {line}" for line in after_tail)]
+    yield _fail(failed, tail, outcome)
 
 
 def results_root(results_dir: str) -> Path:
@@ -156,16 +204,19 @@ def smoke_completion(port: int, model: str, profile: str, script: str, config: s
 @deploy("Check SGLang")
 def check_service(unit: str, port: int, served_name: str, profile_name: str,
                   bin_dir: str, health_timeout: float, config_path: str = "",
-                  record: RecordSpec | None = None) -> None:
+                  record: RecordSpec | None = None,
+                  rollback: RollbackSpec | None = None) -> None:
     """Upload the probe scripts, gate on health, then one smoke completion (recorded on
-    the controller when ``record`` is given)."""
+    the controller when ``record`` is given). With ``rollback``, a failed gate restores
+    the last good configuration first (see :func:`wait_healthy`)."""
     files.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
                     group="root", mode="755")
     for script in (PROBE, SMOKE):
         files.put(name=f"host script {bin_dir}/{script}", src=str(SCRIPTS / script),
                   dest=f"{bin_dir}/{script}", user="root", group="root", mode="755")
     wait_healthy(name=f"health gate: {unit} answers /health 200",
-                 unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout)
+                 unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,
+                 rollback=rollback)
     smoke_completion(name=f"smoke completion on port {port}", port=port, model=served_name,
                      profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path,
                      record=record)

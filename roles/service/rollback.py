@@ -1,0 +1,177 @@
+"""The last good service configuration on the host, and rolling back to it.
+
+After a deploy's health gate and smoke completion pass, :func:`keep_last_good` copies
+the live unit, EnvironmentFile and ``--config`` file into ``/etc/gpuserve/last-good/``
+(0700 root; ``cp -p`` keeps each file's owner and mode, so the secret files stay 0600
+and their contents never appear on a command line or in pyinfra's output) together
+with a one-line record of the profile name. It compares first (a fact: sha1, mode and
+owner of every live and saved file) and copies only when something differs, so a rerun
+with no changes still reports "No changes".
+
+When the health gate fails, roles/checks asks :func:`rollback_decision` whether there
+is something to go back to: a saved set that differs from the live one. If so it runs
+:func:`restore_script` (copy back, ``daemon-reload``, ``reset-failed``, ``restart``),
+waits for ``/health`` again and fails the host saying which profile failed, why, and
+which profile serves again. The decisions here are pure; only :func:`keep_last_good`
+and the fact touch pyinfra. The installed SGLang package is not part of the saved set:
+a rollback restores the service configuration, not an older ``pip install``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from pyinfra import host, state
+from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+
+from roles.service import CONFIG_DIR, CONFIG_PATH, ENV_PATH, UNIT_NAME, UNIT_PATH
+
+LAST_GOOD_DIR = f"{CONFIG_DIR}/last-good"
+PROFILE_RECORD = "profile"
+# (name in LAST_GOOD_DIR, live path); the unit must come first: it is always present
+FILES = (("unit", UNIT_PATH), ("env", ENV_PATH), ("config", CONFIG_PATH))
+
+
+@dataclass(frozen=True)
+class RollbackSpec:
+    """What to keep and restore for one host's deploy of ``profile_name``."""
+
+    profile_name: str
+    unit: str = UNIT_NAME
+    files: tuple[tuple[str, str], ...] = FILES
+    saved_dir: str = LAST_GOOD_DIR
+
+    def saved(self, name: str) -> str:
+        return f"{self.saved_dir}/{name}"
+
+
+@dataclass(frozen=True)
+class ConfigState:
+    """Fingerprints (``sha1 mode:user:group``, None when absent) of the live and the
+    saved files, and the saved profile name."""
+
+    live: dict[str, str | None] = field(default_factory=dict)
+    saved: dict[str, str | None] = field(default_factory=dict)
+    saved_profile: str | None = None
+
+    @property
+    def has_saved(self) -> bool:
+        return self.saved.get("unit") is not None
+
+    @property
+    def live_is_saved(self) -> bool:
+        return self.has_saved and self.live == self.saved
+
+
+def state_command(spec: RollbackSpec) -> str:
+    """Shell that prints one ``live|saved NAME SHA1 MODE:USER:GROUP`` (or ``... -``) line
+    per file, then ``profile NAME``. Reads only; prints no contents."""
+    func = ('f() { if [ -f "$3" ]; then echo "$1 $2 $(sha1sum < "$3" | cut -c1-40) '
+            '$(stat -c %a:%U:%G "$3")"; else echo "$1 $2 -"; fi; }')
+    calls = []
+    for name, live in spec.files:
+        calls.append(f"f live {name} {shlex.quote(live)}")
+        calls.append(f"f saved {name} {shlex.quote(spec.saved(name))}")
+    record = shlex.quote(spec.saved(PROFILE_RECORD))
+    return "; ".join([func, *calls, f'echo "profile $(cat {record} 2>/dev/null)"'])
+
+
+def parse_state(lines: list[str] | None) -> ConfigState:
+    live: dict[str, str | None] = {}
+    saved: dict[str, str | None] = {}
+    profile = None
+    for line in lines or []:
+        kind, _, rest = line.strip().partition(" ")
+        if kind == "profile":
+            profile = rest.strip() or None
+        elif kind in ("live", "saved"):
+            name, _, print_ = rest.partition(" ")
+            (live if kind == "live" else saved)[name] = (
+                None if print_.strip() in ("", "-") else print_.strip())
+    return ConfigState(live, saved, profile)
+
+
+def needs_save(current: ConfigState, profile_name: str) -> bool:
+    """Keep the live set unless it already is the saved one, under the same name."""
+    return not (current.live_is_saved and current.saved_profile == profile_name)
+
+
+@dataclass(frozen=True)
+class RollbackDecision:
+    target: str | None  # the profile to go back to; None: nothing to roll back to
+    reason: str
+
+
+def rollback_decision(current: ConfigState) -> RollbackDecision:
+    if not current.has_saved:
+        return RollbackDecision(None, "nothing to roll back to: no configuration has passed "
+                                      "the health gate and smoke on this host yet")
+    name = current.saved_profile or "unknown"
+    if current.live_is_saved:
+        return RollbackDecision(None, "nothing to roll back to: the failing configuration "
+                                      f"is the last good one (profile {name})")
+    return RollbackDecision(name, f"rolling back to the last good configuration "
+                                  f"(profile {name})")
+
+
+def _copy(src: str, dest: str) -> str:
+    """Copy with owner and mode, via a temporary name so ``dest`` is replaced at once;
+    remove ``dest`` when ``src`` does not exist."""
+    tmp = f"{dest}.gpuserve-tmp"
+    return (f"if [ -f {shlex.quote(src)} ]; then cp -p {shlex.quote(src)} {shlex.quote(tmp)}"
+            f" && mv -f {shlex.quote(tmp)} {shlex.quote(dest)}; "
+            f"else rm -f {shlex.quote(dest)}; fi")
+
+
+def save_script(spec: RollbackSpec) -> str:
+    d = shlex.quote(spec.saved_dir)
+    record = spec.saved(PROFILE_RECORD)
+    steps = [f"umask 077 && mkdir -p {d} && chown root:root {d} && chmod 700 {d}"]
+    steps += [_copy(live, spec.saved(name)) for name, live in spec.files]
+    steps.append(f"printf '%s\\n' {shlex.quote(spec.profile_name)} > {shlex.quote(record)}.tmp"
+                 f" && mv -f {shlex.quote(record)}.tmp {shlex.quote(record)}")
+    return " && ".join(f"{{ {s}; }}" for s in steps)
+
+
+def restore_script(spec: RollbackSpec) -> str:
+    unit = shlex.quote(spec.unit)
+    steps = ["umask 077", *(_copy(spec.saved(name), live) for name, live in spec.files)]
+    steps += ["systemctl daemon-reload", f"{{ systemctl reset-failed {unit} || true; }}",
+              f"systemctl restart {unit}"]
+    return " && ".join(f"{{ {s}; }}" if s.startswith("if") else s for s in steps)
+
+
+class ServiceConfigState(FactBase):
+    """Fingerprints of the live and last-good service files (see :func:`state_command`)."""
+
+    def command(self, script: str) -> str:
+        return script
+
+    def process(self, output: list[str]) -> list[str]:
+        return list(output)
+
+
+def read_state(spec: RollbackSpec) -> ConfigState:
+    return parse_state(host.get_fact(ServiceConfigState, script=state_command(spec)))
+
+
+@operation(is_idempotent=True)
+def keep_last_good(spec: RollbackSpec):
+    """After a passing gate and smoke: save the live configuration as the last good one
+    (root-only copies, contents never shown); nothing when it already is."""
+    if not state.is_executing:
+        return
+    if not needs_save(read_state(spec), spec.profile_name):
+        host.noop(f"the live configuration is the last good one (profile {spec.profile_name})")
+        return
+    yield StringCommand("sh", "-c", QuoteString(save_script(spec)))
+
+
+def rollback_outcome(failed: str, target: str, seconds: float, error: str | None) -> str:
+    """The line that ends a rolled-back deploy's failure report."""
+    if error is None:
+        return (f"rolled back: profile {failed} failed, the host was rolled back to profile "
+                f"{target}, which is healthy again (/health 200 after {seconds:.0f} s)")
+    return (f"rolled back to profile {target}, but it is NOT healthy either: {error}; "
+            f"last journal lines:")
