@@ -8,7 +8,24 @@ version (``roles/service/serve_plan.py``; any bad input raises ``InputError`` na
 file and field here, at prepare time, before any operation exists), (2) service user,
 venv and ``pip install`` (``roles/sglang``), (3) unit, EnvironmentFile, secrets
 ``--config`` and activation (``roles/service``), (4) health gate and one smoke
-completion (``roles/checks``), which prints ``<host>: smoke: N tokens in T s = X tok/s``.
+completion (``roles/checks``), which prints ``<host>: smoke: N tokens in T s = X tok/s``,
+(5) keep the configuration that just passed as the host's last good one
+(``roles/service/rollback.py``).
+
+Switching profiles, and rollback: ``--data profile=NAME`` (a name in ``profiles/`` or
+a path) switches a host to another profile. After a passing health gate and smoke, the
+unit, EnvironmentFile and ``--config`` file are copied to ``/etc/gpuserve/last-good/``
+(0700 root, each copy with its original owner and mode) with a record of the profile
+name. When the health gate then fails (the unit dies, SGLang prints a fatal line, or
+``health_timeout`` passes) and the last good set differs from the failing one, the
+deploy restores it, runs ``daemon-reload``, ``reset-failed`` and ``restart``, waits for
+``/health`` again, and still fails the host (exit code non-zero) with the reason, the
+last journal lines, ``profile NEW failed`` and ``the host was rolled back to profile
+OLD, which is healthy again`` (or that it is not). With nothing to roll back to (the
+first deploy on a host, or the failing set is the last good one) it fails as before
+and says ``not rolled back: nothing to roll back to``. Only the service configuration
+is rolled back, not the installed SGLang package; a failing smoke completion is
+reported but not rolled back.
 
 What a rerun reports: pyinfra counts an operation as a change when it ran at least one
 command. The checks run their probes as facts and yield no command when they pass, so
