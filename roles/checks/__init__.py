@@ -21,6 +21,12 @@ check also writes its result as a ``gpuserve.result/1`` file on the *controller*
 operation body at execute time. That is plain local Python, not a host command, so the
 check still yields nothing and a rerun still reports "No changes". A record that cannot
 be written is a warning, never a failed host: the check itself passed.
+
+Rollback: given a ``rollback`` (:class:`roles.service.rollback.RollbackSpec`), a failed
+health gate restores the host's last good service configuration when one exists and
+differs from the failing one (restore script: a real command, so that run counts a
+change), waits for ``/health`` again, and only then fails the host, saying which
+profile failed and why and whether the host serves the last good profile again.
 """
 
 from __future__ import annotations
