@@ -170,8 +170,11 @@ def keep_last_good(spec: RollbackSpec):
 
 def rollback_outcome(failed: str, target: str, seconds: float, error: str | None) -> str:
     """The line that ends a rolled-back deploy's failure report."""
+    # the same name: host data (sglang_extra_env, secrets, ...) or the profile file changed
+    what = (f"the previous configuration of profile {target}" if target == failed
+            else f"profile {target}")
     if error is None:
-        return (f"rolled back: profile {failed} failed, the host was rolled back to profile "
-                f"{target}, which is healthy again (/health 200 after {seconds:.0f} s)")
-    return (f"rolled back to profile {target}, but it is NOT healthy either: {error}; "
+        return (f"rolled back: profile {failed} failed, the host was rolled back to {what}, "
+                f"which is healthy again (/health 200 after {seconds:.0f} s)")
+    return (f"rolled back to {what}, but it is NOT healthy either: {error}; "
             f"last journal lines:")

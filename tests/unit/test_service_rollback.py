@@ -233,3 +233,15 @@ def test_healthy_gate_reads_no_rollback_state(probes) -> None:
     meta, cmds = run(wait_healthy, {}, rollback=SPEC, **GATE)
     assert meta.did_succeed() and not meta.did_change()
     assert not any("sha1sum" in c for c in cmds)
+
+
+def test_outcome_names_both_profiles_or_the_previous_configuration() -> None:
+    from roles.service.rollback import rollback_outcome
+
+    assert rollback_outcome("new", "old", 8, None) == (
+        "rolled back: profile new failed, the host was rolled back to profile old, which is "
+        "healthy again (/health 200 after 8 s)")
+    assert "rolled back to the previous configuration of profile p, which is healthy" \
+        in rollback_outcome("p", "p", 8, None)
+    assert rollback_outcome("new", "old", 8, "timeout").startswith(
+        "rolled back to profile old, but it is NOT healthy either: timeout")
