@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/planner_accuracy.py
 
-Same data and comparison as tests/unit/test_planner_accuracy.py: weights per GPU, KV bytes per
-token and KV tokens (from each case's own free-memory figures and mem fraction), with skipped
-cases and their reasons.
+Same data and comparison as tests/unit/memory/test_planner_accuracy.py: weights per GPU,
+KV bytes per token and KV tokens (from each case's own free-memory figures and mem
+fraction), with skipped cases and their reasons.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpuserve.planner_cases import evaluate, format_table  # noqa: E402
+from gpuserve.memory.planner_cases import evaluate, format_table  # noqa: E402
 
 
 def main() -> int:

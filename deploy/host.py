@@ -3,14 +3,14 @@
     pyinfra inventory/gpu.py deploy/host.py --dry   # the plan
     pyinfra inventory/gpu.py deploy/host.py         # apply
 
-Host data is validated first (gpuserve.host_data) so a bad value stops the run with
+Host data is validated first (gpuserve.host.host_data) so a bad value stops the run with
 ``<inventory>: <key>: ...`` before any host is changed; the keys and their defaults are
 documented in each role's DEFAULTS.
 """
 
 from __future__ import annotations
 
-from gpuserve.host_data import host_settings
+from gpuserve.host.host_data import host_settings
 from roles import cuda_toolkit, kernel, nccl, nvidia_driver
 from roles.inventory import host_data, inventory_source, run_deploy
 

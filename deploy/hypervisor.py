@@ -3,13 +3,13 @@
     pyinfra inventory/proxmox.py deploy/hypervisor.py --dry
     pyinfra inventory/proxmox.py deploy/hypervisor.py
 
-Host data is validated first (gpuserve.host_data); GPU addresses, vfio ids and the
+Host data is validated first (gpuserve.host.host_data); GPU addresses, vfio ids and the
 MMIO window default to what the host's sysfs shows (roles.proxmox.DEFAULTS).
 """
 
 from __future__ import annotations
 
-from gpuserve.host_data import hypervisor_settings
+from gpuserve.host.host_data import hypervisor_settings
 from roles import kernel, proxmox
 from roles.inventory import host_data, inventory_source, run_deploy
 

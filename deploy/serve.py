@@ -50,7 +50,7 @@ from pyinfra import host
 from pyinfra.facts.files import FileContents
 
 from gpuserve.facts.gpu import CudaToolkit
-from gpuserve.nccl_env import HOST_JSON_PATH
+from gpuserve.host.nccl_env import HOST_JSON_PATH
 from roles.checks import check_service
 from roles.inventory import inventory_source, run_deploy
 from roles.service import UNIT_NAME, configure_service

@@ -23,7 +23,7 @@ declares ServerArgs as a ``msgspec.Struct``) are pip-installed into the
 temporary directory rather than stubbed (orjson too, so json_list_type errors are real).
 
 Before writing, the script checks the catalog: it rebuilds the parser from the
-catalog with ``gpuserve.flagparser`` (what gpuserve and the lab stand-in use) and
+catalog with ``gpuserve.launch.flagparser`` (what gpuserve and the lab stand-in use) and
 parses a few thousand probe command lines with both parsers (every option string,
 good/bad/missing values, 1-3 character abbreviations); any difference in outcome,
 parsed value or argparse error text aborts the run.
@@ -428,7 +428,7 @@ def introspect(src: str, deps: str, out: str) -> None:
     if mismatches:
         for m in mismatches[:20]:
             print(f"MISMATCH {m}", file=sys.stderr)
-        raise SystemExit(f"gpuserve.flagparser disagrees with SGLang's parser on "
+        raise SystemExit(f"gpuserve.launch.flagparser disagrees with SGLang's parser on "
                          f"{len(mismatches)} probes")
 
 
@@ -482,7 +482,7 @@ def check_fidelity(real: argparse.ArgumentParser, result: dict) -> list[str]:
     abbreviations (the ambiguity rules).
     """
     sys.path.insert(0, str(REPO_ROOT))
-    from gpuserve.flagparser import build_parser  # noqa: PLC0415
+    from gpuserve.launch.flagparser import build_parser  # noqa: PLC0415
 
     rebuilt = build_parser(result, parser_class=_RaisingParser)
     # Choices given as a set (--sampling-backend) are listed in hash order, which

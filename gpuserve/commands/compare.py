@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 
 from gpuserve.errors import InputError
-from gpuserve.results import ResultRecord, read_results
+from gpuserve.measure.results import ResultRecord, read_results
 
 
 def register(sub: argparse._SubParsersAction) -> None:

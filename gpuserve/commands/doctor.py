@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuserve.catalog import load_catalog
-from gpuserve.doctor import diagnose, format_table, has_errors, resolve_version
+from gpuserve.doctor.rules import diagnose, format_table, has_errors, resolve_version
 from gpuserve.errors import InputError
-from gpuserve.hostfacts import HostFacts
-from gpuserve.profiles import load_profile
+from gpuserve.host.hostfacts import HostFacts
+from gpuserve.launch.catalog import load_catalog
+from gpuserve.launch.profiles import load_profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,11 +14,11 @@ import json
 from typing import Any
 
 from gpuserve.errors import InputError
-from gpuserve.gpus import parse_gpus
-from gpuserve.memory_defaults import DEFAULT_VERSION, KNOWN_VERSIONS
-from gpuserve.models import resolve_model
-from gpuserve.planner import GIB, Layout, kv_cell, predict, resolve_kv_dtype, weights_per_gpu
-from gpuserve.startup_log import diagnose, read_log
+from gpuserve.host.gpus import parse_gpus
+from gpuserve.memory.memory_defaults import DEFAULT_VERSION, KNOWN_VERSIONS
+from gpuserve.memory.models import resolve_model
+from gpuserve.memory.planner import GIB, Layout, kv_cell, predict, resolve_kv_dtype, weights_per_gpu
+from gpuserve.memory.startup_log import diagnose, read_log
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -193,7 +193,7 @@ def _pick(cli: Any, profile_value: Any) -> Any:
 def _run_predict(args: argparse.Namespace) -> int:
     prof = None
     if args.profile:
-        from gpuserve.profiles import load_profile
+        from gpuserve.launch.profiles import load_profile
 
         prof = load_profile(args.profile)
     model = args.model or (prof and (prof.model.arch or prof.model.path))

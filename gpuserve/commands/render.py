@@ -1,6 +1,6 @@
 """``gpuserve render``: show the exact SGLang command line and env a profile becomes.
 
-Why a command: the flag spelling depends on the SGLang version (gpuserve.dialect), and
+Why a command: the flag spelling depends on the SGLang version (gpuserve.launch.dialect), and
 seeing the rendered argv before deploying is the quickest review of a profile.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from gpuserve.dialect import group_args, render_launch, target_version
-from gpuserve.profiles import load_profile
+from gpuserve.launch.dialect import group_args, render_launch, target_version
+from gpuserve.launch.profiles import load_profile
 
 LAUNCHER = "python -m sglang.launch_server"
 

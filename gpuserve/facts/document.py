@@ -19,7 +19,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 from gpuserve.facts.base import logger, quiet
 from gpuserve.facts.gpu import CUDA_TOOLKIT_COMMAND, NVIDIA_DRIVER_COMMAND, driver_from_sections
 from gpuserve.facts.host import BOOT_EVIDENCE_COMMAND, IOMMU_COMMAND, IOMMU_MARKER
-from gpuserve.hostfacts import HostFacts
+from gpuserve.host.hostfacts import HostFacts
 from gpuserve.parsers import (
     bootloader,
     cpuinfo,
@@ -166,7 +166,7 @@ class HostFactsDocument(FactBase[dict[str, Any]]):
 def host_facts_document(host: Any, sglang_python: str = "") -> dict[str, Any]:
     """Gather the host-facts document from a connected pyinfra ``host``.
 
-    The result is checked with the doctor's own reader (gpuserve.hostfacts), so a shape
+    The result is checked with the doctor's own reader (gpuserve.host.hostfacts), so a shape
     drift between the two sides fails here, naming the field, not inside a rule.
     """
     document = host.get_fact(HostFactsDocument, sglang_python=sglang_python)

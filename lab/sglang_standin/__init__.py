@@ -21,7 +21,8 @@ import zipfile
 from importlib import resources
 from pathlib import Path
 
-from gpuserve.catalog import available_versions
+from gpuserve.launch.catalog import available_versions
+from gpuserve.paths import PACKAGE_DIR
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
@@ -30,7 +31,7 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 def _flagparser_source() -> bytes:
-    return resources.files("gpuserve").joinpath("flagparser.py").read_bytes()
+    return (PACKAGE_DIR / "launch" / "flagparser.py").read_bytes()
 
 
 def _catalog_bytes(base_version: str) -> bytes:

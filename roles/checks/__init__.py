@@ -15,7 +15,7 @@ the check passes. A failed check yields one ``FunctionCommand`` that logs the re
 and returns False, so the host is failed and the deploy exits non-zero. At prepare time
 (change detection) they do nothing: the service they check may not exist yet.
 
-Recording: given a ``record`` (:class:`gpuserve.results.RecordSpec`), a passing smoke
+Recording: given a ``record`` (:class:`gpuserve.measure.results.RecordSpec`), a passing smoke
 check also writes its result as a ``gpuserve.result/1`` file on the *controller*, under
 ``<results_dir>/<host>/`` (relative paths are taken from the repository root), from the
 operation body at execute time. That is plain local Python, not a host command, so the
@@ -40,7 +40,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, deploy, operation
 from pyinfra.operations import files
 
-from gpuserve.health import (
+from gpuserve.measure.health import (
     Decision,
     ProbeError,
     Verdict,
@@ -48,8 +48,8 @@ from gpuserve.health import (
     parse_probe,
     progress_line,
 )
-from gpuserve.results import RecordSpec, smoke_record, write_record
-from gpuserve.smoke import SmokeError, parse_smoke_output, smoke_line
+from gpuserve.measure.results import RecordSpec, smoke_record, write_record
+from gpuserve.measure.smoke import SmokeError, parse_smoke_output, smoke_line
 from roles.service.rollback import (
     RollbackSpec,
     read_state,
@@ -62,7 +62,7 @@ DEFAULTS = {
     # seconds to wait for /health == 200 after a (re)start before failing the host
     "health_timeout": 900,
     # controller directory for result records (results/<host>/<time>-smoke-<profile>.json,
-    # see gpuserve/results.py); relative to the repository root; "" records nothing
+    # see gpuserve/measure/results.py); relative to the repository root; "" records nothing
     "results_dir": "results",
 }
 

@@ -16,7 +16,7 @@ from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.facts.server import Command
 from pyinfra.operations import apt, files
 
-from gpuserve import driver
+from gpuserve.host import driver
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 

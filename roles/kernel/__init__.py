@@ -1,6 +1,6 @@
 """Kernel command line for GPU hosts and hypervisors: IOMMU parameters and the reboot.
 
-configure: merge the IOMMU parameters (per CPU vendor, from gpuserve.boot) into the
+configure: merge the IOMMU parameters (per CPU vendor, from gpuserve.host.boot) into the
 boot loader's configuration (GRUB: /etc/default/grub + update-grub; systemd-boot as
 managed by proxmox-boot-tool: /etc/kernel/cmdline + ``proxmox-boot-tool refresh``).
 activate: reboot when the *running* kernel lacks the parameters and ``allow_reboot``
@@ -16,7 +16,7 @@ from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.facts.files import File, FileContents
 from pyinfra.operations import files, server
 
-from gpuserve import boot
+from gpuserve.host import boot
 
 DEFAULTS = {
     # Add iommu=pt: host-owned devices bypass DMA translation; NVIDIA documents P2P copies
@@ -118,7 +118,7 @@ def reboot_if_pending(params: list[str], allow_reboot: bool, reboot_timeout: int
 
 @deploy("Kernel command line")
 def configure_kernel(params: list[str]):
-    """configure step: the boot loader carries ``params`` (decided by gpuserve.boot)."""
+    """configure step: the boot loader carries ``params`` (decided by gpuserve.host.boot)."""
     boot_loader = host.get_fact(_host_facts().BootLoader)
     boot_cmdline(
         name=f"Kernel parameters {' '.join(params)} ({boot_loader or 'grub'})",

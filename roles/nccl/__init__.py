@@ -1,4 +1,4 @@
-"""NCCL environment file from the measured P2P verdict (decisions in gpuserve.nccl_env).
+"""NCCL environment file from the measured P2P verdict (decisions in gpuserve.host.nccl_env).
 
 Writes /etc/gpuserve/nccl.env (systemd EnvironmentFile syntax, each value commented
 with its reason) and /etc/gpuserve/host.json, which tells the serve deploy whether
@@ -15,7 +15,7 @@ from pyinfra import host
 from pyinfra.api import deploy, operation
 from pyinfra.operations import files
 
-from gpuserve import nccl_env
+from gpuserve.host import nccl_env
 
 DEFAULTS = {
     # Overrides of the derived NCCL env, e.g. {"NCCL_DEBUG": "INFO"}; "" removes a key

@@ -23,7 +23,7 @@ from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Arch, Command, KernelVersion, LinuxDistribution
 from pyinfra.operations import apt, files, server, systemd
 
-from gpuserve import driver, passthrough
+from gpuserve.host import driver, passthrough
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"

@@ -5,7 +5,7 @@ modules in /etc/modules, initramfs rebuilt when either changes); the VM's config
 ``qm`` (q35, OVMF, cpu host without hidden=1, hostpciN with pcie=1 and an explicit .0
 function, a 64-bit MMIO window sized for the GPUs' BARs, the P2P clique args).
 The VM step reads ``qm config <vmid>`` first and sets only the keys that differ
-(decisions in gpuserve.passthrough). IOMMU parameters come from roles.kernel.
+(decisions in gpuserve.host.passthrough). IOMMU parameters come from roles.kernel.
 Sources: Proxmox VE admin guide, "PCI(e) Passthrough" and qm(1).
 """
 
@@ -18,8 +18,8 @@ from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.facts.server import Command
 from pyinfra.operations import files, server
 
-from gpuserve import passthrough
 from gpuserve.errors import InputError
+from gpuserve.host import passthrough
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from gpuserve.errors import InputError
-from gpuserve.nccl_env import NCCL_ENV_PATH
+from gpuserve.host.nccl_env import NCCL_ENV_PATH
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 

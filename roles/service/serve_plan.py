@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuserve.catalog import load_catalog
-from gpuserve.dialect import render_launch
 from gpuserve.errors import InputError
-from gpuserve.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
-from gpuserve.profiles import load_profile
-from gpuserve.results import RecordSpec, record_spec
+from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
+from gpuserve.launch.catalog import load_catalog
+from gpuserve.launch.dialect import render_launch
+from gpuserve.launch.profiles import load_profile
+from gpuserve.measure.results import RecordSpec, record_spec
 from roles import checks, service, sglang
 
 

@@ -17,8 +17,8 @@ from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, pip, server
 
-from gpuserve import driver
 from gpuserve.errors import InputError
+from gpuserve.host import driver
 
 DEFAULTS = {
     # pip requirement; must pin a version (it selects the flag dialect). Default from
@@ -46,7 +46,7 @@ def default_package(cuda_toolkit: str | None, source: str) -> str:
     """Pick the SGLang release for the host's CUDA lane, or explain why we cannot.
 
     The lane table (and which SGLang release each lane gets) is data, shared with the
-    host deploy: gpuserve/data/host/nvidia.yaml via ``gpuserve.driver``.
+    host deploy: gpuserve/data/host/nvidia.yaml via ``gpuserve.host.driver``.
     """
     lanes = driver.lanes()
     choices = ", ".join(f"{lane} -> sglang=={spec['sglang']}" for lane, spec in lanes.items())

@@ -3,7 +3,7 @@
     pytest tests/host --inventory inventory/gpu.py
 
 Expectations come from the host's own inventory data, validated and defaulted exactly
-as deploy/host.py does (gpuserve.host_data + the roles' DEFAULTS), and the outputs are
+as deploy/host.py does (gpuserve.host.host_data + the roles' DEFAULTS), and the outputs are
 read with gpuserve's parsers, so the suite checks what the deploy promised.
 """
 
@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from gpuserve import boot, nccl_env
-from gpuserve.host_data import HostSettings, host_settings
+from gpuserve.host import boot, nccl_env
+from gpuserve.host.host_data import HostSettings, host_settings
 from gpuserve.parsers import cpuinfo, cuda, nvidia_driver, nvidia_smi, proc_modules
 from roles import cuda_toolkit, kernel, nccl
 from roles import nvidia_driver as nvidia_role

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuserve import nccl_env
+from gpuserve.host import nccl_env
 
 pytestmark = pytest.mark.lab
 

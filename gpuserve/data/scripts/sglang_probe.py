@@ -4,7 +4,7 @@
 Uploaded by roles/checks and run with the host's python3 (stdlib only, Python >= 3.8).
 It only reads: GET /health on 127.0.0.1 (so the port need not be open to the
 controller), `systemctl show` and `journalctl`. It always exits 0 and prints exactly one
-JSON line; every judgement is made on the controller (gpuserve/health.py).
+JSON line; every judgement is made on the controller (gpuserve/measure/health.py).
 """
 
 import argparse

@@ -5,7 +5,7 @@ Stdlib only (Python >= 3.8). The API key, when the server has one, is read here 
 server's own --config YAML (mode 0600), so it never appears on a command line, in the
 deploy output or on the controller. Prints one JSON line:
 {"endpoint", "status", "elapsed_s", "body"} and always exits 0; the controller judges it
-(gpuserve/smoke.py).
+(gpuserve/measure/smoke.py).
 """
 
 import argparse

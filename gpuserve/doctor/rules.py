@@ -1,0 +1,616 @@
+"""The doctor: check a profile (and its rendered launch) against a host's facts.
+
+Each lesson learnt the hard way (field notes, SGLang issues) becomes a rule, so the next
+deploy on a similar box fails in seconds on a laptop instead of minutes into a model load
+on the GPU host. Rule metadata (id, severity, title, fix, source, thresholds) is data in
+``gpuserve/data/rules/doctor.yaml``; the predicate for each id is a function here that
+returns the evidence it saw, or None when the rule does not apply. Unknown facts
+(``null`` in the document) never fire a rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuserve.errors import InputError
+from gpuserve.host.hostfacts import HostFacts, version_tuple
+from gpuserve.launch.dialect import Launch, parse_version, render_launch, target_version
+from gpuserve.launch.profiles import Profile
+from gpuserve.paths import DATA_DIR
+
+RULES_PATH = DATA_DIR / "rules" / "doctor.yaml"
+SEVERITIES = ("error", "warn", "info")
+GIB = 1024  # MiB
+
+
+@dataclass(frozen=True)
+class RuleMeta:
+    id: str
+    severity: str
+    title: str
+    fix: str
+    source: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    severity: str
+    title: str
+    evidence: str
+    fix: str
+    source: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass
+class Context:
+    """What a predicate may look at. ``launch`` is None when the profile did not render."""
+
+    profile: Profile
+    facts: HostFacts
+    version: str
+    launch: Launch | None
+    render_error: InputError | None
+    params: dict[str, Any]
+
+    # ---- shared views
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.launch.env if self.launch else dict(self.profile.env)
+
+    @property
+    def args(self) -> list[str]:
+        return self.launch.args if self.launch else list(self.profile.extra_args)
+
+    def flag_present(self, flag: str) -> bool:
+        return any(a == flag or a.startswith(f"{flag}=") for a in self.args)
+
+    @property
+    def sm120(self) -> bool:
+        return 12 in self.facts.sm_majors
+
+    @property
+    def blackwell(self) -> bool:
+        return any(m >= 10 for m in self.facts.sm_majors)
+
+    @property
+    def pcie_only(self) -> bool:
+        """No NVLink between the GPUs (False when unknown)."""
+        return self.facts.topology.nvlink is False
+
+    @property
+    def p2p(self) -> str | None:
+        return self.facts.topology.p2p
+
+    @property
+    def arch(self) -> Any:
+        """The model record named by model.arch (gpuserve.memory.models), or None."""
+        return _arch(self.profile.model.arch)
+
+    @property
+    def nvfp4(self) -> bool:
+        quant = (self.profile.model.quantization or "").lower()
+        if "fp4" in quant:
+            return True
+        record = self.arch
+        if record is not None and record.quantization is not None:
+            return "fp4" in record.quantization.method
+        return "nvfp4" in self.profile.model.path.lower()
+
+    @property
+    def dsa(self) -> bool:
+        record = self.arch
+        if record is not None:
+            return record.attention == "dsa"
+        att = self.profile.attention
+        return bool(att.dsa_prefill_backend or att.dsa_decode_backend)
+
+    def decode_max_bs(self) -> int | None:
+        """The decode graph max bs SGLang will use: the profile's, else its default."""
+        if self.profile.memory.cuda_graph_max_bs is not None:
+            return self.profile.memory.cuda_graph_max_bs
+        defaults = self.memory_defaults()
+        return defaults.decode_max_bs if defaults else None
+
+    def plan(self) -> Any:
+        """The planner's prediction for this profile on this host (None if it cannot say)."""
+        record = self.arch
+        if record is None or self.facts.min_memory_mib is None:
+            return None
+        try:
+            from gpuserve.memory.memory_defaults import KNOWN_VERSIONS
+            from gpuserve.memory.planner import Layout, predict
+        except ImportError:  # pragma: no cover - planner side not present
+            return None
+        p = self.profile
+        layout = Layout(
+            tp=p.parallel.tp, ep=p.parallel.ep, attn_dp=p.parallel.attention_dp,
+            moe_a2a_backend=p.moe.a2a_backend or "none",
+            num_redundant_experts=p.moe.num_redundant_experts or 0,
+            speculative=p.speculative.algorithm,
+        )
+        majors = self.facts.sm_majors
+        try:
+            return predict(
+                record, gpu_memory_mib=self.facts.min_memory_mib,
+                gpu_count=len(self.facts.gpus) or p.gpus,
+                sm_major=max(majors) if majors else None, layout=layout,
+                version=self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1],
+                mem_fraction_static=p.memory.mem_fraction_static,
+                kv_cache_dtype=p.memory.kv_cache_dtype or "auto",
+                cuda_graph_max_bs=p.memory.cuda_graph_max_bs,
+                chunked_prefill_size=p.memory.chunked_prefill_size,
+                max_running_requests=p.memory.max_running_requests,
+                context_length=p.memory.context_length,
+                dsa_backend=p.attention.dsa_decode_backend,
+                )
+        except (ValueError, InputError):
+            # settings the planner does not model (e.g. an NVFP4 KV cache): no prediction,
+            # other rules judge those settings
+            return None
+
+    def memory_defaults(self) -> Any:
+        """SGLang's auto memory settings for this launch (gpuserve.memory.memory_defaults)."""
+        if self.facts.min_memory_mib is None:
+            return None
+        try:
+            from gpuserve.memory.memory_defaults import KNOWN_VERSIONS, memory_defaults
+        except ImportError:  # pragma: no cover - planner side not present
+            return None
+        version = self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1]
+        p = self.profile
+        record = self.arch
+        return memory_defaults(
+            self.facts.min_memory_mib, tp=p.parallel.tp, attn_dp=p.parallel.attention_dp,
+            use_mla=bool(record and record.is_mla), version=version,
+            chunked_prefill_size=p.memory.chunked_prefill_size,
+            decode_max_bs=p.memory.cuda_graph_max_bs,
+            max_running_requests=p.memory.max_running_requests,
+            moe_a2a_backend=p.moe.a2a_backend or "none",
+            speculative=bool(p.speculative.algorithm),
+        )
+
+
+@cache
+def _arch(name: str | None) -> Any:
+    if not name:
+        return None
+    try:
+        from gpuserve.memory.models import load_record
+        return load_record(name)
+    except (ImportError, InputError):
+        return None
+
+
+Predicate = Callable[[Context], "str | None"]
+PREDICATES: dict[str, Predicate] = {}
+
+
+def rule(rule_id: str) -> Callable[[Predicate], Predicate]:
+    def register(fn: Predicate) -> Predicate:
+        PREDICATES[rule_id] = fn
+        return fn
+    return register
+
+
+@cache
+def load_rules(path: Path = RULES_PATH) -> tuple[RuleMeta, ...]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(path, None, f"cannot load rules: {exc}") from exc
+    metas = []
+    for index, raw in enumerate((data or {}).get("rules") or []):
+        where = f"rules[{index}]"
+        for key in ("id", "severity", "title", "fix", "source"):
+            if not isinstance(raw.get(key), str) or not raw[key]:
+                raise InputError(path, f"{where}.{key}", "required string")
+        if raw["severity"] not in SEVERITIES:
+            raise InputError(path, f"{where}.severity", f"must be one of {SEVERITIES}")
+        metas.append(RuleMeta(raw["id"], raw["severity"], raw["title"], raw["fix"],
+                              raw["source"], dict(raw.get("params") or {})))
+    return tuple(metas)
+
+
+def resolve_version(profile: Profile, facts: HostFacts, explicit: str | None) -> str:
+    """--sglang-version, else what the host has installed, else the profile's newest."""
+    from gpuserve.launch import catalog
+
+    if explicit:
+        return catalog.base_version(explicit)
+    if facts.sglang_version:
+        return catalog.base_version(facts.sglang_version)
+    return target_version(profile)
+
+
+def diagnose(profile: Profile, facts: HostFacts, version: str | None = None) -> list[Finding]:
+    """Run every rule; findings come back ordered error, warn, info."""
+    version = resolve_version(profile, facts, version)
+    launch: Launch | None = None
+    render_error: InputError | None = None
+    try:
+        launch = render_launch(profile, version)
+    except InputError as exc:
+        render_error = exc
+    findings = []
+    for meta in load_rules():
+        predicate = PREDICATES.get(meta.id)
+        if predicate is None:
+            raise InputError(RULES_PATH, meta.id,
+                             "rule has no predicate in gpuserve/doctor/rules.py")
+        ctx = Context(profile, facts, version, launch, render_error, meta.params)
+        evidence = predicate(ctx)
+        if evidence:
+            findings.append(Finding(meta.id, meta.severity, meta.title, evidence, meta.fix,
+                                    meta.source))
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted(findings, key=lambda f: order[f.severity])
+
+
+def _older(version: str, than: str) -> bool:
+    return parse_version(version) < parse_version(than)
+
+
+def _env_true(env: dict[str, str], key: str) -> bool:
+    return env.get(key, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _where(ctx: Context, dotted: str) -> str:
+    origin = ctx.profile.where(dotted)
+    name = Path(origin.file).name
+    return f"{name}:{origin.line}" if origin.line else name
+
+
+# ============================================================================ predicates
+
+
+@rule("profile-render")
+def _profile_render(ctx: Context) -> str | None:
+    return str(ctx.render_error) if ctx.render_error else None
+
+
+@rule("gpu-count")
+def _gpu_count(ctx: Context) -> str | None:
+    have, need = len(ctx.facts.gpus), ctx.profile.gpus
+    if have and need > have:
+        return f"profile needs {need} GPUs (tp {ctx.profile.parallel.tp} x dp " \
+               f"{ctx.profile.parallel.dp}); host has {have}"
+    return None
+
+
+@rule("sglang-cuda-lane")
+def _sglang_cuda_lane(ctx: Context) -> str | None:
+    if _older(ctx.version, ctx.params["cuda13_since"]):
+        return None
+    driver = version_tuple(ctx.facts.driver_version)
+    minimum = version_tuple(ctx.params["min_driver"])
+    toolkit = version_tuple(ctx.facts.cuda.toolkit)
+    problems = []
+    if driver is not None and driver < minimum:
+        problems.append(f"driver {ctx.facts.driver_version} < {ctx.params['min_driver']}")
+    if toolkit is not None and toolkit[0] < 13:
+        problems.append(f"CUDA toolkit {ctx.facts.cuda.toolkit}")
+    if problems:
+        return f"SGLang {ctx.version} is CUDA 13 only; host has {', '.join(problems)}"
+    return None
+
+
+@rule("blackwell-open-driver")
+def _blackwell_open_driver(ctx: Context) -> str | None:
+    if ctx.blackwell and ctx.facts.driver.flavour == "proprietary":
+        return f"compute capability {', '.join(sorted(ctx.facts.compute_caps))} with the " \
+               f"proprietary driver {ctx.facts.driver_version or ''}".rstrip()
+    return None
+
+
+@rule("blackwell-driver-branch")
+def _blackwell_driver_branch(ctx: Context) -> str | None:
+    driver = version_tuple(ctx.facts.driver_version)
+    if ctx.blackwell and driver is not None and driver[0] < ctx.params["min_major"]:
+        return f"driver {ctx.facts.driver_version} on compute capability " \
+               f"{', '.join(sorted(ctx.facts.compute_caps))}"
+    return None
+
+
+@rule("nvfp4-weights-arch")
+def _nvfp4_weights_arch(ctx: Context) -> str | None:
+    majors = ctx.facts.sm_majors
+    if ctx.nvfp4 and majors and min(majors) < ctx.params["min_sm_major"]:
+        return f"NVFP4 checkpoint ({ctx.profile.model.path}) on compute capability " \
+               f"{', '.join(sorted(ctx.facts.compute_caps))}"
+    return None
+
+
+@rule("nvfp4-kv-arch")
+def _nvfp4_kv_arch(ctx: Context) -> str | None:
+    majors = ctx.facts.sm_majors
+    if ctx.profile.memory.kv_cache_dtype == "nvfp4" and majors \
+            and min(majors) < ctx.params["min_sm_major"]:
+        return f"memory.kv_cache_dtype nvfp4 ({_where(ctx, 'memory.kv_cache_dtype')}) on " \
+               f"compute capability {', '.join(sorted(ctx.facts.compute_caps))}"
+    return None
+
+
+@rule("nvfp4-cuda")
+def _nvfp4_cuda(ctx: Context) -> str | None:
+    toolkit = version_tuple(ctx.facts.cuda.toolkit)
+    if ctx.nvfp4 and ctx.blackwell and toolkit is not None \
+            and toolkit < version_tuple(ctx.params["min_toolkit"]):
+        return f"NVFP4 on compute capability {', '.join(sorted(ctx.facts.compute_caps))} " \
+               f"with CUDA toolkit {ctx.facts.cuda.toolkit}"
+    return None
+
+
+@rule("shared-experts-fusion-nvfp4")
+def _shared_experts_fusion(ctx: Context) -> str | None:
+    if not ctx.nvfp4 or ctx.profile.moe.disable_shared_experts_fusion:
+        return None
+    if not _older(ctx.version, ctx.params["auto_disabled_since"]):
+        return None
+    return f"NVFP4 checkpoint on SGLang {ctx.version} without " \
+           f"moe.disable_shared_experts_fusion"
+
+
+@rule("allreduce-fusion-sm120")
+def _allreduce_fusion_sm120(ctx: Context) -> str | None:
+    used = [f for f in ctx.params["flags"] if ctx.flag_present(f)]
+    if used and ctx.sm120:
+        return f"{', '.join(used)} in the launch; GPUs are SM120 " \
+               f"({', '.join(sorted(ctx.facts.compute_caps))})"
+    return None
+
+
+@rule("torch-symm-mem-sm120")
+def _torch_symm_mem_sm120(ctx: Context) -> str | None:
+    used = [f for f in ctx.params["flags"] if ctx.flag_present(f)]
+    if used and ctx.sm120:
+        return f"{', '.join(used)} in the launch; GPUs are SM120"
+    return None
+
+
+@rule("nccl-algo-tree-cuda-graphs")
+def _nccl_tree(ctx: Context) -> str | None:
+    algo = ctx.env.get("NCCL_ALGO", "")
+    if not algo or algo.strip().startswith("^"):
+        return None
+    if "tree" not in algo.lower():
+        return None
+    graphs_off = ctx.flag_present("--disable-cuda-graph") or \
+        ctx.flag_present("--disable-decode-cuda-graph")
+    if ctx.launch and ctx.launch.value("--cuda-graph-backend-decode") == "disabled":
+        graphs_off = True
+    if graphs_off:
+        return None
+    return f"NCCL_ALGO={algo} ({_where(ctx, 'env.NCCL_ALGO')}) with decode CUDA graphs on"
+
+
+@rule("custom-allreduce-pcie-no-p2p")
+def _custom_allreduce(ctx: Context) -> str | None:
+    tp = ctx.profile.parallel.tp
+    if tp < 2 or ctx.profile.communication.disable_custom_all_reduce:
+        return None
+    if ctx.pcie_only and ctx.p2p in ("none", "partial"):
+        return f"tp {tp} over PCIe (no NVLink), P2P {ctx.p2p}, " \
+               f"communication.disable_custom_all_reduce not set"
+    return None
+
+
+@rule("pcie-ipc-needs-p2p")
+def _pcie_ipc(ctx: Context) -> str | None:
+    if not _env_true(ctx.env, "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") \
+            and not ctx.profile.communication.pcie_ipc_allreduce:
+        return None
+    problems = []
+    if ctx.p2p in ("none", "partial"):
+        problems.append(f"P2P is {ctx.p2p}")
+    if ctx.profile.parallel.tp not in ctx.params["world_sizes"]:
+        problems.append(f"tp {ctx.profile.parallel.tp} is not a supported world size "
+                        f"({'/'.join(map(str, ctx.params['world_sizes']))}); it stays on NCCL")
+    if problems:
+        return f"PCIe-IPC all-reduce requested but {'; '.join(problems)}"
+    return None
+
+
+@rule("nccl-p2p-disable-missing")
+def _nccl_p2p_missing(ctx: Context) -> str | None:
+    if ctx.p2p in ("none", "partial") and ctx.profile.parallel.tp > 1 \
+            and not _env_true(ctx.env, "NCCL_P2P_DISABLE"):
+        return f"topo -p2p verdict {ctx.p2p}; NCCL_P2P_DISABLE not set"
+    return None
+
+
+@rule("nccl-p2p-disabled-needlessly")
+def _nccl_p2p_needless(ctx: Context) -> str | None:
+    if ctx.p2p == "ok" and _env_true(ctx.env, "NCCL_P2P_DISABLE"):
+        return f"topo -p2p verdict ok; NCCL_P2P_DISABLE=1 ({_where(ctx, 'env.NCCL_P2P_DISABLE')})"
+    return None
+
+
+@rule("vm-without-p2p")
+def _vm_without_p2p(ctx: Context) -> str | None:
+    if ctx.facts.is_vm and ctx.p2p in ("none", "partial") and ctx.profile.parallel.tp > 1:
+        return f"virtualization {ctx.facts.virtualization}, P2P {ctx.p2p}, " \
+               f"tp {ctx.profile.parallel.tp}"
+    return None
+
+
+@rule("iommu-p2p-bare-metal")
+def _iommu_p2p(ctx: Context) -> str | None:
+    k = ctx.facts.kernel
+    if ctx.facts.is_vm is not False or ctx.p2p != "ok" or k.iommu != "on" or not k.cmdline:
+        return None
+    args = k.cmdline.split()
+    if "iommu=pt" in args or "pci=noacs" in args or "amd_iommu=off" in args \
+            or "intel_iommu=off" in args:
+        return None
+    if ctx.pcie_only:
+        return f"bare metal, P2P ok over PCIe, IOMMU on, cmdline without iommu=pt: {k.cmdline}"
+    return None
+
+
+@rule("memory-plan")
+def _memory_plan(ctx: Context) -> str | None:
+    plan = ctx.plan()
+    if plan is None or plan.verdict not in ctx.params["verdicts"]:
+        return None
+    return f"{plan.verdict}: weights {plan.weights_gib:.1f} GiB per GPU, KV budget " \
+           f"{plan.rest_gib:.1f} GiB at mem_fraction_static {plan.mem_fraction_static:.3f}; " \
+           f"minimum viable {plan.min_viable_mfs:.3f}"
+
+
+@rule("ep-pcie-no-win")
+def _ep_pcie_no_win(ctx: Context) -> str | None:
+    if ctx.profile.parallel.ep > 1 and ctx.pcie_only:
+        return f"ep {ctx.profile.parallel.ep} over PCIe (no NVLink)"
+    return None
+
+
+@rule("ep-memory")
+def _ep_memory(ctx: Context) -> str | None:
+    p = ctx.profile
+    if p.parallel.ep <= 1:
+        return None
+    mfs = p.memory.mem_fraction_static
+    if mfs is None:
+        defaults = ctx.memory_defaults()
+        auto = f" (SGLang would pick {defaults.mem_fraction_static:.3f})" if defaults else ""
+        return f"ep {p.parallel.ep} with mem_fraction_static auto{auto}; the auto formula " \
+               f"does not account for EP"
+    defaults = ctx.memory_defaults()
+    if defaults is not None and mfs <= defaults.mem_fraction_static:
+        return f"ep {p.parallel.ep} with mem_fraction_static {mfs} " \
+               f"({_where(ctx, 'memory.mem_fraction_static')}), not above SGLang's TP auto " \
+               f"value {defaults.mem_fraction_static:.3f}"
+    return None
+
+
+@rule("a2a-forces-ep")
+def _a2a_forces_ep(ctx: Context) -> str | None:
+    p = ctx.profile
+    if p.moe.a2a_backend in ctx.params["backends"] and p.parallel.ep != p.parallel.tp:
+        return f"moe.a2a_backend {p.moe.a2a_backend} with ep {p.parallel.ep} != tp " \
+               f"{p.parallel.tp}; SGLang will run ep {p.parallel.tp}"
+    return None
+
+
+@rule("decode-graph-bs-dsa")
+def _decode_graph_bs_dsa(ctx: Context) -> str | None:
+    mem = ctx.facts.min_memory_mib
+    if not ctx.dsa or mem is None or mem >= ctx.params["below_gib"] * GIB:
+        return None
+    max_bs = ctx.decode_max_bs()
+    if max_bs is None or max_bs <= ctx.params["max_bs"]:
+        return None
+    how = "memory.cuda_graph_max_bs" if ctx.profile.memory.cuda_graph_max_bs else \
+        "SGLang's default"
+    return f"DSA model, decode graph max bs {max_bs} ({how}) on {mem} MiB GPUs"
+
+
+@rule("dsa-backend-sm120")
+def _dsa_backend_sm120(ctx: Context) -> str | None:
+    if not ctx.sm120 or not ctx.dsa:
+        return None
+    att, bad = ctx.profile.attention, ctx.params["unsupported"]
+    chosen = [f"attention.{n} = {getattr(att, n)}"
+              for n in ("dsa_prefill_backend", "dsa_decode_backend") if getattr(att, n) in bad]
+    if chosen:
+        return f"{', '.join(chosen)} on SM120"
+    unset = [n for n in ("dsa_prefill_backend", "dsa_decode_backend") if getattr(att, n) is None]
+    if unset and ctx.profile.memory.kv_cache_dtype != "fp8_e4m3":
+        return f"attention.{unset[0]} unset with kv_cache_dtype " \
+               f"{ctx.profile.memory.kv_cache_dtype or 'auto'}: SGLang's default is not " \
+               f"flashinfer_sparse_mla there (trtllm/flashmla) on SM120"
+    return None
+
+
+@rule("dp-attention-graph-bs")
+def _dp_attention_graph_bs(ctx: Context) -> str | None:
+    p = ctx.profile
+    if p.parallel.attention_dp <= 1:
+        return None
+    max_bs = ctx.decode_max_bs()
+    if max_bs is not None and max_bs > ctx.params["max_bs"]:
+        return f"attention_dp {p.parallel.attention_dp} with decode graph max bs {max_bs}"
+    if max_bs is None and p.memory.cuda_graph_max_bs is None:
+        return f"attention_dp {p.parallel.attention_dp} with SGLang's default decode max bs"
+    return None
+
+
+@rule("spec-running-cap")
+def _spec_running_cap(ctx: Context) -> str | None:
+    algo = (ctx.profile.speculative.algorithm or "").upper()
+    if algo in ctx.params["algorithms"] and ctx.profile.memory.max_running_requests is None:
+        return f"speculative.algorithm {algo} and memory.max_running_requests unset"
+    return None
+
+
+@rule("spec-vs-baseline")
+def _spec_vs_baseline(ctx: Context) -> str | None:
+    algo = ctx.profile.speculative.algorithm
+    if algo and ctx.pcie_only and ctx.profile.parallel.tp > 1:
+        return f"speculative.algorithm {algo} with tp {ctx.profile.parallel.tp} over PCIe " \
+               f"(no NVLink)"
+    return None
+
+
+@rule("memory-unbalanced")
+def _memory_unbalanced(ctx: Context) -> str | None:
+    if ctx.env.get("SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK", "").strip() in ("0", "false"):
+        return None
+    used = ctx.facts.gpus[: ctx.profile.gpus] if ctx.profile.gpus else ctx.facts.gpus
+    free = {g.index if g.index is not None else i: g.memory_free_mib
+            for i, g in enumerate(used) if g.memory_free_mib is not None}
+    if len(free) < 2:
+        return None
+    low, high = min(free.values()), max(free.values())
+    if low < ctx.params["ratio"] * high:
+        busy = sorted(i for i, f in free.items() if f < ctx.params["ratio"] * high)
+        return f"free MiB min {low} < {ctx.params['ratio']} x max {high}; busy GPUs: " \
+               f"{', '.join(map(str, busy))}"
+    return None
+
+
+@rule("nouveau-loaded")
+def _nouveau(ctx: Context) -> str | None:
+    return "nouveau is in /proc/modules" if ctx.facts.kernel.nouveau_loaded else None
+
+
+@rule("persistence-mode")
+def _persistence(ctx: Context) -> str | None:
+    off = [str(g.index) for g in ctx.facts.gpus if g.persistence_mode == "Disabled"]
+    return f"persistence mode Disabled on GPU {', '.join(off)}" if off else None
+
+
+# ============================================================================ output
+
+
+def has_errors(findings: list[Finding]) -> bool:
+    return any(f.severity == "error" for f in findings)
+
+
+def format_table(findings: list[Finding]) -> str:
+    """A plain-text table: severity, id, evidence; then fix and source under each row."""
+    if not findings:
+        return "doctor: no findings"
+    width = max(len(f.id) for f in findings)
+    lines = []
+    for f in findings:
+        lines.append(f"{f.severity.upper():5}  {f.id:{width}}  {f.title}")
+        pad = " " * (width + 9)
+        lines.append(f"{pad}saw:    {f.evidence}")
+        lines.append(f"{pad}fix:    {f.fix}")
+        lines.append(f"{pad}source: {f.source}")
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITIES}
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.items()))
+    return "\n".join(lines)

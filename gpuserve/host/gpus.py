@@ -1,0 +1,82 @@
+"""GPU specs for the planner, read from ``gpuserve/data/gpus.yaml``.
+
+``--gpus 8xRTX-PRO-6000`` names a count and a spec. The spec carries the nvidia-smi
+``memory.total`` figure because that, not the marketing size, is what SGLang's default
+``mem_fraction_static`` is computed from.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+import yaml
+
+from gpuserve.errors import InputError
+from gpuserve.paths import DATA_DIR
+
+GPUS_FILE = DATA_DIR / "gpus.yaml"
+_SPEC_RE = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    key: str
+    name: str
+    memory_total_mib: int
+    compute_capability: str
+    init_overhead_gib: float
+    sources: tuple[str, ...] = ()
+
+    @property
+    def memory_total_gib(self) -> float:
+        return self.memory_total_mib / 1024
+
+    @property
+    def sm_major(self) -> int:
+        return int(self.compute_capability.split(".")[0])
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", str(name).lower())
+
+
+@cache
+def _catalog() -> dict[str, GpuSpec]:
+    data = yaml.safe_load(GPUS_FILE.read_text())
+    out: dict[str, GpuSpec] = {}
+    for key, rec in data["gpus"].items():
+        spec = GpuSpec(
+            key=key,
+            name=rec["name"],
+            memory_total_mib=int(rec["memory_total_mib"]),
+            compute_capability=str(rec["compute_capability"]),
+            init_overhead_gib=float(rec["init_overhead_gib"]),
+            sources=tuple(rec.get("sources", ())),
+        )
+        for alias in [key, rec["name"], *rec.get("aliases", [])]:
+            out[_norm(alias)] = spec
+    return out
+
+
+def known_gpus() -> list[str]:
+    return sorted({spec.key for spec in _catalog().values()})
+
+
+def get_gpu(name: str) -> GpuSpec:
+    spec = _catalog().get(_norm(name))
+    if spec is None:
+        raise InputError("--gpus", "gpu", f"unknown GPU {name!r}; known: {', '.join(known_gpus())}")
+    return spec
+
+
+def parse_gpus(text: str) -> tuple[int, GpuSpec]:
+    """Parse ``8xRTX-PRO-6000`` (count defaults to 1) into (count, spec)."""
+    match = _SPEC_RE.match(text or "")
+    if not match:
+        raise InputError("--gpus", "gpus", f"expected COUNTxGPU such as 8xH200, got {text!r}")
+    count = int(match.group(1) or 1)
+    if count < 1:
+        raise InputError("--gpus", "gpus", f"GPU count must be at least 1, got {count}")
+    return count, get_gpu(match.group(2))

@@ -1,0 +1,1 @@
+"""What runs, from which wheel: profiles, flag catalogs and dialects, locks."""

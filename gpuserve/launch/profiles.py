@@ -1,0 +1,541 @@
+"""Launch profiles: YAML files that say how one model should be served on one kind of box.
+
+A profile is checked completely when it is loaded, because deploy scripts load it at
+prepare time and must refuse bad input before any host is changed. Every error names the
+file and line the offending value came from, which with ``extends:`` may be a parent
+file, so the YAML is composed into nodes (``start_mark.line``) rather than just loaded.
+
+Schema: docs/architecture.md ("Profiles"). Sections are dataclasses; their annotations
+are the type schema, so the table in the docs and this module cannot drift apart silently
+(``tests/unit/launch/test_profiles.py`` checks every documented key exists here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuserve import paths
+from gpuserve.errors import InputError
+
+PROFILES_DIR = paths.PROFILES_DIR
+
+#: Flags and env names that carry secrets. A profile is a committed, world-readable file
+#: and its args end up in argv (visible in ``ps``), so secrets must come from host data
+#: (``hf_token`` / ``sglang_api_key``), which the serve role writes to 0600 files.
+SECRET_FLAG_WORDS = ("api-key", "token", "secret", "password")
+SECRET_ENV_WORDS = ("TOKEN", "API_KEY", "SECRET", "PASSWORD")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a value came from: the file (parent or child) and the 1-based line."""
+
+    file: str
+    line: int | None
+
+
+# ---------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    path: str = ""
+    served_name: str | None = None
+    arch: str | None = None
+    trust_remote_code: bool = False
+    quantization: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerSection:
+    # SGLang's own default host is 127.0.0.1; a served box is polled from elsewhere.
+    host: str = "0.0.0.0"
+    port: int = 30000
+
+
+@dataclass(frozen=True)
+class ParallelSection:
+    tp: int = 1
+    ep: int = 1
+    dp: int = 1
+    attention_dp: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+
+
+@dataclass(frozen=True)
+class MemorySection:
+    mem_fraction_static: float | None = None  # None = SGLang's auto choice ("auto" in YAML)
+    cuda_graph_max_bs: int | None = None
+    chunked_prefill_size: int | None = None
+    context_length: int | None = None
+    kv_cache_dtype: str | None = None
+    max_running_requests: int | None = None
+
+
+@dataclass(frozen=True)
+class MoeSection:
+    a2a_backend: str | None = None
+    runner_backend: str | None = None
+    num_redundant_experts: int | None = None
+    disable_shared_experts_fusion: bool = False
+
+
+@dataclass(frozen=True)
+class AttentionSection:
+    backend: str | None = None
+    prefill_backend: str | None = None
+    decode_backend: str | None = None
+    dsa_prefill_backend: str | None = None
+    dsa_decode_backend: str | None = None
+
+
+@dataclass(frozen=True)
+class SpeculativeSection:
+    algorithm: str | None = None
+    draft_model: str | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class CommunicationSection:
+    disable_custom_all_reduce: bool = False
+    pcie_ipc_allreduce: bool = False
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelSection,
+    "server": ServerSection,
+    "parallel": ParallelSection,
+    "memory": MemorySection,
+    "moe": MoeSection,
+    "attention": AttentionSection,
+    "speculative": SpeculativeSection,
+    "communication": CommunicationSection,
+}
+TOP_LEVEL: dict[str, Any] = {
+    "extends": str,
+    "description": str | None,
+    "sglang_versions": list[str],
+    "env": dict[str, str],
+    "extra_args": list[str],
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    source: Path
+    description: str | None = None
+    sglang_versions: list[str] = field(default_factory=list)
+    model: ModelSection = field(default_factory=ModelSection)
+    server: ServerSection = field(default_factory=ServerSection)
+    parallel: ParallelSection = field(default_factory=ParallelSection)
+    memory: MemorySection = field(default_factory=MemorySection)
+    moe: MoeSection = field(default_factory=MoeSection)
+    attention: AttentionSection = field(default_factory=AttentionSection)
+    speculative: SpeculativeSection = field(default_factory=SpeculativeSection)
+    communication: CommunicationSection = field(default_factory=CommunicationSection)
+    env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
+    locations: dict[str, Origin] = field(default_factory=dict, repr=False, compare=False)
+
+    def get(self, dotted: str) -> Any:
+        """The value of a dotted field (``memory.cuda_graph_max_bs``)."""
+        value: Any = self
+        for part in dotted.split("."):
+            value = getattr(value, part)
+        return value
+
+    def is_set(self, dotted: str) -> bool:
+        """Whether the YAML (this file or a parent) set the field, as opposed to a default."""
+        return dotted in self.locations
+
+    def where(self, dotted: str) -> Origin:
+        """Origin of a field; falls back to its section, then to the profile file."""
+        probe = dotted
+        while probe:
+            if probe in self.locations:
+                return self.locations[probe]
+            probe = probe.rpartition(".")[0]
+        return Origin(str(self.source), None)
+
+    def error(self, dotted: str, message: str) -> InputError:
+        """An InputError pointing at the file and line that set ``dotted``."""
+        origin = self.where(dotted)
+        return InputError(origin.file, dotted, message, origin.line)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs this profile occupies on one node (dp replicas x tp; pp is not modelled)."""
+        return self.parallel.tp * self.parallel.dp // max(self.parallel.nnodes, 1)
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def resolve_profile_path(name_or_path: str | Path, profiles_dir: Path | None = None) -> Path:
+    """A bare name means ``profiles/<name>.yaml``; anything with a slash or suffix is a path."""
+    text = str(name_or_path)
+    if "/" in text or text.endswith((".yaml", ".yml")):
+        return Path(text)
+    return (profiles_dir or PROFILES_DIR) / f"{text}.yaml"
+
+
+def load_profile(name_or_path: str | Path, profiles_dir: Path | None = None) -> Profile:
+    """Load, merge (``extends``) and validate a profile; raises InputError on any bad input."""
+    path = resolve_profile_path(name_or_path, profiles_dir)
+    if not path.is_file():
+        known = sorted(p.stem for p in (profiles_dir or PROFILES_DIR).glob("*.yaml"))
+        raise InputError(path, None, f"no such profile (known: {', '.join(known) or 'none'})")
+    data, locs = _resolve(path.resolve(), ())
+    profile = _build(path.resolve(), data, locs)
+    _check_cross_fields(profile)
+    _check_arch(profile)
+    _check_catalog(profile)
+    return profile
+
+
+def list_profiles(profiles_dir: Path | None = None) -> list[str]:
+    """Names of the concrete profiles (``profiles/*.yaml``; ``base/`` holds parents only)."""
+    return sorted(p.stem for p in (profiles_dir or PROFILES_DIR).glob("*.yaml"))
+
+
+def _read(path: Path) -> tuple[dict[str, Any], dict[str, Origin]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(path, None, f"not UTF-8 text: {exc.reason}") from exc
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        locs: dict[str, Origin] = {}
+        if node is None:
+            return {}, locs
+        if not isinstance(node, yaml.MappingNode):
+            line = node.start_mark.line + 1
+            raise InputError(path, None, "a profile must be a YAML mapping", line)
+        data = _walk(node, "", str(path), loader, locs)
+        return data, locs
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        raise InputError(path, None, f"invalid YAML: {exc.problem or exc}", line) from exc
+    finally:
+        loader.dispose()
+
+
+def _walk(node: yaml.Node, path: str, file: str, loader: yaml.SafeLoader, locs: dict) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        result: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, str):
+                raise InputError(file, path or None, f"keys must be strings, got {key!r}", line)
+            child = f"{path}.{key}" if path else key
+            if key in result:
+                raise InputError(file, child, "duplicate key", line)
+            locs[child] = Origin(file, line)
+            result[key] = _walk(value_node, child, file, loader, locs)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        items = []
+        for index, item in enumerate(node.value):
+            child = f"{path}[{index}]"
+            locs[child] = Origin(file, item.start_mark.line + 1)
+            items.append(_walk(item, child, file, loader, locs))
+        return items
+    return loader.construct_object(node, deep=True)
+
+
+def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, Origin]]:
+    data, locs = _read(path)
+    parent = data.pop("extends", None)
+    extends_at = locs.pop("extends", Origin(str(path), None))
+    if parent is None:
+        return data, locs
+    if not isinstance(parent, str):
+        raise InputError(path, "extends", "must be a file name (string)", extends_at.line)
+    parent_path = (path.parent / parent).resolve()
+    if parent_path in (*chain, path):
+        loop = " -> ".join(str(p) for p in (*chain, path, parent_path))
+        raise InputError(path, "extends", f"extends cycle: {loop}", extends_at.line)
+    if not parent_path.is_file():
+        raise InputError(path, "extends", f"no such file: {parent_path}", extends_at.line)
+    base, base_locs = _resolve(parent_path, (*chain, path))
+    return _merge(base, data, base_locs, locs, "")
+
+
+def _merge(
+    base: dict[str, Any],
+    over: dict[str, Any],
+    base_locs: dict[str, Origin],
+    over_locs: dict[str, Origin],
+    prefix: str = "",
+) -> tuple[dict[str, Any], dict[str, Origin]]:
+    """Deep-merge ``over`` (child) onto ``base`` (parent): mappings merge, anything else
+    replaces, and a null in the child removes the parent's value (back to the default).
+    Locations follow the values, so an error about an inherited value names the parent."""
+    if not prefix:
+        base_locs, over_locs = dict(base_locs), dict(over_locs)
+    result = dict(base)
+    for key, value in over.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key], _ = _merge(result[key], value, base_locs, over_locs, f"{dotted}.")
+            continue
+        for stale in [k for k in base_locs
+                      if k == dotted or k.startswith((f"{dotted}.", f"{dotted}["))]:
+            del base_locs[stale]
+        if value is None:
+            result.pop(key, None)
+            over_locs.pop(dotted, None)
+        else:
+            result[key] = value
+    return result, {**base_locs, **over_locs}
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def _type_name(tp: Any) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+    if typing.get_origin(tp) in (types.UnionType, typing.Union):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _type_name(inner[0]) if len(inner) == 1 else " or ".join(map(_type_name, inner))
+    if typing.get_origin(tp) is list:
+        return "a list of strings"
+    if typing.get_origin(tp) is dict:
+        return "a mapping of strings"
+    return names.get(tp, str(tp))
+
+
+def _coerce(value: Any, tp: Any, dotted: str, locs: dict[str, Origin], src: Path) -> Any:
+    """Check ``value`` against annotation ``tp``; YAML's own types must already match
+    (``tp: "8"`` is an error, not a silent int), except that ints are valid floats."""
+
+    def fail(message: str, at: str = dotted) -> InputError:
+        origin = locs.get(at) or locs.get(dotted) or Origin(str(src), None)
+        return InputError(origin.file, at, message, origin.line)
+
+    origin_type = typing.get_origin(tp)
+    if origin_type in (types.UnionType, typing.Union):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], dotted, locs, src)
+    if origin_type is list:
+        if not isinstance(value, list):
+            raise fail(f"must be {_type_name(tp)}, got {_yaml_type(value)}")
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                raise fail(f"must be a string, got {_yaml_type(item)}", f"{dotted}[{index}]")
+        return list(value)
+    if origin_type is dict:
+        if not isinstance(value, dict):
+            raise fail(f"must be {_type_name(tp)}, got {_yaml_type(value)}")
+        out: dict[str, str] = {}
+        for key, item in value.items():
+            # Env values are strings; YAML turns NCCL_P2P_DISABLE: 1 into an int, which is
+            # unambiguous, but true/false would be rendered as "True": make the user quote.
+            if isinstance(item, bool) or not isinstance(item, str | int):
+                got = _yaml_type(item)
+                raise fail(f"must be a string (quote it), got {got}", f"{dotted}.{key}")
+            out[key] = str(item)
+        return out
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise fail(f"must be true or false, got {_yaml_type(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail(f"must be an integer, got {_yaml_type(value)}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise fail(f"must be a number, got {_yaml_type(value)}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise fail(f"must be a string, got {_yaml_type(value)} (quote it)")
+        return value
+    raise TypeError(f"unsupported schema type {tp!r}")  # pragma: no cover - schema bug
+
+
+def _yaml_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             list: "a list", dict: "a mapping"}
+    return f"{names.get(type(value), type(value).__name__)} ({value!r})"
+
+
+def _unknown(key: str, valid: typing.Iterable[str], dotted: str, locs: dict, src: Path):
+    origin = locs.get(dotted) or Origin(str(src), None)
+    return InputError(
+        origin.file, dotted, f"unknown key (valid: {', '.join(sorted(valid))})", origin.line
+    )
+
+
+def _build(src: Path, data: dict[str, Any], locs: dict[str, Origin]) -> Profile:
+    kwargs: dict[str, Any] = {"name": src.stem, "source": src, "locations": locs}
+    for key, value in data.items():
+        if key in SECTIONS:
+            kwargs[key] = _build_section(SECTIONS[key], key, value, locs, src)
+        elif key in TOP_LEVEL and key != "extends":
+            kwargs[key] = _coerce(value, TOP_LEVEL[key], key, locs, src)
+        else:
+            valid = [*SECTIONS, *TOP_LEVEL]
+            raise _unknown(key, valid, key, locs, src)
+    if "model" not in kwargs or not kwargs["model"].path:
+        origin = locs.get("model") or Origin(str(src), None)
+        raise InputError(origin.file, "model.path", "required (local directory or hub id)",
+                         origin.line)
+    return Profile(**kwargs)
+
+
+def _build_section(cls: type, name: str, value: Any, locs: dict, src: Path) -> Any:
+    if not isinstance(value, dict):
+        origin = locs.get(name) or Origin(str(src), None)
+        raise InputError(origin.file, name, f"must be a mapping, got {_yaml_type(value)}",
+                         origin.line)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, item in value.items():
+        dotted = f"{name}.{key}"
+        if key not in fields:
+            raise _unknown(key, fields, dotted, locs, src)
+        if dotted == "memory.mem_fraction_static" and item == "auto":
+            kwargs[key] = None
+            continue
+        kwargs[key] = _coerce(item, hints[key], dotted, locs, src)
+    return cls(**kwargs)
+
+
+def _check_cross_fields(p: Profile) -> None:
+    """Constraints SGLang enforces at start-up (or silently rewrites); failing here means
+    failing before a host is touched."""
+    par = p.parallel
+    for name in ("tp", "ep", "dp", "attention_dp", "nnodes"):
+        if getattr(par, name) < 1:
+            raise p.error(f"parallel.{name}", "must be at least 1")
+    # tp = ep x moe_dp x moe_tp (sglang/srt/.../runtime_context.py), so ep must divide tp.
+    if par.tp % par.ep:
+        raise p.error("parallel.ep", f"ep={par.ep} must divide tp={par.tp}")
+    # attn_tp = tp / attn_dp_size (sglang server_args: attention DP adds no GPUs).
+    if par.attention_dp > par.tp:
+        raise p.error("parallel.attention_dp", f"attention_dp={par.attention_dp} exceeds "
+                      f"tp={par.tp} (attention DP splits the TP group, it adds no GPUs)")
+    if par.tp % par.attention_dp:
+        raise p.error("parallel.attention_dp",
+                      f"attention_dp={par.attention_dp} must divide tp={par.tp}")
+    if not 0 <= par.node_rank < par.nnodes:
+        raise p.error("parallel.node_rank", f"must be in [0, nnodes={par.nnodes})")
+    if par.nnodes > 1 and not par.dist_init_addr:
+        raise p.error("parallel.dist_init_addr", "required when nnodes > 1 (host:port)")
+    if not 0 < p.server.port < 65536:
+        raise p.error("server.port", "must be in 1..65535")
+
+    mem = p.memory
+    if mem.mem_fraction_static is not None and not 0 < mem.mem_fraction_static < 1:
+        raise p.error("memory.mem_fraction_static",
+                      f"must be in (0, 1) or auto, got {mem.mem_fraction_static}")
+    for name in ("cuda_graph_max_bs", "context_length", "max_running_requests"):
+        value = getattr(mem, name)
+        if value is not None and value < 1:
+            raise p.error(f"memory.{name}", "must be at least 1")
+    if mem.chunked_prefill_size is not None and mem.chunked_prefill_size < 1 \
+            and mem.chunked_prefill_size != -1:
+        raise p.error("memory.chunked_prefill_size", "must be positive, or -1 to disable")
+    if p.moe.num_redundant_experts is not None and p.moe.num_redundant_experts < 0:
+        raise p.error("moe.num_redundant_experts", "must not be negative")
+
+    spec = p.speculative
+    set_spec = [f.name for f in dataclasses.fields(spec)
+                if f.name != "algorithm" and getattr(spec, f.name) is not None]
+    if set_spec and not spec.algorithm:
+        raise p.error(f"speculative.{set_spec[0]}",
+                      "speculative settings need speculative.algorithm (e.g. EAGLE3, NEXTN)")
+    # SGLang picks (steps, topk, draft_tokens) itself only when all three are unset and
+    # asserts otherwise (srt/arg_groups/speculative_hook.py::_auto_choose_speculative_params).
+    trio = ("num_steps", "eagle_topk", "num_draft_tokens")
+    given = [n for n in trio if getattr(spec, n) is not None]
+    if given and len(given) != len(trio):
+        missing = [n for n in trio if n not in given]
+        raise p.error(f"speculative.{given[0]}",
+                      f"set all of num_steps, eagle_topk, num_draft_tokens or none "
+                      f"(missing: {', '.join(missing)})")
+    for name in trio:
+        value = getattr(spec, name)
+        if value is not None and value < 1:
+            raise p.error(f"speculative.{name}", "must be at least 1")
+
+    for index, arg in enumerate(p.extra_args):
+        flag = arg.split("=", 1)[0].lower()
+        if flag.startswith("-") and any(word in flag for word in SECRET_FLAG_WORDS):
+            raise p.error(f"extra_args[{index}]", f"{flag} carries a secret: set it in host data "
+                          "(sglang_api_key / hf_token), never on the command line")
+    for key in p.env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            # systemd's EnvironmentFile= (and a shell) cannot carry it
+            raise p.error(f"env.{key}", "not a valid environment variable name")
+        if any(word in key.upper() for word in SECRET_ENV_WORDS):
+            raise p.error(f"env.{key}", "looks like a secret: set it in host data (hf_token / "
+                          "sglang_api_key / sglang_extra_env), not in a committed profile")
+
+
+def _check_arch(p: Profile) -> None:
+    """``model.arch`` names a model record (gpuserve/data/models/) the planner and the
+    doctor read; a typo would silently switch those checks off."""
+    if p.model.arch is None:
+        return
+    try:
+        from gpuserve.memory.models import record_names
+    except ImportError:  # pragma: no cover - planner side not present
+        return
+    names = record_names()
+    if names and p.model.arch not in names:
+        raise p.error("model.arch", f"no model record {p.model.arch!r} "
+                      f"(known: {', '.join(names)})")
+
+
+def _check_catalog(p: Profile) -> None:
+    """Target versions must have a committed flag catalog, and extra_args must parse with
+    each of them (done again on the full argv by ``dialect.render_launch``)."""
+    try:
+        from gpuserve.launch import catalog
+    except ImportError:  # pragma: no cover - catalog module not built yet
+        return
+    available = catalog.available_versions()
+    for index, version in enumerate(p.sglang_versions):
+        if version not in available:
+            raise p.error(f"sglang_versions[{index}]", f"no flag catalog for SGLang {version} "
+                          f"(available: {', '.join(available) or 'none'})")
+    if not p.extra_args:
+        return
+    for version in p.sglang_versions or available:
+        try:
+            catalog.load_catalog(version).validate(["--model-path", p.model.path, *p.extra_args])
+        except InputError as exc:
+            at = "extra_args"
+            for index, arg in enumerate(p.extra_args):
+                if arg.split("=", 1)[0] in exc.message:
+                    at = f"extra_args[{index}]"
+                    break
+            raise p.error(at, exc.message) from exc

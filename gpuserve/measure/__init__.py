@@ -1,0 +1,1 @@
+"""What was measured: health, smoke, benchmark records, gates, results."""

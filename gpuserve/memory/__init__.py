@@ -1,0 +1,1 @@
+"""Will it fit: model records, checkpoints, the planner, SGLang's memory defaults, start-up logs."""

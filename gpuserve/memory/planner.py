@@ -1,0 +1,855 @@
+"""The memory planner: weights per GPU, KV bytes per token, KV tokens, verdict and fixes.
+
+It follows SGLang's own accounting (0.5.23, 0.5.19 where it differs):
+
+* ``mem_cache/kv_cache_configurator.py::_profile_available_bytes``:
+  ``rest = avail_after_weights - pre_load_free * (1 - mem_fraction_static)``, all in GiB and
+  the minimum over ranks. ``rest <= 0`` raises "Loaded weights leave no GPU memory for the KV
+  cache ... minimum viable = 1 - available/pre"; the suggested value is that ceiled to 0.001.
+* ``model_executor/pool_configurator.py::_compute_cell_size`` for bytes per token, and
+  ``DefaultPoolConfigurator.calculate_pool_sizes``: ``tokens = rest_bytes // cell`` rounded
+  down to the page size; ``tokens <= 0`` raises "Not enough memory" (MemoryPoolConfig).
+* Default mem_fraction_static / cps / max_bs: ``gpuserve.memory.memory_defaults``.
+
+Everything here takes plain numbers so it can be tested without profiles or hosts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from gpuserve.memory.memory_defaults import DEFAULT_VERSION, MemoryDefaults, memory_defaults
+from gpuserve.memory.models import ModelArch, component_modules
+
+GIB = 1 << 30
+
+# moe_a2a_backend values for which models/deepseek_v2.py builds the shared experts with
+# parallel_group="replicated" (``_shared_expert_use_tp1``): a whole copy on every rank.
+A2A_REPLICATE_SHARED = (
+    "deepep",
+    "deepep_v2",
+    "pplx",
+    "mooncake",
+    "nixl",
+    "mori",
+    "ascend_fuseep",
+    "flashinfer",
+    "megamoe",
+    "flashinfer_megamoe",
+)
+# Backends that force ep_size = tp_size (arg_groups/overrides.py::_a2a_ep_size).
+A2A_FORCE_EP = A2A_REPLICATE_SHARED
+KV_DTYPE_BYTES = {
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp16": 2,
+    "float16": 2,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8": 1,
+    "mxfp8": 1,
+}
+# Dispatch/combine workspace of an all-to-all MoE backend, GiB per GPU. Not computed by
+# SGLang's memory hook (except deepep's 2 GiB reserve); this default is the residual of the
+# GLM-5 NVFP4 TP-vs-EP field measurement (5.4 GiB less free under EP, 4.6 GiB of which is
+# the replicated BF16 shared expert). Override with --a2a-buffer-gib.
+DEFAULT_A2A_BUFFER_GIB = {"deepep": 2.0, "flashinfer": 0.8}
+
+
+# ------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the model is spread over the GPUs of one replica."""
+
+    tp: int = 1
+    ep: int = 1
+    attn_dp: int = 1
+    pp: int = 1
+    moe_a2a_backend: str = "none"
+    num_redundant_experts: int = 0
+    speculative: str | None = None  # NEXTN/EAGLE/MTP -> the checkpoint's MTP layers load too
+    draft_layers: int | None = None  # override the number of draft (MTP/EAGLE) layers
+    dp_lm_head: bool = False  # --enable-dp-lm-head
+
+    @property
+    def attn_tp(self) -> int:
+        return max(1, self.tp // self.attn_dp)
+
+    @property
+    def moe_tp(self) -> int:
+        return max(1, self.tp // self.ep)
+
+    def validate(self, arch: ModelArch | None = None) -> list[str]:
+        """Problems SGLang would refuse at launch (runtime_context.py, parallel_hook.py)."""
+        errs = []
+        if self.tp % self.ep:
+            errs.append(f"ep ({self.ep}) must divide tp ({self.tp}): tp = ep x moe_dp x moe_tp")
+        if self.tp % self.attn_dp:
+            errs.append(f"attn_dp ({self.attn_dp}) must divide tp ({self.tp})")
+        if self.moe_a2a_backend in A2A_FORCE_EP and self.ep != self.tp:
+            errs.append(
+                f"--moe-a2a-backend {self.moe_a2a_backend} forces ep_size = tp_size ({self.tp})"
+            )
+        q = arch.quantization if arch is not None else None
+        if arch is not None and arch.is_moe and q is not None and len(q.weight_block_size) == 2:
+            # layers/quantization/fp8.py (Fp8MoEMethod.create_weights): block-wise fp8 experts
+            # need intermediate_size_per_partition divisible by block_n (and block_k if tp > 1)
+            per_part = arch.moe_intermediate_size // self.moe_tp
+            if per_part % q.weight_block_size[0] or (
+                self.moe_tp > 1 and per_part % q.weight_block_size[1]
+            ):
+                errs.append(
+                    f"moe_intermediate_size {arch.moe_intermediate_size} / moe_tp {self.moe_tp} = "
+                    f"{per_part} is not divisible by the fp8 block {q.weight_block_size[0]}: "
+                    f"SGLang refuses to load; use --ep {self.tp} (whole experts)"
+                )
+        if arch is not None and arch.is_moe and self.ep > 1:
+            total = arch.n_routed_experts + self.num_redundant_experts
+            if total % self.ep:
+                errs.append(
+                    f"{total} experts (routed + redundant) do not split evenly over ep={self.ep}"
+                )
+        return errs
+
+
+# ------------------------------------------------------------------------- weights
+
+
+def _bytes_per_param(arch: ModelArch, kind: str, module: str) -> float:
+    q = arch.quantization
+    if q is None or kind in ("embed", "lm_head", "router", "norm") or not q.quantizes(module):
+        return float(arch.dtype_bytes)
+    return q.bytes_per_param
+
+
+@dataclass
+class WeightPart:
+    name: str
+    params_per_gpu: float
+    bytes_per_param: float
+    how: str  # "sharded /N", "replicated", ...
+
+    @property
+    def gib(self) -> float:
+        return self.params_per_gpu * self.bytes_per_param / GIB
+
+
+def _attention_params(arch: ModelArch, attn_tp: int) -> tuple[float, float]:
+    """(sharded, replicated) attention parameters of one layer on one GPU."""
+    h = arch.hidden_size
+    if arch.is_mla:
+        heads = arch.num_attention_heads / attn_tp
+        qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+        rep = h * (arch.kv_lora_rank + arch.qk_rope_head_dim) + arch.kv_lora_rank
+        if arch.q_lora_rank:
+            rep += h * arch.q_lora_rank + arch.q_lora_rank  # fused q_a/kv_a (ReplicatedLinear)
+            sharded = arch.q_lora_rank * heads * qk
+        else:
+            sharded = h * heads * qk
+        sharded += arch.kv_lora_rank * heads * (arch.qk_nope_head_dim + arch.v_head_dim)
+        sharded += heads * arch.v_head_dim * h  # o_proj
+        return sharded, rep
+    heads = arch.num_attention_heads / attn_tp
+    kv = max(1, arch.num_kv_heads // attn_tp)  # QKVParallelLinear replicates KV heads
+    sharded = h * heads * arch.head_dim + 2 * h * kv * arch.head_dim + heads * arch.head_dim * h
+    return sharded, 0.0
+
+
+def _indexer_params(arch: ModelArch) -> float:
+    """Lightning indexer of one DSA layer (wq_b, wk, weights_proj, k_norm); replicated."""
+    if arch.attention != "dsa":
+        return 0.0
+    q_in = arch.q_lora_rank or arch.hidden_size
+    return (
+        q_in * arch.index_n_heads * arch.index_head_dim
+        + arch.hidden_size * arch.index_head_dim
+        + arch.hidden_size * arch.index_n_heads
+        + 2 * arch.index_head_dim
+    )
+
+
+def weights_per_gpu(arch: ModelArch, layout: Layout) -> list[WeightPart]:
+    """Weight bytes resident on one GPU, by component.
+
+    TP shards every expert 1/tp; EP gives each rank (routed + redundant)/ep whole experts,
+    sharded again by moe_tp = tp/ep. Attention shards by attn_tp = tp/attn_dp (so attention
+    DP replicates it), MLA's q_a/kv_a down-projections are replicated, and all-to-all
+    backends replicate the shared experts (models/deepseek_v2.py::_shared_expert_use_tp1).
+    """
+    mods = component_modules(arch)
+    h, tp = arch.hidden_size, layout.tp
+    parts: list[WeightPart] = []
+
+    def add(kind: str, name: str, params: float, how: str) -> None:
+        if params:
+            parts.append(
+                WeightPart(name, params, _bytes_per_param(arch, kind, mods.get(kind, kind)), how)
+            )
+
+    vocab = arch.vocab_size * h
+    # layers/vocab_parallel_embedding.py::get_embedding_tp_kwargs: under attention DP the
+    # embedding shards over the attention-TP group only; the LM head does so only with
+    # --enable-dp-lm-head (ParallelLMHead use_attn_tp_group).
+    emb_div = layout.attn_tp if layout.attn_dp > 1 else tp
+    add("embed", "embedding", vocab / emb_div, f"vocab-parallel /{emb_div}")
+    if not arch.tie_word_embeddings:
+        head_div = layout.attn_tp if layout.dp_lm_head else tp
+        add("lm_head", "lm_head", vocab / head_div, f"vocab-parallel /{head_div}")
+
+    sharded, rep = _attention_params(arch, layout.attn_tp)
+    n = arch.num_layers
+    add("attention", "attention (sharded)", sharded * n, f"/{layout.attn_tp} (attn_tp)")
+    add("attention", "attention (replicated)", rep * n, "replicated")
+    add("indexer", "DSA indexer", _indexer_params(arch) * len(arch.index_layer_ids), "replicated")
+    add("norm", "norms", 2 * h * n + h, "replicated")
+
+    dense = len(arch.dense_layer_ids)
+    if arch.intermediate_size and dense:
+        add(
+            "dense_mlp",
+            f"dense MLP x{dense}",
+            3 * h * arch.intermediate_size * dense / tp,
+            f"/{tp}",
+        )
+
+    moe = len(arch.moe_layer_ids)
+    if arch.is_moe:
+        per_expert = 3 * h * arch.moe_intermediate_size
+        experts_here = (arch.n_routed_experts + layout.num_redundant_experts) / layout.ep
+        how = (
+            f"{experts_here:g} whole experts/GPU (ep {layout.ep})"
+            if layout.ep > 1
+            else f"all {arch.n_routed_experts} experts /{tp}"
+        )
+        if layout.ep > 1 and layout.moe_tp > 1:
+            how += f" /{layout.moe_tp} (moe_tp)"
+        add(
+            "routed_experts",
+            f"routed experts x{moe} layers",
+            per_expert * experts_here / layout.moe_tp * moe,
+            how,
+        )
+        add("router", "router", h * arch.n_routed_experts * moe, "replicated")
+        shared_inter = (
+            arch.moe_intermediate_size * arch.n_shared_experts
+            or arch.shared_expert_intermediate_size
+        )
+        if shared_inter:
+            replicated = layout.moe_a2a_backend in A2A_REPLICATE_SHARED
+            add(
+                "shared_experts",
+                "shared experts",
+                3 * h * shared_inter * moe / (1 if replicated else tp),
+                f"replicated ({layout.moe_a2a_backend} a2a)" if replicated else f"/{tp}",
+            )
+
+    draft = draft_layers(arch, layout) if uses_builtin_mtp(arch, layout) else 0
+    if draft:
+        # One decoder layer per MTP step plus eh_proj (2h -> h); embedding and lm_head are
+        # shared with the target (speculative EAGLE worker set_embed_and_head).
+        per_layer = (
+            sum(
+                p.params_per_gpu * p.bytes_per_param
+                for p in parts
+                if p.name.startswith(("attention", "DSA", "norms"))
+            )
+            / n
+        )
+        if arch.is_moe:
+            per_layer += (
+                sum(
+                    p.params_per_gpu * p.bytes_per_param
+                    for p in parts
+                    if p.name.startswith(("routed", "router", "shared"))
+                )
+                / moe
+            )
+        elif dense:
+            per_layer += (
+                sum(
+                    p.params_per_gpu * p.bytes_per_param
+                    for p in parts
+                    if p.name.startswith("dense")
+                )
+                / dense
+            )
+        bpp = _bytes_per_param(arch, "mtp", mods.get("mtp", "mtp"))
+        eh = 2 * h * h * arch.dtype_bytes
+        parts.append(
+            WeightPart(
+                f"draft/MTP layers x{draft}",
+                (per_layer + eh) * draft / bpp,
+                bpp,
+                "like one target layer",
+            )
+        )
+    return parts
+
+
+def uses_builtin_mtp(arch: ModelArch, layout: Layout) -> bool:
+    """Drafting with the checkpoint's own MTP layers (their weights load with the target)."""
+    algo = (layout.speculative or "").upper()
+    return (
+        bool(arch.mtp_layers) and layout.draft_layers is None and algo in ("NEXTN", "MTP", "EAGLE")
+    )
+
+
+def draft_layers(arch: ModelArch, layout: Layout) -> int:
+    """Draft layers whose KV the target pool also holds (pool_configurator.py adds
+    cell x draft_layers / L for EAGLE/STANDALONE). NEXTN/MTP, and EAGLE on a checkpoint with
+    built-in MTP layers, draft with those layers; EAGLE3/STANDALONE heads have one layer."""
+    if layout.draft_layers is not None:
+        return layout.draft_layers
+    algo = (layout.speculative or "").upper()
+    if not algo or algo == "NGRAM":
+        return 0
+    if algo in ("NEXTN", "MTP") or (algo == "EAGLE" and arch.mtp_layers):
+        return arch.mtp_layers
+    return 1
+
+
+# ------------------------------------------------------------------------- KV cache
+
+
+def resolve_kv_dtype(arch: ModelArch, kv_cache_dtype: str = "auto") -> str:
+    """SGLang's "auto": fp8 when the checkpoint says kv_cache_quant_algo FP8, else the model
+    dtype (mem_cache/kv_cache_dtype.py::configure_kv_cache_dtype)."""
+    if kv_cache_dtype in (None, "", "auto"):
+        q = arch.quantization
+        if q and q.kv_cache_quant_algo and q.kv_cache_quant_algo.upper() == "FP8":
+            return "fp8_e4m3"
+        return "bf16" if arch.dtype_bytes == 2 else arch.dtype
+    return kv_cache_dtype
+
+
+def dsa_uses_raw_layout(
+    arch: ModelArch, kv_dtype: str, sm_major: int | None, dsa_backend: str | None = None
+) -> bool:
+    """Whether the DSA pool stores the raw MLA row (trtllm/tilelang) instead of the scaled fp8
+    layout. Defaults from arg_groups/overrides.py::_dsa_split_backend_resolution (0.5.23):
+    GLM on SM12x with fp8 KV -> flashinfer_sparse_mla (scaled); other fp8 -> trtllm if
+    major >= 10 else flashmla_kv; bf16 -> decode trtllm if major >= 10 (raw)."""
+    if dsa_backend:
+        return dsa_backend in ("trtllm", "tilelang")
+    if sm_major is None:
+        return False
+    if kv_dtype.startswith("fp8"):
+        if arch.architecture == "GlmMoeDsaForCausalLM" and sm_major == 12:
+            return False
+        return sm_major >= 10
+    return sm_major >= 10
+
+
+@dataclass
+class KvCell:
+    bytes_per_token: int
+    target_bytes: int
+    indexer_bytes: int
+    draft_bytes: int
+    formula: str
+
+
+def kv_cell(
+    arch: ModelArch,
+    *,
+    kv_dtype: str,
+    attn_tp: int = 1,
+    draft: int = 0,
+    sm_major: int | None = None,
+    dsa_backend: str | None = None,
+) -> KvCell:
+    """Per-token KV bytes on one GPU (pool_configurator.py::_compute_cell_size)."""
+    fp4 = kv_dtype in ("nvfp4", "fp4_e2m1")
+    e = 1 if (fp4 and arch.is_mla) else KV_DTYPE_BYTES.get(kv_dtype)
+    if e is None:
+        # FP4 KV for MHA/GQA is sized by a per-recipe quant method; not modelled here.
+        raise ValueError(f"unsupported KV dtype {kv_dtype!r} for {arch.attention.upper()}")
+    n = arch.num_layers
+    indexer = 0
+    if arch.is_mla:
+        dim = arch.kv_lora_rank + arch.qk_rope_head_dim
+        desc = f"MLA ({arch.kv_lora_rank}+{arch.qk_rope_head_dim})"
+        if (
+            arch.attention == "dsa"
+            and kv_dtype.startswith("fp8")
+            and not dsa_uses_raw_layout(arch, kv_dtype, sm_major, dsa_backend)
+        ):
+            # kv_cache_configurator.py::calculate_mla_kv_cache_dim: fp8 nope + fp32 scale per
+            # 128 + bf16 rope
+            dim = arch.kv_lora_rank + arch.kv_lora_rank // 128 * 4 + arch.qk_rope_head_dim * 2
+            desc = f"DSA fp8 scaled row ({dim} B)"
+        per_layer = dim * e
+        if fp4:
+            # float4_e2m1fn_x2 (1 B holds 2 values): cell // 2 plus one scale byte per 16
+            per_layer = dim // 2 + (arch.kv_lora_rank + arch.qk_rope_head_dim) // 16
+            desc = f"MLA fp4 ({dim}/2 + {dim // 16} scale B)"
+        target = per_layer * n
+        desc += f" x {n} layers{'' if fp4 else f' x {e} B'}, not split by TP"
+        if arch.attention == "dsa":
+            # _compute_dsa_indexer_cell_size: fp8 index K + fp32 scale per 128, uint8 buffer
+            idx = arch.index_head_dim + arch.index_head_dim // 128 * 4
+            indexer = idx * len(arch.index_layer_ids)
+            desc += f" + indexer {idx} B x {len(arch.index_layer_ids)} layers"
+        draft_bytes = int(target * draft / n) + (
+            (arch.index_head_dim + arch.index_head_dim // 128 * 4) * draft
+            if arch.attention == "dsa"
+            else 0
+        )
+    else:
+        heads = max(1, arch.num_kv_heads // attn_tp)
+        target = heads * (arch.head_dim + arch.v_head_dim) * n * e
+        desc = f"{heads} KV heads x ({arch.head_dim}+{arch.v_head_dim}) x {n} layers x {e} B"
+        if kv_dtype == "mxfp8":  # one e8m0 scale per 32 values
+            target += heads * (arch.head_dim + arch.v_head_dim) * n // 32
+            desc += " + mxfp8 scales"
+        draft_bytes = int(target * draft / n)
+    if draft:
+        desc += f" + {draft} draft layer(s)"
+    return KvCell(target + indexer + draft_bytes, target, indexer, draft_bytes, desc)
+
+
+# ------------------------------------------------------------------------- budget
+
+
+@dataclass
+class Budget:
+    """The arithmetic of _profile_available_bytes for one set of figures (GiB)."""
+
+    pre_load_free_gib: float
+    avail_after_weights_gib: float
+    mem_fraction_static: float
+    slack_gib: float
+    rest_gib: float
+    min_viable_mfs: float
+    suggested_mfs: float
+    kv_tokens: int | None
+    cell_bytes: int | None
+
+    @property
+    def refused(self) -> bool:
+        return self.rest_gib <= 0
+
+
+def budget(
+    pre_load_free_gib: float,
+    avail_after_weights_gib: float,
+    mem_fraction_static: float,
+    cell_bytes: int | None = None,
+    page_size: int = 1,
+    fixed_overhead_gib: float = 0.0,
+) -> Budget:
+    """rest = avail_after - pre * (1 - mfs); tokens = rest_bytes // cell (page-aligned)."""
+    slack = pre_load_free_gib * (1 - mem_fraction_static)
+    rest = avail_after_weights_gib - slack
+    min_viable = 1 - avail_after_weights_gib / pre_load_free_gib
+    suggested = math.ceil(min_viable * 1000) / 1000
+    tokens = None
+    if cell_bytes and rest > 0:
+        avail_bytes = max(int(rest * GIB) - int(fixed_overhead_gib * GIB), 0)
+        tokens = avail_bytes // cell_bytes // page_size * page_size
+    return Budget(
+        pre_load_free_gib,
+        avail_after_weights_gib,
+        mem_fraction_static,
+        slack,
+        rest,
+        min_viable,
+        suggested,
+        tokens,
+        cell_bytes,
+    )
+
+
+def resolve_max_running_requests(
+    tokens: int, context_len: int, requested: int | None = None, attn_dp: int = 1
+) -> int:
+    """Per-DP-worker request cap (kv_cache_configurator.py::resolve_max_num_reqs, no Mamba):
+    min(clamp(tokens / context_len * 512, 2048, 4096), tokens // 2), or the user's value
+    split over attention-DP workers, still capped at tokens // 2."""
+    if requested is not None:
+        return min(max(1, requested // attn_dp), tokens // 2)
+    estimated = max(min(int(tokens / context_len * 512), 4096), 2048)
+    return min(estimated, tokens // 2)
+
+
+def mfs_for_tokens(pre: float, avail_after: float, tokens: int, cell_bytes: int) -> float:
+    """Smallest mem_fraction_static that leaves room for ``tokens`` KV tokens."""
+    need = tokens * cell_bytes / GIB
+    return math.ceil((1 - (avail_after - need) / pre) * 1000) / 1000
+
+
+# ------------------------------------------------------------------------- predict
+
+
+@dataclass
+class Plan:
+    model: str
+    gpu: str
+    gpus: int
+    version: str
+    layout: dict
+    defaults: dict
+    mem_fraction_static: float
+    kv_dtype: str
+    weights: list[dict]
+    weights_gib: float
+    a2a_buffer_gib: float
+    pre_load_free_gib: float
+    avail_after_weights_gib: float
+    kv_cell: dict
+    rest_gib: float
+    kv_tokens: int
+    kv_gib: float
+    context_length: int | None
+    max_running_requests: int | None
+    graph_reserve_gib: float
+    verdict: str  # "fits", "tight", "refused", "no-kv", "invalid"
+    min_viable_mfs: float
+    max_safe_mfs: float
+    explanation: list[str]
+    changes: list[str]
+    problems: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def predict(
+    arch: ModelArch,
+    *,
+    gpu_memory_mib: float,
+    gpu_name: str = "",
+    gpu_count: int = 1,
+    sm_major: int | None = None,
+    init_overhead_gib: float = 2.0,
+    layout: Layout | None = None,
+    version: str = DEFAULT_VERSION,
+    mem_fraction_static: float | None = None,
+    kv_cache_dtype: str = "auto",
+    cuda_graph_max_bs: int | None = None,
+    chunked_prefill_size: int | None = None,
+    max_running_requests: int | None = None,
+    context_length: int | None = None,
+    pre_load_free_gib: float | None = None,
+    a2a_buffer_gib: float | None = None,
+    dsa_backend: str | None = None,
+    page_size: int = 1,
+    draft_weights_gib: float = 0.0,
+) -> Plan:
+    """Predict a launch: SGLang's defaults, weights, KV capacity and a verdict with fixes."""
+    layout = layout or Layout()
+    problems = layout.validate(arch)
+    if layout.tp * layout.pp > gpu_count:
+        problems.append(f"tp x pp = {layout.tp * layout.pp} needs more than {gpu_count} GPUs")
+    settings = dict(
+        tp=layout.tp,
+        pp=layout.pp,
+        attn_dp=layout.attn_dp,
+        use_mla=arch.is_mla,
+        version=version,
+        chunked_prefill_size=chunked_prefill_size,
+        decode_max_bs=cuda_graph_max_bs,
+        max_running_requests=max_running_requests,
+        moe_a2a_backend=layout.moe_a2a_backend,
+        speculative=bool(layout.speculative),
+    )
+    defaults = memory_defaults(gpu_memory_mib, mem_fraction_static=mem_fraction_static, **settings)
+    # The reserve SGLang's heuristic would keep for graphs + activations at these settings,
+    # used as the safe upper bound for mem_fraction_static even when the user sets it.
+    heuristic = (
+        defaults if mem_fraction_static is None else memory_defaults(gpu_memory_mib, **settings)
+    )
+    mfs = defaults.mem_fraction_static
+    kv_dtype = resolve_kv_dtype(arch, kv_cache_dtype)
+    parts = weights_per_gpu(arch, layout)
+    if draft_weights_gib:
+        parts.append(
+            WeightPart("separate draft model (given)", draft_weights_gib * GIB, 1.0, "as given")
+        )
+    weights = sum(p.gib for p in parts)
+    if a2a_buffer_gib is None:
+        a2a_buffer_gib = DEFAULT_A2A_BUFFER_GIB.get(layout.moe_a2a_backend, 0.0)
+    pre = (
+        pre_load_free_gib
+        if pre_load_free_gib is not None
+        else (gpu_memory_mib / 1024 - init_overhead_gib)
+    )
+    after = pre - weights - a2a_buffer_gib
+    draft = draft_layers(arch, layout)
+    cell = kv_cell(
+        arch,
+        kv_dtype=kv_dtype,
+        attn_tp=layout.attn_tp,
+        draft=draft,
+        sm_major=sm_major,
+        dsa_backend=dsa_backend,
+    )
+    b = budget(pre, after, mfs, cell.bytes_per_token, page_size)
+    tokens = b.kv_tokens or 0
+    ctx = context_length or arch.max_position_embeddings
+    graph_reserve = heuristic.reserved_mb / 1024
+    # Highest fraction that still leaves SGLang's own graph/activation reserve free.
+    max_safe = math.floor((1 - graph_reserve / pre) * 1000) / 1000 if pre > 0 else 0.0
+
+    explanation = [
+        f"GPU memory.total {gpu_memory_mib:.0f} MiB ({gpu_memory_mib / 1024:.2f} GiB); free before "
+        f"weights ~{pre:.2f} GiB",
+        f"mem_fraction_static {mfs:.3f} "
+        + (
+            f"(SGLang {version} default: (G - R)/G with R = {defaults.reserved_mb:.0f} MiB = "
+            + " + ".join(f"{k} {v:.0f}" for k, v in defaults.reserve_breakdown.items())
+            + ")"
+            if defaults.mem_fraction_is_default
+            else "(set explicitly)"
+        ),
+        f"weights {weights:.2f} GiB/GPU"
+        + (f" + a2a buffers {a2a_buffer_gib:.2f} GiB" if a2a_buffer_gib else "")
+        + f" -> free after weights {after:.2f} GiB",
+        f"rest = {after:.2f} - {pre:.2f} x (1 - {mfs:.3f}) = {b.rest_gib:.2f} GiB for the KV cache",
+        f"KV {cell.bytes_per_token} B/token ({cell.formula}, {kv_dtype})",
+    ]
+    if arch.checkpoint_bytes:
+        # model.safetensors.index.json total_size vs the record's own parameter bytes (MTP
+        # layers included, as checkpoints ship them): a cross-check of the record.
+        whole = weights_per_gpu(arch, Layout(speculative="NEXTN" if arch.mtp_layers else None))
+        total = sum(p.gib for p in whole)
+        ckpt = arch.checkpoint_bytes / GIB
+        explanation.append(
+            f"checkpoint total_size {ckpt:.1f} GiB vs {total:.1f} GiB from the config "
+            f"({(total - ckpt) / ckpt:+.0%})"
+        )
+    if layout.speculative and not uses_builtin_mtp(arch, layout) and not draft_weights_gib:
+        explanation.append(
+            f"{layout.speculative} draft model weights are not included (unknown): pass "
+            "--draft-weights-gib; SGLang charges them to the same KV budget"
+        )
+    changes: list[str] = []
+    if problems:
+        verdict = "invalid"
+    elif b.refused:
+        verdict = "refused"
+        explanation.append(
+            f"SGLang raises: Loaded weights leave no GPU memory for the KV cache under "
+            f"--mem-fraction-static={mfs}; minimum viable = 1 - {after:.2f}/{pre:.2f} = "
+            f"{b.min_viable_mfs:.4f}"
+        )
+    elif tokens <= 0:
+        verdict = "no-kv"
+        explanation.append(
+            "SGLang raises: Not enough memory. Please try to increase --mem-fraction-static."
+        )
+    else:
+        verdict = "fits" if (ctx is None or tokens >= ctx) else "tight"
+        explanation.append(
+            f"KV tokens {tokens:,} ({tokens * cell.bytes_per_token / GIB:.2f} GiB)"
+            + (f"; context {ctx:,}" if ctx else "")
+        )
+    if verdict in ("refused", "no-kv", "tight"):
+        changes = suggest_changes(
+            arch,
+            layout,
+            pre=pre,
+            after=after,
+            mfs=mfs,
+            cell=cell,
+            ctx=ctx,
+            max_safe=max_safe,
+            defaults=heuristic,
+            kv_dtype=kv_dtype,
+            a2a_buffer_gib=a2a_buffer_gib,
+            gpu_memory_mib=gpu_memory_mib,
+            sm_major=sm_major,
+            dsa_backend=dsa_backend,
+        )
+    elif mfs > max_safe and verdict == "fits":
+        changes.append(
+            f"mem_fraction_static {mfs:.3f} leaves {pre * (1 - mfs):.2f} GiB outside the "
+            "static pool, "
+            f"less than SGLang's own graph/activation reserve ({graph_reserve:.2f} GiB): CUDA "
+            f"graph capture may OOM; lower the decode graph max bs or keep mfs <= {max_safe:.3f}"
+        )
+
+    return Plan(
+        model=arch.name,
+        gpu=gpu_name,
+        gpus=gpu_count,
+        version=version,
+        layout=asdict(layout),
+        defaults=defaults.to_dict(),
+        mem_fraction_static=mfs,
+        kv_dtype=kv_dtype,
+        weights=[
+            {
+                "part": p.name,
+                "gib": round(p.gib, 3),
+                "how": p.how,
+                "bytes_per_param": round(p.bytes_per_param, 4),
+            }
+            for p in parts
+        ],
+        weights_gib=weights,
+        a2a_buffer_gib=a2a_buffer_gib,
+        pre_load_free_gib=pre,
+        avail_after_weights_gib=after,
+        kv_cell=asdict(cell),
+        rest_gib=b.rest_gib,
+        kv_tokens=tokens,
+        kv_gib=tokens * cell.bytes_per_token / GIB,
+        context_length=ctx,
+        max_running_requests=(
+            resolve_max_running_requests(tokens, ctx, max_running_requests, layout.attn_dp)
+            if tokens > 0 and ctx
+            else None
+        ),
+        graph_reserve_gib=graph_reserve,
+        verdict=verdict,
+        min_viable_mfs=b.min_viable_mfs,
+        max_safe_mfs=max_safe,
+        explanation=explanation,
+        changes=changes,
+        problems=problems,
+    )
+
+
+def suggest_changes(
+    arch: ModelArch,
+    layout: Layout,
+    *,
+    pre: float,
+    after: float,
+    mfs: float,
+    cell: KvCell,
+    ctx: int | None,
+    max_safe: float,
+    defaults: MemoryDefaults,
+    kv_dtype: str,
+    a2a_buffer_gib: float,
+    gpu_memory_mib: float,
+    sm_major: int | None = None,
+    dsa_backend: str | None = None,
+) -> list[str]:
+    """Concrete changes, most direct first, each with the number that makes it work."""
+    out: list[str] = []
+    # 0.5.20+ only accepts the per-phase spelling (sglang.md §0; server_args fields).
+    bs_flag = (
+        "--cuda-graph-max-bs" if defaults.version == "0.5.19" else "--cuda-graph-max-bs-decode"
+    )
+    want_tokens = ctx or 4096
+    target = mfs_for_tokens(pre, after, want_tokens, cell.bytes_per_token)
+    min_viable = math.ceil((1 - after / pre) * 1000) / 1000
+    if target <= max_safe:
+        out.append(
+            f"raise --mem-fraction-static to {target:.3f} (minimum viable "
+            f"{min_viable:.3f}; {want_tokens:,} KV tokens need {target:.3f}; "
+            f"SGLang's graph/activation reserve allows up to {max_safe:.3f})"
+        )
+    else:
+        best = max_safe
+        tokens_at_best = max(0, int((after - pre * (1 - best)) * GIB) // cell.bytes_per_token)
+        if best > min_viable:
+            out.append(
+                f"raise --mem-fraction-static to {best:.3f} (the most the graph/activation "
+                f"reserve allows): about {tokens_at_best:,} KV tokens"
+            )
+
+        # Shrink SGLang's own reserve: decode graphs (2 MiB per bs, more with attention-DP)
+        # and activations (1.5 MiB per chunked-prefill token); report what each knob buys.
+        def option(bs: int, cps: int) -> tuple[float, int]:
+            lower = memory_defaults(
+                gpu_memory_mib,
+                tp=layout.tp,
+                pp=layout.pp,
+                attn_dp=layout.attn_dp,
+                use_mla=arch.is_mla,
+                version=defaults.version,
+                decode_max_bs=bs,
+                chunked_prefill_size=cps,
+                moe_a2a_backend=layout.moe_a2a_backend,
+            )
+            safe = math.floor((1 - lower.reserved_mb / 1024 / pre) * 1000) / 1000
+            toks = max(0, int((after - pre * (1 - safe)) * GIB) // cell.bytes_per_token)
+            return safe, toks
+
+        bs0, cps0 = defaults.decode_max_bs, defaults.chunked_prefill_size
+        knobs = [(f"{bs_flag} {bs}", bs, cps0) for bs in (256, 128, 64) if bs < bs0]
+        knobs += [(f"--chunked-prefill-size {c}", bs0, c) for c in (4096, 2048) if 0 < c < cps0]
+        if len(knobs) > 1:
+            knobs.append(
+                (
+                    f"{bs_flag} 128 and --chunked-prefill-size 2048",
+                    min(bs0, 128),
+                    min(cps0, 2048) if cps0 > 0 else cps0,
+                )
+            )
+        for label, bs, cps in knobs:
+            safe, toks = option(bs, cps)
+            if toks > 0 and safe > best + 0.0005:
+                best = safe
+                out.append(
+                    f"use {label} with --mem-fraction-static {safe:.3f} (SGLang's own reserve "
+                    f"shrinks that far): about {toks:,} KV tokens"
+                )
+                if toks >= want_tokens:
+                    break
+    if not out:
+        out.append(
+            f"no mem_fraction_static leaves room for both the KV cache and SGLang's "
+            f"graph/activation reserve (minimum viable {min_viable:.3f} > {max_safe:.3f}): "
+            f"weights must shrink (more GPUs or a smaller quantization) or the reserve must"
+        )
+    if not kv_dtype.startswith("fp8"):
+        fp8 = kv_cell(
+            arch,
+            kv_dtype="fp8_e4m3",
+            attn_tp=layout.attn_tp,
+            draft=draft_layers(arch, layout),
+            sm_major=sm_major,
+            dsa_backend=dsa_backend,
+        )
+        out.append(
+            f"use --kv-cache-dtype fp8_e4m3: {fp8.bytes_per_token} B/token instead of "
+            f"{cell.bytes_per_token}, x{cell.bytes_per_token / fp8.bytes_per_token:.2f} the "
+            f"tokens of any positive KV budget"
+        )
+    if layout.num_redundant_experts and arch.is_moe:
+        per_expert = 3 * arch.hidden_size * arch.moe_intermediate_size * len(arch.moe_layer_ids)
+        bpp = _bytes_per_param(arch, "routed_experts", component_modules(arch)["routed_experts"])
+        saved = layout.num_redundant_experts / layout.ep * per_expert * bpp / layout.moe_tp / GIB
+        out.append(
+            f"drop --ep-num-redundant-experts {layout.num_redundant_experts}: "
+            f"saves {saved:.2f} GiB/GPU"
+        )
+    if layout.moe_a2a_backend in A2A_REPLICATE_SHARED and arch.is_moe:
+        tp_layout = Layout(
+            tp=layout.tp,
+            attn_dp=layout.attn_dp,
+            pp=layout.pp,
+            speculative=layout.speculative,
+            draft_layers=layout.draft_layers,
+        )
+        saved = (
+            sum(p.gib for p in weights_per_gpu(arch, layout))
+            + a2a_buffer_gib
+            - sum(p.gib for p in weights_per_gpu(arch, tp_layout))
+        )
+        if saved > 0.05:
+            out.append(
+                f"serve with plain TP (no --moe-a2a-backend {layout.moe_a2a_backend}): "
+                f"shared experts sharded again and no dispatch buffers, {saved:.2f} GiB/GPU "
+                f"more free"
+            )
+    if layout.attn_dp > 1:
+        out.append(
+            f"drop attention-DP {layout.attn_dp}: its graph reserve "
+            f"({defaults.reserve_breakdown.get('cuda_graphs', 0) / 1024:.1f} GiB of padding) "
+            f"and replicated attention weights return"
+        )
+    if draft_layers(arch, layout):
+        out.append(
+            "disable speculative decoding: draft weights and draft KV are charged to the "
+            "same budget"
+        )
+    return out

@@ -1,0 +1,60 @@
+"""deploy/host.py and deploy/hypervisor.py through the real pyinfra CLI on @fake hosts:
+bad host data stops the run naming inventory and key before any operation; --dry
+shows the plan."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+PYINFRA = Path(sys.executable).with_name("pyinfra")
+
+RESPONSES = {
+    "uname -s": ["Linux"],
+    "cat /proc/cmdline": ["BOOT_IMAGE=/vmlinuz root=/dev/vda1 ro quiet"],
+    "vendor_id": ["vendor_id\t: GenuineIntel"],
+    "/boot/grub/grub.cfg": ["grub_cfg: yes"],
+    "systemd-detect-virt": ["kvm"],
+}
+
+
+def run(tmp_path: Path, deploy: str, data: dict, *flags: str) -> subprocess.CompletedProcess:
+    inventory = tmp_path / "fakeinv.py"
+    host_data = {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": RESPONSES, **data}
+    inventory.write_text(f"fakeinv = [('@fake/gpu1', {host_data!r})]\n")
+    return subprocess.run([str(PYINFRA), *flags, str(inventory), deploy], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_bad_host_data_names_inventory_and_key(tmp_path):
+    r = run(tmp_path, "deploy/host.py", {"nvidia_driver_branch": 575, "cuda_lane": "13.0"}, "-y")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert f"{tmp_path / 'fakeinv.py'}: cuda_lane: CUDA 13.0 needs driver >= 580.65.06" in out
+    assert "Traceback" not in out
+    assert "Beginning operation run" not in out
+
+
+def test_dry_run_shows_the_plan(tmp_path):
+    r = run(tmp_path, "deploy/host.py",
+            {"nvidia_repo_url": "http://10.0.2.2:8080/cuda/repos/debian12/x86_64"}, "--dry")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    for op in ("Kernel parameters intel_iommu=on iommu=pt (grub)", "Install cuda-keyring",
+               "Lock driver branch 580", "CUDA 13.0 toolkit (cuda-toolkit-13-0)",
+               "NCCL env and host.json from the P2P verdict"):
+        assert op in out, op
+    assert "Reboot if the running kernel lacks the configuration" in out
+
+
+def test_hypervisor_requires_vmid_and_gpus(tmp_path):
+    r = run(tmp_path, "deploy/hypervisor.py", {}, "-y")
+    assert r.returncode != 0
+    assert "fakeinv.py: proxmox_vmid: must be a Proxmox VM id" in r.stdout + r.stderr
+    r = run(tmp_path, "deploy/hypervisor.py", {"proxmox_vmid": 101}, "-y")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert "proxmox_gpus: no NVIDIA GPU found in sysfs" in out
+    assert "Traceback" not in out and "Beginning operation run" not in out

@@ -1,0 +1,266 @@
+"""nvidia-smi parsers against verbatim samples (tests/fixtures/gpuhost/*.txt + .source)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuserve.parsers.common import ParseError
+from gpuserve.parsers.nvidia_smi import (
+    P2PMatrix,
+    p2p_verdict,
+    parse_p2p_matrix,
+    parse_query_csv,
+    parse_query_gpu,
+    parse_topo_matrix,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpuhost"
+
+
+def fixture(name: str) -> str:
+    """A sample's text; every sample must name its source in a .source sidecar."""
+    path = FIXTURES / name
+    assert (FIXTURES / f"{name}.source").read_text().strip(), f"{name} has no source"
+    return path.read_text()
+
+
+# ------------------------------------------------------------------ --query-gpu
+
+
+def test_query_index_name_busid_real_line():
+    gpus = parse_query_gpu(
+        fixture("smi_query_index_name_busid_gardenlinux4556.txt"),
+        fields=("index", "name", "pci.bus_id"),
+    )
+    assert len(gpus) == 1
+    assert gpus[0]["index"] == 0
+    assert gpus[0]["name"] == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert gpus[0]["bus_id"] == "00000000:03:00.0"
+    assert gpus[0]["uuid"] is None and gpus[0]["memory_total_mib"] is None
+
+
+def test_query_nounits_real_line():
+    gpus = parse_query_gpu(
+        fixture("smi_query_name_driver_memory_nounits.txt"),
+        fields=("name", "driver_version", "memory.total"),
+    )
+    assert gpus[0]["driver_version"] == "580.126.20"
+    assert gpus[0]["memory_total_mib"] == 97887
+    assert gpus[0]["index"] == 0  # position when no index column
+
+
+def test_query_units_real_line_generic_fields():
+    fields = ("name", "driver_version", "memory.total", "memory.used", "memory.free", "compute_cap")
+    rows = parse_query_csv(fixture("smi_query_workstation_units.txt"), fields)
+    assert rows == [
+        {
+            "name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+            "driver_version": "596.21",
+            "memory.total": "97887 MiB",
+            "memory.used": "824 MiB",
+            "memory.free": "95776 MiB",
+            "compute_cap": "12.0",
+        }
+    ]
+    gpus = parse_query_gpu(fixture("smi_query_workstation_units.txt"), fields)
+    assert gpus[0]["memory_total_mib"] == 97887
+    assert gpus[0]["compute_cap"] == "12.0"
+
+
+def test_query_header_line_overrides_field_order():
+    # The default field order would put "name" second; the header says it is first.
+    gpus = parse_query_gpu(fixture("smi_query_header_form.txt"))
+    assert len(gpus) == 1
+    assert gpus[0]["name"] == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert gpus[0]["driver_version"] == "580.159.03"
+    assert gpus[0]["compute_cap"] == "12.0"
+
+
+def test_query_full_composed_with_placeholders():
+    gpus = parse_query_gpu(fixture("smi_query_full_composed.txt"))
+    assert [g["index"] for g in gpus] == [0, 1]
+    assert gpus[0] == {
+        "index": 0,
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "uuid": "GPU-75bd273e-6b20-0d22-1b0b-5fbb6fb0025b",
+        "bus_id": "00000000:03:00.0",
+        "memory_total_mib": 97887,
+        "memory_used_mib": 824,
+        "driver_version": "580.126.20",
+        "compute_cap": "12.0",
+        "persistence_mode": "Enabled",
+    }
+    assert gpus[1]["uuid"] is None
+    assert gpus[1]["memory_total_mib"] is None
+    assert gpus[1]["compute_cap"] is None
+    assert gpus[1]["persistence_mode"] == "Disabled"
+
+
+def test_query_header_with_units_composed():
+    gpus = parse_query_gpu(fixture("smi_query_full_header_units_composed.txt"))
+    assert gpus[0]["memory_total_mib"] == 97887
+    assert gpus[0]["persistence_mode"] == "Enabled"
+
+
+@pytest.mark.parametrize(
+    ("text", "line_no"),
+    [
+        # The error nvidia-smi prints without a loaded driver is not CSV for 8 fields.
+        (
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+            "Make sure that the latest NVIDIA driver is installed and running.",
+            1,
+        ),
+        ("0, a, GPU-1, 00000000:03:00.0, 97887, 0, 580.1, 12.0, Enabled\n"
+         "x, a, GPU-1, 00000000:04:00.0, 97887, 0, 580.1, 12.0, Enabled", 2),
+        ("0, a, GPU-1, 00000000:03:00.0, lots, 580.1, 12.0, Enabled", 1),
+        ("0, a, not-a-uuid, 00000000:03:00.0, 1, 580.1, 12.0, Enabled", 1),
+    ],
+)
+def test_query_garbage_names_the_line(text, line_no):
+    with pytest.raises(ParseError) as err:
+        parse_query_gpu(text)
+    assert err.value.line_no == line_no
+    assert f"line {line_no}:" in str(err.value)
+
+
+def test_query_empty_output_is_no_gpus():
+    assert parse_query_gpu("") == []
+
+
+# ---------------------------------------------------------------------- topo -m
+
+
+def test_topo_fixture_a_tabs_and_empty_cell():
+    topo = parse_topo_matrix(fixture("topo_m_club3090_1229.txt"))
+    assert topo.gpus == ["GPU0", "GPU1"]
+    assert topo.links == [["X", "PHB"], ["PHB", "X"]]
+    assert topo.cpu_affinity == ["0-63", "0-63"]
+    assert topo.numa_affinity == ["0", "0"]
+    assert topo.gpu_numa_id == [None, None]  # "N/A"
+    assert topo.nic_links == {} and topo.nics == {}
+
+
+def test_topo_fixture_a_with_its_legend():
+    text = fixture("topo_m_club3090_1229.txt") + "\nLegend:\n\n" + fixture(
+        "topo_m_legend_club3090_1229.txt"
+    )
+    assert parse_topo_matrix(text).links == [["X", "PHB"], ["PHB", "X"]]
+
+
+def test_topo_fixture_b_five_gpus_two_sockets():
+    topo = parse_topo_matrix(fixture("topo_m_club3090_46.txt"))
+    assert topo.gpus == [f"GPU{i}" for i in range(5)]
+    assert topo.links[0] == ["X", "SYS", "SYS", "SYS", "SYS"]
+    assert topo.links[1][2] == "PHB" and topo.links[1][3] == "NODE"
+    assert topo.links[3][4] == "PHB"
+    assert all(topo.links[i][i] == "X" for i in range(5))
+    assert topo.cpu_affinity[0] == "8-15,24-31"
+    assert topo.numa_affinity == ["1", "0", "0", "0", "0"]
+
+
+def test_topo_fixture_c_no_gpu_numa_id_column():
+    topo = parse_topo_matrix(fixture("topo_m_rtx6kpro_15.txt"))
+    assert topo.links == [["X", "PHB"], ["PHB", "X"]]
+    assert topo.cpu_affinity == ["0-13", "0-13"]
+    assert topo.numa_affinity == ["0", "0"]
+    assert topo.gpu_numa_id == [None, None]
+
+
+def test_topo_nic_columns_rows_and_legend_composed():
+    topo = parse_topo_matrix(fixture("topo_m_nics_composed.txt"))
+    assert topo.links == [["X", "NV18"], ["NV18", "X"]]
+    assert topo.nic_links == {"NIC0": ["PIX", "SYS"], "NIC1": ["SYS", "PIX"]}
+    assert topo.nics == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
+    assert topo.cpu_affinity == ["0-23,96-119", "24-47,120-143"]
+    assert topo.numa_affinity == ["0", "1"]
+
+
+def test_topo_old_layout_named_nic_and_cpu_affinity_only_composed():
+    topo = parse_topo_matrix(fixture("topo_m_old_mlx_composed.txt"))
+    assert topo.gpus == ["GPU0", "GPU1", "GPU2", "GPU3"]
+    assert topo.links[0] == ["X", "PIX", "PHB", "PHB"]
+    assert topo.nic_links == {"mlx4_0": ["PHB", "PHB", "PHB", "PHB"]}
+    assert topo.cpu_affinity == ["0-9,20-29"] * 4
+    assert topo.numa_affinity == [None] * 4
+
+
+@pytest.mark.parametrize(
+    ("text", "line_no"),
+    [
+        ("GPU0 GPU1\nGPU0 X FOO\nGPU1 PHB X", 2),  # unknown link type
+        ("GPU0 GPU1\nGPU0 X\n", 2),  # too few cells
+        ("hello world\n", 1),  # no header
+        ("GPU0 GPU1\nGPU7 X PHB\n", 2),  # row label not in header
+    ],
+)
+def test_topo_garbage_names_the_line(text, line_no):
+    with pytest.raises(ParseError) as err:
+        parse_topo_matrix(text)
+    assert err.value.line_no == line_no
+
+
+def test_topo_missing_row_is_an_error():
+    with pytest.raises(ParseError, match="GPU1"):
+        parse_topo_matrix("\tGPU0\tGPU1\nGPU0\t X \tPHB\n")
+
+
+# --------------------------------------------------------------------- topo -p2p
+
+
+def test_p2p_fixture_a_gns():
+    m = parse_p2p_matrix(fixture("topo_p2p_club3090_1229.txt"))
+    assert m.gpus == ["GPU0", "GPU1"]
+    assert m.cells == [["X", "GNS"], ["GNS", "X"]]
+    assert p2p_verdict(m) == "none"
+
+
+def test_p2p_fixture_a_with_its_legend():
+    text = fixture("topo_p2p_club3090_1229.txt") + "\nLegend:\n\n" + fixture(
+        "topo_p2p_legend_club3090_1229.txt"
+    )
+    assert parse_p2p_matrix(text).cells == [["X", "GNS"], ["GNS", "X"]]
+
+
+def test_p2p_spaces_ns_composed():
+    m = parse_p2p_matrix(fixture("topo_p2p_ns_spaces_composed.txt"))
+    assert len(m.gpus) == 4
+    assert {c for row in m.cells for c in row} == {"X", "NS"}
+    assert p2p_verdict(m) == "none"
+
+
+def test_p2p_partial_composed():
+    m = parse_p2p_matrix(fixture("topo_p2p_partial_composed.txt"))
+    assert m.cells[0] == ["X", "OK", "CNS"]
+    assert p2p_verdict(m) == "partial"
+
+
+def test_verdict_ok_needs_every_pair_in_every_matrix():
+    ok = P2PMatrix(gpus=["GPU0", "GPU1"], cells=[["X", "OK"], ["OK", "X"]])
+    one_way = P2PMatrix(gpus=["GPU0", "GPU1"], cells=[["X", "OK"], ["CNS", "X"]])
+    assert p2p_verdict(ok) == "ok"
+    assert p2p_verdict(ok, ok) == "ok"
+    assert p2p_verdict(ok, one_way) == "partial"
+    assert p2p_verdict(None, ok) == "ok"
+
+
+def test_verdict_unknown_without_pairs():
+    assert p2p_verdict() is None
+    assert p2p_verdict(None, None) is None
+    assert p2p_verdict(P2PMatrix(gpus=["GPU0"], cells=[["X"]])) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "line_no"),
+    [
+        ('Option "-p2p" is missing its value.', 1),
+        (" \tGPU0\tGPU1\n GPU0\tX\tMAYBE\n GPU1\tOK\tX\n", 2),
+        (" \tGPU0\tGPU1\n GPU0\tX\n", 2),
+    ],
+)
+def test_p2p_garbage_names_the_line(text, line_no):
+    with pytest.raises(ParseError) as err:
+        parse_p2p_matrix(text)
+    assert err.value.line_no == line_no

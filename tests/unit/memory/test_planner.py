@@ -1,0 +1,319 @@
+"""Memory planner: SGLang default choices, weights, KV cell size, budget and verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuserve.host.gpus import parse_gpus
+from gpuserve.memory.memory_defaults import (
+    capacity_defaults,
+    decode_capture_sizes,
+    memory_defaults,
+    prefill_capture_sizes,
+)
+from gpuserve.memory.models import load_record
+from gpuserve.memory.planner import (
+    GIB,
+    Layout,
+    budget,
+    kv_cell,
+    predict,
+    resolve_max_running_requests,
+    weights_per_gpu,
+)
+
+G_PRO6000 = 97887  # nvidia-smi memory.total of an RTX PRO 6000 (MiB)
+
+
+# sglang.md §2 worked values (G = 97,887 MiB, cps 8192, max_bs 512 unless stated)
+@pytest.mark.parametrize(
+    ("kwargs", "mfs", "reserved"),
+    [
+        (dict(tp=8, use_mla=True), 0.833, 16384),
+        (dict(tp=8, use_mla=False), 0.844, None),
+        (dict(tp=8, use_mla=True, decode_max_bs=256), 0.838, None),
+        (dict(tp=8, use_mla=True, attn_dp=8), 0.644, 34816),
+        (dict(tp=8, use_mla=True, attn_dp=8, decode_max_bs=128), 0.809, None),
+        (dict(tp=8, use_mla=True, moe_a2a_backend="deepep"), 0.801, None),
+    ],
+)
+def test_default_mem_fraction_worked_values(kwargs, mfs, reserved):
+    d = memory_defaults(G_PRO6000, version="0.5.23", **kwargs)
+    assert d.mem_fraction_static == mfs
+    if reserved is not None:
+        assert d.reserved_mb == reserved
+
+
+# sglang.md §3 G thresholds: (G GiB, tp) -> (cps, decode max_bs), per version
+@pytest.mark.parametrize(
+    ("gib", "tp", "v23", "v19"),
+    [
+        (16, 1, (2048, 8), (2048, 8)),
+        (24, 1, (4096, 48), (2048, 24)),
+        (32, 8, (4096, 160), (2048, 80)),
+        (48, 2, (4096, 32), (4096, 32)),
+        (48, 4, (4096, 160), (4096, 160)),
+        (80, 2, (8192, 256), (8192, 256)),
+        (80, 8, (8192, 512), (8192, 512)),
+        (95.59, 2, (8192, 256), (8192, 256)),
+        (95.59, 8, (8192, 512), (8192, 512)),
+        (180, 1, (16384, 512), (16384, 512)),
+    ],
+)
+def test_capacity_tiers(gib, tp, v23, v19):
+    assert capacity_defaults(gib * 1024, tp, "0.5.23") == v23
+    assert capacity_defaults(gib * 1024, tp, "0.5.19") == v19
+
+
+def test_unknown_gpu_memory_defaults_differ_by_version():
+    assert memory_defaults(None, version="0.5.23").mem_fraction_static == 0.95
+    assert memory_defaults(None, version="0.5.19").mem_fraction_static == 0.88
+    assert capacity_defaults(None, 8) == (4096, 160)
+
+
+def test_max_running_requests_caps_max_bs_only_in_0_5_23():
+    assert memory_defaults(G_PRO6000, tp=8, max_running_requests=48).decode_max_bs == 48
+    assert (
+        memory_defaults(G_PRO6000, tp=8, max_running_requests=48, version="0.5.19").decode_max_bs
+        == 512
+    )
+
+
+def test_small_gpu_reserve_follows_the_formula_without_floor():
+    # 24 GiB card, tp1, GQA: R = 512 + 1.5*4096 + 128 + 2*48 + 8*50 prefill captures
+    d = memory_defaults(24 * 1024, tp=1)
+    assert len(prefill_capture_sizes(4096)) == 50
+    assert d.reserved_mb == 512 + 6144 + 128 + 96 + 400
+    assert d.mem_fraction_static == round((24576 - d.reserved_mb) / 24576, 3)
+    assert "floor_10GiB" not in d.reserve_breakdown
+
+
+def test_attention_dp_splits_chunked_prefill_after_the_fraction():
+    d = memory_defaults(G_PRO6000, tp=8, attn_dp=8, use_mla=True)
+    assert d.chunked_prefill_size == 8192 and d.chunked_prefill_size_per_dp == 1024
+
+
+def test_capture_sizes():
+    assert len(prefill_capture_sizes(8192)) == 58
+    sizes = decode_capture_sizes(512)
+    assert sizes[:5] == [1, 2, 4, 8, 12] and sizes[-1] == 512
+    assert decode_capture_sizes(100)[-1] == 100
+
+
+def test_kv_cell_sizes():
+    dsv3 = load_record("deepseek-v3")
+    assert kv_cell(dsv3, kv_dtype="bf16", attn_tp=8).bytes_per_token == 70272
+    assert kv_cell(dsv3, kv_dtype="fp8_e4m3").bytes_per_token == 35136
+    glm = load_record("glm-5-nvfp4")
+    # SM120 + fp8 -> flashinfer_sparse_mla: scaled row 656 B + indexer 132 B, 78 layers
+    assert kv_cell(glm, kv_dtype="fp8_e4m3", sm_major=12).bytes_per_token == 78 * (656 + 132)
+    # SM100 fp8 -> trtllm: raw 576-byte row
+    assert kv_cell(glm, kv_dtype="fp8_e4m3", sm_major=10).bytes_per_token == 78 * (576 + 132)
+    assert kv_cell(glm, kv_dtype="bf16", sm_major=12).bytes_per_token == 78 * 1152 + 78 * 132
+    qwen = load_record("qwen3-235b-a22b-fp8")
+    assert kv_cell(qwen, kv_dtype="bf16", attn_tp=4).bytes_per_token == 48128
+    assert kv_cell(qwen, kv_dtype="bf16", attn_tp=2).bytes_per_token == 2 * 48128
+    assert kv_cell(qwen, kv_dtype="mxfp8", attn_tp=4).bytes_per_token == 24064 + 24064 // 32
+    # nvfp4 MLA: 576 / 2 + 576 / 16 scale bytes per layer
+    assert kv_cell(dsv3, kv_dtype="nvfp4").bytes_per_token == 61 * (288 + 36)
+    assert kv_cell(glm, kv_dtype="nvfp4", sm_major=12).bytes_per_token == 78 * (324 + 132)
+    with pytest.raises(ValueError):
+        kv_cell(qwen, kv_dtype="nvfp4")
+    # one EAGLE/MTP draft layer adds cell / L
+    assert kv_cell(dsv3, kv_dtype="bf16", draft=1).bytes_per_token == 70272 + 1152
+
+
+def test_weights_tp_vs_ep_for_glm5_nvfp4():
+    glm = load_record("glm-5-nvfp4")
+    tp = weights_per_gpu(glm, Layout(tp=8))
+    ep = weights_per_gpu(glm, Layout(tp=8, ep=8, moe_a2a_backend="flashinfer"))
+    total_tp = sum(p.gib for p in tp)
+    # InferenceX PR #2335: "about 56 GB weights per GPU" at TP8 on 8x RTX PRO 6000
+    assert total_tp == pytest.approx(56, rel=0.05)
+    routed = {p.name: p.gib for p in tp}["routed experts x75 layers"]
+    assert routed == pytest.approx({p.name: p.gib for p in ep}["routed experts x75 layers"])
+    # The a2a backend replicates the BF16 shared expert: 75 x 3 x 6144 x 2048 x 2 B x 7/8
+    extra = sum(p.gib for p in ep) - total_tp
+    assert extra == pytest.approx(75 * 3 * 6144 * 2048 * 2 * 7 / 8 / GIB, rel=1e-6)
+    # ...which explains most of the 21.7 - 16.3 = 5.4 GiB the field notes measured
+    assert 0.8 * 5.4 < extra < 5.4
+
+
+def test_redundant_experts_add_whole_experts():
+    glm = load_record("glm-5-nvfp4")
+    base = sum(p.gib for p in weights_per_gpu(glm, Layout(tp=8, ep=8)))
+    more = sum(p.gib for p in weights_per_gpu(glm, Layout(tp=8, ep=8, num_redundant_experts=8)))
+    per_expert = 3 * 6144 * 2048 * (0.5 + 1 / 16) * 75 / GIB
+    assert more - base == pytest.approx(per_expert, rel=1e-6)
+
+
+def test_attention_dp_replicates_attention():
+    dsv3 = load_record("deepseek-v3")
+    tp = {p.name: p.gib for p in weights_per_gpu(dsv3, Layout(tp=8))}
+    dp = {p.name: p.gib for p in weights_per_gpu(dsv3, Layout(tp=8, attn_dp=8))}
+    assert dp["attention (sharded)"] == pytest.approx(8 * tp["attention (sharded)"])
+    assert dp["routed experts x58 layers"] == tp["routed experts x58 layers"]
+    assert dp["embedding"] == pytest.approx(8 * tp["embedding"])  # attn_tp group only
+    assert dp["lm_head"] == tp["lm_head"]
+
+
+def test_seed_diagnosis_from_field_note_figures():
+    tp = budget(94, 21.7, 0.78)
+    assert tp.rest_gib == pytest.approx(1.02, abs=0.005)
+    ep = budget(94, 16.3, 0.78)
+    assert ep.refused and ep.rest_gib == pytest.approx(-4.38, abs=0.005)
+    assert ep.min_viable_mfs == pytest.approx(0.8266, abs=5e-5)
+    assert ep.suggested_mfs == 0.827
+    assert budget(94, 16.3, ep.suggested_mfs).rest_gib > 0
+
+
+def test_budget_tokens_round_to_page():
+    b = budget(94, 21.7, 0.78, cell_bytes=61464, page_size=64)
+    assert b.kv_tokens % 64 == 0
+    assert b.kv_tokens == int(1.02 * GIB) // 61464 // 64 * 64
+
+
+def test_predict_glm5_ep8_loses_free_memory_like_the_field_notes():
+    count, gpu = parse_gpus("8xRTX-PRO-6000")
+    glm = load_record("glm-5-nvfp4")
+    common = dict(
+        gpu_memory_mib=gpu.memory_total_mib,
+        gpu_count=count,
+        sm_major=12,
+        mem_fraction_static=0.78,
+        kv_cache_dtype="fp8_e4m3",
+        pre_load_free_gib=94,
+    )
+    tp = predict(glm, layout=Layout(tp=8), **common)
+    ep = predict(glm, layout=Layout(tp=8, ep=8, moe_a2a_backend="flashinfer"), **common)
+    # field notes: 21.7 GB free after weights under TP, 16.3 GB under EP
+    assert tp.avail_after_weights_gib - ep.avail_after_weights_gib == pytest.approx(5.4, abs=0.3)
+    assert ep.kv_tokens < tp.kv_tokens
+
+
+def test_predict_refused_launch_gets_a_fraction_that_fits():
+    count, gpu = parse_gpus("8xH100")
+    dsv3 = load_record("deepseek-v3")
+    plan = predict(
+        dsv3,
+        gpu_memory_mib=gpu.memory_total_mib,
+        gpu_count=count,
+        sm_major=9,
+        layout=Layout(tp=8),
+        kv_cache_dtype="fp8_e4m3",
+        context_length=4096,
+        pre_load_free_gib=77.0,
+    )
+    # 79 GiB of FP8 weights on 77 GiB free: nothing can fit
+    assert plan.weights_gib > 77 and plan.verdict == "refused"
+    assert plan.min_viable_mfs > 1
+    assert not any(c.startswith("raise --mem-fraction-static") for c in plan.changes)
+    smaller = predict(
+        load_record("qwen3-235b-a22b-fp8"),
+        gpu_memory_mib=gpu.memory_total_mib,
+        gpu_count=count,
+        sm_major=9,
+        layout=Layout(tp=8, ep=8),
+        mem_fraction_static=0.30,
+        context_length=40960,
+    )
+    assert smaller.verdict == "refused"
+    fix = float(smaller.changes[0].split(" to ")[1].split()[0])
+    assert smaller.changes[0].startswith("raise --mem-fraction-static to")
+    assert fix > smaller.min_viable_mfs
+    again = predict(
+        load_record("qwen3-235b-a22b-fp8"),
+        gpu_memory_mib=gpu.memory_total_mib,
+        gpu_count=count,
+        sm_major=9,
+        layout=Layout(tp=8, ep=8),
+        mem_fraction_static=fix,
+        context_length=40960,
+    )
+    assert again.verdict == "fits" and again.kv_tokens >= 40960
+
+
+def test_predict_default_fraction_on_h200_fits():
+    count, gpu = parse_gpus("8xH200")
+    plan = predict(
+        load_record("deepseek-v3"),
+        gpu_memory_mib=gpu.memory_total_mib,
+        gpu_count=count,
+        sm_major=gpu.sm_major,
+        layout=Layout(tp=8),
+        context_length=32768,
+    )
+    assert plan.defaults["mem_fraction_static"] == plan.mem_fraction_static
+    assert plan.verdict == "fits" and plan.kv_tokens > 32768
+    assert plan.kv_cell["bytes_per_token"] == 70272
+
+
+def test_predict_too_small_gpu_suggests_fp8_and_higher_fraction():
+    count, gpu = parse_gpus("8xH100")
+    plan = predict(
+        load_record("deepseek-v3"),
+        gpu_memory_mib=gpu.memory_total_mib,
+        gpu_count=count,
+        sm_major=9,
+        layout=Layout(tp=8),
+    )
+    assert plan.verdict in ("refused", "no-kv", "tight")
+    assert any("fp8_e4m3" in c for c in plan.changes)
+
+
+def test_block_fp8_experts_need_whole_blocks_per_shard():
+    qwen = load_record("qwen3-235b-a22b-fp8")  # moe_intermediate 1536, 128x128 blocks
+    assert any("not divisible by the fp8 block 128" in e for e in Layout(tp=8).validate(qwen))
+    assert not Layout(tp=8, ep=8).validate(qwen)
+    assert not Layout(tp=4).validate(qwen)  # 384 per shard
+
+
+def test_invalid_layouts_are_reported():
+    glm = load_record("glm-5-nvfp4")
+    assert Layout(tp=8, ep=3).validate(glm)
+    assert Layout(tp=8, ep=4, moe_a2a_backend="deepep").validate(glm)
+    assert not Layout(tp=8, ep=8, moe_a2a_backend="deepep").validate(glm)
+    plan = predict(glm, gpu_memory_mib=G_PRO6000, gpu_count=4, layout=Layout(tp=8))
+    assert plan.verdict == "invalid"
+
+
+def test_max_running_requests_rule():
+    # sglang #11208: max_total_num_tokens=1339395, context_len=131072 -> max_running_requests=4096
+    assert resolve_max_running_requests(1339395, 131072) == 4096
+    assert resolve_max_running_requests(100_000, 131072) == 2048
+    assert resolve_max_running_requests(3000, 131072) == 1500  # tokens // 2
+    assert resolve_max_running_requests(1_000_000, 8192, requested=256, attn_dp=8) == 32
+
+
+def test_draft_layers_by_algorithm():
+    from gpuserve.memory.planner import draft_layers
+
+    glm, llama = load_record("glm-5-nvfp4"), load_record("llama-3.1-70b")
+    assert draft_layers(glm, Layout(speculative="NEXTN")) == 1  # num_nextn_predict_layers
+    assert draft_layers(glm, Layout(speculative="EAGLE")) == 1
+    assert draft_layers(llama, Layout(speculative="EAGLE3")) == 1
+    assert draft_layers(llama, Layout(speculative="NGRAM")) == 0
+    assert draft_layers(llama, Layout()) == 0
+    with_mtp = weights_per_gpu(glm, Layout(tp=8, speculative="NEXTN"))
+    assert any(p.name.startswith("draft/MTP") for p in with_mtp)
+    # a separate EAGLE3 head is not one of the checkpoint's layers: weights come from the user
+    eagle3 = weights_per_gpu(glm, Layout(tp=8, speculative="EAGLE3"))
+    assert not any(p.name.startswith("draft/MTP") for p in eagle3)
+
+
+def test_reserve_shrinking_suggestion_is_actionable():
+    dsv3 = load_record("deepseek-v3")
+    common = dict(gpu_memory_mib=G_PRO6000, gpu_count=8, sm_major=12, init_overhead_gib=2.29)
+    plan = predict(dsv3, layout=Layout(tp=8), **common)
+    assert plan.verdict == "refused" and plan.mem_fraction_static == 0.833
+    tip = next(c for c in plan.changes if "--chunked-prefill-size" in c)
+    cps = int(tip.split("--chunked-prefill-size ")[1].split()[0])
+    mfs = float(tip.split("--mem-fraction-static ")[1].split()[0])
+    applied = predict(
+        dsv3, layout=Layout(tp=8), chunked_prefill_size=cps, mem_fraction_static=mfs, **common
+    )
+    assert applied.kv_tokens > 0 and applied.verdict in ("fits", "tight")
+    assert mfs <= applied.max_safe_mfs
+    # 0.5.19 spells the decode graph flag without the -decode suffix
+    old = predict(dsv3, layout=Layout(tp=8), version="0.5.19", **common)
+    assert not any("--cuda-graph-max-bs-decode" in c for c in old.changes)

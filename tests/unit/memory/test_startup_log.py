@@ -1,0 +1,158 @@
+"""SGLang startup-log parsing and diagnosis (gpuserve.memory.startup_log, gpuserve plan --log)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuserve.cli import main
+from gpuserve.errors import InputError
+from gpuserve.memory.startup_log import diagnose, parse_log, read_log
+
+LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
+
+
+def test_seed_tp_leaves_about_one_gib_for_kv():
+    log = read_log(LOGS / "fieldnote_glm5_tp8.log")
+    assert set(log.ranks) == {"TP0", "TP1"}
+    assert log.server_args["mem_fraction_static"] == 0.78
+    assert log.load_type == "GlmMoeDsaForCausalLM" and log.quant == "quant=modelopt_fp4"
+    d = diagnose(log)
+    assert (d.pre_load_free_gib, d.avail_after_weights_gib) == (94.0, 21.7)
+    assert d.slack_gib == pytest.approx(20.68)
+    assert d.rest_gib == pytest.approx(1.02, abs=0.005)
+    assert d.outcome == "incomplete"
+
+
+@pytest.mark.parametrize("name", ["fieldnote_glm5_ep8.log", "fieldnote_glm5_ep8_oldformat.log"])
+def test_seed_ep_is_refused_with_minimum_viable_fraction(name):
+    d = diagnose(read_log(LOGS / name))
+    assert d.outcome == "refused-no-kv"
+    assert d.rest_gib == pytest.approx(-4.38, abs=0.005)
+    assert d.min_viable_mfs == pytest.approx(0.8266, abs=5e-5)
+    assert d.suggested_mfs == 0.827
+    first = d.fixes[0]
+    assert first.startswith("raise --mem-fraction-static to")
+    value = float(first.split(" to ")[1].split()[0])
+    assert value > 0.8266 and 16.3 - 94 * (1 - value) > 0  # the suggestion leaves KV room
+    # fp8 KV is suggested only when the log does not already run it
+    already_fp8 = name == "fieldnote_glm5_ep8.log"
+    assert any("--kv-cache-dtype fp8_e4m3" in f for f in d.fixes) is not already_fp8
+
+
+def test_refusal_error_fields_are_parsed():
+    log = read_log(LOGS / "fieldnote_glm5_ep8.log")
+    err = log.error("err_no_kv")
+    assert (err["mfs"], err["suggested"], err["min_viable"]) == (0.78, 0.827, 0.8266)
+
+
+def test_dsv4_refusal_derives_free_before_from_mem_usage():
+    # InferenceX #2128: the issue quotes SGLang's minimum viable fraction 0.9113
+    d = diagnose(read_log(LOGS / "inferencex_2128_dsv4_refused.log"))
+    assert d.outcome == "refused-no-kv"
+    assert d.pre_load_free_gib == pytest.approx(12.25 + 125.65)
+    assert d.min_viable_mfs == pytest.approx(0.9113, abs=2e-4)
+    assert d.rest_gib < 0
+
+
+def test_verbatim_qwen3_lines_give_pool_and_cell():
+    log = read_log(LOGS / "sglang_pr18263_qwen3_30b.log")
+    assert log.avail_after_weights == 230.2 and log.weights_usage == 56.98
+    assert log.kv_tokens == 1669816 and log.kv_gib == pytest.approx(152.88)
+    d = diagnose(log, mem_fraction_static=0.911)
+    # PR #18263 debug print: "initial available_bytes 219721119039 / 204.63 GB"
+    assert d.rest_gib == pytest.approx(204.63, abs=0.02)  # logged figures have 2 decimals
+    assert d.kv_bytes_per_token == pytest.approx(98304, rel=1e-3)
+    assert d.outcome == "started"
+
+
+def test_old_formats_parse():
+    log = read_log(LOGS / "sglang_3416_dsv3_old.log")
+    assert log.ranks["TP7"].load_end_avail == 58.12 and log.weights_usage is None
+    graph = read_log(LOGS / "sglang_8538_llama4_graph.log")
+    assert graph.graph_usage == 6.19 and graph.ranks["TP0"].graph_end_avail == 5.24
+    sched = read_log(LOGS / "sglang_11208_glm45air_sched.log")
+    assert sched.kv_tokens == 1339395 and sched.scheduler["available_gpu_mem"] == 33.74
+    pool = read_log(LOGS / "sglang_4161_dsv3.log")
+    assert pool.ranks["TP0"].pool_end_avail == 22.03
+
+
+def test_draft_pool_is_kept_apart_from_target_pool():
+    log = read_log(LOGS / "club3090_1261_draft_pool.log")
+    rank = log.ranks["rank0"]
+    assert rank.kv_gib == pytest.approx(6.92) and rank.draft_kv_gib == pytest.approx(2.16)
+    assert rank.kv_dtype == "torch.float8_e4m3fn"
+
+
+def test_capture_oom_suggests_lower_fraction_or_batch():
+    d = diagnose(read_log(LOGS / "fieldnote_glm5_capture_oom.log"))
+    assert d.outcome == "oom-during-capture"
+    assert any("lower --mem-fraction-static to about" in f for f in d.fixes)
+    assert any("--cuda-graph-max-bs-decode 256" in f for f in d.fixes)
+
+
+def test_unbalanced_memory():
+    text = (
+        "[2026-01-01 00:00:00 TP3] RuntimeError: The memory capacity is unbalanced. Some GPUs "
+        "may be occupied by other processes. pre_model_load_memory=40.5, "
+        "local_gpu_memory=93.3, local_gpu_memory * 0.9=83.97\n"
+    )
+    d = diagnose(parse_log(text))
+    assert d.outcome == "unbalanced"
+    assert any("another process" in f for f in d.fixes)
+
+
+def test_non_log_is_an_input_error(tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello\nworld\n")
+    with pytest.raises(InputError, match="no SGLang startup lines"):
+        read_log(bad)
+
+
+def test_cli_log_json_and_table(capsys):
+    assert main(["plan", "--log", str(LOGS / "fieldnote_glm5_ep8.log"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["diagnosis"]["outcome"] == "refused-no-kv"
+    assert out["diagnosis"]["suggested_mfs"] == 0.827
+    assert main(["plan", "--log", str(LOGS / "fieldnote_glm5_ep8.log")]) == 0
+    text = capsys.readouterr().out
+    assert "refused-no-kv" in text and "-4.38" in text and "0.8266" in text
+
+
+def test_cli_missing_log_exits_2(capsys, tmp_path):
+    assert main(["plan", "--log", str(tmp_path / "absent.log")]) == 2
+    assert "gpuserve: error:" in capsys.readouterr().err
+
+
+def test_cli_log_with_model_predicts_kv_tokens(capsys):
+    argv = [
+        "plan",
+        "--log",
+        str(LOGS / "fieldnote_glm5_tp8.log"),
+        "--model",
+        "glm-5-nvfp4",
+        "--gpus",
+        "8xRTX-PRO-6000",
+        "--json",
+    ]
+    assert main(argv) == 0
+    lines = json.loads(capsys.readouterr().out)["diagnosis"]["lines"]
+    kv = next(x for x in lines if "KV tokens" in x and "B/token" in x)
+    tokens = int(kv.split("about ")[1].split()[0].replace(",", ""))
+    assert abs(tokens - int(1.02 * (1 << 30)) // 61464) <= 1  # rest 1.02 GiB / 61,464 B
+    assert any("predicts 55." in x for x in lines)
+
+
+def test_server_args_dict_form_of_sglang_0_5_x():
+    # 0.5.x logs the resolved args as a dict (entrypoints/engine.py::_server_args_for_logging).
+    line = (
+        "[2026-11-29 10:00:00] server_args={'model_path': '/models/GLM-5-NVFP4', "
+        "'tp_size': 8, 'mem_fraction_static': 0.833, 'kv_cache_dtype': 'fp8_e4m3', "
+        "'chunked_prefill_size': 8192, 'api_key': None}"
+    )
+    log = parse_log(line)
+    assert log.server_args["mem_fraction_static"] == 0.833
+    assert log.server_args["kv_cache_dtype"] == "fp8_e4m3"
+    assert log.server_args["tp_size"] == 8
