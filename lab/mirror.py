@@ -24,7 +24,7 @@ import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-PUBLISHERS = ("lab.sglang_standin", "lab.nvidia_repo")
+PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.nvidia_repo")
 LAYOUT = ("wheels", "cuda/repos/debian12/x86_64")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -149,7 +149,7 @@ def packages(spec: dict, public_key: bytes) -> list[_Deb]:
                 f"deb [signed-by={KEYRING}] {NVIDIA_URL} /\n", conffile=True)
     debs.append(keyring)
 
-    hardware = _Deb("gpuserve-lab-hardware", "1.0-1", "all",
+    hardware = _Deb("gpuserve-lab-hardware", "1.1-1", "all",
                     description="gpuserve lab: recorded GPU boxes (the stand-in's 'hardware')")
     hardware.add("/etc/gpuserve-lab/box", f"{spec['default_box']}\n", conffile=True)
     hardware.add("/usr/local/bin/systemd-detect-virt",

@@ -75,7 +75,7 @@ def test_repository_layout_and_signature(repo, tmp_path):
 
 def _smi(tmp_path: Path, repo: Path, box: str, *args: str) -> str:
     drv = _extract(repo, "nvidia-driver_580.126.20-1_amd64.deb", tmp_path / "drv")
-    hw = _extract(repo, "gpuserve-lab-hardware_1.0-1_all.deb", tmp_path / "hw")
+    hw = _extract(repo, "gpuserve-lab-hardware_*_all.deb", tmp_path / "hw")
     script = (drv / "usr/bin/nvidia-smi").read_text()
     boxes = hw / "usr/share/gpuserve-lab/boxes"
     script = script.replace("/usr/share/gpuserve-lab/boxes", str(boxes))
