@@ -517,6 +517,35 @@ class Plan:
         return asdict(self)
 
 
+@dataclass
+class _Sizing:
+    """The figures of one predicted launch, in the order SGLang arrives at them (GiB), with
+    the GPU facts they came from.
+
+    ``predict`` computes them once and the explanation, verdict, fixes and Plan all read
+    them, so each of those steps can be followed (and tested) on its own.
+    """
+
+    gpu_memory_mib: float
+    sm_major: int | None
+    dsa_backend: str | None
+    defaults: MemoryDefaults  # as launched: the user's mem_fraction_static when given
+    heuristic: MemoryDefaults  # SGLang's own choice at the same settings (its reserve)
+    mfs: float
+    kv_dtype: str
+    parts: list[WeightPart]
+    weights: float
+    a2a_buffer_gib: float
+    pre: float
+    after: float
+    cell: KvCell
+    budget: Budget
+    tokens: int
+    ctx: int | None
+    graph_reserve: float
+    max_safe: float
+
+
 def predict(
     arch: ModelArch,
     *,
@@ -541,9 +570,80 @@ def predict(
 ) -> Plan:
     """Predict a launch: SGLang's defaults, weights, KV capacity and a verdict with fixes."""
     layout = layout or Layout()
+    problems = _layout_problems(arch, layout, gpu_count)
+    defaults, heuristic = _launch_defaults(
+        arch,
+        layout,
+        gpu_memory_mib,
+        version=version,
+        mem_fraction_static=mem_fraction_static,
+        chunked_prefill_size=chunked_prefill_size,
+        cuda_graph_max_bs=cuda_graph_max_bs,
+        max_running_requests=max_running_requests,
+    )
+    s = _size_launch(
+        arch,
+        layout,
+        defaults,
+        heuristic,
+        gpu_memory_mib=gpu_memory_mib,
+        init_overhead_gib=init_overhead_gib,
+        pre_load_free_gib=pre_load_free_gib,
+        kv_cache_dtype=kv_cache_dtype,
+        a2a_buffer_gib=a2a_buffer_gib,
+        draft_weights_gib=draft_weights_gib,
+        sm_major=sm_major,
+        dsa_backend=dsa_backend,
+        page_size=page_size,
+        context_length=context_length,
+    )
+    explanation = _budget_lines(s, version)
+    explanation += _record_notes(arch, layout, draft_weights_gib)
+    verdict, verdict_lines = _verdict(problems, s)
+    explanation += verdict_lines
+    changes = _changes_for_verdict(arch, layout, s, verdict)
+    return _plan(
+        arch,
+        layout,
+        s,
+        gpu_name=gpu_name,
+        gpu_count=gpu_count,
+        version=version,
+        requested_max_running=max_running_requests,
+        verdict=verdict,
+        explanation=explanation,
+        changes=changes,
+        problems=problems,
+    )
+
+
+def _layout_problems(arch: ModelArch, layout: Layout, gpu_count: int) -> list[str]:
+    """What SGLang would refuse at launch, plus a layout that needs more GPUs than given.
+
+    Any problem makes the verdict "invalid"; the figures are still computed and shown.
+    """
     problems = layout.validate(arch)
     if layout.tp * layout.pp > gpu_count:
         problems.append(f"tp x pp = {layout.tp * layout.pp} needs more than {gpu_count} GPUs")
+    return problems
+
+
+def _launch_defaults(
+    arch: ModelArch,
+    layout: Layout,
+    gpu_memory_mib: float,
+    *,
+    version: str,
+    mem_fraction_static: float | None,
+    chunked_prefill_size: int | None,
+    cuda_graph_max_bs: int | None,
+    max_running_requests: int | None,
+) -> tuple[MemoryDefaults, MemoryDefaults]:
+    """SGLang's defaults as launched, and its own heuristic at the same settings.
+
+    The two differ only when the user sets mem_fraction_static; the heuristic's reserve is
+    still what SGLang needs for graphs and activations, so it bounds a safe fraction.
+    """
     settings = dict(
         tp=layout.tp,
         pp=layout.pp,
@@ -562,21 +662,38 @@ def predict(
     heuristic = (
         defaults if mem_fraction_static is None else memory_defaults(gpu_memory_mib, **settings)
     )
+    return defaults, heuristic
+
+
+def _size_launch(
+    arch: ModelArch,
+    layout: Layout,
+    defaults: MemoryDefaults,
+    heuristic: MemoryDefaults,
+    *,
+    gpu_memory_mib: float,
+    init_overhead_gib: float,
+    pre_load_free_gib: float | None,
+    kv_cache_dtype: str,
+    a2a_buffer_gib: float | None,
+    draft_weights_gib: float,
+    sm_major: int | None,
+    dsa_backend: str | None,
+    page_size: int,
+    context_length: int | None,
+) -> _Sizing:
+    """Follow SGLang's startup: weights load, then _profile_available_bytes sizes the pool.
+
+    free before weights -> minus weights and a2a buffers -> rest after the static-pool slack
+    -> KV tokens at the per-token cell size.
+    """
     mfs = defaults.mem_fraction_static
     kv_dtype = resolve_kv_dtype(arch, kv_cache_dtype)
-    parts = weights_per_gpu(arch, layout)
-    if draft_weights_gib:
-        parts.append(
-            WeightPart("separate draft model (given)", draft_weights_gib * GIB, 1.0, "as given")
-        )
+    parts = _weight_parts(arch, layout, draft_weights_gib)
     weights = sum(p.gib for p in parts)
     if a2a_buffer_gib is None:
         a2a_buffer_gib = DEFAULT_A2A_BUFFER_GIB.get(layout.moe_a2a_backend, 0.0)
-    pre = (
-        pre_load_free_gib
-        if pre_load_free_gib is not None
-        else (gpu_memory_mib / 1024 - init_overhead_gib)
-    )
+    pre = _pre_load_free(gpu_memory_mib, init_overhead_gib, pre_load_free_gib)
     after = pre - weights - a2a_buffer_gib
     draft = draft_layers(arch, layout)
     cell = kv_cell(
@@ -588,13 +705,65 @@ def predict(
         dsa_backend=dsa_backend,
     )
     b = budget(pre, after, mfs, cell.bytes_per_token, page_size)
-    tokens = b.kv_tokens or 0
-    ctx = context_length or arch.max_position_embeddings
     graph_reserve = heuristic.reserved_mb / 1024
-    # Highest fraction that still leaves SGLang's own graph/activation reserve free.
-    max_safe = math.floor((1 - graph_reserve / pre) * 1000) / 1000 if pre > 0 else 0.0
+    return _Sizing(
+        gpu_memory_mib=gpu_memory_mib,
+        sm_major=sm_major,
+        dsa_backend=dsa_backend,
+        defaults=defaults,
+        heuristic=heuristic,
+        mfs=mfs,
+        kv_dtype=kv_dtype,
+        parts=parts,
+        weights=weights,
+        a2a_buffer_gib=a2a_buffer_gib,
+        pre=pre,
+        after=after,
+        cell=cell,
+        budget=b,
+        tokens=b.kv_tokens or 0,
+        ctx=context_length or arch.max_position_embeddings,
+        graph_reserve=graph_reserve,
+        max_safe=_max_safe_mfs(pre, graph_reserve),
+    )
 
-    explanation = [
+
+def _weight_parts(arch: ModelArch, layout: Layout, draft_weights_gib: float) -> list[WeightPart]:
+    """The model's weights per GPU plus, when the user gives its size, a separate draft
+    model: SGLang loads both before sizing the KV pool, so both come out of the budget."""
+    parts = weights_per_gpu(arch, layout)
+    if draft_weights_gib:
+        parts.append(
+            WeightPart("separate draft model (given)", draft_weights_gib * GIB, 1.0, "as given")
+        )
+    return parts
+
+
+def _pre_load_free(
+    gpu_memory_mib: float, init_overhead_gib: float, pre_load_free_gib: float | None
+) -> float:
+    """Free memory when weights start loading (SGLang's ``pre``): the measured figure when
+    there is one, else memory.total less the init overhead (CUDA context, NCCL, cuBLAS;
+    gpus.yaml)."""
+    if pre_load_free_gib is not None:
+        return pre_load_free_gib
+    return gpu_memory_mib / 1024 - init_overhead_gib
+
+
+def _max_safe_mfs(pre: float, graph_reserve: float) -> float:
+    """The ceiling every suggested mem_fraction_static is held to: above it CUDA graph
+    capture can OOM even though the KV pool fits. 0.0 when nothing is free at all."""
+    # Highest fraction that still leaves SGLang's own graph/activation reserve free.
+    return math.floor((1 - graph_reserve / pre) * 1000) / 1000 if pre > 0 else 0.0
+
+
+def _budget_lines(s: _Sizing, version: str) -> list[str]:
+    """The budget arithmetic step by step, in the order SGLang computes it, so a reader can
+    check every figure the verdict rests on."""
+    gpu_memory_mib, defaults, mfs, pre, after = s.gpu_memory_mib, s.defaults, s.mfs, s.pre, s.after
+    b = s.budget
+    weights, a2a_buffer_gib, cell, kv_dtype = s.weights, s.a2a_buffer_gib, s.cell, s.kv_dtype
+    return [
         f"GPU memory.total {gpu_memory_mib:.0f} MiB ({gpu_memory_mib / 1024:.2f} GiB); free before "
         f"weights ~{pre:.2f} GiB",
         f"mem_fraction_static {mfs:.3f} "
@@ -611,76 +780,110 @@ def predict(
         f"rest = {after:.2f} - {pre:.2f} x (1 - {mfs:.3f}) = {b.rest_gib:.2f} GiB for the KV cache",
         f"KV {cell.bytes_per_token} B/token ({cell.formula}, {kv_dtype})",
     ]
+
+
+def _record_notes(arch: ModelArch, layout: Layout, draft_weights_gib: float) -> list[str]:
+    """Caveats about the inputs rather than the budget: how the record compares with the
+    checkpoint's own size, and draft weights the prediction cannot know."""
+    notes: list[str] = []
     if arch.checkpoint_bytes:
         # model.safetensors.index.json total_size vs the record's own parameter bytes (MTP
         # layers included, as checkpoints ship them): a cross-check of the record.
         whole = weights_per_gpu(arch, Layout(speculative="NEXTN" if arch.mtp_layers else None))
         total = sum(p.gib for p in whole)
         ckpt = arch.checkpoint_bytes / GIB
-        explanation.append(
+        notes.append(
             f"checkpoint total_size {ckpt:.1f} GiB vs {total:.1f} GiB from the config "
             f"({(total - ckpt) / ckpt:+.0%})"
         )
     if layout.speculative and not uses_builtin_mtp(arch, layout) and not draft_weights_gib:
-        explanation.append(
+        notes.append(
             f"{layout.speculative} draft model weights are not included (unknown): pass "
             "--draft-weights-gib; SGLang charges them to the same KV budget"
         )
-    changes: list[str] = []
+    return notes
+
+
+def _verdict(problems: list[str], s: _Sizing) -> tuple[str, list[str]]:
+    """The verdict and the line that explains it, checked in SGLang's order: a layout it
+    refuses, then _profile_available_bytes (rest <= 0), then the pool sizing (no token)."""
     if problems:
-        verdict = "invalid"
-    elif b.refused:
-        verdict = "refused"
-        explanation.append(
+        return "invalid", []
+    mfs, pre, after, b = s.mfs, s.pre, s.after, s.budget
+    if b.refused:
+        return "refused", [
             f"SGLang raises: Loaded weights leave no GPU memory for the KV cache under "
             f"--mem-fraction-static={mfs}; minimum viable = 1 - {after:.2f}/{pre:.2f} = "
             f"{b.min_viable_mfs:.4f}"
-        )
-    elif tokens <= 0:
-        verdict = "no-kv"
-        explanation.append(
+        ]
+    if s.tokens <= 0:
+        return "no-kv", [
             "SGLang raises: Not enough memory. Please try to increase --mem-fraction-static."
-        )
-    else:
-        verdict = "fits" if (ctx is None or tokens >= ctx) else "tight"
-        explanation.append(
-            f"KV tokens {tokens:,} ({tokens * cell.bytes_per_token / GIB:.2f} GiB)"
-            + (f"; context {ctx:,}" if ctx else "")
-        )
+        ]
+    ctx, tokens = s.ctx, s.tokens
+    verdict = "fits" if (ctx is None or tokens >= ctx) else "tight"
+    return verdict, [
+        f"KV tokens {tokens:,} ({tokens * s.cell.bytes_per_token / GIB:.2f} GiB)"
+        + (f"; context {ctx:,}" if ctx else "")
+    ]
+
+
+def _changes_for_verdict(arch: ModelArch, layout: Layout, s: _Sizing, verdict: str) -> list[str]:
+    """Fixes when the launch fails or falls short of the context; when it fits, a warning
+    if the fraction leaves less than SGLang's own reserve (graph capture would OOM)."""
     if verdict in ("refused", "no-kv", "tight"):
-        changes = suggest_changes(
+        return suggest_changes(
             arch,
             layout,
-            pre=pre,
-            after=after,
-            mfs=mfs,
-            cell=cell,
-            ctx=ctx,
-            max_safe=max_safe,
-            defaults=heuristic,
-            kv_dtype=kv_dtype,
-            a2a_buffer_gib=a2a_buffer_gib,
-            gpu_memory_mib=gpu_memory_mib,
-            sm_major=sm_major,
-            dsa_backend=dsa_backend,
+            pre=s.pre,
+            after=s.after,
+            mfs=s.mfs,
+            cell=s.cell,
+            ctx=s.ctx,
+            max_safe=s.max_safe,
+            defaults=s.heuristic,
+            kv_dtype=s.kv_dtype,
+            a2a_buffer_gib=s.a2a_buffer_gib,
+            gpu_memory_mib=s.gpu_memory_mib,
+            sm_major=s.sm_major,
+            dsa_backend=s.dsa_backend,
         )
-    elif mfs > max_safe and verdict == "fits":
-        changes.append(
+    mfs, max_safe, pre, graph_reserve = s.mfs, s.max_safe, s.pre, s.graph_reserve
+    if mfs > max_safe and verdict == "fits":
+        return [
             f"mem_fraction_static {mfs:.3f} leaves {pre * (1 - mfs):.2f} GiB outside the "
             "static pool, "
             f"less than SGLang's own graph/activation reserve ({graph_reserve:.2f} GiB): CUDA "
             f"graph capture may OOM; lower the decode graph max bs or keep mfs <= {max_safe:.3f}"
-        )
+        ]
+    return []
 
+
+def _plan(
+    arch: ModelArch,
+    layout: Layout,
+    s: _Sizing,
+    *,
+    gpu_name: str,
+    gpu_count: int,
+    version: str,
+    requested_max_running: int | None,
+    verdict: str,
+    explanation: list[str],
+    changes: list[str],
+    problems: list[str],
+) -> Plan:
+    """Assemble the Plan: the sizing's figures in the shape the CLI and JSON output use."""
+    tokens, ctx = s.tokens, s.ctx
     return Plan(
         model=arch.name,
         gpu=gpu_name,
         gpus=gpu_count,
         version=version,
         layout=asdict(layout),
-        defaults=defaults.to_dict(),
-        mem_fraction_static=mfs,
-        kv_dtype=kv_dtype,
+        defaults=s.defaults.to_dict(),
+        mem_fraction_static=s.mfs,
+        kv_dtype=s.kv_dtype,
         weights=[
             {
                 "part": p.name,
@@ -688,26 +891,26 @@ def predict(
                 "how": p.how,
                 "bytes_per_param": round(p.bytes_per_param, 4),
             }
-            for p in parts
+            for p in s.parts
         ],
-        weights_gib=weights,
-        a2a_buffer_gib=a2a_buffer_gib,
-        pre_load_free_gib=pre,
-        avail_after_weights_gib=after,
-        kv_cell=asdict(cell),
-        rest_gib=b.rest_gib,
+        weights_gib=s.weights,
+        a2a_buffer_gib=s.a2a_buffer_gib,
+        pre_load_free_gib=s.pre,
+        avail_after_weights_gib=s.after,
+        kv_cell=asdict(s.cell),
+        rest_gib=s.budget.rest_gib,
         kv_tokens=tokens,
-        kv_gib=tokens * cell.bytes_per_token / GIB,
+        kv_gib=tokens * s.cell.bytes_per_token / GIB,
         context_length=ctx,
         max_running_requests=(
-            resolve_max_running_requests(tokens, ctx, max_running_requests, layout.attn_dp)
+            resolve_max_running_requests(tokens, ctx, requested_max_running, layout.attn_dp)
             if tokens > 0 and ctx
             else None
         ),
-        graph_reserve_gib=graph_reserve,
+        graph_reserve_gib=s.graph_reserve,
         verdict=verdict,
-        min_viable_mfs=b.min_viable_mfs,
-        max_safe_mfs=max_safe,
+        min_viable_mfs=s.budget.min_viable_mfs,
+        max_safe_mfs=s.max_safe,
         explanation=explanation,
         changes=changes,
         problems=problems,
@@ -732,124 +935,225 @@ def suggest_changes(
     dsa_backend: str | None = None,
 ) -> list[str]:
     """Concrete changes, most direct first, each with the number that makes it work."""
-    out: list[str] = []
-    # 0.5.20+ only accepts the per-phase spelling (sglang.md §0; server_args fields).
-    bs_flag = (
-        "--cuda-graph-max-bs" if defaults.version == "0.5.19" else "--cuda-graph-max-bs-decode"
-    )
     want_tokens = ctx or 4096
     target = mfs_for_tokens(pre, after, want_tokens, cell.bytes_per_token)
     min_viable = math.ceil((1 - after / pre) * 1000) / 1000
     if target <= max_safe:
-        out.append(
+        out = [
             f"raise --mem-fraction-static to {target:.3f} (minimum viable "
             f"{min_viable:.3f}; {want_tokens:,} KV tokens need {target:.3f}; "
             f"SGLang's graph/activation reserve allows up to {max_safe:.3f})"
-        )
+        ]
     else:
-        best = max_safe
-        tokens_at_best = max(0, int((after - pre * (1 - best)) * GIB) // cell.bytes_per_token)
-        if best > min_viable:
-            out.append(
-                f"raise --mem-fraction-static to {best:.3f} (the most the graph/activation "
-                f"reserve allows): about {tokens_at_best:,} KV tokens"
-            )
-
-        # Shrink SGLang's own reserve: decode graphs (2 MiB per bs, more with attention-DP)
-        # and activations (1.5 MiB per chunked-prefill token); report what each knob buys.
-        def option(bs: int, cps: int) -> tuple[float, int]:
-            lower = memory_defaults(
-                gpu_memory_mib,
-                tp=layout.tp,
-                pp=layout.pp,
-                attn_dp=layout.attn_dp,
-                use_mla=arch.is_mla,
-                version=defaults.version,
-                decode_max_bs=bs,
-                chunked_prefill_size=cps,
-                moe_a2a_backend=layout.moe_a2a_backend,
-            )
-            safe = math.floor((1 - lower.reserved_mb / 1024 / pre) * 1000) / 1000
-            toks = max(0, int((after - pre * (1 - safe)) * GIB) // cell.bytes_per_token)
-            return safe, toks
-
-        bs0, cps0 = defaults.decode_max_bs, defaults.chunked_prefill_size
-        knobs = [(f"{bs_flag} {bs}", bs, cps0) for bs in (256, 128, 64) if bs < bs0]
-        knobs += [(f"--chunked-prefill-size {c}", bs0, c) for c in (4096, 2048) if 0 < c < cps0]
-        if len(knobs) > 1:
-            knobs.append(
-                (
-                    f"{bs_flag} 128 and --chunked-prefill-size 2048",
-                    min(bs0, 128),
-                    min(cps0, 2048) if cps0 > 0 else cps0,
-                )
-            )
-        for label, bs, cps in knobs:
-            safe, toks = option(bs, cps)
-            if toks > 0 and safe > best + 0.0005:
-                best = safe
-                out.append(
-                    f"use {label} with --mem-fraction-static {safe:.3f} (SGLang's own reserve "
-                    f"shrinks that far): about {toks:,} KV tokens"
-                )
-                if toks >= want_tokens:
-                    break
+        out = _best_fraction_changes(
+            arch,
+            layout,
+            pre=pre,
+            after=after,
+            cell=cell,
+            want_tokens=want_tokens,
+            min_viable=min_viable,
+            max_safe=max_safe,
+            defaults=defaults,
+            gpu_memory_mib=gpu_memory_mib,
+        )
     if not out:
         out.append(
             f"no mem_fraction_static leaves room for both the KV cache and SGLang's "
             f"graph/activation reserve (minimum viable {min_viable:.3f} > {max_safe:.3f}): "
             f"weights must shrink (more GPUs or a smaller quantization) or the reserve must"
         )
-    if not kv_dtype.startswith("fp8"):
-        fp8 = kv_cell(
-            arch,
-            kv_dtype="fp8_e4m3",
-            attn_tp=layout.attn_tp,
-            draft=draft_layers(arch, layout),
-            sm_major=sm_major,
-            dsa_backend=dsa_backend,
-        )
+    optional = (
+        _fp8_kv_change(arch, layout, cell, kv_dtype, sm_major, dsa_backend),
+        _redundant_experts_change(arch, layout),
+        _plain_tp_change(arch, layout, a2a_buffer_gib),
+        _attn_dp_change(layout, defaults),
+        _speculative_change(arch, layout),
+    )
+    return out + [change for change in optional if change]
+
+
+def _kv_tokens_at(pre: float, after: float, mfs: float, cell: KvCell) -> int:
+    """KV tokens SGLang would size at ``mfs``: rest = after - pre x (1 - mfs), never
+    negative, so an option can be quoted in tokens as well as in GiB."""
+    return max(0, int((after - pre * (1 - mfs)) * GIB) // cell.bytes_per_token)
+
+
+def _best_fraction_changes(
+    arch: ModelArch,
+    layout: Layout,
+    *,
+    pre: float,
+    after: float,
+    cell: KvCell,
+    want_tokens: int,
+    min_viable: float,
+    max_safe: float,
+    defaults: MemoryDefaults,
+    gpu_memory_mib: float,
+) -> list[str]:
+    """When the wanted tokens need more than the reserve allows: the most the fraction can
+    rise as things stand, then each knob that shrinks SGLang's own reserve and so lets it
+    rise further, stopping at the first that reaches the wanted tokens."""
+    out: list[str] = []
+    best = max_safe
+    tokens_at_best = _kv_tokens_at(pre, after, best, cell)
+    if best > min_viable:
         out.append(
-            f"use --kv-cache-dtype fp8_e4m3: {fp8.bytes_per_token} B/token instead of "
-            f"{cell.bytes_per_token}, x{cell.bytes_per_token / fp8.bytes_per_token:.2f} the "
-            f"tokens of any positive KV budget"
+            f"raise --mem-fraction-static to {best:.3f} (the most the graph/activation "
+            f"reserve allows): about {tokens_at_best:,} KV tokens"
         )
-    if layout.num_redundant_experts and arch.is_moe:
-        per_expert = 3 * arch.hidden_size * arch.moe_intermediate_size * len(arch.moe_layer_ids)
-        bpp = _bytes_per_param(arch, "routed_experts", component_modules(arch)["routed_experts"])
-        saved = layout.num_redundant_experts / layout.ep * per_expert * bpp / layout.moe_tp / GIB
-        out.append(
-            f"drop --ep-num-redundant-experts {layout.num_redundant_experts}: "
-            f"saves {saved:.2f} GiB/GPU"
+    for label, bs, cps in _reserve_knobs(defaults):
+        safe, toks = _with_smaller_reserve(
+            arch, layout, defaults, gpu_memory_mib, pre, after, cell, bs=bs, cps=cps
         )
-    if layout.moe_a2a_backend in A2A_REPLICATE_SHARED and arch.is_moe:
-        tp_layout = Layout(
-            tp=layout.tp,
-            attn_dp=layout.attn_dp,
-            pp=layout.pp,
-            speculative=layout.speculative,
-            draft_layers=layout.draft_layers,
-        )
-        saved = (
-            sum(p.gib for p in weights_per_gpu(arch, layout))
-            + a2a_buffer_gib
-            - sum(p.gib for p in weights_per_gpu(arch, tp_layout))
-        )
-        if saved > 0.05:
+        if toks > 0 and safe > best + 0.0005:
+            best = safe
             out.append(
-                f"serve with plain TP (no --moe-a2a-backend {layout.moe_a2a_backend}): "
-                f"shared experts sharded again and no dispatch buffers, {saved:.2f} GiB/GPU "
-                f"more free"
+                f"use {label} with --mem-fraction-static {safe:.3f} (SGLang's own reserve "
+                f"shrinks that far): about {toks:,} KV tokens"
             )
+            if toks >= want_tokens:
+                break
+    return out
+
+
+def _reserve_knobs(defaults: MemoryDefaults) -> list[tuple[str, int, int]]:
+    """(flag text, decode graph max bs, chunked-prefill size) to try, smallest change first:
+    only values below the current ones, and both together when there is more than one."""
+    # 0.5.20+ only accepts the per-phase spelling (sglang.md §0; server_args fields).
+    bs_flag = (
+        "--cuda-graph-max-bs" if defaults.version == "0.5.19" else "--cuda-graph-max-bs-decode"
+    )
+    bs0, cps0 = defaults.decode_max_bs, defaults.chunked_prefill_size
+    knobs = [(f"{bs_flag} {bs}", bs, cps0) for bs in (256, 128, 64) if bs < bs0]
+    knobs += [(f"--chunked-prefill-size {c}", bs0, c) for c in (4096, 2048) if 0 < c < cps0]
+    if len(knobs) > 1:
+        knobs.append(
+            (
+                f"{bs_flag} 128 and --chunked-prefill-size 2048",
+                min(bs0, 128),
+                min(cps0, 2048) if cps0 > 0 else cps0,
+            )
+        )
+    return knobs
+
+
+def _with_smaller_reserve(
+    arch: ModelArch,
+    layout: Layout,
+    defaults: MemoryDefaults,
+    gpu_memory_mib: float,
+    pre: float,
+    after: float,
+    cell: KvCell,
+    *,
+    bs: int,
+    cps: int,
+) -> tuple[float, int]:
+    """(safe mem_fraction_static, KV tokens) once SGLang's reserve is recomputed for a
+    smaller decode graph batch and chunked-prefill size: what that knob buys."""
+    # Shrink SGLang's own reserve: decode graphs (2 MiB per bs, more with attention-DP)
+    # and activations (1.5 MiB per chunked-prefill token); report what each knob buys.
+    lower = memory_defaults(
+        gpu_memory_mib,
+        tp=layout.tp,
+        pp=layout.pp,
+        attn_dp=layout.attn_dp,
+        use_mla=arch.is_mla,
+        version=defaults.version,
+        decode_max_bs=bs,
+        chunked_prefill_size=cps,
+        moe_a2a_backend=layout.moe_a2a_backend,
+    )
+    safe = math.floor((1 - lower.reserved_mb / 1024 / pre) * 1000) / 1000
+    return safe, _kv_tokens_at(pre, after, safe, cell)
+
+
+def _fp8_kv_change(
+    arch: ModelArch,
+    layout: Layout,
+    cell: KvCell,
+    kv_dtype: str,
+    sm_major: int | None,
+    dsa_backend: str | None,
+) -> str | None:
+    """An fp8 KV cache, quoted as the gain in tokens: it helps whatever the budget is, so it
+    is offered even when a fraction change alone would do."""
+    if kv_dtype.startswith("fp8"):
+        return None
+    fp8 = kv_cell(
+        arch,
+        kv_dtype="fp8_e4m3",
+        attn_tp=layout.attn_tp,
+        draft=draft_layers(arch, layout),
+        sm_major=sm_major,
+        dsa_backend=dsa_backend,
+    )
+    return (
+        f"use --kv-cache-dtype fp8_e4m3: {fp8.bytes_per_token} B/token instead of "
+        f"{cell.bytes_per_token}, x{cell.bytes_per_token / fp8.bytes_per_token:.2f} the "
+        f"tokens of any positive KV budget"
+    )
+
+
+def _redundant_experts_change(arch: ModelArch, layout: Layout) -> str | None:
+    """Redundant experts add num_redundant / ep whole experts to every EP rank: dropping them
+    returns that weight memory to the KV budget."""
+    if not (layout.num_redundant_experts and arch.is_moe):
+        return None
+    per_expert = 3 * arch.hidden_size * arch.moe_intermediate_size * len(arch.moe_layer_ids)
+    bpp = _bytes_per_param(arch, "routed_experts", component_modules(arch)["routed_experts"])
+    saved = layout.num_redundant_experts / layout.ep * per_expert * bpp / layout.moe_tp / GIB
+    return (
+        f"drop --ep-num-redundant-experts {layout.num_redundant_experts}: saves {saved:.2f} GiB/GPU"
+    )
+
+
+def _plain_tp_change(arch: ModelArch, layout: Layout, a2a_buffer_gib: float) -> str | None:
+    """All-to-all backends replicate the shared experts and add dispatch buffers; plain TP
+    shards the former and needs neither. Offered only when it frees a noticeable amount."""
+    if not (layout.moe_a2a_backend in A2A_REPLICATE_SHARED and arch.is_moe):
+        return None
+    tp_layout = Layout(
+        tp=layout.tp,
+        attn_dp=layout.attn_dp,
+        pp=layout.pp,
+        speculative=layout.speculative,
+        draft_layers=layout.draft_layers,
+    )
+    saved = (
+        sum(p.gib for p in weights_per_gpu(arch, layout))
+        + a2a_buffer_gib
+        - sum(p.gib for p in weights_per_gpu(arch, tp_layout))
+    )
+    if saved > 0.05:
+        return (
+            f"serve with plain TP (no --moe-a2a-backend {layout.moe_a2a_backend}): "
+            f"shared experts sharded again and no dispatch buffers, {saved:.2f} GiB/GPU "
+            f"more free"
+        )
+    return None
+
+
+def _attn_dp_change(layout: Layout, defaults: MemoryDefaults) -> str | None:
+    """Attention DP pads the decode graphs per worker and replicates attention weights;
+    dropping it gives both back."""
     if layout.attn_dp > 1:
-        out.append(
+        return (
             f"drop attention-DP {layout.attn_dp}: its graph reserve "
             f"({defaults.reserve_breakdown.get('cuda_graphs', 0) / 1024:.1f} GiB of padding) "
             f"and replicated attention weights return"
         )
+    return None
+
+
+def _speculative_change(arch: ModelArch, layout: Layout) -> str | None:
+    """Speculative decoding charges its draft weights and draft KV to the target's budget;
+    turning it off returns both."""
     if draft_layers(arch, layout):
-        out.append(
+        return (
             "disable speculative decoding: draft weights and draft KV are charged to the "
             "same budget"
         )
-    return out
+    return None
