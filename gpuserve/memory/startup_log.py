@@ -329,6 +329,26 @@ class Diagnosis:
         return asdict(self)
 
 
+@dataclass
+class _Figures:
+    """The figures a diagnosis reasons with (GiB unless named otherwise; None = not logged
+    and not derivable), gathered once so each outcome's explanation reads them by name."""
+
+    pre: float | None
+    after: float | None
+    weights: float | None
+    mfs: float | None
+    slack: float | None = None
+    rest: float | None = None
+    min_viable: float | None = None
+    suggested: float | None = None
+    tokens: int | None = None
+    kv: float | None = None
+    cell: float | None = None
+    graph: float | None = None
+    kv_dtype: str = "auto"
+
+
 def diagnose(
     log: StartupLog,
     *,
@@ -336,18 +356,52 @@ def diagnose(
     pre_load_free_gib: float | None = None,
 ) -> Diagnosis:
     """Explain the outcome with SGLang's own arithmetic (_profile_available_bytes)."""
+    f, lines = _gather_figures(log, mem_fraction_static, pre_load_free_gib)
+    outcome, outcome_lines, fixes = _explain_outcome(log, f)
+    return Diagnosis(
+        outcome,
+        f.pre,
+        f.after,
+        f.weights,
+        f.mfs,
+        f.slack,
+        f.rest,
+        f.min_viable,
+        f.suggested,
+        f.tokens,
+        f.kv,
+        f.cell,
+        f.graph,
+        lines + outcome_lines,
+        fixes,
+    )
+
+
+def _resolve_mfs(log: StartupLog, given: float | None) -> float | None:
+    """mem_fraction_static: the caller's value, else the logged server_args, else the value
+    quoted by a refusal message (a log excerpt may lack the server_args line)."""
     no_kv = log.error("err_no_kv")
-    mfs = mem_fraction_static
+    mfs = given
     if mfs is None:
         mfs = log.server_args.get("mem_fraction_static")  # type: ignore[assignment]
     if mfs is None and no_kv:
         mfs = no_kv.get("mfs")
     if mfs is None and log.error("err_not_enough"):
         mfs = log.error("err_not_enough").get("mfs")
-    after = log.avail_after_weights
+    return mfs
+
+
+def _free_before_weights(
+    log: StartupLog, pre_load_free_gib: float | None, after: float | None
+) -> tuple[float | None, float | None, list[str]]:
+    """(pre, weights, lines): free memory before weights and what the weights took.
+
+    When the log does not show "Load weight begin", pre is recovered from the refusal's
+    minimum viable fraction or from the load's mem usage, and a line says which.
+    """
+    no_kv = log.error("err_no_kv")
     pre = pre_load_free_gib if pre_load_free_gib is not None else log.pre_load_free
     lines: list[str] = []
-    fixes: list[str] = []
     if pre is None and after is not None and no_kv and no_kv.get("min_viable") is not None:
         pre = after / (1 - no_kv["min_viable"])
         lines.append(
@@ -365,7 +419,18 @@ def diagnose(
         )
     if weights is None and pre is not None and after is not None:
         weights = pre - after
-    slack = rest = min_viable = suggested = None
+    return pre, weights, lines
+
+
+def _gather_figures(
+    log: StartupLog, mem_fraction_static: float | None, pre_load_free_gib: float | None
+) -> tuple[_Figures, list[str]]:
+    """Every figure the outcome is explained with, and the lines that derive the budget:
+    rest = after - pre x (1 - mfs), as _profile_available_bytes computes it."""
+    mfs = _resolve_mfs(log, mem_fraction_static)
+    after = log.avail_after_weights
+    pre, weights, lines = _free_before_weights(log, pre_load_free_gib, after)
+    f = _Figures(pre=pre, after=after, weights=weights, mfs=mfs)
     if pre is not None:
         lines.append(f"free GPU memory before weights (min over ranks): {pre:.2f} GiB")
     if after is not None:
@@ -374,137 +439,165 @@ def diagnose(
             + (f" (weights and load buffers use {weights:.2f} GiB)" if weights else "")
         )
     if pre is not None and after is not None:
-        min_viable = 1 - after / pre
-        suggested = math.ceil(min_viable * 1000) / 1000
+        f.min_viable = 1 - after / pre
+        f.suggested = math.ceil(f.min_viable * 1000) / 1000
     if pre is not None and after is not None and mfs is not None:
-        slack = pre * (1 - mfs)
-        rest = after - slack
+        f.slack = pre * (1 - mfs)
+        f.rest = after - f.slack
         lines.append(
             f"mem_fraction_static {mfs}: SGLang keeps pre x (1 - mfs) = {pre:.2f} x "
-            f"{1 - mfs:.3f} = {slack:.2f} GiB outside the static pool for graphs and "
+            f"{1 - mfs:.3f} = {f.slack:.2f} GiB outside the static pool for graphs and "
             f"activations"
         )
-        lines.append(f"rest for the KV cache = {after:.2f} - {slack:.2f} = {rest:.2f} GiB")
-    tokens, kv = log.kv_tokens, log.kv_gib
-    kv_dtype = str(
+        lines.append(f"rest for the KV cache = {after:.2f} - {f.slack:.2f} = {f.rest:.2f} GiB")
+    f.tokens, f.kv = log.kv_tokens, log.kv_gib
+    f.kv_dtype = str(
         log.server_args.get("kv_cache_dtype")
         or next((r.kv_dtype for r in log.ranks.values() if r.kv_dtype), "auto")
     )
-    cell = kv * GIB / tokens if (kv and tokens) else None
-    graph = log.graph_usage
+    f.cell = f.kv * GIB / f.tokens if (f.kv and f.tokens) else None
+    f.graph = log.graph_usage
+    return f, lines
 
+
+def _explain_outcome(log: StartupLog, f: _Figures) -> tuple[str, list[str], list[str]]:
+    """(outcome, lines, fixes), checking SGLang's failures in the order it meets them: the
+    rank-balance check at init, the KV budget, the pool sizing, then a CUDA OOM (mostly
+    graph capture); a log without any of them started, or stops early."""
+    rest = f.rest
     if log.error("err_unbalanced"):
-        e = log.error("err_unbalanced")
-        outcome = "unbalanced"
+        return _explain_unbalanced(log.error("err_unbalanced"))
+    if log.error("err_no_kv") or (
+        rest is not None and rest <= 0 and not log.ready and f.tokens is None
+    ):
+        return _explain_no_kv(f)
+    if log.error("err_not_enough"):
+        lines = ["SGLang refused: the KV pool would hold no token (Not enough memory)"]
+        return "not-enough-memory", lines, _refusal_fixes_for(f)
+    if log.error("err_oom") or log.error("err_capture"):
+        return _explain_oom(log, f)
+    if log.ready or f.tokens:
+        return _explain_started(log, f)
+    return _explain_incomplete(f)
+
+
+def _refusal_fixes_for(f: _Figures) -> list[str]:
+    """_refusal_fixes with this diagnosis's figures."""
+    return _refusal_fixes(f.pre, f.after, f.mfs, f.suggested, f.graph, f.kv_dtype)
+
+
+def _explain_unbalanced(e: dict) -> tuple[str, list[str], list[str]]:
+    """distributed/bootstrap.py refuses when the emptiest rank has under 90% of this
+    rank's free memory: something else holds memory on some GPUs."""
+    lines = [
+        "SGLang refused: the minimum free memory over ranks is below 90% of this "
+        "rank's free memory"
+        + (f" ({e['pre']:.2f} < 0.9 x {e['local']:.2f})" if e.get("pre") is not None else "")
+    ]
+    fixes = [
+        "free the GPUs first: another process holds memory on some of them "
+        "(nvidia-smi --query-compute-apps=pid,used_memory --format=csv)",
+        "or set SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK=0 to make it a warning; "
+        "the KV pool is then sized from the emptiest GPU",
+    ]
+    return "unbalanced", lines, fixes
+
+
+def _explain_no_kv(f: _Figures) -> tuple[str, list[str], list[str]]:
+    """_profile_available_bytes found rest <= 0 (logged, or computed from the figures of a
+    log that stops before the pool): the fraction must rise past the minimum viable."""
+    lines = ["SGLang refused: Loaded weights leave no GPU memory for the KV cache (rest <= 0)"]
+    if f.min_viable is not None:
         lines.append(
-            "SGLang refused: the minimum free memory over ranks is below 90% of this "
-            "rank's free memory"
-            + (f" ({e['pre']:.2f} < 0.9 x {e['local']:.2f})" if e.get("pre") is not None else "")
+            f"minimum viable mem_fraction_static = 1 - {f.after:.2f}/{f.pre:.2f} = "
+            f"{f.min_viable:.4f}"
         )
-        fixes.append(
-            "free the GPUs first: another process holds memory on some of them "
-            "(nvidia-smi --query-compute-apps=pid,used_memory --format=csv)"
-        )
-        fixes.append(
-            "or set SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK=0 to make it a warning; "
-            "the KV pool is then sized from the emptiest GPU"
-        )
-    elif no_kv or (rest is not None and rest <= 0 and not log.ready and tokens is None):
-        outcome = "refused-no-kv"
-        lines.append(
-            "SGLang refused: Loaded weights leave no GPU memory for the KV cache (rest <= 0)"
-        )
-        if min_viable is not None:
-            lines.append(
-                f"minimum viable mem_fraction_static = 1 - {after:.2f}/{pre:.2f} = {min_viable:.4f}"
-            )
-        fixes.extend(_refusal_fixes(pre, after, mfs, suggested, graph, kv_dtype))
-    elif log.error("err_not_enough"):
-        outcome = "not-enough-memory"
-        lines.append("SGLang refused: the KV pool would hold no token (Not enough memory)")
-        fixes.extend(_refusal_fixes(pre, after, mfs, suggested, graph, kv_dtype))
-    elif log.error("err_oom") or log.error("err_capture"):
-        outcome = "oom-during-capture" if (log.error("err_capture") or kv) else "oom"
-        e = log.error("err_oom") or {}
-        pool_end = min(
-            (r.pool_end_avail for r in log.ranks.values() if r.pool_end_avail is not None),
-            default=None,
-        )
-        if pool_end is not None:
-            lines.append(
-                f"after the KV pool only {pool_end:.2f} GiB were free for CUDA graphs "
-                f"and activations"
-            )
-        if e.get("tried_gib") is not None:
-            lines.append(
-                f"CUDA OOM trying to allocate {e['tried_gib']:.2f} GiB"
-                + (f" with {e['free_gib']:.2f} GiB free" if e.get("free_gib") is not None else "")
-            )
-        if mfs is not None and pre is not None:
-            need = (e.get("tried_gib") or 1.0) + 0.5
-            lower = math.floor((mfs - need / pre) * 1000) / 1000
-            fixes.append(
-                f"lower --mem-fraction-static to about {lower:.3f} (frees {need:.1f} GiB "
-                f"of the KV pool for graph capture)"
-            )
-        bs = log.server_args.get("cuda_graph_max_bs")
-        fixes.append(
-            "or lower the decode graph batch: --cuda-graph-max-bs-decode "
-            f"{max(int(bs) // 2, 8) if isinstance(bs, int) else 256} (0.5.20+; "
-            "--cuda-graph-max-bs before)"
-        )
-    elif log.ready or tokens:
-        outcome = "ready" if log.ready else "started"
-        if tokens:
-            lines.append(
-                f"KV pool: {tokens:,} tokens"
-                + (f", {kv:.2f} GiB" if kv else "")
-                + (f" ({cell:,.0f} B/token)" if cell else "")
-            )
-        if rest is not None and kv:
-            lines.append(
-                f"rest {rest:.2f} GiB vs KV pool {kv:.2f} GiB: "
-                f"{rest - kv:+.2f} GiB went to other pools (draft, fixed overheads)"
-            )
-        if graph:
-            lines.append(
-                f"CUDA graphs used {graph:.2f} GiB"
-                + (f" of the {slack:.2f} GiB slack" if slack else "")
-            )
-        if rest is not None and rest < 2.0:
-            fixes.append(
-                f"the KV cache is only {rest:.2f} GiB: raise --mem-fraction-static "
-                f"(each +0.01 adds {pre * 0.01:.2f} GiB) or lower --cuda-graph-max-bs"
-            )
-    else:
-        outcome = "incomplete"
-        lines.append("the log stops before the KV pool was sized")
-        if rest is not None:
-            lines.append(
-                ("it will be refused" if rest <= 0 else "it should size a KV pool of")
-                + f" (rest {rest:.2f} GiB)"
-            )
-            if rest <= 0:
-                fixes.extend(_refusal_fixes(pre, after, mfs, suggested, graph, kv_dtype))
-        if graph:
-            lines.append(f"CUDA graphs used {graph:.2f} GiB")
-    return Diagnosis(
-        outcome,
-        pre,
-        after,
-        weights,
-        mfs,
-        slack,
-        rest,
-        min_viable,
-        suggested,
-        tokens,
-        kv,
-        cell,
-        graph,
-        lines,
-        fixes,
+    return "refused-no-kv", lines, _refusal_fixes_for(f)
+
+
+def _explain_oom(log: StartupLog, f: _Figures) -> tuple[str, list[str], list[str]]:
+    """A CUDA OOM, usually graph capture running out of the memory left outside the static
+    pool: give some of the pool back (lower the fraction) or capture smaller graphs."""
+    outcome = "oom-during-capture" if (log.error("err_capture") or f.kv) else "oom"
+    e = log.error("err_oom") or {}
+    lines: list[str] = []
+    fixes: list[str] = []
+    pool_end = min(
+        (r.pool_end_avail for r in log.ranks.values() if r.pool_end_avail is not None),
+        default=None,
     )
+    if pool_end is not None:
+        lines.append(
+            f"after the KV pool only {pool_end:.2f} GiB were free for CUDA graphs and activations"
+        )
+    if e.get("tried_gib") is not None:
+        lines.append(
+            f"CUDA OOM trying to allocate {e['tried_gib']:.2f} GiB"
+            + (f" with {e['free_gib']:.2f} GiB free" if e.get("free_gib") is not None else "")
+        )
+    if f.mfs is not None and f.pre is not None:
+        need = (e.get("tried_gib") or 1.0) + 0.5
+        lower = math.floor((f.mfs - need / f.pre) * 1000) / 1000
+        fixes.append(
+            f"lower --mem-fraction-static to about {lower:.3f} (frees {need:.1f} GiB "
+            f"of the KV pool for graph capture)"
+        )
+    bs = log.server_args.get("cuda_graph_max_bs")
+    fixes.append(
+        "or lower the decode graph batch: --cuda-graph-max-bs-decode "
+        f"{max(int(bs) // 2, 8) if isinstance(bs, int) else 256} (0.5.20+; "
+        "--cuda-graph-max-bs before)"
+    )
+    return outcome, lines, fixes
+
+
+def _explain_started(log: StartupLog, f: _Figures) -> tuple[str, list[str], list[str]]:
+    """The pool was sized: account for where the rest went (KV pool, other pools, graphs)
+    and flag a KV cache small enough to limit serving."""
+    outcome = "ready" if log.ready else "started"
+    tokens, kv, cell, rest, graph, slack = f.tokens, f.kv, f.cell, f.rest, f.graph, f.slack
+    lines: list[str] = []
+    fixes: list[str] = []
+    if tokens:
+        lines.append(
+            f"KV pool: {tokens:,} tokens"
+            + (f", {kv:.2f} GiB" if kv else "")
+            + (f" ({cell:,.0f} B/token)" if cell else "")
+        )
+    if rest is not None and kv:
+        lines.append(
+            f"rest {rest:.2f} GiB vs KV pool {kv:.2f} GiB: "
+            f"{rest - kv:+.2f} GiB went to other pools (draft, fixed overheads)"
+        )
+    if graph:
+        lines.append(
+            f"CUDA graphs used {graph:.2f} GiB"
+            + (f" of the {slack:.2f} GiB slack" if slack else "")
+        )
+    if rest is not None and rest < 2.0:
+        fixes.append(
+            f"the KV cache is only {rest:.2f} GiB: raise --mem-fraction-static "
+            f"(each +0.01 adds {f.pre * 0.01:.2f} GiB) or lower --cuda-graph-max-bs"
+        )
+    return outcome, lines, fixes
+
+
+def _explain_incomplete(f: _Figures) -> tuple[str, list[str], list[str]]:
+    """The log stops before the pool was sized: say what SGLang would have done with the
+    figures so far (and the refusal's fixes when rest <= 0)."""
+    lines = ["the log stops before the KV pool was sized"]
+    fixes: list[str] = []
+    rest = f.rest
+    if rest is not None:
+        lines.append(
+            ("it will be refused" if rest <= 0 else "it should size a KV pool of")
+            + f" (rest {rest:.2f} GiB)"
+        )
+        if rest <= 0:
+            fixes.extend(_refusal_fixes_for(f))
+    if f.graph:
+        lines.append(f"CUDA graphs used {f.graph:.2f} GiB")
+    return "incomplete", lines, fixes
 
 
 def _refusal_fixes(
