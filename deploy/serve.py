@@ -3,14 +3,18 @@
     pyinfra -y inventory/gpu.py deploy/serve.py --dry
     pyinfra -y inventory/gpu.py deploy/serve.py --data profile=glm5-nvfp4-tp8
 
-Order: (1) validate host data and load + render the profile for the pinned SGLang
-version (``roles/service/serve_plan.py``; any bad input raises ``InputError`` naming
-file and field here, at prepare time, before any operation exists), (2) service user,
-venv and ``pip install`` (``roles/sglang``), (3) unit, EnvironmentFile, secrets
-``--config`` and activation (``roles/service``), (4) health gate and one smoke
-completion (``roles/checks``), which prints ``<host>: smoke: N tokens in T s = X tok/s``,
-(5) keep the configuration that just passed as the host's last good one
-(``roles/service/rollback.py``).
+Order: (1) validate host data, choose the lock (``gpuserve/data/locks/``, or
+``sglang_locks_dir``) from the profile's ``sglang_versions`` and the host's driver,
+Python and glibc, preflight the host against it (disk, CUDA toolkit major), and render
+the profile for the lock's SGLang (``roles/service/serve_plan.py``; bad input raises
+``InputError`` naming file and field, an unfit host ``PreflightError`` naming host,
+lock and fix, at prepare time, before any operation exists), (2) service user and the
+lock's own venv, hash-checked and verified as the service user (``roles/sglang``),
+(3) unit (pointing at that venv), EnvironmentFile, secrets ``--config`` and activation
+(``roles/service``), (4) health gate and one smoke completion (``roles/checks``), which
+prints ``<host>: smoke: N tokens in T s = X tok/s``, (5) keep the configuration that
+just passed as the host's last good one (``roles/service/rollback.py``) and prune
+venvs beyond ``keep_venvs`` that no unit names.
 
 Switching profiles, and rollback: ``--data profile=NAME`` (a name in ``profiles/`` or
 a path) switches a host to another profile. After a passing health gate and smoke, the
@@ -24,8 +28,9 @@ last journal lines, ``profile NEW failed`` and ``the host was rolled back to pro
 OLD, which is healthy again`` (or that it is not). With nothing to roll back to (the
 first deploy on a host, or the failing set is the last good one) it fails as before
 and says ``not rolled back: nothing to roll back to``. Only the service configuration
-is rolled back, not the installed SGLang package; a failing smoke completion is
-reported but not rolled back.
+is rolled back; the unit names its venv, and venvs are immutable and never pruned while
+the live or the last good unit names them, so the restored unit runs the SGLang it ran
+before. A failing smoke completion is reported but not rolled back.
 
 What a rerun reports: pyinfra counts an operation as a change when it ran at least one
 command. The checks run their probes as facts and yield no command when they pass, so
@@ -49,25 +54,40 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.facts.files import FileContents
 
-from gpuserve.facts.gpu import CudaToolkit
+from gpuserve.facts.gpu import CudaToolkit, NvidiaDriver, NvidiaGpus
+from gpuserve.facts.host import InstallTarget
 from gpuserve.host.nccl_env import HOST_JSON_PATH
+from gpuserve.launch.lock_choice import HostRuntime
 from roles.checks import check_service
 from roles.inventory import inventory_source, run_deploy
-from roles.service import UNIT_NAME, configure_service
+from roles.service import UNIT_NAME, UNIT_PATH, configure_service
 from roles.service.rollback import RollbackSpec, keep_last_good
 from roles.service.serve_plan import plan_serve
-from roles.sglang import install_sglang
+from roles.sglang import install_sglang, prune_venvs
+
+
+def host_runtime(home: str) -> HostRuntime:
+    """The facts the lock choice and the preflight need, read before any change."""
+    target = host.get_fact(InstallTarget, path=home)
+    gpus = host.get_fact(NvidiaGpus) or []
+    driver = next((g["driver_version"] for g in gpus if g.get("driver_version")), None)
+    if driver is None:
+        driver = (host.get_fact(NvidiaDriver) or {}).get("version")
+    return HostRuntime(name=host.name, python=target["python"], glibc=target["glibc"],
+                       driver=driver, cuda_toolkit=host.get_fact(CudaToolkit),
+                       free_bytes=target["free_bytes"], gpus=len(gpus))
 
 
 def main() -> None:
     plan = plan_serve(
         host.data.dict(),
         inventory_source(),
-        cuda_toolkit=lambda: host.get_fact(CudaToolkit),
+        host_runtime=host_runtime,
         host_record=lambda: host.get_fact(FileContents, path=HOST_JSON_PATH),
     )
-    install_sglang(user=plan.user, home=plan.home, package=plan.package,
-                   index_url=plan.index_url, find_links=plan.find_links)
+    install_sglang(user=plan.user, home=plan.home, lock=plan.lock,
+                   index_url=plan.index_url, find_links=plan.find_links,
+                   expect_gpus=plan.expect_gpus)
     configure_service(plan=plan.service)
     rollback = RollbackSpec(profile_name=plan.service.profile_name, unit=UNIT_NAME)
     check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
@@ -76,6 +96,8 @@ def main() -> None:
                   record=plan.record, rollback=rollback)
     keep_last_good(name="keep this configuration as the last good one (root-only copies)",
                    spec=rollback)
+    prune_venvs(name=f"prune venvs beyond keep_venvs={plan.keep_venvs}", home=plan.home,
+                keep=plan.keep_venvs, unit_paths=(UNIT_PATH, rollback.saved("unit")))
 
 
 run_deploy(main)

@@ -6,6 +6,9 @@ Usage: ``host.get_fact(KernelCmdline)``; on the CLI
 
 from __future__ import annotations
 
+import shlex
+from typing import Any
+
 from pyinfra.api import FactBase
 
 from gpuserve.facts.base import ParsedFact
@@ -135,3 +138,33 @@ class NouveauLoaded(FactBase[bool | None]):
             return "nouveau" in proc_modules.parse_proc_modules(output)
         except ValueError:
             return None
+
+
+def install_target_command(path: str) -> str:
+    """python3's version, glibc's, and the free bytes of the filesystem that holds
+    ``path`` (its nearest existing parent: the directory may not exist yet)."""
+    return (
+        "echo \"python=$(python3 -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])'"
+        " 2>/dev/null)\"; "
+        "echo \"glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')\"; "
+        f"d={shlex.quote(path)}; while [ ! -d \"$d\" ]; do d=$(dirname \"$d\"); done; "
+        "echo \"free=$(df -P -B1 \"$d\" 2>/dev/null | awk 'NR==2 {print $4}')\""
+    )
+
+
+class InstallTarget(FactBase[dict[str, Any]]):
+    """``{"python": "3.11.2", "glibc": "2.36", "free_bytes": N}`` (None where unknown):
+    what the serve deploy's preflight checks a lock against before anything changes."""
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return {"python": None, "glibc": None, "free_bytes": None}
+
+    def command(self, path: str) -> str:
+        return install_target_command(path)
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        values = dict(line.strip().partition("=")[::2] for line in output if "=" in line)
+        free = values.get("free", "")
+        return {"python": values.get("python") or None, "glibc": values.get("glibc") or None,
+                "free_bytes": int(free) if free.isdigit() else None}

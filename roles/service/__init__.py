@@ -73,7 +73,8 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
                  state_dir: str, bin_dir: str, profile_name: str, profile_source: str,
                  sglang_version: str, model_path: str, port: int, served_name: str,
                  extra_env: object, hf_token: object, api_key: object,
-                 data_source: str) -> ServicePlan:
+                 data_source: str, cuda_home: str | None = None,
+                 lock_name: str = "") -> ServicePlan:
     """Render the three files; every input problem is an ``InputError`` here."""
     for flag in SECRET_FLAGS:
         if any(a == flag or a.startswith(flag + "=") for a in args):
@@ -118,7 +119,8 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
     unit_text = render_unit(UnitSpec(
         user=user, group=user, state_dir=state_dir, env_file=ENV_PATH, argv=argv,
         profile_name=profile_name, profile_source=profile_source,
-        sglang_version=sglang_version, model_path=model_path,
+        sglang_version=sglang_version, model_path=model_path, lock_name=lock_name,
+        cuda_home=cuda_home,
     ))
     env_text = render_env_file(list(merged.values()), profile_name)
     return ServicePlan(user, user, unit_text, env_text, config_text, port, served_name,

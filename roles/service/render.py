@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import jinja2
 
@@ -95,6 +95,11 @@ class UnitSpec:
     profile_source: str
     sglang_version: str
     model_path: str = ""
+    # The lock the venv was built from, and the CUDA toolkit of torch's major that JIT
+    # compilers (flashinfer, sgl-kernel) must use: set explicitly, because without it they
+    # fall back to /usr/local/cuda, whatever major that is (sglang-install.md §6).
+    lock_name: str = ""
+    cuda_home: str | None = None
     # The host deploy's NCCL env (roles/nccl); optional: a host not provisioned by
     # gpuserve has none. Read before env_file so the profile's own env wins.
     host_env_file: str = NCCL_ENV_PATH
@@ -121,6 +126,7 @@ def render_unit(spec: UnitSpec) -> str:
         protect_home=spec.protect_home,
         exec_start=exec_start(spec.argv),
         read_write_paths=[spec.state_dir, *spec.extra_rw_paths],
+        venv_bin=str(PurePosixPath(spec.argv[0]).parent) if spec.argv else "",
     )
 
 

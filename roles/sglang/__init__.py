@@ -1,116 +1,71 @@
-"""Install SGLang for a dedicated service user: system user, venv, pip install.
+"""Install SGLang from a lock into an immutable, verified venv for a dedicated service user.
 
-The venv is owned by root and only read by the service (its unit has
-``ProtectSystem=strict``), so a compromised server cannot rewrite its own code. The
-package comes from host data so an air-gapped mirror works: ``pip_find_links`` alone
-means "this mirror only" (``--no-index``); add ``pip_index_url`` to also use an index.
+install, verify, activate (cmdeploy's order):
+1. ``locked_venv``: one venv per lock (``<home>/venvs/<version>-<lock hash>``), built by
+   ``pip install --require-hashes --no-deps --only-binary=:all: -r <lock>`` then
+   ``pip check``. Every wheel is named with its sha256 by the lock, so pip installs
+   exactly that set or nothing; ``--no-deps`` because the lock already is the whole set.
+2. ``verify_venv``: the verification script runs as the service user with the venv's
+   python (``gpuserve/data/scripts/sglang_verify.py``) and the controller judges it
+   against the lock (``gpuserve.launch.verify``). Only then is the venv stamped; a venv
+   without a stamp is an interrupted install and is rebuilt from scratch, never served.
+3. The unit (roles/service) points at the venv; a switch therefore moves unit and venv
+   together, and a rollback restores the old unit in front of its untouched venv.
+   ``prune_venvs`` keeps the last ``keep_venvs`` verified venvs plus any a unit names.
+
+The venvs are owned by root and only read by the service (``ProtectSystem=strict``), so
+a compromised server cannot rewrite its own code. Packages come from PyPI, a mirror
+(``pip_index_url``) or a wheelhouse (``pip_find_links`` alone means ``--no-index``).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from importlib import resources
+from io import StringIO
 from urllib.parse import urlparse
 
-from pyinfra import host
-from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
+from pyinfra import host, logger, state
+from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, deploy, operation
 from pyinfra.facts.deb import DebPackages
-from pyinfra.operations import apt, files, pip, server
+from pyinfra.operations import apt, files, server
 
 from gpuserve.errors import InputError
-from gpuserve.host import driver
+from gpuserve.launch.locks import Lock
+from gpuserve.launch.venvs import (
+    STAMP,
+    listing_command,
+    parse_listing,
+    referenced_venvs,
+    requirements_path,
+    venv_path,
+    venvs_to_prune,
+)
+from gpuserve.launch.verify import judge
 
 DEFAULTS = {
-    # pip requirement; must pin a version (it selects the flag dialect). Default from
-    # the CUDA lane (gpuserve.facts.gpu.CudaToolkit), see default_package().
-    "sglang_package": None,
-    # pip --index-url (None: pip's default, or no index at all when pip_find_links is set)
+    # Exact SGLang version to install (a lock must exist for it, local part allowed:
+    # "0.5.23", "0.5.23+lab"); None: the newest lock the profile and the host allow.
+    "sglang_version": None,
+    # A directory of locks generated with tools/gen_lock.py (e.g. for another index),
+    # searched before the shipped ones in gpuserve/data/locks/.
+    "sglang_locks_dir": None,
+    # pip --index-url (None: PyPI, or no index at all when pip_find_links is set)
     "pip_index_url": None,
-    # pip --find-links (a local wheel mirror, e.g. http://mirror/wheels/)
+    # pip --find-links (a local wheel mirror or wheelhouse, e.g. http://mirror/wheels/)
     "pip_find_links": None,
     # the system user and group the server runs as
     "sglang_user": "sglang",
-    # root of everything gpuserve installs: venv/, cache/ (the service's HOME), bin/
+    # root of everything gpuserve installs: venvs/, locks/, cache/ (the service's HOME), bin/
     "sglang_home": "/opt/gpuserve",
+    # verified venvs to keep (besides those the live and the last good unit name)
+    "keep_venvs": 2,
 }
 
-# PEP 508 name, optional extras, then an exact "==" pin (PEP 440 public + local part).
-_PIN = re.compile(
-    r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*==\s*"
-    r"(?P<public>[0-9]+(\.[0-9]+)*([a-z0-9.]*)?)(\+(?P<local>[A-Za-z0-9.]+))?\s*$"
-)
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-
-
-def default_package(cuda_toolkit: str | None, source: str) -> str:
-    """Pick the SGLang release for the host's CUDA lane, or explain why we cannot.
-
-    The lane table (and which SGLang release each lane gets) is data, shared with the
-    host deploy: gpuserve/data/host/nvidia.yaml via ``gpuserve.host.driver``.
-    """
-    lanes = driver.lanes()
-    choices = ", ".join(f"{lane} -> sglang=={spec['sglang']}" for lane, spec in lanes.items())
-    if not cuda_toolkit:
-        raise InputError(source, "sglang_package",
-                         f"not set and no CUDA toolkit found on the host to choose one ({choices})")
-    if cuda_toolkit not in lanes:
-        raise InputError(source, "sglang_package",
-                         f"not set and CUDA {cuda_toolkit} has no default SGLang release "
-                         f"({choices}); pin one, e.g. sglang_package='sglang==0.5.23'")
-    return f"sglang=={driver.sglang_release_for_lane(cuda_toolkit)}"
-
-
-def pinned_version(requirement: str, source: str) -> str:
-    """``sglang==0.5.23+cu130`` -> ``0.5.23``: the version whose flags we render.
-
-    The local part (PEP 440 ``+...``) names a build of the same release, so it is
-    stripped; anything but an exact pin is refused, because the flag dialect must be
-    known before the host is touched.
-    """
-    if not isinstance(requirement, str):
-        raise InputError(source, "sglang_package", "must be a pip requirement string")
-    m = _PIN.match(requirement)
-    if not m or m.group("name").lower().replace("_", "-") != "sglang":
-        raise InputError(source, "sglang_package",
-                         f"{requirement!r} must pin SGLang exactly, e.g. 'sglang==0.5.23'")
-    return m.group("public")
-
-
-def exact_version(requirement: str) -> tuple[str, str]:
-    """``sglang[all]==0.5.23+cu130`` -> (``sglang``, ``0.5.23+cu130``): what pip must report."""
-    m = _PIN.match(requirement)
-    assert m, "validated by pinned_version() first"
-    local = m.group("local")
-    return m.group("name"), m.group("public") + (f"+{local}" if local else "")
-
-
-class InstalledVersion(FactBase):
-    """Version of a distribution in a venv (``importlib.metadata``), None if absent.
-
-    pyinfra's ``PipPackages`` fact does not parse local versions (its regex stops at
-    ``+``), so ``sglang==0.5.23+cu130`` would be reinstalled on every run.
-    """
-
-    def command(self, python: str, dist: str) -> str:
-        code = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
-        return (f"{shlex.quote(python)} -c {shlex.quote(code)} {shlex.quote(dist)} "
-                "2>/dev/null || true")
-
-    def process(self, output: list[str]) -> str | None:
-        return output[0].strip() if output and output[0].strip() else None
-
-
-@operation()
-def pip_install_pinned(venv: str, requirement: str, extra_args: str | None = None):
-    """``pip install`` an exact pin into ``venv`` unless that exact version is there."""
-    dist, version = exact_version(requirement)
-    installed = host.get_fact(InstalledVersion, python=f"{venv}/bin/python", dist=dist)
-    if installed is not None and installed.lower() == version.lower():
-        host.noop(f"{dist} {installed} is installed in {venv}")
-        return
-    extra = [QuoteString(a) for a in shlex.split(extra_args or "")]
-    yield StringCommand(QuoteString(f"{venv}/bin/pip"), "install", *extra,
-                        QuoteString(requirement))
+SCRIPTS = resources.files("gpuserve") / "data" / "scripts"
+VERIFY = "sglang_verify.py"
 
 
 def validate_user(user: object, source: str) -> str:
@@ -122,13 +77,15 @@ def validate_user(user: object, source: str) -> str:
 def validate_home(home: object, source: str) -> str:
     if not isinstance(home, str) or not home.startswith("/") or home.rstrip("/") in ("", "/"):
         raise InputError(source, "sglang_home", f"{home!r} must be an absolute directory")
-    if any(c in home for c in " \t\n'\"$%\\"):
+    if any(c in home for c in " \t\n'\"$%\\`"):
         raise InputError(source, "sglang_home", f"{home!r} must not contain spaces or quotes")
     return home.rstrip("/")
 
 
-def venv_dir(home: str) -> str:
-    return f"{home}/venv"
+def validate_keep(keep: object, source: str) -> int:
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise InputError(source, "keep_venvs", f"must be a whole number >= 1, got {keep!r}")
+    return keep
 
 
 def state_dir(home: str) -> str:
@@ -136,7 +93,7 @@ def state_dir(home: str) -> str:
     return f"{home}/cache"
 
 
-def pip_args(index_url: str | None, find_links: str | None) -> str | None:
+def pip_args(index_url: str | None, find_links: str | None) -> list[str]:
     args: list[str] = []
     if index_url:
         args += ["--index-url", index_url]
@@ -150,12 +107,123 @@ def pip_args(index_url: str | None, find_links: str | None) -> str | None:
         parsed = urlparse(url or "")
         if parsed.scheme == "http" and parsed.hostname and parsed.hostname not in args:
             args += ["--trusted-host", parsed.hostname]
-    return " ".join(shlex.quote(a) for a in args) or None
+    return args
+
+
+class VenvVerified(FactBase):
+    """The verification stamp's first line (the lock hash) when the venv is finished."""
+
+    def command(self, venv: str) -> str:
+        return f"cat {shlex.quote(f'{venv}/{STAMP}')} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        return output[0].strip() if output and output[0].strip() else None
+
+
+class VenvReport(FactBase):
+    """The verification script's output, run as the service user (never as root)."""
+
+    def command(self, venv: str, user: str, script: str, home: str) -> str:
+        q = shlex.quote
+        return (f"cd {q(home)} && runuser -u {q(user)} -- env HOME={q(home)} "
+                f"{q(f'{venv}/bin/python')} {q(script)} 2>&1 || true")
+
+    def process(self, output: list[str]) -> list[str]:
+        return list(output)
+
+
+class VenvListing(FactBase):
+    """``MTIME VERIFIED PATH`` per venv under ``<home>/venvs``."""
+
+    def command(self, home: str) -> str:
+        return listing_command(home)
+
+    def process(self, output: list[str]) -> list[str]:
+        return list(output)
+
+
+class UnitVenvs(FactBase):
+    """The lines of the given unit files that name an ExecStart (absent files: nothing)."""
+
+    def command(self, paths: tuple[str, ...]) -> str:
+        quoted = " ".join(shlex.quote(p) for p in paths)
+        return f"grep -h '^ExecStart=' {quoted} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return list(output)
+
+
+def _fail(message: str, details: list[str]) -> FunctionCommand:
+    def report(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
+        host.log_styled(message, fg="red", log_func=logger.error)
+        for line in details:
+            logger.error(f"    {line}")
+        return False
+
+    return FunctionCommand(report, (), {})
+
+
+@operation()
+def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]):
+    """Build the lock's venv unless a verified one is there (then: no command)."""
+    if host.get_fact(VenvVerified, venv=venv) == lock.hash:
+        host.noop(f"{venv} is verified for lock {lock.name}")
+        return
+    q = shlex.quote
+    pip = f"{q(venv)}/bin/pip"
+    options = " ".join(q(a) for a in pip_options)
+    # an unstamped venv is an interrupted or failed install: start it again from nothing
+    yield f"rm -rf {q(venv)} && python3 -m venv {q(venv)}"
+    yield (f"{pip} install --disable-pip-version-check --no-input --require-hashes --no-deps "
+           f"--only-binary=:all: {options} -r {q(requirements)}")
+    yield f"{pip} check --disable-pip-version-check"
+
+
+@operation(is_idempotent=True)
+def verify_venv(venv: str, lock: Lock, user: str, script: str, user_home: str,
+                expect_gpus: int):
+    """Run the verification as the service user; stamp the venv only when it passes.
+
+    A failure removes the unfinished venv and fails the host before the unit changes."""
+    if not state.is_executing:
+        return
+    if host.get_fact(VenvVerified, venv=venv) == lock.hash:
+        host.noop(f"{venv} is verified")
+        return
+    result = judge(host.get_fact(VenvReport, venv=venv, user=user, script=script,
+                                 home=user_home), lock,
+                   expect_gpus)
+    if not result.ok:
+        yield StringCommand("rm", "-rf", QuoteString(venv))
+        yield _fail(f"venv: {venv} failed verification against lock {lock.name} "
+                    f"({result.summary}); it was removed and the service was not changed:",
+                    list(result.problems))
+        return
+    logger.info(f"{host.name}: venv: verified {result.summary}")
+    stamp = f"{lock.hash}\n{lock.name}\n{result.summary}\n"
+    yield StringCommand("sh", "-c", QuoteString(
+        f"printf %s {shlex.quote(stamp)} > {shlex.quote(f'{venv}/{STAMP}')}"))
+
+
+@operation(is_idempotent=True)
+def prune_venvs(home: str, keep: int, unit_paths: tuple[str, ...]):
+    """Delete venvs beyond the ``keep`` newest verified ones; never one a unit names."""
+    if not state.is_executing:
+        return
+    named = referenced_venvs(host.get_fact(UnitVenvs, paths=unit_paths), home)
+    doomed = venvs_to_prune(parse_listing(host.get_fact(VenvListing, home=home)), named, keep)
+    if not doomed:
+        host.noop(f"no venvs to prune (keeping {keep} and those the units name)")
+        return
+    for path in doomed:
+        logger.info(f"{host.name}: venv: pruning {path}")
+        yield StringCommand("rm", "-rf", QuoteString(path))
 
 
 @deploy("Install SGLang")
-def install_sglang(user: str, home: str, package: str, index_url: str | None = None,
-                   find_links: str | None = None) -> None:
+def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = None,
+                   find_links: str | None = None, expect_gpus: int = 0) -> str:
+    """Service account, the lock's verified venv; returns the venv's path."""
     server.group(name=f"Service group {user}", group=user, system=True)
     server.user(
         name=f"Service user {user}",
@@ -168,14 +236,25 @@ def install_sglang(user: str, home: str, package: str, index_url: str | None = N
         ensure_home=False,
         comment="gpuserve SGLang server",
     )
-    files.directory(name=f"{home} (root-owned)", path=home, user="root", group="root",
-                    mode="755")
-    files.directory(name=f"{state_dir(home)} (service caches)", path=state_dir(home),
-                    user=user, group=user, mode="750")
+    for path, owner, mode in ((home, "root", "755"), (f"{home}/venvs", "root", "755"),
+                              (f"{home}/locks", "root", "755"), (f"{home}/bin", "root", "755"),
+                              (state_dir(home), user, "750")):
+        files.directory(name=f"{path} ({owner}, {mode})", path=path, user=owner, group=owner,
+                        mode=mode)
     # Debian splits venv/ensurepip out of python3; check at prepare so a rerun is a no-op.
     if "python3-venv" not in host.get_fact(DebPackages):
         apt.packages(name="python3-venv for the SGLang venv", packages=["python3-venv"],
                      update=True)
-    pip.venv(name=f"venv {venv_dir(home)}", path=venv_dir(home), python="python3")
-    pip_install_pinned(name=f"pip install {package}", venv=venv_dir(home),
-                       requirement=package, extra_args=pip_args(index_url, find_links))
+    venv = venv_path(home, lock)
+    requirements = requirements_path(home, lock)
+    files.put(name=f"lock {lock.name} ({len(lock.packages)} hashed wheels)",
+              src=StringIO(lock.requirements_text()), dest=requirements, user="root",
+              group="root", mode="644")
+    locked_venv(name=f"venv {venv} from lock {lock.name}", venv=venv, lock=lock,
+                requirements=requirements, pip_options=pip_args(index_url, find_links))
+    files.put(name=f"host script {home}/bin/{VERIFY}", src=str(SCRIPTS / VERIFY),
+              dest=f"{home}/bin/{VERIFY}", user="root", group="root", mode="755")
+    verify_venv(name=f"verify {venv} as {user} against the lock", venv=venv, lock=lock,
+                user=user, script=f"{home}/bin/{VERIFY}", user_home=state_dir(home),
+                expect_gpus=expect_gpus)
+    return venv

@@ -91,8 +91,13 @@ def test_unit_file(vm, first_run) -> None:
     assert unit.is_file and unit.mode == 0o644 and unit.user == "root"
     text = unit.content_string
     assert "User=sglang" in text and "NoNewPrivileges=yes" in text
-    assert "ExecStart=/opt/gpuserve/venv/bin/python /opt/gpuserve/bin/sglang_redact.py" in text
-    assert "/opt/gpuserve/venv/bin/python -m sglang.launch_server" in text
+    # the lock's own venv (roles/sglang): /opt/gpuserve/venvs/<version>-<lock hash>
+    venv = re.search(r"ExecStart=(/opt/gpuserve/venvs/0\.5\.23\+lab-[0-9a-f]{12})/bin/python "
+                     r"/opt/gpuserve/bin/sglang_redact\.py", text)
+    assert venv, text
+    assert f"{venv.group(1)}/bin/python -m sglang.launch_server" in text
+    assert vm.file(f"{venv.group(1)}/.gpuserve-verified").exists
+    assert "Environment=CUDA_HOME=/usr/local/cuda-13.0" in text
     assert f"--config {CONFIG_PATH}" in text
     assert HF_TOKEN not in text and API_KEY not in text
     assert vm.run("systemd-analyze verify %s", UNIT_PATH).rc == 0
@@ -116,7 +121,8 @@ def test_service_running_listening_healthy(vm, first_run) -> None:
         == "200"
     args = vm.check_output("ps -eo user,args")
     assert HF_TOKEN not in args and API_KEY not in args
-    assert re.search(r"^sglang\s+/opt/gpuserve/venv/bin/python -m sglang.launch_server",
+    assert re.search(r"^sglang\s+/opt/gpuserve/venvs/0\.5\.23\+lab-\w+/bin/python -m "
+                     r"sglang\.launch_server",
                      args, re.M)
 
 

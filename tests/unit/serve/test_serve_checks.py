@@ -18,6 +18,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
+from gpuserve.launch.locks import available_locks
 from roles.checks import smoke_completion, wait_healthy
 from roles.service.secret import secret_file
 
@@ -122,28 +123,63 @@ def test_secret_file_contents_never_on_argv_or_in_log(caplog, diff: bool) -> Non
         assert "contents secret, diff not shown" in caplog.text
 
 
-PIN = dict(venv="/opt/gpuserve/venv", requirement="sglang==0.5.23+lab",
-           extra_args="--no-index --find-links http://10.0.2.2:8000/wheels/ "
-                      "--trusted-host 10.0.2.2")
+LOCK = next(lk for lk in available_locks() if lk.name == "sglang-0.5.23-cu13-py311")
+VENV = f"/opt/gpuserve/venvs/0.5.23-{LOCK.hash}"
+BUILD = dict(venv=VENV, lock=LOCK, requirements="/opt/gpuserve/locks/r.txt",
+             pip_options=["--no-index", "--find-links", "http://10.0.2.2:8000/wheels/"])
+VERIFY = dict(venv=VENV, lock=LOCK, user="sglang", script="/opt/gpuserve/bin/sglang_verify.py",
+              user_home="/opt/gpuserve/cache", expect_gpus=1)
+REPORT = {"python": "3.11.2", "sglang": "0.5.23", "torch": "2.14.1", "torch_cuda": "13.0",
+          "cuda_available": True, "error": None,
+          "devices": [{"name": "NVIDIA H200", "capability": "9.0"}]}
 
 
-def test_exact_pin_already_installed_is_no_change() -> None:
-    from roles.sglang import pip_install_pinned
+def test_verified_venv_of_the_lock_is_no_change() -> None:
+    from roles.sglang import locked_venv
 
-    meta, cmds = run(pip_install_pinned, {"importlib.metadata": "0.5.23+lab"}, **PIN)
+    meta, cmds = run(locked_venv, {".gpuserve-verified": LOCK.hash}, **BUILD)
     assert meta.did_succeed() and not meta.did_change()
-    assert not any("pip' install" in c or "pip install" in c for c in cmds)
+    assert not any("pip" in c for c in cmds)
 
 
-@pytest.mark.parametrize("installed", ["", "0.5.23", "0.5.19+lab"])
-def test_other_version_is_installed(installed: str) -> None:
-    from roles.sglang import pip_install_pinned
+@pytest.mark.parametrize("stamp", ["", "0123456789ab"])
+def test_missing_or_other_stamp_rebuilds_from_nothing_with_hashes(stamp: str) -> None:
+    from roles.sglang import locked_venv
 
-    meta, cmds = run(pip_install_pinned, {"importlib.metadata": installed}, **PIN)
+    meta, cmds = run(locked_venv, {".gpuserve-verified": stamp}, **BUILD)
     assert meta.did_change()
-    assert cmds[-1] == ("/opt/gpuserve/venv/bin/pip install --no-index --find-links "
-                        "http://10.0.2.2:8000/wheels/ --trusted-host 10.0.2.2 "
-                        "sglang==0.5.23+lab")
+    assert cmds[-3] == f"rm -rf {VENV} && python3 -m venv {VENV}"
+    assert cmds[-2] == (f"{VENV}/bin/pip install --disable-pip-version-check --no-input "
+                        "--require-hashes --no-deps --only-binary=:all: --no-index "
+                        "--find-links http://10.0.2.2:8000/wheels/ -r /opt/gpuserve/locks/r.txt")
+    assert cmds[-1] == f"{VENV}/bin/pip check --disable-pip-version-check"
+
+
+def test_passing_verification_runs_as_the_service_user_and_stamps(caplog) -> None:
+    from roles.sglang import verify_venv
+
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, cmds = run(verify_venv, {".gpuserve-verified": "", "sglang_verify.py":
+                                       json.dumps(REPORT)}, **VERIFY)
+    assert meta.did_succeed() and meta.did_change()
+    assert any(c.startswith("cd /opt/gpuserve/cache && runuser -u sglang -- env "
+                            f"HOME=/opt/gpuserve/cache {VENV}/bin/python ") for c in cmds)
+    assert f"> {VENV}/.gpuserve-verified" in cmds[-1] and LOCK.hash in cmds[-1]
+    assert "venv: verified sglang 0.5.23, torch 2.14.1 (CUDA 13.0), 1 GPU(s) sm_90" in caplog.text
+
+
+def test_failing_verification_removes_the_venv_and_fails_the_host(caplog) -> None:
+    from roles.sglang import verify_venv
+
+    bad = dict(REPORT, cuda_available=False, devices=[])
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, cmds = run(verify_venv, {".gpuserve-verified": "", "sglang_verify.py":
+                                       json.dumps(bad)}, **VERIFY)
+    assert not meta.did_succeed()
+    assert f"rm -rf {VENV}" in cmds
+    assert not any(c.startswith("sh -c 'printf") for c in cmds)
+    assert "failed verification against lock sglang-0.5.23-cu13-py311" in caplog.text
+    assert "is_available() is False" in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Serve deploy, prepare time: host data validation, package pin, profile rendering,
+"""Serve deploy, prepare time: host data validation, lock choice and preflight, rendering,
 and the real pyinfra CLI refusing a bad profile before any operation runs."""
 
 from __future__ import annotations
@@ -7,67 +7,85 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gpuserve.errors import InputError
+from gpuserve.launch.lock_choice import HostRuntime, PreflightError
 from roles.service.serve_plan import plan_serve
-from roles.sglang import default_package, pinned_version, pip_args
+from roles.sglang import pip_args
 
 REPO = Path(__file__).resolve().parents[3]
 PYINFRA = Path(sys.executable).with_name("pyinfra")
 
 
-@pytest.mark.parametrize(
-    ("req", "version"),
-    [("sglang==0.5.23", "0.5.23"), ("sglang==0.5.23+lab", "0.5.23"),
-     ("sglang[all]==0.5.19", "0.5.19"), ("SGLang == 0.5.23+cu130.x1", "0.5.23")],
-)
-def test_pinned_version_strips_local_part(req: str, version: str) -> None:
-    assert pinned_version(req, "inv.py") == version
-
-
-@pytest.mark.parametrize("req", ["sglang", "sglang>=0.5", "vllm==0.5.23", "sglang==", 5])
-def test_unpinned_package_is_refused(req) -> None:
-    with pytest.raises(InputError) as e:
-        pinned_version(req, "inv.py")
-    assert (e.value.file, e.value.field) == ("inv.py", "sglang_package")
-
-
-def test_default_package_from_cuda_lane() -> None:
-    assert default_package("12.9", "i") == "sglang==0.5.19"
-    assert default_package("13.0", "i") == "sglang==0.5.23"
-    for lane in (None, "11.8"):
-        with pytest.raises(InputError, match="sglang_package"):
-            default_package(lane, "i")
-
-
 def test_pip_args_air_gapped_mirror() -> None:
-    assert pip_args(None, "http://10.0.2.2:8000/wheels/") == (
-        "--no-index --find-links http://10.0.2.2:8000/wheels/ --trusted-host 10.0.2.2")
-    assert pip_args("https://m/simple", "https://w/") == (
-        "--index-url https://m/simple --find-links https://w/")
-    assert pip_args(None, None) is None
+    assert pip_args(None, "http://10.0.2.2:8000/wheels/") == [
+        "--no-index", "--find-links", "http://10.0.2.2:8000/wheels/", "--trusted-host",
+        "10.0.2.2"]
+    assert pip_args("https://m/simple", "https://w/") == [
+        "--index-url", "https://m/simple", "--find-links", "https://w/"]
+    assert pip_args(None, None) == []
 
 
-def no_cuda() -> str | None:
-    raise AssertionError("the CUDA fact must not be read when sglang_package is set")
+def runtime(**kw) -> Callable[[str], HostRuntime]:
+    """The facts a real 8-GPU R580 host with Debian 12's Python gives the preflight."""
+    base = dict(name="gpu1", python="3.11.2", glibc="2.36", driver="580.126.20",
+                cuda_toolkit="13.0", free_bytes=500 * 1024**3, gpus=8)
+    base.update(kw)
+    return lambda home: HostRuntime(**base)
 
 
-def test_plan_renders_the_lab_profile_for_the_pinned_version() -> None:
-    p = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_package": "sglang==0.5.23+lab"},
-                   "inventory/lab.py", no_cuda)
-    assert p.version == "0.5.23" and p.venv == "/opt/gpuserve/venv"
-    assert "--cuda-graph-max-bs-decode 128" in p.service.unit_text
+R580 = runtime()
+
+
+def test_plan_installs_the_newest_lock_into_its_own_venv() -> None:
+    p = plan_serve({"profile": "glm5-nvfp4-tp8"}, "inventory/gpu.py", R580)
+    assert (p.lock.name, p.version) == ("sglang-0.5.23-cu13-py311", "0.5.23")
+    assert p.venv == f"/opt/gpuserve/venvs/0.5.23-{p.lock.hash}"
+    unit = p.service.unit_text
+    assert f"ExecStart={p.venv}/bin/python -m sglang.launch_server" in unit
+    assert "Environment=CUDA_HOME=/usr/local/cuda-13.0" in unit
+    assert f"Environment=PATH={p.venv}/bin:/usr/local/cuda-13.0/bin:" in unit
+    assert "lock sglang-0.5.23-cu13-py311" in unit
+    assert "--cuda-graph-max-bs-decode 128" in unit
     assert p.service.served_name == "glm-5" and p.service.port == 30000
+    assert p.expect_gpus == 8 and p.keep_venvs == 2
 
 
-def test_plan_uses_the_cuda_lane_when_no_package() -> None:
-    p = plan_serve({"profile": "deepseek-v3-fp8-h200-tp8"}, "inv.py", lambda: "12.8")
-    assert (p.package, p.version) == ("sglang==0.5.19", "0.5.19")
-    p = plan_serve({"profile": "deepseek-v3-fp8-h200-tp8"}, "inv.py", lambda: "13.0")
-    assert (p.package, p.version) == ("sglang==0.5.23", "0.5.23")
+def test_host_python_picks_the_lock() -> None:
+    p = plan_serve({"profile": "deepseek-v3-fp8-h200-tp8"}, "inv.py",
+                   runtime(python="3.12.3", glibc="2.39"))
+    assert (p.lock.name, p.version) == ("sglang-0.5.23-cu13-py312", "0.5.23")
+
+
+def test_pinned_lock_with_a_placeholder_package_is_refused_saying_where_its_wheel_is() -> None:
+    # sglang 0.5.19 pins cuda-tile 1.6.0rc5, on PyPI only a download-at-build placeholder
+    with pytest.raises(PreflightError) as e:
+        plan_serve({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.19"},
+                   "inv.py", runtime(python="3.12.3", glibc="2.39"))
+    msg = str(e.value)
+    assert "lock sglang-0.5.19-cu13-py312" in msg and "cuda-tile==1.6.0rc5" in msg
+    assert "--extra-index-url https://pypi.nvidia.com/" in msg
+
+
+def test_profile_needing_cuda13_on_an_r570_host_is_refused_before_any_change() -> None:
+    # GLM-5 NVFP4 is rendered for SGLang 0.5.23 only, whose torch is CUDA 13.0
+    with pytest.raises(PreflightError) as e:
+        plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py",
+                   runtime(driver="570.195.03", cuda_toolkit="12.8"))
+    assert "gpu1: driver 570.195.03 cannot run lock sglang-0.5.23-cu13-py311" in str(e.value)
+
+
+def test_toolkit_of_another_major_and_a_full_disk_are_refused() -> None:
+    with pytest.raises(PreflightError) as e:
+        plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py",
+                   runtime(cuda_toolkit="12.9", free_bytes=1024**3))
+    msg = str(e.value)
+    assert "GiB free" in msg and "CUDA toolkit 12.9 does not match" in msg
+    assert msg.endswith("nothing on the host was changed")
 
 
 def _host_json(disable: object) -> list[str]:
@@ -76,32 +94,25 @@ def _host_json(disable: object) -> list[str]:
 
 
 def test_host_without_p2p_adds_disable_custom_all_reduce_once() -> None:
-    data = {"profile": "deepseek-v3-fp8-h200-tp8", "sglang_package": "sglang==0.5.23"}
-    plain = plan_serve(data, "inv.py", no_cuda)
+    data = {"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.23"}
+    plain = plan_serve(data, "inv.py", R580)
     assert "--disable-custom-all-reduce" not in plain.service.unit_text
-    no_p2p = plan_serve(data, "inv.py", no_cuda, host_record=lambda: _host_json(True))
+    no_p2p = plan_serve(data, "inv.py", R580, host_record=lambda: _host_json(True))
     assert no_p2p.service.unit_text.count("--disable-custom-all-reduce") == 1
-    p2p_ok = plan_serve(data, "inv.py", no_cuda, host_record=lambda: _host_json(False))
+    p2p_ok = plan_serve(data, "inv.py", R580, host_record=lambda: _host_json(False))
     assert "--disable-custom-all-reduce" not in p2p_ok.service.unit_text
     # the GLM-5 profile already disables it: not rendered twice
-    glm = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_package": "sglang==0.5.23"},
-                     "inv.py", no_cuda, host_record=lambda: _host_json(True))
+    glm = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_version": "0.5.23"},
+                     "inv.py", R580, host_record=lambda: _host_json(True))
     assert glm.service.unit_text.count("--disable-custom-all-reduce") == 1
 
 
 @pytest.mark.parametrize("lines", [["{not json"], _host_json("yes")])
 def test_bad_host_record_names_the_file(lines: list[str]) -> None:
     with pytest.raises(InputError) as e:
-        plan_serve({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_package": "sglang==0.5.23"},
-                   "inv.py", no_cuda, host_record=lambda: lines)
+        plan_serve({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.23"},
+                   "inv.py", R580, host_record=lambda: lines)
     assert e.value.file == "/etc/gpuserve/host.json"
-
-
-def test_profile_not_made_for_the_lane_is_refused() -> None:
-    # GLM-5 NVFP4 needs SGLang 0.5.23, which has no CUDA 12 build
-    with pytest.raises(InputError) as e:
-        plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", lambda: "12.8")
-    assert e.value.field == "sglang_versions" and e.value.file.endswith(".yaml")
 
 
 @pytest.mark.parametrize(
@@ -114,14 +125,16 @@ def test_profile_not_made_for_the_lane_is_refused() -> None:
         ({"profile": "glm5-nvfp4-tp8", "health_timeout": "soon"}, "health_timeout"),
         ({"profile": "glm5-nvfp4-tp8", "health_timeout": 0}, "health_timeout"),
         ({"profile": "glm5-nvfp4-tp8", "pip_find_links": ["a"]}, "pip_find_links"),
+        ({"profile": "glm5-nvfp4-tp8", "sglang_version": 0.5}, "sglang_version"),
+        ({"profile": "glm5-nvfp4-tp8", "keep_venvs": 0}, "keep_venvs"),
+        ({"profile": "glm5-nvfp4-tp8", "keep_venvs": "2"}, "keep_venvs"),
         ({"profile": "glm5-nvfp4-tp8", "sglang_extra_env": {"A B": "1"}},
          "sglang_extra_env.A B"),
     ],
 )
 def test_bad_host_data_names_inventory_and_field(data: dict, field: str) -> None:
-    data.setdefault("sglang_package", "sglang==0.5.23")
     with pytest.raises(InputError) as e:
-        plan_serve(data, "inventory/gpu.py", no_cuda)
+        plan_serve(data, "inventory/gpu.py", R580)
     assert (e.value.file, e.value.field) == ("inventory/gpu.py", field)
 
 
@@ -136,8 +149,8 @@ def test_control_character_in_argv_names_the_profile_field(tmp_path: Path, text:
     profile = tmp_path / "ctl.yaml"
     profile.write_text(text)
     with pytest.raises(InputError) as e:
-        plan_serve({"profile": str(profile), "sglang_package": "sglang==0.5.23"}, "inv.py",
-                   no_cuda)
+        plan_serve({"profile": str(profile), "sglang_version": "0.5.23"}, "inv.py",
+                   R580)
     assert (e.value.file, e.value.field, e.value.line) == (str(profile), field, line)
     assert "control character" in e.value.message
 
@@ -158,7 +171,7 @@ def test_cli_refuses_bad_profile_before_any_operation(case: str, tmp_path: Path)
     env = dict(os.environ, PYINFRA_FAKE_DELAY="0")
     proc = subprocess.run(
         [str(PYINFRA), "-y", "@fake", "deploy/serve.py", "--data", f"profile={profile}",
-         "--data", "sglang_package=sglang==0.5.23"],
+         "--data", "sglang_version=0.5.23"],
         cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
     )
     out = proc.stdout + proc.stderr

@@ -1,0 +1,157 @@
+"""Which lock a host installs, and whether the host can run it: decided before any change.
+
+A lock (``gpuserve.launch.locks``) is one exact, hash-pinned SGLang stack for one
+Python minor and one CUDA major. pip never looks at the host's driver, so the choice is
+ours: the profile says which SGLang releases it renders for, the host's driver, Python
+and glibc say which stacks can start at all, and the newest lock that satisfies both
+wins. Every refusal names the host, the lock and the way out, because the alternative
+is a 4 GiB download that fails at the health gate (sglang-install.md §0: on an R570/R575
+driver pip succeeds and torch then cannot start CUDA).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpuserve.errors import GpuserveError
+from gpuserve.host.driver import version_tuple
+from gpuserve.launch.locks import Lock
+
+# Free space a venv needs beyond its wheels: pip unpacks next to its download cache and
+# installed trees are larger than the wheels that carry them (torch's 0.5 GiB wheel
+# unpacks to about 1.6 GiB). Twice the wheels plus 2 GiB, checked against the lock size.
+DISK_FACTOR = 2.0
+DISK_MARGIN_BYTES = 2 * 1024**3
+
+
+class PreflightError(GpuserveError):
+    """The host cannot run the chosen (or any) lock; nothing on it has changed."""
+
+
+@dataclass(frozen=True)
+class HostRuntime:
+    """What the host brings to an install, read by facts before any operation."""
+
+    name: str
+    python: str | None  # "3.11" (major.minor of the python3 that builds the venv)
+    glibc: str | None  # "2.36"
+    driver: str | None  # "580.126.20" (what nvidia-smi or the installed module says)
+    cuda_toolkit: str | None  # "13.0": the toolkit lane flashinfer's JIT would use
+    free_bytes: int | None  # free space where the venvs live
+    gpus: int = 0
+
+
+def public_version(version: str) -> str:
+    """``0.5.23+lab`` -> ``0.5.23``: a local build of a release has that release's flags."""
+    return version.split("+", 1)[0]
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", public_version(version)))
+
+
+def _minor(version: str | None) -> str | None:
+    if not version:
+        return None
+    parts = version.split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 else None
+
+
+def driver_ok(lock: Lock, driver: str | None) -> bool:
+    """The driver runs the lock's CUDA (unknown drivers are judged by the caller)."""
+    return driver is not None and version_tuple(driver) >= version_tuple(lock.driver_min)
+
+
+def _describe(lock: Lock) -> str:
+    return (f"lock {lock.name} (sglang {lock.sglang}, torch {lock.torch} for CUDA "
+            f"{lock.torch_cuda}, needs driver >= {lock.driver_min})")
+
+
+def choose_lock(locks: Iterable[Lock], host: HostRuntime, *, versions: Sequence[str] | None,
+                pinned: str | None, profile: str) -> Lock:
+    """The newest lock the profile renders for and the host can run, or a refusal.
+
+    ``versions`` are the profile's ``sglang_versions`` (None: any catalog), ``pinned``
+    the host's ``sglang_version`` (an exact version, local part allowed)."""
+    wanted = [lk for lk in locks
+              if (versions is None or public_version(lk.sglang) in versions)
+              and (pinned is None or lk.sglang == pinned
+                   or ("+" not in pinned and public_version(lk.sglang) == pinned))]
+    if not wanted:
+        what = f"sglang_version {pinned}" if pinned else f"profile {profile}"
+        raise PreflightError(
+            f"{host.name}: no lock for {what} (SGLang {', '.join(versions or ['any'])}); "
+            "generate one with tools/gen_lock.py and point sglang_locks_dir at it")
+    by_python = [lk for lk in wanted if host.python is None or lk.python == _minor(host.python)]
+    if not by_python:
+        have = sorted({lk.python for lk in wanted})
+        raise PreflightError(
+            f"{host.name}: python3 is {host.python}, but the locks for profile {profile} are "
+            f"for Python {', '.join(have)}; install one of those as python3, or generate a "
+            f"lock for {host.python} with tools/gen_lock.py --python {host.python}")
+    runnable = [lk for lk in by_python if lk.supports(python=_minor(host.python) or lk.python,
+                                                      glibc=host.glibc or "99.0") is None]
+    if not runnable:
+        lk = by_python[0]
+        raise PreflightError(f"{host.name}: {lk.supports(python=lk.python, glibc=host.glibc)}; "
+                             f"{_describe(lk)} cannot be installed here")
+    driven = [lk for lk in runnable if driver_ok(lk, host.driver)]
+    if not driven:
+        if host.driver is None and host.gpus == 0:
+            driven = runnable  # no NVIDIA driver at all: the verification says so later
+        else:
+            newest = max(runnable, key=lambda lk: _key(lk.sglang))
+            raise PreflightError(
+                f"{host.name}: driver {host.driver or 'unknown'} cannot run "
+                f"{_describe(newest)}, the newest lock profile {profile} renders for; "
+                f"either install driver branch >= {newest.driver_min.split('.')[0]} "
+                f"(pyinfra INVENTORY deploy/host.py --data nvidia_driver_branch="
+                f"{newest.driver_min.split('.')[0]}), or choose a profile whose "
+                f"sglang_versions include a release built for CUDA {_cuda_for(host.driver)}")
+    return max(driven, key=lambda lk: (_key(lk.sglang), lk.sglang))
+
+
+def _cuda_for(driver: str | None) -> str:
+    """The CUDA major a driver runs, by the same table the locks were checked against."""
+    if driver is None:
+        return "12"
+    return "13" if version_tuple(driver) >= (580,) else "12"
+
+
+def preflight(lock: Lock, host: HostRuntime) -> list[str]:
+    """Problems that would make the install fail or the server misbehave; [] when fine.
+
+    Checked against the chosen lock: disk for its wheels (with margin), and a CUDA
+    toolkit of the same major as torch (flashinfer and sgl-kernel JIT-compile with the
+    toolkit CUDA_HOME names: a 12.x nvcc building for a CUDA 13 torch is the untested mix
+    sglang-install.md §1 warns about)."""
+    problems = []
+    for ext in lock.external:
+        problems.append(f"{host.name}: {_describe(lock)} pins {ext.name}=={ext.version}, which "
+                        f"PyPI has only as a placeholder ({ext.why}); generate the lock with "
+                        f"tools/gen_lock.py --extra-index-url {ext.index} into sglang_locks_dir "
+                        "so its real wheel is hashed (and add that wheel to your wheelhouse: "
+                        "gpuserve wheelhouse --lock ...), or pin another sglang_version")
+    need = int(lock.download_bytes * DISK_FACTOR) + DISK_MARGIN_BYTES
+    if host.free_bytes is not None and host.free_bytes < need:
+        problems.append(f"{host.name}: {host.free_bytes / 1024**3:.1f} GiB free for the venvs, "
+                        f"{_describe(lock)} needs {need / 1024**3:.1f} GiB "
+                        f"({lock.download_bytes / 1024**3:.2f} GiB of wheels x{DISK_FACTOR:g} "
+                        f"+ {DISK_MARGIN_BYTES / 1024**3:.0f} GiB); free space or set "
+                        "sglang_home on a larger disk")
+    if host.cuda_toolkit and host.cuda_toolkit.split(".")[0] != str(lock.cuda_major):
+        problems.append(f"{host.name}: CUDA toolkit {host.cuda_toolkit} does not match "
+                        f"{_describe(lock)}: run-time kernel builds would use nvcc "
+                        f"{host.cuda_toolkit} for a CUDA {lock.torch_cuda} torch; install "
+                        f"toolkit lane {lock.torch_cuda} with deploy/host.py "
+                        f"(--data cuda_lane={lock.torch_cuda})")
+    return problems
+
+
+def cuda_home(host: HostRuntime, lock: Lock) -> str | None:
+    """The toolkit the server's JIT compilers must use (same major as torch), if any."""
+    if host.cuda_toolkit and host.cuda_toolkit.split(".")[0] == str(lock.cuda_major):
+        return f"/usr/local/cuda-{host.cuda_toolkit}"
+    return None

@@ -1,0 +1,77 @@
+"""Judge a venv's verification report (gpuserve/data/scripts/sglang_verify.py) against its lock.
+
+A venv is put behind the unit only when what imports inside it is what the lock says:
+the same sglang and torch, torch built for the lock's CUDA, and, on a host with GPUs,
+CUDA usable and every GPU's compute capability among the architectures the lock's
+kernels carry code for (the kernel wheels ship SASS without PTX, sglang-install.md §1,
+so a capability outside the list has no kernel at all).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from gpuserve.launch.locks import Lock
+
+
+@dataclass(frozen=True)
+class Verification:
+    ok: bool
+    summary: str  # one line for the deploy's output
+    problems: tuple[str, ...]
+
+
+def arch_of(capability: str) -> str:
+    """``"12.0"`` -> ``"sm_120"``, ``"9.0"`` -> ``"sm_90"`` (nvcc's spelling)."""
+    major, _, minor = capability.partition(".")
+    return f"sm_{int(major)}{int(minor or 0)}"
+
+
+def _report(lines: list[str] | None) -> dict | None:
+    for line in reversed(lines or []):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def judge(lines: list[str] | None, lock: Lock, expect_gpus: int) -> Verification:
+    """``expect_gpus``: GPUs the host's nvidia-smi lists (0: no GPU check possible)."""
+    data = _report(lines)
+    if data is None:
+        shown = " | ".join((lines or [])[-3:]) or "no output"
+        return Verification(False, "verification printed no report", (f"output: {shown}",))
+    problems: list[str] = []
+    if data.get("error"):
+        problems.append(f"import failed: {data['error']}")
+    for key, want in (("sglang", lock.sglang), ("torch", lock.torch),
+                      ("torch_cuda", lock.torch_cuda)):
+        have = data.get(key)
+        if have is not None and str(have) != want:
+            problems.append(f"{key} is {have}, the lock says {want}")
+        elif have is None and not data.get("error"):
+            problems.append(f"{key} not reported")
+    devices = data.get("devices") or []
+    if expect_gpus:
+        if not data.get("cuda_available"):
+            problems.append(f"torch.cuda.is_available() is False on a host with {expect_gpus} "
+                            f"GPU(s): the driver cannot run CUDA {lock.torch_cuda} "
+                            f"(needs >= {lock.driver_min}) or the GPUs are not visible to "
+                            "the service user")
+        elif len(devices) != expect_gpus:
+            problems.append(f"torch sees {len(devices)} GPU(s), nvidia-smi lists {expect_gpus}")
+        for dev in devices:
+            arch = arch_of(str(dev.get("capability", "0.0")))
+            if lock.cuda_archs and arch not in lock.cuda_archs:
+                problems.append(f"{dev.get('name')} is {arch}, the lock's kernels are built "
+                                f"for {', '.join(lock.cuda_archs)}")
+    archs = sorted({arch_of(str(d.get("capability", "0.0"))) for d in devices})
+    summary = (f"sglang {data.get('sglang')}, torch {data.get('torch')} "
+               f"(CUDA {data.get('torch_cuda')}), "
+               + (f"{len(devices)} GPU(s) {'/'.join(archs)}" if devices else "no GPU in use"))
+    return Verification(not problems, summary, tuple(problems))
