@@ -110,7 +110,7 @@ def lane_problem(lane: str, branch: int, installed_driver: str | None = None) ->
 
 
 def sglang_release_for_lane(lane: str) -> str:
-    """The SGLang release the serve deploy installs for a CUDA lane (12.x -> 0.5.19 ...)."""
+    """The newest SGLang whose PyPI stack targets a lane's CUDA (12.x -> 0.5.10.post1)."""
     return lanes()[lane]["sglang"]
 
 

@@ -106,8 +106,9 @@ def test_sglang_cuda_lane():
         doc["driver"]["version"] = "570.195.03"
         doc["cuda"]["toolkit"] = "12.8"
     assert "sglang-cuda-lane" in fired("deepseek-v3-fp8-h200-tp8", facts(H200, cuda12), "0.5.23")
-    assert "sglang-cuda-lane" not in fired("deepseek-v3-fp8-h200-tp8", facts(H200, cuda12),
-                                           "0.5.19")
+    # PyPI's 0.5.19 pins torch 2.13.0 built for CUDA 13.0 (sglang-install.md §1): the
+    # docs' "CUDA 12 lane" of 0.5.19 is a reinstall from other indexes, not what pip gets
+    assert "sglang-cuda-lane" in fired("deepseek-v3-fp8-h200-tp8", facts(H200, cuda12), "0.5.19")
     assert "sglang-cuda-lane" not in fired("deepseek-v3-fp8-h200-tp8", facts(H200), "0.5.23")
 
 

@@ -104,7 +104,7 @@ def test_lane_minimums_from_release_notes():
     assert "580.65.06" in driver.lane_problem("13.0", 580, "580.40.01")
     assert driver.lane_problem("13.0", 580, "580.126.20") is None
     assert "unknown CUDA lane" in driver.lane_problem("11.8", 580)
-    assert driver.sglang_release_for_lane("12.8") == "0.5.19"
+    assert driver.sglang_release_for_lane("12.8") == "0.5.10.post1"
     assert driver.sglang_release_for_lane("13.0") == "0.5.23"
 
 
