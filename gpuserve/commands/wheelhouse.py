@@ -1,0 +1,119 @@
+"""``gpuserve wheelhouse``: download exactly a lock's wheels, hash-checked, for an air-gapped host.
+
+Why a command: an air-gapped host installs with ``pip_find_links`` (``--no-index``) from
+a directory someone filled while online. Filling it with ``pip download`` would resolve
+again (today's floating versions, no hashes); this takes the lock's own URLs and
+sha256s, so the wheelhouse holds the set the deploy will install and nothing else.
+Wheels already present with the right hash are kept (reruns are cheap), a download is
+written under a temporary name and renamed only once its hash matches, and a pinned
+package that PyPI has only as a placeholder (cuda-tile 1.6.0rc5) is named with where
+its real wheel must come from instead of being fetched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import urllib.request
+from pathlib import Path
+
+from gpuserve.errors import GpuserveError
+from gpuserve.launch.lock_choice import public_version
+from gpuserve.launch.locks import Lock, available_locks, load_lock
+from gpuserve.launch.profiles import load_profile
+
+CHUNK = 1 << 20
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "wheelhouse",
+        help="download a lock's wheels (hash-checked) into a directory for pip_find_links",
+        description="Download exactly the wheels of a lock, checking each sha256, into DIR. "
+        "Point the host's pip_find_links at DIR (served over https, or a trusted mirror).",
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--lock", help="a lock file (gpuserve/data/locks/*.json or your own)")
+    which.add_argument("--profile", help="every committed lock the profile renders for")
+    parser.add_argument("--python", help="only locks for this Python minor (e.g. 3.11)")
+    parser.add_argument("--check", action="store_true",
+                        help="download nothing: verify DIR holds every wheel with its hash")
+    parser.add_argument("dir", metavar="DIR", help="the wheelhouse directory")
+    parser.set_defaults(func=run)
+
+
+def select_locks(args: argparse.Namespace) -> list[Lock]:
+    if args.lock:
+        return [load_lock(Path(args.lock))]
+    profile = load_profile(args.profile)
+    wanted = set(profile.sglang_versions or [])
+    locks = [lk for lk in available_locks()
+             if (not wanted or public_version(lk.sglang) in wanted)
+             and (args.python is None or lk.python == args.python)]
+    if not locks:
+        raise GpuserveError(f"no committed lock for profile {profile.name} "
+                            f"(SGLang {', '.join(sorted(wanted)) or 'any'}"
+                            f"{', Python ' + args.python if args.python else ''})")
+    return locks
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch(url: str, dest: Path, sha256: str) -> None:
+    """Download to ``dest`` through a temporary name; keep it only if the hash matches."""
+    tmp = dest.with_name(dest.name + ".part")
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, tmp.open("wb") as out:
+            while block := response.read(CHUNK):
+                digest.update(block)
+                out.write(block)
+    except OSError as e:  # URLError, timeouts, a full disk: never a half-written wheel
+        tmp.unlink(missing_ok=True)
+        raise GpuserveError(f"{url}: download failed: {getattr(e, 'reason', e)}") from None
+    if digest.hexdigest() != sha256:
+        tmp.unlink(missing_ok=True)
+        raise GpuserveError(f"{url}: sha256 {digest.hexdigest()} is not the lock's {sha256}")
+    tmp.replace(dest)
+
+
+def run(args: argparse.Namespace) -> int:
+    target = Path(args.dir)
+    if not args.check:
+        target.mkdir(parents=True, exist_ok=True)
+    missing: list[str] = []
+    total = 0
+    for lock in select_locks(args):
+        print(f"lock {lock.name}: {len(lock.packages)} wheels, "
+              f"{lock.download_bytes / 1024**3:.2f} GiB")
+        for index, pkg in enumerate(lock.packages, 1):
+            where = f"{lock.name}: {pkg.name}=={pkg.version}"
+            if pkg.external:
+                ext = next((e for e in lock.external if e.name == pkg.name), None)
+                index = ext.index if ext and ext.index else "its vendor's index"
+                missing.append(f"{where}: PyPI has only a placeholder; its real wheel must come "
+                               f"from {index} (pip download --no-deps --extra-index-url "
+                               f"{index} {pkg.name}=={pkg.version} -d {target})")
+                continue
+            dest = target / pkg.filename
+            if dest.is_file() and sha256_of(dest) == pkg.sha256:
+                continue
+            if args.check:
+                missing.append(f"{where}: {dest} is missing or its sha256 differs")
+                continue
+            print(f"  [{index}/{len(lock.packages)}] {pkg.filename} "
+                  f"({pkg.size / 1024**2:.1f} MiB)", flush=True)
+            fetch(pkg.url, dest, pkg.sha256)
+            total += pkg.size
+    for line in missing:
+        print(f"gpuserve: wheelhouse: {line}", file=sys.stderr)
+    if not args.check:
+        print(f"downloaded {total / 1024**3:.2f} GiB into {target}")
+    return 1 if missing else 0

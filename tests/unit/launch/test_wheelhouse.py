@@ -1,0 +1,95 @@
+"""``gpuserve wheelhouse``: exactly a lock's wheels, hash-checked, for an air-gapped host.
+
+The lock here is written by the test with file:// URLs to wheels it made, so the
+download path (urllib, sha256 while streaming, rename only on a match) runs for real
+without a network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuserve.cli import main
+
+
+def wheel(tmp: Path, name: str, body: bytes) -> dict:
+    path = tmp / "src" / f"{name}-1.0-py3-none-any.whl"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(body)
+    return {"name": name, "version": "1.0", "filename": path.name, "url": path.as_uri(),
+            "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
+
+
+def write_lock(tmp: Path, packages: list[dict], external: list[dict] = ()) -> Path:
+    sg = next(p for p in packages if p["name"] == "sglang")
+    lock = {"lock_format": 1, "sglang": sg["version"], "sglang_sha256": sg["sha256"],
+            "python": "3.11", "requires_python": ">=3.11", "platform": "any",
+            "glibc_min": "2.17", "torch": "1.0", "torch_cuda": "13.0", "cuda_major": 13,
+            "driver_min": "580.65.06", "cuda_archs": ["sm_90"],
+            "download_bytes": sum(p.get("size") or 0 for p in packages),
+            "external": list(external), "packages": packages}
+    path = tmp / "sglang-1.0-cu13-py311.json"
+    path.write_text(json.dumps(lock))
+    return path
+
+
+def test_downloads_exactly_the_lock_and_keeps_what_is_there(tmp_path: Path, capsys) -> None:
+    lock = write_lock(tmp_path, [wheel(tmp_path, "sglang", b"s" * 100),
+                                 wheel(tmp_path, "torch", b"t" * 300)])
+    house = tmp_path / "house"
+    assert main(["wheelhouse", "--lock", str(lock), str(house)]) == 0
+    assert sorted(p.name for p in house.iterdir()) == [
+        "sglang-1.0-py3-none-any.whl", "torch-1.0-py3-none-any.whl"]
+    assert "[2/2] torch-1.0-py3-none-any.whl" in capsys.readouterr().out
+    # a rerun downloads nothing; --check agrees the house is complete
+    assert main(["wheelhouse", "--lock", str(lock), str(house)]) == 0
+    assert "downloaded 0.00 GiB" in capsys.readouterr().out
+    assert main(["wheelhouse", "--lock", str(lock), "--check", str(house)]) == 0
+
+
+def test_check_names_a_missing_wheel_and_a_wrong_hash_is_never_kept(tmp_path: Path,
+                                                                      capsys) -> None:
+    good = wheel(tmp_path, "sglang", b"s" * 100)
+    bad = dict(wheel(tmp_path, "torch", b"t" * 300), sha256="0" * 64)
+    lock = write_lock(tmp_path, [good, bad])
+    house = tmp_path / "house"
+    assert main(["wheelhouse", "--lock", str(lock), "--check", str(house)]) == 1
+    err = capsys.readouterr().err
+    assert "sglang-1.0-cu13-py311: sglang==1.0:" in err and "missing" in err
+    assert main(["wheelhouse", "--lock", str(lock), str(house)]) == 2
+    err = capsys.readouterr().err
+    assert "gpuserve: error:" in err and "is not the lock's 000000" in err
+    assert not (house / "torch-1.0-py3-none-any.whl").exists()
+    assert not list(house.glob("*.part"))
+
+
+def test_placeholder_package_is_named_with_where_its_wheel_comes_from(tmp_path: Path,
+                                                                        capsys) -> None:
+    ext = {"name": "cuda-tile", "version": "1.6.0rc5", "sha256": None, "size": None,
+           "external": True, "filename": None, "url": None}
+    lock = write_lock(tmp_path, [wheel(tmp_path, "sglang", b"s"), ext],
+                      [{"name": "cuda-tile", "version": "1.6.0rc5", "why": "placeholder",
+                        "index": "https://pypi.nvidia.com/"}])
+    assert main(["wheelhouse", "--lock", str(lock), str(tmp_path / "h")]) == 1
+    err = capsys.readouterr().err
+    assert "cuda-tile==1.6.0rc5: PyPI has only a placeholder" in err
+    assert "--extra-index-url https://pypi.nvidia.com/ cuda-tile==1.6.0rc5" in err
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (lambda d: d["packages"][1].update(sha256="abc"), "packages[1] (torch).sha256"),
+    (lambda d: d["packages"][1].pop("sha256"), "packages[1] (torch).sha256"),
+    (lambda d: d.pop("torch_cuda"), "torch_cuda"),
+    (lambda d: d["packages"].append(dict(d["packages"][1])), "packages"),
+])
+def test_bad_lock_names_file_and_package(tmp_path: Path, capsys, change, field) -> None:
+    lock = write_lock(tmp_path, [wheel(tmp_path, "sglang", b"s"), wheel(tmp_path, "torch", b"t")])
+    data = json.loads(lock.read_text())
+    change(data)
+    lock.write_text(json.dumps(data))
+    assert main(["wheelhouse", "--lock", str(lock), str(tmp_path / "h")]) == 2
+    assert f"gpuserve: error: {lock}: {field}: " in capsys.readouterr().err
