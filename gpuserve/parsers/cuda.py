@@ -1,7 +1,8 @@
 """CUDA toolkit version -> lane ("13.0"), from ``nvcc --version`` or version.json.
 
-The lane (major.minor) picks the SGLang wheel lane (docs/architecture.md, host data
-``sglang_package``). /usr/local/cuda/version.json is written by the toolkit packages
+The lane (major.minor) names the toolkit the serve deploy points CUDA_HOME at; the
+preflight refuses a lock whose torch has another CUDA major (gpuserve.launch.lock_choice).
+/usr/local/cuda/version.json is written by the toolkit packages
 since CUDA 11.1; older toolkits have version.txt ("CUDA Version 10.2.89").
 """
 
