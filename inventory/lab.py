@@ -17,14 +17,18 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
+from lab.locks import locks_dir  # noqa: E402
 from lab.state import instance_name, pid_alive, read_state  # noqa: E402
 
 # Host data of the lab host, in one place. `{mirror}` is the instance's loopback mirror
-# as the guest sees it (http://10.0.2.2:<port>/). The GPUSERVE_LAB_STANDIN_* knobs
-# steer the SGLang stand-in and are set only here, never by product code.
+# as the guest sees it (http://10.0.2.2:<port>/); `{locks}` is the directory on this
+# controller where `python -m lab up` wrote the locks of the mirror's stand-in wheels
+# (lab/locks.py: tools/gen_lock.py over <mirror>/wheels). The GPUSERVE_LAB_STANDIN_*
+# knobs steer the SGLang stand-in and are set only here, never by product code.
 LAB_HOST_DATA = {
     "profile": "glm5-nvfp4-tp8",
-    "sglang_package": "sglang==0.5.23+lab",
+    "sglang_version": "0.5.23+lab",
+    "sglang_locks_dir": "{locks}",
     "pip_find_links": "{mirror}wheels/",
     "sglang_extra_env": {"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "8"},
     "nvidia_repo_url": "{mirror}cuda/repos/debian12/x86_64/",
@@ -43,8 +47,12 @@ def _host_data() -> dict:
         raise LabNotRunning(
             f"lab instance {name!r} is not running: run `python -m lab up` "
             f"(or `GPUSERVE_LAB_NAME={name} python -m lab up`) first")
+    locks = locks_dir(st.mirror_root)
+    if not any(locks.glob("sglang-*.json")):
+        print(f"inventory/lab.py: warning: no lab locks in {locks}; run `python -m lab up` "
+              "again (it republishes the mirror, locks included)", file=sys.stderr)
     data = {
-        k: v.format(mirror=st.mirror_url) if isinstance(v, str) else v
+        k: v.format(mirror=st.mirror_url, locks=str(locks)) if isinstance(v, str) else v
         for k, v in LAB_HOST_DATA.items()
     }
     data.update(

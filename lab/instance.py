@@ -68,10 +68,16 @@ def wait_ssh(st: InstanceState, timeout: float, what: str = "boot") -> float:
 
 def up(name: str, fresh: bool = False, memory_mib: int = 2048,
        timeout: float = 420.0) -> InstanceState:
-    """Build/reuse the image, publish and start the mirror, boot, wait for SSH."""
+    """Build/reuse the image, publish and start the mirror, boot, wait for SSH.
+
+    On a running instance (without ``fresh``) only the mirror is republished."""
     st = read_state(name)
     if st and pid_alive(st.pid):
         if not fresh:
+            # Bring the mirror's wheels, apt repository and locks up to date with this
+            # checkout (unchanged parts are kept: each publisher skips by its stamp).
+            say(f"republishing the mirror at {st.mirror_root}")
+            mirror.publish_all(Path(st.mirror_root), warn=lambda m: print(m, file=sys.stderr))
             if not pid_alive(st.mirror_pid):
                 say("mirror was down; restarting it")
                 st = _restart_mirror(st)

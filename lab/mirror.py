@@ -4,7 +4,9 @@ The guest reaches it at ``http://10.0.2.2:<port>/`` (QEMU's user network forward
 host alias 10.0.2.2 to the controller's loopback), so nothing leaves the machine.
 Layout (docs/architecture.md, "Lab"): ``wheels/`` (pip find-links) and
 ``cuda/repos/debian12/x86_64/`` (an NVIDIA-layout apt repository), each filled by a
-publisher module ``lab.<name>.publish(mirror_root: Path)`` before serving.
+publisher module ``lab.<name>.publish(mirror_root: Path)`` before serving; ``locks/``
+holds the lab's SGLang locks, generated from ``wheels/`` (read on the controller
+through inventory/lab.py's ``sglang_locks_dir``; the guest never needs them).
 
 Run as ``python -m lab.mirror --root DIR --port-file FILE``: it binds port 0 itself
 and writes the port it got, so there is no window between picking and binding.
@@ -24,7 +26,8 @@ import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.nvidia_repo")
+# Order matters: lab.locks runs tools/gen_lock.py over the wheels the stand-ins wrote.
+PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.nvidia_repo", "lab.locks")
 LAYOUT = ("wheels", "cuda/repos/debian12/x86_64")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -22,7 +22,8 @@ GENERATOR = "gpuserve lab"
 
 
 def wheel_name(name: str, version: str, tag: str = "py3-none-any") -> str:
-    return f"{name}-{version}-{tag}.whl"
+    """``sglang-kernel`` 0.4.10+lab -> ``sglang_kernel-0.4.10+lab-<tag>.whl`` (PEP 427)."""
+    return f"{name.replace('-', '_')}-{version}-{tag}.whl"
 
 
 def metadata(name: str, version: str, summary: str, requires: list[str] = (),
@@ -44,16 +45,21 @@ def _record_line(path: str, data: bytes) -> str:
 def wheel_bytes(name: str, version: str, files: Mapping[str, bytes], meta: bytes,
                 entry_points: bytes | None = None, top_level: str | None = None,
                 tag: str = "py3-none-any", generator: str = GENERATOR) -> bytes:
-    """The wheel as bytes: ``files`` (archive path -> bytes) plus the dist-info."""
+    """The wheel as bytes: ``files`` (archive path -> bytes) plus the dist-info.
+
+    A ``tag`` other than ``py3-none-any`` (a platform wheel) is not pure-lib.
+    """
     members = dict(files)
-    dist = f"{name}-{version}.dist-info"
+    dist = f"{name.replace('-', '_')}-{version}.dist-info"
+    purelib = "true" if tag.endswith("-none-any") else "false"
     members[f"{dist}/METADATA"] = meta
     members[f"{dist}/WHEEL"] = (
-        f"Wheel-Version: 1.0\nGenerator: {generator}\nRoot-Is-Purelib: true\n"
+        f"Wheel-Version: 1.0\nGenerator: {generator}\nRoot-Is-Purelib: {purelib}\n"
         f"Tag: {tag}\n").encode()
     if entry_points is not None:
         members[f"{dist}/entry_points.txt"] = entry_points
-    members[f"{dist}/top_level.txt"] = f"{top_level or name}\n".encode()
+    if top_level is not None:
+        members[f"{dist}/top_level.txt"] = f"{top_level}\n".encode()
     record = [_record_line(p, d) for p, d in members.items()] + [f"{dist}/RECORD,,"]
     members[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
     buf = io.BytesIO()

@@ -8,9 +8,10 @@ the launch flags of version X (the bundled catalog, parsed by gpuserve's own
 stdlib-only parser module, vendored into the wheel), logs SGLang's real start-up
 lines and serves SGLang's HTTP API with simulated memory and decode speed.
 
-Each wheel requires the torch its real release pins (``Requires-Dist: torch==2.14.1+lab``
-for 0.5.23; lab/torch_standin/versions.yaml), so resolving ``sglang==0.5.23+lab`` from
-the mirror gives both, as a lock generator resolves the real stack.
+Each wheel requires the torch and kernel wheel its real release pins
+(``Requires-Dist: torch==2.14.1+lab``, ``sglang-kernel==0.4.10+lab`` for 0.5.23;
+lab/torch_standin/versions.yaml), so resolving ``sglang==0.5.23+lab`` from the mirror
+gives the lab's whole stack, as a lock generator resolves the real one.
 
 ``publish(mirror_root)`` writes the wheels to ``mirror_root/"wheels"`` (pip
 find-links) and skips the build when none of its inputs changed (lab/wheelfile.py).
@@ -48,9 +49,11 @@ def wheel_name(version: str) -> str:
     return wheelfile.wheel_name("sglang", version)
 
 
-def torch_requirement(version: str) -> str:
-    """``torch==2.14.1+lab`` for ``0.5.23+lab`` (lab/torch_standin/versions.yaml)."""
-    return f"torch=={torch_standin.torch_for_sglang(version)}"
+def requirements(version: str) -> list[str]:
+    """``torch==2.14.1+lab``, ``sglang-kernel==0.4.10+lab`` for ``0.5.23+lab``: the pins of
+    the real release, on the lab's stand-ins (lab/torch_standin/versions.yaml)."""
+    return [f"torch=={torch_standin.torch_for_sglang(version)}",
+            f"sglang-kernel=={torch_standin.kernel_for_sglang(version)}"]
 
 
 def _package_files(version: str) -> dict[str, bytes]:
@@ -68,9 +71,9 @@ def _package_files(version: str) -> dict[str, bytes]:
 
 
 def _metadata(version: str) -> bytes:
-    # Like the real wheel, sglang pins the exact torch it was built against.
+    # Like the real wheel, sglang pins the exact torch and kernel wheel it was built with.
     return wheelfile.metadata(
-        "sglang", version, license="Apache-2.0", requires=[torch_requirement(version)],
+        "sglang", version, license="Apache-2.0", requires=requirements(version),
         summary="SGLang stand-in for the gpuserve lab (simulated GPUs; not SGLang)")
 
 
@@ -79,7 +82,7 @@ def build_wheel_bytes(version: str) -> bytes:
     return wheelfile.wheel_bytes(
         "sglang", version, _package_files(version), _metadata(version),
         entry_points=b"[console_scripts]\nsglang = sglang.cli.main:main\n",
-        generator="gpuserve lab/sglang_standin")
+        top_level="sglang", generator="gpuserve lab/sglang_standin")
 
 
 def _inputs_digest(version: str) -> str:

@@ -1,0 +1,170 @@
+"""The lab's locks: tools/gen_lock.py over the mirror's stand-in wheels, offline.
+
+``lab_locks`` (conftest.py) runs ``lab.locks.publish`` with every proxy pointed at a
+closed port, so the tool's resolve and header derivation must work from the local
+wheels alone. The locks must load with gpuserve's own loader and pin every wheel the
+mirror serves by its sha256, and gpuserve's verification must accept the stand-ins on
+the reference box and refuse them on the old-driver box or with the fault switch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import locks as lab_locks_mod
+from lab import torch_standin
+
+REPO = Path(__file__).resolve().parents[3]
+VERIFY = REPO / "gpuserve" / "data" / "scripts" / "sglang_verify.py"
+EXPECTED = {
+    "0.5.23+lab": {"torch": "2.14.1+lab", "sglang-kernel": "0.4.10+lab"},
+    "0.5.19+lab": {"torch": "2.13.0+lab", "sglang-kernel": "0.4.6.post1+lab"},
+}
+
+pytestmark = pytest.mark.skipif(not lab_locks_mod.GEN_LOCK.exists(),
+                                reason="tools/gen_lock.py is not there")
+
+
+def _load(path: Path):
+    from gpuserve.launch.locks import load_lock
+
+    return load_lock(path)
+
+
+def test_one_lock_per_sglang_standin_named_like_the_tools(lab_locks):
+    names = sorted(p.name for p in lab_locks.glob("*.json"))
+    assert names == ["sglang-0.5.19+lab-cu13-py311.json", "sglang-0.5.23+lab-cu13-py311.json"]
+    assert lab_locks_mod.lock_name("0.5.23+lab") == "sglang-0.5.23+lab-cu13-py311.json"
+
+
+@pytest.mark.parametrize("version", sorted(EXPECTED))
+def test_lock_loads_and_pins_every_mirror_wheel_by_hash(lab_locks, standin_mirror, version):
+    path = lab_locks / lab_locks_mod.lock_name(version)
+    lock = _load(path)
+    want = EXPECTED[version]
+    assert lock.sglang == version and lock.torch == want["torch"]
+    assert (lock.torch_cuda, lock.cuda_major, lock.python) == ("13.0", 13, "3.11")
+    assert lock.driver_min == torch_standin.driver_min("13.0") == "580.65.06"
+    assert lock.cuda_archs == ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
+    assert lock.glibc_min == "2.28" and lock.supports(python="3.11", glibc="2.36") is None
+    assert lock.external == ()
+    versions = {p.name: p.version for p in lock.packages}
+    assert versions == {"sglang": version, "nvidia-cuda-runtime": "13.0.96+lab", **want}
+    wheels = standin_mirror / "wheels"
+    for pkg in lock.packages:
+        assert not pkg.external and pkg.sha256, pkg
+        data = (wheels / pkg.filename).read_bytes()
+        assert pkg.sha256 == hashlib.sha256(data).hexdigest() and pkg.size == len(data)
+        assert f"{pkg.name}=={pkg.version} --hash=sha256:{pkg.sha256}" in lock.requirements_text()
+    assert lock.download_bytes == sum(p.size for p in lock.packages)
+    raw = json.loads(path.read_text())
+    assert raw["generator"] == "tools/gen_lock.py"
+    assert raw["resolved"]["find_links"] == [str(wheels.resolve())]
+    assert "common_ops.abi3.so" in raw["cuda_archs_source"]
+
+
+def test_unchanged_inputs_keep_the_locks_and_a_changed_wheel_regenerates(
+        lab_locks, standin_mirror, tmp_path, monkeypatch):
+    mirror = tmp_path / "mirror"  # a copy: the session's locks stay as generated
+    shutil.copytree(standin_mirror / "wheels", mirror / "wheels")
+    shutil.copytree(lab_locks, lab_locks_mod.locks_dir(mirror))
+    out = lab_locks_mod.locks_dir(mirror)
+    calls = []
+    monkeypatch.setattr(lab_locks_mod, "generate",
+                        lambda wheels, version, out: calls.append(version) or (
+                            out / lab_locks_mod.lock_name(version)).write_text("{}"))
+    lab_locks_mod.publish(mirror)  # nothing changed: the tool does not run
+    assert calls == [] and (out / lab_locks_mod.lock_name("0.5.23+lab")).read_bytes() == (
+        lab_locks / lab_locks_mod.lock_name("0.5.23+lab")).read_bytes()
+
+    (mirror / "wheels" / "zz_extra-1.0-py3-none-any.whl").write_bytes(b"not really a wheel")
+    lab_locks_mod.publish(mirror)
+    assert sorted(calls) == sorted(EXPECTED)
+    assert sorted(p.name for p in out.glob("*.json")) == sorted(
+        lab_locks_mod.lock_name(v) for v in EXPECTED)
+
+
+def test_failing_tool_is_an_error_naming_it(tmp_path):
+    (tmp_path / "wheels").mkdir()
+    with pytest.raises(RuntimeError, match=r"tools/gen_lock.py 0\.5\.23\+lab over .* failed"):
+        lab_locks_mod.generate(tmp_path / "wheels", "0.5.23+lab", tmp_path / "out")
+
+
+def _verification(guest) -> list[str]:
+    out = guest.run(VERIFY.read_text())
+    return [json.dumps(out)]
+
+
+def test_verification_of_the_standins_against_the_lab_lock(lab_locks, guest):
+    from gpuserve.launch.verify import judge
+
+    lock = _load(lab_locks / lab_locks_mod.lock_name("0.5.23+lab"))
+    guest.lab_smi("rtxpro6000-kvm")
+    ok = judge(_verification(guest), lock, expect_gpus=8)
+    assert ok.ok, ok.problems
+    assert ok.summary == "sglang 0.5.23+lab, torch 2.14.1+lab (CUDA 13.0), 8 GPU(s) sm_120"
+
+    guest.lab_smi("h200-nvlink")
+    assert judge(_verification(guest), lock, expect_gpus=8).ok
+
+    guest.lab_smi("rtxpro6000-kvm-driver575")
+    old = judge(_verification(guest), lock, expect_gpus=8)
+    assert not old.ok
+    assert any("torch.cuda.is_available() is False" in p for p in old.problems)
+
+    guest.lab_smi("rtxpro6000-kvm")
+    guest.fault.write_text("")
+    fault = judge(_verification(guest), lock, expect_gpus=8)
+    assert not fault.ok
+    assert any("torch.cuda.is_available() is False" in p for p in fault.problems)
+
+    guest.fault.unlink()
+    other = _load(lab_locks / lab_locks_mod.lock_name("0.5.19+lab"))
+    wrong = judge(_verification(guest), other, expect_gpus=8)  # 0.5.23 installed, 0.5.19 lock
+    assert not wrong.ok
+    assert "sglang is 0.5.23+lab, the lock says 0.5.19+lab" in wrong.problems
+
+
+def test_lock_installs_hash_checked_from_the_mirror_wheels(lab_locks, standin_mirror, tmp_path,
+                                                           offline_env):
+    """What the serve deploy runs on the guest, here: a fresh venv, the lock's requirements
+    with --require-hashes --no-deps from the wheels only, then pip check; a wheel whose
+    bytes differ from the lock is refused."""
+    lock = _load(lab_locks / lab_locks_mod.lock_name("0.5.23+lab"))
+    req = tmp_path / "requirements.txt"
+    req.write_text(lock.requirements_text())
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
+    py = str(tmp_path / "venv" / "bin" / "python")
+    env = {**os.environ, **offline_env, "PIP_CONFIG_FILE": os.devnull,
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+    def pip(*args: str, wheels: Path = standin_mirror / "wheels"):
+        return subprocess.run([py, "-m", "pip", *args, "--no-index", "--find-links",
+                               str(wheels)] if args[0] == "install" else [py, "-m", "pip", *args],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    tampered = tmp_path / "tampered"
+    shutil.copytree(standin_mirror / "wheels", tampered)
+    torch_wheel = tampered / torch_standin.wheel_name("2.14.1+lab")
+    torch_wheel.write_bytes(torch_standin.build_wheel_bytes("2.13.0+lab"))
+    bad = pip("install", "--require-hashes", "--no-deps", "--only-binary=:all:", "-r", str(req),
+              wheels=tampered)
+    assert bad.returncode != 0 and "DO NOT MATCH THE HASHES" in bad.stderr, bad.stderr
+
+    done = pip("install", "--require-hashes", "--no-deps", "--only-binary=:all:", "-r", str(req))
+    assert done.returncode == 0, done.stderr
+    check = pip("check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    got = subprocess.run([py, "-c", "import importlib.metadata as m, torch; print(m.version("
+                          "'sglang'), m.version('sglang-kernel'), torch.__version__, "
+                          "torch.version.cuda)"], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert got.stdout.split() == ["0.5.23+lab", "0.4.10+lab", "2.14.1+lab", "13.0"]
