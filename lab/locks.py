@@ -77,6 +77,10 @@ def publish(mirror_root: Path) -> None:
     """Write a lock per SGLang stand-in into ``mirror_root/locks`` (after the wheels)."""
     wheels = Path(mirror_root) / "wheels"
     out = locks_dir(mirror_root)
+    if not GEN_LOCK.exists():
+        print(f"lab: warning: {GEN_LOCK} does not exist; no lab locks written, so the "
+              "serve deploy will find no lock for the stand-ins", file=sys.stderr)
+        return
     versions = sglang_standin.standin_versions()
     digest = _inputs_digest(wheels, versions)
     stamp = out / STAMP
