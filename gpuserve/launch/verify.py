@@ -28,6 +28,10 @@ def arch_of(capability: str) -> str:
     return f"sm_{int(major)}{int(minor or 0)}"
 
 
+def _public(version: object) -> str | None:
+    return None if version is None else str(version).split("+", 1)[0]
+
+
 def _report(lines: list[str] | None) -> dict | None:
     for line in reversed(lines or []):
         line = line.strip()
@@ -49,9 +53,13 @@ def judge(lines: list[str] | None, lock: Lock, expect_gpus: int) -> Verification
     problems: list[str] = []
     if data.get("error"):
         problems.append(f"import failed: {data['error']}")
-    for key, want in (("sglang", lock.sglang), ("torch", lock.torch),
-                      ("torch_cuda", lock.torch_cuda)):
-        have = data.get(key)
+    # The distributions' own versions must be the lock's exactly; torch.__version__ adds
+    # the build's local label on PyPI's wheels ("2.14.1+cu130" from torch 2.14.1), so it
+    # is compared without the label.
+    for key, have, want in (("sglang", data.get("sglang"), lock.sglang),
+                            ("torch", data.get("torch_dist"), lock.torch),
+                            ("torch.__version__", _public(data.get("torch")), _public(lock.torch)),
+                            ("torch.version.cuda", data.get("torch_cuda"), lock.torch_cuda)):
         if have is not None and str(have) != want:
             problems.append(f"{key} is {have}, the lock says {want}")
         elif have is None and not data.get("error"):

@@ -6,7 +6,7 @@ Why: SGLang logs its resolved arguments at start-up, ``api_key`` included
 https://github.com/sgl-project/sglang/pull/19328 and /pull/39449), so with plain
 ``--config`` the key would still end up in the journal. The unit runs this wrapper:
 
-    sglang_redact.py SECRETS.yaml -- /opt/gpuserve/venvs/0.5.23-4bf59272fd41/bin/python -m sglang.launch_server ...
+    sglang_redact.py SECRETS.yaml -- /opt/gpuserve/venvs/V-HASH/bin/python -m sglang.launch_server
 
 It reads the secret values from the --config file (``api-key``/``admin-api-key``, one
 ``key: "json string"`` a line, as gpuserve writes it) and ``HF_TOKEN`` from its own

@@ -128,7 +128,9 @@ def test_venv_names_and_pruning() -> None:
 
 
 def report(**kw) -> list[str]:
-    base = {"python": "3.11.2", "sglang": "0.5.23", "torch": "2.14.1", "torch_cuda": "13.0",
+    # torch.__version__ of PyPI's wheel carries the build label, its metadata does not
+    base = {"python": "3.11.2", "sglang": "0.5.23", "torch": "2.14.1+cu130",
+            "torch_dist": "2.14.1", "torch_cuda": "13.0",
             "cuda_available": True, "error": None,
             "devices": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
                          "capability": "12.0"}] * 2}
@@ -139,10 +141,14 @@ def report(**kw) -> list[str]:
 def test_verification_passes_only_what_the_lock_says() -> None:
     lk = lock_of("0.5.23")
     ok = judge(report(), lk, expect_gpus=2)
-    assert ok.ok and ok.summary == "sglang 0.5.23, torch 2.14.1 (CUDA 13.0), 2 GPU(s) sm_120"
-    bad = judge(report(torch="2.13.0", cuda_available=False, devices=[]), lk, expect_gpus=2)
+    assert ok.ok and ok.summary == ("sglang 0.5.23, torch 2.14.1+cu130 (CUDA 13.0), "
+                                    "2 GPU(s) sm_120")
+    bad = judge(report(torch="2.13.0+cu130", torch_dist="2.13.0", torch_cuda="12.8",
+                       cuda_available=False, devices=[]), lk, expect_gpus=2)
     assert not bad.ok
     assert "torch is 2.13.0, the lock says 2.14.1" in bad.problems
+    assert "torch.__version__ is 2.13.0, the lock says 2.14.1" in bad.problems
+    assert "torch.version.cuda is 12.8, the lock says 13.0" in bad.problems
     assert any("is_available() is False on a host with 2 GPU(s)" in p for p in bad.problems)
     # no GPU on the host: nothing to check beyond the versions
     assert judge(report(cuda_available=False, devices=[]), lk, expect_gpus=0).ok

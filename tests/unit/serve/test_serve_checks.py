@@ -129,7 +129,8 @@ BUILD = dict(venv=VENV, lock=LOCK, requirements="/opt/gpuserve/locks/r.txt",
              pip_options=["--no-index", "--find-links", "http://10.0.2.2:8000/wheels/"])
 VERIFY = dict(venv=VENV, lock=LOCK, user="sglang", script="/opt/gpuserve/bin/sglang_verify.py",
               user_home="/opt/gpuserve/cache", expect_gpus=1)
-REPORT = {"python": "3.11.2", "sglang": "0.5.23", "torch": "2.14.1", "torch_cuda": "13.0",
+REPORT = {"python": "3.11.2", "sglang": "0.5.23", "torch": "2.14.1+cu130", "torch_dist": "2.14.1",
+          "torch_cuda": "13.0",
           "cuda_available": True, "error": None,
           "devices": [{"name": "NVIDIA H200", "capability": "9.0"}]}
 
@@ -165,7 +166,8 @@ def test_passing_verification_runs_as_the_service_user_and_stamps(caplog) -> Non
     assert any(c.startswith("cd /opt/gpuserve/cache && runuser -u sglang -- env "
                             f"HOME=/opt/gpuserve/cache {VENV}/bin/python ") for c in cmds)
     assert f"> {VENV}/.gpuserve-verified" in cmds[-1] and LOCK.hash in cmds[-1]
-    assert "venv: verified sglang 0.5.23, torch 2.14.1 (CUDA 13.0), 1 GPU(s) sm_90" in caplog.text
+    assert ("venv: verified sglang 0.5.23, torch 2.14.1+cu130 (CUDA 13.0), 1 GPU(s) sm_90"
+            in caplog.text)
 
 
 def test_failing_verification_removes_the_venv_and_fails_the_host(caplog) -> None:
