@@ -88,6 +88,11 @@ def _sglang_row(sglang_version: str) -> dict:
     return rows[base]
 
 
+def covered_sglang_versions() -> set[str]:
+    """The SGLang releases the lab has a torch and kernel stand-in for."""
+    return set(_versions()["sglang"])
+
+
 def torch_for_sglang(sglang_version: str) -> str:
     """``0.5.23`` or ``0.5.23+lab`` -> ``2.14.1+lab``: the torch that SGLang stand-in pins."""
     return _lab(_sglang_row(sglang_version)["torch"])
