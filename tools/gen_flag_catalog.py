@@ -52,8 +52,10 @@ GENERATOR = "tools/gen_flag_catalog.py"
 
 # Third-party modules the argument definitions need to *work*, not just import:
 # msgspec declares ServerArgs (0.5.2x), orjson parses json_list_type values (so the
-# fidelity check below sees its real errors).
-REAL_DEPS = ("msgspec", "orjson")
+# fidelity check below sees its real errors), dill serialises a logit processor class
+# at import time (0.5.10.post1 sglang/srt/configs/deepseek_ocr.py; not a Requires-Dist
+# of sglang itself, so the newest dill is installed).
+REAL_DEPS = ("msgspec", "orjson", "dill")
 
 # Target interpreter/platform of the wheels we read (SGLang ships cp311-cp313
 # manylinux_2_34 wheels; the option set does not depend on the tag).
@@ -177,16 +179,39 @@ def _probed(name: str) -> bool:
     return name in _PROBED_DUNDERS
 
 
+# Stubbed attributes that module-level code uses as real values, with the value they
+# have on the GPU host. 0.5.10.post1's sglang/srt/layers/attention/fla/utils.py does
+# ``getattr(torch, triton.runtime.driver.active.get_current_target().backend)`` at
+# import time (triton's backend name is "cuda" on NVIDIA GPUs).
+_STUB_CONSTANTS = {
+    "triton.runtime.driver.active.get_current_target.backend": "cuda",
+}
+
+
 class _StubMeta(abc.ABCMeta):
     """Metaclass of fabricated classes: every attribute, item and call succeeds."""
 
     def __getattr__(cls, name: str):
         if _probed(name):
             raise AttributeError(name)
-        return _stub_class(f"{cls.__qualname__}.{name}")
+        qualname = f"{cls.__qualname__}.{name}"
+        if qualname in _STUB_CONSTANTS:
+            return _STUB_CONSTANTS[qualname]
+        return _stub_class(qualname)
 
     def __getitem__(cls, item):
         return cls
+
+    def __setitem__(cls, key, value):
+        pass  # registries written at import time (CONFIG_MAPPING._extra_content[...] = ...)
+
+    def __delitem__(cls, key):
+        pass
+
+    def register(cls, *args, **kwargs):
+        """Library registries (transformers' ``AutoProcessor.register(config, processor)``
+        in 0.5.10.post1) rather than ABCMeta's one-argument virtual-subclass hook."""
+        return args[0] if args else None
 
     def __or__(cls, other):
         return cls
@@ -213,10 +238,18 @@ class _StubBase(metaclass=_StubMeta):
     def __init__(self, *args, **kwargs):
         pass
 
+    def __init_subclass__(cls, **kwargs):
+        # Class keywords meant for a stubbed base, e.g. 0.5.10.post1's
+        # ``class DotsVLMProcessorKwargs(ProcessingKwargs, total=False)`` (a TypedDict).
+        super().__init_subclass__()
+
     def __getattr__(self, name: str):
         if _probed(name):
             raise AttributeError(name)
-        return _stub_class(f"{type(self).__qualname__}.{name}")()
+        qualname = f"{type(self).__qualname__}.{name}"
+        if qualname in _STUB_CONSTANTS:
+            return _STUB_CONSTANTS[qualname]
+        return _stub_class(qualname)()
 
     def __call__(self, *args, **kwargs):
         if len(args) == 1 and callable(args[0]) and not kwargs:
@@ -225,6 +258,12 @@ class _StubBase(metaclass=_StubMeta):
 
     def __getitem__(self, item):
         return self
+
+    def __setitem__(self, key, value):
+        pass
+
+    def __delitem__(self, key):
+        pass
 
     def __iter__(self):
         return iter(())
@@ -352,7 +391,10 @@ def _type_params() -> dict:
     """
     import inspect  # noqa: PLC0415
 
-    import sglang.srt.model_executor.cuda_graph_config as cg  # noqa: PLC0415
+    try:
+        import sglang.srt.model_executor.cuda_graph_config as cg  # noqa: PLC0415
+    except ModuleNotFoundError:
+        return {}  # older releases (0.5.10.post1) have no such converters
 
     config_src = inspect.getsource(cg.parse_cuda_graph_config_arg)
     retired: list[str] = []
