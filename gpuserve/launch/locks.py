@@ -1,12 +1,16 @@
-"""Hash-pinned SGLang stacks: one lock per (SGLang version, CUDA major, Python minor).
+"""SGLang locks: one exact, hash-pinned package set per (SGLang, CUDA major, Python minor).
 
-A lock is generated from a real pip resolve by tools/gen_lock.py, never by hand, and
-lives in gpuserve/data/locks/ (or a user's ``sglang_locks_dir``). It names every wheel
-with its sha256, so ``pip install --require-hashes --no-deps`` installs exactly that
-set, and carries the facts about the stack that pip never checks: which CUDA torch is
-built for, the driver that CUDA needs, the Python and glibc the wheels need, the GPU
-architectures its kernels carry, and its download size. Loading is strict: a lock is
-input, and a broken one must fail naming file and package before any host changes.
+Why: ``pip install sglang==V`` pins SGLang's own requirements only; everything else
+floats (CUDA 13.5 compiler wheels next to a 13.0 runtime, sglang-install.md §4.5), and
+pip never checks the driver. A lock, generated from a real resolve by
+``tools/gen_lock.py`` and committed under ``gpuserve/data/locks/``, fixes every wheel
+by sha256 and states what a host needs before anything is downloaded: the driver for
+torch's CUDA, the glibc of the wheels' manylinux tags, the Python minor.
+
+This module only reads and judges lock files (no network, no pip, no pyinfra). It is
+strict on purpose: a lock drives a multi-GiB install with ``--require-hashes``, so a
+hand edit that drops a hash or duplicates a package must fail here, naming the file
+and the package, not on the host halfway through a download.
 """
 
 from __future__ import annotations
@@ -15,31 +19,52 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from gpuserve.errors import InputError
 from gpuserve.paths import DATA_DIR
 
-LOCKS_DIR = DATA_DIR / "locks"
 LOCK_FORMAT = 1
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!_-]*$")
-_MINOR = re.compile(r"^[0-9]+\.[0-9]+$")
-# Bigger than any real lock (about 200 packages, 100 kB); a bound on what we parse.
+# Generated locks are ~90 KB; anything far larger is not a lock (bounded read).
 MAX_LOCK_BYTES = 4 * 1024 * 1024
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# PEP 440 versions as pip reports them (a local part such as +lab is allowed).
+_VERSION = re.compile(
+    r"^(\d+!)?\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?$",
+    re.IGNORECASE)
+_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")  # PEP 503 normalized
+_MINOR = re.compile(r"^\d+\.\d+$")
+_PYTHON = re.compile(r"^3\.\d+$")
+_DRIVER = re.compile(r"^\d+(\.\d+)+$")
+_ARCH = re.compile(r"^sm_\d+[a-z]?$")
+_PLATFORM = re.compile(r"^manylinux_(\d+)_(\d+)_[a-z0-9_]+$")
+
+
+# The committed locks (a host may add its own: ``sglang_locks_dir``, see load_locks).
+LOCKS_DIR = DATA_DIR / "locks"
 
 
 @dataclass(frozen=True)
 class LockedPackage:
+    """One pinned distribution. External ones have no hash: they come from ``index``."""
+
     name: str
     version: str
     filename: str | None
     url: str | None
-    sha256: str | None  # None only for an external package
-    size: int
+    sha256: str | None
+    size: int | None
     external: bool = False
+    index: str | None = None
+
+    def requirement(self) -> str:
+        """``name==version --hash=sha256:...`` (pip's hash-checking syntax)."""
+        return f"{self.name}=={self.version} --hash=sha256:{self.sha256}"
 
 
 @dataclass(frozen=True)
@@ -49,182 +74,339 @@ class ExternalPackage:
     name: str
     version: str
     why: str
-    index: str | None
+    index: str
 
 
 @dataclass(frozen=True, repr=False)
 class Lock:
+    """A loaded, validated lock file. Field names follow the JSON keys."""
+
     path: Path
+    lock_format: int
+    generator: str
+    resolved: Mapping[str, Any] = field(hash=False)
     sglang: str
     sglang_sha256: str
     python: str
-    requires_python: str
+    requires_python: str | None
     platform: str
     glibc_min: str
     torch: str
     torch_cuda: str
     cuda_major: int
+    cuda_runtime: Mapping[str, str] = field(hash=False)
     driver_min: str
+    driver_source: str
     cuda_archs: tuple[str, ...]
+    cuda_archs_source: str
+    constraints: tuple[str, ...]
     download_bytes: int
-    packages: tuple[LockedPackage, ...]
     external: tuple[ExternalPackage, ...]
+    packages: tuple[LockedPackage, ...]
+    cuda_ptx: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
+        """The file's stem, e.g. ``sglang-0.5.23-cu13-py311``."""
         return self.path.stem
 
     def __repr__(self) -> str:
         # short: pyinfra logs operation arguments, and a lock has 200 packages
         return f"Lock({self.name})"
 
-    def requirements_text(self) -> str:
-        """The pip requirements file: ``name==version --hash=sha256:...``, sorted.
+    def package(self, name: str) -> LockedPackage | None:
+        key = _normalize(name)
+        return next((p for p in self.packages if p.name == key), None)
 
-        An external package is pinned without a hash; pip's ``--require-hashes`` then
-        refuses the file, so a lock with one installs only from a wheelhouse whose lock
-        was regenerated with the vendor index (``gen_lock.py --extra-index-url``)."""
-        lines = []
-        for pkg in self.packages:
-            pin = f"{pkg.name}=={pkg.version}"
-            lines.append(pin if pkg.sha256 is None else f"{pin} --hash=sha256:{pkg.sha256}")
-        return "".join(f"{line}\n" for line in lines)
+    def requirements_text(self) -> str:
+        """A pip requirements file for ``pip install --no-deps --require-hashes -r``.
+
+        One ``name==version --hash=sha256:...`` line per hash-pinned package, sorted by
+        name. External packages cannot carry a hash, so they are listed as trailing
+        comments (pip ignores them; the caller installs them from their index or a
+        wheelhouse first); they still count in :attr:`hash`.
+        """
+        pinned = sorted((p for p in self.packages if not p.external), key=lambda p: p.name)
+        lines = [p.requirement() for p in pinned]
+        lines += [f"# external, not hash-pinned: {p.name}=={p.version} from {p.index}"
+                  for p in sorted(self.packages, key=lambda p: p.name) if p.external]
+        return "".join(line + "\n" for line in lines)
 
     @property
     def hash(self) -> str:
-        """12 hex digits of the requirements' sha256: names the lock's venv on a host."""
+        """12 hex digits of the requirements text's sha256: names venvs (same set, same name)."""
         return hashlib.sha256(self.requirements_text().encode()).hexdigest()[:12]
 
-    def supports(self, python: str, glibc: str) -> str | None:
-        """Why a host with this Python minor and glibc cannot use the lock (None: it can)."""
-        if python != self.python:
-            return f"lock {self.name} is for Python {self.python}, the host has {python}"
-        if _tuple(glibc) < _tuple(self.glibc_min):
-            return (f"glibc {glibc} is older than {self.glibc_min}, which the lock's "
-                    f"wheels ({self.platform}) need")
+    def supports(self, python: str | None = None, glibc: str | None = None) -> str | None:
+        """Why a host with this Python and glibc cannot install the lock; None when it can.
+
+        ``python`` may be ``3.11`` or ``3.11.7`` and ``glibc`` ``2.36``; None means
+        unknown and is not judged. The Python minor must match exactly: the lock pins
+        cpXY wheels (torch, sglang) that no other minor installs.
+        """
+        if python is not None:
+            minor = ".".join(str(python).split(".")[:2])
+            if not _PYTHON.match(minor):
+                raise ValueError(f"python: expected 3.N[.M], got {python!r}")
+            if minor != self.python:
+                return (f"Python {minor} cannot use lock {self.name}: its wheels are for "
+                        f"Python {self.python}")
+        if glibc is not None:
+            if not _MINOR.match(str(glibc)):
+                raise ValueError(f"glibc: expected N.M, got {glibc!r}")
+            if _tuple(glibc) < _tuple(self.glibc_min):
+                return (f"glibc {glibc} is older than {self.glibc_min}, which lock "
+                        f"{self.name} needs ({self.platform} wheels)")
         return None
 
 
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version))
+    return tuple(int(n) for n in re.findall(r"\d+", version))
 
 
-def _field(data: dict, key: str, kind: type | tuple, path: Path, where: str = "") -> object:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        name = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise InputError(path, f"{where}{key}",
-                         f"must be a {name}, got {type(value).__name__}")
-    return value
+def _version_key(version: str) -> tuple:
+    """Release, then post number: 0.5.10.post1 sorts after 0.5.10, before 0.5.19."""
+    public = version.split("+", 1)[0]
+    release = tuple(int(n) for n in re.match(r"^(?:\d+!)?([\d.]+)", public).group(1)
+                    .strip(".").split("."))
+    post = re.search(r"\.post(\d+)", public)
+    return release, int(post.group(1)) if post else -1
 
 
-def _str(data: dict, key: str, path: Path, pattern: re.Pattern | None = None,
-         where: str = "") -> str:
-    value = _field(data, key, str, path, where)
-    if pattern is not None and not pattern.match(value):
-        raise InputError(path, f"{where}{key}", f"{value!r} is malformed")
-    return value
+# --------------------------------------------------------------------------
+# Loading and validation
+# --------------------------------------------------------------------------
 
 
-def _size(data: dict, key: str, path: Path, where: str) -> int:
-    value = _field(data, key, (int, float), path, where)
-    if not math.isfinite(value) or value < 0 or value != int(value):
-        raise InputError(path, f"{where}{key}", f"must be a whole number >= 0, got {value!r}")
-    return int(value)
+class _Doc:
+    """Typed access to one JSON object, every failure an InputError naming the field."""
+
+    def __init__(self, path: Path, data: Mapping[str, Any], where: str = "") -> None:
+        self.path, self.data, self.where = path, data, where
+
+    def error(self, key: str, message: str) -> InputError:
+        return InputError(self.path, f"{self.where}{key}", message)
+
+    def get(self, key: str, types: type | tuple[type, ...], *, optional: bool = False) -> Any:
+        if key not in self.data:
+            if optional:
+                return None
+            raise self.error(key, "missing")
+        value = self.data[key]
+        if value is None and optional:
+            return None
+        # bool is an int subclass; a lock never means True by 1
+        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple)
+                                                     else (types,)):
+            raise self.error(key, f"must be {_type_names(types)}, got a boolean")
+        if not isinstance(value, types):
+            raise self.error(key, f"must be {_type_names(types)}, got "
+                                  f"{type(value).__name__} {value!r:.60}")
+        return value
+
+    def text(self, key: str, pattern: re.Pattern | None = None, what: str = "",
+             *, optional: bool = False) -> str | None:
+        value = self.get(key, str, optional=optional)
+        if value is not None and pattern is not None and not pattern.match(value):
+            raise self.error(key, f"must be {what}, got {value!r:.80}")
+        return value
+
+    def size(self, key: str, *, optional: bool = False) -> int | None:
+        value = self.get(key, (int, float), optional=optional)
+        if value is None:
+            return None
+        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+            raise self.error(key, f"must be a whole number of bytes, got {value!r}")
+        if value < 0:
+            raise self.error(key, f"must not be negative, got {value!r}")
+        return int(value)
 
 
-def _package(item: object, index: int, path: Path) -> LockedPackage:
-    if not isinstance(item, dict):
-        raise InputError(path, f"packages[{index}]", "must be a mapping")
-    name = _str(item, "name", path, _NAME, f"packages[{index}].")
-    where = f"packages[{index}] ({name})."
-    version = _str(item, "version", path, _VERSION, where)
-    external = item.get("external", False) is True
-    if external:
-        return LockedPackage(name, version, item.get("filename"), item.get("url"), None, 0,
-                             True)
-    sha = item.get("sha256")
-    if not isinstance(sha, str) or not _SHA256.match(sha):
-        raise InputError(path, f"{where}sha256",
-                         f"{name}=={version} needs a sha256 of 64 lowercase hex digits, "
-                         f"got {sha!r}")
-    return LockedPackage(name, version, _str(item, "filename", path, None, where),
-                         _str(item, "url", path, None, where), sha,
-                         _size(item, "size", path, where))
+def _type_names(types: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+             list: "a list", dict: "an object"}
+    seq = types if isinstance(types, tuple) else (types,)
+    return " or ".join(names.get(t, t.__name__) for t in seq)
 
 
-def load_lock(path: Path) -> Lock:
-    """Read and validate one lock file; every problem names the file and the field."""
-    path = Path(path)
+def _read_json(path: Path) -> dict:
     try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise InputError(path, None, f"cannot read the lock: {e.strerror or e}") from None
+        with path.open("rb") as f:
+            raw = f.read(MAX_LOCK_BYTES + 1)
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from exc
     if len(raw) > MAX_LOCK_BYTES:
-        raise InputError(path, None, f"{len(raw)} bytes is too large for a lock")
+        raise InputError(path, None, f"larger than {MAX_LOCK_BYTES} bytes; not a lock file")
+
+    def refuse_constant(name: str) -> None:
+        raise ValueError(f"{name} is not a JSON number")
+
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise InputError(path, None, f"not a JSON lock: {e}") from None
+        data = json.loads(raw.decode("utf-8"), parse_constant=refuse_constant)
+    except UnicodeDecodeError as exc:
+        raise InputError(path, None, f"not UTF-8 text: {exc.reason}") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(path, None, f"invalid JSON: {exc.msg}", exc.lineno) from exc
+    except ValueError as exc:
+        raise InputError(path, None, f"invalid JSON: {exc}") from exc
     if not isinstance(data, dict):
-        raise InputError(path, None, "a lock is a JSON object")
-    if data.get("lock_format") != LOCK_FORMAT:
-        raise InputError(path, "lock_format", f"must be {LOCK_FORMAT}, got "
-                                              f"{data.get('lock_format')!r}")
-    items = _field(data, "packages", list, path)
-    packages = [_package(item, i, path) for i, item in enumerate(items)]
-    seen: set[str] = set()
-    for pkg in packages:
-        key = pkg.name.lower().replace("_", "-").replace(".", "-")
-        if key in seen:
-            raise InputError(path, "packages", f"{pkg.name} is listed twice")
-        seen.add(key)
+        raise InputError(path, None, f"must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _package(path: Path, index: int, raw: Any) -> LockedPackage:
+    if not isinstance(raw, dict):
+        raise InputError(path, f"packages[{index}]", "must be an object")
+    label = raw.get("name") if isinstance(raw.get("name"), str) else "?"
+    doc = _Doc(path, raw, f"packages[{index}] ({label}).")
+    name = doc.text("name", _NAME, "a normalized project name (lowercase, '-')")
+    version = doc.text("version", _VERSION, "a PEP 440 version")
+    external = doc.get("external", bool, optional=True) or False
+    if external:
+        sha = doc.text("sha256", _SHA256, "null or 64 lowercase hex digits", optional=True)
+        index_url = doc.text("index", None, optional=True)  # else from ``external``
+        return LockedPackage(name, version, doc.text("filename", optional=True),
+                       doc.text("url", optional=True), sha, doc.size("size", optional=True),
+                       True, index_url)
+    sha = doc.text("sha256", _SHA256, f"64 lowercase hex digits for {name} {version} (only "
+                                      "external packages may lack a hash)")
+    filename = doc.text("filename")
+    if not filename.endswith(".whl"):
+        raise doc.error("filename", f"{name}: must be a wheel (.whl), got {filename!r}")
+    return LockedPackage(name, version, filename, doc.text("url"), sha, doc.size("size"))
+
+
+def load_lock(path: str | Path) -> Lock:
+    """Read and validate one lock file; every problem is an InputError naming the field."""
+    path = Path(path)
+    doc = _Doc(path, _read_json(path))
+    fmt = doc.get("lock_format", int)
+    if fmt != LOCK_FORMAT:
+        raise doc.error("lock_format", f"this gpuserve reads format {LOCK_FORMAT}, got {fmt}")
+
+    raw_packages = doc.get("packages", list)
+    if not raw_packages:
+        raise doc.error("packages", "must list at least one package")
+    packages = tuple(_package(path, i, p) for i, p in enumerate(raw_packages))
+    seen: dict[str, int] = {}
+    for i, p in enumerate(packages):
+        if p.name in seen:
+            raise InputError(path, "packages", f"packages[{i}]: duplicate package {p.name} "
+                                               f"(also packages[{seen[p.name]}])")
+        seen[p.name] = i
+    by_name = {p.name: p for p in packages}
+
     externals = []
-    for i, item in enumerate(_field(data, "external", list, path)):
-        if not isinstance(item, dict):
-            raise InputError(path, f"external[{i}]", "must be a mapping")
-        externals.append(ExternalPackage(_str(item, "name", path, _NAME, f"external[{i}]."),
-                                         _str(item, "version", path, _VERSION, f"external[{i}]."),
-                                         str(item.get("why", "")), item.get("index")))
-    sglang = _str(data, "sglang", path, _VERSION)
-    pinned = next((p for p in packages if p.name.lower() == "sglang"), None)
-    if pinned is None or pinned.version != sglang:
-        raise InputError(path, "packages", f"has no sglang=={sglang}")
-    sglang_sha = _str(data, "sglang_sha256", path, _SHA256)
-    if pinned.sha256 != sglang_sha:
-        raise InputError(path, "sglang_sha256", f"is not the sha256 of the locked sglang wheel "
-                                                f"({pinned.sha256})")
-    archs = _field(data, "cuda_archs", list, path)
-    if not all(isinstance(a, str) and re.match(r"^sm_\d+[a-z]?$", a) for a in archs):
-        raise InputError(path, "cuda_archs", "must be a list like ['sm_90', 'sm_120']")
-    cuda_major = _field(data, "cuda_major", int, path)
-    torch_cuda = _str(data, "torch_cuda", path, _MINOR)
-    if torch_cuda.split(".")[0] != str(cuda_major):
-        raise InputError(path, "cuda_major", f"{cuda_major} is not torch's CUDA {torch_cuda}")
-    return Lock(
-        path=path, sglang=sglang, sglang_sha256=sglang_sha,
-        python=_str(data, "python", path, _MINOR),
-        requires_python=_str(data, "requires_python", path),
-        platform=_str(data, "platform", path),
-        glibc_min=_str(data, "glibc_min", path, _MINOR),
-        torch=_str(data, "torch", path, _VERSION), torch_cuda=torch_cuda,
-        cuda_major=cuda_major,
-        driver_min=_str(data, "driver_min", path, re.compile(r"^\d+(\.\d+)*$")),
-        cuda_archs=tuple(archs), download_bytes=_size(data, "download_bytes", path, ""),
-        packages=tuple(sorted(packages, key=lambda p: p.name.lower())),
+    for i, raw in enumerate(doc.get("external", list)):
+        if not isinstance(raw, dict):
+            raise doc.error(f"external[{i}]", "must be an object")
+        ext = _Doc(path, raw, f"external[{i}].")
+        item = ExternalPackage(ext.text("name", _NAME, "a normalized project name"),
+                        ext.text("version", _VERSION, "a PEP 440 version"),
+                        ext.text("why"), ext.text("index"))
+        pkg = by_name.get(item.name)
+        if pkg is None or not pkg.external or pkg.version != item.version:
+            raise ext.error("name", f"{item.name} {item.version} is not an external entry of "
+                                    "packages")
+        externals.append(item)
+    listed = {e.name: e for e in externals}
+    for i, p in enumerate(packages):
+        if p.external and p.name not in listed:
+            raise InputError(path, f"packages[{i}] ({p.name}).external",
+                             f"{p.name} is external but not listed under external")
+    packages = tuple(replace(p, index=listed[p.name].index) if p.external and not p.index
+                     else p for p in packages)
+
+    # Descriptive fields (provenance, derivation notes) may be absent in a hand-made
+    # test lock; the facts a host decision or an install needs are required.
+    runtime = doc.get("cuda_runtime", dict, optional=True) or {}
+    for key, value in runtime.items():
+        if not (isinstance(value, str) and _VERSION.match(value)):
+            raise doc.error(f"cuda_runtime.{key}", f"must be a PEP 440 version, got {value!r}")
+    archs = doc.get("cuda_archs", list)
+    for i, arch in enumerate(archs):
+        if not (isinstance(arch, str) and _ARCH.match(arch)):
+            raise doc.error(f"cuda_archs[{i}]", f"must look like sm_90, got {arch!r}")
+    ptx = doc.get("cuda_ptx", list, optional=True) or []
+    constraints = doc.get("constraints", list, optional=True) or []
+    for i, item in enumerate([*constraints, *ptx]):
+        if not isinstance(item, str):
+            raise doc.error("constraints" if i < len(constraints) else "cuda_ptx",
+                            f"must list strings, got {item!r}")
+
+    lock = Lock(
+        path=path,
+        lock_format=fmt,
+        generator=doc.text("generator", optional=True) or "",
+        resolved=MappingProxyType(dict(doc.get("resolved", dict, optional=True) or {})),
+        sglang=doc.text("sglang", _VERSION, "a PEP 440 version"),
+        sglang_sha256=doc.text("sglang_sha256", _SHA256, "64 lowercase hex digits"),
+        python=doc.text("python", _PYTHON, "a Python minor such as 3.11"),
+        requires_python=doc.text("requires_python", optional=True),
+        platform=doc.text("platform"),
+        glibc_min=doc.text("glibc_min", _MINOR, "a glibc version such as 2.34"),
+        torch=doc.text("torch", _VERSION, "a PEP 440 version"),
+        torch_cuda=doc.text("torch_cuda", _MINOR, "a CUDA version such as 13.0"),
+        cuda_major=doc.get("cuda_major", int),
+        cuda_runtime=MappingProxyType(dict(runtime)),
+        driver_min=doc.text("driver_min", _DRIVER, "a driver version such as 580.65.06"),
+        driver_source=doc.text("driver_source", optional=True) or "",
+        cuda_archs=tuple(archs),
+        cuda_archs_source=doc.text("cuda_archs_source", optional=True) or "",
+        constraints=tuple(constraints),
+        download_bytes=doc.size("download_bytes"),
         external=tuple(externals),
+        packages=tuple(sorted(packages, key=lambda p: p.name)),
+        cuda_ptx=tuple(ptx),
     )
+    _check_consistency(lock, doc)
+    return lock
 
 
-def available_locks(locks_dir: Path | None = None) -> list[Lock]:
-    """Every lock in ``locks_dir`` (default: the committed ones), sorted by file name."""
-    directory = Path(locks_dir) if locks_dir is not None else LOCKS_DIR
-    return [load_lock(p) for p in sorted(directory.glob("*.json"))]
+def _check_consistency(lock: Lock, doc: _Doc) -> None:
+    """Header facts must agree with the package list they were derived from."""
+    sglang, torch = lock.package("sglang"), lock.package("torch")
+    if sglang is None or sglang.external:
+        raise doc.error("packages", "no hash-pinned sglang package")
+    if sglang.version != lock.sglang or sglang.sha256 != lock.sglang_sha256:
+        raise doc.error("sglang_sha256", f"header says sglang {lock.sglang} sha256 "
+                        f"{lock.sglang_sha256[:12]}..., packages say {sglang.version} "
+                        f"{(sglang.sha256 or '')[:12]}...")
+    # (a lock without torch is not a generated one, but nothing here needs the wheel)
+    if torch is not None and torch.version != lock.torch:
+        raise doc.error("torch", f"header says torch {lock.torch}, packages say {torch.version}")
+    if lock.cuda_major != int(lock.torch_cuda.split(".")[0]):
+        raise doc.error("cuda_major", f"{lock.cuda_major} does not match torch_cuda "
+                        f"{lock.torch_cuda}")
+    for name, version in lock.cuda_runtime.items():
+        pkg = lock.package(name)
+        if pkg is None or pkg.version != version:
+            raise doc.error(f"cuda_runtime.{name}", f"{name}=={version} is not in packages")
+    m = _PLATFORM.match(lock.platform)
+    if m and f"{m.group(1)}.{m.group(2)}" != lock.glibc_min:
+        raise doc.error("glibc_min", f"{lock.glibc_min} does not match platform {lock.platform}")
+    total = sum(p.size or 0 for p in lock.packages)
+    if total != lock.download_bytes:
+        raise doc.error("download_bytes", f"{lock.download_bytes}, but the package sizes add "
+                                          f"up to {total}")
+
+
+def available_locks(locks_dir: str | Path | None = None) -> list[Lock]:
+    """Every lock in ``locks_dir`` (default: the committed ones), oldest SGLang first."""
+    where = Path(locks_dir) if locks_dir is not None else LOCKS_DIR
+    found = [load_lock(p) for p in sorted(where.glob("sglang-*.json"))]
+    return sorted(found, key=lambda lk: (_version_key(lk.sglang), lk.sglang, lk.cuda_major,
+                                         _tuple(lk.python)))
 
 
 def load_locks(user_dir: str | None, source: str, field: str) -> list[Lock]:
     """A user's locks (``sglang_locks_dir``) first, then the committed ones; a user's
-    lock replaces a committed one of the same name."""
+    lock replaces a committed one of the same name. ``source``/``field`` name where
+    ``user_dir`` was set, for the error when it is not a directory."""
     locks: dict[str, Lock] = {}
     if user_dir is not None:
         directory = Path(user_dir).expanduser()
@@ -237,12 +419,28 @@ def load_locks(user_dir: str | None, source: str, field: str) -> list[Lock]:
     return list(locks.values())
 
 
-def catalog_mismatch(lock: Lock, catalog_source: str) -> str | None:
-    """The flag catalog's ``source`` names the wheel it was generated from and its sha256;
-    a lock that installs that same wheel file must carry the same sha256."""
-    pinned = next(p for p in lock.packages if p.name.lower() == "sglang")
-    match = re.search(r"(\S+\.whl) .*sha256 ([0-9a-f]{64})", catalog_source)
-    if not match or pinned.filename != match.group(1) or pinned.sha256 == match.group(2):
+def check_against_catalog(lock: Lock, catalog_source_sha: str) -> str | None:
+    """None when the lock installs the sglang wheel a flag catalog was generated from.
+
+    ``catalog_source_sha`` is the catalog's ``source`` string (``sglang-0.5.23-cp311-
+    ...whl from PyPI (sha256 00b3...)``) or a bare sha256. When the source names a
+    different file (the catalog read the cp311 wheel, a py312 lock installs the cp312
+    one of the same release) the hashes cannot be compared and the answer is None;
+    otherwise a differing sha256 is returned as a sentence: the catalog's flags would
+    describe a different build than the one installed.
+    """
+    m = re.search(r"(?:(\S+\.whl)\s.*)?\b([0-9a-f]{64})\b", catalog_source_sha)
+    if m is None:
+        raise ValueError(f"no sha256 in {catalog_source_sha!r}")
+    filename, wanted = m.group(1), m.group(2)
+    sglang = lock.package("sglang")
+    installed = sglang.filename if sglang else None
+    if lock.sglang_sha256 == wanted or (filename is not None and filename != installed):
         return None
-    return (f"sglang {lock.sglang}: the lock's {pinned.filename} has sha256 {pinned.sha256}, "
-            f"the flag catalog was generated from the same file with sha256 {match.group(2)}")
+    return (f"sglang {lock.sglang}: lock {lock.name} installs {installed} with sha256 "
+            f"{lock.sglang_sha256}, the flag catalog was generated from "
+            f"{filename or 'a wheel'} with sha256 {wanted}")
+
+
+# The name roles/service/serve_plan.py uses.
+catalog_mismatch = check_against_catalog
