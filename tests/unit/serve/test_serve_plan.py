@@ -180,3 +180,28 @@ def test_cli_refuses_bad_profile_before_any_operation(case: str, tmp_path: Path)
     assert needle in out
     assert "Beginning operation run" not in out and "Starting operation" not in out
     assert "Traceback" not in out
+
+
+def test_user_lock_whose_sglang_wheel_differs_from_the_catalogs_is_refused(tmp_path) -> None:
+    """The flag catalog was generated from one wheel file; a lock installing a file of the
+    same name with another sha256 would render flags for a wheel nobody read."""
+    shipped = REPO / "gpuserve/data/locks/sglang-0.5.23-cu13-py311.json"
+    lock = json.loads(shipped.read_text())
+    forged = "f" * 64
+    lock["sglang_sha256"] = forged
+    next(p for p in lock["packages"] if p["name"] == "sglang")["sha256"] = forged
+    mine = tmp_path / "locks"
+    mine.mkdir()
+    (mine / shipped.name).write_text(json.dumps(lock))
+    with pytest.raises(InputError) as e:
+        plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": str(mine)}, "inv.py", R580)
+    assert (e.value.file, e.value.field) == (str(mine / shipped.name), "packages (sglang)")
+    catalog_sha = "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937"
+    assert forged in e.value.message and catalog_sha in e.value.message
+
+
+def test_locks_dir_that_is_not_a_directory_names_the_field() -> None:
+    with pytest.raises(InputError) as e:
+        plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": "/nonexistent/locks"},
+                   "inventory/gpu.py", R580)
+    assert (e.value.file, e.value.field) == ("inventory/gpu.py", "sglang_locks_dir")
