@@ -10,7 +10,7 @@ Usage::
 
 Why this exists: ``pip install sglang==V`` pins only SGLang's own requirements; the
 other ~200 packages float (on 2026-11-30 the CUDA 13.0 stacks pulled 13.5 compiler
-wheels, docs/.../sglang-install.md §4.5), and pip never looks at the host's driver. A
+wheels, sglang-install.md §4.5), and pip never looks at the host's driver. A
 lock is one exact, hash-pinned set for one (SGLang, CUDA major, Python minor), so a
 host installs what was reviewed, and the header says what it needs (driver, glibc,
 Python) before 4 GiB are downloaded. Locks are never hand-written: this script
