@@ -28,6 +28,28 @@ def arch_of(capability: str) -> str:
     return f"sm_{int(major)}{int(minor or 0)}"
 
 
+def runs_on(archs: tuple[str, ...] | list[str], capability: str) -> bool:
+    """Whether SASS built for one of ``archs`` runs on a GPU of ``capability``.
+
+    A cubin for sm_XY runs on any GPU of the same major X with minor >= Y (CUDA C++
+    Programming Guide, "Binary Compatibility"), so sm_80 code serves an sm_86 GPU; an
+    arch-specific target (sm_90a) runs only on exactly that GPU. No PTX is assumed (the
+    kernel wheels ship none), so nothing carries over to a newer major."""
+    major, _, minor = capability.partition(".")
+    want_major, want_minor = int(major), int(minor or 0)
+    for arch in archs:
+        digits = arch.removeprefix("sm_")
+        specific = digits.endswith(("a", "f"))
+        digits = digits.rstrip("af")
+        if not digits.isdigit() or len(digits) < 2:
+            continue
+        a_major, a_minor = int(digits[:-1]), int(digits[-1])
+        if a_major == want_major and (a_minor == want_minor or
+                                      (not specific and a_minor < want_minor)):
+            return True
+    return False
+
+
 def _public(version: object) -> str | None:
     return None if version is None else str(version).split("+", 1)[0]
 
@@ -74,8 +96,9 @@ def judge(lines: list[str] | None, lock: Lock, expect_gpus: int) -> Verification
         elif len(devices) != expect_gpus:
             problems.append(f"torch sees {len(devices)} GPU(s), nvidia-smi lists {expect_gpus}")
         for dev in devices:
-            arch = arch_of(str(dev.get("capability", "0.0")))
-            if lock.cuda_archs and arch not in lock.cuda_archs:
+            capability = str(dev.get("capability", "0.0"))
+            arch = arch_of(capability)
+            if lock.cuda_archs and not runs_on(lock.cuda_archs, capability):
                 problems.append(f"{dev.get('name')} is {arch}, the lock's kernels are built "
                                 f"for {', '.join(lock.cuda_archs)}")
     archs = sorted({arch_of(str(d.get("capability", "0.0"))) for d in devices})

@@ -26,7 +26,7 @@ from gpuserve.launch.venvs import (
     venv_path,
     venvs_to_prune,
 )
-from gpuserve.launch.verify import arch_of, judge
+from gpuserve.launch.verify import arch_of, judge, runs_on
 
 LOCKS = available_locks()
 GIB = 1024**3
@@ -159,6 +159,11 @@ def test_verification_refuses_an_arch_without_kernels_and_no_report() -> None:
     odd = judge(report(devices=[{"name": "Tesla V100", "capability": "7.0"}]), lk, 1)
     assert not odd.ok and "sm_70" in odd.problems[0]
     assert arch_of("9.0") == "sm_90" and arch_of("12.0") == "sm_120"
+    # binary compatibility within a major: sm_80 SASS runs on an sm_86 GPU (A10, RTX 3090)
+    assert judge(report(devices=[{"name": "NVIDIA A10", "capability": "8.6"}]), lk, 1).ok
+    assert runs_on(["sm_80"], "8.6") and not runs_on(["sm_86"], "8.0")
+    assert runs_on(["sm_90a"], "9.0") and not runs_on(["sm_90a"], "9.1")
+    assert not runs_on(["sm_90"], "10.0")
     none = judge(["Traceback (most recent call last):", "ImportError: x"], lk, 1)
     assert not none.ok and "ImportError: x" in none.problems[0]
     failed = judge(report(error="ImportError: libcudart.so.13"), lk, 1)
