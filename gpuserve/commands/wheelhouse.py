@@ -59,11 +59,8 @@ def select_locks(args: argparse.Namespace) -> list[Lock]:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        while block := f.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def fetch(url: str, dest: Path, sha256: str) -> None:
