@@ -20,6 +20,7 @@ pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 FAILING = REPO / "tests/fixtures/profiles/lab-oom-at-start.yaml"
+TWO = REPO / "tests/fixtures/profiles/lab-two-versions.yaml"  # renders for 0.5.19 and 0.5.23
 UNIT = "gpuserve-sglang.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 HF_TOKEN = "hf_labTokenNeverOnArgv0123"
@@ -92,7 +93,8 @@ def test_failed_verification_keeps_the_old_venv_and_unit_serving(lab, data) -> N
     live = unit_venv(lab)
     lab.ssh("touch /etc/gpuserve-lab/torch-no-cuda", check=True)
     try:
-        rc, out = serve(lab, data, "--data", "sglang_version=0.5.19+lab")
+        rc, out = serve(lab, data, "--data", f"profile={TWO}", "--data",
+                        "sglang_version=0.5.19+lab")
     finally:
         lab.ssh("rm -f /etc/gpuserve-lab/torch-no-cuda", check=True)
     assert rc != 0, out[-6000:]
@@ -106,7 +108,7 @@ def test_failed_verification_keeps_the_old_venv_and_unit_serving(lab, data) -> N
 def test_switch_versions_rollback_and_prune_move_unit_and_venv_together(lab, data) -> None:
     # 1. Switch to the other SGLang: a second venv, the unit moves to it.
     old = unit_venv(lab)
-    rc, out = serve(lab, data, "--data", "sglang_version=0.5.19+lab")
+    rc, out = serve(lab, data, "--data", f"profile={TWO}", "--data", "sglang_version=0.5.19+lab")
     assert rc == 0, out[-6000:]
     v19 = unit_venv(lab)
     assert "0.5.19+lab" in v19 and old in venvs(lab) and v19 in venvs(lab)
@@ -119,7 +121,7 @@ def test_switch_versions_rollback_and_prune_move_unit_and_venv_together(lab, dat
     # 2. A failing switch to 0.5.23 is rolled back to 0.5.19's unit, in front of its venv.
     rc, out = serve(lab, data, "--data", f"profile={FAILING}", "--data", "health_timeout=600")
     assert rc != 0, out[-6000:]
-    assert "the host was rolled back to profile glm5-nvfp4-tp8, which is healthy again" in out
+    assert "the host was rolled back to profile lab-two-versions, which is healthy again" in out
     assert unit_venv(lab) == v19 and healthy(lab)
     version = lab.ssh("curl -s http://127.0.0.1:30000/server_info -H "
                       f"'Authorization: Bearer {API_KEY}'").stdout
