@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gpuserve.errors import InputError
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
-from gpuserve.launch.catalog import load_catalog
+from gpuserve.launch.catalog import available_versions, load_catalog
 from gpuserve.launch.dialect import render_launch
 from gpuserve.launch.lock_choice import (
     HostRuntime,
@@ -111,8 +111,9 @@ def plan_serve(
     profile = load_profile(profile_ref)
     locks = load_locks(locks_dir, source=source, field="sglang_locks_dir")
     runtime = host_runtime(home)
-    lock = choose_lock(locks, runtime, versions=profile.sglang_versions or None, pinned=pinned,
-                       profile=profile.name)
+    # a profile without sglang_versions renders for every release with a flag catalog
+    lock = choose_lock(locks, runtime, versions=profile.sglang_versions or available_versions(),
+                       pinned=pinned, profile=profile.name)
     problems = preflight(lock, runtime)
     if problems:
         raise PreflightError("; ".join(problems) + "; nothing on the host was changed")
