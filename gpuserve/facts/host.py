@@ -147,7 +147,9 @@ def install_target_command(path: str) -> str:
         "echo \"python=$(python3 -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])'"
         " 2>/dev/null)\"; "
         "echo \"glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')\"; "
-        f"d={shlex.quote(path)}; while [ ! -d \"$d\" ]; do d=$(dirname \"$d\"); done; "
+        # parameter expansion, not dirname: the loop must end whatever the PATH holds
+        f"d={shlex.quote(path)}; while [ -n \"$d\" ] && [ ! -d \"$d\" ]; do d=${{d%/*}}; "
+        "done; [ -n \"$d\" ] || d=/; "
         "echo \"free=$(df -P -B1 \"$d\" 2>/dev/null | awk 'NR==2 {print $4}')\""
     )
 

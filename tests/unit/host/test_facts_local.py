@@ -20,7 +20,7 @@ from pyinfra.api.state import StateStage
 
 from gpuserve.facts.document import HostFactsDocument, host_facts_document
 from gpuserve.facts.gpu import NvidiaGpus, NvidiaP2P, NvidiaTopology
-from gpuserve.facts.host import AcsBridges, SecureBoot, Virtualization
+from gpuserve.facts.host import AcsBridges, InstallTarget, SecureBoot, Virtualization
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpuhost"
 BASICS = ("sh", "cat", "grep", "awk", "sed", "find", "uname", "ls", "env", "sort")
@@ -158,3 +158,25 @@ def test_document_with_no_tools_at_all(sandbox, local_host):
     assert doc["topology"] == {"links": None, "p2p_read": None, "p2p_write": None, "p2p": None}
     assert doc["kernel"]["secure_boot"] is None
     assert doc["sglang_version"] is None
+
+
+def test_install_target_reads_python_glibc_and_free_space(sandbox, local_host, tmp_path):
+    """The preflight's facts: python3, glibc and the free bytes of the nearest existing
+    parent of a directory that does not exist yet (the first deploy on a host)."""
+    import platform
+    import sys
+
+    for name in ("python3", "getconf", "df"):
+        real = shutil.which(name, path=os.defpath + ":/usr/local/bin") or sys.executable
+        sandbox(name, f'#!/bin/sh\nexec {real} "$@"\n')
+    _, host = local_host
+    got = host.get_fact(InstallTarget, path=str(tmp_path / "not" / "yet" / "there"))
+    assert got["python"] and got["python"].count(".") == 2
+    assert got["glibc"] == platform.libc_ver()[1]
+    assert isinstance(got["free_bytes"], int) and got["free_bytes"] > 0
+
+
+def test_install_target_without_python3_is_unknown_not_a_failure(sandbox, local_host):
+    _, host = local_host
+    got = host.get_fact(InstallTarget, path="/opt/gpuserve")
+    assert got["python"] is None and got["glibc"] is None and got["free_bytes"] is None
