@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import shlex
 import time
-from importlib import resources
 from pathlib import Path
 
 from pyinfra import host, logger, state
-from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, deploy, operation
+from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 from pyinfra.operations import files
 
 from gpuserve.measure.health import (
@@ -50,6 +49,8 @@ from gpuserve.measure.health import (
 )
 from gpuserve.measure.results import RecordSpec, smoke_record, write_record
 from gpuserve.measure.smoke import SmokeError, parse_smoke_output, smoke_line
+from gpuserve.paths import SCRIPTS_DIR
+from roles.failure import fail_host
 from roles.service.rollback import (
     RollbackSpec,
     read_state,
@@ -68,7 +69,6 @@ DEFAULTS = {
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPTS = resources.files("gpuserve") / "data" / "scripts"
 PROBE = "sglang_probe.py"
 SMOKE = "sglang_smoke.py"
 
@@ -96,19 +96,6 @@ class SglangSmoke(FactBase):
     def process(self, output: list[str]) -> str:
         return "\n".join(output)
 
-
-def _fail(message: str, details: list[str], footer: list[str] = ()):
-    """A command that reports the failure and fails the host."""
-
-    def report(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
-        host.log_styled(message, fg="red", log_func=logger.error)
-        for line in details:
-            logger.error(f"    {line}")
-        for line in footer:
-            host.log_styled(line, fg="red", log_func=logger.error)
-        return False
-
-    return FunctionCommand(report, (), {})
 
 
 def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
@@ -154,13 +141,13 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
         return
     reason = f"health: {error}" if decision is None else f"health: {decision.message}"
     if rollback is None:
-        yield _fail(reason + ("" if decision is None else
+        yield fail_host(reason + ("" if decision is None else
                               f"; last journal lines of {unit}:"), tail)
         return
     failed = f"{reason}; profile {rollback.profile_name} failed, last journal lines of {unit}:"
     choice = rollback_decision(read_state(rollback))
     if choice.target is None:
-        yield _fail(failed, tail, [f"not rolled back: {choice.reason}"])
+        yield fail_host(failed, tail, [f"not rolled back: {choice.reason}"])
         return
     logger.info(f"{host.name}: health: profile {rollback.profile_name} failed; "
                 f"{choice.reason}")
@@ -173,7 +160,7 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
         why = after_error if after is None else after.message
         outcome = [rollback_outcome(rollback.profile_name, choice.target, after_s, why),
                    *(f"    {line}" for line in after_tail)]
-    yield _fail(failed, tail, outcome)
+    yield fail_host(failed, tail, outcome)
 
 
 def results_root(results_dir: str) -> Path:
@@ -194,7 +181,7 @@ def smoke_completion(port: int, model: str, profile: str, script: str, config: s
     try:
         result = parse_smoke_output(out)
     except SmokeError as e:
-        yield _fail(f"smoke: {e}", [])
+        yield fail_host(f"smoke: {e}", [])
         return
     logger.info(smoke_line(host.name, result, model, profile))
     if record is not None:
@@ -218,7 +205,7 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
     files.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
                     group="root", mode="755")
     for script in (PROBE, SMOKE):
-        files.put(name=f"host script {bin_dir}/{script}", src=str(SCRIPTS / script),
+        files.put(name=f"host script {bin_dir}/{script}", src=str(SCRIPTS_DIR / script),
                   dest=f"{bin_dir}/{script}", user="root", group="root", mode="755")
     wait_healthy(name=f"health gate: {unit} answers /health 200",
                  unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from io import StringIO
 
 from pyinfra import host, state
@@ -26,6 +25,7 @@ from pyinfra.facts.server import Command
 from pyinfra.operations import files, systemd
 
 from gpuserve.errors import InputError
+from gpuserve.paths import SCRIPTS_DIR
 from roles.service.render import (
     UnitSpec,
     env_line,
@@ -53,7 +53,6 @@ CONFIG_PATH = f"{CONFIG_DIR}/sglang-secrets.yaml"
 # Flags that carry secrets and so must never be rendered onto the command line.
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
 REDACT_SCRIPT = "sglang_redact.py"
-SCRIPTS = resources.files("gpuserve") / "data" / "scripts"
 
 
 @dataclass(frozen=True)
@@ -164,7 +163,7 @@ def configure_service(plan: ServicePlan) -> None:
     files.directory(name=f"{plan.bin_dir} (gpuserve host scripts)", path=plan.bin_dir,
                     user="root", group="root", mode="755")
     redact = files.put(name=f"output redactor {plan.bin_dir}/{REDACT_SCRIPT}",
-                       src=str(SCRIPTS / REDACT_SCRIPT), dest=f"{plan.bin_dir}/{REDACT_SCRIPT}",
+                       src=str(SCRIPTS_DIR / REDACT_SCRIPT), dest=f"{plan.bin_dir}/{REDACT_SCRIPT}",
                        user="root", group="root", mode="755")
     unit = files.put(name=f"systemd unit {UNIT_PATH}", src=StringIO(plan.unit_text),
                      dest=UNIT_PATH, user="root", group="root", mode="644")

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import re
 import shlex
-from importlib import resources
 from io import StringIO
 from urllib.parse import urlparse
 
 from pyinfra import host, logger, state
-from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, deploy, operation
+from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, server
 
@@ -43,6 +42,8 @@ from gpuserve.launch.venvs import (
     venvs_to_prune,
 )
 from gpuserve.launch.verify import judge
+from gpuserve.paths import SCRIPTS_DIR
+from roles.failure import fail_host
 
 DEFAULTS = {
     # Exact SGLang version to install (a lock must exist for it, local part allowed:
@@ -64,7 +65,6 @@ DEFAULTS = {
 }
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-SCRIPTS = resources.files("gpuserve") / "data" / "scripts"
 VERIFY = "sglang_verify.py"
 
 
@@ -153,15 +153,6 @@ class UnitVenvs(FactBase):
         return list(output)
 
 
-def _fail(message: str, details: list[str]) -> FunctionCommand:
-    def report(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
-        host.log_styled(message, fg="red", log_func=logger.error)
-        for line in details:
-            logger.error(f"    {line}")
-        return False
-
-    return FunctionCommand(report, (), {})
-
 
 @operation()
 def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]):
@@ -195,7 +186,7 @@ def verify_venv(venv: str, lock: Lock, user: str, script: str, user_home: str,
                    expect_gpus)
     if not result.ok:
         yield StringCommand("rm", "-rf", QuoteString(venv))
-        yield _fail(f"venv: {venv} failed verification against lock {lock.name} "
+        yield fail_host(f"venv: {venv} failed verification against lock {lock.name} "
                     f"({result.summary}); it was removed and the service was not changed:",
                     list(result.problems))
         return
@@ -252,7 +243,7 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
               group="root", mode="644")
     locked_venv(name=f"venv {venv} from lock {lock.name}", venv=venv, lock=lock,
                 requirements=requirements, pip_options=pip_args(index_url, find_links))
-    files.put(name=f"host script {home}/bin/{VERIFY}", src=str(SCRIPTS / VERIFY),
+    files.put(name=f"host script {home}/bin/{VERIFY}", src=str(SCRIPTS_DIR / VERIFY),
               dest=f"{home}/bin/{VERIFY}", user="root", group="root", mode="755")
     verify_venv(name=f"verify {venv} as {user} against the lock", venv=venv, lock=lock,
                 user=user, script=f"{home}/bin/{VERIFY}", user_home=state_dir(home),
