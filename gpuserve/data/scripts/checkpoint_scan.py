@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Describe a safetensors checkpoint without reading its weights.
+
+Uploaded to GPU hosts and run as root with the host's python3 (stdlib only, Python >= 3.8):
+
+    python3 checkpoint_scan.py --dir /models/GLM-5-NVFP4
+
+It prints ONE JSON document on stdout and always exits 0: every problem is an entry of
+"errors" so the controller (gpuserve/memory/checkpoint.py) reports it with the file's name.
+Only config.json, hf_quant_config.json, model.safetensors.index.json and, of each
+*.safetensors file, the 8-byte header length and the JSON header are read.
+
+Output (schema "gpuserve.checkpoint_scan/1"):
+    {"schema", "dir", "config": {...} | null, "hf_quant_config": {...} | null,
+     "index_total_size": int | null,
+     "files": [{"name", "size", "tensors", "header_bytes"}],
+     "tensors": [[pattern, dtype, count, total_bytes, shape_of_first], ...],
+     "errors": [{"file", "field", "error"}], "elapsed_s"}
+Tensor names that differ only in the expert index are one entry (".experts.<N>." ->
+".experts.*."), so a 230k-tensor MoE checkpoint stays a few thousand rows; layer indices stay.
+The same module is imported on the controller (gpuserve.memory.checkpoint), so there is one
+implementation of the format.
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+import time
+
+SCHEMA = "gpuserve.checkpoint_scan/1"
+# safetensors' own limit (safetensors/src/tensor.rs: MAX_HEADER_SIZE = 100_000_000).
+MAX_HEADER = 100000000
+# Bits per element, as safetensors' Dtype::bitsize (0.7/0.8, incl. FP4/FP6 and FNUZ fp8).
+DTYPE_BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32,
+    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+}
+_EXPERTS = ".experts."
+
+
+def pattern_of(name):
+    """``model.layers.5.mlp.experts.17.up_proj.weight`` -> ``...experts.*.up_proj.weight``."""
+    i = name.find(_EXPERTS)
+    if i < 0:
+        return name
+    start = i + len(_EXPERTS)
+    end = name.find(".", start)
+    if end < 0 or not name[start:end].isdigit():
+        return name
+    return name[:start] + "*" + name[end:]
+
+
+def tensor_bytes(dtype, shape):
+    """Bytes of one tensor from dtype x shape; None when the dtype is unknown."""
+    bits = DTYPE_BITS.get(dtype)
+    if bits is None:
+        return None
+    n = 1
+    for d in shape:
+        n *= d
+    return (n * bits + 7) // 8
+
+
+def read_header(path, size):
+    """(header dict, header bytes) or raise ValueError with the reason."""
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise ValueError("file shorter than the 8-byte header length")
+        (n,) = struct.unpack("<Q", raw)
+        if n > MAX_HEADER:
+            raise ValueError(f"header length {n} exceeds safetensors' limit {MAX_HEADER}")
+        if 8 + n > size:
+            raise ValueError(f"header length {n} larger than the file ({size} bytes)")
+        text = f.read(n)
+    if len(text) < n:
+        raise ValueError(f"truncated header: {len(text)} of {n} bytes")
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    return header, n
+
+
+def _check_tensor(name, info, data_size):
+    """(dtype, shape, nbytes) of a header entry, or raise ValueError naming the tensor."""
+    if not isinstance(info, dict):
+        raise ValueError(f"tensor {name}: entry is not an object")
+    dtype, shape, offs = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ValueError(f"tensor {name}: bad shape {shape!r}")
+    nbytes = tensor_bytes(dtype, shape)
+    if nbytes is None:
+        raise ValueError(f"tensor {name}: unknown dtype {dtype!r}")
+    if (
+        not isinstance(offs, list) or len(offs) != 2
+        or not all(isinstance(o, int) for o in offs) or not 0 <= offs[0] <= offs[1]
+    ):
+        raise ValueError(f"tensor {name}: bad data_offsets {offs!r}")
+    if offs[1] > data_size:
+        raise ValueError(
+            f"tensor {name}: data_offsets {offs} beyond the file's {data_size} data bytes"
+        )
+    if offs[1] - offs[0] != nbytes:
+        raise ValueError(
+            f"tensor {name}: data_offsets span {offs[1] - offs[0]} bytes, "
+            f"dtype x shape is {nbytes}"
+        )
+    return dtype, shape, nbytes
+
+
+def scan_file(path, groups, order):
+    """Add one file's tensors to ``groups`` ({(pattern, dtype): [count, bytes, shape]})."""
+    size = os.path.getsize(path)
+    header, n = read_header(path, size)
+    data_size = size - 8 - n
+    count = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape, nbytes = _check_tensor(name, info, data_size)
+        key = (pattern_of(name), dtype)
+        g = groups.get(key)
+        if g is None:
+            groups[key] = [1, nbytes, shape]
+            order.append(key)
+        else:
+            g[0] += 1
+            g[1] += nbytes
+        count += 1
+    return {"name": os.path.basename(path), "size": size, "tensors": count, "header_bytes": n}
+
+
+def _json_file(path, errors):
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        errors.append({"file": os.path.basename(path), "field": None, "error": str(exc)})
+        return None
+    if not isinstance(data, dict):
+        errors.append({"file": os.path.basename(path), "field": None,
+                       "error": "not a JSON object"})
+        return None
+    return data
+
+
+def scan(directory):
+    """The scan document (a dict) of one checkpoint directory."""
+    t0 = time.time()
+    doc = {"schema": SCHEMA, "dir": directory, "config": None, "hf_quant_config": None,
+           "index_total_size": None, "files": [], "tensors": [], "errors": []}
+    errors = doc["errors"]
+    if not os.path.isdir(directory):
+        errors.append({"file": directory, "field": "dir", "error": "no such directory"})
+        doc["elapsed_s"] = round(time.time() - t0, 3)
+        return doc
+    doc["config"] = _json_file(os.path.join(directory, "config.json"), errors)
+    if doc["config"] is None and not errors:
+        errors.append({"file": "config.json", "field": None, "error": "missing"})
+    doc["hf_quant_config"] = _json_file(os.path.join(directory, "hf_quant_config.json"), errors)
+    index = _json_file(os.path.join(directory, "model.safetensors.index.json"), errors)
+    if index is not None:
+        meta = index.get("metadata")
+        if isinstance(meta, dict) and isinstance(meta.get("total_size"), int):
+            doc["index_total_size"] = meta["total_size"]
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".safetensors"))
+    if not names:
+        errors.append({"file": directory, "field": "*.safetensors",
+                       "error": "no *.safetensors files"})
+    groups, order = {}, []
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            doc["files"].append(scan_file(path, groups, order))
+        except (OSError, ValueError) as exc:
+            errors.append({"file": name, "field": "header", "error": str(exc)})
+    doc["tensors"] = [[k[0], k[1], groups[k][0], groups[k][1], groups[k][2]] for k in order]
+    doc["elapsed_s"] = round(time.time() - t0, 3)
+    return doc
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dir", required=True, help="checkpoint directory")
+    a = p.parse_args(argv)
+    try:
+        doc = scan(a.dir)
+    except Exception as exc:  # never a traceback: the controller reads one JSON document
+        doc = {"schema": SCHEMA, "dir": a.dir, "files": [], "tensors": [],
+               "errors": [{"file": a.dir, "field": None,
+                           "error": f"{type(exc).__name__}: {exc}"}]}
+    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
