@@ -24,6 +24,7 @@ import yaml
 
 from gpuserve import paths
 from gpuserve.errors import InputError
+from gpuserve.measure.bench import BenchSpec, parse_bench
 
 PROFILES_DIR = paths.PROFILES_DIR
 
@@ -130,6 +131,7 @@ TOP_LEVEL: dict[str, Any] = {
     "sglang_versions": list[str],
     "env": dict[str, str],
     "extra_args": list[str],
+    "bench": BenchSpec,  # parsed by gpuserve.measure.bench.parse_bench
 }
 
 
@@ -149,6 +151,7 @@ class Profile:
     communication: CommunicationSection = field(default_factory=CommunicationSection)
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
+    bench: BenchSpec = field(default_factory=BenchSpec)
     locations: dict[str, Origin] = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, dotted: str) -> Any:
@@ -397,6 +400,8 @@ def _build(src: Path, data: dict[str, Any], locs: dict[str, Origin]) -> Profile:
     for key, value in data.items():
         if key in SECTIONS:
             kwargs[key] = _build_section(SECTIONS[key], key, value, locs, src)
+        elif key == "bench":
+            continue  # below: its checks need the memory section
         elif key in TOP_LEVEL and key != "extends":
             kwargs[key] = _coerce(value, TOP_LEVEL[key], key, locs, src)
         else:
@@ -406,7 +411,26 @@ def _build(src: Path, data: dict[str, Any], locs: dict[str, Origin]) -> Profile:
         origin = locs.get("model") or Origin(str(src), None)
         raise InputError(origin.file, "model.path", "required (local directory or hub id)",
                          origin.line)
+    if "bench" in data:
+        memory = kwargs.get("memory") or MemorySection()
+        kwargs["bench"] = parse_bench(data["bench"], _error_at(locs, src),
+                                      memory.max_running_requests)
     return Profile(**kwargs)
+
+
+def _error_at(locs: dict[str, Origin], src: Path):
+    """``error(dotted, message)`` naming the file and line that set ``dotted`` (or the
+    nearest enclosing key that has a location)."""
+
+    def error(dotted: str, message: str) -> InputError:
+        probe = dotted
+        while probe and probe not in locs:
+            shorter = re.sub(r"(\[\d+\]|\.[^.\[]*)$", "", probe)
+            probe = "" if shorter == probe else shorter
+        origin = locs.get(probe) or Origin(str(src), None)
+        return InputError(origin.file, dotted, message, origin.line)
+
+    return error
 
 
 def _build_section(cls: type, name: str, value: Any, locs: dict, src: Path) -> Any:
