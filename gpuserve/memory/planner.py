@@ -137,11 +137,64 @@ class WeightPart:
         return self.params_per_gpu * self.bytes_per_param / GIB
 
 
-def _attention_params(arch: ModelArch, attn_tp: int) -> tuple[float, float]:
-    """(sharded, replicated) attention parameters of one layer on one GPU."""
+# Components a GPU holds whole (replicated) rather than a slice of.
+REPLICATED_KINDS = ("attention_replicated", "indexer", "norm", "router", "mtp_extra", "other")
+
+
+def shard(kind: str, layout: Layout, arch: ModelArch) -> tuple[float, str]:
+    """The share of a component's whole-model weights one GPU holds, and how (a label).
+
+    One table of SGLang's sharding rules, used by the record path (weights_per_gpu) and the
+    checkpoint path (gpuserve.memory.checkpoint), so the two cannot drift apart:
+
+    * embedding: vocab-parallel over tp; under attention DP over the attention-TP group only
+      (layers/vocab_parallel_embedding.py::get_embedding_tp_kwargs); the LM head does so only
+      with --enable-dp-lm-head (ParallelLMHead use_attn_tp_group);
+    * attention: /attn_tp (attn_tp = tp / attn_dp, so attention DP replicates it); K/V
+      projections of GQA are replicated once attn_tp exceeds the KV heads (QKVParallelLinear);
+      MLA's q_a/kv_a down-projections and their norms are ReplicatedLinear;
+    * DSA indexer, norms, router: replicated;
+    * routed experts: EP gives each rank (routed + redundant)/ep whole experts, sharded again
+      by moe_tp = tp/ep; shared experts are replicated under all-to-all backends
+      (models/deepseek_v2.py::_shared_expert_use_tp1), else /tp; dense MLP /tp.
+    """
+    tp = layout.tp
+    if kind == "embed":
+        div = layout.attn_tp if layout.attn_dp > 1 else tp
+        return 1 / div, f"vocab-parallel /{div}"
+    if kind == "lm_head":
+        div = layout.attn_tp if layout.dp_lm_head else tp
+        return 1 / div, f"vocab-parallel /{div}"
+    if kind == "attention":
+        return 1 / layout.attn_tp, f"/{layout.attn_tp} (attn_tp)"
+    if kind == "attention_kv":
+        kv = max(1, arch.num_kv_heads)
+        return max(1, kv // layout.attn_tp) / kv, f"/{layout.attn_tp} (attn_tp)"
+    if kind == "dense_mlp":
+        return 1 / tp, f"/{tp}"
+    if kind == "routed_experts":
+        n = max(1, arch.n_routed_experts)
+        here = (n + layout.num_redundant_experts) / layout.ep
+        how = (
+            f"{here:g} whole experts/GPU (ep {layout.ep})"
+            if layout.ep > 1
+            else f"all {n} experts /{tp}"
+        )
+        if layout.ep > 1 and layout.moe_tp > 1:
+            how += f" /{layout.moe_tp} (moe_tp)"
+        return here / n / layout.moe_tp, how
+    if kind == "shared_experts":
+        if layout.moe_a2a_backend in A2A_REPLICATE_SHARED:
+            return 1.0, f"replicated ({layout.moe_a2a_backend} a2a)"
+        return 1 / tp, f"/{tp}"
+    return 1.0, "replicated"
+
+
+def _attention_params(arch: ModelArch) -> tuple[float, float, float]:
+    """(sharded, K/V, replicated) attention parameters of one layer, whole model."""
     h = arch.hidden_size
     if arch.is_mla:
-        heads = arch.num_attention_heads / attn_tp
+        heads = arch.num_attention_heads
         qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim
         rep = h * (arch.kv_lora_rank + arch.qk_rope_head_dim) + arch.kv_lora_rank
         if arch.q_lora_rank:
@@ -151,11 +204,10 @@ def _attention_params(arch: ModelArch, attn_tp: int) -> tuple[float, float]:
             sharded = h * heads * qk
         sharded += arch.kv_lora_rank * heads * (arch.qk_nope_head_dim + arch.v_head_dim)
         sharded += heads * arch.v_head_dim * h  # o_proj
-        return sharded, rep
-    heads = arch.num_attention_heads / attn_tp
-    kv = max(1, arch.num_kv_heads // attn_tp)  # QKVParallelLinear replicates KV heads
-    sharded = h * heads * arch.head_dim + 2 * h * kv * arch.head_dim + heads * arch.head_dim * h
-    return sharded, 0.0
+        return sharded, 0.0, rep
+    heads = arch.num_attention_heads
+    sharded = h * heads * arch.head_dim + heads * arch.head_dim * h
+    return sharded, 2 * h * arch.num_kv_heads * arch.head_dim, 0.0
 
 
 def _indexer_params(arch: ModelArch) -> float:
@@ -172,79 +224,52 @@ def _indexer_params(arch: ModelArch) -> float:
 
 
 def weights_per_gpu(arch: ModelArch, layout: Layout) -> list[WeightPart]:
-    """Weight bytes resident on one GPU, by component.
-
-    TP shards every expert 1/tp; EP gives each rank (routed + redundant)/ep whole experts,
-    sharded again by moe_tp = tp/ep. Attention shards by attn_tp = tp/attn_dp (so attention
-    DP replicates it), MLA's q_a/kv_a down-projections are replicated, and all-to-all
-    backends replicate the shared experts (models/deepseek_v2.py::_shared_expert_use_tp1).
-    """
+    """Weight bytes resident on one GPU, by component, from the record's config: whole-model
+    parameters per component times its ``shard`` share (SGLang's sharding rules)."""
     mods = component_modules(arch)
-    h, tp = arch.hidden_size, layout.tp
+    h = arch.hidden_size
     parts: list[WeightPart] = []
 
-    def add(kind: str, name: str, params: float, how: str) -> None:
-        if params:
-            parts.append(
-                WeightPart(name, params, _bytes_per_param(arch, kind, mods.get(kind, kind)), how)
-            )
+    def add(kind: str, name: str, whole: float) -> None:
+        share, how = shard(kind, layout, arch)
+        if whole:
+            bpp = _bytes_per_param(arch, kind, mods.get(kind, kind))
+            parts.append(WeightPart(name, whole * share, bpp, how))
 
     vocab = arch.vocab_size * h
-    # layers/vocab_parallel_embedding.py::get_embedding_tp_kwargs: under attention DP the
-    # embedding shards over the attention-TP group only; the LM head does so only with
-    # --enable-dp-lm-head (ParallelLMHead use_attn_tp_group).
-    emb_div = layout.attn_tp if layout.attn_dp > 1 else tp
-    add("embed", "embedding", vocab / emb_div, f"vocab-parallel /{emb_div}")
+    add("embed", "embedding", vocab)
     if not arch.tie_word_embeddings:
-        head_div = layout.attn_tp if layout.dp_lm_head else tp
-        add("lm_head", "lm_head", vocab / head_div, f"vocab-parallel /{head_div}")
+        add("lm_head", "lm_head", vocab)
 
-    sharded, rep = _attention_params(arch, layout.attn_tp)
+    sharded, kv, rep = _attention_params(arch)
     n = arch.num_layers
-    add("attention", "attention (sharded)", sharded * n, f"/{layout.attn_tp} (attn_tp)")
-    add("attention", "attention (replicated)", rep * n, "replicated")
-    add("indexer", "DSA indexer", _indexer_params(arch) * len(arch.index_layer_ids), "replicated")
-    add("norm", "norms", 2 * h * n + h, "replicated")
+    attn_share, attn_how = shard("attention", layout, arch)
+    kv_share, _ = shard("attention_kv", layout, arch)
+    per_gpu = (sharded * attn_share + kv * kv_share) * n
+    if per_gpu:
+        bpp = _bytes_per_param(arch, "attention", mods["attention"])
+        parts.append(WeightPart("attention (sharded)", per_gpu, bpp, attn_how))
+    mods["attention_replicated"] = mods["attention"]
+    add("attention_replicated", "attention (replicated)", rep * n)
+    add("indexer", "DSA indexer", _indexer_params(arch) * len(arch.index_layer_ids))
+    add("norm", "norms", 2 * h * n + h)
 
     dense = len(arch.dense_layer_ids)
     if arch.intermediate_size and dense:
-        add(
-            "dense_mlp",
-            f"dense MLP x{dense}",
-            3 * h * arch.intermediate_size * dense / tp,
-            f"/{tp}",
-        )
+        add("dense_mlp", f"dense MLP x{dense}", 3 * h * arch.intermediate_size * dense)
 
     moe = len(arch.moe_layer_ids)
     if arch.is_moe:
         per_expert = 3 * h * arch.moe_intermediate_size
-        experts_here = (arch.n_routed_experts + layout.num_redundant_experts) / layout.ep
-        how = (
-            f"{experts_here:g} whole experts/GPU (ep {layout.ep})"
-            if layout.ep > 1
-            else f"all {arch.n_routed_experts} experts /{tp}"
-        )
-        if layout.ep > 1 and layout.moe_tp > 1:
-            how += f" /{layout.moe_tp} (moe_tp)"
-        add(
-            "routed_experts",
-            f"routed experts x{moe} layers",
-            per_expert * experts_here / layout.moe_tp * moe,
-            how,
-        )
-        add("router", "router", h * arch.n_routed_experts * moe, "replicated")
+        add("routed_experts", f"routed experts x{moe} layers",
+            per_expert * arch.n_routed_experts * moe)
+        add("router", "router", h * arch.n_routed_experts * moe)
         shared_inter = (
             arch.moe_intermediate_size * arch.n_shared_experts
             or arch.shared_expert_intermediate_size
         )
         if shared_inter:
-            replicated = layout.moe_a2a_backend in A2A_REPLICATE_SHARED
-            add(
-                "shared_experts",
-                "shared experts",
-                3 * h * shared_inter * moe / (1 if replicated else tp),
-                f"replicated ({layout.moe_a2a_backend} a2a)" if replicated else f"/{tp}",
-            )
+            add("shared_experts", "shared experts", 3 * h * shared_inter * moe)
 
     draft = draft_layers(arch, layout) if uses_builtin_mtp(arch, layout) else 0
     if draft:
