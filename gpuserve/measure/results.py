@@ -2,33 +2,58 @@
 
 Why: throughput figures that live only in a terminal are lost (the field notes' 82 ->
 89.5 tok/s and EAGLE-3's 54.1 tok/s were never written down). Every smoke completion of
-the serve deploy, and every SGLang benchmark run, becomes a record that ``gpuserve
-compare`` can put side by side.
+the serve deploy, and every SGLang benchmark run (one per *scenario* of the profile,
+after the health gate), becomes a record that ``gpuserve compare`` can put side by side.
 
-Format (schema ``gpuserve.result/1``): **one file per run**, holding one JSON object on
-one line, at ``<results_dir>/<host>/<UTC YYYYmmddTHHMMSSZ>-<kind>-<profile>.json``.
-One file per run needs no locking (hosts run in parallel), is deleted or kept one run at
-a time, and, being one line, is also valid JSON Lines (``cat results/*/*.json`` is a
-JSONL stream). Keys::
+Format (schema ``gpuserve.result/2``): **one file per run**, holding one JSON object on
+one line, at ``<results_dir>/<host>/<UTC YYYYmmddTHHMMSSZ>-<kind>-<profile>.json``, or
+``...-bench-<profile>-<scenario>.json`` for a bench record with a scenario. One file per
+run needs no locking (hosts run in parallel), is deleted or kept one run at a time, is
+never overwritten (a second run in the same second gets ``-2``), and, being one line,
+is also valid JSON Lines (``cat results/*/*.json`` is a JSONL stream). Keys::
 
-    {"schema": "gpuserve.result/1", "kind": "smoke" | "bench",
+    {"schema": "gpuserve.result/2", "kind": "smoke" | "bench",
      "host": "gpu1", "profile": "glm5-nvfp4-tp8",
      "launch_hash": "sha256:<64 hex>",   # rendered argv + non-secret env, see launch_hash
      "sglang_version": "0.5.23", "model": "/models/GLM-5-NVFP4", "served_name": "glm-5",
      "timestamp": "2026-11-29T12:00:00Z",  # UTC, ISO 8601
-     "figures": {...}, "note": "..."}      # note optional
+     "note": "...",                       # optional, left out when absent
+     "scenario": "batch" | null,          # bench: the profile's scenario name
+     "profile_hash": "sha256:<hex>" | null,   # the profile file(s), see profile_hash
+     "lock": "sglang-0.5.23-cu13-py311" | null,
+     "context": {...} | null,             # what produced the run, see CONTEXT_KEYS
+     "gate": {"passed": bool, "misses": [str], "checked": [str]} | null,
+     "figures": {...},
+     "sglang": {...} | null}              # bench: SGLang's own JSON line, see below
+
+``context`` keys (all optional): ``argv`` (the rendered launch argv), ``env`` (launch
+env), ``gpus`` ``{"name": str, "count": int}``, ``driver``, ``cuda``, ``nccl_env``,
+``p2p`` (the host's P2P verdict) and ``gpuserve_version``. The writer itself removes
+secrets from it again, whatever the caller passed: argv flags that look secret
+(``--api-key``, ``--hf-token``, ``--admin-api-key=...``, and argparse abbreviations such
+as ``--api-k``) with their value, env entries whose name looks secret, and any other
+string that contains one of those values.
+
+``sglang`` is the line ``python -m sglang.benchmark.serving --output-file`` wrote for
+the run, untouched except for two things: ``server_info`` is removed (it holds the
+resolved ServerArgs, API key included), and non-finite numbers (Python's ``json`` writes
+``"request_rate": Infinity``) are stored as the strings ``"inf"``, ``"-inf"``, ``"nan"``
+(as SGLang's Rust client writes them), so every record is strict JSON (jq, Go, browsers).
 
 Figures of a ``smoke`` record: ``tokens``, ``seconds``, ``tok_s`` (end-to-end, one
-request, see gpuserve.measure.smoke). Figures of a ``bench`` record: the keys SGLang's
-benchmark client writes, under SGLang's names (:data:`BENCH_FIGURES`); absent ones are
-``null``. Only the fields above are stored: never argv, env or SGLang's ``server_info``
-(which holds the resolved ServerArgs, API key included), so no secret can reach a record.
+request, see gpuserve.measure.smoke). Figures of a ``bench`` record: the keys in
+:data:`BENCH_FIGURES`, under SGLang's names, copied from ``sglang``; absent or
+non-finite ones are ``null``. A record whose ``gate.passed`` is false is kept (it is
+history) but is not a "good" run: :func:`last_good` and compare's baselines skip it.
 
-Readers accept our records and the ``--output-file`` JSON Lines of ``python -m
-sglang.benchmark.serving`` (reference sglang.md section 5; the file is opened in append
-mode, one object per run). An SGLang line becomes a ``bench`` record whose profile is
-its ``--tag`` (else the file's stem), whose version and model come from its
-``server_info``, and whose host is unknown. Bad input raises ``InputError`` naming the
+Readers accept ``gpuserve.result/1`` files (the keys above up to ``note``), /2 files,
+and the ``--output-file`` JSON Lines of SGLang's benchmark client (reference sglang.md
+section 5; opened in append mode, one object per run; ``Infinity`` accepted). An SGLang
+line becomes a ``bench`` record whose profile is its ``--tag`` (else the file's stem),
+whose version and model come from its ``server_info``, and whose host is unknown.
+Documents with another ``schema`` (``gpuserve.host/1``, ``gpuserve.measure/...``) are
+skipped; in a directory, a JSON file with no result in it (e.g. a fetched ``host.json``)
+is skipped too (see :func:`read_results`). Bad input raises ``InputError`` naming the
 file, the line and the key.
 """
 
@@ -44,29 +69,46 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gpuserve import __version__
 from gpuserve.errors import InputError
 from gpuserve.measure.smoke import SmokeResult
 
-SCHEMA = "gpuserve.result/1"
+SCHEMA = "gpuserve.result/2"
+SCHEMAS = ("gpuserve.result/1", SCHEMA)
+_OUR_SCHEMA_PREFIX = "gpuserve.result/"
 KINDS = ("smoke", "bench")
 SMOKE_FIGURES = ("tokens", "seconds", "tok_s")
 # SGLang benchmark client keys kept in a bench record (sglang/benchmark/serving.py result
 # dict). num_prompts is written only by some variants; accept_length only with
-# speculative decoding.
+# speculative decoding. The mean/p99 latencies let compare show tails and noise.
 BENCH_FIGURES = (
     "output_throughput", "input_throughput", "total_throughput", "request_throughput",
     "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "median_tpot_ms",
     "max_concurrency", "random_input_len", "random_output_len",
     "num_prompts", "completed", "duration", "accept_length",
+    "mean_ttft_ms", "mean_itl_ms", "mean_tpot_ms", "p99_itl_ms", "p99_tpot_ms",
+    "median_e2e_latency_ms", "p99_e2e_latency_ms",
 )
 FIGURES = {"smoke": SMOKE_FIGURES, "bench": BENCH_FIGURES}
+MAIN_FIGURE = {"smoke": "tok_s", "bench": "output_throughput"}
 TEXT_FIELDS = ("host", "profile", "launch_hash", "sglang_version", "model", "served_name",
                "timestamp", "note")
+V2_TEXT_FIELDS = ("scenario", "profile_hash", "lock")
+V2_FIELDS = (*V2_TEXT_FIELDS, "context", "gate", "sglang")
+CONTEXT_KEYS = ("argv", "env", "gpus", "driver", "cuda", "nccl_env", "p2p",
+                "gpuserve_version")
+GATE_KEYS = ("passed", "misses", "checked")
 
-# Env names and flags whose values are secrets: left out of the launch hash entirely.
+# Env names and flags whose values are secrets: left out of the launch hash and of records.
 _SECRET_NAME = re.compile(r"TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|CREDENTIAL", re.I)
-_SECRET_FLAG = re.compile(r"api-key|token|secret|password", re.I)
+# Whole words of a flag name: --hf-token, --admin-api-key, --ssl-keyfile-password, but not
+# --max-total-tokens or --tokenizer-path (those are settings a comparison needs).
+_SECRET_FLAG = re.compile(r"(?:^|-)(?:api-key|token|secret|password)(?:$|-)", re.I)
+# SGLang's secret flags by full name: argparse accepts any unambiguous prefix (--api-k).
+SECRET_FLAG_NAMES = ("api-key", "admin-api-key")
+_MIN_ABBREV = 4
 _UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._@+-]")
+_REDACTED = "<redacted>"
 
 
 @dataclass(frozen=True)
@@ -82,23 +124,33 @@ class ResultRecord:
     timestamp: str | None = None
     note: str | None = None
     source: str | None = None  # "file:line" it was read from; not stored
+    scenario: str | None = None
+    profile_hash: str | None = None
+    lock: str | None = None
+    context: dict | None = None
+    gate: dict | None = None
+    sglang: dict | None = None
 
     def to_dict(self) -> dict:
+        """The stored document: strict JSON types only, secrets removed (again)."""
         doc: dict = {"schema": SCHEMA, "kind": self.kind}
-        for key in TEXT_FIELDS:
+        for key in (*TEXT_FIELDS, *V2_TEXT_FIELDS):
             value = getattr(self, key)
             if value is not None or key != "note":
                 doc[key] = value
+        doc["context"] = None if self.context is None else clean_context(self.context)
+        doc["gate"] = self.gate
         doc["figures"] = {k: self.figures.get(k) for k in FIGURES[self.kind]}
-        return doc
+        doc["sglang"] = None if self.sglang is None else clean_sglang_line(self.sglang)
+        return _redact(_strict(doc), _secret_values(self.context))
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=False, separators=(",", ":"))
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
 
     # Figures compare reads, whatever the kind.
     @property
     def output_tok_s(self) -> float | None:
-        return self.figures.get("tok_s" if self.kind == "smoke" else "output_throughput")
+        return self.figures.get(MAIN_FIGURE[self.kind])
 
     @property
     def concurrency(self) -> int | None:
@@ -111,10 +163,15 @@ class ResultRecord:
         return (self.kind, self.concurrency, self.figures.get("random_input_len"),
                 self.figures.get("random_output_len"))
 
+    @property
+    def is_good(self) -> bool:
+        """False only when the deploy's throughput gate ran and failed."""
+        return not (self.gate is not None and self.gate.get("passed") is False)
+
 
 @dataclass(frozen=True)
 class RecordSpec:
-    """What the serve deploy knows at prepare time about the run a smoke check measures."""
+    """What the serve deploy knows at prepare time about the runs it will record."""
 
     results_dir: str
     profile: str
@@ -122,6 +179,118 @@ class RecordSpec:
     sglang_version: str
     model: str
     served_name: str
+    profile_hash: str | None = None
+    lock: str | None = None
+    context: dict | None = None
+
+
+# ----------------------------------------------------------------------------- secrets
+
+
+def _secret_flag(name: str) -> bool:
+    """``name`` (a flag without ``--`` and ``=value``) is, or abbreviates, a secret flag."""
+    if _SECRET_FLAG.search(name):
+        return True
+    return len(name) >= _MIN_ABBREV and any(s.startswith(name.lower())
+                                             for s in SECRET_FLAG_NAMES)
+
+
+def _split_secret_args(args: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(argv without secret flags and their values, the secret values dropped)."""
+    kept: list[str] = []
+    secrets: list[str] = []
+    skip_value = False
+    for arg in args:
+        if skip_value:
+            skip_value = False
+            if not arg.startswith("--"):
+                secrets.append(arg)
+                continue
+        if arg.startswith("--") and _secret_flag(arg[2:].split("=", 1)[0]):
+            name, eq, value = arg.partition("=")
+            if eq:
+                secrets.append(value)
+            skip_value = not eq
+            continue
+        kept.append(arg)
+    return kept, secrets
+
+
+def strip_secret_args(args: Iterable[str]) -> list[str]:
+    """argv without secret-looking flags (``--flag value``, ``--flag=value``, and argparse
+    abbreviations of SGLang's secret flags, e.g. ``--api-k``) and their values."""
+    return _split_secret_args(args)[0]
+
+
+def strip_secret_env(env: Mapping[str, object]) -> dict:
+    """``env`` without entries whose name looks secret (``*TOKEN*``, ``*API_KEY*``, ...)."""
+    return {k: v for k, v in env.items() if not _SECRET_NAME.search(str(k))}
+
+
+def _secret_values(context: Mapping | None) -> set[str]:
+    """The secret values a raw context carries, to scrub them from anywhere else."""
+    if not isinstance(context, Mapping):
+        return set()
+    values: set[str] = set()
+    argv = context.get("argv")
+    if isinstance(argv, list):
+        values.update(_split_secret_args(str(a) for a in argv)[1])
+    for key in ("env", "nccl_env"):
+        env = context.get(key)
+        if isinstance(env, Mapping):
+            values.update(str(v) for k, v in env.items() if _SECRET_NAME.search(str(k)))
+    # very short values would redact ordinary text; they are dropped from argv/env anyway
+    return {v for v in values if len(v) >= _MIN_ABBREV}
+
+
+def _redact(value, secrets: set[str]):
+    """``value`` with every occurrence of a secret inside any string replaced."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, _REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {_redact(k, secrets): _redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, secrets) for v in value]
+    return value
+
+
+def clean_context(context: Mapping) -> dict:
+    """``context`` as stored: known keys only (a typo'd key is a bug, not data), secret
+    flags and env entries removed."""
+    unknown = set(context) - set(CONTEXT_KEYS)
+    if unknown:
+        raise InputError(None, f"context.{sorted(unknown)[0]}", "unknown key (known: "
+                         f"{', '.join(CONTEXT_KEYS)})")
+    doc = dict(context)
+    if doc.get("argv") is not None:
+        doc["argv"] = strip_secret_args(str(a) for a in doc["argv"])
+    for key in ("env", "nccl_env"):
+        if doc.get(key) is not None:
+            doc[key] = strip_secret_env(doc[key])
+    return doc
+
+
+def clean_sglang_line(line: Mapping) -> dict:
+    """SGLang's line as stored: without ``server_info`` (resolved ServerArgs, API key)."""
+    return {k: v for k, v in line.items() if k != "server_info"}
+
+
+def _strict(value):
+    """``value`` with non-finite floats as the strings "inf", "-inf", "nan" (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    return value
+
+
+# ----------------------------------------------------------------------------- hashes
 
 
 def launch_hash(args: Iterable[str], env: Mapping[str, str]) -> str:
@@ -132,21 +301,28 @@ def launch_hash(args: Iterable[str], env: Mapping[str, str]) -> str:
     never depends on (and cannot be used to guess) a secret. Env order does not matter;
     argv order does (it does for SGLang too).
     """
-    kept: list[str] = []
-    skip_value = False
-    for arg in args:
-        if skip_value:
-            skip_value = False
-            if not arg.startswith("--"):
-                continue
-        if arg.startswith("--") and _SECRET_FLAG.search(arg.split("=", 1)[0]):
-            skip_value = "=" not in arg
-            continue
-        kept.append(arg)
-    clean_env = {k: v for k, v in env.items() if not _SECRET_NAME.search(k)}
-    blob = json.dumps({"args": kept, "env": dict(sorted(clean_env.items()))},
+    blob = json.dumps({"args": strip_secret_args(args),
+                       "env": dict(sorted(strip_secret_env(env).items()))},
                       separators=(",", ":"))
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+def profile_hash(paths: Iterable[str | Path]) -> str:
+    """``sha256:<hex>`` of the profile file(s), in the order given: each file's name and
+    bytes. Why: two runs of "the same" profile name are only comparable if the file did
+    not change in between; compare shows when it did."""
+    digest = hashlib.sha256()
+    for path in paths:
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except OSError as e:
+            raise InputError(p, None, f"cannot read: {e}") from e
+        digest.update(p.name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+    return "sha256:" + digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------- records
 
 
 def utc_now() -> str:
@@ -161,7 +337,81 @@ def smoke_record(spec: RecordSpec, host: str, result: SmokeResult,
         timestamp=timestamp or utc_now(),
         figures={"tokens": result.completion_tokens, "seconds": round(result.elapsed_s, 4),
                  "tok_s": round(result.tokens_per_s, 3)},
+        profile_hash=spec.profile_hash, lock=spec.lock, context=spec.context,
     )
+
+
+def parse_sglang_line(text: str, source: str) -> dict:
+    """One line of SGLang's ``--output-file`` (``Infinity``/``NaN`` accepted, as Python's
+    json writes them); InputError naming ``source`` when it is not one JSON object."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(source, None, f"not an SGLang benchmark JSON line: {e.msg} "
+                         f"(column {e.colno})") from e
+    if not isinstance(doc, dict):
+        raise InputError(source, None, "not an SGLang benchmark JSON line: expected an "
+                         f"object, got {type(doc).__name__}")
+    return doc
+
+
+def bench_figures(line: Mapping, file, where: int | None = None) -> dict:
+    """:data:`BENCH_FIGURES` from an SGLang line: ``output_throughput`` must be a finite
+    number; the others a number or null (non-finite ones become null)."""
+    figures = {}
+    for key in BENCH_FIGURES:
+        value = line.get(key)
+        if isinstance(value, float) and not math.isfinite(value) and key != "output_throughput":
+            value = None
+        figures[key] = _number(value, file, where, key, required=key == "output_throughput")
+    return figures
+
+
+def validate_gate(gate: object, file, line: int | None = None) -> dict | None:
+    """``{"passed": bool, "misses": [str], "checked": [str]}`` or None."""
+    if gate is None:
+        return None
+    if not isinstance(gate, dict):
+        raise InputError(file, "gate", "must be an object or null", line=line)
+    unknown = set(gate) - set(GATE_KEYS)
+    if unknown:
+        raise InputError(file, f"gate.{sorted(unknown)[0]}", "unknown key", line=line)
+    if not isinstance(gate.get("passed"), bool):
+        raise InputError(file, "gate.passed", "must be true or false", line=line)
+    for key in ("misses", "checked"):
+        value = gate.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InputError(file, f"gate.{key}", "must be a list of strings", line=line)
+    return {"passed": gate["passed"], "misses": list(gate.get("misses", [])),
+            "checked": list(gate.get("checked", []))}
+
+
+def bench_record(spec: RecordSpec, host: str, scenario: str, line: dict,
+                 gate: dict | None = None, timestamp: str | None = None) -> ResultRecord:
+    """The record of one scenario's SGLang benchmark run (``line``: its parsed JSON line,
+    see :func:`parse_sglang_line`); ``gate``: the deploy's throughput gate verdict."""
+    where = f"{host}: bench {spec.profile}/{scenario}"
+    if not isinstance(line, dict):
+        raise InputError(where, None, f"expected an SGLang JSON object, got "
+                         f"{type(line).__name__}")
+    return ResultRecord(
+        kind="bench", profile=spec.profile, host=host, scenario=scenario,
+        launch_hash=spec.launch_hash, sglang_version=spec.sglang_version, model=spec.model,
+        served_name=spec.served_name, timestamp=timestamp or utc_now(),
+        figures=bench_figures(line, where), profile_hash=spec.profile_hash, lock=spec.lock,
+        context=spec.context, gate=validate_gate(gate, where),
+        sglang=clean_sglang_line(line),
+    )
+
+
+def last_good(records: list[ResultRecord], host: str, profile: str,
+              scenario: str) -> ResultRecord | None:
+    """The latest bench record of ``host``/``profile``/``scenario`` whose gate did not fail
+    (latest by timestamp; among equal ones, the later in ``records``)."""
+    pool = [(r.timestamp or "", i, r) for i, r in enumerate(records)
+            if r.kind == "bench" and r.host == host and r.profile == profile
+            and r.scenario == scenario and r.is_good]
+    return max(pool, key=lambda t: t[:2])[2] if pool else None
 
 
 def safe_name(text: str) -> str:
@@ -172,8 +422,10 @@ def safe_name(text: str) -> str:
 
 def record_path(results_dir: str | Path, record: ResultRecord) -> Path:
     stamp = (record.timestamp or utc_now()).replace("-", "").replace(":", "")
-    return (Path(results_dir) / safe_name(record.host or "unknown-host")
-            / f"{stamp}-{record.kind}-{safe_name(record.profile or 'unknown')}.json")
+    name = f"{stamp}-{record.kind}-{safe_name(record.profile or 'unknown')}"
+    if record.kind == "bench" and record.scenario:
+        name += f"-{safe_name(record.scenario)}"
+    return Path(results_dir) / safe_name(record.host or "unknown-host") / f"{name}.json"
 
 
 def write_record(results_dir: str | Path, record: ResultRecord) -> Path:
@@ -182,6 +434,7 @@ def write_record(results_dir: str | Path, record: ResultRecord) -> Path:
     Never overwrites: a second record in the same second gets a ``-2`` suffix. The file
     is written next to its final name and renamed, so a reader never sees half a record.
     """
+    text = record.to_json() + "\n"  # before touching the disk: a bad record writes nothing
     path = record_path(results_dir, record)
     path.parent.mkdir(parents=True, exist_ok=True)
     final, n = path, 1
@@ -189,7 +442,7 @@ def write_record(results_dir: str | Path, record: ResultRecord) -> Path:
         n += 1
         final = path.with_name(f"{path.stem}-{n}{path.suffix}")
     tmp = final.with_name(f".{final.name}.tmp")
-    tmp.write_text(record.to_json() + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, final)
     return final
 
@@ -197,32 +450,71 @@ def write_record(results_dir: str | Path, record: ResultRecord) -> Path:
 # ----------------------------------------------------------------------------- readers
 
 
-def read_results(path: str | Path) -> list[ResultRecord]:
+def read_results(path: str | Path, skipped: list[str] | None = None) -> list[ResultRecord]:
     """Records from a file (ours or SGLang bench JSONL) or a directory (recursively:
-    ``*.json`` and ``*.jsonl``, in path order)."""
+    ``*.json`` and ``*.jsonl``, in path order; hidden files and other suffixes ignored).
+
+    Why the skipping: a results directory also collects other things (the host's fetched
+    ``host.json``, plots). Documents whose ``schema`` names another kind
+    (``gpuserve.host/1``) are skipped wherever they are; in a directory, a file with no
+    result document at all (no ``gpuserve.result/*`` schema, no ``output_throughput``) is
+    skipped too. Each skip is appended to ``skipped`` ("file: why") when given. A file
+    that holds results and a bad line, or is not JSON, is still an error.
+    """
     p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in (".json", ".jsonl")
                        and not f.name.startswith("."))
-        return [r for f in files for r in read_file(f)]
+        return [r for f in files for r in read_file(f, skipped, in_directory=True)]
     if not p.exists():
         raise InputError(p, None, "no such file or directory")
-    return read_file(p)
+    return read_file(p, skipped)
 
 
-def read_file(path: str | Path) -> list[ResultRecord]:
+def read_file(path: str | Path, skipped: list[str] | None = None, *,
+              in_directory: bool = False) -> list[ResultRecord]:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(p, None, f"cannot read: {e}") from e
     docs = _json_documents(text, p)
-    return [parse_document(doc, p, line) for line, doc in docs]
+    if in_directory and docs and not any(_is_result(doc) for _, doc in docs):
+        _note_skip(skipped, f"{p}: no result record in it")
+        return []
+    records = []
+    for line, doc in docs:
+        other = _foreign_schema(doc)
+        if other:
+            _note_skip(skipped, f"{p}:{line}: schema {other!r} is not a result record")
+            continue
+        records.append(parse_document(doc, p, line))
+    return records
+
+
+def _note_skip(skipped: list[str] | None, why: str) -> None:
+    if skipped is not None:
+        skipped.append(why)
+
+
+def _foreign_schema(doc: object) -> str | None:
+    """The ``schema`` of a document that is not ours (another gpuserve kind), else None."""
+    if isinstance(doc, dict):
+        schema = doc.get("schema")
+        if isinstance(schema, str) and not schema.startswith(_OUR_SCHEMA_PREFIX):
+            return schema
+    return None
+
+
+def _is_result(doc: object) -> bool:
+    return isinstance(doc, dict) and (
+        "output_throughput" in doc
+        or ("schema" in doc and _foreign_schema(doc) is None))
 
 
 def _json_documents(text: str, path: Path) -> list[tuple[int, object]]:
     """(line, object) per non-blank line; a whole-file JSON document (a hand-written,
-    indented record) is accepted too."""
+    indented record, a ``host.json``) is accepted too."""
     docs: list[tuple[int, object]] = []
     for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
@@ -271,18 +563,44 @@ def _text(value: object, file, line, key: str) -> str | None:
     return value
 
 
+def _object(value: object, file, line, key: str) -> dict | None:
+    if value is not None and not isinstance(value, dict):
+        raise InputError(file, key, f"must be an object or null, got {value!r}", line=line)
+    return value
+
+
+def _context(value: object, file, line) -> dict | None:
+    ctx = _object(value, file, line, "context")
+    if ctx is None:
+        return None
+    unknown = set(ctx) - set(CONTEXT_KEYS)
+    if unknown:
+        raise InputError(file, f"context.{sorted(unknown)[0]}", "unknown key", line=line)
+    argv = ctx.get("argv")
+    if argv is not None and (not isinstance(argv, list)
+                             or not all(isinstance(a, str) for a in argv)):
+        raise InputError(file, "context.argv", "must be a list of strings", line=line)
+    for key in ("env", "nccl_env", "gpus"):
+        _object(ctx.get(key), file, line, f"context.{key}")
+    return ctx
+
+
 def from_dict(doc: Mapping, file: str | Path, line: int | None = None) -> ResultRecord:
-    """Our own record; unknown keys are refused (they could only be typos)."""
-    if doc.get("schema") != SCHEMA:
-        raise InputError(file, "schema", f"unsupported {doc.get('schema')!r}, expected "
-                         f"{SCHEMA!r}", line=line)
+    """Our own record (/1 or /2); unknown keys are refused (they could only be typos)."""
+    schema = doc.get("schema")
+    if schema not in SCHEMAS:
+        raise InputError(file, "schema", f"unsupported {schema!r}, expected one of "
+                         f"{', '.join(SCHEMAS)}", line=line)
     kind = doc.get("kind")
     if kind not in KINDS:
         raise InputError(file, "kind", f"must be one of {', '.join(KINDS)}, got {kind!r}",
                          line=line)
-    unknown = set(doc) - {"schema", "kind", "figures", *TEXT_FIELDS}
+    known = {"schema", "kind", "figures", *TEXT_FIELDS}
+    if schema == SCHEMA:
+        known |= set(V2_FIELDS)
+    unknown = set(doc) - known
     if unknown:
-        raise InputError(file, sorted(unknown)[0], "unknown key", line=line)
+        raise InputError(file, sorted(unknown)[0], f"unknown key in {schema}", line=line)
     figs = doc.get("figures")
     if not isinstance(figs, dict):
         raise InputError(file, "figures", "must be an object", line=line)
@@ -290,22 +608,23 @@ def from_dict(doc: Mapping, file: str | Path, line: int | None = None) -> Result
     if extra:
         raise InputError(file, f"figures.{sorted(extra)[0]}", f"not a {kind} figure",
                          line=line)
-    main = "tok_s" if kind == "smoke" else "output_throughput"
-    figures = {k: _number(figs.get(k), file, line, f"figures.{k}", required=(k == main))
+    figures = {k: _number(figs.get(k), file, line, f"figures.{k}",
+                          required=(k == MAIN_FIGURE[kind]))
                for k in FIGURES[kind]}
-    texts = {k: _text(doc.get(k), file, line, k) for k in TEXT_FIELDS}
-    return ResultRecord(kind=kind, figures=figures, source=_where(file, line), **texts)
+    texts = {k: _text(doc.get(k), file, line, k) for k in (*TEXT_FIELDS, *V2_TEXT_FIELDS)}
+    return ResultRecord(kind=kind, figures=figures, source=_where(file, line),
+                        context=_context(doc.get("context"), file, line),
+                        gate=validate_gate(doc.get("gate"), file, line),
+                        sglang=_object(doc.get("sglang"), file, line, "sglang"), **texts)
 
 
 def from_sglang_bench(doc: Mapping, file: str | Path, line: int | None = None) -> ResultRecord:
     """A line of ``python -m sglang.benchmark.serving --output-file``: a bench record.
 
-    Only the figures in :data:`BENCH_FIGURES`, the tag and three ``server_info`` strings
-    are read; everything else (per-request details, the resolved server arguments) is
-    left behind.
+    The figures in :data:`BENCH_FIGURES`, the tag and three ``server_info`` strings are
+    read; the line itself is kept (``sglang``) without its ``server_info``.
     """
-    figures = {k: _number(doc.get(k), file, line, k, required=(k == "output_throughput"))
-               for k in BENCH_FIGURES}
+    figures = bench_figures(doc, file, line)
     info = doc.get("server_info")
     if info is not None and not isinstance(info, dict):
         raise InputError(file, "server_info", "must be an object or null", line=line)
@@ -319,7 +638,7 @@ def from_sglang_bench(doc: Mapping, file: str | Path, line: int | None = None) -
         sglang_version=version if isinstance(version, str) else None,
         served_name=served if isinstance(served, str) else None,
         model=model if isinstance(model, str) else None,
-        source=_where(file, line),
+        source=_where(file, line), sglang=clean_sglang_line(doc),
     )
 
 
@@ -339,12 +658,24 @@ def validate_results_dir(value: object, source: str) -> str | None:
 
 def record_spec(results_dir: object, source: str, *, profile: str, args: Iterable[str],
                 env: Mapping[str, str], sglang_version: str, model: str,
-                served_name: str) -> RecordSpec | None:
+                served_name: str, profile_hash: str | None = None, lock: str | None = None,
+                context: Mapping | None = None) -> RecordSpec | None:
     """The serve deploy's :class:`RecordSpec` from host data ``results_dir`` (validated
-    here, at prepare time) and the rendered launch; None when recording is off."""
+    here, at prepare time) and the rendered launch; None when recording is off.
+
+    ``context`` (see :data:`CONTEXT_KEYS`) gets ``argv`` and ``env`` from the launch and
+    ``gpuserve_version`` from this package unless given; secrets are removed here and
+    again by the writer.
+    """
     directory = validate_results_dir(results_dir, source)
     if directory is None:
         return None
+    args = list(args)
+    ctx = None
+    if context is not None:
+        ctx = {"argv": args, "env": dict(env), "gpuserve_version": __version__, **context}
+        ctx = _redact(clean_context(ctx), _secret_values(ctx))
     return RecordSpec(results_dir=directory, profile=profile,
                       launch_hash=launch_hash(args, env), sglang_version=sglang_version,
-                      model=model, served_name=served_name)
+                      model=model, served_name=served_name, profile_hash=profile_hash,
+                      lock=lock, context=ctx)
