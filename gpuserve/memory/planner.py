@@ -749,7 +749,7 @@ def _size_launch(
         tokens=b.kv_tokens or 0,
         ctx=context_length or arch.max_position_embeddings,
         graph_reserve=graph_reserve,
-        max_safe=_max_safe_mfs(pre, graph_reserve),
+        max_safe=_max_safe_mfs(gpu_memory_mib, heuristic.reserved_mb),
     )
 
 
@@ -775,11 +775,17 @@ def _pre_load_free(
     return gpu_memory_mib / 1024 - init_overhead_gib
 
 
-def _max_safe_mfs(pre: float, graph_reserve: float) -> float:
+def _max_safe_mfs(gpu_memory_mib: float, reserved_mb: float) -> float:
     """The ceiling every suggested mem_fraction_static is held to: above it CUDA graph
-    capture can OOM even though the KV pool fits. 0.0 when nothing is free at all."""
-    # Highest fraction that still leaves SGLang's own graph/activation reserve free.
-    return math.floor((1 - graph_reserve / pre) * 1000) / 1000 if pre > 0 else 0.0
+    capture can OOM even though the KV pool fits. 0.0 for a GPU without memory.
+
+    SGLang's own default is (G - R) / G with G = memory.total and R its graph/activation
+    reserve (memory_hook.py::handle_gpu_memory_settings, rounded to 3 places), so the
+    ceiling is that same figure: measured against free memory instead it sat below SGLang's
+    own default and every default plan warned of a graph-capture OOM."""
+    if gpu_memory_mib <= 0:
+        return 0.0
+    return round((gpu_memory_mib - reserved_mb) / gpu_memory_mib, 3)
 
 
 def _budget_lines(s: _Sizing, version: str) -> list[str]:
@@ -873,11 +879,12 @@ def _changes_for_verdict(arch: ModelArch, layout: Layout, s: _Sizing, verdict: s
             sm_major=s.sm_major,
             dsa_backend=s.dsa_backend,
         )
-    mfs, max_safe, pre, graph_reserve = s.mfs, s.max_safe, s.pre, s.graph_reserve
+    mfs, max_safe, graph_reserve = s.mfs, s.max_safe, s.graph_reserve
+    total = s.gpu_memory_mib / 1024
     if mfs > max_safe and verdict == "fits":
         return [
-            f"mem_fraction_static {mfs:.3f} leaves {pre * (1 - mfs):.2f} GiB outside the "
-            "static pool, "
+            f"mem_fraction_static {mfs:.3f} leaves {total * (1 - mfs):.2f} GiB of the "
+            f"{total:.2f} GiB GPU outside the static pool, "
             f"less than SGLang's own graph/activation reserve ({graph_reserve:.2f} GiB): CUDA "
             f"graph capture may OOM; lower the decode graph max bs or keep mfs <= {max_safe:.3f}"
         ]
@@ -1091,7 +1098,7 @@ def _with_smaller_reserve(
         chunked_prefill_size=cps,
         moe_a2a_backend=layout.moe_a2a_backend,
     )
-    safe = math.floor((1 - lower.reserved_mb / 1024 / pre) * 1000) / 1000
+    safe = _max_safe_mfs(gpu_memory_mib, lower.reserved_mb)
     return safe, _kv_tokens_at(pre, after, safe, cell)
 
 
