@@ -537,6 +537,7 @@ class Plan:
     explanation: list[str]
     changes: list[str]
     problems: list[str] = field(default_factory=list)
+    weights_from: str = "model record"  # or "checkpoint <dir>" (safetensors headers)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -592,8 +593,17 @@ def predict(
     dsa_backend: str | None = None,
     page_size: int = 1,
     draft_weights_gib: float = 0.0,
+    weight_parts: list[WeightPart] | None = None,
+    weights_from: str | None = None,
+    record: ModelArch | None = None,
 ) -> Plan:
-    """Predict a launch: SGLang's defaults, weights, KV capacity and a verdict with fixes."""
+    """Predict a launch: SGLang's defaults, weights, KV capacity and a verdict with fixes.
+
+    ``weight_parts`` replaces the weights computed from ``arch`` (e.g. those of the real
+    checkpoint, gpuserve.memory.checkpoint.checkpoint_weights), ``weights_from`` says where
+    they came from, and ``record`` (the model record a profile names) is compared with them:
+    a difference above 5% becomes a note with both figures.
+    """
     layout = layout or Layout()
     problems = _layout_problems(arch, layout, gpu_count)
     defaults, heuristic = _launch_defaults(
@@ -617,6 +627,7 @@ def predict(
         kv_cache_dtype=kv_cache_dtype,
         a2a_buffer_gib=a2a_buffer_gib,
         draft_weights_gib=draft_weights_gib,
+        weight_parts=weight_parts,
         sm_major=sm_major,
         dsa_backend=dsa_backend,
         page_size=page_size,
@@ -624,10 +635,12 @@ def predict(
     )
     explanation = _budget_lines(s, version)
     explanation += _record_notes(arch, layout, draft_weights_gib)
+    if weight_parts is not None and record is not None:
+        explanation += record_disagreement(record, layout, s.weights - draft_weights_gib)
     verdict, verdict_lines = _verdict(problems, s)
     explanation += verdict_lines
     changes = _changes_for_verdict(arch, layout, s, verdict)
-    return _plan(
+    plan = _plan(
         arch,
         layout,
         s,
@@ -640,6 +653,22 @@ def predict(
         changes=changes,
         problems=problems,
     )
+    if weight_parts is not None:
+        plan.weights_from = weights_from or "checkpoint"
+    return plan
+
+
+def record_disagreement(record: ModelArch, layout: Layout, weights_gib: float) -> list[str]:
+    """A note when the model record's weights per GPU differ from the checkpoint's by more
+    than 5%: the record (a reconstructed config) has drifted from the real export."""
+    expected = sum(p.gib for p in weights_per_gpu(record, layout))
+    if weights_gib <= 0 or abs(expected - weights_gib) / weights_gib <= 0.05:
+        return []
+    return [
+        f"model record {record.name} predicts {expected:.2f} GiB/GPU of weights, the checkpoint "
+        f"holds {weights_gib:.2f} GiB/GPU ({(expected - weights_gib) / weights_gib:+.1%}): "
+        "the record disagrees with the real checkpoint; the checkpoint's figure is used"
+    ]
 
 
 def _layout_problems(arch: ModelArch, layout: Layout, gpu_count: int) -> list[str]:
@@ -706,6 +735,7 @@ def _size_launch(
     dsa_backend: str | None,
     page_size: int,
     context_length: int | None,
+    weight_parts: list[WeightPart] | None = None,
 ) -> _Sizing:
     """Follow SGLang's startup: weights load, then _profile_available_bytes sizes the pool.
 
@@ -714,7 +744,7 @@ def _size_launch(
     """
     mfs = defaults.mem_fraction_static
     kv_dtype = resolve_kv_dtype(arch, kv_cache_dtype)
-    parts = _weight_parts(arch, layout, draft_weights_gib)
+    parts = _weight_parts(arch, layout, draft_weights_gib, weight_parts)
     weights = sum(p.gib for p in parts)
     if a2a_buffer_gib is None:
         a2a_buffer_gib = DEFAULT_A2A_BUFFER_GIB.get(layout.moe_a2a_backend, 0.0)
@@ -753,10 +783,16 @@ def _size_launch(
     )
 
 
-def _weight_parts(arch: ModelArch, layout: Layout, draft_weights_gib: float) -> list[WeightPart]:
-    """The model's weights per GPU plus, when the user gives its size, a separate draft
-    model: SGLang loads both before sizing the KV pool, so both come out of the budget."""
-    parts = weights_per_gpu(arch, layout)
+def _weight_parts(
+    arch: ModelArch,
+    layout: Layout,
+    draft_weights_gib: float,
+    given: list[WeightPart] | None = None,
+) -> list[WeightPart]:
+    """The model's weights per GPU (the given ones, e.g. the checkpoint's, else the
+    record's) plus, when the user gives its size, a separate draft model: SGLang loads both
+    before sizing the KV pool, so both come out of the budget."""
+    parts = list(given) if given is not None else weights_per_gpu(arch, layout)
     if draft_weights_gib:
         parts.append(
             WeightPart("separate draft model (given)", draft_weights_gib * GIB, 1.0, "as given")
