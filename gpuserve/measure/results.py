@@ -480,7 +480,9 @@ def read_file(path: str | Path, skipped: list[str] | None = None, *,
         raise InputError(p, None, f"cannot read: {e}") from e
     docs = _json_documents(text, p)
     if in_directory and docs and not any(_is_result(doc) for _, doc in docs):
-        _note_skip(skipped, f"{p}: no result record in it")
+        other = _foreign_schema(docs[0][1])
+        _note_skip(skipped, f"{p}: schema {other!r} is not a result record" if other
+                   else f"{p}: no result record in it")
         return []
     records = []
     for line, doc in docs:
