@@ -105,23 +105,31 @@ def _requirement_for(metadata: str, name: str) -> str:
     return name
 
 
+def fetch_wheel(version: str, tmp: Path) -> tuple[Path, Path, Path]:
+    """Download sglang==version from PyPI into ``tmp``, unpack it and pip-install the
+    REAL_DEPS it pins; returns (wheel, unpacked source dir, deps dir). Shared with
+    tools/gen_bench_catalog.py."""
+    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+          *PIP_PLATFORM, "-d", str(tmp / "dl"), f"sglang=={version}"])
+    wheels = sorted((tmp / "dl").glob("sglang-*.whl"))
+    if len(wheels) != 1:
+        raise SystemExit(f"expected one sglang wheel, got {wheels}")
+    wheel = wheels[0]
+    src = tmp / "src"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(src)
+    metadata = next(src.glob("sglang-*.dist-info/METADATA")).read_text()
+    deps = tmp / "deps"
+    reqs = [_requirement_for(metadata, name) for name in REAL_DEPS]
+    _run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+          "--target", str(deps), *reqs])
+    return wheel, src, deps
+
+
 def generate(version: str, out_dir: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="gpuserve-flags-") as tmp_s:
         tmp = Path(tmp_s)
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-              *PIP_PLATFORM, "-d", str(tmp / "dl"), f"sglang=={version}"])
-        wheels = sorted((tmp / "dl").glob("sglang-*.whl"))
-        if len(wheels) != 1:
-            raise SystemExit(f"expected one sglang wheel, got {wheels}")
-        wheel = wheels[0]
-        src = tmp / "src"
-        with zipfile.ZipFile(wheel) as zf:
-            zf.extractall(src)
-        metadata = next(src.glob("sglang-*.dist-info/METADATA")).read_text()
-        deps = tmp / "deps"
-        reqs = [_requirement_for(metadata, name) for name in REAL_DEPS]
-        _run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-              "--target", str(deps), *reqs])
+        wheel, src, deps = fetch_wheel(version, tmp)
         raw = tmp / "options.json"
         # A clean environment: SGLANG_* variables change dynamic choices.
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG")}
@@ -408,6 +416,37 @@ def _type_params() -> dict:
     }
 
 
+def action_entry(action: argparse.Action) -> dict:
+    """One catalog entry for an argparse action (shared with tools/gen_bench_catalog.py)."""
+    choices = action.choices
+    if choices is not None:
+        choices = list(choices)
+        if isinstance(action.choices, (set, frozenset)):
+            choices = sorted(choices, key=repr)
+        choices = [_jsonable(c) for c in choices]
+    entry = {
+        "dest": action.dest,
+        "flags": list(action.option_strings),
+        "action": _action_name(action),
+        "type": _type_name(action.type),
+        "nargs": action.nargs,
+        "choices": choices,
+        "default": _jsonable(action.default),
+        "required": bool(action.required),
+        "help": action.help,
+    }
+    if action.const is not None and entry["action"] not in ("store_true", "store_false"):
+        entry["const"] = _jsonable(action.const)
+    # SGLang's own Action subclasses keep their behaviour in extra attributes
+    # (new_flag, const_value, error_message); keep them so a stdlib rebuild can
+    # store what they store and refuse what they refuse.
+    extra = {k: _jsonable(v) for k, v in sorted(vars(action).items())
+             if k not in _STANDARD_ACTION_ATTRS}
+    if extra:
+        entry["extra"] = extra
+    return entry
+
+
 def introspect(src: str, deps: str, out: str) -> None:
     sys.path[:0] = [src, deps]
     keep = {"sglang", "gpuserve"} | {d.replace("-", "_") for d in REAL_DEPS}
@@ -420,37 +459,9 @@ def introspect(src: str, deps: str, out: str) -> None:
     parser = _RaisingParser(prog="sglang serve")
     sa.ServerArgs.add_cli_args(parser)
 
-    options = []
-    for action in parser._actions:
-        if isinstance(action, argparse._HelpAction):
-            continue  # added by every ArgumentParser(add_help=True); rebuilt, not listed
-        choices = action.choices
-        if choices is not None:
-            choices = list(choices)
-            if isinstance(action.choices, (set, frozenset)):
-                choices = sorted(choices, key=repr)
-            choices = [_jsonable(c) for c in choices]
-        entry = {
-            "dest": action.dest,
-            "flags": list(action.option_strings),
-            "action": _action_name(action),
-            "type": _type_name(action.type),
-            "nargs": action.nargs,
-            "choices": choices,
-            "default": _jsonable(action.default),
-            "required": bool(action.required),
-            "help": action.help,
-        }
-        if action.const is not None and entry["action"] not in ("store_true", "store_false"):
-            entry["const"] = _jsonable(action.const)
-        # SGLang's own Action subclasses keep their behaviour in extra attributes
-        # (new_flag, const_value, error_message); keep them so a stdlib rebuild can
-        # store what they store and refuse what they refuse.
-        extra = {k: _jsonable(v) for k, v in sorted(vars(action).items())
-                 if k not in _STANDARD_ACTION_ATTRS}
-        if extra:
-            entry["extra"] = extra
-        options.append(entry)
+    options = [action_entry(action) for action in parser._actions
+               if not isinstance(action, argparse._HelpAction)]
+    # (-h/--help is added by every ArgumentParser(add_help=True): rebuilt, not listed.)
     result = {
         "type_params": _type_params(),
         "prog": parser.prog,
