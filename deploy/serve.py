@@ -75,7 +75,8 @@ def host_runtime(home: str) -> HostRuntime:
         driver = (host.get_fact(NvidiaDriver) or {}).get("version")
     return HostRuntime(name=host.name, python=target["python"], glibc=target["glibc"],
                        driver=driver, cuda_toolkit=host.get_fact(CudaToolkit),
-                       free_bytes=target["free_bytes"], gpus=len(gpus))
+                       free_bytes=target["free_bytes"], gpus=len(gpus),
+                       gpu_list=tuple(dict(g) for g in gpus))
 
 
 def main() -> None:

@@ -41,6 +41,9 @@ class HostRuntime:
     cuda_toolkit: str | None  # "13.0": the toolkit lane flashinfer's JIT would use
     free_bytes: int | None  # free space where the venvs live
     gpus: int = 0
+    # the NvidiaGpus fact's rows (name, memory_total_mib, compute_cap, ...): the memory
+    # preflight and the records read them
+    gpu_list: tuple[dict, ...] = ()
 
 
 def public_version(version: str) -> str:

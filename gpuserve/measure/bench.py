@@ -412,3 +412,46 @@ def result_line(host: str, scenario: Scenario, figures: Mapping[str, Any]) -> st
             f"{get('output_throughput')} out tok/s, {get('request_throughput')} req/s, "
             f"median TTFT {get('median_ttft_ms')} ms, median ITL {get('median_itl_ms')} ms "
             f"({get('completed')} requests in {get('duration')} s)")
+
+
+# ------------------------------------------------------------------- host run status
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """One ``sglang_bench.py status`` report (gpuserve/data/scripts/sglang_bench.py)."""
+
+    state: str  # running | done | failed | missing
+    done: int = 0
+    total: int | None = None
+    elapsed: float = 0.0
+    rc: int | None = None
+    tail: tuple[str, ...] = ()
+    line: str | None = None  # SGLang's result line (server_info removed), when done
+
+
+def parse_status(text: str) -> RunStatus:
+    """The host script's JSON; anything else is reported as a failed run with its text."""
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return RunStatus("failed", tail=tuple(str(text).splitlines()[-15:]))
+    if not isinstance(doc, dict) or doc.get("state") not in ("running", "done", "failed",
+                                                             "missing"):
+        return RunStatus("failed", tail=(str(text)[:500],))
+    total = doc.get("total")
+    return RunStatus(
+        state=doc["state"], done=int(doc.get("done") or 0),
+        total=int(total) if isinstance(total, int) else None,
+        elapsed=float(doc.get("elapsed") or 0.0),
+        rc=doc.get("rc") if isinstance(doc.get("rc"), int) else None,
+        tail=tuple(str(x) for x in doc.get("tail") or ()),
+        line=doc.get("line") if isinstance(doc.get("line"), str) else None,
+    )
+
+
+def progress_line(host: str, scenario: Scenario, status: RunStatus) -> str:
+    """``<host>: bench: batch (c64, 128 prompts): 37/128 requests, 41 s``."""
+    total = status.total or scenario.prompts
+    return (f"{host}: bench: {scenario.name} (c{scenario.concurrency}, {scenario.prompts} "
+            f"prompts): {status.done}/{total} requests, {status.elapsed:.0f} s")

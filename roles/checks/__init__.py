@@ -50,6 +50,7 @@ from gpuserve.measure.health import (
 from gpuserve.measure.results import RecordSpec, smoke_record, write_record
 from gpuserve.measure.smoke import SmokeError, parse_smoke_output, smoke_line
 from gpuserve.paths import SCRIPTS_DIR
+from roles.checks.bench import BenchPlan, throughput_checks
 from roles.failure import fail_host
 from roles.service.rollback import (
     RollbackSpec,
@@ -65,12 +66,19 @@ DEFAULTS = {
     # controller directory for result records (results/<host>/<time>-smoke-<profile>.json,
     # see gpuserve/measure/results.py); relative to the repository root; "" records nothing
     "results_dir": "results",
+    # throughput checks (roles/checks/bench.py): auto = when the served configuration is
+    # new to the host, always, or off
+    "bench": "auto",
+    # a missed throughput gate: report (keep serving) or rollback; None = the profile's
+    # bench.on_regression, else report
+    "on_regression": None,
 }
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = "sglang_probe.py"
 SMOKE = "sglang_smoke.py"
+BENCH = "sglang_bench.py"
 
 
 class SglangProbe(FactBase):
@@ -145,22 +153,29 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
                               f"; last journal lines of {unit}:"), tail)
         return
     failed = f"{reason}; profile {rollback.profile_name} failed, last journal lines of {unit}:"
+    outcome = yield from roll_back(rollback, port, script, timeout, interval, report_every,
+                                   what="health")
+    yield fail_host(failed, tail, outcome)
+
+
+def roll_back(rollback: RollbackSpec, port: int, script: str, timeout: float,
+              interval: float = 3.0, report_every: float = 15.0, what: str = "health"):
+    """Restore the last good configuration when there is one that differs from the live
+    one, and wait for it to be healthy. A generator for ``yield from`` inside an
+    operation (it yields the restore command); returns the lines that end the report."""
     choice = rollback_decision(read_state(rollback))
     if choice.target is None:
-        yield fail_host(failed, tail, [f"not rolled back: {choice.reason}"])
-        return
-    logger.info(f"{host.name}: health: profile {rollback.profile_name} failed; "
+        return [f"not rolled back: {choice.reason}"]
+    logger.info(f"{host.name}: {what}: profile {rollback.profile_name} failed; "
                 f"{choice.reason}")
     yield StringCommand("sh", "-c", QuoteString(restore_script(rollback)))
-    after, after_tail, after_s, after_error = _gate(unit, port, script, timeout, interval,
-                                                    report_every)
+    after, after_tail, after_s, after_error = _gate(rollback.unit, port, script, timeout,
+                                                    interval, report_every)
     if after is not None and after.verdict is Verdict.HEALTHY:
-        outcome = [rollback_outcome(rollback.profile_name, choice.target, after_s, None)]
-    else:
-        why = after_error if after is None else after.message
-        outcome = [rollback_outcome(rollback.profile_name, choice.target, after_s, why),
-                   *(f"    {line}" for line in after_tail)]
-    yield fail_host(failed, tail, outcome)
+        return [rollback_outcome(rollback.profile_name, choice.target, after_s, None)]
+    why = after_error if after is None else after.message
+    return [rollback_outcome(rollback.profile_name, choice.target, after_s, why),
+            *(f"    {line}" for line in after_tail)]
 
 
 def results_root(results_dir: str) -> Path:
@@ -198,13 +213,15 @@ def smoke_completion(port: int, model: str, profile: str, script: str, config: s
 def check_service(unit: str, port: int, served_name: str, profile_name: str,
                   bin_dir: str, health_timeout: float, config_path: str = "",
                   record: RecordSpec | None = None,
-                  rollback: RollbackSpec | None = None) -> None:
+                  rollback: RollbackSpec | None = None,
+                  bench: BenchPlan | None = None) -> None:
     """Upload the probe scripts, gate on health, then one smoke completion (recorded on
-    the controller when ``record`` is given). With ``rollback``, a failed gate restores
-    the last good configuration first (see :func:`wait_healthy`)."""
+    the controller when ``record`` is given), then the throughput checks when ``bench``
+    is given (roles/checks/bench.py). With ``rollback``, a failed gate restores the last
+    good configuration first (see :func:`wait_healthy`)."""
     files.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
                     group="root", mode="755")
-    for script in (PROBE, SMOKE):
+    for script in (PROBE, SMOKE, BENCH):
         files.put(name=f"host script {bin_dir}/{script}", src=str(SCRIPTS_DIR / script),
                   dest=f"{bin_dir}/{script}", user="root", group="root", mode="755")
     wait_healthy(name=f"health gate: {unit} answers /health 200",
@@ -213,3 +230,8 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
     smoke_completion(name=f"smoke completion on port {port}", port=port, model=served_name,
                      profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path,
                      record=record)
+    if bench is not None and bench.mode != "off":
+        throughput_checks(name=f"throughput checks ({len(bench.spec.scenarios)} scenarios, "
+                          f"SGLang's benchmark client)", plan=bench,
+                          script=f"{bin_dir}/{BENCH}", record=record, rollback=rollback,
+                          health_script=f"{bin_dir}/{PROBE}", health_timeout=health_timeout)

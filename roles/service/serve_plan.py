@@ -10,8 +10,11 @@ with plain dicts.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpuserve.errors import InputError
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
@@ -28,8 +31,10 @@ from gpuserve.launch.lock_choice import (
 from gpuserve.launch.locks import Lock, catalog_mismatch, load_locks
 from gpuserve.launch.profiles import load_profile
 from gpuserve.launch.venvs import venv_path
-from gpuserve.measure.results import RecordSpec, record_spec
+from gpuserve.measure.bench import run_fingerprint, validate_mode, validate_on_regression
+from gpuserve.measure.results import RecordSpec, launch_hash, record_spec
 from roles import checks, service, sglang
+from roles.checks.bench import BenchPlan
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class ServePlan:
     expect_gpus: int
     service: service.ServicePlan
     record: RecordSpec | None = None  # where the smoke check records (None: off)
+    bench: BenchPlan | None = None  # the throughput checks (None: off)
 
     @property
     def venv(self) -> str:
@@ -130,7 +136,10 @@ def plan_serve(
                          "extra_args")
             raise profile.error(owner, f"{arg!r} contains a control character, which a "
                                        "systemd ExecStart= line cannot carry")
-    host_flags = [f for f in sglang_flags_for_host(host_record(), HOST_JSON_PATH) if f not in args]
+    host_json_lines = host_record()
+    host_comm = communication(host_json_lines)
+    host_flags = [f for f in sglang_flags_for_host(host_json_lines, HOST_JSON_PATH)
+                  if f not in args]
     if host_flags:
         args += host_flags
         load_catalog(version).validate(
@@ -149,6 +158,72 @@ def plan_serve(
     extra_env = data["sglang_extra_env"] or {}
     record = record_spec(data["results_dir"], source, profile=profile.name, args=args,
                          env={**launch.env, **{k: str(v) for k, v in extra_env.items()}},
-                         sglang_version=version, model=profile.model.path, served_name=served)
+                         sglang_version=version, model=profile.model.path, served_name=served,
+                         profile_hash=profile_hash(profile), lock=lock.name,
+                         context=run_context(runtime, lock, host_comm))
+    bench = _bench_plan(data, source, profile=profile, lock=lock, user=user, home=home,
+                        service_plan=plan,
+                        launch=launch_hash(args, {**launch.env, **{
+                            k: str(v) for k, v in extra_env.items()}}))
     return ServePlan(lock, version, user, home, index_url, find_links, float(timeout), keep,
-                     runtime.gpus, plan, record)
+                     runtime.gpus, plan, record, bench)
+
+
+def profile_hash(profile) -> str:
+    """sha256 over the profile file and every parent it extends (path order), so a record
+    says exactly which profile text produced it."""
+    files = sorted({str(profile.source), *(o.file for o in profile.locations.values())})
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update(name.encode() + b"\0")
+        try:
+            digest.update(Path(name).read_bytes())
+        except OSError:
+            digest.update(b"<unreadable>")
+    return "sha256:" + digest.hexdigest()
+
+
+def communication(host_json_lines: list[str] | None) -> dict:
+    """P2P verdict and NCCL env from the host deploy's host.json ({} without one; a bad
+    one is refused by sglang_flags_for_host)."""
+    try:
+        doc = json.loads("\n".join(host_json_lines or []) or "{}")
+    except json.JSONDecodeError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {"p2p": doc.get("p2p") if isinstance(doc.get("p2p"), str) else None,
+            "nccl_env": doc.get("nccl_env") if isinstance(doc.get("nccl_env"), dict) else {}}
+
+
+def run_context(runtime: HostRuntime, lock: Lock, comm: dict) -> dict:
+    """What produced a recorded run besides the launch (results.CONTEXT_KEYS)."""
+    names = sorted({str(g.get("name")) for g in runtime.gpu_list if g.get("name")})
+    return {
+        "gpus": {"name": " + ".join(names) if names else None, "count": runtime.gpus},
+        "driver": runtime.driver,
+        "cuda": f"torch CUDA {lock.torch_cuda}, toolkit {runtime.cuda_toolkit or '-'}",
+        "nccl_env": comm.get("nccl_env") or {},
+        "p2p": comm.get("p2p"),
+    }
+
+
+def _bench_plan(data: dict, source: str, *, profile, lock: Lock, user: str, home: str,
+                service_plan: service.ServicePlan, launch: str) -> BenchPlan | None:
+    """The throughput checks of this deploy (host data ``bench``, ``on_regression``;
+    the profile's ``bench`` section); None when ``bench: off``."""
+    mode = validate_mode(data["bench"], source)
+    if mode == "off":
+        return None
+    on_regression = (validate_on_regression(data["on_regression"], source)
+                     or profile.bench.on_regression or "report")
+    return BenchPlan(
+        mode=mode, spec=profile.bench,
+        fingerprint=run_fingerprint(launch, lock.name, profile.bench),
+        on_regression=on_regression, profile=profile.name,
+        python=f"{venv_path(home, lock)}/bin/python", user=user,
+        port=profile.server.port, served_name=service_plan.served_name,
+        tokenizer=profile.model.path,
+        config_path=service.CONFIG_PATH if service_plan.config_text is not None else "",
+        runs_dir=f"{home}/bench", mark_path=f"{home}/bench/last-pass.json",
+    )

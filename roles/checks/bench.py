@@ -1,0 +1,230 @@
+"""Throughput checks after the health gate: SGLang's own benchmark client, per scenario,
+recorded on the controller and gated.
+
+When: only when the served configuration (rendered launch, lock, scenarios:
+:func:`gpuserve.measure.bench.run_fingerprint`) differs from the one the host last
+measured and passed (its mark file), or when host data says ``bench: always``; ``off``
+never. The mark is a fact read at execute time, so a no-op rerun spends no minutes
+benchmarking and yields no command: it still says "No changes".
+
+How: each scenario is started on the host in the background by
+``gpuserve/data/scripts/sglang_bench.py start`` (one command), then polled with
+``status`` as a fact every few seconds, printing ``<host>: bench: batch (c64, 128
+prompts): 37/128 requests, 41 s``; past the scenario's timeout it is stopped (a
+command) and the host fails. Each finished run's JSON line is written as a record on
+the controller under ``<results_dir>/<host>/`` (gpuserve.measure.results.bench_record,
+with its gate verdict), even when the gate fails: nothing measured is lost.
+
+Gate: the profile's expectations and its regression tolerance against the host's last
+good record of the same profile and scenario (gpuserve.measure.bench.judge). A miss
+fails the host with the numbers side by side; with ``on_regression: rollback`` the last
+good configuration is restored first (as a failed health gate does), with ``report``
+(the default) the new profile keeps serving and the report says so. Only a passing run
+writes the mark, so a rerun after a miss measures (and fails) again.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import dataclass
+
+from pyinfra import host, logger, state
+from pyinfra.api import FactBase, StringCommand, operation
+
+from gpuserve.errors import InputError
+from gpuserve.measure.bench import (
+    BenchSpec,
+    RunStatus,
+    Scenario,
+    client_argv,
+    judge,
+    parse_status,
+    progress_line,
+    result_line,
+)
+from gpuserve.measure.results import (
+    RecordSpec,
+    bench_record,
+    last_good,
+    parse_sglang_line,
+    read_results,
+    safe_name,
+    utc_now,
+    write_record,
+)
+from roles.failure import fail_host
+from roles.service.rollback import RollbackSpec
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """Everything the throughput checks need, decided at prepare time (serve_plan)."""
+
+    mode: str  # auto | always | off
+    spec: BenchSpec
+    fingerprint: str  # run_fingerprint(launch hash, lock, scenarios)
+    on_regression: str  # report | rollback
+    profile: str
+    python: str  # the SGLang venv's interpreter
+    user: str  # the service user the client runs as
+    port: int
+    served_name: str
+    tokenizer: str  # the model directory
+    config_path: str  # the server's --config file (API key), "" when none
+    runs_dir: str  # <home>/bench: one directory per run
+    mark_path: str
+
+    def __repr__(self) -> str:  # operation arguments are logged: keep it short
+        return f"BenchPlan({self.profile}, {self.mode})"
+
+
+class BenchMark(FactBase):
+    """The configuration the host last measured and passed (``fingerprint``), or None."""
+
+    def command(self, path: str) -> str:
+        return f"cat {shlex.quote(path)} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        try:
+            doc = json.loads("\n".join(output))
+        except json.JSONDecodeError:
+            return None
+        return doc.get("fingerprint") if isinstance(doc, dict) else None
+
+
+class BenchStatus(FactBase):
+    """One ``sglang_bench.py status`` report (JSON text); a read."""
+
+    def command(self, script: str, run_dir: str) -> str:
+        return " ".join(shlex.quote(a) for a in ("python3", script, "status", "--run-dir",
+                                                 run_dir))
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
+
+
+def _script_command(script: str, *args: str) -> StringCommand:
+    return StringCommand(" ".join(shlex.quote(a) for a in ("python3", script, *args)))
+
+
+def _results_for(record: RecordSpec | None) -> list:
+    from roles.checks import results_root
+
+    if record is None:
+        return []
+    directory = results_root(record.results_dir) / safe_name(host.name)
+    if not directory.is_dir():
+        return []
+    try:
+        return read_results(directory)
+    except InputError as e:
+        logger.warning(f"{host.name}: bench: earlier records not read ({e}); no regression "
+                       "baseline")
+        return []
+
+
+def _poll(script: str, run_dir: str, scenario: Scenario, timeout: float, interval: float,
+          report_every: float) -> tuple[RunStatus, bool]:
+    """Poll until the run ends or ``timeout`` passes: (last status, timed out)."""
+    start = time.monotonic()
+    last_report, last_done = -report_every, -1
+    while True:
+        status = parse_status(host.get_fact(BenchStatus, script=script, run_dir=run_dir))
+        if status.state != "running":
+            return status, False
+        if time.monotonic() - start > timeout:
+            return status, True
+        elapsed = time.monotonic() - start
+        if elapsed - last_report >= report_every or (
+                status.done != last_done and elapsed - last_report >= report_every / 3):
+            logger.info(progress_line(host.name, scenario, status))
+            last_report, last_done = elapsed, status.done
+        time.sleep(interval)
+
+
+@operation(is_idempotent=True)
+def throughput_checks(plan: BenchPlan, script: str, record: RecordSpec | None,
+                      rollback: RollbackSpec | None, health_script: str,
+                      health_timeout: float, interval: float = 2.0,
+                      report_every: float = 15.0):
+    """Run the profile's scenarios with SGLang's client when the configuration is new to
+    this host (or ``bench: always``), record them, and gate on them (module docstring)."""
+    if not state.is_executing or plan.mode == "off":
+        return
+    if plan.mode == "auto" and host.get_fact(BenchMark, path=plan.mark_path) == \
+            plan.fingerprint:
+        logger.info(f"{host.name}: bench: skipped, this configuration was measured and "
+                    f"passed already (--data bench=always measures again)")
+        return
+    from roles.checks import results_root, roll_back  # shared with the health gate
+
+    history = _results_for(record)
+    yield StringCommand(f"install -d -m 755 {shlex.quote(plan.runs_dir)}")
+    misses: list[str] = []
+    checked: list[str] = []
+    for scenario in plan.spec.scenarios:
+        stamp = utc_now().replace("-", "").replace(":", "")
+        run_dir = f"{plan.runs_dir}/{stamp}-{safe_name(plan.profile)}-{scenario.name}"
+        argv = client_argv(scenario, port=plan.port, served_name=plan.served_name,
+                           tokenizer=plan.tokenizer, output_file=f"{run_dir}/result.jsonl",
+                           tag=f"{host.name}:{plan.profile}:{scenario.name}")
+        logger.info(f"{host.name}: bench: {scenario.name}: {scenario.prompts} prompts "
+                    f"{scenario.input_len}/{scenario.output_len} tokens at concurrency "
+                    f"{scenario.concurrency} (SGLang's benchmark client, {run_dir})")
+        yield _script_command(script, "start", "--run-dir", run_dir, "--user", plan.user,
+                              "--python", plan.python, "--config", plan.config_path,
+                              "--argv-json", json.dumps(argv))
+        status, timed_out = _poll(script, run_dir, scenario, plan.spec.timeout_s, interval,
+                                  report_every)
+        if timed_out:
+            yield _script_command(script, "stop", "--run-dir", run_dir)
+            yield fail_host(f"bench: {scenario.name} did not finish within "
+                            f"{plan.spec.timeout_s:.0f} s (bench.timeout); stopped after "
+                            f"{status.done}/{status.total or scenario.prompts} requests; the "
+                            f"service keeps serving; run directory {run_dir}", [])
+            return
+        if status.state != "done" or status.line is None:
+            why = ("exited with status " + str(status.rc) if status.rc is not None
+                   else "ended without an exit status" if status.state == "failed"
+                   else "wrote no result line")
+            yield fail_host(f"bench: {scenario.name}: SGLang's benchmark client {why}; "
+                            f"last lines ({run_dir}):", status.tail)
+            return
+        source = f"{host.name}:{run_dir}/result.jsonl"
+        try:
+            line = parse_sglang_line(status.line, source)
+        except InputError as e:
+            yield fail_host(f"bench: {scenario.name}: {e}", status.tail)
+            return
+        before = last_good(history, host.name, plan.profile, scenario.name)
+        gate = judge(plan.spec, scenario.name, line, before.figures if before else None,
+                     f"last good ({before.timestamp})" if before else "last good")
+        logger.info(result_line(host.name, scenario, line))
+        checked += gate.checked
+        misses += gate.misses
+        if record is not None:
+            try:
+                path = write_record(results_root(record.results_dir),
+                                    bench_record(record, host.name, scenario.name, line,
+                                                 gate.to_dict()))
+            except (OSError, InputError) as e:
+                logger.warning(f"{host.name}: bench: result not recorded: {e}")
+            else:
+                logger.info(f"{host.name}: bench: recorded {path}")
+    for line in checked:
+        logger.info(f"{host.name}: bench: ok: {line}")
+    if not misses:
+        yield _script_command(script, "mark", "--file", plan.mark_path, "--fingerprint",
+                              plan.fingerprint, "--profile", plan.profile)
+        return
+    failed = (f"bench: profile {plan.profile} missed its throughput gate "
+              f"(measured vs expected):")
+    if plan.on_regression == "rollback" and rollback is not None:
+        outcome = yield from roll_back(rollback, plan.port, health_script, health_timeout,
+                                       what="bench")
+    else:
+        outcome = [f"not rolled back (on_regression: {plan.on_regression}): profile "
+                   f"{plan.profile} keeps serving"]
+    yield fail_host(failed, misses, outcome)
