@@ -205,3 +205,53 @@ def test_locks_dir_that_is_not_a_directory_names_the_field() -> None:
         plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": "/nonexistent/locks"},
                    "inventory/gpu.py", R580)
     assert (e.value.file, e.value.field) == ("inventory/gpu.py", "sglang_locks_dir")
+
+
+# ------------------------------------------------------------------ throughput checks
+
+
+def test_bench_plan_defaults_and_record_context() -> None:
+    gpus = tuple({"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                  "memory_total_mib": 97887} for _ in range(8))
+    host_json = json.dumps({"p2p": "none", "nccl_env": {"NCCL_P2P_DISABLE": "1"},
+                            "disable_custom_all_reduce": True})
+    p = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_api_key": "sk-plan-secret"},
+                   "inv.py", runtime(gpu_list=gpus), lambda: host_json.splitlines())
+    assert p.bench is not None and p.bench.mode == "auto"
+    assert [s.name for s in p.bench.spec.scenarios] == ["single", "batch"]
+    assert p.bench.on_regression == "report"
+    assert p.bench.python == f"{p.venv}/bin/python"
+    assert p.bench.tokenizer == "/models/GLM-5-NVFP4" and p.bench.served_name == "glm-5"
+    assert p.bench.config_path  # the API key is read from the --config file on the host
+    ctx = p.record.context
+    assert ctx["gpus"] == {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                           "count": 8}
+    assert ctx["p2p"] == "none" and ctx["nccl_env"] == {"NCCL_P2P_DISABLE": "1"}
+    assert ctx["driver"] == "580.126.20" and "13.0" in ctx["cuda"]
+    assert p.record.lock == p.lock.name and p.record.profile_hash.startswith("sha256:")
+    assert "sk-plan-secret" not in json.dumps(ctx) and "sk-plan-secret" not in repr(p.bench)
+
+
+def test_bench_fingerprint_follows_the_launch() -> None:
+    a = plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", R580).bench.fingerprint
+    assert a == plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", R580).bench.fingerprint
+    b = plan_serve({"profile": "glm5-nvfp4-tp8-ep8"}, "inv.py", R580).bench.fingerprint
+    c = plan_serve({"profile": "glm5-nvfp4-tp8",
+                    "sglang_extra_env": {"SGLANG_X": "1"}}, "inv.py", R580).bench.fingerprint
+    assert len({a, b, c}) == 3
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"bench": "sometimes"}, "bench"),
+    ({"on_regression": "undo"}, "on_regression"),
+])
+def test_bench_host_data_is_validated(data, field) -> None:
+    with pytest.raises(InputError) as e:
+        plan_serve({"profile": "glm5-nvfp4-tp8", **data}, "inventory/gpu.py", R580)
+    assert e.value.field == field and e.value.file == "inventory/gpu.py"
+
+
+def test_bench_off_and_host_on_regression_wins() -> None:
+    assert plan_serve({"profile": "glm5-nvfp4-tp8", "bench": "off"}, "i", R580).bench is None
+    p = plan_serve({"profile": "glm5-nvfp4-tp8", "on_regression": "rollback"}, "i", R580)
+    assert p.bench.on_regression == "rollback"
