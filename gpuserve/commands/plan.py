@@ -3,6 +3,11 @@
 Predict: ``gpuserve plan --model glm-5-nvfp4 --gpus 8xRTX-PRO-6000 --tp 8`` (or
 ``--profile glm5-nvfp4-tp8``) reproduces SGLang's default mem_fraction_static, weights per
 GPU, KV bytes per token and KV tokens, then says what to change when it does not fit.
+Checkpoint: ``--model-dir DIR`` reads the local checkpoint's config.json and safetensors
+headers and plans with its real weights per GPU ("(from checkpoint)"), comparing them with
+the profile's model record. A launch that does not fit is shown with its verdict
+(refused / no-kv) and the mem_fraction_static or graph max bs that would fit; as for every
+prediction the exit status is 0 unless the layout is invalid (2) or the input is bad (2).
 Diagnose: ``gpuserve plan --log server.log`` reads the free-memory figures SGLang printed and
 explains the outcome with the same arithmetic. Both print a table, or JSON with ``--json``.
 """
@@ -15,9 +20,11 @@ from typing import Any
 
 from gpuserve.errors import InputError
 from gpuserve.host.gpus import parse_gpus
+from gpuserve.memory.checkpoint import checkpoint_weights, scan_directory, unrecognised
 from gpuserve.memory.memory_defaults import DEFAULT_VERSION, KNOWN_VERSIONS
-from gpuserve.memory.models import resolve_model
+from gpuserve.memory.models import load_record, resolve_model
 from gpuserve.memory.planner import GIB, Layout, kv_cell, predict, resolve_kv_dtype, weights_per_gpu
+from gpuserve.memory.preflight import launch_settings
 from gpuserve.memory.startup_log import diagnose, read_log
 
 
@@ -31,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         help="model record name (see gpuserve/data/models) or a directory holding config.json",
+    )
+    p.add_argument(
+        "--model-dir",
+        dest="model_dir",
+        help="a local checkpoint: plan with the weights its safetensors headers hold",
     )
     p.add_argument("--gpus", help="COUNTxGPU, e.g. 8xRTX-PRO-6000, 8xH200")
     p.add_argument("--profile", help="launch profile (name or path); CLI flags override it")
@@ -186,8 +198,11 @@ def check_overrides(args: argparse.Namespace) -> None:
                          f"must be a positive size or -1 (off), got {cps}")
 
 
-def _pick(cli: Any, profile_value: Any) -> Any:
-    return cli if cli is not None else profile_value
+_OVERRIDES = (
+    "tp", "ep", "attn_dp", "moe_a2a_backend", "num_redundant_experts", "speculative",
+    "mem_fraction_static", "kv_cache_dtype", "cuda_graph_max_bs", "chunked_prefill_size",
+    "max_running_requests", "context_length", "dsa_backend",
+)
 
 
 def _run_predict(args: argparse.Namespace) -> int:
@@ -196,47 +211,19 @@ def _run_predict(args: argparse.Namespace) -> int:
         from gpuserve.launch.profiles import load_profile
 
         prof = load_profile(args.profile)
-    model = args.model or (prof and (prof.model.arch or prof.model.path))
-    if not model:
-        raise InputError(
-            args.profile or "--model",
-            "model.arch",
-            "give --model (a record name or a model directory) or a profile with model.arch",
-        )
     if not args.gpus:
         raise InputError("--gpus", "gpus", "give the GPUs, e.g. --gpus 8xRTX-PRO-6000")
     count, gpu = parse_gpus(args.gpus)
-    if args.model or prof is None:
-        arch = resolve_model(model)
+    scan = scan_directory(args.model_dir) if args.model_dir else None
+    if scan is not None:
+        arch = scan.arch()
+        record_name = args.model or (prof.model.arch if prof else None)
+        record = load_record(record_name) if record_name else None
     else:
-        try:
-            arch = resolve_model(model)
-        except InputError as exc:
-            # the model came from the profile: point at it, not at a --model never given
-            field = "model.arch" if prof.model.arch else "model.path"
-            raise prof.error(field, f"{exc.message}; set model.arch to a record, or pass "
-                             "--model") from None
+        arch, record = _arch_from_args(args, prof), None
     version = args.sglang_version or _profile_version(prof) or DEFAULT_VERSION
-    par = prof.parallel if prof else None
-    mem = prof.memory if prof else None
-    moe = prof.moe if prof else None
-    spec = prof.speculative if prof else None
-    algo = _pick(args.speculative, spec.algorithm if spec else None)
-    # A separate EAGLE draft model is one layer of target-shaped KV, not the MTP layers.
-    draft_layers = 1 if (algo and spec and spec.draft_model) else None
-    layout = Layout(
-        tp=_pick(args.tp, par.tp if par else None) or 1,
-        ep=_pick(args.ep, par.ep if par else None) or 1,
-        attn_dp=_pick(args.attn_dp, par.attention_dp if par else None) or 1,
-        moe_a2a_backend=_pick(args.moe_a2a_backend, moe.a2a_backend if moe else None) or "none",
-        num_redundant_experts=_pick(
-            args.num_redundant_experts, moe.num_redundant_experts if moe else None
-        )
-        or 0,
-        speculative=algo,
-        draft_layers=draft_layers,
-    )
-    dsa_backend = args.dsa_backend or (prof and prof.attention.dsa_decode_backend) or None
+    settings = launch_settings(prof, {k: getattr(args, k, None) for k in _OVERRIDES})
+    parts = checkpoint_weights(scan, settings.layout, arch) if scan is not None else None
     plan = predict(
         arch,
         gpu_memory_mib=gpu.memory_total_mib,
@@ -244,30 +231,46 @@ def _run_predict(args: argparse.Namespace) -> int:
         gpu_count=count,
         sm_major=gpu.sm_major,
         init_overhead_gib=gpu.init_overhead_gib,
-        layout=layout,
+        layout=settings.layout,
         version=version,
-        mem_fraction_static=_pick(
-            args.mem_fraction_static, mem.mem_fraction_static if mem else None
-        ),
-        kv_cache_dtype=_pick(args.kv_cache_dtype, mem.kv_cache_dtype if mem else None) or "auto",
-        cuda_graph_max_bs=_pick(args.cuda_graph_max_bs, mem.cuda_graph_max_bs if mem else None),
-        chunked_prefill_size=_pick(
-            args.chunked_prefill_size, mem.chunked_prefill_size if mem else None
-        ),
-        max_running_requests=_pick(
-            args.max_running_requests, mem.max_running_requests if mem else None
-        ),
-        context_length=_pick(args.context_length, mem.context_length if mem else None),
         pre_load_free_gib=args.pre_load_free_gib,
         a2a_buffer_gib=args.a2a_buffer_gib,
-        dsa_backend=dsa_backend,
         draft_weights_gib=args.draft_weights_gib or 0.0,
+        weight_parts=parts,
+        weights_from=f"checkpoint {scan.directory}" if scan is not None else None,
+        record=record,
+        **settings.knobs,
     )
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
         return 0 if plan.verdict != "invalid" else 2
     _print_plan(plan, arch)
+    if scan is not None:
+        unknown = unrecognised(scan, arch)
+        if unknown:
+            print(f"unrecognised tensors (counted as replicated): {', '.join(unknown)}")
     return 0 if plan.verdict != "invalid" else 2
+
+
+def _arch_from_args(args: argparse.Namespace, prof: Any) -> Any:
+    """The model record (or config.json directory) named by --model or the profile."""
+    model = args.model or (prof and (prof.model.arch or prof.model.path))
+    if not model:
+        raise InputError(
+            args.profile or "--model",
+            "model.arch",
+            "give --model (a record name or a model directory), --model-dir, or a profile "
+            "with model.arch",
+        )
+    if args.model or prof is None:
+        return resolve_model(model)
+    try:
+        return resolve_model(model)
+    except InputError as exc:
+        # the model came from the profile: point at it, not at a --model never given
+        field = "model.arch" if prof.model.arch else "model.path"
+        raise prof.error(field, f"{exc.message}; set model.arch to a record, or pass "
+                         "--model") from None
 
 
 def _profile_version(prof: Any) -> str | None:
@@ -315,7 +318,8 @@ def _print_plan(plan: Any, arch: Any) -> None:
             ("free before weights (GiB)", plan.pre_load_free_gib),
         ]
     )
-    print("weights per GPU:")
+    source = getattr(plan, "weights_from", "model record")
+    print("weights per GPU" + (" (from checkpoint):" if source.startswith("checkpoint") else ":"))
     for w in plan.weights:
         print(f"  {w['part'].ljust(28)} {w['gib']:9.2f} GiB  {w['how']}")
     print(f"  {'total'.ljust(28)} {plan.weights_gib:9.2f} GiB")

@@ -220,6 +220,7 @@ def classify(name: str, arch: ModelArch) -> tuple[str, int | None]:
     return classify_layer_tensor(rest, layer in set(arch.moe_layer_ids)), None
 
 
+# Part names (and order) of planner.weights_per_gpu, so both paths print alike.
 _PART_NAMES = {
     "embed": "embedding",
     "lm_head": "lm_head",
@@ -228,6 +229,8 @@ _PART_NAMES = {
     "attention_replicated": "attention (replicated)",
     "indexer": "DSA indexer",
     "norm": "norms",
+    "dense_mlp": "dense MLP",
+    "routed_experts": "routed experts",
     "router": "router",
     "shared_experts": "shared experts",
     "other": "other (unrecognised, replicated)",
@@ -270,8 +273,9 @@ def checkpoint_weights(
         a = acc.setdefault(part, _Acc(how=how if mtp is None else "like one target layer"))
         a.params += t.params * share
         a.nbytes += t.nbytes * share
+    order = list(dict.fromkeys([*names.values(), "draft/MTP layers"]))
     parts = []
-    for part, a in acc.items():
+    for part, a in sorted(acc.items(), key=lambda kv: order.index(kv[0])):
         if not a.nbytes:
             continue
         label = f"{part} x{len(mtp_layers)}" if part == "draft/MTP layers" else part

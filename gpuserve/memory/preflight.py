@@ -1,0 +1,189 @@
+"""Memory preflight: does a profile fit the host's GPUs with the checkpoint actually there?
+
+The serve deploy can scan the model directory on the host (checkpoint_scan.py) and gather
+the GPUs (NvidiaGpus fact) before it starts SGLang; ``check_fit`` runs the planner on those
+real figures instead of the model record, and refuses with the fraction that would fit,
+rather than letting SGLang find out after minutes of weight loading.
+
+``launch_settings`` is the one mapping from a profile (plus ``gpuserve plan``'s CLI
+overrides) to the planner's Layout and launch knobs; ``gpuserve plan`` uses it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuserve.errors import InputError
+from gpuserve.host.gpus import get_gpu
+from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, unrecognised
+from gpuserve.memory.models import load_record
+from gpuserve.memory.planner import GIB, Layout, Plan, predict
+
+# Free memory lost before weights load when the GPU is not in gpus.yaml (CUDA context,
+# NCCL, cuBLAS); the planner's own default.
+DEFAULT_INIT_OVERHEAD_GIB = 2.0
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """What the planner needs from a profile: the layout and the memory knobs."""
+
+    layout: Layout
+    knobs: dict[str, Any]  # predict() keyword arguments (mem_fraction_static, ...)
+
+
+def _pick(override: Any, profile_value: Any) -> Any:
+    return override if override is not None else profile_value
+
+
+def launch_settings(profile: Any, overrides: Mapping[str, Any] | None = None) -> LaunchSettings:
+    """Layout and knobs from a profile (or None) with overrides (``gpuserve plan`` flags by
+    their argparse dest: tp, ep, attn_dp, moe_a2a_backend, mem_fraction_static, ...) on top."""
+    o = dict(overrides or {})
+    par = profile.parallel if profile else None
+    mem = profile.memory if profile else None
+    moe = profile.moe if profile else None
+    spec = profile.speculative if profile else None
+    algo = _pick(o.get("speculative"), spec.algorithm if spec else None)
+    # A separate EAGLE draft model is one layer of target-shaped KV, not the MTP layers.
+    draft_layers = 1 if (algo and spec and spec.draft_model) else None
+    layout = Layout(
+        tp=_pick(o.get("tp"), par.tp if par else None) or 1,
+        ep=_pick(o.get("ep"), par.ep if par else None) or 1,
+        attn_dp=_pick(o.get("attn_dp"), par.attention_dp if par else None) or 1,
+        moe_a2a_backend=_pick(o.get("moe_a2a_backend"), moe.a2a_backend if moe else None)
+        or "none",
+        num_redundant_experts=_pick(
+            o.get("num_redundant_experts"), moe.num_redundant_experts if moe else None
+        )
+        or 0,
+        speculative=algo,
+        draft_layers=draft_layers,
+    )
+    knobs = {
+        key: _pick(o.get(key), getattr(mem, key) if mem else None)
+        for key in (
+            "mem_fraction_static",
+            "cuda_graph_max_bs",
+            "chunked_prefill_size",
+            "max_running_requests",
+            "context_length",
+        )
+    }
+    knobs["kv_cache_dtype"] = _pick(o.get("kv_cache_dtype"), mem.kv_cache_dtype if mem else None)
+    knobs["kv_cache_dtype"] = knobs["kv_cache_dtype"] or "auto"
+    knobs["dsa_backend"] = o.get("dsa_backend") or (
+        profile.attention.dsa_decode_backend if profile else None
+    )
+    return LaunchSettings(layout, knobs)
+
+
+@dataclass
+class FitReport:
+    """The preflight's answer for one profile on one host."""
+
+    ok: bool
+    verdict: str  # planner verdict, or "too-few-gpus" / "no-gpus"
+    lines: list[str]
+    message: str = ""  # why it is refused and the change that would fit ("" when ok)
+    notes: list[str] = field(default_factory=list)
+    plan: Plan | None = None
+
+
+def _gpu_facts(gpus: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+    """The smallest GPU (SGLang sizes every rank by the minimum) and notes on a mixed box."""
+    smallest = min(gpus, key=lambda g: float(g.get("memory_total_mib") or 0))
+    notes = []
+    names = sorted({str(g.get("name")) for g in gpus})
+    sizes = sorted({int(g.get("memory_total_mib") or 0) for g in gpus})
+    if len(names) > 1 or len(sizes) > 1:
+        notes.append(
+            f"GPUs differ ({', '.join(names)}; memory.total {', '.join(map(str, sizes))} MiB): "
+            f"planned for the smallest, {smallest.get('name')} with "
+            f"{smallest.get('memory_total_mib')} MiB"
+        )
+    return dict(smallest), notes
+
+
+def _init_overhead(name: str) -> float:
+    try:
+        return get_gpu(name).init_overhead_gib
+    except InputError:
+        return DEFAULT_INIT_OVERHEAD_GIB
+
+
+def _sm_major(compute_cap: Any) -> int | None:
+    try:
+        return int(str(compute_cap).split(".")[0])
+    except ValueError:
+        return None
+
+
+def check_fit(
+    profile: Any,
+    scan: CheckpointScan,
+    gpus: Sequence[Mapping[str, Any]],
+    version: str,
+) -> FitReport:
+    """Plan ``profile`` with the checkpoint's own weights on the host's GPUs (NvidiaGpus
+    dicts) under SGLang ``version``'s defaults; ``ok`` when SGLang would size a KV pool."""
+    if not gpus:
+        return FitReport(False, "no-gpus", [], f"profile {profile.name}: the host shows no GPU")
+    need = profile.gpus
+    if need > len(gpus):
+        return FitReport(
+            False,
+            "too-few-gpus",
+            [],
+            f"profile {profile.name} needs {need} GPUs (tp {profile.parallel.tp} x dp "
+            f"{profile.parallel.dp}), the host has {len(gpus)}",
+        )
+    gpu, notes = _gpu_facts(gpus)
+    settings = launch_settings(profile)
+    arch = scan.arch(profile.model.arch or None)
+    record = load_record(profile.model.arch) if profile.model.arch else None
+    parts = checkpoint_weights(scan, settings.layout, arch)
+    name = str(gpu.get("name") or "GPU")
+    plan = predict(
+        arch,
+        gpu_memory_mib=float(gpu["memory_total_mib"]),
+        gpu_name=name,
+        gpu_count=len(gpus),
+        sm_major=_sm_major(gpu.get("compute_cap")),
+        init_overhead_gib=_init_overhead(name),
+        layout=settings.layout,
+        version=version,
+        weight_parts=parts,
+        weights_from=f"checkpoint {scan.directory}",
+        record=record,
+        **settings.knobs,
+    )
+    notes += [line for line in plan.explanation if line.startswith("model record ")]
+    unknown = unrecognised(scan, arch)
+    if unknown:
+        notes.append(
+            f"{len(unknown)} tensor patterns not recognised, counted as replicated: "
+            + ", ".join(unknown[:5])
+            + (" ..." if len(unknown) > 5 else "")
+        )
+    lines = [
+        f"weights {plan.weights_gib:.2f} GiB/GPU from the checkpoint ({scan.directory}, "
+        f"{scan.tensor_count:,} tensors, {scan.total_bytes / GIB:.1f} GiB in all)",
+        f"predicted rest for KV {plan.rest_gib:.2f} GiB/GPU at mem_fraction_static "
+        f"{plan.mem_fraction_static:.3f}",
+        f"KV tokens {plan.kv_tokens:,} ({plan.kv_cell['bytes_per_token']:,} B/token)",
+    ]
+    ok = plan.verdict in ("fits", "tight")
+    message = ""
+    if not ok:
+        why = plan.problems or [line for line in plan.explanation if line.startswith("SGLang")]
+        message = (
+            f"profile {profile.name} does not fit on {len(gpus)}x {name}: {plan.verdict}; "
+            f"predicted rest for KV {plan.rest_gib:.2f} GiB/GPU with {plan.weights_gib:.2f} "
+            f"GiB/GPU of checkpoint weights"
+            + (f" ({why[0]})" if why else "")
+            + (f"; {plan.changes[0]}" if plan.changes else "")
+        )
+    return FitReport(ok, plan.verdict, lines, message, notes, plan)
