@@ -18,7 +18,13 @@ if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
 from lab.locks import locks_dir  # noqa: E402
-from lab.state import instance_name, pid_alive, read_state  # noqa: E402
+from lab.state import (  # noqa: E402
+    DEFAULT_NAME,
+    instance_dir,
+    instance_name,
+    pid_alive,
+    read_state,
+)
 
 # Host data of the lab host, in one place. `{mirror}` is the instance's loopback mirror
 # as the guest sees it (http://10.0.2.2:<port>/); `{locks}` is the directory on this
@@ -55,6 +61,9 @@ def _host_data() -> dict:
         k: v.format(mirror=st.mirror_url, locks=str(locks)) if isinstance(v, str) else v
         for k, v in LAB_HOST_DATA.items()
     }
+    if name != DEFAULT_NAME:
+        # results of test instances stay with the instance, apart from the demo's
+        data.setdefault("results_dir", str(instance_dir(name) / "results"))
     data.update(
         ssh_hostname="127.0.0.1",
         ssh_port=st.ssh_port,

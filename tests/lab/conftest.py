@@ -18,6 +18,7 @@ otherwise shown for failing tests).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -30,7 +31,7 @@ import testinfra.backend
 import testinfra.host
 
 from lab.sshutil import ssh_argv
-from lab.state import InstanceState, read_state
+from lab.state import InstanceState, instance_dir, read_state
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = REPO_ROOT / "inventory" / "lab.py"
@@ -159,6 +160,11 @@ class Lab:
         backend.client = client  # overrides the cached_property
         return testinfra.host.Host(backend)
 
+    @property
+    def results_dir(self) -> Path:
+        """Where the serve deploy records this instance's runs (inventory/lab.py)."""
+        return instance_dir(self.name) / "results"
+
     def boot_id(self) -> str:
         return self.ssh("cat /proc/sys/kernel/random/boot_id", check=True).stdout.strip()
 
@@ -198,6 +204,8 @@ def lab() -> Lab:
     if os.environ.get("GPUSERVE_LAB_REUSE") != "1":
         up.append("--fresh")
     handle.lab_cli(*up)
+    # the records this session's deploys write (inventory/lab.py: per instance)
+    shutil.rmtree(handle.results_dir, ignore_errors=True)
     yield handle
     if os.environ.get("GPUSERVE_LAB_KEEP") != "1":
         handle.lab_cli("down", "--name", name, check=False)

@@ -7,6 +7,7 @@ report no changes.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -81,6 +82,34 @@ def test_deploy_succeeds_with_a_smoke_line(first_run) -> None:
     assert int(m.group(1)) > 0 and float(m.group(3)) > 0
 
 
+BENCH_LINE = re.compile(r"lab-gpu: bench: (single|batch) c(\d+) (\d+)/(\d+): ([\d,.]+) out tok/s")
+
+
+def test_first_deploy_records_single_stream_and_batch_throughput(lab, first_run) -> None:
+    """SGLang's own client (the stand-in's, with the real argument set and JSON keys)
+    ran both default scenarios over HTTP; each is a record on the controller."""
+    _, rc, out = first_run
+    assert rc == 0, out[-6000:]
+    found = {m.group(1): m for m in BENCH_LINE.finditer(out)}
+    assert set(found) == {"single", "batch"}, out[-6000:]
+    assert found["single"].group(2) == "1" and found["batch"].group(2) == "64"
+    single = float(found["single"].group(5).replace(",", ""))
+    batch = float(found["batch"].group(5).replace(",", ""))
+    assert 0 < single < batch, (single, batch)
+    assert re.search(r"lab-gpu: bench: (single|batch) \(c\d+, \d+ prompts\): \d+/\d+ "
+                     r"requests, \d+ s", out), "no progress line"
+    records = sorted((lab.results_dir / "lab-gpu").glob("*-bench-glm5-nvfp4-tp8-*.json"))
+    docs = [json.loads(p.read_text()) for p in records]
+    assert sorted(d["scenario"] for d in docs) == ["batch", "single"], records
+    for doc in docs:
+        assert doc["sglang"]["completed"] > 0 and "server_info" not in doc["sglang"]
+        assert doc["sglang"]["request_rate"] == "inf"
+        assert doc["context"]["gpus"]["count"] == 8 and doc["lock"].startswith("sglang-0.5.23")
+        assert doc["gate"]["passed"] is True
+        text = json.dumps(doc)
+        assert API_KEY not in text and HF_TOKEN not in text
+
+
 def test_secrets_not_in_pyinfra_output(first_run) -> None:
     _, _, out = first_run
     assert HF_TOKEN not in out and API_KEY not in out
@@ -149,6 +178,7 @@ def test_rerun_reports_no_changes(lab, vm, first_run, secrets_data) -> None:
     total = [line for line in out.splitlines() if line.strip().startswith("Grand total")]
     assert total and total[-1].split()[3] == "-", total  # Hosts, Success(-), Error, ...
     assert "lab-gpu: smoke: " in out  # still verified
+    assert "lab-gpu: bench: skipped" in out and not BENCH_LINE.search(out)
     assert vm.check_output(f"systemctl show -p InvocationID --value {UNIT}") == invocation
 
 
