@@ -1,105 +1,112 @@
-"""``gpuserve compare FILE_OR_DIR...``: recorded runs side by side, against a baseline.
+"""``gpuserve compare FILE_OR_DIR...``: where each profile stands, after a switch.
 
-Reads gpuserve result records (``results/<host>/*.json``, written by the serve deploy's
-smoke check) and SGLang benchmark JSON Lines (``python -m sglang.benchmark.serving
---output-file``; the profile is the line's ``--tag``, else the file's stem), groups them
-by profile and host, and prints one row per run with output tok/s, median TTFT and ITL,
-and the change in output tok/s against the baseline profile (``--baseline``, default the
-profile of the first record read). A run is only compared with a baseline run of the
-same workload (kind, concurrency, random input/output lengths): a smoke figure is never
-set against a 64-way benchmark. ``--json`` prints the same for machines.
+Reads gpuserve result records (``results/<host>/*.json``: the serve deploy's bench runs,
+one per scenario, and its smoke checks; schema /1 and /2) and SGLang benchmark JSON Lines
+(``python -m sglang.benchmark.serving --output-file``; the profile is the line's
+``--tag``, else the file's stem). In a directory, files that are not results (a fetched
+``host.json``, documents of another gpuserve schema, PNGs) are skipped and listed.
+
+Default view: one row per (host, profile, scenario, workload), the latest run, with how
+many runs there are and the min-max of their output tok/s; profiles side by side per host
+and scenario. ``tok/s%``, ``TTFT%`` and ``ITL%`` are the latest run's change against the
+latest *good* run (gate not failed) of the ``--baseline`` profile on the same host with
+the same workload (concurrency, input/output lengths); ``n/a`` when there is none. The
+default baseline is the profile of the oldest record read: what ran before the switches
+that followed (records without a timestamp count as oldest). Smoke records (one request)
+are summarised the same way, but shown only with ``--smoke`` or when there is no bench
+record. ``--history`` lists every run instead, oldest first per group, with the change
+from the run before and what changed in its setup. ``--profile``, ``--host`` and
+``--scenario`` filter either view. ``--plot FILE.png`` also draws the load curve and the
+latency/throughput trade-off (needs ``gpuserve[plot]``; gpuserve.measure.plot).
+
+``--json`` prints ``{"view": "latest", "baseline": P, "rows": [...], "skipped": [...]}``
+or ``{"view": "history", "rows": [...], "skipped": [...]}``. Every row has ``host,
+profile, scenario, kind, concurrency, input_len, output_len, timestamp, source,
+output_tok_s, median_ttft_ms, median_itl_ms, p99_ttft_ms, sglang_version, lock,
+launch_hash, profile_hash, gate ("pass"|"fail"|null), gate_misses, note``; latest rows add
+``runs, output_tok_s_min, output_tok_s_max, is_baseline, vs_baseline``, history rows add
+``vs_previous, changed``. ``vs_*`` is null or ``{profile, timestamp, source, output_tok_s,
+change_pct: {output_tok_s, median_ttft_ms, median_itl_ms}}`` (percent, 2 decimals).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+import sys
 
 from gpuserve.errors import InputError
+from gpuserve.measure import compare as cmp
 from gpuserve.measure.results import ResultRecord, read_results
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "compare",
-        help="compare recorded smoke/benchmark results side by side",
-        description="Read gpuserve result records and SGLang benchmark JSONL, group them "
-        "by profile and host, and show output tok/s, TTFT, ITL and the change against a "
-        "baseline profile.",
+        help="compare recorded benchmark/smoke results: latest per profile, history, plot",
+        description="Read gpuserve result records and SGLang benchmark JSONL; show the "
+        "latest run per host, profile and scenario against a baseline profile, or every "
+        "run over time (--history).",
     )
     parser.add_argument("paths", nargs="+", metavar="FILE_OR_DIR",
                         help="result files or directories (searched for *.json, *.jsonl)")
     parser.add_argument("--baseline", metavar="PROFILE",
-                        help="profile to compare against (default: the first record's)")
+                        help="profile to compare against (default: the oldest record's)")
+    parser.add_argument("--history", action="store_true",
+                        help="every run, oldest first, with the change from the run before")
+    parser.add_argument("--profile", metavar="P", help="only this profile")
+    parser.add_argument("--host", metavar="H", help="only this host")
+    parser.add_argument("--scenario", metavar="S", help="only this scenario (smoke: smoke)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="also show smoke checks (hidden when there are bench runs)")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="also draw throughput vs concurrency and ITL vs throughput")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
 
 
-@dataclass(frozen=True)
-class Row:
-    record: ResultRecord
-    reference: ResultRecord | None  # the baseline run this row is compared with
-    change_pct: float | None
-
-    @property
-    def is_baseline(self) -> bool:
-        return self.reference is self.record
-
-
 def run(args: argparse.Namespace) -> int:
-    records = [r for path in args.paths for r in read_results(path)]
+    if args.plot:
+        from gpuserve.measure.plot import require_matplotlib
+        require_matplotlib()  # before any output: no half-done run
+    skipped: list[str] = []
+    records = [r for path in args.paths for r in read_results(path, skipped)]
     if not records:
-        raise InputError(", ".join(args.paths), None, "no result records found")
-    baseline = args.baseline or records[0].profile
-    rows = compare(records, baseline)
-    if args.json:
-        print(json.dumps({"baseline": baseline, "records": [row_dict(r) for r in rows]},
-                         indent=2))
+        raise InputError(", ".join(args.paths), None, "no result records found"
+                         + (f" ({len(skipped)} non-result files skipped)" if skipped else ""))
+    baseline = args.baseline or cmp.default_baseline(records)
+    cmp.check_baseline(records, baseline)
+    shown = cmp.select(records, profile=args.profile, host=args.host, scenario=args.scenario)
+    if args.history:
+        rows = cmp.history_view(shown, smoke=args.smoke)
+        doc = cmp.history_json(rows)
+        text = format_history(rows)
     else:
-        print(format_table(rows, baseline))
+        rows = cmp.latest_view(shown, baseline, smoke=args.smoke, pool=records)
+        doc = cmp.latest_json(rows, baseline)
+        text = format_latest(rows, baseline, hidden_smoke=_hidden_smoke(shown, rows))
+    if args.json:
+        print(json.dumps({**doc, "skipped": skipped}, indent=2, allow_nan=False))
+    else:
+        print("\n".join([text, *(f"skipped {s}" for s in skipped)]))
+    if args.plot:
+        from gpuserve.measure.plot import write_plot
+        latest = cmp.latest_view(shown, baseline, pool=records)
+        path = write_plot(latest, args.plot, title=f"baseline: {baseline}")
+        print(f"plot: wrote {path}", file=sys.stderr)
     return 0
 
 
-def compare(records: list[ResultRecord], baseline: str | None) -> list[Row]:
-    """Rows grouped by (profile, host) in order of first appearance, each with its
-    baseline run (same workload; same host preferred; the latest) and the change."""
-    if baseline not in {r.profile for r in records}:
-        known = ", ".join(sorted({str(r.profile) for r in records}))
-        raise InputError(None, "--baseline", f"no record of profile {baseline!r} "
-                         f"(profiles read: {known})")
-    groups: dict[tuple, list[ResultRecord]] = {}
-    for r in records:
-        groups.setdefault((r.profile, r.host), []).append(r)
-    base_runs = [r for r in records if r.profile == baseline]
-    rows: list[Row] = []
-    for members in groups.values():
-        for r in sorted(members, key=lambda m: (str(m.workload), m.timestamp or "")):
-            ref = _reference(r, base_runs)
-            rows.append(Row(r, ref, _change(r, ref)))
-    return rows
+def _hidden_smoke(records: list[ResultRecord], rows: list) -> int:
+    shown = sum(1 for row in rows if getattr(row, "group", None) and row.group.kind == "smoke")
+    total = len({(r.host, r.profile, r.workload) for r in records if r.kind == "smoke"})
+    return total - shown
 
 
-def _reference(record: ResultRecord, base_runs: list[ResultRecord]) -> ResultRecord | None:
-    same = [b for b in base_runs if b.workload == record.workload]
-    if not same:
-        return None
-    same_host = [b for b in same if b.host == record.host]
-    pool = same_host or same
-    # the latest run; input order breaks ties (and orders runs without a timestamp)
-    return max(enumerate(pool), key=lambda ib: (ib[1].timestamp or "", ib[0]))[1]
+# ----------------------------------------------------------------------------- text
 
 
-def _change(record: ResultRecord, ref: ResultRecord | None) -> float | None:
-    if ref is None or ref is record:
-        return None
-    value, base = record.output_tok_s, ref.output_tok_s
-    if value is None or not base:
-        return None
-    return (value - base) / base * 100.0
-
-
-def _fmt(value, digits: int = 1) -> str:
+def fmt(value, digits: int = 1) -> str:
     if value is None:
         return "-"
     if isinstance(value, int):
@@ -107,74 +114,98 @@ def _fmt(value, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
-def vs_text(row: Row) -> str:
-    if row.is_baseline:
-        return "baseline"
-    if row.reference is None:
-        return "- (no baseline run of this workload)"
-    if row.change_pct is None:
-        return "-"
-    return (f"{row.change_pct:+.1f}% vs {row.reference.profile} "
-            f"{_fmt(row.reference.output_tok_s)}")
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
 
 
-def _lengths(r: ResultRecord) -> str:
-    i, o = r.figures.get("random_input_len"), r.figures.get("random_output_len")
-    return "-" if i is None and o is None else f"{_fmt(i)}/{_fmt(o)}"
+def in_out(r: ResultRecord) -> str:
+    i, o = cmp.lengths(r)
+    return "-" if i is None and o is None else f"{fmt(i)}/{fmt(o)}"
 
 
-def _short_hash(h: str | None) -> str:
-    return h.split(":", 1)[-1][:8] if h else "-"
+def gate_cell(r: ResultRecord) -> str:
+    return {"pass": "pass", "fail": "FAIL"}.get(cmp.gate_text(r) or "", "-")
 
 
-HEADERS = ("profile", "host", "sglang", "launch", "kind", "conc", "in/out",
-           "out tok/s", "TTFT ms", "ITL ms", "vs baseline")
-RIGHT = {"conc", "out tok/s", "TTFT ms", "ITL ms"}
+def table(headers: tuple[str, ...], cells: list[tuple[str, ...]], right: set[str]) -> list[str]:
+    rows = [headers, *cells]
+    widths = [max(len(c[i]) for c in rows) for i in range(len(headers))]
+    lines = ["  ".join(c[i].rjust(widths[i]) if headers[i] in right else c[i].ljust(widths[i])
+                       for i in range(len(headers))).rstrip() for c in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
 
 
-def format_table(rows: list[Row], baseline: str) -> str:
-    notes: list[str] = []
+class Notes:
+    """Footnotes for records that carry a note (composed figures stay labelled)."""
 
-    def profile_cell(r: ResultRecord) -> str:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def profile(self, r: ResultRecord) -> str:
         if not r.note:
             return r.profile or "-"
-        notes.append(f"[{len(notes) + 1}] {r.source}: {r.note}")
-        return f"{r.profile or '-'} [{len(notes)}]"
-
-    cells = [HEADERS] + [(
-        profile_cell(r.record), r.record.host or "-", r.record.sglang_version or "-",
-        _short_hash(r.record.launch_hash), r.record.kind, _fmt(r.record.concurrency),
-        _lengths(r.record), _fmt(r.record.output_tok_s),
-        _fmt(r.record.figures.get("median_ttft_ms")),
-        _fmt(r.record.figures.get("median_itl_ms")), vs_text(r),
-    ) for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(HEADERS))]
-    lines = []
-    for c in cells:
-        parts = [c[i].rjust(widths[i]) if HEADERS[i] in RIGHT else c[i].ljust(widths[i])
-                 for i in range(len(HEADERS))]
-        lines.append("  ".join(parts).rstrip())
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append("")
-    lines.append(f"baseline: {baseline}; a run is compared with the latest baseline run of "
-                 "the same kind, concurrency and input/output lengths (same host preferred).")
-    lines.extend(notes)
-    return "\n".join(lines)
+        self.lines.append(f"[{len(self.lines) + 1}] {r.source}: {r.note}")
+        return f"{r.profile or '-'} [{len(self.lines)}]"
 
 
-def row_dict(row: Row) -> dict:
-    r = row.record
-    doc = r.to_dict()
-    doc.pop("schema")
-    doc.update({
-        "source": r.source, "concurrency": r.concurrency, "output_tok_s": r.output_tok_s,
-        "median_ttft_ms": r.figures.get("median_ttft_ms"),
-        "median_itl_ms": r.figures.get("median_itl_ms"),
-        "is_baseline": row.is_baseline,
-        "vs_baseline": None if row.reference is None or row.is_baseline else {
-            "profile": row.reference.profile, "host": row.reference.host,
-            "source": row.reference.source, "output_tok_s": row.reference.output_tok_s,
-            "change_pct": None if row.change_pct is None else round(row.change_pct, 2),
-        },
-    })
-    return doc
+LATEST = ("host", "profile", "scenario", "conc", "in/out", "out tok/s", "runs (min-max)",
+          "TTFT ms", "ITL ms", "p99 TTFT", "sglang", "tok/s%", "TTFT%", "ITL%", "gate")
+RIGHT = {"conc", "out tok/s", "TTFT ms", "ITL ms", "p99 TTFT", "tok/s%", "TTFT%", "ITL%"}
+
+
+def _runs(group: cmp.Group) -> str:
+    span = group.tok_s_range
+    if len(group.runs) == 1 or span is None:
+        return str(len(group.runs))
+    return f"{len(group.runs)} ({fmt(span[0])}-{fmt(span[1])})"
+
+
+def _versus(row: cmp.LatestRow) -> tuple[str, str, str]:
+    if row.is_baseline:
+        return ("baseline", "", "")
+    if row.change is None:
+        return ("n/a", "", "")
+    return tuple(pct(row.change.pct[k]) for k in cmp.CHANGE_FIGURES)
+
+
+def format_latest(rows: list[cmp.LatestRow], baseline: str, hidden_smoke: int = 0) -> str:
+    notes = Notes()
+    cells = []
+    for row in rows:
+        r = row.group.latest
+        cells.append((r.host or "-", notes.profile(r), row.group.scenario, fmt(r.concurrency),
+                      in_out(r), fmt(r.output_tok_s), _runs(row.group),
+                      fmt(r.figures.get("median_ttft_ms")), fmt(r.figures.get("median_itl_ms")),
+                      fmt(r.figures.get("p99_ttft_ms")), r.sglang_version or "-",
+                      *_versus(row), gate_cell(r)))
+    lines = table(LATEST, cells, RIGHT)
+    lines += ["", f"baseline: {baseline} (default: the oldest record's profile; "
+              "--baseline to choose)",
+              "tok/s%, TTFT%, ITL%: the latest run against the baseline's latest good run "
+              "(gate not failed) of the same workload on the same host; n/a: there is none"]
+    if hidden_smoke:
+        lines.append(f"{hidden_smoke} smoke group(s) not shown: --smoke shows them.")
+    return "\n".join(lines + notes.lines)
+
+
+HISTORY = ("when", "host", "profile", "scenario", "conc", "in/out", "out tok/s", "TTFT ms",
+           "ITL ms", "sglang", "gate", "vs prev", "changed")
+
+
+def format_history(rows: list[cmp.HistoryRow]) -> str:
+    notes = Notes()
+    cells = []
+    for row in rows:
+        r = row.record
+        vs = "-" if row.change is None else pct(row.change.pct["output_tok_s"])
+        cells.append((r.timestamp or "-", r.host or "-", notes.profile(r), row.group.scenario,
+                      fmt(r.concurrency), in_out(r), fmt(r.output_tok_s),
+                      fmt(r.figures.get("median_ttft_ms")), fmt(r.figures.get("median_itl_ms")),
+                      r.sglang_version or "-", gate_cell(r), vs, ", ".join(row.changed) or "-"))
+    lines = table(HISTORY, cells, RIGHT | {"vs prev"})
+    lines += ["", "vs prev: output tok/s against the run before (same host, profile, "
+              "scenario and workload)",
+              "changed: what differs from that run's setup (sglang version, lock, profile "
+              "file, launch)"]
+    return "\n".join(lines + notes.lines)

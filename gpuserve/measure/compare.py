@@ -1,0 +1,270 @@
+"""What ``gpuserve compare`` shows, without printing it: runs grouped, latest vs baseline,
+history with the change from run to run. Pure functions of a list of records.
+
+Why grouped: after twenty no-op reruns a user wants one line that says "this is where the
+profile stands, and this is how much it wobbles", not twenty lines. A *group* is every
+run of one (host, profile, scenario, workload); the workload (kind, concurrency, random
+input/output lengths) is part of the key so that a scenario whose definition changed is
+never averaged with its old self. Records without a scenario are labelled ``smoke``
+(smoke records) or ``-`` (SGLang lines and hand-written records).
+
+Why the baseline is per host and per workload: a figure measured on other hardware, or
+under another load, says nothing about a profile switch. A row is compared with the
+*latest good* run (gate not failed) of the baseline profile on the same host with the
+same workload; without one, there is no comparison (never a guess).
+
+Order in time: by ``timestamp``; records without one (imported SGLang lines, notes) count
+as older than any timestamped record, in the order they were read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpuserve.errors import InputError
+from gpuserve.measure.results import ResultRecord
+
+SMOKE = "smoke"
+NO_SCENARIO = "-"
+# the figures a change is reported for ("output_tok_s": tok/s whatever the kind)
+CHANGE_FIGURES = ("output_tok_s", "median_ttft_ms", "median_itl_ms")
+
+
+def scenario_of(record: ResultRecord) -> str:
+    if record.scenario:
+        return record.scenario
+    return SMOKE if record.kind == "smoke" else NO_SCENARIO
+
+
+def figure(record: ResultRecord, key: str) -> float | None:
+    return record.output_tok_s if key == "output_tok_s" else record.figures.get(key)
+
+
+def lengths(record: ResultRecord) -> tuple[int | None, int | None]:
+    return record.figures.get("random_input_len"), record.figures.get("random_output_len")
+
+
+def chronological(records: Iterable[ResultRecord]) -> list[ResultRecord]:
+    """Oldest first; untimestamped records first, in read order (see module doc)."""
+    indexed = list(enumerate(records))
+    indexed.sort(key=lambda ir: (ir[1].timestamp is not None, ir[1].timestamp or "", ir[0]))
+    return [r for _, r in indexed]
+
+
+def default_baseline(records: list[ResultRecord]) -> str | None:
+    """The profile of the oldest record: "what I had before" the switches that followed."""
+    return chronological(records)[0].profile if records else None
+
+
+@dataclass(frozen=True)
+class Group:
+    """Every run of one host, profile, scenario and workload, oldest first."""
+
+    host: str | None
+    profile: str | None
+    scenario: str
+    runs: tuple[ResultRecord, ...]
+
+    @property
+    def latest(self) -> ResultRecord:
+        return self.runs[-1]
+
+    @property
+    def kind(self) -> str:
+        return self.latest.kind
+
+    @property
+    def tok_s_range(self) -> tuple[float, float] | None:
+        values = [r.output_tok_s for r in self.runs if r.output_tok_s is not None]
+        return (min(values), max(values)) if values else None
+
+
+def _none_last(value) -> tuple:
+    return (value is None, value if value is not None else 0)
+
+
+def group_runs(records: Iterable[ResultRecord]) -> list[Group]:
+    """Groups in first-run order (callers sort them for display)."""
+    groups: dict[tuple, list[ResultRecord]] = {}
+    for r in chronological(records):
+        groups.setdefault((r.host, r.profile, scenario_of(r), r.workload), []).append(r)
+    return [Group(host, profile, scenario, tuple(runs))
+            for (host, profile, scenario, _), runs in groups.items()]
+
+
+def _display_order(group: Group, baseline: str | None) -> tuple:
+    """bench before smoke; per host, per workload (by concurrency); the baseline profile
+    first within a workload, so profiles stand side by side."""
+    r = group.latest
+    inp, out = lengths(r)
+    return (r.kind != "bench", group.host or "", _none_last(r.concurrency), group.scenario,
+            _none_last(inp), _none_last(out), group.profile != baseline, group.profile or "")
+
+
+@dataclass(frozen=True)
+class Change:
+    """A run against a reference run: percent change per :data:`CHANGE_FIGURES`."""
+
+    reference: ResultRecord
+    pct: dict[str, float | None]
+
+
+def percent(value: float | None, base: float | None) -> float | None:
+    if value is None or not base:
+        return None
+    return (value - base) / base * 100.0
+
+
+def change(record: ResultRecord, reference: ResultRecord | None) -> Change | None:
+    if reference is None:
+        return None
+    return Change(reference, {k: percent(figure(record, k), figure(reference, k))
+                              for k in CHANGE_FIGURES})
+
+
+def reference_run(records: list[ResultRecord], baseline: str,
+                  record: ResultRecord) -> ResultRecord | None:
+    """The latest good run of ``baseline`` on ``record``'s host with its workload."""
+    pool = [r for r in chronological(records)
+            if r.profile == baseline and r.host == record.host
+            and r.workload == record.workload and r.is_good]
+    return pool[-1] if pool else None
+
+
+@dataclass(frozen=True)
+class LatestRow:
+    group: Group
+    is_baseline: bool
+    change: Change | None  # None for the baseline profile and when nothing compares
+
+
+def latest_view(records: list[ResultRecord], baseline: str, *, smoke: bool = False,
+                pool: list[ResultRecord] | None = None) -> list[LatestRow]:
+    """One row per group, the latest run against the baseline's (looked up in ``pool``,
+    default ``records``: a filtered view still compares with the unfiltered baseline).
+    Smoke groups only with ``smoke`` or when there is no bench record (they measure one
+    request, not a load)."""
+    pool = records if pool is None else pool
+    groups = group_runs(records)
+    if not smoke and any(g.kind == "bench" for g in groups):
+        groups = [g for g in groups if g.kind == "bench"]
+    groups.sort(key=lambda g: _display_order(g, baseline))
+    rows = []
+    for g in groups:
+        is_base = g.profile == baseline
+        ref = None if is_base else reference_run(pool, baseline, g.latest)
+        rows.append(LatestRow(g, is_base, change(g.latest, ref)))
+    return rows
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    record: ResultRecord
+    group: Group
+    change: Change | None  # against the previous run of the same group
+    changed: tuple[str, ...]  # what differs from the previous run's setup
+
+
+def _what_changed(record: ResultRecord, previous: ResultRecord) -> tuple[str, ...]:
+    out = []
+    if record.sglang_version != previous.sglang_version:
+        out.append(f"sglang {previous.sglang_version or '?'}->{record.sglang_version or '?'}")
+    for key, label in (("lock", "lock"), ("profile_hash", "profile file"),
+                       ("launch_hash", "launch")):
+        if getattr(record, key) != getattr(previous, key):
+            out.append(label)
+    return tuple(out)
+
+
+def history_view(records: list[ResultRecord], *, smoke: bool = False) -> list[HistoryRow]:
+    """Every run, oldest first within its group, with the change from the run before and
+    what changed in its setup (SGLang version, lock, profile file, launch)."""
+    groups = group_runs(records)
+    if not smoke and any(g.kind == "bench" for g in groups):
+        groups = [g for g in groups if g.kind == "bench"]
+    groups.sort(key=lambda g: (g.host or "", g.profile or "", _display_order(g, None)))
+    rows = []
+    for g in groups:
+        previous = None
+        for r in g.runs:
+            rows.append(HistoryRow(r, g, change(r, previous),
+                                   _what_changed(r, previous) if previous else ()))
+            previous = r
+    return rows
+
+
+def select(records: list[ResultRecord], *, profile: str | None = None,
+           host: str | None = None, scenario: str | None = None) -> list[ResultRecord]:
+    """The records matching every filter given; an unknown value is an InputError that
+    lists the known ones (a typo must not look like "no runs")."""
+    for option, value, attr in (("--profile", profile, lambda r: r.profile),
+                                ("--host", host, lambda r: r.host),
+                                ("--scenario", scenario, scenario_of)):
+        if value is None:
+            continue
+        known = sorted({str(attr(r)) for r in records})
+        records = [r for r in records if attr(r) == value]
+        if not records:
+            raise InputError(None, option, f"no record with {option[2:]} {value!r} "
+                             f"(known: {', '.join(known)})")
+    return records
+
+
+def check_baseline(records: list[ResultRecord], baseline: str) -> None:
+    if baseline not in {r.profile for r in records}:
+        known = ", ".join(sorted({str(r.profile) for r in records}))
+        raise InputError(None, "--baseline", f"no record of profile {baseline!r} "
+                         f"(profiles read: {known})")
+
+
+# ----------------------------------------------------------------------------- JSON
+
+
+def gate_text(record: ResultRecord) -> str | None:
+    if record.gate is None:
+        return None
+    return "pass" if record.gate.get("passed") else "fail"
+
+
+def run_dict(r: ResultRecord) -> dict:
+    """The per-run keys of compare's JSON (stable; see gpuserve.commands.compare)."""
+    inp, out = lengths(r)
+    return {
+        "host": r.host, "profile": r.profile, "scenario": scenario_of(r), "kind": r.kind,
+        "concurrency": r.concurrency, "input_len": inp, "output_len": out,
+        "timestamp": r.timestamp, "source": r.source,
+        "output_tok_s": r.output_tok_s,
+        "median_ttft_ms": r.figures.get("median_ttft_ms"),
+        "median_itl_ms": r.figures.get("median_itl_ms"),
+        "p99_ttft_ms": r.figures.get("p99_ttft_ms"),
+        "sglang_version": r.sglang_version, "lock": r.lock, "launch_hash": r.launch_hash,
+        "profile_hash": r.profile_hash, "gate": gate_text(r),
+        "gate_misses": None if r.gate is None else r.gate.get("misses", []),
+        "note": r.note,
+    }
+
+
+def change_dict(c: Change | None) -> dict | None:
+    if c is None:
+        return None
+    return {"profile": c.reference.profile, "timestamp": c.reference.timestamp,
+            "source": c.reference.source, "output_tok_s": c.reference.output_tok_s,
+            "change_pct": {k: None if v is None else round(v, 2) for k, v in c.pct.items()}}
+
+
+def latest_json(rows: list[LatestRow], baseline: str) -> dict:
+    out = []
+    for row in rows:
+        span = row.group.tok_s_range
+        out.append({**run_dict(row.group.latest), "runs": len(row.group.runs),
+                    "output_tok_s_min": span[0] if span else None,
+                    "output_tok_s_max": span[1] if span else None,
+                    "is_baseline": row.is_baseline, "vs_baseline": change_dict(row.change)})
+    return {"view": "latest", "baseline": baseline, "rows": out}
+
+
+def history_json(rows: list[HistoryRow]) -> dict:
+    return {"view": "history", "rows": [
+        {**run_dict(row.record), "vs_previous": change_dict(row.change),
+         "changed": list(row.changed)} for row in rows]}

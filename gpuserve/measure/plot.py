@@ -1,0 +1,107 @@
+"""``gpuserve compare --plot``: the load curve a user asks for (bench.md section 10), as a
+PNG with two panels.
+
+1. Output throughput against concurrency, one line per (host, profile) through the latest
+   run of each scenario: where a profile stops scaling.
+2. Median ITL against output throughput, one line per (host, profile), points labelled
+   with their concurrency: what each token/s costs a user in latency (the usual
+   throughput-latency trade-off plot).
+
+matplotlib is an optional extra (``pip install 'gpuserve[plot]'``) so that a deploy host
+never needs it; it is imported here, on use, and drawn with the Agg canvas through
+``matplotlib.figure.Figure`` (no pyplot, no display, no global backend switch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuserve.errors import GpuserveError, InputError
+from gpuserve.measure.compare import LatestRow, lengths
+
+INSTALL_HINT = "--plot needs matplotlib: pip install 'gpuserve[plot]'"
+
+
+class PlotUnavailable(GpuserveError):
+    """matplotlib is not installed."""
+
+
+def require_matplotlib():
+    """The ``matplotlib.figure.Figure`` class, or PlotUnavailable with the install hint."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise PlotUnavailable(INSTALL_HINT) from e
+    return Figure
+
+
+Series = dict[tuple, list]  # (host, profile, in, out) -> [(concurrency, record)]
+
+
+def series(rows: list[LatestRow]) -> Series:
+    """Latest bench runs with a concurrency and a throughput, per (host, profile, lengths),
+    sorted by concurrency."""
+    out: Series = {}
+    for row in rows:
+        r = row.group.latest
+        if r.kind != "bench" or r.concurrency is None or r.output_tok_s is None:
+            continue
+        out.setdefault((r.host, r.profile, *lengths(r)), []).append((r.concurrency, r))
+    for points in out.values():
+        points.sort(key=lambda p: p[0])
+    return out
+
+
+def _label(key: tuple, keys: list[tuple]) -> str:
+    host, profile, inp, outp = key
+    label = profile or "-"
+    if len({k[0] for k in keys}) > 1:
+        label += f" @ {host or '?'}"
+    if len({k[2:] for k in keys}) > 1:
+        label += f" ({inp}/{outp})"
+    return label
+
+
+def write_plot(rows: list[LatestRow], path: str | Path, *, title: str | None = None) -> Path:
+    """Draw the two panels from compare's latest rows and write a PNG to ``path``."""
+    figure_cls = require_matplotlib()
+    data = series(rows)
+    if not data:
+        raise InputError(None, "--plot", "no bench record with a concurrency and an output "
+                         "throughput to plot (smoke records and hand notes have no load curve)")
+    out = Path(path)
+    if not out.parent.is_dir():
+        raise InputError(out, "--plot", "the directory does not exist")
+    fig = figure_cls(figsize=(13, 5.5), layout="constrained")
+    curve, tradeoff = fig.subplots(1, 2)
+    keys = list(data)
+    for key, points in data.items():
+        label = _label(key, keys)
+        concs = [c for c, _ in points]
+        tok_s = [r.output_tok_s for _, r in points]
+        line = curve.plot(concs, tok_s, marker="o", label=label)[0]
+        with_itl = [(r.output_tok_s, r.figures.get("median_itl_ms"), c) for c, r in points
+                    if r.figures.get("median_itl_ms") is not None]
+        if with_itl:
+            tradeoff.plot([x for x, _, _ in with_itl], [y for _, y, _ in with_itl],
+                          marker="o", color=line.get_color(), label=label)
+            for x, y, c in with_itl:
+                tradeoff.annotate(f"c{c}", (x, y), textcoords="offset points", xytext=(4, 4),
+                                  fontsize=8)
+    all_concs = sorted({c for points in data.values() for c, _ in points})
+    if all_concs and all_concs[0] > 0 and all_concs[-1] / all_concs[0] >= 8:
+        curve.set_xscale("log", base=2)
+    curve.set_xticks(all_concs, [str(c) for c in all_concs])
+    curve.set(title="Output throughput vs concurrency (latest run per scenario)",
+              xlabel="concurrency (--max-concurrency)", ylabel="output throughput (tok/s)")
+    tradeoff.set(title="Median inter-token latency vs output throughput",
+                 xlabel="output throughput (tok/s)", ylabel="median ITL (ms)")
+    for ax in (curve, tradeoff):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp, format="png", dpi=100)
+    tmp.replace(out)
+    return out
