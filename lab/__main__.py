@@ -13,6 +13,7 @@ import sys
 
 from lab import instance
 from lab.deps import ensure_deps
+from lab.models import install_models
 from lab.sshutil import ssh_argv
 from lab.state import instance_name, list_instances, read_state
 
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             st = instance.up(instance_name(a.name), fresh=a.fresh, memory_mib=a.memory,
                              timeout=a.timeout)
             print(f"lab {st.name}: ssh 127.0.0.1:{st.ssh_port}, mirror {st.mirror_url}")
+            print(f"lab {st.name}: {install_models(st)}")
             return 0
         if a.cmd == "down":
             if a.all:
