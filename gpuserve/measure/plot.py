@@ -2,7 +2,8 @@
 PNG with two panels.
 
 1. Output throughput against concurrency, one line per (host, profile) through the latest
-   run of each scenario: where a profile stops scaling.
+   run of each scenario: where a profile stops scaling. A run whose gate failed is
+   crossed out in red.
 2. Median ITL against output throughput, one line per (host, profile), points labelled
    with their concurrency: what each token/s costs a user in latency (the usual
    throughput-latency trade-off plot).
@@ -75,6 +76,7 @@ def write_plot(rows: list[LatestRow], path: str | Path, *, title: str | None = N
     fig = figure_cls(figsize=(13, 5.5), layout="constrained")
     curve, tradeoff = fig.subplots(1, 2)
     keys = list(data)
+    failed_labelled = False
     for key, points in data.items():
         label = _label(key, keys)
         concs = [c for c, _ in points]
@@ -88,6 +90,12 @@ def write_plot(rows: list[LatestRow], path: str | Path, *, title: str | None = N
             for x, y, c in with_itl:
                 tradeoff.annotate(f"c{c}", (x, y), textcoords="offset points", xytext=(4, 4),
                                   fontsize=8)
+        failed = [(c, r) for c, r in points if not r.is_good]
+        if failed:
+            curve.scatter([c for c, _ in failed], [r.output_tok_s for _, r in failed],
+                          marker="x", s=90, color="red", zorder=3,
+                          label="gate failed" if not failed_labelled else None)
+            failed_labelled = True
     all_concs = sorted({c for points in data.values() for c, _ in points})
     if all_concs and all_concs[0] > 0 and all_concs[-1] / all_concs[0] >= 8:
         curve.set_xscale("log", base=2)

@@ -1,0 +1,74 @@
+"""gpuserve compare --plot: a real PNG from the composed bench records, and the message a
+user gets without matplotlib."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuserve.cli import main
+from gpuserve.errors import InputError
+from gpuserve.measure.compare import latest_view
+from gpuserve.measure.plot import INSTALL_HINT, series, write_plot
+from gpuserve.measure.results import read_results
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+RESULTS = FIXTURES / "bench" / "results"  # composed: see tests/fixtures/bench/README.md
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(["compare", *argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_plot_writes_a_png(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "switch.png"
+    rc, out, err = run(capsys, str(RESULTS), "--plot", str(target))
+    assert rc == 0
+    data = target.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and len(data) > 10_000, "two panels, not an empty image"
+    assert f"plot: wrote {target}" in err
+    assert "glm5-nvfp4-tp8-eagle3" in out, "the table is still printed"
+    assert [p.name for p in tmp_path.iterdir()] == ["switch.png"], "no temp file left"
+
+
+def test_series_are_per_host_and_profile_sorted_by_concurrency() -> None:
+    rows = latest_view(read_results(RESULTS), "glm5-nvfp4-tp8", smoke=True)
+    data = series(rows)
+    assert list(data) == [("gpu1", "glm5-nvfp4-tp8", 1024, 512),
+                          ("gpu1", "glm5-nvfp4-tp8-eagle3", 1024, 512)], "smoke left out"
+    base = data[("gpu1", "glm5-nvfp4-tp8", 1024, 512)]
+    assert [(c, r.output_tok_s) for c, r in base] == [(1, 90.1), (64, 1432.8)]
+
+
+def test_without_matplotlib_exit_2_with_the_install_hint(tmp_path: Path, capsys,
+                                                         monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    target = tmp_path / "x.png"
+    rc, out, err = run(capsys, str(RESULTS), "--plot", str(target))
+    assert rc == 2 and out == "", "checked before anything is printed"
+    assert err.strip() == "gpuserve: error: --plot needs matplotlib: pip install 'gpuserve[plot]'"
+    assert INSTALL_HINT in err and not target.exists()
+    # the rest of compare does not need it
+    assert run(capsys, str(RESULTS))[0] == 0
+
+
+def test_nothing_to_plot_is_an_input_error(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    rc, _, err = run(capsys, str(FIXTURES / "results" / "field-notes.jsonl"),
+                     "--plot", str(tmp_path / "x.png"))
+    assert rc == 2 and "--plot: no bench record with a concurrency" in err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_missing_output_directory_is_named(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    rows = latest_view(read_results(RESULTS), "glm5-nvfp4-tp8")
+    with pytest.raises(InputError, match=r"nope/x.png: --plot: the directory does not exist"):
+        write_plot(rows, tmp_path / "nope" / "x.png")
