@@ -13,6 +13,10 @@ Each wheel requires the torch and kernel wheel its real release pins
 lab/torch_standin/versions.yaml), so resolving ``sglang==0.5.23+lab`` from the mirror
 gives the lab's whole stack, as a lock generator resolves the real one.
 
+``python -m sglang.benchmark.serving`` is SGLang's benchmark client: the wheel also
+bundles that version's client catalog (gpuserve/data/bench/, tools/gen_bench_catalog.py),
+so the stand-in client accepts exactly the real client's command line.
+
 ``publish(mirror_root)`` writes the wheels to ``mirror_root/"wheels"`` (pip
 find-links) and skips the build when none of its inputs changed (lab/wheelfile.py).
 """
@@ -38,6 +42,12 @@ def _flagparser_source() -> bytes:
 def _catalog_bytes(base_version: str) -> bytes:
     return (resources.files("gpuserve") / "data" / "flags" / f"sglang-{base_version}.json"
             ).read_bytes()
+
+
+def _bench_catalog_bytes(base_version: str) -> bytes | None:
+    """The benchmark client's catalog (tools/gen_bench_catalog.py), when one is committed."""
+    path = resources.files("gpuserve") / "data" / "bench" / f"sglang-{base_version}-serving.json"
+    return path.read_bytes() if path.is_file() else None
 
 
 def standin_versions() -> list[str]:
@@ -71,6 +81,9 @@ def _package_files(version: str) -> dict[str, bytes]:
     ).encode()
     files["sglang/_standin/flagparser.py"] = _flagparser_source()
     files["sglang/_standin/flags.json"] = _catalog_bytes(base)
+    bench = _bench_catalog_bytes(base)
+    if bench is not None:  # python -m sglang.benchmark.serving parses with it
+        files["sglang/_standin/bench.json"] = bench
     return files
 
 

@@ -161,7 +161,8 @@ def run(argv: list[str]) -> None:
     info = {**resolved, "launch_command": " ".join(merged_argv), **_scheduler_info(p),
             "_model_type": shape.model_type, "_architectures": [shape.architecture]}
     state = State(args, info, __version__, decode_tps=env_float("DECODE_TPS", 60.0),
-                  prefill_tps=env_float("PREFILL_TPS", 8000.0))
+                  prefill_tps=env_float("PREFILL_TPS", 8000.0),
+                  batch_decode_tps=env_float("BATCH_DECODE_TPS", 1500.0))
     httpd = serve(state, args.host, args.port)
     logs.uvicorn(f"Started server process [{os.getpid()}]")
     logs.uvicorn("Waiting for application startup.")

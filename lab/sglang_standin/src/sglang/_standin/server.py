@@ -50,14 +50,17 @@ class State:
     """Shared between the startup thread, the HTTP threads and the warmup thread."""
 
     def __init__(self, args, info: dict, version: str, decode_tps: float,
-                 prefill_tps: float) -> None:
+                 prefill_tps: float, batch_decode_tps: float = 0.0) -> None:
         self.args = args
         self.info = info            # /server_info body (resolved args + scheduler info)
         self.version = version
         self.status = STARTING
         self.decode_tps = decode_tps
         self.prefill_tps = prefill_tps
+        self.batch_decode_tps = batch_decode_tps  # 0: no cap across requests
         self.lock = threading.Lock()
+        # Prefill is compute-bound: one prompt at a time, so TTFT grows with the queue.
+        self.prefill_lock = threading.Lock()
         self.running = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -90,6 +93,15 @@ class State:
                      f"token usage: {used / capacity:.2f}, cuda graph: True, "
                      f"gen throughput (token/s): {throughput:.2f}, #queue-req: 0",
                      rank="TP0")
+
+    def token_interval(self) -> float:
+        """Seconds per decode step of one request now: 1/DECODE_TPS while the batch is
+        small, stretched so the running requests together stay under BATCH_DECODE_TPS
+        (a real server's throughput saturates as the batch grows)."""
+        step = 1.0 / self.decode_tps
+        if self.batch_decode_tps > 0:
+            step = max(step, self.running / self.batch_decode_tps)
+        return step
 
     @property
     def served_model_name(self) -> str:
@@ -259,31 +271,47 @@ def make_handler(state: State):
                 "max_model_len": state.info.get("context_len")}]})
 
         # -- generation ----------------------------------------------------
-        def _decode(self, prompt_tokens: int, max_new: int, on_token, streaming: bool) -> float:
-            """Emit ``max_new`` tokens at the simulated rate; returns e2e latency."""
+        def _decode(self, prompt_tokens: int, max_new: int, on_token, stream_interval: int = 1
+                    ) -> float:
+            """Produce ``max_new`` tokens at the simulated rate; returns e2e latency.
+
+            ``on_token(i, word, send)`` sees every token; ``send`` says whether a stream
+            chunk goes out now, by SGLang's rule (output_streamer.py::accept): every
+            token at interval 1, else the first token at once, then whenever
+            ``stream_interval`` tokens are unsent, and at the end. The thread sleeps only
+            until the next chunk is due (never per token between chunks, never busy).
+            """
             start = time.monotonic()
             with state.lock:
                 state.running += 1
                 state.active_tokens += prompt_tokens
             held = prompt_tokens
+            ttft = 0.0
             try:
-                time.sleep(prompt_tokens / state.prefill_tps)
+                with state.prefill_lock:
+                    time.sleep(prompt_tokens / state.prefill_tps)
                 ttft = time.monotonic() - start
                 state.ttft.observe(ttft)
-                step = 1.0 / state.decode_tps
+                interval = max(int(stream_interval or 1), 1)
                 next_t = time.monotonic()
+                sent = 0
                 for i in range(max_new):
                     if i:
+                        step = state.token_interval()
                         next_t += step
+                        state.itl.observe(step)
+                    send = (interval == 1 or i + 1 - sent >= interval or sent == 0
+                            or i == max_new - 1)
+                    if send:
                         delay = next_t - time.monotonic()
                         if delay > 0:
                             time.sleep(delay)
-                        state.itl.observe(step)
+                        sent = i + 1
                     with state.lock:
                         state.active_tokens += 1
                         state.window_tokens += 1
                     held += 1
-                    on_token(i, _WORDS[i % len(_WORDS)])
+                    on_token(i, _WORDS[i % len(_WORDS)], send)
             finally:
                 with state.lock:
                     state.running -= 1
@@ -297,6 +325,10 @@ def make_handler(state: State):
                     state.last_gen_throughput = max_new / max(e2e - ttft, 1e-6)
                 state.e2e.observe(e2e)
             return e2e
+
+        def _stream_interval(self, params: dict) -> int:
+            """Per-request ``sampling_params.stream_interval`` or the server's flag."""
+            return int(params.get("stream_interval") or state.args.stream_interval or 1)
 
         def generate(self) -> None:
             body = self._body()
@@ -324,15 +356,16 @@ def make_handler(state: State):
             if body.get("stream"):
                 self._stream_start()
 
-                def on_token(i: int, word: str) -> None:
+                def on_token(i: int, word: str, send: bool) -> None:
                     out_ids.append(1000 + i)
                     words.append(word)
-                    if i < max_new - 1:
+                    if send and i < max_new - 1:
                         self._chunk("data: " + _dumps({
                             "text": " " + " ".join(words), "output_ids": list(out_ids),
                             "meta_info": meta(False)}) + "\n\n")
 
-                e2e = self._decode(prompt_tokens, max_new, on_token, True)
+                e2e = self._decode(prompt_tokens, max_new, on_token,
+                                   self._stream_interval(params))
                 self._chunk("data: " + _dumps({
                     "text": " " + " ".join(words) if words else "",
                     "output_ids": list(out_ids), "meta_info": meta(True, e2e)}) + "\n\n")
@@ -340,11 +373,11 @@ def make_handler(state: State):
                 self._stream_end()
                 return
 
-            def collect(i: int, word: str) -> None:
+            def collect(i: int, word: str, send: bool) -> None:
                 out_ids.append(1000 + i)
                 words.append(word)
 
-            e2e = self._decode(prompt_tokens, max_new, collect, False)
+            e2e = self._decode(prompt_tokens, max_new, collect)
             self._json(200, {"text": " " + " ".join(words) if words else "",
                              "output_ids": out_ids, "meta_info": meta(True, e2e)})
 
@@ -371,17 +404,25 @@ def make_handler(state: State):
                 continuous = bool(opts.get("continuous_usage_stats"))
                 self._stream_start()
 
-                def on_token(i: int, word: str) -> None:
+                pending: list[str] = []
+
+                def on_token(i: int, word: str, send: bool) -> None:
                     words.append(word)
+                    pending.append(word)
+                    if not send:
+                        return
+                    text = "".join(" " + w for w in pending)
+                    pending.clear()
                     chunk = {"id": rid, "object": "text_completion", "created": created,
                              "model": model,
-                             "choices": [{"index": 0, "text": " " + word, "logprobs": None,
+                             "choices": [{"index": 0, "text": text, "logprobs": None,
                                           "finish_reason": "length" if i == max_new - 1
                                           else None, "matched_stop": None}],
                              "usage": usage(i + 1) if continuous else None}
                     self._chunk("data: " + _dumps(chunk) + "\n\n")
 
-                self._decode(prompt_tokens, max_new, on_token, True)
+                self._decode(prompt_tokens, max_new, on_token,
+                             self._stream_interval(body))
                 if include_usage:
                     self._chunk("data: " + _dumps({
                         "id": rid, "object": "text_completion", "created": created,
@@ -391,7 +432,7 @@ def make_handler(state: State):
                 self._stream_end()
                 return
 
-            self._decode(prompt_tokens, max_new, lambda i, w: words.append(w), False)
+            self._decode(prompt_tokens, max_new, lambda i, w, send: words.append(w))
             self._json(200, {
                 "id": rid, "object": "text_completion", "created": created, "model": model,
                 "choices": [{"index": 0, "text": "".join(" " + w for w in words),
@@ -460,7 +501,14 @@ def render_metrics(state: State) -> str:
     return "\n".join(lines) + "\n"
 
 
+class _Server(ThreadingHTTPServer):
+    """One thread per connection; a listen backlog that takes a benchmark's burst (the
+    socketserver default of 5 makes the kernel drop SYNs when 64 clients connect at
+    once, and each dropped one costs a 1 s retransmit in the measured TTFT)."""
+
+    daemon_threads = True
+    request_queue_size = 1024
+
+
 def serve(state: State, host: str, port: int) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((host, port), make_handler(state))
-    server.daemon_threads = True
-    return server
+    return _Server((host, port), make_handler(state))

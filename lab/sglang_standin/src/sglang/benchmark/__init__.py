@@ -1,0 +1,1 @@
+"""SGLang's benchmark package in the lab stand-in: only ``serving`` (the online client)."""
