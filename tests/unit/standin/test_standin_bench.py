@@ -1,0 +1,280 @@
+"""The stand-in's benchmark client against the stand-in server, both from the built wheel.
+
+Every server runs on 127.0.0.1 on a free port with a short simulated load; every client
+run is a subprocess with a timeout; every wait loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from gpuserve.measure.bench_catalog import load_bench_catalog
+from lab import sglang_standin
+
+DECODE_TPS = 400.0
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    mirror = tmp_path_factory.mktemp("mirror")
+    sglang_standin.publish(mirror)
+    site = tmp_path_factory.mktemp("site")
+    with zipfile.ZipFile(mirror / "wheels" / sglang_standin.wheel_name("0.5.23+lab")) as zf:
+        zf.extractall(site)
+    return site
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("models") / "qwen"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"],
+                                               "vocab_size": 151936}))
+    return d
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(site: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GPUSERVE_LAB_STANDIN_") and k not in ("OPENAI_API_KEY",
+                                                                     "API_KEY")}
+    env.update({"PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1",
+                "GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "0.1",
+                "GPUSERVE_LAB_STANDIN_WARMUP_SECONDS": "0.05"})
+    env.update(extra)
+    return env
+
+
+@contextmanager
+def _server(site: Path, model_dir: Path, *args: str, **knobs: str) -> Iterator[int]:
+    port = _free_port()
+    env = _env(site, **{f"GPUSERVE_LAB_STANDIN_{k}": v for k, v in knobs.items()})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir),
+         "--served-model-name", "qwen", "--host", "127.0.0.1", "--port", str(port), *args],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        for _ in range(200):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                break
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                conn.request("GET", "/health")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        else:
+            pytest.fail("stand-in server did not become healthy")
+        assert proc.poll() is None, "stand-in server exited"
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(site, model_dir) -> Iterator[int]:
+    with _server(site, model_dir, DECODE_TPS=str(DECODE_TPS), BATCH_DECODE_TPS="4000",
+                 PREFILL_TPS="100000") as port:
+        yield port
+
+
+def _argv(port: int, model_dir: Path, out: Path, *, prompts: int = 6, concurrency: int = 1,
+          output_len: int = 16, tag: str = "t", extra: tuple[str, ...] = ()) -> list[str]:
+    """The command line the serve deploy builds (issue 8)."""
+    return ["--backend", "sglang", "--base-url", f"http://127.0.0.1:{port}", "--model", "qwen",
+            "--tokenizer", str(model_dir), "--dataset-name", "random-ids",
+            "--random-input-len", "32", "--random-output-len", str(output_len),
+            "--random-range-ratio", "1.0", "--num-prompts", str(prompts),
+            "--max-concurrency", str(concurrency), "--warmup-requests", "1",
+            "--output-file", str(out), "--tag", tag, *extra]
+
+
+def _bench(site: Path, argv: list[str], timeout: float = 60, **env: str):
+    return subprocess.run([sys.executable, "-m", "sglang.benchmark.serving", *argv],
+                          env=_env(site, **env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_wheel_bundles_the_bench_catalog(site):
+    bundled = json.loads((site / "sglang" / "_standin" / "bench.json").read_text())
+    assert bundled == load_bench_catalog("0.5.23").data
+
+
+def test_two_runs_append_lines_with_the_real_keys(site, server, model_dir, tmp_path):
+    out = tmp_path / "bench.jsonl"
+    keys = load_bench_catalog("0.5.23").output_keys
+    r1 = _bench(site, _argv(server, model_dir, out, concurrency=1, tag="c1"))
+    assert r1.returncode == 0, r1.stderr
+    assert "============ Serving Benchmark Result ============" in r1.stdout
+    assert re.search(r"Successful requests:\s+6\s", r1.stdout)
+    assert re.search(r"100%\|██████████\| 6/6 \[\d\d:\d\d<00:00, +[\d.]+it/s\]", r1.stderr)
+    r2 = _bench(site, _argv(server, model_dir, out, concurrency=3, tag="c3"))
+    assert r2.returncode == 0, r2.stderr
+    assert out.read_text().count("\n") == 2
+    assert '"request_rate": Infinity' in out.read_text()  # json.dumps(float("inf"))
+    one, three = _lines(out)
+    for line in (one, three):
+        assert tuple(line) == keys  # exactly the client's keys, in its order
+        assert line["completed"] == 6
+        assert line["total_output_tokens"] == 6 * 16  # fixed lengths (ratio 1.0)
+        assert line["total_input_tokens"] == 6 * 32
+        assert line["server_info"]["served_model_name"] == "qwen"
+        assert math.isinf(line["request_rate"])
+    assert (one["tag"], one["max_concurrency"], three["max_concurrency"]) == ("c1", 1, 3)
+    # One stream at DECODE_TPS: output throughput near the knob (TTFT and the first
+    # token's gap pull it down), TPOT near 1/DECODE_TPS.
+    assert 0.4 * DECODE_TPS < one["output_throughput"] < 1.05 * DECODE_TPS
+    assert 0.8 * 1000 / DECODE_TPS < one["median_tpot_ms"] < 2.0 * 1000 / DECODE_TPS
+    assert 0.8 < one["concurrency"] < 1.05
+    # Three streams under a cap far above them: about three times the throughput.
+    assert three["output_throughput"] > 2.0 * one["output_throughput"]
+    assert 2.0 < three["concurrency"] < 3.05
+
+
+def test_batch_cap_saturates_throughput(site, model_dir, tmp_path):
+    out = tmp_path / "b.jsonl"
+    with _server(site, model_dir, DECODE_TPS="400", BATCH_DECODE_TPS="400",
+                 PREFILL_TPS="100000") as port:
+        r = _bench(site, _argv(port, model_dir, out, prompts=8, concurrency=4))
+    assert r.returncode == 0, r.stderr
+    line = _lines(out)[0]
+    # Four streams share 400 tok/s: each sees ~100 tok/s (TPOT ~10 ms, not 2.5 ms).
+    assert line["output_throughput"] < 1.05 * 400
+    assert line["median_tpot_ms"] > 2.5 * 1000 / 400
+
+
+def test_openai_backend_and_stream_interval(site, model_dir, tmp_path):
+    out = tmp_path / "oai.jsonl"
+    with _server(site, model_dir, "--stream-interval", "4", DECODE_TPS="400",
+                 PREFILL_TPS="100000") as port:
+        argv = _argv(port, model_dir, out, prompts=4, concurrency=2, output_len=9)
+        argv[1] = "sglang-oai"
+        r = _bench(site, argv)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("POST", "/generate", body=json.dumps(
+            {"text": "a b", "stream": True, "sampling_params": {"max_new_tokens": 8}}))
+        chunks = [c for c in conn.getresponse().read().decode().split("\n\n") if c]
+    assert r.returncode == 0, r.stderr
+    line = _lines(out)[0]
+    assert line["completed"] == 4 and line["backend"] == "sglang-oai"
+    assert line["total_output_tokens"] == 4 * 9
+    # SGLang's send rule: the first token at once, then every 4 unsent, then the end.
+    counts = [json.loads(c[6:])["meta_info"]["completion_tokens"] for c in chunks[:-1]]
+    assert counts == [1, 5, 8] and chunks[-1] == "data: [DONE]"
+
+
+def test_bad_argv_exits_2_like_argparse(site, tmp_path):
+    r = _bench(site, ["--num-prompts", "4", "--max-concurency", "3"], timeout=30)
+    assert r.returncode == 2
+    assert r.stderr.startswith("usage: serving.py [-h]")
+    assert "serving.py: error: unrecognized arguments: --max-concurency 3" in r.stderr
+    r = _bench(site, ["--rust-worker-threads", "2"], timeout=30)
+    assert r.returncode == 2
+    assert "serving.py: error: --rust-worker-threads requires --rust-client" in r.stderr
+
+
+def test_standin_parser_agrees_with_gpuserve(site):
+    probes = [["--dataset-name", "random-idz"], ["--goodput", "itl:5"],
+              ["--flush-cache-timeout", "nan"], ["--random-"],
+              ["--profile-prefill-url", "a", "--profile-decode-url", "b"],
+              ["--rust-client", "--backend", "trt"], ["--num-prompt", "3"]]
+    code = ("import json, sys\nfrom sglang._standin import bench_args as b\n"
+            "data = b.load_catalog()\nout = []\n"
+            "for argv in json.loads(sys.argv[1]):\n"
+            "    p = b.build_bench_parser(data)\n"
+            "    def error(msg): raise ValueError(msg)\n"
+            "    p.error = error\n"
+            "    try:\n        ns = p.parse_args(argv)\n"
+            "        msg = b.post_parse_error(data, ns)\n"
+            "        out.append(msg or 'ok')\n"
+            "    except ValueError as e:\n        out.append(str(e))\n"
+            "print(json.dumps(out))\n")
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(probes)], env=_env(site),
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    cat = load_bench_catalog("0.5.23")
+    expected = []
+    for argv in probes:
+        try:
+            cat.parse(argv)
+            expected.append("ok")
+        except ValueError as e:
+            expected.append(str(e))
+    assert json.loads(r.stdout) == expected
+    assert expected[-1] == "ok" and expected[0] != "ok"
+
+
+def test_api_key_only_through_openai_api_key(site, model_dir, tmp_path):
+    out = tmp_path / "auth.jsonl"
+    with _server(site, model_dir, "--api-key", "s3cret", DECODE_TPS="1000",
+                 PREFILL_TPS="100000") as port:
+        argv = _argv(port, model_dir, out, prompts=2, output_len=4,
+                     extra=("--ready-check-timeout-sec", "1"))
+        denied = _bench(site, argv)
+        raw = _bench(site, argv, API_KEY="s3cret")  # sent without "Bearer"
+        ok = _bench(site, argv, OPENAI_API_KEY="s3cret")
+    for r in (denied, raw):
+        assert r.returncode == 1
+        assert f"Server at http://127.0.0.1:{port}/v1/models is not ready. Exiting." in r.stdout
+    assert ok.returncode == 0, ok.stderr
+    assert len(_lines(out)) == 1 and _lines(out)[0]["completed"] == 2
+
+
+def test_offline_tokenizer_must_be_a_local_dir(site, server, tmp_path):
+    argv = _argv(server, Path("Qwen/Qwen3-0.6B"), tmp_path / "x.jsonl")
+    r = _bench(site, argv)
+    assert r.returncode == 1
+    assert "OSError: We couldn't connect to 'https://huggingface.co'" in r.stderr
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_unreachable_server_exits_non_zero(site, model_dir, tmp_path):
+    port = _free_port()  # nothing listens there
+    argv = _argv(port, model_dir, tmp_path / "x.jsonl",
+                 extra=("--ready-check-timeout-sec", "1"))
+    started = time.monotonic()
+    r = _bench(site, argv)
+    assert r.returncode == 1 and "is not ready. Exiting." in r.stdout
+    assert time.monotonic() - started < 15
+    r = _bench(site, _argv(port, model_dir, tmp_path / "x.jsonl",
+                           extra=("--ready-check-timeout-sec", "0")))
+    assert r.returncode == 1 and "ValueError: Warmup failed" in r.stderr
+
+
+def test_unsimulated_dataset_is_refused(site, server, model_dir, tmp_path):
+    argv = _argv(server, model_dir, tmp_path / "x.jsonl")
+    argv[argv.index("random-ids")] = "sharegpt"
+    r = _bench(site, argv)
+    assert r.returncode == 1
+    assert "--dataset-name sharegpt is not simulated" in r.stderr
