@@ -97,10 +97,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _hidden_smoke(records: list[ResultRecord], rows: list) -> int:
-    shown = sum(1 for row in rows if getattr(row, "group", None) and row.group.kind == "smoke")
-    total = len({(r.host, r.profile, r.workload) for r in records if r.kind == "smoke"})
-    return total - shown
+def _hidden_smoke(records: list[ResultRecord], rows: list[cmp.LatestRow]) -> int:
+    """Smoke groups the latest view left out (said in the footer, never silently)."""
+    shown = sum(1 for row in rows if row.group.kind == "smoke")
+    return sum(1 for g in cmp.group_runs(records) if g.kind == "smoke") - shown
 
 
 # ----------------------------------------------------------------------------- text

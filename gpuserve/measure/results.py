@@ -107,6 +107,7 @@ _SECRET_FLAG = re.compile(r"(?:^|-)(?:api-key|token|secret|password)(?:$|-)", re
 # SGLang's secret flags by full name: argparse accepts any unambiguous prefix (--api-k).
 SECRET_FLAG_NAMES = ("api-key", "admin-api-key")
 _MIN_ABBREV = 4
+_MIN_REDACT = 8
 _UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._@+-]")
 _REDACTED = "<redacted>"
 
@@ -239,8 +240,9 @@ def _secret_values(context: Mapping | None) -> set[str]:
         env = context.get(key)
         if isinstance(env, Mapping):
             values.update(str(v) for k, v in env.items() if _SECRET_NAME.search(str(k)))
-    # very short values would redact ordinary text; they are dropped from argv/env anyway
-    return {v for v in values if len(v) >= _MIN_ABBREV}
+    # short values ("1", "true" of a *TOKEN*-named setting) would redact ordinary text;
+    # they are dropped from argv/env anyway, and real keys and tokens are long
+    return {v for v in values if len(v) >= _MIN_REDACT}
 
 
 def _redact(value, secrets: set[str]):

@@ -190,6 +190,15 @@ def test_the_writer_rechecks_a_context_built_by_hand(tmp_path: Path) -> None:
     assert "<redacted>" in text and "--log-dir" in text
 
 
+def test_a_short_value_of_a_secret_looking_setting_is_not_redacted_everywhere(
+        tmp_path: Path) -> None:
+    rec = ResultRecord(kind="bench", profile="p", host="gpu1", timestamp=TS,
+                       figures={"output_throughput": 1.0}, note="true to the profile",
+                       context={"env": {"SGLANG_TOKENIZER_CACHE": "true"}})
+    doc = strict_loads(write_record(tmp_path, rec).read_text())
+    assert doc["note"] == "true to the profile" and doc["context"]["env"] == {}
+
+
 def test_unknown_context_key_is_refused_before_writing(tmp_path: Path) -> None:
     rec = ResultRecord(kind="bench", profile="p", host="gpu1", timestamp=TS,
                        figures={"output_throughput": 1.0}, context={"argvs": []})
