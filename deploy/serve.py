@@ -51,11 +51,12 @@ Host data keys and defaults: ``roles/sglang.DEFAULTS``, ``roles/service.DEFAULTS
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.facts.files import FileContents
 
+from gpuserve.facts.document import host_facts_document
 from gpuserve.facts.gpu import CudaToolkit, NvidiaDriver, NvidiaGpus
-from gpuserve.facts.host import InstallTarget
+from gpuserve.facts.host import InstallTarget, ModelCheckpoint
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.launch.lock_choice import HostRuntime
 from roles.checks import check_service
@@ -85,7 +86,13 @@ def main() -> None:
         inventory_source(),
         host_runtime=host_runtime,
         host_record=lambda: host.get_fact(FileContents, path=HOST_JSON_PATH),
+        checkpoint=lambda path: host.get_fact(ModelCheckpoint, path=path),
+        host_facts=lambda: host_facts_document(host),
     )
+    for line in plan.preflight.info:
+        logger.info(f"{host.name}: {line}")
+    for line in plan.preflight.warnings:
+        logger.warning(f"{host.name}: {line}")
     install_sglang(user=plan.user, home=plan.home, lock=plan.lock,
                    index_url=plan.index_url, find_links=plan.find_links,
                    expect_gpus=plan.expect_gpus)

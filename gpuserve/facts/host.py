@@ -22,6 +22,7 @@ from gpuserve.parsers import (
     proc_modules,
     systemd_detect_virt,
 )
+from gpuserve.paths import SCRIPTS_DIR
 
 IOMMU_MARKER = "##gpuserve-iommu-groups##"
 IOMMU_COMMAND = (
@@ -170,3 +171,19 @@ class InstallTarget(FactBase[dict[str, Any]]):
         free = values.get("free", "")
         return {"python": values.get("python") or None, "glibc": values.get("glibc") or None,
                 "free_bytes": int(free) if free.isdigit() else None}
+
+
+class ModelCheckpoint(FactBase[str]):
+    """``checkpoint_scan.py --dir PATH`` on the host: the checkpoint's config and
+    safetensors headers (never the weights) as JSON text, for the memory preflight
+    (gpuserve.memory.checkpoint.parse_scan). The script travels in the command (a
+    heredoc), so it runs at prepare time, before anything is uploaded."""
+
+    def command(self, path: str) -> str:
+        script = (SCRIPTS_DIR / "checkpoint_scan.py").read_text(encoding="utf-8")
+        marker = "GPUSERVE_CHECKPOINT_SCAN_EOF"
+        assert marker not in script
+        return (f"python3 - --dir {shlex.quote(path)} <<'{marker}'\n{script}\n{marker}")
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)

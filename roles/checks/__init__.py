@@ -72,6 +72,9 @@ DEFAULTS = {
     # a missed throughput gate: report (keep serving) or rollback; None = the profile's
     # bench.on_regression, else report
     "on_regression": None,
+    # memory fit from the checkpoint's headers + the doctor's rules, before any change
+    # (roles/service/preflight.py): enforce, warn or off
+    "preflight": "enforce",
 }
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -35,6 +35,8 @@ from gpuserve.measure.bench import run_fingerprint, validate_mode, validate_on_r
 from gpuserve.measure.results import RecordSpec, launch_hash, record_spec
 from roles import checks, service, sglang
 from roles.checks.bench import BenchPlan
+from roles.service.preflight import PreflightReport, run_preflight
+from roles.service.preflight import validate_mode as validate_preflight
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class ServePlan:
     service: service.ServicePlan
     record: RecordSpec | None = None  # where the smoke check records (None: off)
     bench: BenchPlan | None = None  # the throughput checks (None: off)
+    preflight: PreflightReport | None = None  # what the preflight printed (it raised errors)
 
     @property
     def venv(self) -> str:
@@ -86,6 +89,8 @@ def plan_serve(
     source: str,
     host_runtime: Callable[[str], HostRuntime],
     host_record: Callable[[], list[str] | None] = lambda: None,
+    checkpoint: Callable[[str], str | None] | None = None,
+    host_facts: Callable[[], dict | None] | None = None,
 ) -> ServePlan:
     """Validate ``host_data`` (merged over :func:`defaults`), choose the lock, preflight
     the host against it, and render the launch for the lock's SGLang.
@@ -93,6 +98,8 @@ def plan_serve(
     ``host_record`` reads the host deploy's ``/etc/gpuserve/host.json`` (lines, or None
     when absent); flags the host's communication requires (no P2P ->
     ``--disable-custom-all-reduce``) are added when the profile does not set them.
+    ``checkpoint(path)`` (the checkpoint scan's JSON) and ``host_facts()`` (the doctor's
+    host-facts document) feed the preflight (roles/service/preflight.py); None skips it.
     """
     data = defaults()
     data.update({k: v for k, v in host_data.items() if k in data})
@@ -124,6 +131,10 @@ def plan_serve(
     if problems:
         raise PreflightError("; ".join(problems) + "; nothing on the host was changed")
     version = public_version(lock.sglang)
+    checks_report = run_preflight(
+        validate_preflight(data["preflight"], source), host=runtime.name, profile=profile,
+        version=version, gpus=list(runtime.gpu_list), checkpoint=checkpoint,
+        host_facts=host_facts)
     mismatch = catalog_mismatch(lock, load_catalog(version).source)
     if mismatch:
         raise InputError(lock.path, "packages (sglang)", mismatch)
@@ -166,7 +177,7 @@ def plan_serve(
                         launch=launch_hash(args, {**launch.env, **{
                             k: str(v) for k, v in extra_env.items()}}))
     return ServePlan(lock, version, user, home, index_url, find_links, float(timeout), keep,
-                     runtime.gpus, plan, record, bench)
+                     runtime.gpus, plan, record, bench, checks_report)
 
 
 def profile_hash(profile) -> str:

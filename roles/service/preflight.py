@@ -1,0 +1,113 @@
+"""The serve deploy's last check before any service change: will this profile fit, and
+do the doctor's rules allow it on this host?
+
+Why here, at prepare time: a profile that cannot fit is otherwise found out by SGLang
+after a ten-minute weight load, and then rolled back. The memory figures come from the
+checkpoint on the host (its safetensors headers, read by ``checkpoint_scan.py`` as a
+fact: gpuserve.facts.host.ModelCheckpoint), not from a model record that can drift from
+it; the GPUs from the NvidiaGpus fact; the defaults from the pinned SGLang version
+(gpuserve.memory.preflight.check_fit). The doctor's rules run on the host-facts document
+(gpuserve.facts.document) in the same step.
+
+Host data ``preflight``: ``enforce`` (default: a misfit or a doctor error refuses the
+deploy, naming profile and fix, before any operation exists), ``warn`` (printed, the
+deploy goes on) or ``off``. What cannot be judged is said and not refused: no GPU
+visible yet (no driver), a model path that is a hub id rather than a directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuserve.doctor.rules import diagnose
+from gpuserve.errors import InputError
+from gpuserve.host.hostfacts import HostFacts
+from gpuserve.launch.lock_choice import PreflightError
+from gpuserve.memory.checkpoint import parse_scan
+from gpuserve.memory.preflight import check_fit
+
+MODES = ("enforce", "warn", "off")
+
+
+def validate_mode(value: Any, source: str) -> str:
+    if value is None or value == "":
+        return "enforce"
+    if value is False:
+        return "off"
+    if value not in MODES:
+        raise InputError(source, "preflight", f"must be one of {', '.join(MODES)}, "
+                         f"got {value!r}")
+    return value
+
+
+@dataclass
+class PreflightReport:
+    """What the step found: lines to print (info) and warnings; errors were raised."""
+
+    info: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def run_preflight(mode: str, *, host: str, profile, version: str, gpus: list[dict],
+                  checkpoint: Callable[[str], str | None] | None,
+                  host_facts: Callable[[], dict | None] | None) -> PreflightReport:
+    """Memory fit from the checkpoint, then the doctor; raise PreflightError (enforce)
+    or return warnings (warn). ``checkpoint(path)`` returns the scan's JSON text;
+    ``host_facts()`` the host-facts document; either may be None (not available)."""
+    report = PreflightReport()
+    if mode == "off":
+        return report
+    refusals: list[str] = []
+    _memory(report, refusals, host=host, profile=profile, version=version, gpus=gpus,
+            checkpoint=checkpoint)
+    _doctor(report, refusals, profile=profile, version=version, host_facts=host_facts)
+    if refusals and mode == "enforce":
+        raise PreflightError(f"{host}: preflight: " + "; ".join(refusals)
+                             + "; nothing on the host was changed (host data preflight: warn "
+                             "or off to deploy anyway)")
+    report.warnings += [f"preflight: {r}" for r in refusals]
+    return report
+
+
+def _memory(report: PreflightReport, refusals: list[str], *, host: str, profile,
+            version: str, gpus: list[dict], checkpoint) -> None:
+    path = profile.model.path
+    if checkpoint is None:
+        return
+    if not path.startswith("/"):
+        report.warnings.append(f"preflight: model.path {path!r} is not a local directory "
+                               "(a hub id): memory not checked against a checkpoint")
+        return
+    if not gpus:
+        report.warnings.append("preflight: no GPU visible on the host yet (nvidia-smi "
+                               "absent or no driver loaded): memory fit not checked")
+        return
+    text = checkpoint(path) or ""
+    try:
+        scan = parse_scan(text, f"{host}:{path}")
+    except InputError as e:
+        refusals.append(f"checkpoint {e}")
+        return
+    fit = check_fit(profile, scan, gpus, version)
+    report.info += [f"preflight: {line}" for line in fit.lines]
+    report.warnings += [f"preflight: {note}" for note in fit.notes]
+    if not fit.ok:
+        refusals.append(fit.message)
+    else:
+        report.info.append(f"preflight: profile {profile.name} fits ({fit.verdict})")
+
+
+def _doctor(report: PreflightReport, refusals: list[str], *, profile, version: str,
+            host_facts) -> None:
+    document = host_facts() if host_facts is not None else None
+    if not document:
+        return
+    facts = HostFacts.from_dict(document, "<host facts>")
+    for f in diagnose(profile, facts, version):
+        line = f"doctor {f.severity} {f.id}: {f.evidence} (fix: {f.fix})"
+        if f.severity == "error":
+            refusals.append(line)
+        elif f.severity == "warn":
+            report.warnings.append(f"preflight: {line}")

@@ -1,0 +1,129 @@
+"""The serve deploy's preflight (roles/service/preflight.py) through plan_serve: memory
+fit from a real-format checkpoint's headers (composed by tools/compose_checkpoint.py,
+scanned by the very command the ModelCheckpoint fact runs on a host), and the doctor's
+rules on a recorded host-facts document; refusals before any operation exists."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuserve.errors import InputError
+from gpuserve.facts.host import ModelCheckpoint
+from gpuserve.launch.lock_choice import HostRuntime, PreflightError
+from gpuserve.memory.models import MODELS_DIR
+from roles.service.serve_plan import plan_serve
+
+REPO = Path(__file__).resolve().parents[3]
+BOX = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
+GPUS = tuple(BOX["gpus"])  # 8x RTX PRO 6000 Blackwell Server Edition (recorded)
+DOES_NOT_FIT = REPO / "tests/fixtures/profiles/lab-does-not-fit.yaml"
+
+
+def runtime(gpus=GPUS):
+    return lambda home: HostRuntime(name="gpu1", python="3.11.2", glibc="2.36",
+                                    driver="580.126.20", cuda_toolkit="13.0",
+                                    free_bytes=500 * 1024**3, gpus=len(gpus), gpu_list=gpus)
+
+
+@pytest.fixture(scope="module")
+def glm5_dir(tmp_path_factory) -> Path:
+    spec = importlib.util.spec_from_file_location("compose",
+                                                  REPO / "tools/compose_checkpoint.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    data = yaml.safe_load((MODELS_DIR / "glm-5-nvfp4.yaml").read_text())
+    out = tmp_path_factory.mktemp("models") / "GLM-5-NVFP4"
+    tool.compose(data["config"], out, quant=data["quantization_config"], shards=20,
+                 source="glm-5-nvfp4")
+    return out
+
+
+def scan_on_host(directory: Path):
+    """What host.get_fact(ModelCheckpoint, path=...) returns, run in a local shell."""
+    calls = []
+
+    def checkpoint(path: str) -> str:
+        calls.append(path)
+        cmd = ModelCheckpoint().command(str(directory))
+        return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True,
+                              check=True, timeout=60).stdout
+    return checkpoint, calls
+
+
+def test_fitting_profile_passes_and_says_why(glm5_dir):
+    checkpoint, calls = scan_on_host(glm5_dir)
+    p = plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), checkpoint=checkpoint,
+                   host_facts=lambda: BOX)
+    assert calls == ["/models/GLM-5-NVFP4"]
+    info = "\n".join(p.preflight.info)
+    assert "weights 55.35 GiB/GPU from the checkpoint" in info
+    assert "profile glm5-nvfp4-tp8 fits" in info
+    assert not any("doctor error" in w for w in p.preflight.warnings)
+
+
+def test_profile_that_cannot_fit_is_refused_with_the_fraction_that_would(glm5_dir):
+    checkpoint, _ = scan_on_host(glm5_dir)
+    with pytest.raises(PreflightError) as e:
+        plan_serve({"profile": str(DOES_NOT_FIT)}, "inv.py", runtime(), checkpoint=checkpoint)
+    msg = str(e.value)
+    assert msg.startswith("gpu1: preflight: profile lab-does-not-fit does not fit")
+    assert "predicted rest for KV -8.70 GiB/GPU" in msg
+    assert "raise --mem-fraction-static to 0.7" in msg
+    assert "nothing on the host was changed" in msg
+
+
+def test_warn_mode_deploys_anyway_and_off_reads_nothing(glm5_dir):
+    checkpoint, calls = scan_on_host(glm5_dir)
+    p = plan_serve({"profile": str(DOES_NOT_FIT), "preflight": "warn"}, "inv.py", runtime(),
+                   checkpoint=checkpoint)
+    assert any("does not fit" in w for w in p.preflight.warnings)
+    calls.clear()
+    p = plan_serve({"profile": str(DOES_NOT_FIT), "preflight": "off"}, "inv.py", runtime(),
+                   checkpoint=checkpoint)
+    assert calls == [] and p.preflight.info == [] and p.preflight.warnings == []
+    with pytest.raises(InputError, match="inv.py: preflight: must be one of enforce, warn, off"):
+        plan_serve({"profile": "glm5-nvfp4-tp8", "preflight": "maybe"}, "inv.py", runtime())
+
+
+def test_truncated_header_is_refused_naming_the_file(glm5_dir, tmp_path):
+    bad = tmp_path / "GLM-5-NVFP4"
+    bad.mkdir()
+    (bad / "config.json").write_bytes((glm5_dir / "config.json").read_bytes())
+    shard = sorted(glm5_dir.glob("*.safetensors"))[0]
+    with shard.open("rb") as f:
+        (bad / shard.name).write_bytes(f.read(4000))  # 8-byte length + part of the header
+    checkpoint, _ = scan_on_host(bad)
+    with pytest.raises(PreflightError) as e:
+        plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), checkpoint=checkpoint)
+    assert shard.name in str(e.value) and "nothing on the host was changed" in str(e.value)
+
+
+def test_directory_without_safetensors_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    checkpoint, _ = scan_on_host(tmp_path)
+    with pytest.raises(PreflightError, match="safetensors"):
+        plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), checkpoint=checkpoint)
+
+
+def test_no_gpu_visible_is_said_not_refused(glm5_dir):
+    checkpoint, calls = scan_on_host(glm5_dir)
+    p = plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(gpus=()),
+                   checkpoint=checkpoint)
+    assert calls == [] and any("no GPU visible" in w for w in p.preflight.warnings)
+
+
+def test_doctor_errors_stop_and_warnings_print():
+    four = copy.deepcopy(BOX)
+    four["gpus"] = four["gpus"][:4]
+    with pytest.raises(PreflightError, match="doctor error gpu-count: profile needs 8 GPUs"):
+        plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), host_facts=lambda: four)
+    h200 = json.loads((REPO / "tests/fixtures/hostfacts/h200-nvlink.json").read_text())
+    p = plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), host_facts=lambda: h200)
+    assert any("doctor warn nvfp4-weights-arch" in w for w in p.preflight.warnings)
