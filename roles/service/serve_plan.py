@@ -31,7 +31,13 @@ from gpuserve.launch.lock_choice import (
 from gpuserve.launch.locks import Lock, catalog_mismatch, load_locks
 from gpuserve.launch.profiles import load_profile
 from gpuserve.launch.venvs import venv_path
-from gpuserve.measure.bench import run_fingerprint, validate_mode, validate_on_regression
+from gpuserve.measure.bench import (
+    client_argv,
+    run_fingerprint,
+    validate_mode,
+    validate_on_regression,
+)
+from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_catalog
 from gpuserve.measure.results import RecordSpec, launch_hash, record_spec
 from roles import checks, service, sglang
 from roles.checks.bench import BenchPlan
@@ -173,7 +179,7 @@ def plan_serve(
                          profile_hash=profile_hash(profile), lock=lock.name,
                          context=run_context(runtime, lock, host_comm))
     bench = _bench_plan(data, source, profile=profile, lock=lock, user=user, home=home,
-                        service_plan=plan,
+                        service_plan=plan, version=version,
                         launch=launch_hash(args, {**launch.env, **{
                             k: str(v) for k, v in extra_env.items()}}))
     return ServePlan(lock, version, user, home, index_url, find_links, float(timeout), keep,
@@ -220,12 +226,23 @@ def run_context(runtime: HostRuntime, lock: Lock, comm: dict) -> dict:
 
 
 def _bench_plan(data: dict, source: str, *, profile, lock: Lock, user: str, home: str,
-                service_plan: service.ServicePlan, launch: str) -> BenchPlan | None:
+                service_plan: service.ServicePlan, launch: str,
+                version: str) -> BenchPlan | None:
     """The throughput checks of this deploy (host data ``bench``, ``on_regression``;
-    the profile's ``bench`` section); None when ``bench: off``."""
+    the profile's ``bench`` section); None when ``bench: off``. Each scenario's client
+    argv is checked against the catalog of that SGLang version's benchmark client
+    (gpuserve/data/bench/), so a flag the host's client lacks fails here, not after a
+    ten-minute load."""
     mode = validate_mode(data["bench"], source)
     if mode == "off":
         return None
+    if version in available_bench_versions():
+        catalog = load_bench_catalog(version)
+        for s in profile.bench.scenarios:
+            argv = client_argv(s, port=profile.server.port, served_name="x", tokenizer="/m",
+                               output_file="/r/result.jsonl", tag="t")
+            origin = profile.where(f"bench.scenarios.{s.name}")
+            catalog.validate(argv, origin.file, f"bench.scenarios.{s.name}", origin.line)
     on_regression = (validate_on_regression(data["on_regression"], source)
                      or profile.bench.on_regression or "report")
     return BenchPlan(
