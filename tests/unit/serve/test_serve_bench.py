@@ -152,3 +152,14 @@ def test_timeout_stops_the_client(caplog):
     assert any("sglang_bench.py stop" in c for c in cmds)
     assert "did not finish within 0 s" in caplog.text or "within" in caplog.text
     assert "2/5 requests" in caplog.text
+
+
+def test_output_that_is_not_json_fails_naming_the_file(tmp_path, caplog):
+    responses = {"last-pass.json": "", "sglang_bench.py status": status(
+        line="Traceback (most recent call last): <not JSON>")}
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, cmds = run(plan(), responses, rec=record(tmp_path))
+    assert not meta.did_succeed()
+    assert "bench: single:" in caplog.text and "/result.jsonl" in caplog.text
+    assert not (tmp_path / "results").exists()  # nothing half-recorded
+    assert not any("sglang_bench.py mark" in c for c in cmds)
