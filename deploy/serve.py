@@ -5,14 +5,19 @@
 
 Order: (1) validate host data, choose the lock (``gpuserve/data/locks/``, or
 ``sglang_locks_dir``) from the profile's ``sglang_versions`` and the host's driver,
-Python and glibc, preflight the host against it (disk, CUDA toolkit major), and render
+Python and glibc, preflight the host against it (disk, CUDA toolkit major; then the
+memory fit from the checkpoint's safetensors headers and the doctor's rules:
+``roles/service/preflight.py``), and render
 the profile for the lock's SGLang (``roles/service/serve_plan.py``; bad input raises
 ``InputError`` naming file and field, an unfit host ``PreflightError`` naming host,
 lock and fix, at prepare time, before any operation exists), (2) service user and the
 lock's own venv, hash-checked and verified as the service user (``roles/sglang``),
 (3) unit (pointing at that venv), EnvironmentFile, secrets ``--config`` and activation
 (``roles/service``), (4) health gate and one smoke completion (``roles/checks``), which
-prints ``<host>: smoke: N tokens in T s = X tok/s``, (5) keep the configuration that
+prints ``<host>: smoke: N tokens in T s = X tok/s``, then the throughput checks
+(SGLang's own benchmark client per scenario of the profile's ``bench`` section, recorded
+and gated; only when the served configuration is new to the host: roles/checks/bench.py),
+(5) keep the configuration that
 just passed as the host's last good one (``roles/service/rollback.py``) and prune
 venvs beyond ``keep_venvs`` that no unit names.
 
@@ -101,7 +106,7 @@ def main() -> None:
     check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
                   profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
                   health_timeout=plan.health_timeout, config_path=plan.config_path,
-                  record=plan.record, rollback=rollback)
+                  record=plan.record, rollback=rollback, bench=plan.bench)
     keep_last_good(name="keep this configuration as the last good one (root-only copies)",
                    spec=rollback)
     prune_venvs(name=f"prune venvs beyond keep_venvs={plan.keep_venvs}", home=plan.home,

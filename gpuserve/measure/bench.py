@@ -12,7 +12,7 @@ Profile section (every key optional; absent scenarios get :data:`DEFAULT_SCENARI
 
     bench:
       scenarios:                # name -> settings; given, they replace the defaults
-        single: {concurrency: 1, prompts: 4, input_len: 1024, output_len: 128}
+        single: {concurrency: 1, prompts: 4, input_len: 1024, output_len: 256}
         batch:  {concurrency: 64, prompts: 128, input_len: 1024, output_len: 256}
       sweep: [8, 16, 32]        # extra scenarios c8, c16, c32 with the batch lengths
       expect:                   # scenario -> SGLang figure -> "[>=|<=] NUMBER UNIT"
@@ -82,8 +82,9 @@ class Scenario:
         return {"name": self.name, **{k: getattr(self, k) for k in SCENARIO_KEYS}}
 
 
+# Same lengths, so the two are points of one throughput-vs-concurrency curve.
 DEFAULT_SCENARIOS = (
-    Scenario("single", concurrency=1, prompts=4, input_len=1024, output_len=128),
+    Scenario("single", concurrency=1, prompts=4, input_len=1024, output_len=256),
     Scenario("batch", concurrency=64, prompts=128, input_len=1024, output_len=256),
 )
 
