@@ -1,0 +1,345 @@
+"""Bounded YAML and JSON loading: the one door every user- or host-provided document uses.
+
+Why one module: a few hundred bytes of YAML aliases expand without bound ("billion
+laughs"), a few kilobytes of ``[[[[`` exhaust Python's recursion in PyYAML, ``json`` or
+our own tree walkers, and ``json`` accepts ``NaN``/``Infinity``/``1e999`` which then reach
+the planner as tracebacks or silently disable a timeout. Each reader used to decide on
+its own; now the limits live here and every refusal is an :class:`InputError` naming the
+file (and the line when the parser knows it).
+
+The limits (:class:`Limits`) are generous for the real documents (the largest shipped
+file is a 220 kB flag catalog nested 5 deep) and small enough that a hostile one costs
+milliseconds and a few megabytes:
+
+- ``max_bytes``: checked on the raw bytes before parsing (and before reading a file
+  whole: a 10 GB file is refused from its size).
+- ``max_depth``: nesting of mappings/sequences. YAML counts it while composing (aliases
+  add the depth of what they point to), JSON by a bracket scan outside strings before
+  ``json`` recurses; a ``RecursionError`` anywhere is still turned into an InputError.
+- ``max_nodes`` (YAML): nodes *after* alias expansion, so an alias costs the size of
+  what it points to; that bounds billion-laughs however the aliases are arranged, while
+  ordinary anchors (``<<: *defaults``) keep working. Recursive aliases (``&a [*a]``)
+  are refused: no format of ours is a graph, and every walker would loop.
+- ``max_aliases`` (YAML): none of our formats needs aliases, but they are legal YAML and
+  harmless when few; a budget keeps the alias-resolution work itself small.
+- ``finite``: NaN and infinities are refused at the parser (YAML ``.nan``/``.inf``/
+  ``1e999``, JSON ``NaN``/``Infinity``/``1e999``), because no number in any of our
+  formats may be non-finite and a NaN compares false with every bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.events import AliasEvent
+
+from gpuserve.errors import InputError
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds for one kind of document (see the module docstring for why each exists)."""
+
+    max_bytes: int = 4 * MiB
+    max_depth: int = 64
+    max_nodes: int = 200_000
+    max_aliases: int = 100
+    finite: bool = True
+
+    def but(self, **changes: Any) -> Limits:
+        """A copy with some limits changed (``CONFIG.but(max_bytes=64 * MiB)``)."""
+        return replace(self, **changes)
+
+
+#: Hand-written configuration: profiles, host data, model records, gpus.yaml, rules.
+CONFIG = Limits()
+#: Machine-written documents: flag/bench catalogs, locks, facts, result records,
+#: checkpoint scans. Larger (records accumulate), still shallow.
+DATA = Limits(max_bytes=64 * MiB, max_nodes=2_000_000)
+#: Text logs (startup logs, benchmark output) read whole.
+LOG_MAX_BYTES = 64 * MiB
+
+
+def read_bytes(path: str | Path, max_bytes: int = CONFIG.max_bytes) -> bytes:
+    """Read a file whole, refusing one larger than ``max_bytes`` without reading it all.
+
+    The size is checked on what was read (not only ``stat``), so a FIFO or a file that
+    grows while being read cannot slip past."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from exc
+    if len(data) > max_bytes:
+        raise InputError(path, None, f"file too large (over {_size(max_bytes)})")
+    return data
+
+
+def read_text(path: str | Path, max_bytes: int = CONFIG.max_bytes) -> str:
+    """``read_bytes`` decoded as UTF-8, refusing other encodings with the file named."""
+    return decode(read_bytes(path, max_bytes), path)
+
+
+def decode(data: bytes | str, file: str | Path | None) -> str:
+    """UTF-8 text from ``data``, or InputError naming the file and the line of the bad byte."""
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(file, None, f"not UTF-8 text: {exc.reason}", line) from exc
+
+
+def _size(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB and n % MiB == 0 else f"{n} bytes"
+
+
+def _check_size(text: str | bytes, file: str | Path | None, limits: Limits) -> None:
+    # Characters, not bytes, for str: a cheap upper-bound check that needs no encoding.
+    if len(text) > limits.max_bytes:
+        raise InputError(file, None, f"document too large (over {_size(limits.max_bytes)})")
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that counts depth, expanded nodes and aliases while composing.
+
+    Composition is where aliases are resolved and where PyYAML recurses, so the bounds
+    are enforced before anything walks the tree. Heights and expanded sizes are kept per
+    node (by id) so an alias is charged what it stands for."""
+
+    def __init__(self, stream: str, file: str | Path | None, limits: Limits) -> None:
+        super().__init__(stream)
+        self.file = file
+        self.limits = limits
+        self._depth = 0
+        self._nodes = 0
+        self._aliases = 0
+        self._sizes: dict[int, int] = {}
+        self._heights: dict[int, int] = {}
+
+    def _refuse(self, message: str, mark: Any) -> InputError:
+        return InputError(self.file, None, message, mark.line + 1 if mark else None)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(AliasEvent):
+            event = self.peek_event()
+            self._aliases += 1
+            if self._aliases > self.limits.max_aliases:
+                raise self._refuse(
+                    f"too many YAML aliases (more than {self.limits.max_aliases})",
+                    event.start_mark,
+                )
+            node = super().compose_node(parent, index)
+            if id(node) not in self._sizes:
+                raise self._refuse(f"recursive YAML alias *{event.anchor}", event.start_mark)
+            self._charge(self._sizes[id(node)], event.start_mark)
+            if self._depth + self._heights[id(node)] > self.limits.max_depth:
+                raise self._refuse(self._deep(), event.start_mark)
+            return node
+        mark = self.peek_event().start_mark
+        self._depth += 1
+        if self._depth > self.limits.max_depth:
+            raise self._refuse(self._deep(), mark)
+        before = self._nodes
+        self._charge(1, mark)
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        self._sizes[id(node)] = self._nodes - before
+        self._heights[id(node)] = 1 + max(
+            (self._heights.get(id(child), 1) for child in _children(node)), default=0
+        )
+        return node
+
+    def _charge(self, nodes: int, mark: Any) -> None:
+        self._nodes += nodes
+        if self._nodes > self.limits.max_nodes:
+            raise self._refuse(
+                f"document too large: more than {self.limits.max_nodes} YAML nodes "
+                "(aliases count as what they expand to)",
+                mark,
+            )
+
+    def _deep(self) -> str:
+        return f"nested too deeply (more than {self.limits.max_depth} levels)"
+
+    def construct_yaml_float(self, node: Any) -> float:
+        value = super().construct_yaml_float(node)
+        if self.limits.finite and not math.isfinite(value):
+            raise InputError(
+                self.file, None, f"{node.value!r} is not a finite number", node.start_mark.line + 1
+            )
+        return value
+
+
+    def construct_yaml_int(self, node: Any) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError as exc:  # more digits than Python converts (4300 by default)
+            raise InputError(
+                self.file, None, "integer too long", node.start_mark.line + 1
+            ) from exc
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _yaml_error(exc: BaseException, file: str | Path | None, text: str) -> InputError:
+    """An InputError for anything PyYAML raised, with the line when it is known."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        return InputError(file, None, f"invalid YAML: {exc.problem or exc}", line)
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text[: exc.position].count("\n") + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return InputError(
+            file, None, f"invalid YAML: control character U+{code:04X} is not allowed", line
+        )
+    if isinstance(exc, RecursionError):
+        return InputError(file, None, "nested too deeply")
+    if isinstance(exc, ValueError | OverflowError):
+        # e.g. an integer of more than 4300 digits (int-to-str conversion limit).
+        return InputError(file, None, f"invalid value: {str(exc).split(':')[0]}")
+    return InputError(file, None, f"invalid YAML: {exc}")
+
+
+_YAML_FAILURES = (yaml.YAMLError, RecursionError, ValueError, OverflowError)
+
+
+def compose_yaml(
+    text: str | bytes, file: str | Path | None, limits: Limits = CONFIG
+) -> tuple[BoundedLoader, yaml.Node | None]:
+    """Compose one YAML document into nodes under ``limits``, for readers that need line
+    numbers (profiles). Construct values with :func:`construct`; call
+    ``loader.dispose()`` when done."""
+    _check_size(text, file, limits)
+    text = decode(text, file)
+    try:
+        loader = BoundedLoader(text, file, limits)  # the reader checks characters here
+    except _YAML_FAILURES as exc:
+        raise _yaml_error(exc, file, text) from exc
+    try:
+        return loader, loader.get_single_node()
+    except _YAML_FAILURES as exc:
+        loader.dispose()
+        raise _yaml_error(exc, file, text) from exc
+
+
+def construct(loader: BoundedLoader, node: yaml.Node) -> Any:
+    """``loader.construct_object(node, deep=True)`` with every failure an InputError."""
+    try:
+        return loader.construct_object(node, deep=True)
+    except _YAML_FAILURES as exc:
+        raise _yaml_error(exc, loader.file, "") from exc
+
+
+def load_yaml(text: str | bytes, file: str | Path | None, limits: Limits = CONFIG) -> Any:
+    """``yaml.safe_load`` under ``limits``; an empty document is ``None``."""
+    loader, node = compose_yaml(text, file, limits)
+    try:
+        return None if node is None else construct(loader, node)
+    finally:
+        loader.dispose()
+
+
+def load_yaml_file(path: str | Path, limits: Limits = CONFIG) -> Any:
+    """Read and load a YAML file under ``limits`` (size checked before reading it whole)."""
+    return load_yaml(read_bytes(path, limits.max_bytes), path, limits)
+
+
+# --------------------------------------------------------------------------- JSON
+
+#: A JSON string (escapes included) or one bracket; strings are matched whole so a
+#: bracket inside one is skipped, and the regex engine (C) does the per-character work.
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]', re.S)
+
+
+def json_depth_exceeds(text: str, max_depth: int) -> int | None:
+    """The 1-based line where nesting first exceeds ``max_depth``, else None.
+
+    Iterative, so it cannot itself overflow; a quick ``count`` skips the scan for
+    documents that do not even contain ``max_depth`` opening brackets."""
+    if text.count("[") + text.count("{") <= max_depth:
+        return None
+    depth = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > max_depth:
+                return text.count("\n", 0, match.start()) + 1
+        elif token in "]}":
+            depth -= 1
+    return None
+
+
+def loads_json(
+    text: str | bytes, file: str | Path | None, limits: Limits = DATA, line: int | None = None
+) -> Any:
+    """``json.loads`` under ``limits``: size, depth (checked before parsing), finite
+    numbers; any failure is an InputError naming ``file`` (and ``line``: the caller's
+    line for one JSON line of a larger file, else the parser's)."""
+    _check_size(text, file, limits)
+    text = decode(text, file)
+    deep_at = json_depth_exceeds(text, limits.max_depth)
+    if deep_at is not None:
+        where = line if line is not None else deep_at
+        raise InputError(
+            file, None, f"nested too deeply (more than {limits.max_depth} levels)", where
+        )
+    hooks: dict[str, Any] = {}
+    if limits.finite:
+        hooks = {"parse_constant": _refuse_constant, "parse_float": _finite_float}
+    try:
+        return json.loads(text, **hooks)
+    except _NonFinite as exc:
+        raise InputError(file, None, f"{exc.args[0]} is not a finite number", line) from exc
+    except json.JSONDecodeError as exc:
+        where = line if line is not None else exc.lineno
+        raise InputError(file, None, f"invalid JSON: {exc.msg}", where) from exc
+    except RecursionError as exc:
+        raise InputError(file, None, "nested too deeply", line) from exc
+    except ValueError as exc:  # e.g. an integer beyond the int-to-str digit limit
+        reason = str(exc).split(":")[0]
+        raise InputError(file, None, f"invalid JSON value: {reason}", line) from exc
+
+
+def load_json_file(path: str | Path, limits: Limits = DATA) -> Any:
+    """Read and parse a JSON file under ``limits``."""
+    return loads_json(read_bytes(path, limits.max_bytes), path, limits)
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(text)
+    return value
