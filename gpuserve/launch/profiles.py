@@ -13,6 +13,7 @@ are the type schema, so the table in the docs and this module cannot drift apart
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -22,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from gpuserve import paths
+from gpuserve import paths, safeload
 from gpuserve.errors import InputError
 from gpuserve.measure.bench import BenchSpec, parse_bench
 
@@ -216,15 +217,9 @@ def list_profiles(profiles_dir: Path | None = None) -> list[str]:
 
 
 def _read(path: Path) -> tuple[dict[str, Any], dict[str, Origin]]:
+    # Bounded (size, depth, alias expansion, finite floats): see gpuserve/safeload.py.
+    loader, node = safeload.compose_yaml(safeload.read_bytes(path), path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(path, None, f"not UTF-8 text: {exc.reason}") from exc
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
         locs: dict[str, Origin] = {}
         if node is None:
             return {}, locs
@@ -233,19 +228,17 @@ def _read(path: Path) -> tuple[dict[str, Any], dict[str, Origin]]:
             raise InputError(path, None, "a profile must be a YAML mapping", line)
         data = _walk(node, "", str(path), loader, locs)
         return data, locs
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        raise InputError(path, None, f"invalid YAML: {exc.problem or exc}", line) from exc
     finally:
         loader.dispose()
 
 
-def _walk(node: yaml.Node, path: str, file: str, loader: yaml.SafeLoader, locs: dict) -> Any:
+def _walk(
+    node: yaml.Node, path: str, file: str, loader: safeload.BoundedLoader, locs: dict
+) -> Any:
     if isinstance(node, yaml.MappingNode):
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
+            key = safeload.construct(loader, key_node)
             line = key_node.start_mark.line + 1
             if not isinstance(key, str):
                 raise InputError(file, path or None, f"keys must be strings, got {key!r}", line)
@@ -262,7 +255,10 @@ def _walk(node: yaml.Node, path: str, file: str, loader: yaml.SafeLoader, locs: 
             locs[child] = Origin(file, item.start_mark.line + 1)
             items.append(_walk(item, child, file, loader, locs))
         return items
-    return loader.construct_object(node, deep=True)
+    try:
+        return safeload.construct(loader, node)
+    except InputError as exc:  # e.g. ".nan": the loader knows the line, we know the field
+        raise InputError(file, exc.field or path or None, exc.message, exc.line) from exc
 
 
 def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, Origin]]:
@@ -372,6 +368,11 @@ def _coerce(value: Any, tp: Any, dotted: str, locs: dict[str, Origin], src: Path
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise fail(f"must be a number, got {_yaml_type(value)}")
+        # NaN passes every range check (all comparisons are false) and inf breaks the
+        # planner's arithmetic; a 400-digit int overflows float(). The loader already
+        # refuses .nan/.inf; this keeps the schema itself honest.
+        if isinstance(value, int) and abs(value) > 2**63 or not math.isfinite(value):
+            raise fail(f"must be a finite number, got {value!r:.40}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
