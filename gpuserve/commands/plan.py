@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
 from gpuserve.errors import InputError
@@ -26,6 +27,18 @@ from gpuserve.memory.models import load_record, resolve_model
 from gpuserve.memory.planner import GIB, Layout, kv_cell, predict, resolve_kv_dtype, weights_per_gpu
 from gpuserve.memory.preflight import launch_settings
 from gpuserve.memory.startup_log import diagnose, read_log
+
+
+def finite_float(text: str) -> float:
+    """``float`` for argparse that refuses ``nan``/``inf`` (which ``float()`` accepts):
+    NaN passes every range check and inf breaks the planner's arithmetic."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r:.40}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r:.40}")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--tp", type=int)
     g.add_argument("--ep", type=int)
     g.add_argument("--attn-dp", dest="attn_dp", type=int)
-    g.add_argument("--mem-fraction-static", dest="mem_fraction_static", type=float)
+    g.add_argument("--mem-fraction-static", dest="mem_fraction_static", type=finite_float)
     g.add_argument("--kv-cache-dtype", dest="kv_cache_dtype")
     g.add_argument("--cuda-graph-max-bs", dest="cuda_graph_max_bs", type=int)
     g.add_argument("--chunked-prefill-size", dest="chunked_prefill_size", type=int)
@@ -71,16 +84,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--draft-weights-gib",
         dest="draft_weights_gib",
-        type=float,
+        type=finite_float,
         help="weights of a separate draft model per GPU (EAGLE3 heads)",
     )
     g.add_argument(
         "--pre-load-free-gib",
         dest="pre_load_free_gib",
-        type=float,
+        type=finite_float,
         help="measured 'Load weight begin. avail mem' (default: GPU spec)",
     )
-    g.add_argument("--a2a-buffer-gib", dest="a2a_buffer_gib", type=float)
+    g.add_argument("--a2a-buffer-gib", dest="a2a_buffer_gib", type=finite_float)
     g.add_argument(
         "--dsa-backend",
         dest="dsa_backend",
