@@ -308,9 +308,11 @@ def loads_json(
         raise InputError(
             file, None, f"nested too deeply (more than {limits.max_depth} levels)", where
         )
-    hooks: dict[str, Any] = {}
+    # NaN/Infinity are not JSON (RFC 8259) and always refused; with ``finite=False`` an
+    # overflowing literal (1e400 -> inf) is left to a reader that names the field.
+    hooks: dict[str, Any] = {"parse_constant": _refuse_constant}
     if limits.finite:
-        hooks = {"parse_constant": _refuse_constant, "parse_float": _finite_float}
+        hooks["parse_float"] = _finite_float
     try:
         return json.loads(text, **hooks)
     except _NonFinite as exc:

@@ -15,13 +15,13 @@ Standard library only (plus gpuserve.errors): no side effects, no network.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.launch.flagparser import build_parser
 from gpuserve.paths import DATA_DIR
@@ -217,7 +217,7 @@ class FlagCatalog:
 @cache
 def _load(version: str) -> FlagCatalog:
     path = _catalog_dir() / f"sglang-{version}.json"
-    return FlagCatalog(json.loads(path.read_text(encoding="utf-8")), path)
+    return FlagCatalog(safeload.load_json_file(path), path)
 
 
 def load_catalog(version: str) -> FlagCatalog:

@@ -16,7 +16,6 @@ and the package, not on the host halfway through a download.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.paths import DATA_DIR
 
@@ -234,25 +234,10 @@ def _type_names(types: type | tuple[type, ...]) -> str:
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_LOCK_BYTES + 1)
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from exc
-    if len(raw) > MAX_LOCK_BYTES:
-        raise InputError(path, None, f"larger than {MAX_LOCK_BYTES} bytes; not a lock file")
-
-    def refuse_constant(name: str) -> None:
-        raise ValueError(f"{name} is not a JSON number")
-
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=refuse_constant)
-    except UnicodeDecodeError as exc:
-        raise InputError(path, None, f"not UTF-8 text: {exc.reason}") from exc
-    except json.JSONDecodeError as exc:
-        raise InputError(path, None, f"invalid JSON: {exc.msg}", exc.lineno) from exc
-    except ValueError as exc:
-        raise InputError(path, None, f"invalid JSON: {exc}") from exc
+    # Size and depth bounded by the one loader (gpuserve/safeload.py); an overflowing
+    # number (1e400) is left to the package checks, which name the field.
+    limits = safeload.DATA.but(max_bytes=MAX_LOCK_BYTES, finite=False)
+    data = safeload.load_json_file(path, limits)
     if not isinstance(data, dict):
         raise InputError(path, None, f"must be a JSON object, got {type(data).__name__}")
     return data

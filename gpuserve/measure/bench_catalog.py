@@ -15,13 +15,13 @@ Standard library only (plus gpuserve.errors / gpuserve.launch): no side effects,
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.launch.catalog import base_version
 from gpuserve.launch.flagparser import build_parser
@@ -228,7 +228,7 @@ class BenchCatalog:
 @cache
 def _load(version: str) -> BenchCatalog:
     path = _catalog_dir() / f"sglang-{version}-serving.json"
-    return BenchCatalog(json.loads(path.read_text(encoding="utf-8")))
+    return BenchCatalog(safeload.load_json_file(path))
 
 
 def load_bench_catalog(version: str) -> BenchCatalog:

@@ -11,14 +11,12 @@ parts stay in BF16 (NVFP4 checkpoints keep attention and shared experts unquanti
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.paths import DATA_DIR
 
@@ -343,14 +341,8 @@ def arch_from_config(
 
 
 def _load_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(path, None, f"not UTF-8 text: {exc.reason}") from exc
-    except json.JSONDecodeError as exc:
-        raise InputError(path, None, f"invalid JSON: {exc.msg}", exc.lineno) from exc
+    # A checkpoint's config.json is user-provided: bounded size/depth, finite numbers.
+    data = safeload.load_json_file(path, safeload.CONFIG)
     if not isinstance(data, dict):
         raise InputError(path, None, f"must be a JSON object, got {type(data).__name__}")
     return data
@@ -393,7 +385,9 @@ def load_record(name: str) -> ModelArch:
             raise InputError(
                 "--model", "model", f"no record {name!r}; known: {', '.join(record_names())}"
             )
-    data = yaml.safe_load(path.read_text())
+    data = safeload.load_yaml_file(path)
+    if not isinstance(data, dict):
+        raise InputError(path, None, "a model record must be a YAML mapping")
     for key in ("config", "sources"):
         if key not in data:
             raise InputError(path, key, "model record needs this key")
