@@ -53,6 +53,9 @@ class Limits:
     max_nodes: int = 200_000
     max_aliases: int = 100
     finite: bool = True
+    #: Python's ``json`` extensions ``NaN``/``Infinity``: only for catalogs generated
+    #: from argparse defaults (``--request-rate`` defaults to ``inf``), never user input.
+    json_constants: bool = False
 
     def but(self, **changes: Any) -> Limits:
         """A copy with some limits changed (``CONFIG.but(max_bytes=64 * MiB)``)."""
@@ -310,7 +313,9 @@ def loads_json(
         )
     # NaN/Infinity are not JSON (RFC 8259) and always refused; with ``finite=False`` an
     # overflowing literal (1e400 -> inf) is left to a reader that names the field.
-    hooks: dict[str, Any] = {"parse_constant": _refuse_constant}
+    hooks: dict[str, Any] = {}
+    if not limits.json_constants:
+        hooks["parse_constant"] = _refuse_constant
     if limits.finite:
         hooks["parse_float"] = _finite_float
     try:

@@ -16,8 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.host.hostfacts import HostFacts, version_tuple
 from gpuserve.launch.dialect import Launch, parse_version, render_launch, target_version
@@ -206,10 +205,7 @@ def rule(rule_id: str) -> Callable[[Predicate], Predicate]:
 
 @cache
 def load_rules(path: Path = RULES_PATH) -> tuple[RuleMeta, ...]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(path, None, f"cannot load rules: {exc}") from exc
+    data = safeload.load_yaml_file(path)
     metas = []
     for index, raw in enumerate((data or {}).get("rules") or []):
         where = f"rules[{index}]"

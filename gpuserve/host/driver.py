@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import yaml
-
+from gpuserve import safeload
 from gpuserve.errors import GpuserveError
 from gpuserve.paths import DATA_DIR
 
@@ -28,8 +27,7 @@ class HostRefusal(GpuserveError):
 @cache
 def nvidia_data() -> dict[str, Any]:
     """The committed driver/lane table (a data file, so updating a lane is not a code change)."""
-    text = (DATA_DIR / "host" / "nvidia.yaml").read_text()
-    return yaml.safe_load(text)
+    return safeload.load_yaml_file(DATA_DIR / "host" / "nvidia.yaml")
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

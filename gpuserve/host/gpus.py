@@ -11,8 +11,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-import yaml
-
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.paths import DATA_DIR
 
@@ -44,7 +43,7 @@ def _norm(name: str) -> str:
 
 @cache
 def _catalog() -> dict[str, GpuSpec]:
-    data = yaml.safe_load(GPUS_FILE.read_text())
+    data = safeload.load_yaml_file(GPUS_FILE)
     out: dict[str, GpuSpec] = {}
     for key, rec in data["gpus"].items():
         spec = GpuSpec(

@@ -12,12 +12,12 @@ Keys this module does not know are ignored, so the facts side can add keys (such
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 
 _NVLINK = re.compile(r"^NV\d+$")
@@ -239,21 +239,12 @@ class HostFacts:
         its output can be saved and passed as it is. With several hosts in it, ``host``
         says which one.
         """
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(file, None, f"invalid JSON: {exc.msg}", exc.lineno) from exc
+        data = safeload.loads_json(text, file)  # bounded size/depth, finite numbers
         return cls.from_dict(_unwrap_pyinfra_fact(data, file, host), file)
 
     @classmethod
     def from_file(cls, path: str | Path, host: str | None = None) -> HostFacts:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(path, None, f"cannot read: {exc.strerror}") from exc
-        except UnicodeDecodeError as exc:
-            raise InputError(path, None, f"not UTF-8 text: {exc.reason}") from exc
-        return cls.from_json(text, path, host)
+        return cls.from_json(safeload.read_text(path, safeload.DATA.max_bytes), path, host)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

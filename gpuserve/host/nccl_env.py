@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 
 NCCL_ENV_PATH = "/etc/gpuserve/nccl.env"
@@ -212,10 +213,8 @@ def sglang_flags_for_host(
     """
     if not host_json_lines:
         return []
-    try:
-        doc = json.loads("\n".join(host_json_lines))
-    except json.JSONDecodeError as exc:
-        raise InputError(source, None, f"not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    # Bounded (size, depth, finite numbers) like every document read from a host.
+    doc = safeload.loads_json("\n".join(host_json_lines), source, safeload.CONFIG)
     if not isinstance(doc, dict):
         raise InputError(source, None, "must be a JSON object")
     flag = doc.get("disable_custom_all_reduce", False)

@@ -217,8 +217,11 @@ def list_profiles(profiles_dir: Path | None = None) -> list[str]:
 
 
 def _read(path: Path) -> tuple[dict[str, Any], dict[str, Origin]]:
-    # Bounded (size, depth, alias expansion, finite floats): see gpuserve/safeload.py.
-    loader, node = safeload.compose_yaml(safeload.read_bytes(path), path)
+    # Bounded (size, depth, alias expansion): see gpuserve/safeload.py. Non-finite floats
+    # are left to the typed checks (_coerce, parse_bench), whose messages say what the
+    # field wants ("seconds", "a number in (0, 1)").
+    limits = safeload.CONFIG.but(finite=False)
+    loader, node = safeload.compose_yaml(safeload.read_bytes(path), path, limits)
     try:
         locs: dict[str, Origin] = {}
         if node is None:

@@ -228,7 +228,8 @@ class BenchCatalog:
 @cache
 def _load(version: str) -> BenchCatalog:
     path = _catalog_dir() / f"sglang-{version}-serving.json"
-    return BenchCatalog(safeload.load_json_file(path))
+    # Shipped, generated from the client's argparse: its defaults include Infinity.
+    return BenchCatalog(safeload.load_json_file(path, safeload.DATA.but(json_constants=True)))
 
 
 def load_bench_catalog(version: str) -> BenchCatalog:

@@ -18,8 +18,7 @@ from enum import Enum
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
+from gpuserve import safeload
 from gpuserve.paths import DATA_DIR
 
 RULES_PATH = DATA_DIR / "health" / "sglang_startup.yaml"
@@ -47,7 +46,7 @@ class Rules:
 @lru_cache(maxsize=1)
 def load_rules(path: Path = RULES_PATH) -> Rules:
     """Load the phase and fatal-line rules once; they are data, not code."""
-    doc = yaml.safe_load(path.read_text())
+    doc = safeload.load_yaml_file(path)
     phases = tuple(
         Phase(p["name"], p["label"], i + 1, tuple(re.compile(x) for x in p["patterns"]))
         for i, p in enumerate(doc["phases"])
