@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gpuserve import __version__
+from gpuserve import __version__, safeload
 from gpuserve.errors import InputError
 from gpuserve.measure.smoke import SmokeResult
 
@@ -343,14 +343,19 @@ def smoke_record(spec: RecordSpec, host: str, result: SmokeResult,
     )
 
 
+#: Records and SGLang lines: bounded size and depth (gpuserve/safeload.py); ``NaN`` and
+#: ``Infinity`` parse, as SGLang's json writes them, and the figure checks decide.
+READ_LIMITS = safeload.DATA.but(finite=False, json_constants=True)
+
+
 def parse_sglang_line(text: str, source: str) -> dict:
     """One line of SGLang's ``--output-file`` (``Infinity``/``NaN`` accepted, as Python's
     json writes them); InputError naming ``source`` when it is not one JSON object."""
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(source, None, f"not an SGLang benchmark JSON line: {e.msg} "
-                         f"(column {e.colno})") from e
+        doc = safeload.loads_json(text, source, READ_LIMITS)
+    except InputError as e:
+        why = e.message.removeprefix("invalid JSON: ")  # ``source`` already says where
+        raise InputError(source, None, f"not an SGLang benchmark JSON line: {why}") from e
     if not isinstance(doc, dict):
         raise InputError(source, None, "not an SGLang benchmark JSON line: expected an "
                          f"object, got {type(doc).__name__}")
@@ -476,10 +481,7 @@ def read_results(path: str | Path, skipped: list[str] | None = None) -> list[Res
 def read_file(path: str | Path, skipped: list[str] | None = None, *,
               in_directory: bool = False) -> list[ResultRecord]:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(p, None, f"cannot read: {e}") from e
+    text = safeload.read_text(p, READ_LIMITS.max_bytes)
     docs = _json_documents(text, p)
     if in_directory and docs and not any(_is_result(doc) for _, doc in docs):
         other = _foreign_schema(docs[0][1])
@@ -524,12 +526,13 @@ def _json_documents(text: str, path: Path) -> list[tuple[int, object]]:
         if not raw.strip():
             continue
         try:
-            docs.append((n, json.loads(raw)))
-        except json.JSONDecodeError as e:
+            docs.append((n, safeload.loads_json(raw, path, READ_LIMITS, line=n)))
+        except InputError as e:
             try:
-                whole = json.loads(text)
-            except json.JSONDecodeError:
-                raise InputError(path, None, f"not a JSON object per line: {e.msg}",
+                whole = safeload.loads_json(text, path, READ_LIMITS)
+            except InputError:
+                why = e.message.removeprefix("invalid JSON: ")
+                raise InputError(path, None, f"not a JSON object per line: {why}",
                                  line=n) from e
             first = next(i for i, line in enumerate(text.splitlines(), 1) if line.strip())
             return [(first, whole)]
