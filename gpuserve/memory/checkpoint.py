@@ -15,7 +15,6 @@ listed, so a user sees what the planner did not recognise.
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.memory.models import ModelArch, arch_from_config
 from gpuserve.memory.planner import Layout, WeightPart, shard, uses_builtin_mtp
@@ -115,10 +115,12 @@ def scan_directory(path: str | Path) -> CheckpointScan:
 
 def parse_scan(text: str, source: str = "checkpoint_scan.py output") -> CheckpointScan:
     """Parse the JSON document checkpoint_scan.py printed on a host."""
+    # Printed on a host: bounded size and depth, finite numbers (gpuserve/safeload.py).
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(source, None, f"not JSON: {exc.msg}", exc.lineno) from None
+        doc = safeload.loads_json(text, source)
+    except InputError as exc:
+        why = exc.message.removeprefix("invalid JSON: ")
+        raise InputError(source, None, f"not JSON: {why}", exc.line) from None
     return scan_from_dict(doc, source)
 
 

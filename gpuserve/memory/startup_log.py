@@ -19,6 +19,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 
 GIB = 1 << 30
@@ -297,11 +298,11 @@ def parse_log(text: str, source: str = "<log>") -> StartupLog:
 
 def read_log(path: str | Path) -> StartupLog:
     p = Path(path)
-    try:
-        text = p.read_text(errors="replace")
-    except OSError as exc:
-        raise InputError(p, "log", f"cannot read: {exc.strerror}") from exc
-    return parse_log(text, str(p))
+    try:  # bounded: a log is read whole, so a runaway one is refused from its size
+        data = safeload.read_bytes(p, safeload.LOG_MAX_BYTES)
+    except InputError as exc:
+        raise InputError(p, "log", exc.message) from exc
+    return parse_log(data.decode("utf-8", errors="replace"), str(p))
 
 
 # ------------------------------------------------------------------------- diagnosis
