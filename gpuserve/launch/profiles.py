@@ -29,11 +29,13 @@ from gpuserve.measure.bench import BenchSpec, parse_bench
 
 PROFILES_DIR = paths.PROFILES_DIR
 
-#: Flags and env names that carry secrets. A profile is a committed, world-readable file
-#: and its args end up in argv (visible in ``ps``), so secrets must come from host data
-#: (``hf_token`` / ``sglang_api_key``), which the serve role writes to 0600 files.
-SECRET_FLAG_WORDS = ("api-key", "token", "secret", "password")
+#: Env names that carry secrets. A profile is a committed, world-readable file and its
+#: args end up in argv (visible in ``ps``), so secrets must come from host data
+#: (``hf_token`` / ``sglang_api_key``), which the serve role writes to 0600 files. Secret
+#: *flags* are judged by gpuserve.launch.secrets (resolved like SGLang's parser).
 SECRET_ENV_WORDS = ("TOKEN", "API_KEY", "SECRET", "PASSWORD")
+#: ``Profile.name`` (the file stem) goes into the unit, the env file and record names.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,7 @@ def load_profile(name_or_path: str | Path, profiles_dir: Path | None = None) -> 
     if not path.is_file():
         known = sorted(p.stem for p in (profiles_dir or PROFILES_DIR).glob("*.yaml"))
         raise InputError(path, None, f"no such profile (known: {', '.join(known) or 'none'})")
+    _check_name(path)
     data, locs = _resolve(path.resolve(), ())
     profile = _build(path.resolve(), data, locs)
     _check_cross_fields(profile)
@@ -514,11 +517,7 @@ def _check_cross_fields(p: Profile) -> None:
         if value is not None and value < 1:
             raise p.error(f"speculative.{name}", "must be at least 1")
 
-    for index, arg in enumerate(p.extra_args):
-        flag = arg.split("=", 1)[0].lower()
-        if flag.startswith("-") and any(word in flag for word in SECRET_FLAG_WORDS):
-            raise p.error(f"extra_args[{index}]", f"{flag} carries a secret: set it in host data "
-                          "(sglang_api_key / hf_token), never on the command line")
+    _check_secret_args(p)
     for key in p.env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             # systemd's EnvironmentFile= (and a shell) cannot carry it
@@ -526,6 +525,35 @@ def _check_cross_fields(p: Profile) -> None:
         if any(word in key.upper() for word in SECRET_ENV_WORDS):
             raise p.error(f"env.{key}", "looks like a secret: set it in host data (hf_token / "
                           "sglang_api_key / sglang_extra_env), not in a committed profile")
+
+
+def _check_name(path: Path) -> None:
+    """The profile's name (its file stem) is written into the systemd unit, the env file
+    and result file names: a newline there would add unit directives, so only a plain
+    name is accepted."""
+    for stem in dict.fromkeys((path.stem, path.resolve().stem)):
+        if not NAME_PATTERN.fullmatch(stem):
+            raise InputError(path, "name", f"profile name {stem!r} must match "
+                             f"{NAME_PATTERN.pattern} (letters, digits, '.', '_', '-'; at most "
+                             "64 characters, starting with a letter or digit); rename the file")
+
+
+def _check_secret_args(p: Profile) -> None:
+    """A secret flag in ``extra_args`` (``--api-key``, or any abbreviation argparse
+    accepts, such as ``--api-k``) would land in the world-readable unit, the server's
+    command line and the journal. Judged with every catalog the profile targets; the
+    message names the option, never the value."""
+    from gpuserve.launch import catalog, secrets
+
+    available = catalog.available_versions()
+    targets = [catalog.load_catalog(v) for v in (p.sglang_versions or available)
+               if v in available] or [None]
+    for target in targets:
+        for hit in secrets.secret_flags(p.extra_args, target):
+            spelled = (f"{hit.given} (an abbreviation of {hit.flag})" if hit.abbreviated
+                       else hit.flag)
+            raise p.error(f"extra_args[{hit.index}]", f"{spelled} carries a secret: set it "
+                          "in host data (sglang_api_key / hf_token), never on the command line")
 
 
 def _check_arch(p: Profile) -> None:

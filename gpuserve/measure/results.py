@@ -71,6 +71,7 @@ from pathlib import Path
 
 from gpuserve import __version__, safeload
 from gpuserve.errors import InputError
+from gpuserve.launch.secrets import split_secret_args
 from gpuserve.measure.smoke import SmokeResult
 
 SCHEMA = "gpuserve.result/2"
@@ -99,15 +100,14 @@ CONTEXT_KEYS = ("argv", "env", "gpus", "driver", "cuda", "nccl_env", "p2p",
                 "gpuserve_version")
 GATE_KEYS = ("passed", "misses", "checked")
 
-# Env names and flags whose values are secrets: left out of the launch hash and of records.
+# Env names whose values may be secrets: left out of the launch hash and of records.
 _SECRET_NAME = re.compile(r"TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|CREDENTIAL", re.I)
-# Whole words of a flag name: --hf-token, --admin-api-key, --ssl-keyfile-password, but not
-# --max-total-tokens or --tokenizer-path (those are settings a comparison needs).
-_SECRET_FLAG = re.compile(r"(?:^|-)(?:api-key|token|secret|password)(?:$|-)", re.I)
-# SGLang's secret flags by full name: argparse accepts any unambiguous prefix (--api-k).
-SECRET_FLAG_NAMES = ("api-key", "admin-api-key")
-_MIN_ABBREV = 4
-_MIN_REDACT = 8
+# Env names that *are* secrets (whole words: HF_TOKEN, OPENAI_API_KEY, not MAX_TOKENS):
+# their values, of any length, are also scrubbed from every other string of a record.
+_SECRET_ENV_WORDS = re.compile(
+    r"(?:^|_)(?:TOKEN|API_?KEY|SECRETS?|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?)(?:$|_)", re.I)
+# Secret *flags* are judged by gpuserve.launch.secrets: resolved like SGLang's parser
+# (--api-k is --api-key), so --max-total-tokens and --tokenizer-path stay in the hash.
 _UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._@+-]")
 _REDACTED = "<redacted>"
 
@@ -188,38 +188,19 @@ class RecordSpec:
 # ----------------------------------------------------------------------------- secrets
 
 
-def _secret_flag(name: str) -> bool:
-    """``name`` (a flag without ``--`` and ``=value``) is, or abbreviates, a secret flag."""
-    if _SECRET_FLAG.search(name):
-        return True
-    return len(name) >= _MIN_ABBREV and any(s.startswith(name.lower())
-                                             for s in SECRET_FLAG_NAMES)
-
-
 def _split_secret_args(args: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(argv without secret flags and their values, the secret values dropped)."""
-    kept: list[str] = []
-    secrets: list[str] = []
-    skip_value = False
-    for arg in args:
-        if skip_value:
-            skip_value = False
-            if not arg.startswith("--"):
-                secrets.append(arg)
-                continue
-        if arg.startswith("--") and _secret_flag(arg[2:].split("=", 1)[0]):
-            name, eq, value = arg.partition("=")
-            if eq:
-                secrets.append(value)
-            skip_value = not eq
-            continue
-        kept.append(arg)
-    return kept, secrets
+    """(argv without secret flags and their values, the secret values dropped).
+
+    No catalog is at hand here (a record may come from any SGLang version), so the
+    conservative judgement of gpuserve.launch.secrets applies: whatever a committed
+    catalog resolves to a secret option (``--api-k``), names a secret, or abbreviates
+    a known secret option; never a valid non-secret option of a committed catalog."""
+    return split_secret_args(args)
 
 
 def strip_secret_args(args: Iterable[str]) -> list[str]:
-    """argv without secret-looking flags (``--flag value``, ``--flag=value``, and argparse
-    abbreviations of SGLang's secret flags, e.g. ``--api-k``) and their values."""
+    """argv without secret flags (``--flag value``, ``--flag=value``, and the argparse
+    abbreviations of SGLang's secret options, e.g. ``--api-k``) and their values."""
     return _split_secret_args(args)[0]
 
 
@@ -239,18 +220,19 @@ def _secret_values(context: Mapping | None) -> set[str]:
     for key in ("env", "nccl_env"):
         env = context.get(key)
         if isinstance(env, Mapping):
-            values.update(str(v) for k, v in env.items() if _SECRET_NAME.search(str(k)))
-    # short values ("1", "true" of a *TOKEN*-named setting) would redact ordinary text;
-    # they are dropped from argv/env anyway, and real keys and tokens are long
-    return {v for v in values if len(v) >= _MIN_REDACT}
+            values.update(str(v) for k, v in env.items() if _SECRET_ENV_WORDS.search(str(k)))
+    # any length: a short secret is still a secret (host data refuses short ones, but a
+    # record may come from elsewhere); only the empty string is no value to look for
+    return {v for v in values if v}
 
 
 def _redact(value, secrets: set[str]):
-    """``value`` with every occurrence of a secret inside any string replaced."""
+    """``value`` with every occurrence of a secret inside any string replaced (longest
+    first, so a secret that contains another is replaced whole; any length)."""
     if not secrets:
         return value
     if isinstance(value, str):
-        for secret in secrets:
+        for secret in sorted(secrets, key=len, reverse=True):
             value = value.replace(secret, _REDACTED)
         return value
     if isinstance(value, dict):

@@ -215,7 +215,7 @@ def test_bench_plan_defaults_and_record_context() -> None:
                   "memory_total_mib": 97887} for _ in range(8))
     host_json = json.dumps({"p2p": "none", "nccl_env": {"NCCL_P2P_DISABLE": "1"},
                             "disable_custom_all_reduce": True})
-    p = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_api_key": "sk-plan-secret"},
+    p = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_api_key": "sk-plan-secret-01"},
                    "inv.py", runtime(gpu_list=gpus), lambda: host_json.splitlines())
     assert p.bench is not None and p.bench.mode == "auto"
     assert [s.name for s in p.bench.spec.scenarios] == ["single", "batch"]
@@ -229,7 +229,7 @@ def test_bench_plan_defaults_and_record_context() -> None:
     assert ctx["p2p"] == "none" and ctx["nccl_env"] == {"NCCL_P2P_DISABLE": "1"}
     assert ctx["driver"] == "580.126.20" and "13.0" in ctx["cuda"]
     assert p.record.lock == p.lock.name and p.record.profile_hash.startswith("sha256:")
-    assert "sk-plan-secret" not in json.dumps(ctx) and "sk-plan-secret" not in repr(p.bench)
+    assert "sk-plan-secret-01" not in json.dumps(ctx) and "sk-plan-secret-01" not in repr(p.bench)
 
 
 def test_bench_fingerprint_follows_the_launch() -> None:
