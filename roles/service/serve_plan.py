@@ -11,11 +11,11 @@ with plain dicts.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
 from gpuserve.launch.catalog import available_versions, load_catalog
@@ -74,6 +74,10 @@ class ServePlan:
         return service.CONFIG_PATH if self.service.config_text is not None else ""
 
 
+#: A health gate longer than a day is a typo (or ``inf``), not a slow model.
+MAX_HEALTH_TIMEOUT = 86_400
+
+
 def defaults() -> dict:
     merged: dict = {"profile": None}
     for layer in (sglang.DEFAULTS, service.DEFAULTS, checks.DEFAULTS):
@@ -123,9 +127,13 @@ def plan_serve(
     index_url = _opt_str(data, "pip_index_url", source)
     find_links = _opt_str(data, "pip_find_links", source)
     timeout = data["health_timeout"]
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        raise InputError(source, "health_timeout", f"must be a positive number of seconds, "
-                         f"got {timeout!r}")
+    # ``not 0 < t <= max`` rather than ``t <= 0``: NaN compares false with everything, so
+    # the old check let ``nan`` (and ``inf``) through and the health gate never timed out.
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
+        0 < timeout <= MAX_HEALTH_TIMEOUT
+    ):
+        raise InputError(source, "health_timeout", "must be a finite number of seconds in "
+                         f"(0, {MAX_HEALTH_TIMEOUT}], got {timeout!r:.40}")
 
     profile = load_profile(profile_ref)
     locks = load_locks(locks_dir, source=source, field="sglang_locks_dir")
@@ -203,9 +211,9 @@ def profile_hash(profile) -> str:
 def communication(host_json_lines: list[str] | None) -> dict:
     """P2P verdict and NCCL env from the host deploy's host.json ({} without one; a bad
     one is refused by sglang_flags_for_host)."""
-    try:
-        doc = json.loads("\n".join(host_json_lines or []) or "{}")
-    except json.JSONDecodeError:
+    try:  # bounded like every host document (gpuserve/safeload.py)
+        doc = safeload.loads_json("\n".join(host_json_lines or []) or "{}", HOST_JSON_PATH)
+    except InputError:
         return {}
     if not isinstance(doc, dict):
         return {}
