@@ -92,7 +92,7 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
                  extra_env: object, hf_token: object, api_key: object,
                  data_source: str, cuda_home: str | None = None,
                  lock_name: str = "", listen_address: object = None,
-                 hardening_off: object = None) -> ServicePlan:
+                 hardening_off: object = None, profile_sets_host: bool = True) -> ServicePlan:
     """Render the three files; every input problem is an ``InputError`` here."""
     for hit in secret_flags(args, _catalog_or_none(sglang_version)):
         # resolved like SGLang's parser: --api-k is --api-key (the message names the
@@ -119,7 +119,7 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
         merged["HF_TOKEN"] = env_line("HF_TOKEN", hf_token, data_source, "hf_token")
 
     host, warnings = listen_host(_value(args, "--host"), listen_address, bool(api_key),
-                                 profile_source, data_source)
+                                 profile_source, data_source, quiet=not profile_sets_host)
     checks_reach(host, data_source if listen_address else profile_source,
                  "listen_address" if listen_address else "server.host")
     # last, so it wins over any spelling of --host earlier in the args (argparse keeps the
@@ -154,7 +154,8 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
 
 
 def listen_host(profile_host: str | None, listen_address: object, has_key: bool,
-                profile_source: str, data_source: str) -> tuple[str, list[str]]:
+                profile_source: str, data_source: str,
+                quiet: bool = False) -> tuple[str, list[str]]:
     """The address the server listens on, and warnings to print.
 
     Why: SGLang serves its admin endpoints (/flush_cache, /update_weights_from_disk,
@@ -163,12 +164,13 @@ def listen_host(profile_host: str | None, listen_address: object, has_key: bool,
     ``server.host`` (default 0.0.0.0) applies only when ``sglang_api_key`` is set, else
     the server listens on 127.0.0.1. Without a key, a named address must be loopback or
     private (RFC 1918 / ULA, with a warning); every interface or a public one is refused.
+    ``quiet``: the profile's host is its default, so falling back to loopback is no news.
     """
     warnings: list[str] = []
     if listen_address is None or listen_address == "":
         if has_key:
             return profile_host or "0.0.0.0", warnings
-        if profile_host and profile_host != LOOPBACK:
+        if profile_host and profile_host != LOOPBACK and not quiet:
             warnings.append(
                 f"listening on {LOOPBACK} only: no sglang_api_key is set, so the profile's "
                 f"server.host {profile_host} ({profile_source}) does not apply; set "

@@ -22,6 +22,19 @@ _SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_ENV_VALUE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]*$")
 
+#: The unit's hardening directives that host data ``unit_hardening_off`` may switch off,
+#: one by one, for a host where one breaks the server (the template says why each is
+#: there). DevicePolicy also drops its DeviceAllow= lines, SystemCallFilter its
+#: SystemCallErrorNumber=.
+HARDENING = (
+    "NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp", "ProtectKernelTunables",
+    "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups", "ProtectClock",
+    "ProtectHostname", "RestrictSUIDSGID", "RestrictRealtime", "LockPersonality",
+    "RestrictAddressFamilies", "SystemCallArchitectures", "CapabilityBoundingSet",
+    "AmbientCapabilities", "RestrictNamespaces", "ProtectProc", "RemoveIPC", "DevicePolicy",
+    "SystemCallFilter",
+)
+
 
 def systemd_quote(word: str) -> str:
     """Quote one argv word for ExecStart=.
@@ -71,6 +84,20 @@ def env_line(key: str, value: str, source: str, field_name: str) -> tuple[str, s
     return key, f'"{escaped}"'
 
 
+def validate_hardening_off(value: object, source: str) -> tuple[str, ...]:
+    """Host data ``unit_hardening_off``: a list of names from :data:`HARDENING`."""
+    if value is None or value == []:
+        return ()
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise InputError(source, "unit_hardening_off", "must be a list of directive names, "
+                         f"e.g. [\"SystemCallFilter\"]; got {value!r:.80}")
+    unknown = [v for v in value if v not in HARDENING]
+    if unknown:
+        raise InputError(source, "unit_hardening_off", f"{unknown[0]!r:.60} is not a hardening "
+                         f"directive of the unit; one of: {', '.join(HARDENING)}")
+    return tuple(dict.fromkeys(value))
+
+
 def _env() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -104,6 +131,8 @@ class UnitSpec:
     # gpuserve has none. Read before env_file so the profile's own env wins.
     host_env_file: str = NCCL_ENV_PATH
     extra_rw_paths: list[str] = field(default_factory=list)
+    # hardening directives switched off for this host (validate_hardening_off)
+    hardening_off: tuple[str, ...] = ()
     restart_sec: int = 15
     timeout_start: str = "20min"
     timeout_stop: str = "2min"

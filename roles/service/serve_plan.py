@@ -30,6 +30,7 @@ from gpuserve.launch.lock_choice import (
 )
 from gpuserve.launch.locks import Lock, catalog_mismatch, load_locks
 from gpuserve.launch.profiles import load_profile
+from gpuserve.launch.secrets import secret_flags
 from gpuserve.launch.venvs import venv_path
 from gpuserve.measure.bench import (
     client_argv,
@@ -154,6 +155,13 @@ def plan_serve(
         raise InputError(lock.path, "packages (sglang)", mismatch)
     launch = render_launch(profile, version)
     args = list(launch.args)
+    for hit in secret_flags(args, load_catalog(version)):
+        # resolved like SGLang's parser (--api-k is --api-key): the unit file is
+        # world-readable and its ExecStart= reaches ps and the journal
+        owner = next((f for f, items in launch.by_field.items() if args[hit.index] in items),
+                     "extra_args")
+        raise profile.error(owner, f"{hit.given} ({hit.flag}) carries a secret: set it in "
+                                   "host data (sglang_api_key / hf_token)")
     for arg in args:
         # systemd's ExecStart= cannot carry them (roles/service/render.py refuses them)
         if any(ord(c) < 32 or ord(c) == 127 for c in arg):
@@ -179,7 +187,11 @@ def plan_serve(
         extra_env=data["sglang_extra_env"], hf_token=data["hf_token"],
         api_key=data["sglang_api_key"], data_source=source,
         cuda_home=cuda_home(runtime, lock), lock_name=lock.name,
+        listen_address=data["listen_address"], hardening_off=data["unit_hardening_off"],
+        profile_sets_host=profile.is_set("server.host"),
     )
+    # the listen address and hardening choices are printed with the preflight's warnings
+    checks_report.warnings.extend(plan.warnings)
     extra_env = data["sglang_extra_env"] or {}
     record = record_spec(data["results_dir"], source, profile=profile.name, args=args,
                          env={**launch.env, **{k: str(v) for k, v in extra_env.items()}},
