@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from io import StringIO
 from urllib.parse import urlparse
 
@@ -44,6 +45,8 @@ from gpuserve.launch.venvs import (
 from gpuserve.launch.verify import judge
 from gpuserve.paths import SCRIPTS_DIR
 from roles.failure import fail_host
+from roles.inventory import inventory_source
+from roles.service.secret import write_secret_command
 
 DEFAULTS = {
     # Exact SGLang version to install (a lock must exist for it, local part allowed:
@@ -66,12 +69,72 @@ DEFAULTS = {
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 VERIFY = "sglang_verify.py"
+#: The GECOS comment of every account gpuserve creates: the mark that lets a later deploy
+#: tell its own service account from one it must never touch.
+ACCOUNT_MARK = "gpuserve service account"
+#: The comment earlier gpuserve versions gave the account (accepted, and rewritten).
+LEGACY_MARKS = ("gpuserve SGLang server",)
 
 
 def validate_user(user: object, source: str) -> str:
+    """Host data ``sglang_user``: a valid name, never root (checked again on the host:
+    :func:`check_account` refuses any existing account gpuserve did not create)."""
     if not isinstance(user, str) or not _USER.match(user):
-        raise InputError(source, "sglang_user", f"{user!r} is not a valid system user name")
+        raise InputError(source, "sglang_user", f"{user!r:.80} is not a valid system user name")
+    if user == "root":
+        raise InputError(source, "sglang_user", "root cannot run the server: the deploy would "
+                         "change its home and shell (locking out SSH) and the server would "
+                         "run with every privilege; leave sglang_user unset (sglang) or name "
+                         "an account that does not exist yet, which gpuserve creates")
     return user
+
+
+class ServiceAccount(FactBase):
+    """The host's passwd and group entries of the service account's name (None: absent)."""
+
+    def command(self, user: str) -> str:
+        q = shlex.quote(user)
+        return f"getent passwd {q} || true; echo --; getent group {q} || true"
+
+    def process(self, output: list[str]) -> dict[str, str | None]:
+        lines = [line.strip() for line in output]
+        cut = lines.index("--") if "--" in lines else len(lines)
+        passwd = next((x for x in lines[:cut] if x), None)
+        group = next((x for x in lines[cut + 1:] if x), None)
+        return {"passwd": passwd, "group": group}
+
+
+def check_account(entry: dict[str, str | None] | None, user: str, source: str) -> None:
+    """Refuse an existing account or group gpuserve did not create, before any change.
+
+    Why: ``server.user`` would otherwise take over whatever account has that name (its
+    home, shell and groups changed; root's SSH login locked) and run the server as it.
+    gpuserve's own accounts carry :data:`ACCOUNT_MARK` (or an earlier version's comment)
+    in the GECOS field; an existing group without that user (``sudo``, ``docker``,
+    ``shadow`` ...) would hand its privileges to the new account.
+    """
+    passwd = (entry or {}).get("passwd")
+    group = (entry or {}).get("group")
+    if passwd:
+        fields = passwd.split(":")
+        uid = fields[2] if len(fields) > 2 else ""
+        gecos = fields[4] if len(fields) > 4 else ""
+        if uid == "0":
+            raise InputError(source, "sglang_user", f"{user} has UID 0 on this host (a root "
+                             "account): the server must not run as root; leave sglang_user "
+                             "unset (sglang) or name an account that does not exist yet")
+        if gecos.split(",")[0] not in (ACCOUNT_MARK, *LEGACY_MARKS):
+            raise InputError(source, "sglang_user", f"{user} already exists on this host and "
+                             f"gpuserve did not create it (its comment is {gecos!r:.60}, not "
+                             f"{ACCOUNT_MARK!r}); gpuserve never modifies an existing account: "
+                             "name an account that does not exist yet, which gpuserve "
+                             "creates, or remove that one if it is a leftover")
+    elif group:
+        raise InputError(source, "sglang_user", f"a group named {user} already exists on "
+                         "this host but no such user: the new account would join it and "
+                         "gain its privileges; name an account that does not exist yet, or "
+                         f"remove the group (groupdel {user}) if an interrupted deploy "
+                         "left it")
 
 
 def validate_home(home: object, source: str) -> str:
@@ -93,13 +156,65 @@ def state_dir(home: str) -> str:
     return f"{home}/cache"
 
 
-def pip_args(index_url: str | None, find_links: str | None) -> list[str]:
+# Credentials in a mirror URL (https://user:pass@mirror/simple) must stay off the pip
+# command line (``ps``, ``pyinfra -vvv``): they go into a pip config file, 0600 root, that
+# exists only while pip runs (PIP_CONFIG_FILE; loaded after the host's own pip.conf).
+PIP_CONFIG = "pip-credentials.conf"
+_PIP_KEYS = {"pip_index_url": "index-url", "pip_find_links": "find-links"}
+
+
+def _has_credentials(url: str) -> bool:
+    return "@" in urlparse(url).netloc
+
+
+def validate_pip_url(url: str | None, field: str, source: str) -> str | None:
+    """``url`` (host data ``pip_index_url`` / ``pip_find_links``) unchanged, or InputError.
+
+    Credentials are refused over plain ``http://`` (they would cross the network in
+    clear) and when a config file line cannot carry them (whitespace, control
+    characters). Messages name the field, never the URL (it holds a password)."""
+    if url is None or not _has_credentials(url):
+        return url
+    parsed = urlparse(url)
+    if parsed.scheme != "https":
+        raise InputError(source, field, "a mirror URL with credentials (user:password@) must "
+                         "use https://: over http they cross the network in clear (the URL "
+                         "is not shown)")
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise InputError(source, field, "a mirror URL with credentials must not contain "
+                         "whitespace or control characters (the URL is not shown)")
+    return url
+
+
+def strip_credentials(url: str) -> str:
+    """``url`` without its ``user:password@`` part (for anything that is shown)."""
+    parsed = urlparse(url)
+    return parsed._replace(netloc=parsed.netloc.rpartition("@")[2]).geturl()
+
+
+def pip_config_text(index_url: str | None, find_links: str | None,
+                    source: str = "host data") -> str | None:
+    """The pip config file carrying the URLs that hold credentials; None when none do."""
+    lines = []
+    for field, url in (("pip_index_url", index_url), ("pip_find_links", find_links)):
+        if url and validate_pip_url(url, field, source) and _has_credentials(url):
+            lines.append(f"{_PIP_KEYS[field]} = {url}\n")
+    return "[global]\n" + "".join(lines) if lines else None
+
+
+def pip_args(index_url: str | None, find_links: str | None,
+             source: str = "host data") -> list[str]:
+    """pip's index options for the command line. A URL with credentials is left out
+    (:func:`pip_config_text` carries it); only credential-free URLs are shown."""
     args: list[str] = []
+    for field, url in (("pip_index_url", index_url), ("pip_find_links", find_links)):
+        validate_pip_url(url, field, source)
     if index_url:
-        args += ["--index-url", index_url]
+        if not _has_credentials(index_url):
+            args += ["--index-url", index_url]
     elif find_links:
         args.append("--no-index")
-    if find_links:
+    if find_links and not _has_credentials(find_links):
         args += ["--find-links", find_links]
     # pip ignores a plain-http index or find-links host unless it is trusted; a mirror
     # the inventory names explicitly is the one the user asked for, so trust that host.
@@ -155,8 +270,14 @@ class UnitVenvs(FactBase):
 
 
 @operation()
-def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]):
-    """Build the lock's venv unless a verified one is there (then: no command)."""
+def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str],
+                pip_config: Callable[[], str] | None = None, pip_config_path: str = ""):
+    """Build the lock's venv unless a verified one is there (then: no command).
+
+    ``pip_config`` (a function, so that pyinfra's operation arguments never hold the
+    text) returns the pip config file with the mirror credentials; it is written from
+    stdin to ``pip_config_path`` (0600 root) for the install and removed after it,
+    whatever pip's exit status."""
     if host.get_fact(VenvVerified, venv=venv) == lock.hash:
         host.noop(f"{venv} is verified for lock {lock.name}")
         return
@@ -165,8 +286,15 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
     options = " ".join(q(a) for a in pip_options)
     # an unstamped venv is an interrupted or failed install: start it again from nothing
     yield f"rm -rf {q(venv)} && python3 -m venv {q(venv)}"
-    yield (f"{pip} install --disable-pip-version-check --no-input --require-hashes --no-deps "
-           f"--only-binary=:all: {options} -r {q(requirements)}")
+    install = (f"{pip} install --disable-pip-version-check --no-input --require-hashes "
+               f"--no-deps --only-binary=:all: {options} -r {q(requirements)}")
+    if pip_config is None:
+        yield install
+    else:
+        yield write_secret_command(pip_config_path, pip_config())
+        yield StringCommand("sh", "-c", QuoteString(
+            f"PIP_CONFIG_FILE={q(pip_config_path)} {install}; status=$?; "
+            f"rm -f {q(pip_config_path)}; exit $status"))
     yield f"{pip} check --disable-pip-version-check"
 
 
@@ -215,6 +343,8 @@ def prune_venvs(home: str, keep: int, unit_paths: tuple[str, ...]):
 def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = None,
                    find_links: str | None = None, expect_gpus: int = 0) -> str:
     """Service account, the lock's verified venv; returns the venv's path."""
+    # read before any change: an existing account gpuserve did not create is refused
+    check_account(host.get_fact(ServiceAccount, user=user), user, inventory_source())
     server.group(name=f"Service group {user}", group=user, system=True)
     server.user(
         name=f"Service user {user}",
@@ -225,7 +355,7 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
         system=True,
         create_home=False,
         ensure_home=False,
-        comment="gpuserve SGLang server",
+        comment=ACCOUNT_MARK,
     )
     for path, owner, mode in ((home, "root", "755"), (f"{home}/venvs", "root", "755"),
                               (f"{home}/locks", "root", "755"), (f"{home}/bin", "root", "755"),
@@ -241,8 +371,15 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
     files.put(name=f"lock {lock.name} ({len(lock.packages)} hashed wheels)",
               src=StringIO(lock.requirements_text()), dest=requirements, user="root",
               group="root", mode="644")
+    credentials = pip_config_text(index_url, find_links)
+
+    def pip_credentials() -> str:  # a function: pyinfra shows its name, not the text
+        return credentials or ""
+
     locked_venv(name=f"venv {venv} from lock {lock.name}", venv=venv, lock=lock,
-                requirements=requirements, pip_options=pip_args(index_url, find_links))
+                requirements=requirements, pip_options=pip_args(index_url, find_links),
+                pip_config=pip_credentials if credentials else None,
+                pip_config_path=f"{home}/{PIP_CONFIG}")
     files.put(name=f"host script {home}/bin/{VERIFY}", src=str(SCRIPTS_DIR / VERIFY),
               dest=f"{home}/bin/{VERIFY}", user="root", group="root", mode="755")
     verify_venv(name=f"verify {venv} as {user} against the lock", venv=venv, lock=lock,
