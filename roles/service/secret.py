@@ -45,6 +45,20 @@ def secret_file(dest: str, contents: str, user: str = "root", group: str = "root
         verb = "modify" if info else "create"
         host.log(f"Will {verb} {dest} (contents secret, diff not shown)")
 
+    if same_content:
+        script = (
+            f"chown {_q(user + ':' + group)} {_q(dest)} && chmod {_q(mode)} {_q(dest)}"
+        )
+        yield StringCommand("sh", "-c", QuoteString(script))
+        return
+    yield write_secret_command(dest, contents, user, group, mode)
+
+
+def write_secret_command(dest: str, contents: str, user: str = "root", group: str = "root",
+                         mode: str = "600") -> StringCommand:
+    """The command that writes ``contents`` to ``dest`` from stdin: ``umask 077`` into a
+    temporary file beside it, chown, chmod, then rename, so the file is never readable
+    by others and the contents are never on argv (nor in pyinfra's output)."""
     tmp = posixpath.join(posixpath.dirname(dest), f".{posixpath.basename(dest)}.gpuserve-new")
     script = (
         f"umask 077 && cat > {_q(tmp)}"
@@ -52,13 +66,7 @@ def secret_file(dest: str, contents: str, user: str = "root", group: str = "root
         f" && chmod {_q(mode)} {_q(tmp)}"
         f" && mv -f {_q(tmp)} {_q(dest)}"
     )
-    if same_content:
-        script = (
-            f"chown {_q(user + ':' + group)} {_q(dest)} && chmod {_q(mode)} {_q(dest)}"
-        )
-        yield StringCommand("sh", "-c", QuoteString(script))
-        return
-    yield StringCommand("sh", "-c", QuoteString(script), _stdin=contents)
+    return StringCommand("sh", "-c", QuoteString(script), _stdin=contents)
 
 
 def _q(value: str) -> str:
