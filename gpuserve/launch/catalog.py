@@ -208,10 +208,65 @@ class FlagCatalog:
         bad = [a for a in args if not isinstance(a, str)]
         if bad:
             raise InputError(source, field, f"arguments must be strings, got {bad[0]!r}", line)
+        if len(args) > DEDUPE_ABOVE:
+            args = without_repeated_segments(args)
+            options = sum(1 for a in args if _is_long_option(a))
+            if options > MAX_OPTIONS:
+                raise InputError(source, field, f"too many options ({options} distinct; "
+                                 f"at most {MAX_OPTIONS}): not a real SGLang command line",
+                                 line)
         try:
             return self.parse(args, complete=complete)
         except ValueError as e:
             raise InputError(source, field, f"SGLang {self.version}: {e}", line) from None
+
+
+#: argparse (CPython 3.11-3.12, ``_parse_known_args``) scans every remaining option index
+#: for each option it consumes: quadratic in the number of options (a 2 MB extra_args
+#: list took minutes). Validation therefore drops repeated segments (linear, below) and
+#: refuses more distinct options than any real command line has (SGLang has ~400 flags;
+#: list-valued ones repeat a few times). Small argvs (every real one) go to argparse as
+#: they are, so the returned namespace is exactly SGLang's.
+DEDUPE_ABOVE = 512
+MAX_OPTIONS = 2048
+
+
+def _is_long_option(arg: str) -> bool:
+    """True when argparse always classifies ``arg`` as an option string ('O'): it starts
+    with ``--``, is not ``--`` itself and has no space (argparse's _parse_optional)."""
+    return arg.startswith("--") and arg != "--" and " " not in arg
+
+
+def without_repeated_segments(args: list[str]) -> list[str]:
+    """``args`` with each repeat of an identical segment (a ``--long`` option and the
+    tokens up to the next one) removed, in one pass.
+
+    Validation-equivalent because an optional consumes only tokens before the next
+    option string, so a segment parses the same wherever it stands, and parsing the
+    same segment again sets the same values and sees no new action (mutually exclusive
+    groups and required options look at the set of actions seen). Everything from a
+    ``--`` on, and anything before the first option, is kept as it is; a parser with
+    positionals would break the argument, and SGLang's has none."""
+    head: list[str] = []
+    out: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    segment: list[str] = []
+    for index, arg in enumerate(args):
+        if arg == "--":
+            tail = args[index:]
+            break
+        if _is_long_option(arg) and segment:
+            key = tuple(segment)
+            if key not in seen:
+                seen.add(key)
+                out.extend(segment)
+            segment = []
+        (segment if segment or _is_long_option(arg) else head).append(arg)
+    else:
+        tail = []
+    if segment and tuple(segment) not in seen:
+        out.extend(segment)
+    return head + out + tail
 
 
 @cache
