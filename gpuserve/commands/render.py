@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from gpuserve.launch.catalog import load_catalog
 from gpuserve.launch.dialect import group_args, render_launch, target_version
 from gpuserve.launch.profiles import load_profile
+from gpuserve.launch.secrets import MASK, SECRET_ENV_NAME, redact_args
 
 LAUNCHER = "python -m sglang.launch_server"
 
@@ -35,9 +37,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"# profile {profile.name} ({profile.source}) for SGLang {version}")
     print("# env")
     for key, value in sorted(launch.env.items()):
-        print(f"{key}={shlex.quote(value)}")
+        shown = MASK if SECRET_ENV_NAME.search(key) else value
+        print(f"{key}={shlex.quote(shown)}")
     print("# argv")
-    print(format_argv(launch.args))
+    # load_profile refuses secrets already; a terminal and a CI log are still no place
+    # for one, so a secret option (resolved like SGLang's parser: --api-k) is masked
+    print(format_argv(redact_args(launch.args, load_catalog(launch.version))))
     return 0
 
 

@@ -50,6 +50,12 @@ KNOWN_SECRET_FLAGS = ("--admin-api-key", "--api-key", "--hf-token", "--ssl-keyfi
 #: ambiguous for argparse or resolved through the committed catalogs.
 MIN_ABBREV = 4
 MASK = "<redacted>"
+#: Env names that *are* secrets (whole words: HF_TOKEN, OPENAI_API_KEY; not MAX_TOKENS):
+#: their values are masked for display and scrubbed, at any length, from records.
+SECRET_ENV_NAME = re.compile(
+    r"(?:^|_)(?:TOKEN|API_?KEY|SECRETS?|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?)(?:$|_)",
+    re.IGNORECASE,
+)
 
 
 class SecretFlag(NamedTuple):

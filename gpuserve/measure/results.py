@@ -71,7 +71,7 @@ from pathlib import Path
 
 from gpuserve import __version__, safeload
 from gpuserve.errors import InputError
-from gpuserve.launch.secrets import split_secret_args
+from gpuserve.launch.secrets import SECRET_ENV_NAME, split_secret_args
 from gpuserve.measure.smoke import SmokeResult
 
 SCHEMA = "gpuserve.result/2"
@@ -102,10 +102,8 @@ GATE_KEYS = ("passed", "misses", "checked")
 
 # Env names whose values may be secrets: left out of the launch hash and of records.
 _SECRET_NAME = re.compile(r"TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|CREDENTIAL", re.I)
-# Env names that *are* secrets (whole words: HF_TOKEN, OPENAI_API_KEY, not MAX_TOKENS):
-# their values, of any length, are also scrubbed from every other string of a record.
-_SECRET_ENV_WORDS = re.compile(
-    r"(?:^|_)(?:TOKEN|API_?KEY|SECRETS?|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?)(?:$|_)", re.I)
+# Env names that *are* secrets (gpuserve.launch.secrets.SECRET_ENV_NAME: HF_TOKEN, not
+# MAX_TOKENS): their values, of any length, are also scrubbed from every other string.
 # Secret *flags* are judged by gpuserve.launch.secrets: resolved like SGLang's parser
 # (--api-k is --api-key), so --max-total-tokens and --tokenizer-path stay in the hash.
 _UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._@+-]")
@@ -220,7 +218,7 @@ def _secret_values(context: Mapping | None) -> set[str]:
     for key in ("env", "nccl_env"):
         env = context.get(key)
         if isinstance(env, Mapping):
-            values.update(str(v) for k, v in env.items() if _SECRET_ENV_WORDS.search(str(k)))
+            values.update(str(v) for k, v in env.items() if SECRET_ENV_NAME.search(str(k)))
     # any length: a short secret is still a secret (host data refuses short ones, but a
     # record may come from elsewhere); only the empty string is no value to look for
     return {v for v in values if v}

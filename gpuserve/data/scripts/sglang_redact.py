@@ -14,6 +14,10 @@ environment, runs the command with stdout and stderr on one pipe, and forwards e
 line with each secret replaced by ``[REDACTED]``. Stdlib only. It ignores SIGTERM and
 SIGINT: systemd signals the whole control group, the server shuts down, and the wrapper
 forwards the last lines and exits with the server's status.
+
+Code runs only from the venv: the unit sets PYTHONSAFEPATH=1 (this script's directory,
+root-owned, is then not on sys.path either) and the wrapper passes it on to the server,
+so a module planted in the working directory is never imported (see the unit template).
 """
 
 import json
@@ -40,8 +44,10 @@ def read_secrets(path):
     found += [os.environ[k] for k in ENV_SECRETS if os.environ.get(k)]
     # SGLang logs its arguments with repr() (ServerArgs(...), or a dict), which escapes
     # backslashes, quotes and non-printable characters: redact those spellings too, and
-    # the JSON one. Longest first, so a secret containing another is replaced whole.
-    spelled = {v for s in found if len(s) >= 4
+    # the JSON one. Longest first, so a secret containing another is replaced whole. Any
+    # length: a short secret is still a secret (the deploy refuses ones under 16
+    # characters); only an empty value is nothing to look for.
+    spelled = {v for s in found if s
                for v in (s, repr(s)[1:-1], json.dumps(s)[1:-1])}
     return sorted({v.encode() for v in spelled}, key=len, reverse=True)
 
@@ -59,8 +65,11 @@ def main(argv):
     secrets = read_secrets(argv[1])
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    # PYTHONSAFEPATH=1 (Python >= 3.11): the server's `python -m` never imports from the
+    # working directory, even when this wrapper is started without the unit's environment
+    env = dict(os.environ, PYTHONSAFEPATH="1")
     proc = subprocess.Popen(argv[3:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=_default_signals)
+                            preexec_fn=_default_signals, env=env)
     out = sys.stdout.buffer
     for line in iter(proc.stdout.readline, b""):
         out.write(redact(line, secrets))
