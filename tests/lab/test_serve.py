@@ -130,6 +130,20 @@ def test_unit_file(vm, first_run) -> None:
     assert f"--config {CONFIG_PATH}" in text
     assert HF_TOKEN not in text and API_KEY not in text
     assert vm.run("systemd-analyze verify %s", UNIT_PATH).rc == 0
+    # least privilege: a read-only working directory, code only from the venv, and an
+    # exposure systemd itself rates at most 4.0 (it was 6.1-6.3 MEDIUM)
+    assert "WorkingDirectory=/\n" in text and "Environment=PYTHONSAFEPATH=1" in text
+    assert "CapabilityBoundingSet=\n" in text and "DevicePolicy=closed" in text
+    security = vm.run("systemd-analyze security --no-pager %s", UNIT)
+    level = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", security.stdout)
+    assert level and float(level.group(1)) <= 4.0, security.stdout[-3000:]
+
+
+def test_service_account_is_gpuserve_own(vm, first_run) -> None:
+    """The account carries gpuserve's mark, so a later deploy knows it may manage it."""
+    fields = vm.check_output("getent passwd sglang").split(":")
+    assert fields[2] != "0" and fields[4] == "gpuserve service account"
+    assert fields[6] == "/usr/sbin/nologin"
 
 
 def test_secret_files(vm, first_run) -> None:
@@ -145,6 +159,8 @@ def test_secret_files(vm, first_run) -> None:
 def test_service_running_listening_healthy(vm, first_run) -> None:
     svc = vm.service(UNIT)
     assert svc.is_running and svc.is_enabled
+    # sglang_api_key is set (secrets_data), so the profile's server.host (0.0.0.0) applies;
+    # without a key the server would listen on 127.0.0.1 only
     assert vm.socket("tcp://0.0.0.0:30000").is_listening
     assert vm.check_output("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health") \
         == "200"

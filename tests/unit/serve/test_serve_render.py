@@ -83,8 +83,13 @@ def test_unit_is_hardened_and_runs_the_venv_python() -> None:
     assert d["Restart"] == ["on-failure"]
     for key, value in [("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"),
                        ("ProtectHome", "yes"), ("PrivateTmp", "yes"),
-                       ("ReadWritePaths", "/opt/gpuserve/cache")]:
+                       ("ReadWritePaths", "/opt/gpuserve/cache"), ("WorkingDirectory", "/"),
+                       ("UMask", "0077"), ("CapabilityBoundingSet", ""),
+                       ("DevicePolicy", "closed")]:
         assert d[key] == [value], key
+    # the writable state dir is HOME, never the working directory `python -m` imports from
+    assert "HOME=/opt/gpuserve/cache" in d["Environment"]
+    assert "PYTHONSAFEPATH=1" in d["Environment"]
     assert int(d["LimitNOFILE"][0]) >= 65536
     assert d["TimeoutStartSec"][0].endswith("min") and int(d["TimeoutStartSec"][0][:-3]) >= 10
     assert int(d["StartLimitBurst"][0]) >= 1
