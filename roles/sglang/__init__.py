@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 from pyinfra import host, logger, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.server import Groups, Users
 from pyinfra.operations import apt, files, server
 
 from gpuserve.errors import InputError
@@ -89,23 +90,12 @@ def validate_user(user: object, source: str) -> str:
     return user
 
 
-class ServiceAccount(FactBase):
-    """The host's passwd and group entries of the service account's name (None: absent)."""
-
-    def command(self, user: str) -> str:
-        q = shlex.quote(user)
-        return f"getent passwd {q} || true; echo --; getent group {q} || true"
-
-    def process(self, output: list[str]) -> dict[str, str | None]:
-        lines = [line.strip() for line in output]
-        cut = lines.index("--") if "--" in lines else len(lines)
-        passwd = next((x for x in lines[:cut] if x), None)
-        group = next((x for x in lines[cut + 1:] if x), None)
-        return {"passwd": passwd, "group": group}
-
-
-def check_account(entry: dict[str, str | None] | None, user: str, source: str) -> None:
+def check_account(existing: dict | None, group_exists: bool, user: str, source: str) -> None:
     """Refuse an existing account or group gpuserve did not create, before any change.
+
+    ``existing``: the account's entry in pyinfra's ``Users`` fact (/etc/passwd: uid,
+    comment), None when absent; ``group_exists``: whether ``Groups`` lists the name. Both
+    are the facts ``server.user``/``server.group`` read anyway, so this costs no command.
 
     Why: ``server.user`` would otherwise take over whatever account has that name (its
     home, shell and groups changed; root's SSH login locked) and run the server as it.
@@ -113,12 +103,9 @@ def check_account(entry: dict[str, str | None] | None, user: str, source: str) -
     in the GECOS field; an existing group without that user (``sudo``, ``docker``,
     ``shadow`` ...) would hand its privileges to the new account.
     """
-    passwd = (entry or {}).get("passwd")
-    group = (entry or {}).get("group")
-    if passwd:
-        fields = passwd.split(":")
-        uid = fields[2] if len(fields) > 2 else ""
-        gecos = fields[4] if len(fields) > 4 else ""
+    if existing is not None:
+        uid = str(existing.get("uid"))
+        gecos = existing.get("comment") or ""
         if uid == "0":
             raise InputError(source, "sglang_user", f"{user} has UID 0 on this host (a root "
                              "account): the server must not run as root; leave sglang_user "
@@ -129,7 +116,7 @@ def check_account(entry: dict[str, str | None] | None, user: str, source: str) -
                              f"{ACCOUNT_MARK!r}); gpuserve never modifies an existing account: "
                              "name an account that does not exist yet, which gpuserve "
                              "creates, or remove that one if it is a leftover")
-    elif group:
+    elif group_exists:
         raise InputError(source, "sglang_user", f"a group named {user} already exists on "
                          "this host but no such user: the new account would join it and "
                          "gain its privileges; name an account that does not exist yet, or "
@@ -344,7 +331,8 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
                    find_links: str | None = None, expect_gpus: int = 0) -> str:
     """Service account, the lock's verified venv; returns the venv's path."""
     # read before any change: an existing account gpuserve did not create is refused
-    check_account(host.get_fact(ServiceAccount, user=user), user, inventory_source())
+    check_account(host.get_fact(Users).get(user), user in host.get_fact(Groups), user,
+                  inventory_source())
     server.group(name=f"Service group {user}", group=user, system=True)
     server.user(
         name=f"Service user {user}",
