@@ -270,10 +270,12 @@ def configure_service(plan: ServicePlan) -> None:
     files.directory(name=f"{CONFIG_DIR} (root, readable by {plan.group} only)",
                     path=CONFIG_DIR, user="root", group=plan.group, mode="750")
     env = secret_file(name=f"EnvironmentFile {ENV_PATH} (0600 root)", dest=ENV_PATH,
-                      contents=plan.env_text, user="root", group="root", mode="600")
+                      contents=lambda: plan.env_text, user="root", group="root",
+                      mode="600")
     if plan.config_text is not None:
         cfg = secret_file(name=f"SGLang --config {CONFIG_PATH} (0600 {plan.user})",
-                          dest=CONFIG_PATH, contents=plan.config_text, user=plan.user,
+                          dest=CONFIG_PATH, contents=lambda: plan.config_text,
+                          user=plan.user,
                           group=plan.group, mode="600")
     else:
         cfg = files.file(name=f"no --config file {CONFIG_PATH} (no API key)",

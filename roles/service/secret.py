@@ -15,6 +15,7 @@ import hashlib
 import posixpath
 import re
 import shlex
+from collections.abc import Callable
 
 from pyinfra import host, state
 from pyinfra.api import QuoteString, StringCommand, operation
@@ -24,13 +25,18 @@ from gpuserve.errors import InputError
 
 
 @operation()
-def secret_file(dest: str, contents: str, user: str = "root", group: str = "root",
-                mode: str = "600"):
-    """Ensure ``dest`` holds ``contents`` with owner/mode; the contents are never logged.
+def secret_file(dest: str, contents: Callable[[], str], user: str = "root",
+                group: str = "root", mode: str = "600"):
+    """Ensure ``dest`` holds ``contents()`` with owner/mode; the contents are never logged.
 
-    Always call with ``name=`` so the operation's auto-generated name (which would
-    include the arguments) does not print ``contents``.
+    ``contents`` is a function returning the text, not the text: pyinfra keeps an
+    operation's arguments and prints them (``--json``, ``-vvv``), and a function prints
+    as its name. Always call with ``name=`` so the auto-generated name says nothing
+    either.
     """
+    if not callable(contents):
+        raise TypeError("secret_file(contents=...) takes a function returning the text")
+    contents = contents()
     want = hashlib.sha1(contents.encode()).hexdigest()
     info = host.get_fact(File, path=dest)
     current = host.get_fact(Sha1File, path=dest) if info else None

@@ -80,7 +80,7 @@ LEGACY_MARKS = ("gpuserve SGLang server",)
 def validate_user(user: object, source: str) -> str:
     """Host data ``sglang_user``: a valid name, never root (checked again on the host:
     :func:`check_account` refuses any existing account gpuserve did not create)."""
-    if not isinstance(user, str) or not _USER.match(user):
+    if not isinstance(user, str) or not _USER.fullmatch(user):
         raise InputError(source, "sglang_user", f"{user!r:.80} is not a valid system user name")
     if user == "root":
         raise InputError(source, "sglang_user", "root cannot run the server: the deploy would "
@@ -129,6 +129,9 @@ def validate_home(home: object, source: str) -> str:
         raise InputError(source, "sglang_home", f"{home!r} must be an absolute directory")
     if any(c in home for c in " \t\n'\"$%\\`"):
         raise InputError(source, "sglang_home", f"{home!r} must not contain spaces or quotes")
+    if any(part in (".", "..") for part in home.split("/")):
+        raise InputError(source, "sglang_home", f"{home!r} must not contain . or .. "
+                         "components (give the real directory)")
     return home.rstrip("/")
 
 

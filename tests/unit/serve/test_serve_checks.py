@@ -112,15 +112,26 @@ SECRET = "hf_Sup3rSecretToken"
 def test_secret_file_contents_never_on_argv_or_in_log(caplog, diff: bool) -> None:
     with caplog.at_level(logging.DEBUG, logger="pyinfra"):
         meta, cmds = run(secret_file, {}, diff=diff, name="env file",
-                         dest="/etc/gpuserve/sglang.env", contents=f"HF_TOKEN={SECRET}\n",
+                         dest="/etc/gpuserve/sglang.env",
+                         contents=lambda: f"HF_TOKEN={SECRET}\n",
                          user="root", group="root", mode="600")
     assert meta.did_succeed() and meta.did_change()
+
     assert cmds, "a missing file is written"
     assert all(SECRET not in c for c in cmds)
     assert any("umask 077" in c and "mv -f" in c for c in cmds)
     assert SECRET not in caplog.text
     if diff:
         assert "contents secret, diff not shown" in caplog.text
+
+
+def test_secret_file_refuses_text_contents() -> None:
+    """Text would be kept among the operation's printed arguments: a function only."""
+    inv = Inventory((["@fake"], {"fake_delay": 0}))
+    state = State(inv, Config())
+    connect_all(state)
+    with pytest.raises(Exception, match="takes a function"):
+        add_op(state, secret_file, name="x", dest="/etc/x", contents="HF_TOKEN=" + SECRET)
 
 
 LOCK = next(lk for lk in available_locks() if lk.name == "sglang-0.5.23-cu13-py311")
