@@ -3,21 +3,23 @@
     pyinfra inventory/gpu.py deploy/host.py --dry   # the plan
     pyinfra inventory/gpu.py deploy/host.py         # apply
 
-Host data is validated first (gpuserve.host.host_data) so a bad value stops the run with
+Host data is validated first (roles/host_plan.py, the same code ``gpuserve check``
+runs without connecting) so a bad value stops the run with
 ``<inventory>: <key>: ...`` before any host is changed; the keys and their defaults are
 documented in each role's DEFAULTS.
 """
 
 from __future__ import annotations
 
-from gpuserve.host.host_data import host_settings
+from pyinfra import host
+
 from roles import cuda_toolkit, kernel, nccl, nvidia_driver
-from roles.inventory import host_data, inventory_source, run_deploy
+from roles.host_plan import plan_host
+from roles.inventory import inventory_source, run_deploy
 
 
 def main() -> None:
-    data = host_data(kernel.DEFAULTS, nvidia_driver.DEFAULTS, cuda_toolkit.DEFAULTS, nccl.DEFAULTS)
-    settings = host_settings(data, inventory_source())
+    settings = plan_host(host.data.dict(), inventory_source())  # also run by gpuserve check
     params = settings.kernel.params(*kernel.platform())
 
     kernel.configure_kernel(params=params)

@@ -1,0 +1,31 @@
+"""Prepare-time plan of the host deploy (deploy/host.py): the host data, validated.
+
+Why a module of its own: deploy/host.py and ``gpuserve check`` must run the very same
+checks, and the deploy reads ``host.data`` (pyinfra's per-host context) while the check
+reads an inventory it never connects to. This function takes the data as a plain dict,
+so both call it; what needs the host itself (the CPU vendor and ACPI tables behind the
+IOMMU parameters, the boot loader, the running kernel) stays in the roles, read as facts.
+"""
+
+from __future__ import annotations
+
+from gpuserve.host.host_data import HostSettings, host_settings
+from roles import cuda_toolkit, kernel, nccl, nvidia_driver
+
+
+def defaults() -> dict:
+    """Every host-data key deploy/host.py reads, with its documented default."""
+    merged: dict = {}
+    for layer in (kernel.DEFAULTS, nvidia_driver.DEFAULTS, cuda_toolkit.DEFAULTS,
+                  nccl.DEFAULTS):
+        merged.update(layer)
+    return merged
+
+
+def plan_host(host_data: dict, source: str) -> HostSettings:
+    """``host_data`` (a host's whole data; keys the roles do not document are ignored)
+    merged over :func:`defaults` and validated; ``InputError`` names ``source`` and the
+    key before any operation exists."""
+    data = defaults()
+    data.update({k: v for k, v in host_data.items() if k in data})
+    return host_settings(data, source)
