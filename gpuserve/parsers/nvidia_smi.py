@@ -1,7 +1,9 @@
-"""Parsers for ``nvidia-smi`` output: ``--query-gpu`` CSV, ``topo -m`` and ``topo -p2p``.
+"""Parsers for ``nvidia-smi`` output: ``--query-gpu`` CSV, the plain table, ``topo -m``
+and ``topo -p2p``.
 
 Formats follow what nvidia-smi prints (``nvidia-smi --help-query-gpu`` and
-``nvidia-smi topo -h``); samples with their sources are in tests/fixtures/gpuhost/.
+``nvidia-smi topo -h``); samples with their sources are in tests/fixtures/gpuhost/ and
+tests/fixtures/nvidia_smi/ (SOURCES.md).
 """
 
 from __future__ import annotations
@@ -63,52 +65,115 @@ def mib(value: str | None) -> int | None:
     return int(match.group(1))
 
 
+def _query_rows(
+    lines: list[str], fields: Iterable[str]
+) -> list[tuple[int, str, int, dict[str, str | None]]]:
+    """(line number, line, sample number, row) for every data row of a query output.
+
+    A header line seen again after rows starts a new sample: ``--format=csv`` with ``-l N``
+    (or two runs pasted together) prints the header before every sample.
+    """
+    rows: list[tuple[int, str, int, dict[str, str | None]]] = []
+    columns = list(fields)
+    header: list[str] | None = None
+    sample = 1
+    for line_no, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        cells = [cell.strip() for cell in line.split(",")]
+        names = [_HEADER_CELL_RE.match(cell) for cell in cells]
+        if all(names):
+            found = [m.group(1) for m in names if m]
+            if not rows and header is None:
+                columns = header = found
+                continue
+            if found == header:
+                sample += 1
+                continue
+        if len(cells) != len(columns):
+            raise ParseError(
+                f"expected {len(columns)} comma-separated values, got {len(cells)}", line_no, raw
+            )
+        row = {c: na_to_none(v) for c, v in zip(columns, cells, strict=True)}
+        rows.append((line_no, raw, sample, row))
+    return rows
+
+
 def parse_query_csv(
     text: str | Iterable[str], fields: Iterable[str] = QUERY_FIELDS
 ) -> list[dict[str, str | None]]:
     """Parse any ``nvidia-smi --query-*=... --format=csv[,noheader][,nounits]`` output.
 
     Values are joined by ``", "`` (one line per GPU). ``fields`` names the columns when
-    there is no header line; a header line (``name, memory.total [MiB]``) overrides it.
+    there is no header line; a header line (``name, memory.total [MiB]``) overrides it,
+    and the same header repeated later (a looped ``-l`` sample) is skipped.
     ``[N/A]`` / ``[Not Supported]`` become None; units are left on the values.
     """
-    rows: list[dict[str, str | None]] = []
-    columns = list(fields)
-    for line_no, raw in enumerate(as_lines(text), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        cells = [cell.strip() for cell in line.split(",")]
-        names = [_HEADER_CELL_RE.match(cell) for cell in cells]
-        if not rows and all(names):
-            columns = [m.group(1) for m in names if m]
-            continue
-        if len(cells) != len(columns):
+    return [row for _, _, _, row in _query_rows(as_lines(text), fields)]
+
+
+def _gpu_key(gpu: GpuInfo, has_index: bool) -> str | None:
+    """What identifies one GPU across samples: uuid, else bus id, else a printed index."""
+    if gpu["uuid"] is not None:
+        return f"uuid:{gpu['uuid']}"
+    if gpu["bus_id"] is not None:
+        return f"bus:{gpu['bus_id'].upper()}"
+    return f"index:{gpu['index']}" if has_index else None
+
+
+def _dedupe_samples(
+    gpus: list[tuple[int, str, int, GpuInfo]], has_index: bool
+) -> list[GpuInfo]:
+    """One record per GPU, the last sample's figures, in first-seen order.
+
+    A looped query (``-l 1``) repeats every GPU once per sample; counting the repeats
+    would tell the planner and the doctor that one H200 is eight. Rows without any
+    identity column cannot be told apart: a repeated header then means a looped paste,
+    which is refused rather than guessed at.
+    """
+    samples = {sample for _, _, sample, _ in gpus}
+    keyed: dict[str, GpuInfo] = {}
+    index_owner: dict[int, str] = {}
+    for line_no, raw, _, gpu in gpus:
+        key = _gpu_key(gpu, has_index)
+        if key is None:
+            if len(samples) > 1:
+                raise ParseError(
+                    "the header repeats: this is a looped (-l) or repeated paste, and "
+                    "without index, uuid or pci.bus_id columns its GPUs cannot be told "
+                    "apart; paste one sample",
+                    line_no,
+                    raw,
+                )
+            return [g for _, _, _, g in gpus]
+        owner = index_owner.setdefault(gpu["index"], key)
+        if owner != key and has_index:
             raise ParseError(
-                f"expected {len(columns)} comma-separated values, got {len(cells)}", line_no, raw
+                f"two different GPUs report index {gpu['index']} ({owner} and {key}): "
+                "outputs of two hosts pasted together?",
+                line_no,
+                raw,
             )
-        rows.append({c: na_to_none(v) for c, v in zip(columns, cells, strict=True)})
-    return rows
+        keyed[key] = gpu
+    return list(keyed.values())
 
 
 def parse_query_gpu(
     text: str | Iterable[str], fields: Iterable[str] = QUERY_FIELDS
 ) -> list[GpuInfo]:
-    """Parse the GPU query into the document's GPU records.
+    """Parse the GPU query into the document's GPU records, one per GPU.
 
     Columns outside QUERY_FIELDS are ignored; missing ones are None (``index`` defaults
-    to the line's position). Raises ParseError naming the line for a bad index, memory
-    figure or uuid.
+    to the line's position). A looped output (``-l N``: the same GPUs again and again)
+    gives each GPU once, with its last sample (see _dedupe_samples). Raises ParseError
+    naming the line for a bad index, memory figure or uuid.
     """
-    gpus: list[GpuInfo] = []
-    lines = as_lines(text)
-    # Map each data row back to its line for error messages.
-    data_lines = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
-    rows = parse_query_csv(lines, fields)
-    data_lines = data_lines[len(data_lines) - len(rows) :]
-    for (line_no, raw), row in zip(data_lines, rows, strict=True):
+    parsed: list[tuple[int, str, int, GpuInfo]] = []
+    has_index = False
+    for line_no, raw, sample, row in _query_rows(as_lines(text), fields):
         gpu: GpuInfo = {
-            "index": len(gpus),
+            "index": len(parsed),
             "name": row.get("name"),
             "uuid": row.get("uuid"),
             "bus_id": row.get("pci.bus_id"),
@@ -123,6 +188,7 @@ def parse_query_gpu(
             if not index.isdigit():
                 raise ParseError(f"index is not a number ({index!r})", line_no, raw)
             gpu["index"] = int(index)
+            has_index = True
         for column, key in (
             ("memory.total", "memory_total_mib"),
             ("memory.used", "memory_used_mib"),
@@ -135,8 +201,104 @@ def parse_query_gpu(
             raise ParseError(f"uuid does not start with GPU- ({gpu['uuid']!r})", line_no, raw)
         if gpu["compute_cap"] is not None and not re.fullmatch(r"\d+\.\d+", gpu["compute_cap"]):
             raise ParseError(f"compute_cap is not N.M ({gpu['compute_cap']!r})", line_no, raw)
-        gpus.append(gpu)
-    return gpus
+        parsed.append((line_no, raw, sample, gpu))
+    return _dedupe_samples(parsed, has_index)
+
+
+# ------------------------------------------------------------------ plain table
+
+# The banner: "NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0"; R610
+# renames the two fields "KMD Version" and "CUDA UMD Version".
+_BANNER_RE = re.compile(
+    r"NVIDIA-SMI\s+(?P<smi>\S+)\s+(?:Driver|KMD) Version:\s+(?P<driver>\S+)"
+    r"(?:\s+CUDA (?:UMD )?Version:\s+(?P<cuda>\S+))?"
+)
+# First cell of a GPU's first row: index, name (cut to fit the column, ending in "...")
+# and Persistence-M (Linux) or the driver model (Windows: WDDM / TCC).
+_TABLE_GPU_RE = re.compile(
+    r"^\s*(?P<index>\d+)\s+(?P<name>\S.*?)\s+(?P<pm>On|Off|WDDM|TCC|N/A)\s*$"
+)
+_TABLE_BUS_RE = re.compile(
+    r"^\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+\S+\s*$"
+)
+_TABLE_MEM_RE = re.compile(r"^\s*(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*$")
+_PERSISTENCE = {"On": "Enabled", "Off": "Disabled"}
+
+
+@dataclass
+class SmiTable:
+    """The boxed table plain ``nvidia-smi`` prints (what users paste first).
+
+    ``gpus`` carry the fields the query parser gives where the table has them: index,
+    name (as printed: long names are cut and end in "..."), bus_id, persistence_mode
+    (Enabled/Disabled as the query spells it; None under Windows' WDDM/TCC), memory
+    used/total MiB and the banner's driver version. uuid and compute_cap are not in the
+    table (None).
+    """
+
+    gpus: list[GpuInfo]
+    driver_version: str | None
+    cuda_version: str | None
+    smi_version: str | None = None
+
+
+def parse_smi_table(text: str | Iterable[str]) -> SmiTable:
+    """Parse plain ``nvidia-smi`` output (both layouts: R530+ and the older narrower one).
+
+    A looped paste (``nvidia-smi -l 1``) repeats the whole table: each GPU is kept once,
+    with its last sample. The Processes and MIG sections are skipped. A paste cut short
+    keeps the GPUs it shows (a GPU whose memory row is missing has None figures).
+    Raises ParseError when there is no banner or no GPU row.
+    """
+    banner: re.Match[str] | None = None
+    by_bus: dict[str, GpuInfo] = {}
+    current: GpuInfo | None = None
+    in_gpus = False
+    for raw in as_lines(text):
+        match = _BANNER_RE.search(raw)
+        if match:
+            banner, in_gpus, current = match, True, None
+            continue
+        if "Processes:" in raw or "MIG devices:" in raw:
+            in_gpus, current = False, None
+            continue
+        if not in_gpus or raw.count("|") < 3:
+            continue
+        cells = raw.strip().strip("|").split("|")
+        gpu_row = _TABLE_GPU_RE.match(cells[0])
+        bus_row = _TABLE_BUS_RE.match(cells[1]) if len(cells) > 1 else None
+        if gpu_row and bus_row:
+            bus_id = bus_row.group("bus").upper()
+            current = {
+                "index": int(gpu_row.group("index")),
+                "name": gpu_row.group("name"),
+                "uuid": None,
+                "bus_id": bus_id,
+                "memory_total_mib": None,
+                "memory_used_mib": None,
+                "driver_version": na_to_none(banner.group("driver")) if banner else None,
+                "compute_cap": None,
+                "persistence_mode": _PERSISTENCE.get(gpu_row.group("pm")),
+            }
+            by_bus.pop(bus_id, None)
+            by_bus[bus_id] = current
+            continue
+        memory = _TABLE_MEM_RE.match(cells[1]) if len(cells) > 1 else None
+        if memory and current is not None and current["memory_total_mib"] is None:
+            current["memory_used_mib"] = int(memory.group("used"))
+            current["memory_total_mib"] = int(memory.group("total"))
+    if banner is None:
+        raise ParseError("no 'NVIDIA-SMI ... Driver Version: ...' banner: not nvidia-smi output")
+    if not by_bus:
+        raise ParseError("no GPU rows ('|   0  <name>  On | <bus id> ...') in the table")
+    gpus = sorted(by_bus.values(), key=lambda g: g["index"])
+    cuda = banner.group("cuda")
+    return SmiTable(
+        gpus=gpus,
+        driver_version=na_to_none(banner.group("driver")),
+        cuda_version=na_to_none(cuda) if cuda else None,
+        smi_version=banner.group("smi"),
+    )
 
 
 # --------------------------------------------------------------------------- topo -m
