@@ -41,10 +41,9 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "graph_begin": re.compile(
         rf"Capture (?P<what>.*?)(?:CUDA|cuda) graph begin\..*?avail mem={_NUM} GB"
     ),
-    "graph_end": re.compile(
-        rf"Capture (?P<what>.*?)(?:CUDA|cuda) graph end\..*?mem usage={_NUM} GB[.,] "
-        rf"avail mem={_NUM} GB"
-    ),
+    # The figures are read by name (_GRAPH_USAGE, _GRAPH_AVAIL): builds differ in their
+    # order and some print mem usage alone ("... graph end. elapsed=14.74 s, mem usage=1.53 GB.").
+    "graph_end": re.compile(r"Capture (?P<what>.*?)(?:CUDA|cuda) graph end\."),
     "capturing": re.compile(rf"Capturing batches \(bs=(\d+) avail_mem={_NUM} GB\)"),
     "scheduler": re.compile(
         r"max_total_num_tokens=(?P<tokens>\d+), chunked_prefill_size=(?P<cps>-?\d+).*?"
@@ -71,6 +70,8 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "err_capture": re.compile(r"Capture (?:prefill )?(?:cuda|CUDA) graph failed"),
     "ready": re.compile(r"The server is fired up and ready to roll!"),
 }
+_GRAPH_USAGE = re.compile(rf"mem usage={_NUM} GB")
+_GRAPH_AVAIL = re.compile(rf"avail mem={_NUM} GB")
 # Two spellings: ``server_args=ServerArgs(mem_fraction_static=0.78, ...)`` (older
 # releases) and ``server_args={'mem_fraction_static': 0.78, ...}`` (0.5.x:
 # entrypoints/engine.py logs ``_server_args_for_logging(server_args)``, a dict).
@@ -244,8 +245,14 @@ def parse_log(text: str, source: str = "<log>") -> StartupLog:
                 if _rank(log, rank).pool_end_avail is None:
                     _rank(log, rank).pool_end_avail = float(g[0])
             elif kind == "graph_end":
-                _rank(log, rank).graph_usage += float(g[1])
-                _rank(log, rank).graph_end_avail = float(g[2])
+                tail = body[hit.end() :]
+                usage, avail = _GRAPH_USAGE.search(tail), _GRAPH_AVAIL.search(tail)
+                if usage:
+                    _rank(log, rank).graph_usage += float(usage.group(1))
+                if avail:
+                    _rank(log, rank).graph_end_avail = float(avail.group(1))
+            elif kind == "init_dist_end":
+                pass  # a progress line (memory NCCL took), not an error
             elif kind in ("graph_begin", "capturing"):
                 _rank(log, rank).last_capture_avail = float(g[-1])
             elif kind == "scheduler":
