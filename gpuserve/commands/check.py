@@ -1,0 +1,298 @@
+"""``gpuserve check INVENTORY``: the deploys' prepare-time checks, for every host of a
+pyinfra inventory, without connecting to any host.
+
+Why: pyinfra connects to every host before it loads a deploy file, so a typo in a
+profile or in host data is otherwise reported after SSH to the whole fleet. This
+command loads the inventory with pyinfra's own loader (group data files and ``--data``
+apply exactly as for ``pyinfra INVENTORY deploy/serve.py --data k=v``) and runs the same
+functions the deploys run at prepare time (``roles.service.serve_plan.plan_serve``,
+``roles.host_plan.plan_host``), with every host fact unknown. The deploys keep their
+own checks; this is a lint, not a substitute.
+
+What a host alone can say (driver, Python, glibc, disk, CUDA toolkit, the checkpoint's
+memory fit, the doctor's rules, ``/etc/gpuserve/host.json``, the service account, the
+CPU vendor behind the IOMMU parameters) is not checked, and the output says so. For the
+lock, every lock the profile and host data allow that some host could get is planned
+through ``plan_serve`` as if the host had picked it, so a rendering or lock problem of
+an older or other-Python lock shows up as a warning naming that lock.
+
+Exit status: 0 when every host passes, 1 when any host fails a check, 2 for bad usage
+or an inventory that cannot be loaded (``inventory/lab.py`` without a running lab).
+
+Unlike the rest of ``gpuserve/`` this command imports pyinfra's CLI loader and the
+repository's ``roles/`` (lazily, inside functions): running the deploys' own code is its
+whole point, and ``gpuserve plan|doctor|render`` must not pay for those imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gpuserve.errors import GpuserveError, InputError
+from gpuserve.paths import PACKAGE_DIR
+
+DEPLOYS = ("serve", "host")
+
+#: Said in every report: what needs the host itself and was therefore not judged.
+NOT_CHECKED = {
+    "serve": ["driver, Python and glibc (the lock is judged against every candidate "
+              "instead)", "free disk", "CUDA toolkit major", "checkpoint memory fit",
+              "doctor rules on the host's facts", "/etc/gpuserve/host.json flags",
+              "service account against the host's users and groups"],
+    "host": ["CPU vendor and ACPI tables (the IOMMU kernel parameters)", "boot loader",
+             "Secure Boot", "running kernel and installed packages"],
+}
+
+
+@dataclass
+class Result:
+    """One host and one deploy: ``ok`` with a summary, or the error that stops it."""
+
+    host: str
+    deploy: str
+    ok: bool
+    summary: str = ""
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "check",
+        help="run the deploys' prepare-time checks for an inventory, without connecting",
+        description="Load a pyinfra inventory (group data and --data applied as pyinfra "
+        "does) and run every prepare-time check of deploy/serve.py and deploy/host.py "
+        "for each host, connecting to none. Exit 0: all pass; 1: a host fails; 2: bad "
+        "usage or an inventory that cannot be loaded.",
+    )
+    parser.add_argument("inventory", help="pyinfra inventory file (e.g. inventory/gpu.py)")
+    parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
+                        help="override host data, as pyinfra's --data (repeatable)")
+    parser.add_argument("--group-data", dest="group_data", action="append", default=[],
+                        metavar="PATH", help="extra group data, as pyinfra's --group-data")
+    parser.add_argument("--deploy", choices=(*DEPLOYS, "all"), default="all",
+                        help="which deploy's checks (default: all)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = parse_data(args.data)
+    hosts = load_hosts(args.inventory, overrides, args.group_data)
+    deploys = DEPLOYS if args.deploy == "all" else (args.deploy,)
+    results = [check_host(name, data, args.inventory, deploy)
+               for name, data in hosts for deploy in deploys]
+    ok = all(r.ok for r in results)
+    if args.json:
+        print(json.dumps({
+            "inventory": args.inventory, "ok": ok, "deploys": list(deploys),
+            "not_checked": {d: NOT_CHECKED[d] for d in deploys},
+            "results": [asdict(r) for r in results],
+        }, indent=2))
+    else:
+        print(format_results(results, deploys))
+    return 0 if ok else 1
+
+
+def parse_data(items: list[str]) -> dict:
+    """``--data k=v`` like pyinfra's CLI: values through pyinfra's own ``parse_cli_arg``
+    (true/false, integers, JSON, else the string); a later key wins."""
+    from pyinfra_cli.util import parse_cli_arg
+
+    data: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError("--data", item[:80], "must be KEY=VALUE")
+        data[key] = value
+    return {k: parse_cli_arg(v) for k, v in data.items()}
+
+
+def load_hosts(inventory: str, overrides: dict,
+               group_data: list[str] | None = None) -> list[tuple[str, dict]]:
+    """(name, host data) of every host, loaded by pyinfra's CLI loader, connecting to
+    none. Any failure to load is an ``InputError`` naming the file."""
+    if not Path(inventory).is_file():
+        # pyinfra would take it for a host name (and resolve it); a lint wants a file
+        raise InputError(inventory, None, "no such inventory file")
+    for path in group_data or []:
+        if not Path(path).exists():
+            raise InputError(path, "--group-data", "no such file or directory")
+    _import_repository()
+    from pyinfra.api.state import State
+    from pyinfra.context import ctx_state
+    from pyinfra_cli.inventory import make_inventory
+
+    cwd = os.getcwd()
+    if cwd not in sys.path:  # as pyinfra's CLI does, for inventories importing local code
+        sys.path.append(cwd)
+    state = State(check_for_changes=False)
+    state.cwd = cwd
+    try:
+        with ctx_state.use(state):
+            loaded = make_inventory(inventory, override_data=overrides or None, cwd=cwd,
+                                    group_data_directories=group_data or None)
+            hosts = [(h.name, h.data.dict()) for h in loaded]
+    except GpuserveError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any error in user code names its file
+        raise _load_error(inventory, exc) from None
+    if not hosts:
+        raise InputError(inventory, None, "the inventory has no hosts")
+    return hosts
+
+
+def _load_error(inventory: str, exc: Exception) -> InputError:
+    """pyinfra wraps an error raised by an inventory or group data file (lab.py's
+    LabNotRunning) in UnexpectedExternalError; unwrap it to one line naming the file."""
+    inner = getattr(exc, "exception", None)
+    if isinstance(inner, BaseException):
+        where = getattr(exc, "filename", None) or inventory
+        return InputError(where, None, f"could not be loaded: {type(inner).__name__}: "
+                                       f"{inner}")
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    return InputError(inventory, None, f"could not be loaded: {message}")
+
+
+def _import_repository() -> None:
+    """``roles/`` lives beside the package in the repository, not in the wheel."""
+    repo = PACKAGE_DIR.parent
+    if not (repo / "roles" / "__init__.py").is_file():
+        raise GpuserveError("gpuserve check runs the deploys' own code: run it from a "
+                            "checkout of the repository (roles/ not found)")
+    if str(repo) not in sys.path:
+        sys.path.append(str(repo))
+
+
+def check_host(name: str, data: dict, source: str, deploy: str) -> Result:
+    """One host, one deploy; a GpuserveError is the host's failure, not the command's."""
+    checker: Callable[[str, dict, str], Result] = (
+        check_serve if deploy == "serve" else check_host_deploy)
+    try:
+        return checker(name, data, source)
+    except GpuserveError as exc:
+        return Result(name, deploy, ok=False, error=str(exc))
+
+
+def unknown_runtime(name: str, python: str | None = None):
+    """A host of which nothing is known (or only the Python of the lock it picked)."""
+    from gpuserve.launch.lock_choice import HostRuntime
+
+    return HostRuntime(name=name, python=python, glibc=None, driver=None,
+                       cuda_toolkit=None, free_bytes=None, gpus=0)
+
+
+def check_serve(name: str, data: dict, source: str) -> Result:
+    """deploy/serve.py's plan_serve with host facts unknown, then once per other lock a
+    host could pick (as if it had picked it)."""
+    _import_repository()
+    from gpuserve.launch.catalog import available_versions
+    from gpuserve.launch.lock_choice import PreflightError, choose_lock
+    from gpuserve.launch.locks import load_locks
+    from gpuserve.launch.profiles import load_profile
+    from roles.service.serve_plan import plan_serve
+
+    plan = plan_serve(data, source, host_runtime=lambda home: unknown_runtime(name))
+    # plan_serve accepted these; read them again to list the other candidate locks
+    profile = load_profile(data["profile"])
+    pinned = data.get("sglang_version") or None
+    locks = load_locks(data.get("sglang_locks_dir") or None, source=source,
+                       field="sglang_locks_dir")
+    versions = profile.sglang_versions or available_versions()
+    candidates = []
+    for lock in locks:
+        try:
+            choose_lock([lock], unknown_runtime(name, lock.python), versions=versions,
+                        pinned=pinned, profile=profile.name)
+        except PreflightError:
+            continue  # the profile or sglang_version rules it out on every host
+        candidates.append(lock)
+    candidates = reachable(candidates)
+    warnings = list(plan.preflight.warnings if plan.preflight else ())
+    verdicts = []
+    for lock in sorted(candidates, key=lambda lk: (_nums(lk.sglang), lk.name), reverse=True):
+        problem = None
+        if lock.name != plan.lock.name:
+            try:
+                plan_serve({**data, "sglang_version": lock.sglang}, source,
+                           host_runtime=lambda home, lk=lock: unknown_runtime(name, lk.python))
+            except GpuserveError as exc:
+                problem = str(exc)
+                warnings.append(f"a host that picks lock {lock.name} (Python {lock.python}, "
+                                f"driver >= {lock.driver_min}) would be refused: {problem}")
+        verdicts.append({"lock": lock.name, "ok": problem is None, "problem": problem})
+    scenarios = [s.name for s in profile.bench.scenarios] if plan.bench else []
+    listen = f"{plan.service.host}:{plan.service.port}"
+    usable = [v["lock"] for v in verdicts if v["ok"]]
+    summary = (f"profile {profile.name}, lock candidates {', '.join(usable) or 'none'} "
+               f"(the host's driver, Python and glibc pick), "
+               f"{_count(len(scenarios), 'bench scenario')}"
+               f"{'' if plan.bench else ' (bench off)'}, listens on {listen}")
+    details = {"profile": profile.name, "profile_file": str(profile.source),
+               "newest_lock": plan.lock.name, "sglang_version": plan.version,
+               "lock_candidates": verdicts, "bench_scenarios": scenarios, "listen": listen,
+               "results_dir": str(plan.record.results_dir) if plan.record else None}
+    return Result(name, "serve", ok=True, summary=summary, warnings=warnings,
+                  details=details)
+
+
+def check_host_deploy(name: str, data: dict, source: str) -> Result:
+    """deploy/host.py's plan_host (its only prepare-time check of host data)."""
+    _import_repository()
+    from roles.host_plan import plan_host
+
+    s = plan_host(data, source)
+    summary = (f"driver branch {s.branch} ({s.flavour}), CUDA {s.cuda_lane}, "
+               f"repo {s.repo_url or 'NVIDIA'}, "
+               f"reboot {'allowed' if s.kernel.allow_reboot else 'not allowed'}")
+    details = {"driver_branch": s.branch, "driver_flavour": s.flavour,
+               "cuda_lane": s.cuda_lane, "repo_url": s.repo_url,
+               "kernel_extra_params": s.kernel.extra_params,
+               "allow_reboot": s.kernel.allow_reboot, "nccl_env": s.nccl_overrides}
+    return Result(name, "host", ok=True, summary=summary, details=details)
+
+
+def reachable(locks: list) -> list:
+    """The locks some host would pick: choose_lock takes the newest runnable one, so a
+    lock with a newer one of the same Python that needs no newer driver or glibc is
+    never picked (reporting its problems would be noise)."""
+    def shadows(a, b) -> bool:
+        return (a.python == b.python and _nums(a.sglang) > _nums(b.sglang)
+                and _nums(a.driver_min) <= _nums(b.driver_min)
+                and _nums(a.glibc_min) <= _nums(b.glibc_min))
+    return [b for b in locks if not any(shadows(a, b) for a in locks)]
+
+
+def _nums(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version.split("+", 1)[0]))
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def format_results(results: list[Result], deploys: tuple[str, ...]) -> str:
+    """One line per host and deploy, warnings indented under it, then what was not
+    checked (so a green run is never mistaken for a checked host)."""
+    width = max(len(r.host) for r in results)
+    lines = []
+    for r in results:
+        status = "ok" if r.ok else "FAIL"
+        lines.append(f"{r.host:<{width}}  {r.deploy:<5}  {status:<4}  "
+                     f"{r.summary if r.ok else r.error}")
+        lines += [f"{'':<{width}}  {'':<5}  warn  {w}" for w in r.warnings]
+    failed = sum(not r.ok for r in results)
+    hosts = len({r.host for r in results})
+    lines.append(f"# {_count(hosts, 'host')}, {_count(len(results), 'check')}, "
+                 f"{failed} failed; no host was connected to")
+    for d in deploys:
+        lines.append(f"# not checked without the host ({d}): {'; '.join(NOT_CHECKED[d])}")
+    return "\n".join(lines)
