@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -238,3 +239,18 @@ def test_broken_inventory_file_names_it(tmp_path, capsys) -> None:
     rc, _, err = check(capsys, str(inv))
     assert rc == 2
     assert f"{inv}: could not be loaded: ValueError: half-edited" in err
+
+
+def test_same_message_as_the_serve_deploy_through_pyinfra(tmp_path, capsys) -> None:
+    """The deploy (real pyinfra CLI, an @fake host) and the check print the same line."""
+    bad = tmp_path / "badbench.yaml"
+    bad.write_text(BAD_BENCH_PROFILE)
+    inv = tmp_path / "fakeinv.py"
+    inv.write_text(f"fakeinv = [('@fake/gpu1', {{'fake_delay': 0, 'profile': {str(bad)!r}}})]\n")
+    deploy = subprocess.run([str(Path(sys.executable).with_name("pyinfra")), "-y", str(inv),
+                             "deploy/serve.py"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    expected = f"{bad}:9: bench.scenarios.tiny.prompts: 2 prompts cannot keep 8 requests"
+    assert deploy.returncode != 0 and expected in deploy.stdout + deploy.stderr
+    rc, out, _ = check(capsys, str(inv), "--deploy", "serve")
+    assert rc == 1 and expected in line(out, "@fake/gpu1", "serve")
