@@ -500,6 +500,48 @@ def _a2a_forces_ep(ctx: Context) -> str | None:
     return None
 
 
+@rule("ep-experts-divisible")
+def _ep_experts_divisible(ctx: Context) -> str | None:
+    """Each EP rank holds (routed + redundant) / ep experts; SGLang asserts it is whole."""
+    p, record = ctx.profile, ctx.arch
+    if p.parallel.ep <= 1 or record is None or not record.n_routed_experts:
+        return None
+    redundant = p.moe.num_redundant_experts or 0
+    total = record.n_routed_experts + redundant
+    if total % p.parallel.ep == 0:
+        return None
+    plus = f" + {redundant} redundant" if redundant else ""
+    return f"{record.n_routed_experts} routed experts{plus} = {total} (model.arch " \
+           f"{p.model.arch}) over ep {p.parallel.ep} leaves {total % p.parallel.ep} over"
+
+
+@rule("tp-heads-divisible")
+def _tp_heads_divisible(ctx: Context) -> str | None:
+    """SGLang shards attention heads over the attention TP group (tp / attention_dp); a
+    remainder aborts the model load on every rank."""
+    p, record = ctx.profile, ctx.arch
+    if record is None:
+        return None
+    attn_tp = p.parallel.tp // max(p.parallel.attention_dp, 1)
+    if attn_tp <= 1:
+        return None
+    heads, kv = record.num_attention_heads, record.num_kv_heads
+    where = f"attention tp {attn_tp}" + (
+        f" (tp {p.parallel.tp} / attention_dp {p.parallel.attention_dp})"
+        if p.parallel.attention_dp > 1 else "")
+    problems = []
+    if heads % attn_tp:
+        problems.append(f"num_attention_heads {heads} % {attn_tp} = {heads % attn_tp}")
+    if not record.is_mla and kv:
+        if kv >= attn_tp and kv % attn_tp:
+            problems.append(f"num_key_value_heads {kv} % {attn_tp} = {kv % attn_tp}")
+        elif kv < attn_tp and attn_tp % kv:
+            problems.append(f"{attn_tp} is not a multiple of num_key_value_heads {kv}")
+    if not problems:
+        return None
+    return f"{where}, model.arch {p.model.arch}: {'; '.join(problems)}"
+
+
 @rule("decode-graph-bs-dsa")
 def _decode_graph_bs_dsa(ctx: Context) -> str | None:
     mem = ctx.facts.min_memory_mib
