@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import unicodedata
 
 from gpuserve.errors import InputError
 from gpuserve.measure import compare as cmp
@@ -88,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**doc, "skipped": skipped}, indent=2, allow_nan=False))
     else:
-        print("\n".join([text, *(f"skipped {s}" for s in skipped)]))
+        lines = [*text.split("\n"), *(f"skipped {s}" for s in skipped)]
+        print("\n".join(printable(line) for line in lines))
     if args.plot:
         from gpuserve.measure.plot import write_plot
         latest = cmp.latest_view(shown, baseline, pool=records)
@@ -104,6 +106,26 @@ def _hidden_smoke(records: list[ResultRecord], rows: list[cmp.LatestRow]) -> int
 
 
 # ----------------------------------------------------------------------------- text
+
+
+def printable(text: str) -> str:
+    """``text`` with control and format characters escaped as Python writes them (\\x1b,
+    \\r, \\u202e).
+
+    Records are files anyone can edit: a profile, host or note holding ESC[2J, a carriage
+    return or a bidi override would otherwise clear or rewrite the reader's terminal and
+    hide rows. Only the text output is escaped; --json keeps the data as it is.
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c == " " or unicodedata.category(c) not in _UNPRINTABLE
+        else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
+
+
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 
 
 def fmt(value, digits: int = 1) -> str:
@@ -128,7 +150,7 @@ def gate_cell(r: ResultRecord) -> str:
 
 
 def table(headers: tuple[str, ...], cells: list[tuple[str, ...]], right: set[str]) -> list[str]:
-    rows = [headers, *cells]
+    rows = [headers, *[tuple(printable(c) for c in row) for row in cells]]
     widths = [max(len(c[i]) for c in rows) for i in range(len(headers))]
     lines = ["  ".join(c[i].rjust(widths[i]) if headers[i] in right else c[i].ljust(widths[i])
                        for i in range(len(headers))).rstrip() for c in rows]
