@@ -278,3 +278,26 @@ def test_unsimulated_dataset_is_refused(site, server, model_dir, tmp_path):
     r = _bench(site, argv)
     assert r.returncode == 1
     assert "--dataset-name sharegpt is not simulated" in r.stderr
+
+
+def test_every_version_runs_the_deploy_argv(tmp_path_factory, model_dir, tmp_path):
+    """Each stand-in wheel's client (its own version's catalog) completes the argv the
+    serve deploy builds (gpuserve.measure.bench.client_argv); 0.5.19 lacks --goodput."""
+    from gpuserve.measure.bench import Scenario, client_argv
+
+    mirror = tmp_path_factory.mktemp("mirror-all")
+    sglang_standin.publish(mirror)
+    for version in ("0.5.19+lab", "0.5.23+lab"):
+        site = tmp_path_factory.mktemp("site-" + version.replace("+", "-"))
+        with zipfile.ZipFile(mirror / "wheels" / sglang_standin.wheel_name(version)) as zf:
+            zf.extractall(site)
+        out = tmp_path / f"{version}.jsonl"
+        with _server(site, model_dir, DECODE_TPS="400", BATCH_DECODE_TPS="4000") as port:
+            argv = client_argv(Scenario("s", concurrency=2, prompts=2, input_len=16,
+                                        output_len=8, warmup=1), port=port,
+                               served_name="qwen", tokenizer=str(model_dir),
+                               output_file=str(out), tag="t")
+            r = _bench(site, argv)
+        assert r.returncode == 0, (version, r.stdout[-2000:], r.stderr[-2000:])
+        (line,) = _lines(out)
+        assert line["completed"] == 2

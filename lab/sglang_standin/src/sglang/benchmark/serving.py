@@ -285,8 +285,8 @@ def benchmark(args, catalog: dict, base_url: str, api_url: str, model_id: str,
         accept_length = states[0].get("avg_spec_accept_length") if states else None
     duration = time.perf_counter() - start
     m = bench_metrics.calculate([r[1] for r in rows], outputs, duration)
-    gp = (bench_metrics.goodput(outputs, dict(args.goodput), duration)
-          if args.goodput else None)
+    gp = (bench_metrics.goodput(outputs, dict(getattr(args, "goodput", None)), duration)
+          if getattr(args, "goodput", None) else None)
     print(bench_metrics.report(args.backend, args.request_rate, args.max_concurrency,
                                duration, m, accept_length, gp))
     result = {"tag": args.tag, "backend": args.backend, "dataset_name": args.dataset_name,
