@@ -18,6 +18,7 @@ if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
 from lab.locks import locks_dir  # noqa: E402
+from lab.nvidia_repo import keyring_sha256  # noqa: E402
 from lab.state import (  # noqa: E402
     DEFAULT_NAME,
     instance_dir,
@@ -31,6 +32,9 @@ from lab.state import (  # noqa: E402
 # controller where `python -m lab up` wrote the locks of the mirror's stand-in wheels
 # (lab/locks.py: tools/gen_lock.py over <mirror>/wheels). The GPUSERVE_LAB_STANDIN_*
 # knobs steer the SGLang stand-in and are set only here, never by product code.
+# The loopback mirror is plain http, so it is marked trusted (product code refuses http
+# URLs otherwise), and its keyring, built with the lab's own key, is pinned by the
+# sha256 read from the published mirror (`{keyring_sha256}`).
 LAB_HOST_DATA = {
     "profile": "glm5-nvfp4-tp8",
     "sglang_version": "0.5.23+lab",
@@ -38,6 +42,8 @@ LAB_HOST_DATA = {
     "pip_find_links": "{mirror}wheels/",
     "sglang_extra_env": {"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "8"},
     "nvidia_repo_url": "{mirror}cuda/repos/debian12/x86_64/",
+    "nvidia_keyring_sha256": "{keyring_sha256}",
+    "trusted_mirrors": ["{mirror}"],
     "allow_reboot": True,
 }
 
@@ -57,10 +63,20 @@ def _host_data() -> dict:
     if not any(locks.glob("sglang-*.json")):
         print(f"inventory/lab.py: warning: no lab locks in {locks}; run `python -m lab up` "
               "again (it republishes the mirror, locks included)", file=sys.stderr)
-    data = {
-        k: v.format(mirror=st.mirror_url, locks=str(locks)) if isinstance(v, str) else v
-        for k, v in LAB_HOST_DATA.items()
-    }
+    keyring = keyring_sha256(st.mirror_root)
+    if keyring is None:
+        print(f"inventory/lab.py: warning: no lab cuda-keyring under {st.mirror_root}; run "
+              "`python -m lab up` again (it republishes the mirror)", file=sys.stderr)
+    fields = {"mirror": st.mirror_url, "locks": str(locks), "keyring_sha256": keyring or ""}
+
+    def fill(value):
+        if isinstance(value, str):
+            return value.format(**fields)
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        return value
+
+    data = {k: fill(v) for k, v in LAB_HOST_DATA.items()}
     if name != DEFAULT_NAME:
         # results of test instances stay with the instance, apart from the demo's
         data.setdefault("results_dir", str(instance_dir(name) / "results"))

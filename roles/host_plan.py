@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from gpuserve.host.host_data import HostSettings, host_settings
 from roles import cuda_toolkit, kernel, nccl, nvidia_driver
+from roles.nvidia_driver import keyring, mirrors
 
 
 def defaults() -> dict:
@@ -25,7 +26,13 @@ def defaults() -> dict:
 def plan_host(host_data: dict, source: str) -> HostSettings:
     """``host_data`` (a host's whole data; keys the roles do not document are ignored)
     merged over :func:`defaults` and validated; ``InputError`` names ``source`` and the
-    key before any operation exists."""
+    key before any operation exists. ``nvidia_repo_url`` must be https (or file://) unless
+    ``trusted_mirrors`` marks it trusted; ``nvidia_keyring_sha256`` must be a sha256."""
     data = defaults()
     data.update({k: v for k, v in host_data.items() if k in data})
-    return host_settings(data, source)
+    settings = host_settings(data, source)
+    trusted = mirrors.validate_trusted_mirrors(data["trusted_mirrors"], source)
+    mirrors.require_https(settings.repo_url, "nvidia_repo_url", trusted, source,
+                          allow_file=True)
+    keyring.validate_sha256(data["nvidia_keyring_sha256"], source)
+    return settings

@@ -257,6 +257,16 @@ def _release(index_files: dict[str, bytes]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def keyring_sha256(mirror_root: Path | str) -> str | None:
+    """sha256 of the cuda-keyring package this lab publishes (None before publish).
+
+    The lab's keyring carries the lab's own key, so NVIDIA's published digest cannot
+    match it: inventory/lab.py passes this one as host data ``nvidia_keyring_sha256``,
+    and the deploy checks the download against it as it would NVIDIA's."""
+    path = Path(mirror_root) / REPO_SUBDIR / "cuda-keyring_1.1-1_all.deb"
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
 def publish(mirror_root: Path) -> None:
     """Build (or keep) the repository under ``mirror_root/cuda/repos/debian12/x86_64``."""
     repo = Path(mirror_root) / REPO_SUBDIR

@@ -1,6 +1,7 @@
 """NVIDIA driver from NVIDIA's CUDA apt repository, pinned to a branch, open modules.
 
-install: Debian contrib, the cuda-keyring package and a deb822 source for the
+install: Debian contrib, the cuda-keyring package (sha256-checked before dpkg sees it:
+roles/nvidia_driver/keyring.py) and a deb822 source for the
 repository (base URL from host data so a local mirror works), the branch pin and the
 flavour meta-package. configure: nouveau blacklisted (initramfs rebuilt), persistence
 daemon in persistence mode. activate: nvidia-persistenced enabled and running.
@@ -23,7 +24,10 @@ from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Arch, Command, KernelVersion, LinuxDistribution
 from pyinfra.operations import apt, files, server, systemd
 
+from gpuserve.errors import InputError
 from gpuserve.host import driver, passthrough
+from roles.inventory import inventory_source
+from roles.nvidia_driver import keyring
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
@@ -35,6 +39,13 @@ DEFAULTS = {
     # Packages and cuda-keyring_1.1-1_all.deb). None: NVIDIA's own,
     # https://developer.download.nvidia.com/compute/cuda/repos/<distro>/<arch>/.
     "nvidia_repo_url": None,
+    # sha256 of cuda-keyring_1.1-1_all.deb as that repository serves it. None: the value
+    # published for the host's distribution (gpuserve/data/host/nvidia.yaml); a mirror
+    # that builds its own keyring, or a distribution the table lacks, must set it.
+    "nvidia_keyring_sha256": None,
+    # URL prefixes (e.g. "http://10.0.2.2:8000/") whose plain-http URLs host data may
+    # use; every other URL must be https (roles/nvidia_driver/mirrors.py).
+    "trusted_mirrors": [],
     # Driver branch to lock (580: versioned metas; 590+: nvidia-driver-pinning-<branch>).
     "nvidia_driver_branch": 580,
     # Kernel-module flavour: "open" (required on Blackwell) or "proprietary".
@@ -85,16 +96,16 @@ def preflight(flavour: str, mok_enrolled: bool) -> None:
 
 
 @operation()
-def cuda_keyring(repo_url: str):
+def cuda_keyring(repo_url: str, sha256: str):
     """Install cuda-keyring 1.1-1 from the repository unless it is installed.
 
-    apt.deb alone would download the .deb again whenever its temporary copy is gone
-    (e.g. /tmp cleaned at boot) and report a change on every such run.
+    Downloaded to a temp dir and checked against ``sha256`` before dpkg installs it
+    (apt.deb has no checksum; it would also fetch again whenever /tmp was cleaned).
     """
     if KEYRING_VERSION in (host.get_fact(DebPackages) or {}).get("cuda-keyring", []):
         host.noop(f"cuda-keyring {KEYRING_VERSION} is installed")
         return
-    yield from apt.deb._inner(src=f"{repo_url}{KEYRING_DEB}")
+    yield keyring.install_command(f"{repo_url}{KEYRING_DEB}", sha256)
 
 
 @operation()
@@ -114,15 +125,18 @@ def debian_contrib():
         host.noop("Debian sources already enable contrib (or have no main component)")
 
 
-def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contrib: bool):
-    """Repository, keyring, branch pin and flavour meta-package."""
+def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contrib: bool,
+            keyring_sha256: str):
+    """Repository, keyring (checked against ``keyring_sha256``), branch pin and
+    flavour meta-package."""
     changes = []
     distro = (host.get_fact(LinuxDistribution) or {}).get("name") or ""
     if contrib and distro.lower().startswith("debian"):
         changes.append(debian_contrib(name="Enable Debian contrib"))
-    # apt.deb fetches the keyring with curl/wget; minimal images have neither.
+    # the keyring is fetched with curl; minimal images have neither it nor the CA bundle.
     apt.packages(name="Tools to fetch the repository keyring", packages=["ca-certificates", "curl"])
-    changes.append(cuda_keyring(name="Install cuda-keyring", repo_url=repo_url))
+    changes.append(cuda_keyring(name=f"Install cuda-keyring (sha256 {keyring_sha256[:12]}...)",
+                                repo_url=repo_url, sha256=keyring_sha256))
     list_name = driver.repo_list_name(repo_url)
     # cuda-keyring ships its own one-line entry pointing at NVIDIA's servers; the deb822
     # source below replaces it so the configured base URL (a mirror) is the only one.
@@ -224,13 +238,28 @@ def install_nvidia_driver(
     install_headers: bool = True,
     contrib: bool = True,
     persistence: bool = True,
+    keyring_sha256: str | None = None,
 ):
-    """Install the pinned NVIDIA driver; refuses (raises) before changing anything."""
+    """Install the pinned NVIDIA driver; refuses (raises) before changing anything.
+
+    ``keyring_sha256`` None: host data ``nvidia_keyring_sha256``, else the digest
+    published for the host's distribution; none known is an InputError."""
     preflight(flavour, mok_enrolled)
     plan = driver.driver_plan(branch, flavour)
-    url = repo_url or default_repo_url()
+    source = inventory_source()
+    given = keyring.validate_sha256(
+        keyring_sha256 or host.data.get("nvidia_keyring_sha256"), source)
+    # the distribution is read only when needed (a mirror with its own digest needs none)
+    try:
+        nvidia_default = "" if repo_url and given else default_repo_url()
+    except ValueError as exc:
+        raise InputError(source, keyring.FIELD, f"{exc}: the published cuda-keyring "
+                         "sha256 is chosen by distribution; set nvidia_keyring_sha256 (and "
+                         "nvidia_repo_url) for this host") from None
+    sha256 = given or keyring.expected_sha256(None, nvidia_default, source)
+    url = repo_url or nvidia_default
     logger.info(
         f"{host.name}: NVIDIA driver {flavour} {branch} from {url}: {', '.join(plan.packages)}"
     )
-    install(url, plan, install_headers, contrib)
+    install(url, plan, install_headers, contrib, sha256)
     activate(configure(persistence))

@@ -127,9 +127,9 @@ def plan_serve(
     keep = sglang.validate_keep(data["keep_venvs"], source)
     index_url = _opt_str(data, "pip_index_url", source)
     find_links = _opt_str(data, "pip_find_links", source)
-    # credentials over http are refused here, before any host is touched
-    sglang.validate_pip_url(index_url, "pip_index_url", source)
-    sglang.validate_pip_url(find_links, "pip_find_links", source)
+    # credentials over http, and http to a mirror not in trusted_mirrors, are refused
+    # here, before any host is touched
+    sglang.validate_pip_urls(index_url, find_links, data["trusted_mirrors"], source)
     timeout = data["health_timeout"]
     # ``not 0 < t <= max`` rather than ``t <= 0``: NaN compares false with everything, so
     # the old check let ``nan`` (and ``inf``) through and the health gate never timed out.

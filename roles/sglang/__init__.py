@@ -47,6 +47,7 @@ from gpuserve.launch.verify import judge
 from gpuserve.paths import SCRIPTS_DIR
 from roles.failure import fail_host
 from roles.inventory import inventory_source
+from roles.nvidia_driver import mirrors
 from roles.service.secret import write_secret_command
 
 DEFAULTS = {
@@ -58,8 +59,12 @@ DEFAULTS = {
     "sglang_locks_dir": None,
     # pip --index-url (None: PyPI, or no index at all when pip_find_links is set)
     "pip_index_url": None,
-    # pip --find-links (a local wheel mirror or wheelhouse, e.g. http://mirror/wheels/)
+    # pip --find-links (a local wheel mirror or wheelhouse, e.g. https://mirror/wheels/)
     "pip_find_links": None,
+    # URL prefixes of plain-http mirrors the inventory vouches for (e.g.
+    # ["http://10.0.2.2:8000/"]); any other pip URL must be https (pip gets
+    # --trusted-host only for these). Shared with the host deploy (nvidia_repo_url).
+    "trusted_mirrors": [],
     # the system user and group the server runs as
     "sglang_user": "sglang",
     # root of everything gpuserve installs: venvs/, locks/, cache/ (the service's HOME), bin/
@@ -176,6 +181,20 @@ def validate_pip_url(url: str | None, field: str, source: str) -> str | None:
     return url
 
 
+def validate_pip_urls(index_url: str | None, find_links: str | None, trusted: object,
+                      source: str) -> tuple[str, ...]:
+    """Prepare-time check of the pip URLs (plan_serve and install_sglang): credentials
+    only over https, and https unless ``trusted_mirrors`` marks the mirror trusted (a
+    find-links directory on the host itself, file:// or a path, crosses no network).
+    Returns the validated ``trusted_mirrors``."""
+    prefixes = mirrors.validate_trusted_mirrors(trusted, source)
+    for field, url in (("pip_index_url", index_url), ("pip_find_links", find_links)):
+        validate_pip_url(url, field, source)
+        mirrors.require_https(url, field, prefixes, source,
+                              allow_file=field == "pip_find_links")
+    return prefixes
+
+
 def strip_credentials(url: str) -> str:
     """``url`` without its ``user:password@`` part (for anything that is shown)."""
     parsed = urlparse(url)
@@ -193,12 +212,13 @@ def pip_config_text(index_url: str | None, find_links: str | None,
 
 
 def pip_args(index_url: str | None, find_links: str | None,
-             source: str = "host data") -> list[str]:
+             source: str = "host data", trusted: tuple[str, ...] = ()) -> list[str]:
     """pip's index options for the command line. A URL with credentials is left out
-    (:func:`pip_config_text` carries it); only credential-free URLs are shown."""
+    (:func:`pip_config_text` carries it); only credential-free URLs are shown. A plain
+    http URL must lie under a ``trusted`` prefix (else InputError); only such a mirror's
+    host gets ``--trusted-host`` (pip would otherwise refuse it, rightly)."""
+    validate_pip_urls(index_url, find_links, list(trusted), source)
     args: list[str] = []
-    for field, url in (("pip_index_url", index_url), ("pip_find_links", find_links)):
-        validate_pip_url(url, field, source)
     if index_url:
         if not _has_credentials(index_url):
             args += ["--index-url", index_url]
@@ -206,8 +226,6 @@ def pip_args(index_url: str | None, find_links: str | None,
         args.append("--no-index")
     if find_links and not _has_credentials(find_links):
         args += ["--find-links", find_links]
-    # pip ignores a plain-http index or find-links host unless it is trusted; a mirror
-    # the inventory names explicitly is the one the user asked for, so trust that host.
     for url in (index_url, find_links):
         parsed = urlparse(url or "")
         if parsed.scheme == "http" and parsed.hostname and parsed.hostname not in args:
@@ -362,13 +380,17 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
     files.put(name=f"lock {lock.name} ({len(lock.packages)} hashed wheels)",
               src=StringIO(lock.requirements_text()), dest=requirements, user="root",
               group="root", mode="644")
+    # the serve plan validated these already; read again so no caller can skip the rule
+    trusted = validate_pip_urls(index_url, find_links, host.data.get("trusted_mirrors"),
+                                inventory_source())
     credentials = pip_config_text(index_url, find_links)
 
     def pip_credentials() -> str:  # a function: pyinfra shows its name, not the text
         return credentials or ""
 
     locked_venv(name=f"venv {venv} from lock {lock.name}", venv=venv, lock=lock,
-                requirements=requirements, pip_options=pip_args(index_url, find_links),
+                requirements=requirements,
+                pip_options=pip_args(index_url, find_links, trusted=trusted),
                 pip_config=pip_credentials if credentials else None,
                 pip_config_path=f"{home}/{PIP_CONFIG}")
     files.put(name=f"host script {home}/bin/{VERIFY}", src=str(SCRIPTS_DIR / VERIFY),

@@ -37,16 +37,40 @@ def test_bad_host_data_names_inventory_and_key(tmp_path):
     assert "Beginning operation run" not in out
 
 
+MIRROR = {"nvidia_repo_url": "http://10.0.2.2:8080/cuda/repos/debian12/x86_64",
+          "trusted_mirrors": ["http://10.0.2.2:8080/"], "nvidia_keyring_sha256": "ab" * 32}
+
+
 def test_dry_run_shows_the_plan(tmp_path):
-    r = run(tmp_path, "deploy/host.py",
-            {"nvidia_repo_url": "http://10.0.2.2:8080/cuda/repos/debian12/x86_64"}, "--dry")
+    r = run(tmp_path, "deploy/host.py", MIRROR, "--dry")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    for op in ("Kernel parameters intel_iommu=on iommu=pt (grub)", "Install cuda-keyring",
+    for op in ("Kernel parameters intel_iommu=on iommu=pt (grub)",
+               "Install cuda-keyring (sha256 abababababab...)",
                "Lock driver branch 580", "CUDA 13.0 toolkit (cuda-toolkit-13-0)",
                "NCCL env and host.json from the P2P verdict"):
         assert op in out, op
     assert "Reboot if the running kernel lacks the configuration" in out
+
+
+def test_untrusted_http_repo_stops_before_any_operation(tmp_path):
+    data = {**MIRROR, "trusted_mirrors": []}
+    r = run(tmp_path, "deploy/host.py", data, "-y")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert f"{tmp_path / 'fakeinv.py'}: nvidia_repo_url: " in out
+    assert 'trusted_mirrors: ["http://10.0.2.2:8080/"]' in out
+    assert "Traceback" not in out and "Beginning operation run" not in out
+
+
+def test_mirror_without_known_distribution_needs_keyring_sha256(tmp_path):
+    # no os-release answer: the published digest cannot be chosen, so the deploy stops
+    data = {k: v for k, v in MIRROR.items() if k != "nvidia_keyring_sha256"}
+    r = run(tmp_path, "deploy/host.py", data, "-y")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert f"{tmp_path / 'fakeinv.py'}: nvidia_keyring_sha256: " in out
+    assert "Traceback" not in out and "Beginning operation run" not in out
 
 
 def test_hypervisor_requires_vmid_and_gpus(tmp_path):

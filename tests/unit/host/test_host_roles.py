@@ -12,6 +12,7 @@ from pyinfra.api.command import FileUploadCommand, FunctionCommand, StringComman
 from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
 from pyinfra.context import ctx_host, ctx_state
+from pyinfra.facts.server import LinuxDistribution
 
 from gpuserve.host.driver import HostRefusal
 
@@ -107,6 +108,12 @@ def test_reboot_only_when_pending_and_allowed(running, allow, expect_reboot):
 LSB_DEBIAN = {
     "/etc/os-release": ["ID=debian", 'VERSION_ID="12"', "VERSION_CODENAME=bookworm"],
 }
+# pyinfra's LinuxDistribution fact: every /etc/*-release file, "---" after each
+OS_RELEASE_DEBIAN12 = {
+    LinuxDistribution().command(): [
+        "/etc/os-release", "NAME=\"Debian GNU/Linux\"", "ID=debian", 'VERSION_ID="12"',
+        "VERSION_CODENAME=bookworm", "---"],
+}
 
 
 def _driver_plan(responses, **kwargs):
@@ -114,7 +121,7 @@ def _driver_plan(responses, **kwargs):
 
     args = dict(repo_url="http://10.0.2.2:8080/cuda/repos/debian12/x86_64/", branch=580)
     args.update(kwargs)
-    return plan(nvidia_driver.install_nvidia_driver, responses, **args)
+    return plan(nvidia_driver.install_nvidia_driver, {**OS_RELEASE_DEBIAN12, **responses}, **args)
 
 
 def test_driver_install_plan_uses_keyring_deb822_and_branch_pin():
@@ -264,3 +271,54 @@ def test_installed_keyring_is_not_downloaded_again():
     commands = " ;; ".join(runs(_driver_plan({"dpkg -l": dpkg}, install_headers=False)))
     assert "cuda-keyring_1.1-1_all.deb" not in commands
     assert "nvidia-open-580" in commands
+
+
+DEBIAN12_KEYRING = "e7f219eab6fe4819cdb5c15b98233dc3420302d9c00883219cd3d896857cf48d"
+
+
+def _keyring_command(ops) -> str:
+    return next(c for c in runs(ops) if "cuda-keyring_1.1-1_all.deb" in c)
+
+
+def test_keyring_download_is_checked_by_sha256_before_dpkg():
+    ops = _driver_plan({}, install_headers=False,
+                       repo_url="https://mirror.example/cuda/repos/debian12/x86_64/")
+    cmd = _keyring_command(ops)
+    # the published digest for the host's distribution (os-release: debian 12)
+    check = f"echo {DEBIAN12_KEYRING}\"  $d/cuda-keyring.deb\" | sha256sum -c --strict -"
+    assert check in cmd
+    assert cmd.index("curl ") < cmd.index("sha256sum -c") < cmd.index("dpkg -i")
+    assert " && " in cmd[cmd.index("sha256sum"):cmd.index("dpkg -i")]  # dpkg only on match
+    # over https curl refuses a downgrade to http on redirect
+    assert "--proto =https --proto-redir =https" in cmd
+    assert 'rm -rf "$d"' in cmd
+
+
+def test_keyring_sha256_given_wins_over_the_published_one():
+    # deploy/host.py leaves it None and the role reads host data nvidia_keyring_sha256
+    # (tests/unit/host/test_host_deploy_scripts.py covers that path through pyinfra)
+    own = "0123456789abcdef" * 4
+    ops = _driver_plan({}, install_headers=False, keyring_sha256=own)
+    cmd = _keyring_command(ops)
+    assert own in cmd and DEBIAN12_KEYRING not in cmd
+    # plain http (a trusted loopback mirror): no https-only curl flags, still checked
+    assert "--proto" not in cmd and "sha256sum -c --strict" in cmd
+
+
+def test_keyring_refused_without_a_known_digest():
+    from gpuserve.errors import InputError
+
+    ubuntu2004 = {LinuxDistribution().command(): [
+        "/etc/os-release", "ID=ubuntu", 'VERSION_ID="20.04"', "---"]}
+    from roles import nvidia_driver
+
+    with pytest.raises(InputError) as info:
+        plan(nvidia_driver.install_nvidia_driver, ubuntu2004, repo_url=None, branch=580)
+    assert info.value.field == "nvidia_keyring_sha256"
+    assert "ubuntu2004/x86_64" in info.value.message
+    # a digest in host data (the function argument the deploy fills from it) is enough
+    ops = plan(nvidia_driver.install_nvidia_driver, ubuntu2004, repo_url=None, branch=580,
+               keyring_sha256="ab" * 32, install_headers=False)
+    cmd = _keyring_command(ops)
+    assert "ab" * 32 in cmd
+    assert "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64/" in cmd

@@ -22,12 +22,48 @@ PYINFRA = Path(sys.executable).with_name("pyinfra")
 
 
 def test_pip_args_air_gapped_mirror() -> None:
-    assert pip_args(None, "http://10.0.2.2:8000/wheels/") == [
+    trusted = ("http://10.0.2.2:8000/",)
+    assert pip_args(None, "http://10.0.2.2:8000/wheels/", trusted=trusted) == [
         "--no-index", "--find-links", "http://10.0.2.2:8000/wheels/", "--trusted-host",
         "10.0.2.2"]
     assert pip_args("https://m/simple", "https://w/") == [
         "--index-url", "https://m/simple", "--find-links", "https://w/"]
+    assert pip_args(None, "/srv/wheels/") == ["--no-index", "--find-links", "/srv/wheels/"]
     assert pip_args(None, None) == []
+
+
+@pytest.mark.parametrize("field", ["pip_index_url", "pip_find_links"])
+def test_plain_http_pip_mirror_needs_trusted_mirrors(field) -> None:
+    url = "http://10.0.2.2:8000/simple/"
+    with pytest.raises(InputError) as info:
+        plan_serve({"profile": "glm5-nvfp4-tp8", field: url}, "inventory/gpu.py", runtime())
+    assert (info.value.file, info.value.field) == ("inventory/gpu.py", field)
+    assert 'trusted_mirrors: ["http://10.0.2.2:8000/"]' in info.value.message
+    # pip_args itself refuses too (install_sglang builds the command with it), and never
+    # hands pip --trusted-host for a mirror the inventory did not mark
+    args = (url, None) if field == "pip_index_url" else (None, url)
+    with pytest.raises(InputError):
+        pip_args(*args)
+    with pytest.raises(InputError):
+        pip_args(*args, trusted=("http://10.0.2.2:80/",))
+    assert "--trusted-host" not in pip_args("https://m/simple", None,
+                                            trusted=("http://10.0.2.2:8000/",))
+
+
+def test_trusted_mirror_passes_the_serve_plan() -> None:
+    plan = plan_serve({"profile": "glm5-nvfp4-tp8", "pip_find_links": "http://10.0.2.2:8000/w/",
+                       "trusted_mirrors": ["http://10.0.2.2:8000"]},
+                      "inventory/gpu.py", runtime())
+    assert plan.find_links == "http://10.0.2.2:8000/w/"
+
+
+@pytest.mark.parametrize("value", ["http://10.0.2.2:8000/", ["ftp://m/"], [""],
+                                   ["http://u:p@m/"], [None]])
+def test_bad_trusted_mirrors_are_refused(value) -> None:
+    with pytest.raises(InputError) as info:
+        plan_serve({"profile": "glm5-nvfp4-tp8", "trusted_mirrors": value},
+                   "inventory/gpu.py", runtime())
+    assert info.value.field == "trusted_mirrors"
 
 
 def runtime(**kw) -> Callable[[str], HostRuntime]:
