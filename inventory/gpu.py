@@ -28,6 +28,12 @@ gpu = [
             # NVIDIA's repository; point at a local mirror of .../repos/debian12/x86_64/
             # for air-gapped hosts. None = NVIDIA's own URL for the host's distribution.
             "nvidia_repo_url": None,
+            # A mirror must be https, unless listed here as a prefix you vouch for, e.g.
+            # ["http://10.0.0.5:8000/"] (also what pip_index_url / pip_find_links use).
+            "trusted_mirrors": [],
+            # sha256 of the mirror's cuda-keyring_1.1-1_all.deb; None = the digest NVIDIA
+            # publishes for the host's distribution (gpuserve/data/host/nvidia.yaml).
+            "nvidia_keyring_sha256": None,
             "nvidia_driver_branch": 580,  # CUDA 13.0 needs >= 580.65.06
             "nvidia_driver_flavour": "open",  # Blackwell runs only the open modules
             "cuda_lane": "13.0",  # 12.x -> SGLang 0.5.19, 13.x -> 0.5.23 in deploy/serve.py

@@ -291,3 +291,63 @@ def test_bench_off_and_host_on_regression_wins() -> None:
     assert plan_serve({"profile": "glm5-nvfp4-tp8", "bench": "off"}, "i", R580).bench is None
     p = plan_serve({"profile": "glm5-nvfp4-tp8", "on_regression": "rollback"}, "i", R580)
     assert p.bench.on_regression == "rollback"
+
+
+def test_cli_refuses_untrusted_http_find_links_before_any_operation() -> None:
+    env = dict(os.environ, PYINFRA_FAKE_DELAY="0")
+    proc = subprocess.run(
+        [str(PYINFRA), "-y", "@fake", "deploy/serve.py", "--data", "profile=glm5-nvfp4-tp8",
+         "--data", "sglang_version=0.5.23",
+         "--data", "pip_find_links=http://10.0.2.2:8000/wheels/"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert ": pip_find_links: 'http://10.0.2.2:8000/wheels/' is plain http" in out, out
+    assert 'trusted_mirrors: ["http://10.0.2.2:8000/"]' in out
+    assert "Beginning operation run" not in out and "Starting operation" not in out
+    assert "Traceback" not in out
+
+
+def _install_commands(trusted: list[str], find_links: str) -> list[str]:
+    """install_sglang prepared on a @fake host whose host data has ``trusted_mirrors``."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.api.command import StringCommand
+    from pyinfra.api.connect import connect_all
+    from pyinfra.api.deploy import add_deploy
+    from pyinfra.context import ctx_host, ctx_state
+
+    from gpuserve.launch.locks import available_locks
+    from roles.sglang import install_sglang
+
+    lock = next(lk for lk in available_locks() if lk.name == "sglang-0.5.23-cu13-py311")
+    responses = {"uname -s": ["Linux"], "useradd": ["/usr/sbin/useradd"],
+                 "groupadd": ["/usr/sbin/groupadd"]}
+    inv = Inventory((["@fake/h"], {"fake_responses": responses, "fake_delay": 0,
+                                   "fake_delay_jitter": 0, "trusted_mirrors": trusted}))
+    state = State(inventory=inv, config=Config())
+    connect_all(state)
+    add_deploy(state, install_sglang, user="sglang", home="/opt/gpuserve", lock=lock,
+               find_links=find_links)
+    host = inv.get_host("@fake/h")
+    out = []
+    with ctx_state.use(state), ctx_host.use(host):
+        for op_hash in state.get_op_order():
+            for cmd in state.get_op_data_for_host(host, op_hash).command_generator():
+                if isinstance(cmd, StringCommand):
+                    out.append(cmd.get_raw_value())
+    return out
+
+
+def test_install_gives_trusted_host_only_for_a_marked_mirror() -> None:
+    cmds = _install_commands(["http://10.0.2.2:8000/"], "http://10.0.2.2:8000/wheels/")
+    pip = next(c for c in cmds if "/bin/pip install" in c)
+    assert "--find-links http://10.0.2.2:8000/wheels/ --trusted-host 10.0.2.2" in pip
+    assert "--require-hashes" in pip  # every wheel checked against the lock's sha256
+    https = next(c for c in _install_commands([], "https://m.example/wheels/")
+                 if "/bin/pip install" in c)
+    assert "--trusted-host" not in https
+    # the role checks again (a caller that skipped plan_serve cannot get http through)
+    with pytest.raises(InputError) as info:
+        _install_commands([], "http://10.0.2.2:8000/wheels/")
+    assert info.value.field == "pip_find_links"
