@@ -418,6 +418,31 @@ def _pcie_ipc(ctx: Context) -> str | None:
     return None
 
 
+@rule("allreduce-without-measured-p2p")
+def _allreduce_measured(ctx: Context) -> str | None:
+    """Custom / PCIe-IPC all-reduce need working peer access; the measurement, not the
+    driver, says whether it works (facts ``measured``, gpuserve.measure.gates)."""
+    measured = ctx.facts.measured
+    if measured is None or measured.p2p is None or measured.p2p:
+        return None
+    tp = ctx.profile.parallel.tp
+    uses = []
+    if tp >= 2 and not ctx.profile.communication.disable_custom_all_reduce \
+            and not ctx.flag_present("--disable-custom-all-reduce"):
+        uses.append("custom all-reduce (communication.disable_custom_all_reduce not set)")
+    if _env_true(ctx.env, "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") \
+            or ctx.profile.communication.pcie_ipc_allreduce:
+        uses.append("PCIe-IPC all-reduce")
+    if not uses:
+        return None
+    why = "P2P hung in the measuring run" if measured.p2p_hang else \
+        "P2P was not measured working and faster"
+    busbw = measured.all_reduce_busbw_gbs
+    figures = f", all-reduce busbw {busbw:g} GB/s on the chosen path" if busbw else ""
+    record = f" (record {measured.record})" if measured.record else ""
+    return f"{' and '.join(uses)} with tp {tp}; measured: {why}{figures}{record}"
+
+
 @rule("nccl-p2p-disable-missing")
 def _nccl_p2p_missing(ctx: Context) -> str | None:
     if ctx.p2p in ("none", "partial") and ctx.profile.parallel.tp > 1 \

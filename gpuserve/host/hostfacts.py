@@ -148,6 +148,22 @@ class Kernel:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """Optional: what the last measuring run found (gpuserve.measure.gates, issue 9).
+
+    The driver's ``topo -p2p`` verdict is what the driver claims; this is what the box
+    did. ``p2p``: the NCCL env was chosen with P2P on (P2P measured working and faster);
+    False when a hang or a slower P2P path kept it off. Absent in documents written
+    before measuring existed, and then no rule reads it.
+    """
+
+    p2p: bool | None = None
+    p2p_hang: bool | None = None
+    all_reduce_busbw_gbs: float | None = None
+    record: str | None = None  # the gpuserve.measure/1 record the figures come from
+
+
+@dataclass(frozen=True)
 class HostFacts:
     hostname: str | None = None
     virtualization: str | None = None
@@ -157,6 +173,7 @@ class HostFacts:
     cuda: Cuda = field(default_factory=Cuda)
     kernel: Kernel = field(default_factory=Kernel)
     sglang_version: str | None = None
+    measured: Measured | None = None
     source: str | None = field(default=None, compare=False)
 
     # ---- derived views the rules share
@@ -225,6 +242,7 @@ class HostFacts:
                 nouveau_loaded=k.get("nouveau_loaded", bool),
             ),
             sglang_version=root.get("sglang_version", str),
+            measured=_measured(root),
             source=f,
         )
 
@@ -249,7 +267,19 @@ class HostFacts:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("source")
+        if data["measured"] is None:
+            data.pop("measured")  # optional section: documents without it stay as they were
         return data
+
+
+def _measured(root: _Reader) -> Measured | None:
+    if root.data.get("measured") is None:
+        return None
+    m = root.child("measured")
+    busbw = m.get("all_reduce_busbw_gbs", float, int)
+    return Measured(p2p=m.get("p2p", bool), p2p_hang=m.get("p2p_hang", bool),
+                    all_reduce_busbw_gbs=None if busbw is None else float(busbw),
+                    record=m.get("record", str))
 
 
 def _cap(g: _Reader) -> str | None:

@@ -779,9 +779,30 @@ def read_measure_records(host_dir: str | Path) -> list[dict[str, Any]]:
 def baseline_for(
     records: Iterable[Mapping[str, Any]], host: str, topology: str, key: str
 ) -> float | None:
-    """The host's baseline for a figure: its first record of this class that has it."""
+    """The host's baseline for a figure: its first record of this class that has it and
+    did not fail it."""
     for doc in sorted(records, key=lambda d: str(d.get("timestamp"))):
-        if doc.get("host") == host and doc.get("topology_class") == topology \
-                and key in (doc.get("figures") or {}):
-            return float(doc["figures"][key])
+        if doc.get("host") != host or doc.get("topology_class") != topology \
+                or key not in (doc.get("figures") or {}):
+            continue
+        if any(isinstance(v, dict) and v.get("check") == key and v.get("status") == "fail"
+               for v in doc.get("verdicts") or []):
+            continue  # a run that failed (e.g. below the floor) is no baseline
+        return float(doc["figures"][key])
     return None
+
+
+def measured_section(doc: Mapping[str, Any], path: str | Path | None = None) -> dict[str, Any]:
+    """The host-facts document's optional ``measured`` section from a measure record.
+
+    What the doctor reads (rule ``allreduce-without-measured-p2p``): the P2P choice the
+    measurement made, whether P2P hung, and the all-reduce busbw on the chosen path.
+    """
+    choice = doc.get("choice") or {}
+    on = (choice.get("numbers") or {}).get("p2p_on") or {}
+    busbw = next((v for k, v in (doc.get("figures") or {}).items()
+                  if k.startswith("all_reduce_busbw@")), None)
+    return {"p2p": choice.get("p2p") if choice else None,
+            "p2p_hang": bool(on.get("hang")) if on else None,
+            "all_reduce_busbw_gbs": busbw,
+            "record": str(path) if path is not None else None}

@@ -304,3 +304,12 @@ def test_record_validation_names_field(tmp_path):
         gates.validate_measure_record({**doc, "topology_class": "nvlink9"}, "x.json")
     with pytest.raises(InputError, match="x.json: schema"):
         gates.validate_measure_record({**doc, "schema": "gpuserve.result/2"}, "x.json")
+
+
+def test_a_failed_first_run_is_no_baseline(tmp_path):
+    c = gates.load_expectations().classes["pcie-no-p2p"][0]
+    below_floor = _record("gpu1", "2026-12-01T01:00:00Z", 8.0)
+    below_floor["verdicts"] = [gates.judge(c, 8.0).to_dict()]
+    assert below_floor["verdicts"][0]["status"] == "fail"
+    later = _record("gpu1", "2026-12-01T02:00:00Z", 24.0)
+    assert gates.baseline_for([later, below_floor], "gpu1", "pcie-no-p2p", c.key) == 24.0
