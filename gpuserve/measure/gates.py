@@ -47,8 +47,10 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 #: The classes :func:`topology_class` can return; expectations.yaml must cover exactly these.
 TOPOLOGY_CLASSES = ("nvlink4", "nvlink-other", "pcie5-x16-p2p", "pcie-p2p", "pcie-no-p2p")
-# GPUs whose NVLink is generation 4 (NVIDIA H100/H200 datasheets: 900 GB/s NVLink 4).
-_NVLINK4_NAMES = re.compile(r"\b(?:GH200|H100|H200|H800|H20)\b", re.IGNORECASE)
+# GPUs whose NVLink is generation 4 at the full 900 GB/s the nvlink4 figures were
+# published on (H100/H200 SXM). H800 (NVLink cut to 400 GB/s) and others fall to
+# nvlink-other, which gates against the host's own baseline.
+_NVLINK4_NAMES = re.compile(r"\b(?:H100|H200)\b", re.IGNORECASE)
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _URL = re.compile(r"^(?:https://|http://|file://|git@|/)\S+$")
@@ -276,6 +278,8 @@ def _check(file: str, at: str, raw: Any) -> Check:
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                   or value < 1):
             raise InputError(file, f"{at}.{key}", f"must be a positive integer, got {value!r}")
+    if floor is not None and METRICS[metric][1] != "higher":
+        raise InputError(file, f"{at}.floor", f"only bandwidths have a floor, not {metric}")
     if metric.startswith("all_reduce") and size is None:
         raise InputError(file, f"{at}.size_bytes", f"{metric} is judged at a fixed size")
     return Check(metric=metric, unit=unit, source=source, baseline=baseline,
@@ -691,6 +695,41 @@ def _p2p_pairs(
         return (f"enabled/disabled bidirectional bandwidth >= {exp.bidir_ratio_min:g}",
                 [r >= exp.bidir_ratio_min for r in ratios])
     return None
+
+
+def gate_figures(
+    checks: Iterable[Check], all_reduce: NcclTestsResult | None,
+    p2p: P2PBandwidthReport | None = None,
+) -> dict[str, float]:
+    """The figures a class's checks name (keyed by ``Check.key``) from the parsed runs."""
+    figures: dict[str, float] = {}
+    p2p_values = p2p_figures(p2p) if p2p is not None else {}
+    for c in checks:
+        value: float | None = None
+        if c.metric == "all_reduce_busbw" and all_reduce is not None and c.size_bytes:
+            bw = busbw_at(all_reduce, c.size_bytes)
+            value = bw.value if bw else None
+        elif c.metric == "all_reduce_latency" and all_reduce is not None and c.size_bytes:
+            value = small_latency_us(all_reduce, max_bytes=c.size_bytes)
+        elif c.metric in p2p_values:
+            value = p2p_values[c.metric]
+        if value is not None:
+            figures[c.key] = value
+    return figures
+
+
+def judge_class(
+    exp: Expectations, topology: str, figures: Mapping[str, float], *,
+    records: Iterable[Mapping[str, Any]] = (), host: str | None = None,
+    gpus: int | None = None,
+) -> list[GateVerdict]:
+    """Every check of a class; baseline checks look up the host's earlier records."""
+    records = list(records)
+    verdicts = []
+    for c in exp.classes[topology]:
+        base = baseline_for(records, host, topology, c.key) if c.baseline and host else None
+        verdicts.append(judge(c, figures.get(c.key), base, gpus))
+    return verdicts
 
 
 # ----------------------------------------------------------------------------- records

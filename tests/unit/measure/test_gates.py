@@ -125,6 +125,9 @@ def test_topology_class_nvlink_generation_from_name():
     for gpu in doc["gpus"]:
         gpu["name"] = "NVIDIA A100-SXM4-80GB"
     assert gates.topology_class(doc) == "nvlink-other"
+    for gpu in doc["gpus"]:
+        gpu["name"] = "NVIDIA H800"  # NVLink 4 cut to 400 GB/s: not the 475 GB/s figure
+    assert gates.topology_class(doc) == "nvlink-other"
 
 
 # ---------------------------------------------------------------- NCCL env choice
@@ -313,3 +316,24 @@ def test_a_failed_first_run_is_no_baseline(tmp_path):
     assert below_floor["verdicts"][0]["status"] == "fail"
     later = _record("gpu1", "2026-12-01T02:00:00Z", 24.0)
     assert gates.baseline_for([later, below_floor], "gpu1", "pcie-no-p2p", c.key) == 24.0
+
+
+def test_judge_class_end_to_end(exp, tmp_path):
+    run = nccl("all_reduce_pro6000x8_p2p_off_composed.txt")
+    checks = exp.classes["pcie-no-p2p"]
+    figures = gates.gate_figures(checks, run)
+    assert figures == {"all_reduce_busbw@2147483648": 25.81, "all_reduce_latency@1024": 35.2}
+    first = gates.judge_class(exp, "pcie-no-p2p", figures, host="gpu1", gpus=8)
+    assert [v.status for v in first] == ["baseline", "baseline"]
+    gates.write_measure_record(tmp_path, _record("gpu1", "2026-12-01T01:00:00Z", 25.81))
+    records = gates.read_measure_records(tmp_path / "gpu1")
+    slower = {**figures, "all_reduce_busbw@2147483648": 15.0}
+    later = gates.judge_class(exp, "pcie-no-p2p", slower, records=records, host="gpu1")
+    assert later[0].status == "fail" and later[0].expected == 25.81
+    assert later[1].status == "baseline"  # the first record has no latency figure
+    # An NVLink class needs the P2P matrix too: without it that check is "missing".
+    h200 = gates.gate_figures(exp.classes["nvlink4"], nccl("all_reduce_h200x8_gate_composed.txt"))
+    statuses = {v.check: v.status
+                for v in gates.judge_class(exp, "nvlink4", h200, host="h200a", gpus=8)}
+    assert statuses == {"all_reduce_busbw@4294967296": "pass", "p2p_bidir_best": "missing",
+                        "all_reduce_latency@1024": "baseline"}

@@ -139,6 +139,8 @@ def _first_check(d: dict) -> dict:
     (lambda d: _first_check(d).pop("size_bytes"), "classes.nvlink4.checks[0].size_bytes",
      "fixed size"),
     (lambda d: d["choice"].update(p2p_margin=2), "choice.p2p_margin", "from 0 to 1"),
+    (lambda d: d["classes"]["nvlink4"]["checks"][2].update(floor=5),
+     "classes.nvlink4.checks[2].floor", "only bandwidths have a floor"),
 ])
 def test_bad_expectations(tmp_path, edit, field, words):
     doc = _exp_doc()
