@@ -181,9 +181,11 @@ def test_credentials_over_plain_http_are_refused_naming_the_field(field) -> None
     assert info.value.field == field and PASSWORD not in str(info.value)
 
 
-def test_plain_http_mirror_without_credentials_is_still_trusted() -> None:
-    assert pip_args(None, "http://10.0.2.2:8000/wheels/")[-2:] == ["--trusted-host",
-                                                                    "10.0.2.2"]
+def test_plain_http_mirror_is_trusted_only_when_marked() -> None:
+    assert pip_args(None, "http://10.0.2.2:8000/wheels/",
+                    trusted=("http://10.0.2.2:8000/",))[-2:] == ["--trusted-host", "10.0.2.2"]
+    with pytest.raises(InputError, match="trusted_mirrors"):
+        pip_args(None, "http://10.0.2.2:8000/wheels/")
 
 
 LOCK = next(lk for lk in available_locks() if lk.name == "sglang-0.5.23-cu13-py311")
