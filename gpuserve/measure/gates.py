@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -792,17 +791,10 @@ def measure_record_path(results_dir: str | Path, doc: Mapping[str, Any]) -> Path
 
 def write_measure_record(results_dir: str | Path, doc: Mapping[str, Any]) -> Path:
     """One file per run, never overwritten, written then renamed (like results.py)."""
+    from gpuserve.measure.results import write_new_file
+
     text = json.dumps(validate_measure_record(dict(doc), "<record>"), sort_keys=True) + "\n"
-    path = measure_record_path(results_dir, doc)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    final, n = path, 1
-    while final.exists():
-        n += 1
-        final = path.with_name(f"{path.stem}-{n}{path.suffix}")
-    tmp = final.with_name(f".{final.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, final)
-    return final
+    return write_new_file(measure_record_path(results_dir, doc), text)
 
 
 def read_measure_records(host_dir: str | Path) -> list[dict[str, Any]]:

@@ -422,15 +422,26 @@ def write_record(results_dir: str | Path, record: ResultRecord) -> Path:
     is written next to its final name and renamed, so a reader never sees half a record.
     """
     text = record.to_json() + "\n"  # before touching the disk: a bad record writes nothing
-    path = record_path(results_dir, record)
+    return write_new_file(record_path(results_dir, record), text)
+
+
+def write_new_file(path: Path, text: str) -> Path:
+    """Write ``text`` as a new file at ``path`` (``-2``, ``-3`` ... when it exists: records
+    are append-only), via a hidden temporary file renamed into place, so a reader never
+    sees half a file; when writing fails (a full disk) the temporary file is removed and
+    the error raised. Returns the path written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     final, n = path, 1
     while final.exists():
         n += 1
         final = path.with_name(f"{path.stem}-{n}{path.suffix}")
     tmp = final.with_name(f".{final.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, final)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, final)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     return final
 
 

@@ -324,3 +324,23 @@ def test_record_spec_without_new_arguments_is_unchanged(tmp_path: Path) -> None:
     assert (spec.profile_hash, spec.lock, spec.context) == (None, None, None)
     doc = smoke_record(spec, "gpu1", SmokeResult("/v1/completions", 1, 1, 1.0, "x")).to_dict()
     assert doc["context"] is None and doc["scenario"] is None and doc["sglang"] is None
+
+
+def test_a_full_disk_leaves_no_half_written_file(tmp_path, monkeypatch):
+    """Writing fails (ENOSPC): the error is raised, nothing half-written stays behind."""
+    import errno
+    from pathlib import Path
+
+    from gpuserve.measure import results as results_module
+
+    real_write = Path.write_text
+
+    def full_disk(self, text, *args, **kwargs):
+        real_write(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        results_module.write_new_file(tmp_path / "h" / "r.json", '{"a": 1}\n')
+    monkeypatch.undo()
+    assert [p.name for p in (tmp_path / "h").iterdir()] == []
