@@ -196,6 +196,7 @@ def plan_serve(
     # the listen address and hardening choices are printed with the preflight's warnings
     checks_report.warnings.extend(plan.warnings)
     extra_env = data["sglang_extra_env"] or {}
+    args = service.with_host(args, plan.host)  # what the unit really runs (--host last)
     record = record_spec(data["results_dir"], source, profile=profile.name, args=args,
                          env={**launch.env, **{k: str(v) for k, v in extra_env.items()}},
                          sglang_version=version, model=profile.model.path, served_name=served,
@@ -270,7 +271,8 @@ def _bench_plan(data: dict, source: str, *, profile, lock: Lock, user: str, home
                      or profile.bench.on_regression or "report")
     return BenchPlan(
         mode=mode, spec=profile.bench,
-        fingerprint=run_fingerprint(launch, lock.name, profile.bench),
+        # the lock's hash too: the same name can pin other wheels (a user's own locks)
+        fingerprint=run_fingerprint(launch, f"{lock.name}@{lock.hash}", profile.bench),
         on_regression=on_regression, profile=profile.name,
         python=f"{venv_path(home, lock)}/bin/python", user=user,
         port=profile.server.port, served_name=service_plan.served_name,

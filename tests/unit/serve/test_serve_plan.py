@@ -351,3 +351,16 @@ def test_install_gives_trusted_host_only_for_a_marked_mirror() -> None:
     with pytest.raises(InputError) as info:
         _install_commands([], "http://10.0.2.2:8000/wheels/")
     assert info.value.field == "pip_find_links"
+
+
+def test_bench_fingerprint_and_record_follow_the_listen_address() -> None:
+    """What the unit runs (--host appended by the listen rule) is what is fingerprinted
+    and recorded: a key that opens the profile's 0.0.0.0 is a new configuration."""
+    plain = plan_serve({"profile": "glm5-nvfp4-tp8"}, "i", R580)
+    keyed = plan_serve({"profile": "glm5-nvfp4-tp8",
+                        "sglang_api_key": "sk-" + "k" * 20}, "i", R580)
+    assert plain.service.host == "127.0.0.1" and keyed.service.host == "0.0.0.0"
+    assert plain.bench.fingerprint != keyed.bench.fingerprint
+    assert plain.record.launch_hash != keyed.record.launch_hash
+    argv = plain.record.context["argv"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
