@@ -59,50 +59,74 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.facts.files import FileContents
 
-from gpuserve.facts.document import host_facts_document
+import roles.checks.bench as bench_role
+import roles.service as service_role
+import roles.service.rollback as rollback_role
+import roles.sglang as sglang_role
+from gpuserve.facts.document import HostFactsDocument, host_facts_document
 from gpuserve.facts.gpu import CudaToolkit, NvidiaDriver, NvidiaGpus
 from gpuserve.facts.host import InstallTarget, ModelCheckpoint
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.launch.lock_choice import HostRuntime
+from roles import checks as checks_role
 from roles.checks import check_service
 from roles.inventory import inventory_source, run_deploy
+from roles.prefetch import Read, fact, prefetch, reader
 from roles.service import UNIT_NAME, UNIT_PATH, configure_service
 from roles.service.rollback import RollbackSpec, keep_last_good
 from roles.service.serve_plan import plan_serve
 from roles.sglang import install_sglang, prune_venvs
 
 
+def host_reads(home: str, user: str) -> list[Read]:
+    """What the plan reads from the host before any change (one prefetch)."""
+    return [Read.of(InstallTarget, path=home), Read.of(NvidiaGpus), Read.of(NvidiaDriver),
+            Read.of(CudaToolkit), Read.of(FileContents, path=HOST_JSON_PATH),
+            Read.of(HostFactsDocument, sglang_python=""), *sglang_role.account_reads(user)]
+
+
 def host_runtime(home: str) -> HostRuntime:
     """The facts the lock choice and the preflight need, read before any change."""
-    target = host.get_fact(InstallTarget, path=home)
-    gpus = host.get_fact(NvidiaGpus) or []
+    target = fact(InstallTarget, path=home)
+    gpus = fact(NvidiaGpus) or []
     driver = next((g["driver_version"] for g in gpus if g.get("driver_version")), None)
     if driver is None:
-        driver = (host.get_fact(NvidiaDriver) or {}).get("version")
+        driver = (fact(NvidiaDriver) or {}).get("version")
     return HostRuntime(name=host.name, python=target["python"], glibc=target["glibc"],
-                       driver=driver, cuda_toolkit=host.get_fact(CudaToolkit),
+                       driver=driver, cuda_toolkit=fact(CudaToolkit),
                        free_bytes=target["free_bytes"], gpus=len(gpus),
                        gpu_list=tuple(dict(g) for g in gpus))
 
 
 def main() -> None:
+    # Reads run as two batched commands (roles/prefetch.py): what the plan needs, then,
+    # once the plan names the lock and paths, what every role below reads.
+    home = sglang_role.validate_home(
+        host.data.get("sglang_home", sglang_role.DEFAULTS["sglang_home"]), inventory_source())
+    user = host.data.get("sglang_user", sglang_role.DEFAULTS["sglang_user"])
+    prefetch(host_reads(home, sglang_role.validate_user(user, inventory_source())))
     plan = plan_serve(
         host.data.dict(),
         inventory_source(),
         host_runtime=host_runtime,
-        host_record=lambda: host.get_fact(FileContents, path=HOST_JSON_PATH),
+        host_record=lambda: fact(FileContents, path=HOST_JSON_PATH),
         checkpoint=lambda path: host.get_fact(ModelCheckpoint, path=path),
-        host_facts=lambda: host_facts_document(host),
+        host_facts=lambda: host_facts_document(reader()),
     )
     for line in plan.preflight.info:
         logger.info(f"{host.name}: {line}")
     for line in plan.preflight.warnings:
         logger.warning(f"{host.name}: {line}")
+    rollback = RollbackSpec(profile_name=plan.service.profile_name, unit=UNIT_NAME)
+    unit_paths = (UNIT_PATH, rollback.saved("unit"))
+    prefetch([*sglang_role.reads(plan.user, plan.home, plan.lock),
+              *service_role.reads(plan.service), *checks_role.reads(plan.bin_dir),
+              *(bench_role.reads(plan.bench) if plan.bench is not None else ()),
+              *rollback_role.reads(rollback), *sglang_role.prune_reads(plan.home, unit_paths)])
     install_sglang(user=plan.user, home=plan.home, lock=plan.lock,
                    index_url=plan.index_url, find_links=plan.find_links,
                    expect_gpus=plan.expect_gpus)
     configure_service(plan=plan.service)
-    rollback = RollbackSpec(profile_name=plan.service.profile_name, unit=UNIT_NAME)
     check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
                   profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
                   health_timeout=plan.health_timeout, config_path=plan.config_path,
@@ -110,7 +134,7 @@ def main() -> None:
     keep_last_good(name="keep this configuration as the last good one (root-only copies)",
                    spec=rollback)
     prune_venvs(name=f"prune venvs beyond keep_venvs={plan.keep_venvs}", home=plan.home,
-                keep=plan.keep_venvs, unit_paths=(UNIT_PATH, rollback.saved("unit")))
+                keep=plan.keep_venvs, unit_paths=unit_paths)
 
 
 run_deploy(main)

@@ -37,7 +37,6 @@ from pathlib import Path
 
 from pyinfra import host, logger, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
-from pyinfra.operations import files
 
 from gpuserve.measure.health import (
     Decision,
@@ -50,8 +49,10 @@ from gpuserve.measure.health import (
 from gpuserve.measure.results import RecordSpec, smoke_record, write_record
 from gpuserve.measure.smoke import SmokeError, parse_smoke_output, smoke_line
 from gpuserve.paths import SCRIPTS_DIR
+from roles import managed
 from roles.checks.bench import BenchPlan, throughput_checks
 from roles.failure import fail_host
+from roles.prefetch import Read
 from roles.service.rollback import (
     RollbackSpec,
     read_state,
@@ -82,6 +83,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PROBE = "sglang_probe.py"
 SMOKE = "sglang_smoke.py"
 BENCH = "sglang_bench.py"
+SCRIPTS = (PROBE, SMOKE, BENCH)
+
+
+def reads(bin_dir: str) -> list[Read]:
+    """The paths :func:`check_service` manages, for the deploy's prefetch."""
+    return [managed.read(bin_dir), *(managed.read(f"{bin_dir}/{s}") for s in SCRIPTS)]
 
 
 class SglangProbe(FactBase):
@@ -222,11 +229,11 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
     the controller when ``record`` is given), then the throughput checks when ``bench``
     is given (roles/checks/bench.py). With ``rollback``, a failed gate restores the last
     good configuration first (see :func:`wait_healthy`)."""
-    files.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
-                    group="root", mode="755")
-    for script in (PROBE, SMOKE, BENCH):
-        files.put(name=f"host script {bin_dir}/{script}", src=str(SCRIPTS_DIR / script),
-                  dest=f"{bin_dir}/{script}", user="root", group="root", mode="755")
+    managed.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
+                      group="root", mode="755")
+    for script in SCRIPTS:
+        managed.put(name=f"host script {bin_dir}/{script}", src=str(SCRIPTS_DIR / script),
+                    dest=f"{bin_dir}/{script}", user="root", group="root", mode="755")
     wait_healthy(name=f"health gate: {unit} answers /health 200",
                  unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,
                  rollback=rollback)

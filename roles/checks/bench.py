@@ -55,6 +55,7 @@ from gpuserve.measure.results import (
     write_record,
 )
 from roles.failure import fail_host
+from roles.prefetch import Read, fact_if_unchanged
 from roles.service.rollback import RollbackSpec
 
 
@@ -153,7 +154,7 @@ def throughput_checks(plan: BenchPlan, script: str, record: RecordSpec | None,
     this host (or ``bench: always``), record them, and gate on them (module docstring)."""
     if not state.is_executing or plan.mode == "off":
         return
-    if plan.mode == "auto" and host.get_fact(BenchMark, path=plan.mark_path) == \
+    if plan.mode == "auto" and fact_if_unchanged(BenchMark, path=plan.mark_path) == \
             plan.fingerprint:
         logger.info(f"{host.name}: bench: skipped, this configuration was measured and "
                     f"passed already (--data bench=always measures again)")
@@ -228,3 +229,8 @@ def throughput_checks(plan: BenchPlan, script: str, record: RecordSpec | None,
         outcome = [f"not rolled back (on_regression: {plan.on_regression}): profile "
                    f"{plan.profile} keeps serving"]
     yield fail_host(failed, misses, outcome)
+
+
+def reads(plan: BenchPlan) -> list[Read]:
+    """What :func:`throughput_checks` reads before deciding to run, for the prefetch."""
+    return [Read.of(BenchMark, path=plan.mark_path)]

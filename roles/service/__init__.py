@@ -16,19 +16,22 @@ nothing changed therefore runs no command at all.
 from __future__ import annotations
 
 import ipaddress
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
-from io import StringIO
 
 from pyinfra import host, state
-from pyinfra.api import QuoteString, StringCommand, deploy, operation
+from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 from pyinfra.facts.server import Command
-from pyinfra.operations import files, systemd
+from pyinfra.operations import systemd
 
 from gpuserve.errors import InputError
+from gpuserve.host.unit_state import LiveUnit, parse_unit_state
 from gpuserve.launch.catalog import load_catalog
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.paths import SCRIPTS_DIR
+from roles import managed
+from roles.prefetch import Read, fact
 from roles.service.render import (
     UnitSpec,
     env_line,
@@ -37,7 +40,7 @@ from roles.service.render import (
     render_unit,
     validate_hardening_off,
 )
-from roles.service.secret import secret_file, validate_secret
+from roles.service.secret import validate_secret
 
 DEFAULTS = {
     # extra environment for the server (dict), added after the profile's env
@@ -265,33 +268,82 @@ def reset_failed(unit: str, changed: Callable[[], bool]):
         host.noop(f"{unit} is {active or 'absent'}: no start limit to clear")
 
 
+class UnitState(FactBase):
+    """The unit's systemd state, and which of its files are newer than its process.
+
+    ``newer``: files written after the running server started. A deploy cut off between
+    writing a file and restarting (an SSH drop) leaves the new file in place, so the
+    rerun's file check finds nothing to do; this is how it still knows the server runs
+    the old configuration and restarts it.
+    """
+
+    @staticmethod
+    def default() -> LiveUnit:
+        return LiveUnit()
+
+    def command(self, unit: str, paths: tuple[str, ...]) -> str:
+        q = shlex.quote
+        quoted = " ".join(q(p) for p in paths)
+        return (f"systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload {q(unit)}"
+                f" 2>/dev/null; t=$(systemctl show --timestamp=us+utc -p "
+                f"ExecMainStartTimestamp --value {q(unit)} 2>/dev/null || systemctl show -p "
+                f"ExecMainStartTimestamp --value {q(unit)}); "
+                f"[ -z \"$t\" ] || echo \"Started=$(date -d \"$t\" +%s.%N)\"; "
+                f"for f in {quoted}; do [ -e \"$f\" ] && echo \"Mtime=$(stat -c %.9Y "
+                f"\"$f\") $f\"; done; true")
+
+    def process(self, output: list[str]) -> LiveUnit:
+        return parse_unit_state(output)
+
+
+def reads(plan: ServicePlan) -> list[Read]:
+    """Every path and state :func:`configure_service` reads, for the deploy's prefetch."""
+    return [managed.read(p) for p in (CONFIG_DIR, ENV_PATH, CONFIG_PATH, plan.bin_dir,
+                                       f"{plan.bin_dir}/{REDACT_SCRIPT}", UNIT_PATH)] + [
+        Read.of(UnitState, unit=UNIT_NAME, paths=MANAGED_FILES)]
+
+
+MANAGED_FILES = (UNIT_PATH, ENV_PATH, CONFIG_PATH)
+
+
 @deploy("Configure the SGLang service")
 def configure_service(plan: ServicePlan) -> None:
-    files.directory(name=f"{CONFIG_DIR} (root, readable by {plan.group} only)",
-                    path=CONFIG_DIR, user="root", group=plan.group, mode="750")
-    env = secret_file(name=f"EnvironmentFile {ENV_PATH} (0600 root)", dest=ENV_PATH,
-                      contents=lambda: plan.env_text, user="root", group="root",
-                      mode="600")
+    """Put the files (only those that differ: roles/managed.py), then activate when
+    anything changed, the unit is not active and enabled, or the server runs an older
+    configuration than its files (see :class:`UnitState`)."""
+    managed.directory(name=f"{CONFIG_DIR} (root, readable by {plan.group} only)",
+                      path=CONFIG_DIR, user="root", group=plan.group, mode="750")
+    env = managed.secret(name=f"EnvironmentFile {ENV_PATH} (0600 root)", dest=ENV_PATH,
+                         contents=lambda: plan.env_text, user="root", group="root",
+                         mode="600")
     if plan.config_text is not None:
-        cfg = secret_file(name=f"SGLang --config {CONFIG_PATH} (0600 {plan.user})",
-                          dest=CONFIG_PATH, contents=lambda: plan.config_text,
-                          user=plan.user,
-                          group=plan.group, mode="600")
+        cfg = managed.secret(name=f"SGLang --config {CONFIG_PATH} (0600 {plan.user})",
+                             dest=CONFIG_PATH, contents=lambda: plan.config_text,
+                             user=plan.user, group=plan.group, mode="600")
     else:
-        cfg = files.file(name=f"no --config file {CONFIG_PATH} (no API key)",
-                         path=CONFIG_PATH, present=False)
-    files.directory(name=f"{plan.bin_dir} (gpuserve host scripts)", path=plan.bin_dir,
-                    user="root", group="root", mode="755")
-    redact = files.put(name=f"output redactor {plan.bin_dir}/{REDACT_SCRIPT}",
-                       src=str(SCRIPTS_DIR / REDACT_SCRIPT), dest=f"{plan.bin_dir}/{REDACT_SCRIPT}",
-                       user="root", group="root", mode="755")
-    unit = files.put(name=f"systemd unit {UNIT_PATH}", src=StringIO(plan.unit_text),
-                     dest=UNIT_PATH, user="root", group="root", mode="644")
+        cfg = managed.absent(name=f"no --config file {CONFIG_PATH} (no API key)",
+                             path=CONFIG_PATH)
+    managed.directory(name=f"{plan.bin_dir} (gpuserve host scripts)", path=plan.bin_dir,
+                      user="root", group="root", mode="755")
+    redact = managed.put(name=f"output redactor {plan.bin_dir}/{REDACT_SCRIPT}",
+                         src=str(SCRIPTS_DIR / REDACT_SCRIPT),
+                         dest=f"{plan.bin_dir}/{REDACT_SCRIPT}", user="root", group="root",
+                         mode="755")
+    unit = managed.put(name=f"systemd unit {UNIT_PATH}", text=plan.unit_text, dest=UNIT_PATH,
+                       user="root", group="root", mode="644")
+    live = fact(UnitState, unit=UNIT_NAME, paths=MANAGED_FILES) or LiveUnit()
+    puts = (unit, env, cfg, redact)
+    if all(op is None for op in puts) and live.converged:
+        return  # files as wanted, the server started after them, active and enabled
 
     def changed() -> bool:
-        return any(op.did_change() for op in (unit, env, cfg, redact))
+        return live.stale or managed.changed(*puts)
 
-    systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
+    if unit is not None:
+        systemd.daemon_reload(name="systemd daemon-reload (unit changed)",
+                              _if=unit.did_change)
+    elif live.need_reload:
+        systemd.daemon_reload(name="systemd daemon-reload (systemd has an older unit)")
     reset_failed(name=f"clear {UNIT_NAME} start limit (changed or failed)", unit=UNIT_NAME,
                  changed=changed)
     systemd.service(name=f"restart {UNIT_NAME} (configuration changed)", service=UNIT_NAME,

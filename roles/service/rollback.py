@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pyinfra import host, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 
+from roles.prefetch import Read, fact_if_unchanged
 from roles.service import CONFIG_DIR, CONFIG_PATH, ENV_PATH, UNIT_NAME, UNIT_PATH
 
 LAST_GOOD_DIR = f"{CONFIG_DIR}/last-good"
@@ -153,7 +154,14 @@ class ServiceConfigState(FactBase):
 
 
 def read_state(spec: RollbackSpec) -> ConfigState:
-    return parse_state(host.get_fact(ServiceConfigState, script=state_command(spec)))
+    """The live and last-good fingerprints; from the deploy's prefetch while the deploy
+    changes nothing on this host (roles/prefetch.py), else read now."""
+    return parse_state(fact_if_unchanged(ServiceConfigState, script=state_command(spec)))
+
+
+def reads(spec: RollbackSpec) -> list[Read]:
+    """What :func:`keep_last_good` reads, for the deploy's prefetch."""
+    return [Read.of(ServiceConfigState, script=state_command(spec))]
 
 
 @operation(is_idempotent=True)

@@ -23,14 +23,11 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
-from io import StringIO
 from urllib.parse import urlparse
 
 from pyinfra import host, logger, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
-from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.server import Groups, Users
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import apt, server
 
 from gpuserve.errors import InputError
 from gpuserve.launch.locks import Lock
@@ -45,9 +42,11 @@ from gpuserve.launch.venvs import (
 )
 from gpuserve.launch.verify import judge
 from gpuserve.paths import SCRIPTS_DIR
+from roles import managed
 from roles.failure import fail_host
 from roles.inventory import inventory_source
 from roles.nvidia_driver import mirrors
+from roles.prefetch import Read, fact, fact_if_unchanged
 from roles.service.secret import write_secret_command
 
 DEFAULTS = {
@@ -98,9 +97,9 @@ def validate_user(user: object, source: str) -> str:
 def check_account(existing: dict | None, group_exists: bool, user: str, source: str) -> None:
     """Refuse an existing account or group gpuserve did not create, before any change.
 
-    ``existing``: the account's entry in pyinfra's ``Users`` fact (/etc/passwd: uid,
-    comment), None when absent; ``group_exists``: whether ``Groups`` lists the name. Both
-    are the facts ``server.user``/``server.group`` read anyway, so this costs no command.
+    ``existing``: the account's /etc/passwd entry keyed as pyinfra's ``Users`` fact keys
+    it (uid, comment, home, shell, group; :class:`ServiceAccount`), None when absent;
+    ``group_exists``: whether a group of that name exists.
 
     Why: ``server.user`` would otherwise take over whatever account has that name (its
     home, shell and groups changed; root's SSH login locked) and run the server as it.
@@ -233,6 +232,49 @@ def pip_args(index_url: str | None, find_links: str | None,
     return args
 
 
+class ServiceAccount(FactBase):
+    """``user``'s /etc/passwd entry (as pyinfra's ``Users`` fact keys it: uid, comment,
+    home, shell, group) or None, and whether a group of that name exists.
+
+    Why not ``Users``: it runs ``lastlog`` and ``groups`` for every account on the host
+    (17 s on the lab host under TCG); a deploy needs one account."""
+
+    @staticmethod
+    def default() -> dict:
+        return {"entry": None, "group_exists": False}
+
+    def command(self, user: str) -> str:
+        q = shlex.quote(user)
+        return (f"getent passwd {q} | head -n 1 | sed 's/^/passwd=/'; "
+                f"getent group {q} | head -n 1 | sed 's/^/group=/'; "
+                f"g=$(id -gn {q} 2>/dev/null) && echo \"primary=$g\"; true")
+
+    def process(self, output: list[str]) -> dict:
+        return parse_account(output)
+
+
+def parse_account(lines: list[str]) -> dict:
+    """The lines of :class:`ServiceAccount` (``passwd=``, ``group=``, ``primary=``)."""
+    values = dict(line.partition("=")[::2] for line in lines if "=" in line)
+    entry = None
+    fields = values.get("passwd", "").split(":")
+    if len(fields) == 7:
+        entry = {"uid": fields[2], "comment": fields[4], "home": fields[5],
+                 "shell": fields[6], "group": values.get("primary")}
+    return {"entry": entry, "group_exists": bool(values.get("group"))}
+
+
+class DebInstalled(FactBase):
+    """Whether a Debian package is installed (``dpkg-query``; not ``dpkg -l`` of all)."""
+
+    def command(self, package: str) -> str:
+        return (f"dpkg-query -W -f='${{Status}}\\n' {shlex.quote(package)} 2>/dev/null "
+                "|| true")
+
+    def process(self, output: list[str]) -> bool:
+        return any(line.strip() == "install ok installed" for line in output)
+
+
 class VenvVerified(FactBase):
     """The verification stamp's first line (the lock hash) when the venv is finished."""
 
@@ -337,8 +379,9 @@ def prune_venvs(home: str, keep: int, unit_paths: tuple[str, ...]):
     """Delete venvs beyond the ``keep`` newest verified ones; never one a unit names."""
     if not state.is_executing:
         return
-    named = referenced_venvs(host.get_fact(UnitVenvs, paths=unit_paths), home)
-    doomed = venvs_to_prune(parse_listing(host.get_fact(VenvListing, home=home)), named, keep)
+    named = referenced_venvs(fact_if_unchanged(UnitVenvs, paths=unit_paths), home)
+    doomed = venvs_to_prune(parse_listing(fact_if_unchanged(VenvListing, home=home)), named,
+                            keep)
     if not doomed:
         host.noop(f"no venvs to prune (keeping {keep} and those the units name)")
         return
@@ -347,39 +390,72 @@ def prune_venvs(home: str, keep: int, unit_paths: tuple[str, ...]):
         yield StringCommand("rm", "-rf", QuoteString(path))
 
 
+def directories(user: str, home: str) -> tuple[tuple[str, str, str], ...]:
+    """(path, owner, mode) of every directory :func:`install_sglang` manages."""
+    return ((home, "root", "755"), (f"{home}/venvs", "root", "755"),
+            (f"{home}/locks", "root", "755"), (f"{home}/bin", "root", "755"),
+            (state_dir(home), user, "750"))
+
+
+def account_reads(user: str) -> list[Read]:
+    """What :func:`install_sglang` reads about accounts and packages (deploy prefetch)."""
+    return [Read.of(ServiceAccount, user=user), Read.of(DebInstalled, package="python3-venv")]
+
+
+def reads(user: str, home: str, lock: Lock) -> list[Read]:
+    """Every path and stamp :func:`install_sglang` reads, for the deploy's prefetch."""
+    return [*(managed.read(path) for path, _, _ in directories(user, home)),
+            managed.read(requirements_path(home, lock)), managed.read(f"{home}/bin/{VERIFY}"),
+            Read.of(VenvVerified, venv=venv_path(home, lock))]
+
+
+def account_is_ours(entry: dict | None, group_exists: bool, user: str, home: str) -> bool:
+    """Whether the account already is exactly what ``server.group``/``server.user``
+    below would make (then neither runs: each reads /etc/passwd and /etc/group again)."""
+    return bool(group_exists and entry and entry.get("group") == user
+                and entry.get("home") == state_dir(home)
+                and entry.get("shell") == NOLOGIN
+                and (entry.get("comment") or "").split(",")[0] == ACCOUNT_MARK)
+
+
+NOLOGIN = "/usr/sbin/nologin"
+
+
 @deploy("Install SGLang")
 def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = None,
                    find_links: str | None = None, expect_gpus: int = 0) -> str:
-    """Service account, the lock's verified venv; returns the venv's path."""
+    """Service account, the lock's verified venv; returns the venv's path.
+
+    Reads come from the deploy's prefetch where it has them (roles/prefetch.py); every
+    item that already matches adds no operation (roles/managed.py)."""
+    account = fact(ServiceAccount, user=user)
     # read before any change: an existing account gpuserve did not create is refused
-    check_account(host.get_fact(Users).get(user), user in host.get_fact(Groups), user,
-                  inventory_source())
-    server.group(name=f"Service group {user}", group=user, system=True)
-    server.user(
-        name=f"Service user {user}",
-        user=user,
-        group=user,
-        home=state_dir(home),
-        shell="/usr/sbin/nologin",
-        system=True,
-        create_home=False,
-        ensure_home=False,
-        comment=ACCOUNT_MARK,
-    )
-    for path, owner, mode in ((home, "root", "755"), (f"{home}/venvs", "root", "755"),
-                              (f"{home}/locks", "root", "755"), (f"{home}/bin", "root", "755"),
-                              (state_dir(home), user, "750")):
-        files.directory(name=f"{path} ({owner}, {mode})", path=path, user=owner, group=owner,
-                        mode=mode)
+    check_account(account["entry"], account["group_exists"], user, inventory_source())
+    if not account_is_ours(account["entry"], account["group_exists"], user, home):
+        server.group(name=f"Service group {user}", group=user, system=True)
+        server.user(
+            name=f"Service user {user}",
+            user=user,
+            group=user,
+            home=state_dir(home),
+            shell=NOLOGIN,
+            system=True,
+            create_home=False,
+            ensure_home=False,
+            comment=ACCOUNT_MARK,
+        )
+    for path, owner, mode in directories(user, home):
+        managed.directory(name=f"{path} ({owner}, {mode})", path=path, user=owner,
+                          group=owner, mode=mode)
     # Debian splits venv/ensurepip out of python3; check at prepare so a rerun is a no-op.
-    if "python3-venv" not in host.get_fact(DebPackages):
+    if not fact(DebInstalled, package="python3-venv"):
         apt.packages(name="python3-venv for the SGLang venv", packages=["python3-venv"],
                      update=True)
     venv = venv_path(home, lock)
     requirements = requirements_path(home, lock)
-    files.put(name=f"lock {lock.name} ({len(lock.packages)} hashed wheels)",
-              src=StringIO(lock.requirements_text()), dest=requirements, user="root",
-              group="root", mode="644")
+    managed.put(name=f"lock {lock.name} ({len(lock.packages)} hashed wheels)",
+                text=lock.requirements_text(), dest=requirements, user="root",
+                group="root", mode="644")
     # the serve plan validated these already; read again so no caller can skip the rule
     trusted = validate_pip_urls(index_url, find_links, host.data.get("trusted_mirrors"),
                                 inventory_source())
@@ -388,14 +464,22 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
     def pip_credentials() -> str:  # a function: pyinfra shows its name, not the text
         return credentials or ""
 
-    locked_venv(name=f"venv {venv} from lock {lock.name}", venv=venv, lock=lock,
-                requirements=requirements,
-                pip_options=pip_args(index_url, find_links, trusted=trusted),
-                pip_config=pip_credentials if credentials else None,
-                pip_config_path=f"{home}/{PIP_CONFIG}")
-    files.put(name=f"host script {home}/bin/{VERIFY}", src=str(SCRIPTS_DIR / VERIFY),
-              dest=f"{home}/bin/{VERIFY}", user="root", group="root", mode="755")
-    verify_venv(name=f"verify {venv} as {user} against the lock", venv=venv, lock=lock,
-                user=user, script=f"{home}/bin/{VERIFY}", user_home=state_dir(home),
-                expect_gpus=expect_gpus)
+    verified = fact(VenvVerified, venv=venv) == lock.hash
+    if not verified:
+        locked_venv(name=f"venv {venv} from lock {lock.name}", venv=venv, lock=lock,
+                    requirements=requirements,
+                    pip_options=pip_args(index_url, find_links, trusted=trusted),
+                    pip_config=pip_credentials if credentials else None,
+                    pip_config_path=f"{home}/{PIP_CONFIG}")
+    managed.put(name=f"host script {home}/bin/{VERIFY}", src=str(SCRIPTS_DIR / VERIFY),
+                dest=f"{home}/bin/{VERIFY}", user="root", group="root", mode="755")
+    if not verified:
+        verify_venv(name=f"verify {venv} as {user} against the lock", venv=venv, lock=lock,
+                    user=user, script=f"{home}/bin/{VERIFY}", user_home=state_dir(home),
+                    expect_gpus=expect_gpus)
     return venv
+
+
+def prune_reads(home: str, unit_paths: tuple[str, ...]) -> list[Read]:
+    """What :func:`prune_venvs` reads, for the deploy's prefetch."""
+    return [Read.of(UnitVenvs, paths=unit_paths), Read.of(VenvListing, home=home)]

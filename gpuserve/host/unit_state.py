@@ -1,0 +1,74 @@
+"""The serve unit's live state: is it running what its files say?
+
+Input: ``systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload`` (``Key=value``
+lines, systemd.exec(5) / org.freedesktop.systemd1(5)), then ``Started=<epoch>`` (the
+main process's start, ``ExecMainStartTimestamp`` through ``date +%s.%N``) and one
+``Mtime=<epoch> <path>`` per file (``stat -c %.9Y``), as ``roles.service.UnitState``
+prints them.
+
+Why the times: a deploy cut off after writing a file and before restarting the server
+(an SSH drop, a killed controller) leaves the new file in place; the rerun then finds
+every file as wanted, and without comparing times it would leave the server on the old
+configuration for good.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LiveUnit:
+    active: str = ""  # ActiveState: active, inactive, failed, activating ...
+    enabled: str = ""  # UnitFileState: enabled, disabled, "" when the unit is unknown
+    need_reload: bool = False  # NeedDaemonReload: the file changed since systemd read it
+    newer: tuple[str, ...] = ()  # files written after the running server started
+
+    @property
+    def stale(self) -> bool:
+        """The server runs an older configuration than its files."""
+        return bool(self.newer) and self.active in ("active", "activating", "reloading")
+
+    @property
+    def converged(self) -> bool:
+        """Active, enabled, systemd has the unit file, and started after every file."""
+        return (self.active == "active" and self.enabled == "enabled"
+                and not self.need_reload and not self.stale)
+
+
+def parse_unit_state(lines: list[str]) -> LiveUnit:
+    """Parse the lines described in the module docstring; unknown lines are ignored.
+
+    A start time with no fraction (systemd before v247 has no ``--timestamp=``) is
+    only good to the second, so a file counts as newer only from the next second on:
+    a rerun must never restart a model server (minutes of loading) on a guess."""
+    keys: dict[str, str] = {}
+    started: float | None = None
+    whole_seconds = False
+    mtimes: list[tuple[float, str]] = []
+    for line in lines:
+        key, sep, value = line.strip().partition("=")
+        if not sep:
+            continue
+        if key == "Started":
+            try:
+                started = float(value)
+            except ValueError:
+                started = None
+            whole_seconds = value.endswith(".000000000") or "." not in value
+        elif key == "Mtime":
+            stamp, _, path = value.partition(" ")
+            try:
+                mtimes.append((float(stamp), path))
+            except ValueError:
+                continue
+        else:
+            keys[key] = value
+    newer: tuple[str, ...] = ()
+    if started is not None and started > 0:
+        bar = started + 1 if whole_seconds else started
+        newer = tuple(path for stamp, path in mtimes if stamp > bar)
+    return LiveUnit(active=keys.get("ActiveState", ""),
+                    enabled=keys.get("UnitFileState", ""),
+                    need_reload=keys.get("NeedDaemonReload", "no") == "yes",
+                    newer=newer)

@@ -1,0 +1,172 @@
+"""Read many facts in one remote command, so that a rerun with nothing to do costs little.
+
+Why: pyinfra 3.10 runs one remote command per fact read (``pyinfra/api/facts.py``,
+``_get_fact``: no cache), and its file operations read two or three facts per file, at
+prepare time and again at execute time. A no-op rerun of the serve deploy thus ran 57
+commands on the lab host and took 19 times a bare ``pyinfra ... exec -- true``
+(issue 10). Here the reads a deploy is about to make are declared up front
+(:func:`prefetch`), run as one ``sh`` script with a marker after each fact's output,
+and each fact's own ``process`` parses its slice, so the values are exactly what
+``host.get_fact`` would have returned.
+
+Two ways to read a prefetched value:
+
+- :func:`fact` at prepare time: the host has not changed yet, so the prefetched value
+  is the truth. A read that was not prefetched, or whose command failed in the batch,
+  falls back to ``host.get_fact`` (correct, one more command).
+- :func:`fact_if_unchanged` inside an operation at execute time: the prefetched value
+  only when no operation of this deploy changes this host (pyinfra's prepare pass
+  counted none, ``StateHostMeta.ops_change``); otherwise the fact is read again, after
+  the changes.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyinfra import host, state
+from pyinfra.api import FactBase, StringCommand
+
+_MISSING = "##gpuserve-prefetch-missing-command##"
+
+
+@dataclass(frozen=True)
+class Read:
+    """One fact read: the fact class and its keyword arguments (hashable values)."""
+
+    cls: type[FactBase]
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, fact_cls: type[FactBase], **kwargs: Any) -> Read:
+        return cls(fact_cls, tuple(sorted(kwargs.items())))
+
+
+@dataclass
+class _Store:
+    values: dict[Read, Any] = field(default_factory=dict)
+
+
+_STORES: dict[str, _Store] = {}
+
+
+def _command_text(command: object) -> str:
+    if isinstance(command, StringCommand):
+        return command.get_raw_value()
+    return str(command)
+
+
+def batch_script(reads: list[Read], marker: str,
+                 facts: list[FactBase] | None = None) -> str:
+    """The shell script that runs every read's command and ends its output with
+    ``<marker> <index> <exit status>`` on a line of its own (stderr is dropped, like a
+    fact's). ``$(...)`` takes the trailing newlines off, as pyinfra's line split does.
+    ``facts``: the instances to build the commands with (some facts keep state from
+    ``command`` for ``process``, e.g. ``FileContents``); new ones by default."""
+    parts = []
+    for index, read in enumerate(reads):
+        fact = facts[index] if facts is not None else read.cls()
+        kwargs = dict(read.kwargs)
+        command = _command_text(fact.command(**kwargs))
+        required = fact.requires_command(**kwargs)
+        if required:
+            command = (f"if command -v {required} >/dev/null 2>&1; then ( {command} ); "
+                       f"else echo '{_MISSING}'; fi")
+        parts.append(f"_o=$( ( {command}\n) 2>/dev/null </dev/null ); _s=$?; "
+                     f"[ -z \"$_o\" ] || printf '%s\\n' \"$_o\"; "
+                     f"echo \"{marker} {index} $_s\"")
+    return "\n".join(parts)
+
+
+def split_output(lines: list[str], marker: str, count: int) -> list[tuple[int, list[str]] | None]:
+    """Per read: (exit status, its output lines), or None when its marker is missing."""
+    out: list[tuple[int, list[str]] | None] = [None] * count
+    current: list[str] = []
+    for line in lines:
+        if line.startswith(marker + " "):
+            try:
+                _, index, status = line.split(" ")
+                out[int(index)] = (int(status), current)
+            except (ValueError, IndexError):
+                pass
+            current = []
+        else:
+            current.append(line)
+    return out
+
+
+class Batch(FactBase):
+    """The raw output of :func:`batch_script` (lines)."""
+
+    def command(self, script: str) -> str:
+        return script
+
+    def process(self, output: list[str]) -> list[str]:
+        return list(output)
+
+
+def prefetch(reads: Iterable[Read]) -> None:
+    """Run ``reads`` on the current host in one command and keep their values.
+
+    A read whose command fails (non-zero exit) is not kept: :func:`fact` then runs it on
+    its own, so a failing fact behaves exactly as without the prefetch."""
+    store = _STORES.setdefault(host.name, _Store())
+    todo = [r for r in dict.fromkeys(reads) if r not in store.values]
+    if not todo:
+        return
+    marker = f"##gpuserve-prefetch-{secrets.token_hex(6)}##"
+    facts = [read.cls() for read in todo]
+    lines = host.get_fact(Batch, script=batch_script(todo, marker, facts)) or []
+    results = split_output(lines, marker, len(todo))
+    for read, fact, result in zip(todo, facts, results, strict=True):
+        if result is None or result[0] != 0:
+            continue
+        output = result[1]
+        store.values[read] = fact.default() if output == [_MISSING] else fact.process(output)
+
+
+def fact(cls: type[FactBase], **kwargs: Any) -> Any:
+    """``host.get_fact(cls, **kwargs)``, from the prefetch when it holds the read."""
+    read = Read.of(cls, **kwargs)
+    store = _STORES.get(host.name)
+    if store is not None and read in store.values:
+        return store.values[read]
+    return host.get_fact(cls, **kwargs)
+
+
+def nothing_changes() -> bool:
+    """True when pyinfra's prepare pass found no operation that changes this host."""
+    return state.get_meta_for_host(host).ops_change == 0
+
+
+def fact_if_unchanged(cls: type[FactBase], **kwargs: Any) -> Any:
+    """For reads at execute time: the prefetched value while the deploy changes nothing
+    on this host (so the host is still as prefetched), else a fresh read."""
+    if state.is_executing and not nothing_changes():
+        return host.get_fact(cls, **kwargs)
+    return fact(cls, **kwargs)
+
+
+def forget() -> None:
+    """Drop the current host's prefetched values (tests; a second deploy in-process)."""
+    _STORES.pop(host.name, None)
+
+
+class _Reader:
+    """``host``'s ``name`` and ``get_fact`` with reads from the prefetch (for helpers
+    such as ``gpuserve.facts.document.host_facts_document`` that take a host)."""
+
+    @property
+    def name(self) -> str:
+        return host.name
+
+    @staticmethod
+    def get_fact(cls: type[FactBase], **kwargs: Any) -> Any:
+        return fact(cls, **kwargs)
+
+
+def reader() -> _Reader:
+    return _Reader()

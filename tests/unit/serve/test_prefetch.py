@@ -1,0 +1,153 @@
+"""One batched read instead of one command per fact (roles/prefetch.py, roles/managed.py),
+and the small facts the no-op rerun relies on. The shell parts run in a real local ``sh``
+against real files: the batch must give each fact exactly the lines its own command
+gives."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from pyinfra.facts.files import FileContents
+
+from gpuserve.host.unit_state import LiveUnit, parse_unit_state
+from roles.managed import PathInfo, PathState, parse_path_state
+from roles.prefetch import Read, _command_text, batch_script, split_output
+from roles.service import UnitState
+from roles.sglang import DebInstalled, ServiceAccount, parse_account
+
+
+def sh(script: str) -> list[str]:
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    return out.stdout.splitlines()
+
+
+def alone(read: Read) -> list[str]:
+    """The fact's own command run on its own (what host.get_fact would see)."""
+    return sh(_command_text(read.cls().command(**dict(read.kwargs))))
+
+
+def test_batch_gives_each_fact_its_own_lines(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("one\n\n  two  \nthree")  # blank line, spaces, no EOL
+    (tmp_path / "d").mkdir(mode=0o750)
+    reads = [Read.of(PathState, path=str(tmp_path / "a.txt")),
+             Read.of(PathState, path=str(tmp_path / "d")),
+             Read.of(PathState, path=str(tmp_path / "missing")),
+             Read.of(FileContents, path=str(tmp_path / "a.txt")),
+             Read.of(FileContents, path=str(tmp_path / "missing"))]
+    marker = "##test-marker##"
+    results = split_output(sh(batch_script(reads, marker)), marker, len(reads))
+    for read, result in zip(reads, results, strict=True):
+        assert result is not None
+        status, lines = result
+        assert status == 0
+        assert lines == alone(read), read
+    assert results[3][1] == ["one", "", "  two  ", "three"]
+
+
+def test_failing_read_reports_its_status_and_the_rest_go_on() -> None:
+    class Fails(PathState):
+        def command(self, path: str) -> str:
+            return "echo partial; exit 3"
+
+    reads = [Read.of(Fails, path="/x"), Read.of(PathState, path="/")]
+    marker = "##m##"
+    results = split_output(sh(batch_script(reads, marker)), marker, 2)
+    assert results[0] == (3, ["partial"])
+    assert results[1][0] == 0 and results[1][1][0].startswith("dir ")
+
+
+def test_missing_marker_leaves_the_read_unknown() -> None:
+    assert split_output(["x", "##m## 0 0", "y"], "##m##", 2) == [(0, ["x"]), None]
+
+
+def test_path_state_of_real_files(tmp_path: Path) -> None:
+    f = tmp_path / "f"
+    f.write_bytes(b"payload")
+    os.chmod(f, 0o640)
+    (tmp_path / "link").symlink_to(f)
+    state = PathState().process(alone(Read.of(PathState, path=str(f))))
+    assert state.kind == "file" and state.mode == 0o640
+    assert state.sha1 == hashlib.sha1(b"payload").hexdigest()
+    assert PathState().process(alone(Read.of(PathState, path=str(tmp_path / "link")))) \
+        == PathInfo("link")
+    assert PathState().process(alone(Read.of(PathState, path=str(tmp_path / "no")))) \
+        == PathInfo("absent")
+    # a name with spaces and quotes stays one path
+    odd = tmp_path / "it's a file"
+    odd.write_text("x")
+    assert PathState().process(alone(Read.of(PathState, path=str(odd)))).kind == "file"
+
+
+@pytest.mark.parametrize("line", ["", "dir 7z9 root root", "file 644 root", "weird"])
+def test_unreadable_path_state_is_never_a_match(line: str) -> None:
+    assert parse_path_state(line).kind == "other"
+
+
+# systemctl show (systemd 252, Debian 12) and the time lines UnitState adds, as printed
+# on the lab host for the serve unit
+SHOW = ["ActiveState=active", "UnitFileState=enabled", "NeedDaemonReload=no"]
+
+
+def test_unit_started_after_its_files_is_converged() -> None:
+    live = parse_unit_state([*SHOW, "Started=1796102344.394563000",
+                             "Mtime=1796073608.044000000 /etc/gpuserve/sglang.env"])
+    assert live.converged and not live.stale
+
+
+def test_file_written_after_the_start_makes_the_unit_stale() -> None:
+    live = parse_unit_state([*SHOW, "Started=1796102344.394563000",
+                             "Mtime=1796102344.500000000 /etc/gpuserve/sglang.env"])
+    assert live.stale and not live.converged
+    assert live.newer == ("/etc/gpuserve/sglang.env",)
+
+
+def test_whole_second_start_needs_a_full_second_to_call_a_file_newer() -> None:
+    # systemd without --timestamp=us+utc: the start is only known to the second
+    same_second = parse_unit_state([*SHOW, "Started=1796102344.000000000",
+                                    "Mtime=1796102344.900000000 /u"])
+    assert not same_second.stale
+    later = parse_unit_state([*SHOW, "Started=1796102344.000000000",
+                              "Mtime=1796102345.100000000 /u"])
+    assert later.stale
+
+
+@pytest.mark.parametrize("lines", [
+    ["ActiveState=inactive", "UnitFileState=enabled", "NeedDaemonReload=no"],
+    ["ActiveState=active", "UnitFileState=disabled", "NeedDaemonReload=no"],
+    ["ActiveState=active", "UnitFileState=enabled", "NeedDaemonReload=yes"],
+    [],
+])
+def test_not_converged(lines: list[str]) -> None:
+    assert not parse_unit_state(lines).converged
+
+
+def test_unit_state_command_on_a_unit_systemd_does_not_know(tmp_path: Path) -> None:
+    """Runs the real command here (no systemd in a container: systemctl fails or is
+    absent); the fact must still parse to 'not converged', never raise."""
+    cmd = UnitState().command("gpuserve-test-absent.service", (str(tmp_path / "x"),))
+    assert parse_unit_state(sh(cmd)) != LiveUnit(active="active", enabled="enabled")
+
+
+def test_service_account_from_getent_lines() -> None:
+    ours = parse_account(["passwd=sglang:x:999:997:gpuserve service account:"
+                          "/opt/gpuserve/cache:/usr/sbin/nologin",
+                          "group=sglang:x:997:", "primary=sglang"])
+    assert ours == {"entry": {"uid": "999", "comment": "gpuserve service account",
+                              "home": "/opt/gpuserve/cache", "shell": "/usr/sbin/nologin",
+                              "group": "sglang"}, "group_exists": True}
+    assert parse_account([]) == {"entry": None, "group_exists": False}
+
+
+def test_service_account_command_reads_root_here() -> None:
+    doc = parse_account(sh(ServiceAccount().command("root")))
+    assert doc["entry"]["uid"] == "0" and doc["group_exists"]
+
+
+def test_deb_installed() -> None:
+    assert DebInstalled().process(["install ok installed"])
+    assert not DebInstalled().process(["deinstall ok config-files"])
+    assert not DebInstalled().process([])
