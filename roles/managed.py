@@ -1,12 +1,16 @@
-"""Files and directories a role manages, checked against one prefetched read first.
+"""Files and directories a role manages, decided from one prefetched read.
 
 ``files.put``/``files.directory`` read two or three facts each (``File``, ``Sha1File``,
-the parent directory), at prepare time and again at execute time. The helpers here read
-:class:`PathState` (type, mode, owner, group and sha1 in one command, usually from the
-deploy's prefetch: roles/prefetch.py) and call pyinfra's operation only when the path
-differs from what is wanted; a path that already matches adds no operation at all. When
-it differs, the real operation decides and changes exactly as before, reading its own
-facts (so a change costs what it always did; only "nothing to do" got cheaper).
+the parent directory), at prepare time and again at execute time: on the lab host
+that was most of a no-op rerun's 57 remote commands. The helpers here read
+:class:`PathState` (type, mode, owner, group and sha1 in one line, from the deploy's
+prefetch: roles/prefetch.py) and add an operation only when the path differs from what
+is wanted; that operation is then one command (write from stdin to a temporary file,
+chown, chmod, rename; or mkdir, chown, chmod), with no fact read of its own. A path
+that already matches adds no operation at all.
+
+The decision is made once, from the state read before the deploy changed anything; the
+roles manage each path once, so no earlier operation of the same run can make it stale.
 """
 
 from __future__ import annotations
@@ -15,10 +19,9 @@ import hashlib
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
-from io import StringIO
 from pathlib import Path
 
-from pyinfra.api import FactBase
+from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
@@ -37,39 +40,70 @@ class PathInfo:
 
 
 class PathState(FactBase):
-    """Kind, mode, owner, group (and sha1 for a regular file) of one path, one line."""
+    """Kind, mode, owner, group (and sha1 for a regular file) of one path.
+
+    Many paths are read together by one ``stat`` and one ``sha1sum``
+    (:meth:`group_command`, used by roles/prefetch.py): on a TCG lab guest every process
+    costs tens of milliseconds, and a deploy reads some twenty paths."""
 
     @staticmethod
     def default() -> PathInfo:
         return PathInfo("other")  # unknown: never equal to a wanted state
 
     def command(self, path: str) -> str:
-        p = shlex.quote(path)
-        return (f"if [ -L {p} ]; then echo link; "
-                f"elif [ -d {p} ]; then echo \"dir $(stat -c '%a %U %G' {p})\"; "
-                f"elif [ -f {p} ]; then echo \"file $(stat -c '%a %U %G' {p}) "
-                f"$(sha1sum < {p} | cut -c1-40)\"; "
-                f"elif [ -e {p} ]; then echo other; else echo absent; fi")
+        return self.group_command([{"path": path}])
 
     def process(self, output: list[str]) -> PathInfo:
-        return parse_path_state(output[0] if output else "")
+        return next(iter(parse_path_states(output).values()), PathInfo("absent"))
+
+    @staticmethod
+    def group_command(kwargs_list: list[dict]) -> str:
+        paths = " ".join(shlex.quote(k["path"]) for k in kwargs_list)
+        # %F: "directory", "regular file", "regular empty file", "symbolic link" ...
+        return (f"stat -c 'stat %a %U %G %F|%n' -- {paths} 2>/dev/null; "
+                f"for p in {paths}; do [ -f \"$p\" ] && [ ! -L \"$p\" ] && "
+                f"printf '%s\\0' \"$p\"; done | xargs -0 -r sha1sum -- 2>/dev/null; true")
+
+    @staticmethod
+    def group_process(kwargs_list: list[dict], output: list[str]) -> list[PathInfo]:
+        found = parse_path_states(output)
+        return [found.get(k["path"], PathInfo("absent")) for k in kwargs_list]
 
 
-def parse_path_state(line: str) -> PathInfo:
-    """``dir 755 root root`` / ``file 644 root root <sha1>`` / ``absent`` -> PathInfo.
-    Anything else is ``other`` (never equal to a wanted state, so the real operation
-    runs and decides)."""
-    parts = line.split()
-    if parts in (["absent"], ["link"]):
-        return PathInfo(parts[0])
-    try:
-        if parts[0] == "dir" and len(parts) == 4:
-            return PathInfo("dir", int(parts[1], 8), parts[2], parts[3])
-        if parts[0] == "file" and len(parts) == 5:
-            return PathInfo("file", int(parts[1], 8), parts[2], parts[3], parts[4])
-    except (ValueError, IndexError):
-        pass
-    return PathInfo("other")
+_KINDS = {"directory": "dir", "regular file": "file", "regular empty file": "file",
+          "symbolic link": "link"}
+
+
+def parse_path_states(lines: list[str]) -> dict[str, PathInfo]:
+    """``stat %a %U %G %F|%n`` lines and ``sha1sum`` lines -> path: PathInfo. A path
+    stat does not list is absent; anything unreadable is ``other`` (never equal to a
+    wanted state, so the operation runs and writes it again)."""
+    stats: dict[str, PathInfo] = {}
+    sums: dict[str, str] = {}
+    for line in lines:
+        if line.startswith("stat "):
+            head, sep, path = line[5:].partition("|")
+            parts = head.split(" ", 3)
+            if not sep or len(parts) != 4:
+                continue
+            kind = _KINDS.get(parts[3], "other")
+            try:
+                mode = int(parts[0], 8)
+            except ValueError:
+                stats[path] = PathInfo("other")
+                continue
+            stats[path] = (PathInfo(kind) if kind in ("link", "other")
+                           else PathInfo(kind, mode, parts[1], parts[2]))
+        else:
+            digest, sep, path = line.partition("  ")
+            if sep and len(digest) == 40:
+                sums[path] = digest
+    for path, info in stats.items():
+        if info.kind == "file":
+            digest = sums.get(path)
+            stats[path] = (PathInfo(info.kind, info.mode, info.user, info.group, digest)
+                           if digest else PathInfo("other"))
+    return stats
 
 
 def read(path: str) -> Read:
@@ -83,45 +117,62 @@ def _is(info: PathInfo, kind: str, user: str, group: str, mode: str,
             and info.mode == int(mode, 8) and (sha1 is None or info.sha1 == sha1))
 
 
+@operation()
+def _directory(path: str, user: str, group: str, mode: str):
+    q = shlex.quote
+    yield StringCommand("sh", "-c", QuoteString(
+        f"mkdir -p {q(path)} && chown {q(user + ':' + group)} {q(path)} "
+        f"&& chmod {q(mode)} {q(path)}"))
+
+
+@operation()
+def _file(dest: str, contents: Callable[[], str], user: str, group: str, mode: str):
+    """Write ``contents()`` from stdin into a temporary file beside ``dest``, set owner
+    and mode, then rename: never half-written (a full disk fails the write, not the
+    old file), never readable by others in between, never on argv or in the output."""
+    from roles.service.secret import write_secret_command  # roles.service imports us
+
+    yield write_secret_command(dest, contents(), user, group, mode)
+
+
 def directory(*, name: str, path: str, user: str, group: str,
               mode: str) -> OperationMeta | None:
-    """``files.directory`` unless ``path`` already is that directory."""
-    if _is((fact(PathState, path=path) or PathInfo("other")), "dir", user, group, mode):
+    """Make ``path`` that directory unless it already is (then no operation)."""
+    if _is(_state(path), "dir", user, group, mode):
         return None
-    return files.directory(name=name, path=path, user=user, group=group, mode=mode)
+    return _directory(name=name, path=path, user=user, group=group, mode=mode)
 
 
 def put(*, name: str, dest: str, user: str, group: str, mode: str,
         src: str | None = None, text: str | None = None) -> OperationMeta | None:
-    """``files.put`` of a local file ``src`` or of ``text``, unless ``dest`` already
-    holds those bytes with that owner and mode."""
+    """Put a local file ``src`` or ``text`` at ``dest`` unless ``dest`` already holds
+    those bytes with that owner and mode (then no operation)."""
     if (src is None) == (text is None):
         raise TypeError("managed.put takes src or text")
-    data = Path(src).read_bytes() if src is not None else str(text).encode()
-    if _is((fact(PathState, path=dest) or PathInfo("other")), "file", user, group, mode,
-           hashlib.sha1(data).hexdigest()):
-        return None
-    return files.put(name=name, src=src if src is not None else StringIO(text),
-                     dest=dest, user=user, group=group, mode=mode)
+    data = Path(src).read_bytes().decode() if src is not None else str(text)
+    return secret(name=name, dest=dest, contents=lambda: data, user=user, group=group,
+                  mode=mode)
 
 
 def secret(*, name: str, dest: str, contents: Callable[[], str], user: str, group: str,
            mode: str) -> OperationMeta | None:
-    """``secret_file`` (contents never shown) unless ``dest`` already matches."""
-    from roles.service.secret import secret_file  # roles.service imports this module
-
+    """Like :func:`put` for contents that must never be shown: a function, so that
+    pyinfra's logged operation arguments never hold the text."""
     want = hashlib.sha1(contents().encode()).hexdigest()
-    if _is((fact(PathState, path=dest) or PathInfo("other")), "file", user, group, mode, want):
+    if _is(_state(dest), "file", user, group, mode, want):
         return None
-    return secret_file(name=name, dest=dest, contents=contents, user=user, group=group,
-                       mode=mode)
+    return _file(name=name, dest=dest, contents=contents, user=user, group=group, mode=mode)
 
 
 def absent(*, name: str, path: str) -> OperationMeta | None:
-    """``files.file(present=False)`` unless nothing is at ``path``."""
-    if (fact(PathState, path=path) or PathInfo("other")).kind == "absent":
+    """Remove the file at ``path`` unless nothing is there (then no operation)."""
+    if _state(path).kind == "absent":
         return None
     return files.file(name=name, path=path, present=False)
+
+
+def _state(path: str) -> PathInfo:
+    return fact(PathState, path=path) or PathInfo("other")
 
 
 def changed(*ops: OperationMeta | None) -> bool:

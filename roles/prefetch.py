@@ -41,8 +41,8 @@ class Read:
     kwargs: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
-    def of(cls, fact_cls: type[FactBase], **kwargs: Any) -> Read:
-        return cls(fact_cls, tuple(sorted(kwargs.items())))
+    def of(cls, fact: type[FactBase], /, **kwargs: Any) -> Read:
+        return cls(fact, tuple(sorted(kwargs.items())))
 
 
 @dataclass
@@ -111,21 +111,48 @@ class Batch(FactBase):
 def prefetch(reads: Iterable[Read]) -> None:
     """Run ``reads`` on the current host in one command and keep their values.
 
-    A read whose command fails (non-zero exit) is not kept: :func:`fact` then runs it on
-    its own, so a failing fact behaves exactly as without the prefetch."""
+    A fact class with ``group_command(kwargs_list)``/``group_process(kwargs_list,
+    output)`` has all its reads run as one command (e.g. roles.managed.PathState: one
+    ``stat`` for every path). A read whose command fails (non-zero exit) is not kept:
+    :func:`fact` then runs it on its own, so a failing fact behaves exactly as without
+    the prefetch."""
     store = _STORES.setdefault(host.name, _Store())
     todo = [r for r in dict.fromkeys(reads) if r not in store.values]
     if not todo:
         return
+    groups: dict[type[FactBase], list[Read]] = {}
+    single: list[Read] = []
+    for read in todo:
+        if hasattr(read.cls, "group_command"):
+            groups.setdefault(read.cls, []).append(read)
+        else:
+            single.append(read)
+    grouped = [Read.of(_Group, fact_cls=cls, reads=tuple(members))
+               for cls, members in groups.items()]
+    runs = [*single, *grouped]
     marker = f"##gpuserve-prefetch-{secrets.token_hex(6)}##"
-    facts = [read.cls() for read in todo]
-    lines = host.get_fact(Batch, script=batch_script(todo, marker, facts)) or []
-    results = split_output(lines, marker, len(todo))
-    for read, fact, result in zip(todo, facts, results, strict=True):
+    facts = [read.cls() for read in runs]
+    lines = host.get_fact(Batch, script=batch_script(runs, marker, facts)) or []
+    results = split_output(lines, marker, len(runs))
+    for read, fact_obj, result in zip(runs, facts, results, strict=True):
         if result is None or result[0] != 0:
             continue
         output = result[1]
-        store.values[read] = fact.default() if output == [_MISSING] else fact.process(output)
+        if read.cls is _Group:
+            kwargs = dict(read.kwargs)
+            members = kwargs["reads"]
+            values = kwargs["fact_cls"].group_process([dict(m.kwargs) for m in members], output)
+            store.values.update(zip(members, values, strict=True))
+        else:
+            store.values[read] = (fact_obj.default() if output == [_MISSING]
+                                  else fact_obj.process(output))
+
+
+class _Group(FactBase):
+    """Several reads of one fact class as one command (see :func:`prefetch`)."""
+
+    def command(self, fact_cls: type[FactBase], reads: tuple[Read, ...]) -> str:
+        return fact_cls.group_command([dict(r.kwargs) for r in reads])
 
 
 def fact(cls: type[FactBase], **kwargs: Any) -> Any:

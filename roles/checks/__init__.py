@@ -92,11 +92,14 @@ def reads(bin_dir: str) -> list[Read]:
 
 
 class SglangProbe(FactBase):
-    """One probe of the unit (HTTP /health, systemd state, journal); JSON text."""
+    """One probe of the unit (HTTP /health, systemd state, journal); JSON text. With
+    ``wait`` the script waits on the host up to that many seconds for the server to
+    become healthy or its start attempt to end (sglang_probe.py ``--wait``)."""
 
-    def command(self, script: str, unit: str, port: int) -> str:
+    def command(self, script: str, unit: str, port: int, wait: float = 0.0) -> str:
+        extra = ("--wait", f"{wait:.1f}") if wait > 0 else ()
         return " ".join(shlex.quote(a) for a in (
-            "python3", script, "--unit", unit, "--port", str(port)))
+            "python3", script, "--unit", unit, "--port", str(port), *extra))
 
     def process(self, output: list[str]) -> str:
         return "\n".join(output)
@@ -125,12 +128,15 @@ def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
     last_report = -report_every
     last_phase = None
     baseline: int | None = None
+    wait = 0.0  # the first probe answers at once (baseline, first phase line)
     while True:
-        elapsed = time.monotonic() - start
+        asked = time.monotonic()
         try:
-            probe = parse_probe(host.get_fact(SglangProbe, script=script, unit=unit, port=port))
+            probe = parse_probe(host.get_fact(SglangProbe, script=script, unit=unit, port=port,
+                                              wait=wait))
         except ProbeError as e:
-            return None, [], elapsed, str(e)
+            return None, [], time.monotonic() - start, str(e)
+        elapsed = time.monotonic() - start
         if baseline is None:
             baseline = probe.n_restarts
         decision = decide(probe, elapsed, timeout, baseline)
@@ -139,7 +145,13 @@ def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
         if decision.phase != last_phase or elapsed - last_report >= report_every:
             logger.info(progress_line(host.name, decision, elapsed))
             last_phase, last_report = decision.phase, elapsed
-        time.sleep(interval)
+        if wait > 0 and time.monotonic() - asked < interval:
+            time.sleep(interval)  # a waiting probe came back early without a verdict
+        # the host waits for readiness (polling /health every 0.5 s), so the gate sees a
+        # ready server at once; each wait ends in time for the next progress line
+        wait = max(0.0, min(report_every, timeout - (time.monotonic() - start)))
+        if wait == 0:
+            time.sleep(interval)
 
 
 @operation(is_idempotent=True)

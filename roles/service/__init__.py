@@ -3,27 +3,21 @@
 Everything is decided at prepare time by :func:`plan_service` (pure, raises
 ``InputError``), then :func:`configure_service` only puts files and (re)starts.
 
-Activation follows the unit-change pattern (pyinfra docs, operations/systemd.py):
-``daemon-reload`` only when the unit file changed, ``restart`` only when the unit, the
-EnvironmentFile or the --config file changed *and* the service was already running
-(``systemd.service(restarted=True)`` only restarts a running unit), then
-``start`` + ``enable`` when it is not running or not enabled, with the start limit
-cleared first when the unit had failed, or when anything changed while it was live (an
-inactive unit has no start limit to clear; see :func:`reset_failed`). A rerun with
-nothing changed therefore runs no command at all.
+Every read comes from the deploy's one batched prefetch (roles/prefetch.py): a file is
+written only when it differs (roles/managed.py), and activation is one ``systemctl``
+chain decided by :func:`activation_steps` (daemon-reload when the unit changed,
+reset-failed and restart when a live server must pick up changes, start and enable
+when needed). A rerun with nothing changed therefore runs no command at all, and one
+cut off between writing a file and restarting still restarts (:class:`UnitState`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyinfra import host, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
-from pyinfra.facts.server import Command
-from pyinfra.operations import systemd
 
 from gpuserve.errors import InputError
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state
@@ -247,27 +241,6 @@ def _catalog_or_none(version: str):
         return None
 
 
-@operation(is_idempotent=True)
-def reset_failed(unit: str, changed: Callable[[], bool]):
-    """``systemctl reset-failed`` when the configuration changed or the unit is failed.
-
-    Every start counts towards StartLimitBurst (deploy restarts included), so without
-    this a few redeploys in an hour, or a fixed profile after a crash loop, would be
-    refused with "Start request repeated too quickly". Decided at execute time, when
-    the earlier operations' results are known.
-    """
-    if not state.is_executing:
-        return
-    active = (host.get_fact(Command, f"systemctl show -p ActiveState --value {unit}")
-              or "").strip()
-    # An inactive unit (e.g. never started since its file appeared) has nothing to clear,
-    # and systemctl refuses it ("Unit ... not loaded"): only failed or live units.
-    if active == "failed" or (changed() and active in ("active", "activating", "reloading")):
-        yield StringCommand("systemctl", "reset-failed", QuoteString(unit))
-    else:
-        host.noop(f"{unit} is {active or 'absent'}: no start limit to clear")
-
-
 class UnitState(FactBase):
     """The unit's systemd state, and which of its files are newer than its process.
 
@@ -332,21 +305,48 @@ def configure_service(plan: ServicePlan) -> None:
     unit = managed.put(name=f"systemd unit {UNIT_PATH}", text=plan.unit_text, dest=UNIT_PATH,
                        user="root", group="root", mode="644")
     live = fact(UnitState, unit=UNIT_NAME, paths=MANAGED_FILES) or LiveUnit()
-    puts = (unit, env, cfg, redact)
-    if all(op is None for op in puts) and live.converged:
-        return  # files as wanted, the server started after them, active and enabled
+    steps = activation_steps(live, files_changed=any(op is not None for op in
+                                                      (unit, env, cfg, redact)),
+                             unit_changed=unit is not None)
+    if steps:
+        activate(name=f"activate {UNIT_NAME}: {', '.join(steps)}", unit=UNIT_NAME,
+                 steps=tuple(steps))
 
-    def changed() -> bool:
-        return live.stale or managed.changed(*puts)
 
-    if unit is not None:
-        systemd.daemon_reload(name="systemd daemon-reload (unit changed)",
-                              _if=unit.did_change)
-    elif live.need_reload:
-        systemd.daemon_reload(name="systemd daemon-reload (systemd has an older unit)")
-    reset_failed(name=f"clear {UNIT_NAME} start limit (changed or failed)", unit=UNIT_NAME,
-                 changed=changed)
-    systemd.service(name=f"restart {UNIT_NAME} (configuration changed)", service=UNIT_NAME,
-                    running=None, restarted=True, _if=changed)
-    systemd.service(name=f"{UNIT_NAME} running and enabled", service=UNIT_NAME,
-                    running=True, enabled=True)
+def activation_steps(live: LiveUnit, files_changed: bool, unit_changed: bool) -> list[str]:
+    """What to run, in order, so the server runs the files as they are now.
+
+    Decided at prepare time from the state read before any change (the file operations
+    above run only when their file differs, so "an operation exists" is "it changes").
+    ``daemon-reload`` when the unit file changed or systemd still has an older one;
+    ``reset-failed`` when the unit failed, or when anything changed while it is live
+    (every start counts towards StartLimitBurst, so a few redeploys in an hour or a
+    fixed profile after a crash loop would be refused with "Start request repeated too
+    quickly"); ``restart`` when a running server must pick up changed files (or runs an
+    older configuration than its files: :class:`UnitState`), else ``start`` when it is
+    not running; ``enable`` when it is not enabled."""
+    live_states = ("active", "activating", "reloading")
+    steps = []
+    if unit_changed or live.need_reload:
+        steps.append("daemon-reload")
+    if live.active == "failed" or ((files_changed or live.stale) and live.active in live_states):
+        steps.append("reset-failed")
+    if live.active in live_states:
+        if files_changed or live.stale:
+            steps.append("restart")
+    else:
+        steps.append("start")
+    if live.enabled != "enabled":
+        steps.append("enable")
+    return steps
+
+
+@operation()
+def activate(unit: str, steps: tuple[str, ...]):
+    """Run :func:`activation_steps` as one command (``systemctl`` calls in order)."""
+    q = shlex.quote(unit)
+    commands = {"daemon-reload": "systemctl daemon-reload",
+                "reset-failed": f"systemctl reset-failed {q}",
+                "restart": f"systemctl restart {q}", "start": f"systemctl start {q}",
+                "enable": f"systemctl enable {q}"}
+    yield StringCommand("sh", "-c", QuoteString(" && ".join(commands[s] for s in steps)))

@@ -14,7 +14,7 @@ import pytest
 from pyinfra.facts.files import FileContents
 
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state
-from roles.managed import PathInfo, PathState, parse_path_state
+from roles.managed import PathInfo, PathState, parse_path_states
 from roles.prefetch import Read, _command_text, batch_script, split_output
 from roles.service import UnitState
 from roles.sglang import DebInstalled, ServiceAccount, parse_account
@@ -57,7 +57,7 @@ def test_failing_read_reports_its_status_and_the_rest_go_on() -> None:
     marker = "##m##"
     results = split_output(sh(batch_script(reads, marker)), marker, 2)
     assert results[0] == (3, ["partial"])
-    assert results[1][0] == 0 and results[1][1][0].startswith("dir ")
+    assert results[1][0] == 0 and PathState().process(results[1][1]).kind == "dir"
 
 
 def test_missing_marker_leaves_the_read_unknown() -> None:
@@ -82,9 +82,27 @@ def test_path_state_of_real_files(tmp_path: Path) -> None:
     assert PathState().process(alone(Read.of(PathState, path=str(odd)))).kind == "file"
 
 
-@pytest.mark.parametrize("line", ["", "dir 7z9 root root", "file 644 root", "weird"])
-def test_unreadable_path_state_is_never_a_match(line: str) -> None:
-    assert parse_path_state(line).kind == "other"
+def test_many_paths_in_one_stat_and_one_sha1sum(tmp_path: Path) -> None:
+    """The grouped read (what the prefetch runs) equals each path read alone."""
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "empty").write_text("")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "l").symlink_to(tmp_path / "f")
+    names = ["f", "empty", "d", "l", "absent", "it's odd"]
+    (tmp_path / "it's odd").write_text("y")
+    kwargs = [{"path": str(tmp_path / n)} for n in names]
+    grouped = PathState.group_process(kwargs, sh(PathState.group_command(kwargs)))
+    alone_each = [PathState().process(alone(Read.of(PathState, **k))) for k in kwargs]
+    assert grouped == alone_each
+    assert [g.kind for g in grouped] == ["file", "file", "dir", "link", "absent", "file"]
+    assert grouped[1].sha1 == hashlib.sha1(b"").hexdigest()
+
+
+@pytest.mark.parametrize("lines", [["stat 7z9 root root directory|/p"],
+                                   ["stat 644 root root regular file|/p"],  # no sha1
+                                   ["stat 644 root root fifo|/p"]])
+def test_unreadable_path_state_is_never_a_match(lines: list[str]) -> None:
+    assert parse_path_states(lines)["/p"].kind == "other"
 
 
 # systemctl show (systemd 252, Debian 12) and the time lines UnitState adds, as printed

@@ -196,14 +196,34 @@ def test_failing_verification_removes_the_venv_and_fails_the_host(caplog) -> Non
 
 
 @pytest.mark.parametrize(
-    ("active", "changed", "resets"),
-    [("failed", False, True), ("active", True, True), ("active", False, False),
-     ("inactive", True, False)],
+    ("active", "enabled", "files", "unit", "reload", "newer", "steps"),
+    [
+        # nothing to do: a no-op rerun runs no command
+        ("active", "enabled", False, False, False, (), []),
+        # a switch: new unit and env while serving
+        ("active", "enabled", True, True, False, (),
+         ["daemon-reload", "reset-failed", "restart"]),
+        # only the env changed: no daemon-reload
+        ("active", "enabled", True, False, False, (), ["reset-failed", "restart"]),
+        # a crash loop, fixed profile: clear the start limit, then start
+        ("failed", "enabled", True, True, False, (), ["daemon-reload", "reset-failed", "start"]),
+        # failed with nothing changed: clear and start again
+        ("failed", "enabled", False, False, False, (), ["reset-failed", "start"]),
+        # first deploy: nothing to clear on an inactive unit, start and enable
+        ("inactive", "", True, True, False, (), ["daemon-reload", "start", "enable"]),
+        # a deploy cut off after writing the env file: the server is older than its file
+        ("active", "enabled", False, False, False, ("/etc/gpuserve/sglang.env",),
+         ["reset-failed", "restart"]),
+        # cut off after writing the unit, before daemon-reload
+        ("active", "enabled", False, False, True, ("/etc/systemd/system/u",),
+         ["daemon-reload", "reset-failed", "restart"]),
+        # someone disabled it
+        ("active", "disabled", False, False, False, (), ["enable"]),
+    ],
 )
-def test_reset_failed_only_for_failed_or_changed_live_units(active, changed, resets) -> None:
-    from roles.service import reset_failed
+def test_activation_steps(active, enabled, files, unit, reload, newer, steps) -> None:
+    from gpuserve.host.unit_state import LiveUnit
+    from roles.service import activation_steps
 
-    meta, cmds = run(reset_failed, {"systemctl show -p ActiveState": active},
-                     unit="gpuserve-sglang.service", changed=lambda: changed)
-    assert meta.did_succeed()
-    assert any("reset-failed" in c for c in cmds) is resets
+    live = LiveUnit(active=active, enabled=enabled, need_reload=reload, newer=newer)
+    assert activation_steps(live, files_changed=files, unit_changed=unit) == steps

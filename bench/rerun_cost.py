@@ -1,0 +1,154 @@
+"""What a no-op rerun and a profile switch cost, side by side with a bare pyinfra call.
+
+    python -m lab up                                   # a lab host that serves already
+    .venv/bin/python bench/rerun_cost.py [--runs 5] [--deploy serve|host|both]
+    .venv/bin/python bench/rerun_cost.py --switch glm5-nvfp4-tp8-eagle3 [--runs 3]
+
+For each deploy it prints, over ``--runs`` runs (medians, and min-max):
+
+- ``exec -- true``: ``pyinfra -y INVENTORY exec -- true``, the floor: start pyinfra,
+  connect, run one command;
+- the no-op rerun of the deploy (the host must already be deployed: the first run
+  that changes anything is discarded), its ratio to the floor, and the number of remote
+  commands it ran (counted from one extra ``--debug`` run, pyinfra's "Running command"
+  lines; not timed, the debug output slows it);
+- with ``--switch PROFILE``: a profile switch there and back (``--data profile=...
+  --data bench=off``: the throughput checks are a measurement of their own), its wall
+  time, the server's own start-up (from systemd's start of the process to SGLang's
+  "The server is fired up and ready to roll!", read from the journal with microsecond
+  times) and the difference, which is what the deploy adds.
+
+The issue's goals (issue 10): at most 15 remote commands and 3 times ``exec -- true``
+for a no-op rerun, at most 5 s added to a switch. On the lab host every process costs
+tens of milliseconds (QEMU without KVM), so the ratios are the figures to compare, and
+a busy machine (another VM, a test run) inflates everything: run it on a quiet one.
+No test asserts on these times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lab.sshutil import ssh_argv  # noqa: E402
+from lab.state import read_state  # noqa: E402
+
+PYINFRA = str(ROOT / ".venv" / "bin" / "pyinfra")
+UNIT = "gpuserve-sglang.service"
+READY = "The server is fired up and ready to roll!"
+
+
+def run(argv: list[str], env: dict[str, str]) -> tuple[float, str, int]:
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1800)
+    return time.monotonic() - t0, proc.stdout + proc.stderr, proc.returncode
+
+
+def pyinfra(inventory: str, *args: str, env: dict[str, str]) -> tuple[float, str, int]:
+    return run([PYINFRA, "-y", inventory, *args], env)
+
+
+def guest(cmd: str, name: str) -> str:
+    st = read_state(name)
+    if st is None:
+        raise SystemExit(f"lab instance {name!r} is not running: python -m lab up")
+    out = subprocess.run([*ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts), cmd],
+                         capture_output=True, text=True, timeout=120)
+    return out.stdout
+
+
+def server_startup(name: str) -> float | None:
+    """Seconds from systemd starting the server's process to SGLang's ready line."""
+    script = (f"t=$(systemctl show --timestamp=us+utc -p ExecMainStartTimestamp --value {UNIT}); "
+              f"echo start=$(date -d \"$t\" +%s.%N); "
+              f"journalctl -u {UNIT} -o short-unix --no-pager --since \"$t\" "
+              f"| grep -F '{READY}' | tail -n 1")
+    out = guest(script, name)
+    start = re.search(r"start=([\d.]+)", out)
+    ready = re.search(r"^([\d.]+) .*" + re.escape(READY), out, re.M)
+    if not start or not ready:
+        return None
+    return float(ready.group(1)) - float(start.group(1))
+
+
+def fmt(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):6.2f} s  ({min(values):.2f}-{max(values):.2f})"
+
+
+def noop(deploy: str, inventory: str, runs: int, env: dict[str, str]) -> None:
+    first, out, rc = pyinfra(inventory, deploy, env=env)
+    if rc != 0:
+        raise SystemExit(f"{deploy} failed ({rc}):\n{out[-3000:]}")
+    floor, rerun = [], []
+    for _ in range(runs):
+        floor.append(pyinfra(inventory, "exec", "--", "true", env=env)[0])
+        seconds, out, rc = pyinfra(inventory, deploy, env=env)
+        if rc != 0 or re.search(r"\] (Success|Error)\b", out):
+            raise SystemExit(f"{deploy}: the rerun changed or failed something:\n"
+                             f"{out[-3000:]}")
+        rerun.append(seconds)
+    _, debug, _ = pyinfra(inventory, "--debug", deploy, env=env)
+    commands = len(re.findall(r"Running command on ", debug))
+    ratio = statistics.median(rerun) / statistics.median(floor)
+    print(f"{deploy}: {runs} runs (first run discarded: {first:.1f} s)")
+    print(f"  exec -- true          {fmt(floor)}")
+    print(f"  no-op rerun           {fmt(rerun)}   ratio {ratio:.1f}x   (goal <= 3x)")
+    print(f"  remote commands       {commands:6d}     (goal <= 15)")
+
+
+def switch(profile: str, inventory: str, runs: int, name: str, env: dict[str, str]) -> None:
+    back = os.environ.get("GPUSERVE_BENCH_PROFILE", "glm5-nvfp4-tp8")
+    walls, startups, added = [], [], []
+    for _ in range(runs):
+        for target in (profile, back):
+            seconds, out, rc = pyinfra(inventory, "deploy/serve.py",
+                                       "--data", f"profile={target}", "--data", "bench=off",
+                                       env=env)
+            if rc != 0:
+                raise SystemExit(f"deploy/serve.py --data profile={target} failed:\n"
+                                 f"{out[-3000:]}")
+            own = server_startup(name)
+            if own is None:
+                raise SystemExit(f"no '{READY}' line in the journal after the switch")
+            walls.append(seconds)
+            startups.append(own)
+            added.append(seconds - own)
+    print(f"profile switch {profile} <-> {back}: {len(walls)} switches (bench=off)")
+    print(f"  deploy wall time      {fmt(walls)}")
+    print(f"  server's own start-up {fmt(startups)}")
+    print(f"  added by the deploy   {fmt(added)}   (goal <= 5 s)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--inventory", default="inventory/lab.py")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--deploy", choices=("serve", "host", "both"), default="serve")
+    p.add_argument("--switch", metavar="PROFILE",
+                   help="also time switches to PROFILE and back (serve deploy)")
+    p.add_argument("--name", default=os.environ.get("GPUSERVE_LAB_NAME", "default"),
+                   help="lab instance (for the journal read of --switch)")
+    args = p.parse_args()
+    env = dict(os.environ, GPUSERVE_LAB_NAME=args.name)
+    deploys = {"serve": ["deploy/serve.py"], "host": ["deploy/host.py"],
+               "both": ["deploy/host.py", "deploy/serve.py"]}[args.deploy]
+    for deploy in deploys:
+        noop(deploy, args.inventory, args.runs, env)
+    if args.switch:
+        switch(args.switch, args.inventory, args.runs, args.name, env)
+
+
+if __name__ == "__main__":
+    main()
