@@ -16,10 +16,15 @@ from pyinfra import host
 from roles import cuda_toolkit, kernel, nccl, nvidia_driver
 from roles.host_plan import plan_host
 from roles.inventory import inventory_source, run_deploy
+from roles.prefetch import prefetch
 
 
 def main() -> None:
     settings = plan_host(host.data.dict(), inventory_source())  # also run by gpuserve check
+    # every read of the roles below in one remote command (roles/prefetch.py); the driver
+    # role adds its files and packages once it knows the repository
+    prefetch([*kernel.reads(), *nvidia_driver.fact_reads(),
+              *cuda_toolkit.reads(settings.cuda_lane), *nccl.reads()])
     params = settings.kernel.params(*kernel.platform())
 
     kernel.configure_kernel(params=params)

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import files
+from pyinfra.operations import apt, files
 
+from gpuserve.host.unit_state import LiveUnit, parse_unit_state
 from roles.prefetch import Read, fact
 
 
@@ -111,6 +112,23 @@ def read(path: str) -> Read:
     return Read.of(PathState, path=path)
 
 
+def sha1(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def write_command(dest: str, text: str, user: str, group: str, mode: str) -> StringCommand:
+    """The one command :func:`put` runs (for operations that decide at execute time)."""
+    from roles.service.secret import write_secret_command  # roles.service imports us
+
+    return write_secret_command(dest, text, user, group, mode)
+
+
+def matches(info: PathInfo | None, kind: str, user: str, group: str, mode: str,
+            sha1: str | None = None) -> bool:
+    """Whether ``info`` is that kind, owner, group, mode (and content sha1)."""
+    return _is(info or PathInfo("other"), kind, user, group, mode, sha1)
+
+
 def _is(info: PathInfo, kind: str, user: str, group: str, mode: str,
         sha1: str | None = None) -> bool:
     return (info.kind == kind and info.user == user and info.group == group
@@ -178,3 +196,101 @@ def _state(path: str) -> PathInfo:
 def changed(*ops: OperationMeta | None) -> bool:
     """Whether any of ``ops`` changed the host (a skipped one changed nothing)."""
     return any(op is not None and op.did_change() for op in ops)
+
+
+class UnitState(FactBase):
+    """The unit's systemd state, and which of its files are newer than its process.
+
+    ``newer``: files written after the running server started. A deploy cut off between
+    writing a file and restarting (an SSH drop) leaves the new file in place, so the
+    rerun's file check finds nothing to do; this is how it still knows the server runs
+    the old configuration and restarts it.
+    """
+
+    @staticmethod
+    def default() -> LiveUnit:
+        return LiveUnit()
+
+    def command(self, unit: str, paths: tuple[str, ...]) -> str:
+        q = shlex.quote
+        quoted = " ".join(q(p) for p in paths)
+        return (f"systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload {q(unit)}"
+                f" 2>/dev/null; t=$(systemctl show --timestamp=us+utc -p "
+                f"ExecMainStartTimestamp --value {q(unit)} 2>/dev/null || systemctl show -p "
+                f"ExecMainStartTimestamp --value {q(unit)}); "
+                f"[ -z \"$t\" ] || echo \"Started=$(date -d \"$t\" +%s.%N)\"; "
+                f"for f in {quoted}; do [ -e \"$f\" ] && echo \"Mtime=$(stat -c %.9Y "
+                f"\"$f\") $f\"; done; true")
+
+    def process(self, output: list[str]) -> LiveUnit:
+        return parse_unit_state(output)
+
+
+def read_unit(unit: str, paths: tuple[str, ...] = ()) -> Read:
+    """The prefetch entry for :func:`unit_state`."""
+    return Read.of(UnitState, unit=unit, paths=paths)
+
+
+def unit_state(unit: str, paths: tuple[str, ...] = ()) -> LiveUnit:
+    """``unit``'s live state (and which of ``paths`` are newer than its process)."""
+    return fact(UnitState, unit=unit, paths=paths) or LiveUnit()
+
+
+class DebInstalled(FactBase):
+    """Whether a Debian package is installed (``dpkg-query``, not ``dpkg -l`` of all;
+    many packages in one ``dpkg-query`` through the prefetch)."""
+
+    @staticmethod
+    def default() -> bool:
+        return False
+
+    def command(self, package: str) -> str:
+        return self.group_command([{"package": package}])
+
+    def process(self, output: list[str]) -> bool:
+        return any(line.split(" ", 1)[1:] == ["install ok installed"] for line in output)
+
+    @staticmethod
+    def group_command(kwargs_list: list[dict]) -> str:
+        names = " ".join(shlex.quote(k["package"]) for k in kwargs_list)
+        return f"dpkg-query -W -f='${{Package}} ${{Status}}\\n' {names} 2>/dev/null; true"
+
+    @staticmethod
+    def group_process(kwargs_list: list[dict], output: list[str]) -> list[bool]:
+        installed = {line.split(" ", 1)[0].split(":")[0] for line in output
+                     if line.split(" ", 1)[1:] == ["install ok installed"]}
+        return [k["package"] in installed for k in kwargs_list]
+
+
+def read_package(package: str) -> Read:
+    return Read.of(DebInstalled, package=package)
+
+
+def packages(*, name: str, packages: list[str], update: bool = False) -> OperationMeta | None:
+    """``apt.packages`` unless every package is installed already (then no operation:
+    ``apt.packages`` reads ``dpkg -l`` of the whole host, twice)."""
+    if all(fact(DebInstalled, package=p) for p in packages):
+        return None
+    return apt.packages(name=name, packages=packages, update=update)
+
+
+@operation()
+def systemctl(unit: str, steps: tuple[str, ...]):
+    """Run ``systemctl`` steps in order as one command (``daemon-reload``, then
+    ``reset-failed``/``restart``/``start``/``enable`` of ``unit``)."""
+    q = shlex.quote(unit)
+    commands = {"daemon-reload": "systemctl daemon-reload",
+                "reset-failed": f"systemctl reset-failed {q}",
+                "restart": f"systemctl restart {q}", "start": f"systemctl start {q}",
+                "enable": f"systemctl enable {q}"}
+    yield StringCommand("sh", "-c", QuoteString(" && ".join(commands[s] for s in steps)))
+
+
+def render(template: Path | str, **values: object) -> str:
+    """A template of ``templates/`` rendered locally (what ``files.template`` would
+    upload), so that :func:`put` can compare it with the host's file first."""
+    import jinja2
+
+    text = Path(template).read_text()
+    return jinja2.Template(text, keep_trailing_newline=True,
+                           undefined=jinja2.StrictUndefined).render(**values)

@@ -14,9 +14,10 @@ from pathlib import Path
 from pyinfra import host
 from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.facts.server import Command
-from pyinfra.operations import apt, files
 
 from gpuserve.host import driver
+from roles import managed
+from roles.prefetch import Read, fact, fact_if_unchanged
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
@@ -32,9 +33,19 @@ def _gpu_facts():
     return gpu_facts
 
 
+PROFILE = "/etc/profile.d/gpuserve-cuda.sh"
+CUDA_LINK = "readlink -f /usr/local/cuda || true"
+
+
+def reads(lane: str) -> list[Read]:
+    """Everything this role reads, for the deploy's prefetch (roles/prefetch.py)."""
+    return [Read.of(_gpu_facts().NvidiaDriver), Read.of(Command, command=CUDA_LINK),
+            managed.read(PROFILE), managed.read_package(driver.lanes()[lane]["package"])]
+
+
 def preflight(lane: str, branch: int) -> None:
     """Refuse a lane the branch, or an already installed older driver, cannot run."""
-    installed = (host.get_fact(_gpu_facts().NvidiaDriver) or {}).get("version")
+    installed = (fact(_gpu_facts().NvidiaDriver) or {}).get("version")
     problem = driver.lane_problem(lane, branch, installed)
     if problem:
         raise driver.HostRefusal(f"{host.name}: cuda_lane {lane} refused: {problem}")
@@ -45,7 +56,8 @@ def cuda_alternative(lane: str):
     """Point /usr/local/cuda at the lane (cuda-toolkit packages register it as the
     ``cuda`` alternative; a second installed lane may otherwise keep the link)."""
     target = f"/usr/local/cuda-{lane}"
-    current = host.get_fact(Command, command="readlink -f /usr/local/cuda || true") or ""
+    # read at execute time: after the toolkit package (unless nothing changes)
+    current = fact_if_unchanged(Command, command=CUDA_LINK) or ""
     if current.strip() == target:
         host.noop(f"/usr/local/cuda -> {target}")
         return
@@ -58,12 +70,10 @@ def cuda_alternative(lane: str):
 def install_cuda_toolkit(lane: str, branch: int):
     preflight(lane, branch)
     package = driver.lanes()[lane]["package"]
-    apt.packages(name=f"CUDA {lane} toolkit ({package})", packages=[package])
+    managed.packages(name=f"CUDA {lane} toolkit ({package})", packages=[package])
     cuda_alternative(name=f"/usr/local/cuda is CUDA {lane}", lane=lane)
-    files.template(
+    managed.put(
         name=f"CUDA {lane} on PATH",
-        src=str(TEMPLATES / "nvidia-cuda-profile.sh.j2"),
-        dest="/etc/profile.d/gpuserve-cuda.sh",
-        mode="644",
-        lane=lane,
+        text=managed.render(TEMPLATES / "nvidia-cuda-profile.sh.j2", lane=lane),
+        dest=PROFILE, user="root", group="root", mode="644",
     )

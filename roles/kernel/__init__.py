@@ -17,6 +17,7 @@ from pyinfra.facts.files import File, FileContents
 from pyinfra.operations import files, server
 
 from gpuserve.host import boot
+from roles.prefetch import Read, fact, fact_if_unchanged
 
 DEFAULTS = {
     # Add iommu=pt: host-owned devices bypass DMA translation; NVIDIA documents P2P copies
@@ -41,14 +42,25 @@ def _host_facts():
     return host_facts
 
 
+ACPI_TABLES = ("DMAR", "IVRS")
+REBOOT_REQUIRED = "/run/reboot-required"
+
+
+def reads() -> list[Read]:
+    """Everything this role reads, for the deploy's prefetch (roles/prefetch.py)."""
+    facts = _host_facts()
+    return [*(Read.of(File, path=f"/sys/firmware/acpi/tables/{t}") for t in ACPI_TABLES),
+            Read.of(facts.CpuVendor), Read.of(facts.BootLoader), Read.of(facts.KernelCmdline),
+            Read.of(facts.NouveauLoaded), Read.of(File, path=REBOOT_REQUIRED),
+            *(Read.of(FileContents, path=boot.boot_loader_config(name)[0])
+              for name in (None, "systemd-boot"))]
+
+
 def platform() -> tuple[str | None, set[str]]:
     """(CPU vendor, ACPI tables naming the IOMMU) of the current host, for the params."""
-    tables = {
-        name
-        for name in ("DMAR", "IVRS")
-        if host.get_fact(File, path=f"/sys/firmware/acpi/tables/{name}")
-    }
-    return host.get_fact(_host_facts().CpuVendor), tables
+    tables = {name for name in ACPI_TABLES
+              if fact(File, path=f"/sys/firmware/acpi/tables/{name}")}
+    return fact(_host_facts().CpuVendor), tables
 
 
 def _text(lines: list[str] | None) -> str:
@@ -63,12 +75,12 @@ def boot_cmdline(params: list[str], boot_loader: str | None):
     when the merged text differs from what is there.
     """
     path, apply = boot.boot_loader_config(boot_loader)
-    current = _text(host.get_fact(FileContents, path=path))
+    current = _text(fact(FileContents, path=path))
     if path == "/etc/kernel/cmdline":
         if not current.strip():
             # Seed from the running command line so root=/boot= survive; drop what the
             # boot loader adds itself (BOOT_IMAGE=, initrd=).
-            running = boot.raw_cmdline(host.get_fact(_host_facts().KernelCmdline))
+            running = boot.raw_cmdline(fact(_host_facts().KernelCmdline))
             current = " ".join(
                 t for t in running.split() if not t.startswith(("BOOT_IMAGE=", "initrd="))
             )
@@ -83,15 +95,16 @@ def boot_cmdline(params: list[str], boot_loader: str | None):
 
 
 def reboot_reasons(params: list[str]) -> list[str]:
-    """Why this host needs a reboot now (read at execute time inside the op)."""
+    """Why this host needs a reboot now (read at execute time inside the op: after the
+    other roles' changes, unless the deploy changes nothing; roles/prefetch.py)."""
     facts = _host_facts()
     reasons: list[str] = []
-    missing = boot.missing_params(host.get_fact(facts.KernelCmdline), params)
+    missing = boot.missing_params(fact_if_unchanged(facts.KernelCmdline), params)
     if missing:
         reasons.append(f"the running kernel lacks {' '.join(missing)}")
-    if host.get_fact(facts.NouveauLoaded):
+    if fact_if_unchanged(facts.NouveauLoaded):
         reasons.append("nouveau is loaded (blacklisted; the NVIDIA module cannot bind)")
-    if host.get_fact(File, path="/run/reboot-required"):
+    if fact_if_unchanged(File, path=REBOOT_REQUIRED):
         reasons.append("/run/reboot-required exists")
     return reasons
 
@@ -119,7 +132,7 @@ def reboot_if_pending(params: list[str], allow_reboot: bool, reboot_timeout: int
 @deploy("Kernel command line")
 def configure_kernel(params: list[str]):
     """configure step: the boot loader carries ``params`` (decided by gpuserve.host.boot)."""
-    boot_loader = host.get_fact(_host_facts().BootLoader)
+    boot_loader = fact(_host_facts().BootLoader)
     boot_cmdline(
         name=f"Kernel parameters {' '.join(params)} ({boot_loader or 'grub'})",
         params=params,

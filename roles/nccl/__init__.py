@@ -9,13 +9,14 @@ so at execute time it sees the nvidia-smi the driver role has just installed.
 from __future__ import annotations
 
 import posixpath
-from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import deploy, operation
 from pyinfra.operations import files
 
 from gpuserve.host import nccl_env
+from roles import managed
+from roles.prefetch import Read, fact_if_unchanged
 
 DEFAULTS = {
     # Overrides of the derived NCCL env, e.g. {"NCCL_DEBUG": "INFO"}; "" removes a key
@@ -31,13 +32,27 @@ def _facts():
     return gpu, host_facts
 
 
-def current_plan(overrides: dict[str, str]) -> nccl_env.NcclPlan:
+def reads() -> list[Read]:
+    """Everything this role reads, for the deploy's prefetch (roles/prefetch.py)."""
     gpu, host_facts = _facts()
-    virtualization = host.get_fact(host_facts.Virtualization)
+    return [Read.of(host_facts.Virtualization), Read.of(gpu.NvidiaGpus),
+            *(Read.of(gpu.NvidiaP2P, mode=mode) for mode in ("r", "w")),
+            *(managed.read(p) for p in (CONFIG_DIR, nccl_env.NCCL_ENV_PATH,
+                                        nccl_env.HOST_JSON_PATH))]
+
+
+CONFIG_DIR = posixpath.dirname(nccl_env.NCCL_ENV_PATH)
+
+
+def current_plan(overrides: dict[str, str]) -> nccl_env.NcclPlan:
+    """The plan from the facts as they are at execute time: after the driver role
+    installed nvidia-smi (prefetched values only when the deploy changes nothing)."""
+    gpu, host_facts = _facts()
+    virtualization = fact_if_unchanged(host_facts.Virtualization)
     verdict = nccl_env.combined_verdict(
-        *(host.get_fact(gpu.NvidiaP2P, mode=mode) for mode in ("r", "w"))
+        *(fact_if_unchanged(gpu.NvidiaP2P, mode=mode) for mode in ("r", "w"))
     )
-    gpus = host.get_fact(gpu.NvidiaGpus) or []
+    gpus = fact_if_unchanged(gpu.NvidiaGpus) or []
     return nccl_env.plan_nccl(virtualization, verdict, overrides, len(gpus) or None)
 
 
@@ -47,13 +62,18 @@ def nccl_files(overrides: dict[str, str]):
     # Ensure the directory only: its owner and mode belong to the serve deploy
     # (roles/service: 0750 root:<service group>, it holds the secrets), so the host
     # deploy must not loosen them back (and the two deploys must not undo each other).
-    yield from files.directory._inner(path=posixpath.dirname(nccl_env.NCCL_ENV_PATH))
-    yield from files.put._inner(
-        src=StringIO(nccl_env.render_env_file(plan)), dest=nccl_env.NCCL_ENV_PATH, mode="644"
-    )
-    yield from files.put._inner(
-        src=StringIO(nccl_env.host_json(plan)), dest=nccl_env.HOST_JSON_PATH, mode="644"
-    )
+    changed = False
+    if fact_if_unchanged(managed.PathState, path=CONFIG_DIR).kind != "dir":
+        changed = True
+        yield from files.directory._inner(path=CONFIG_DIR)
+    for path, text in ((nccl_env.NCCL_ENV_PATH, nccl_env.render_env_file(plan)),
+                       (nccl_env.HOST_JSON_PATH, nccl_env.host_json(plan))):
+        if not managed.matches(fact_if_unchanged(managed.PathState, path=path), "file",
+                               "root", "root", "644", managed.sha1(text)):
+            changed = True
+            yield managed.write_command(path, text, "root", "root", "644")
+    if not changed:
+        host.noop("NCCL env and host.json are up to date")
 
 
 @deploy("NCCL environment")

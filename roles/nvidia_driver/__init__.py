@@ -14,20 +14,24 @@ Source for every step: NVIDIA Driver Installation Guide
 
 from __future__ import annotations
 
+import shlex
 from io import StringIO
 from pathlib import Path
 
 from pyinfra import host, logger
-from pyinfra.api import deploy, operation
-from pyinfra.facts.deb import DebPackages
+from pyinfra.api import FactBase, deploy, operation
+from pyinfra.facts.apt import AptSources, AptSourcesFile
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Arch, Command, KernelVersion, LinuxDistribution
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import apt, files, server
 
 from gpuserve.errors import InputError
 from gpuserve.host import driver, passthrough
+from gpuserve.host.unit_state import LiveUnit
+from roles import managed
 from roles.inventory import inventory_source
 from roles.nvidia_driver import keyring
+from roles.prefetch import Read, fact, prefetch
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
@@ -73,15 +77,58 @@ def _host_facts():
     return host_facts
 
 
+BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+PERSISTENCED = "nvidia-persistenced.service"
+DROPIN_DIR = "/etc/systemd/system/nvidia-persistenced.service.d"
+DROPIN = f"{DROPIN_DIR}/override.conf"
+DEBIAN_SOURCES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/debian.sources")
+
+
+def fact_reads() -> list[Read]:
+    """What this role reads before it knows the repository (the deploy's first
+    prefetch, roles/prefetch.py)."""
+    return [Read.of(LinuxDistribution), Read.of(Arch), Read.of(KernelVersion),
+            Read.of(Command, command=passthrough.SYSFS_PCI_COMMAND),
+            Read.of(_host_facts().SecureBoot), Read.of(_gpu_facts().NvidiaGpus),
+            Read.of(_host_facts().NouveauLoaded), Read.of(DebVersion, package="cuda-keyring"),
+            Read.of(AptSources), *(Read.of(FileContents, path=p) for p in DEBIAN_SOURCES)]
+
+
+def path_reads(repo_url: str, plan: driver.DriverPlan, headers: bool) -> list[Read]:
+    """The files, packages and unit this role manages (the second prefetch)."""
+    list_name = driver.repo_list_name(repo_url)
+    packages = ["ca-certificates", "curl", "nvidia-persistenced", *plan.packages]
+    if headers:
+        packages.append(f"linux-headers-{fact(KernelVersion)}")
+    return [*(managed.read(p) for p in (BLACKLIST, DROPIN_DIR, DROPIN,
+                                        f"/etc/apt/sources.list.d/{list_name}.list")),
+            *(managed.read_package(p) for p in packages), managed.read_unit(PERSISTENCED)]
+
+
+class DebVersion(FactBase):
+    """The installed version of a Debian package, or None."""
+
+    def command(self, package: str) -> str:
+        return (f"dpkg-query -W -f='${{Status}}|${{Version}}\\n' {shlex.quote(package)} "
+                "2>/dev/null || true")
+
+    def process(self, output: list[str]) -> str | None:
+        for line in output:
+            status, _, version = line.partition("|")
+            if status == "install ok installed" and version:
+                return version
+        return None
+
+
 def default_repo_url() -> str:
-    distro = host.get_fact(LinuxDistribution) or {}
+    distro = fact(LinuxDistribution) or {}
     meta = distro.get("release_meta") or {}
-    return driver.repo_url_for(meta.get("ID"), meta.get("VERSION_ID"), host.get_fact(Arch))
+    return driver.repo_url_for(meta.get("ID"), meta.get("VERSION_ID"), fact(Arch))
 
 
 def nvidia_pci_devices() -> list[dict[str, str]]:
     """NVIDIA functions from sysfs (works before any driver is installed)."""
-    output = host.get_fact(Command, command=passthrough.SYSFS_PCI_COMMAND) or ""
+    output = fact(Command, command=passthrough.SYSFS_PCI_COMMAND) or ""
     return [
         {"address": f.address, "vendor": f.vendor, "device": f.device}
         for f in passthrough.parse_sysfs_pci(output)
@@ -91,8 +138,8 @@ def nvidia_pci_devices() -> list[dict[str, str]]:
 
 def preflight(flavour: str, mok_enrolled: bool) -> None:
     """Prepare-time refusals: raise before any operation is added."""
-    driver.check_secure_boot(host.get_fact(_host_facts().SecureBoot), mok_enrolled, host.name)
-    driver.check_flavour(flavour, host.get_fact(_gpu_facts().NvidiaGpus), nvidia_pci_devices())
+    driver.check_secure_boot(fact(_host_facts().SecureBoot), mok_enrolled, host.name)
+    driver.check_flavour(flavour, fact(_gpu_facts().NvidiaGpus), nvidia_pci_devices())
 
 
 @operation()
@@ -102,7 +149,7 @@ def cuda_keyring(repo_url: str, sha256: str):
     Downloaded to a temp dir and checked against ``sha256`` before dpkg installs it
     (apt.deb has no checksum; it would also fetch again whenever /tmp was cleaned).
     """
-    if KEYRING_VERSION in (host.get_fact(DebPackages) or {}).get("cuda-keyring", []):
+    if fact(DebVersion, package="cuda-keyring") == KEYRING_VERSION:
         host.noop(f"cuda-keyring {KEYRING_VERSION} is installed")
         return
     yield keyring.install_command(f"{repo_url}{KEYRING_DEB}", sha256)
@@ -112,8 +159,8 @@ def cuda_keyring(repo_url: str, sha256: str):
 def debian_contrib():
     """Add contrib next to main in Debian's own sources (one-line and deb822 files)."""
     changed = False
-    for path in ("/etc/apt/sources.list", "/etc/apt/sources.list.d/debian.sources"):
-        lines = host.get_fact(FileContents, path=path)
+    for path in DEBIAN_SOURCES:
+        lines = fact(FileContents, path=path)
         if not lines:
             continue
         current = "\n".join(lines) + "\n"
@@ -130,103 +177,123 @@ def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contr
     """Repository, keyring (checked against ``keyring_sha256``), branch pin and
     flavour meta-package."""
     changes = []
-    distro = (host.get_fact(LinuxDistribution) or {}).get("name") or ""
+    distro = (fact(LinuxDistribution) or {}).get("name") or ""
     if contrib and distro.lower().startswith("debian"):
         changes.append(debian_contrib(name="Enable Debian contrib"))
     # the keyring is fetched with curl; minimal images have neither it nor the CA bundle.
-    apt.packages(name="Tools to fetch the repository keyring", packages=["ca-certificates", "curl"])
+    managed.packages(name="Tools to fetch the repository keyring",
+                     packages=["ca-certificates", "curl"])
     changes.append(cuda_keyring(name=f"Install cuda-keyring (sha256 {keyring_sha256[:12]}...)",
                                 repo_url=repo_url, sha256=keyring_sha256))
     list_name = driver.repo_list_name(repo_url)
     # cuda-keyring ships its own one-line entry pointing at NVIDIA's servers; the deb822
     # source below replaces it so the configured base URL (a mirror) is the only one.
     changes.append(
-        files.file(
+        managed.absent(
             name="Remove cuda-keyring's own sources.list entry (replaced by deb822 source)",
             path=f"/etc/apt/sources.list.d/{list_name}.list",
-            present=False,
         )
     )
-    changes.append(
-        apt.sources_file(
-            name=f"NVIDIA CUDA repository {repo_url}",
-            filename=list_name,
-            uris=[repo_url],
-            suites=["/"],
-            signed_by=KEYRING_PATH,
+    if not _source_configured(repo_url):
+        changes.append(
+            apt.sources_file(
+                name=f"NVIDIA CUDA repository {repo_url}",
+                filename=list_name,
+                uris=[repo_url],
+                suites=["/"],
+                signed_by=KEYRING_PATH,
+            )
         )
-    )
     apt.update(
         name="apt-get update after repository changes",
-        _if=[lambda: any(op.did_change() for op in changes)],
+        _if=[lambda: managed.changed(*changes)],
     )
     if install_headers:
-        apt.packages(
+        managed.packages(
             name="Kernel headers for DKMS",
-            packages=[f"linux-headers-{host.get_fact(KernelVersion)}"],
+            packages=[f"linux-headers-{fact(KernelVersion)}"],
         )
     if plan.pinning_package:
-        apt.packages(
+        managed.packages(
             name=f"Lock driver branch {plan.branch} ({plan.pinning_package})",
             packages=[plan.pinning_package],
         )
-    apt.packages(
+    managed.packages(
         name=f"NVIDIA driver {plan.flavour} flavour, branch {plan.branch}",
         packages=[p for p in plan.packages if p != plan.pinning_package]
         + ["nvidia-persistenced"],
     )
 
 
-def configure(persistence: bool):
-    """nouveau off (initramfs rebuilt when the blacklist changes), persistence mode on."""
-    blacklist = files.template(
+def _source_configured(repo_url: str) -> bool:
+    """Whether the host's apt sources already hold the repository exactly as
+    ``apt.sources_file`` below would write it (its own idempotency check, made on the
+    prefetched ``AptSources`` so that a rerun reads nothing more)."""
+    entry = AptSourcesFile(types=["deb"], uris=[repo_url], suites=["/"], components=[],
+                           architectures=None, signed_by=[KEYRING_PATH])
+    existing = fact(AptSources) or []
+    wanted = entry.expand_to_repos()
+    return bool(wanted) and all(repo in existing for repo in wanted)
+
+
+def configure(persistence: bool) -> bool | None:
+    """nouveau off (initramfs rebuilt when the blacklist changes), persistence mode on.
+    Returns whether the persistenced drop-in changes (None: persistence off)."""
+    blacklist = managed.put(
         name="Blacklist nouveau",
-        src=str(TEMPLATES / "nvidia-blacklist-nouveau.conf.j2"),
-        dest="/etc/modprobe.d/blacklist-nouveau.conf",
-        mode="644",
+        text=managed.render(TEMPLATES / "nvidia-blacklist-nouveau.conf.j2"),
+        dest=BLACKLIST, user="root", group="root", mode="644",
     )
-    server.shell(
-        name="Rebuild the initramfs without nouveau",
-        commands=["update-initramfs -u"],
-        _if=blacklist.did_change,
-    )
-    server.modprobe(name="Unload nouveau if loaded", module="nouveau", present=False)
+    if blacklist is not None:
+        server.shell(
+            name="Rebuild the initramfs without nouveau",
+            commands=["update-initramfs -u"],
+            _if=blacklist.did_change,
+        )
+    if fact(_host_facts().NouveauLoaded):
+        server.modprobe(name="Unload nouveau if loaded", module="nouveau", present=False)
     if not persistence:
         return None
-    return files.template(
+    managed.directory(name=f"{DROPIN_DIR} (root, 755)", path=DROPIN_DIR, user="root",
+                      group="root", mode="755")
+    dropin = managed.put(
         name="nvidia-persistenced in persistence mode",
-        src=str(TEMPLATES / "nvidia-persistenced-override.conf.j2"),
-        dest="/etc/systemd/system/nvidia-persistenced.service.d/override.conf",
-        mode="644",
         # NVIDIA/ansible-role-nvidia-driver runs the daemon as root in the same drop-in.
-        daemon_user="root",
+        text=managed.render(TEMPLATES / "nvidia-persistenced-override.conf.j2",
+                            daemon_user="root"),
+        dest=DROPIN, user="root", group="root", mode="644",
     )
+    return dropin is not None
 
 
-def activate(dropin) -> None:
+def persistenced_steps(live: LiveUnit, dropin_changed: bool, nouveau: bool) -> list[str]:
+    """systemctl steps for the persistence daemon: reload for a new drop-in, enable,
+    and (re)start, except while nouveau still holds the GPUs: with nouveau bound the
+    NVIDIA module cannot load, and the daemon starts after the reboot the kernel role
+    reports or performs."""
+    steps = []
+    if dropin_changed or live.need_reload:
+        steps.append("daemon-reload")
+    if not nouveau:
+        if live.active in ("active", "activating", "reloading"):
+            if dropin_changed:
+                steps.append("restart")
+        else:
+            steps.append("start")
+    if live.enabled not in ("enabled", "static", "alias", "indirect", "generated"):
+        steps.append("enable")
+    return steps
+
+
+def activate(dropin_changed: bool | None) -> None:
     """Enable the persistence daemon; start it unless nouveau still holds the GPUs."""
-    if dropin is None:
+    if dropin_changed is None:
         return
-    systemd.daemon_reload(
-        name="systemd daemon-reload (persistenced drop-in)", _if=dropin.did_change
-    )
-    systemd.service(name="Enable nvidia-persistenced", service="nvidia-persistenced", enabled=True,
-                    running=None)
-    systemd.service(
-        name="Restart nvidia-persistenced (drop-in changed)",
-        service="nvidia-persistenced",
-        running=None,
-        restarted=True,
-        _if=[dropin.did_change, lambda: not host.get_fact(_host_facts().NouveauLoaded)],
-    )
-    systemd.service(
-        name="Start nvidia-persistenced",
-        service="nvidia-persistenced",
-        running=True,
-        # With nouveau bound the NVIDIA module cannot load: the daemon starts after the
-        # reboot the kernel role reports or performs.
-        _if=lambda: not host.get_fact(_host_facts().NouveauLoaded),
-    )
+    steps = persistenced_steps(managed.unit_state(PERSISTENCED), dropin_changed,
+                               bool(fact(_host_facts().NouveauLoaded)))
+    if steps:
+        managed.systemctl(name=f"nvidia-persistenced: {', '.join(steps)}", unit=PERSISTENCED,
+                          steps=tuple(steps))
 
 
 @deploy("NVIDIA driver")
@@ -261,5 +328,6 @@ def install_nvidia_driver(
     logger.info(
         f"{host.name}: NVIDIA driver {flavour} {branch} from {url}: {', '.join(plan.packages)}"
     )
+    prefetch(path_reads(url, plan, install_headers))
     install(url, plan, install_headers, contrib, sha256)
     activate(configure(persistence))

@@ -8,24 +8,23 @@ written only when it differs (roles/managed.py), and activation is one ``systemc
 chain decided by :func:`activation_steps` (daemon-reload when the unit changed,
 reset-failed and restart when a live server must pick up changes, start and enable
 when needed). A rerun with nothing changed therefore runs no command at all, and one
-cut off between writing a file and restarting still restarts (:class:`UnitState`).
+cut off between writing a file and restarting still restarts (:class:`roles.managed.UnitState`).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import shlex
 from dataclasses import dataclass
 
-from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
+from pyinfra.api import deploy
 
 from gpuserve.errors import InputError
-from gpuserve.host.unit_state import LiveUnit, parse_unit_state
+from gpuserve.host.unit_state import LiveUnit
 from gpuserve.launch.catalog import load_catalog
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.paths import SCRIPTS_DIR
 from roles import managed
-from roles.prefetch import Read, fact
+from roles.prefetch import Read
 from roles.service.render import (
     UnitSpec,
     env_line,
@@ -241,39 +240,11 @@ def _catalog_or_none(version: str):
         return None
 
 
-class UnitState(FactBase):
-    """The unit's systemd state, and which of its files are newer than its process.
-
-    ``newer``: files written after the running server started. A deploy cut off between
-    writing a file and restarting (an SSH drop) leaves the new file in place, so the
-    rerun's file check finds nothing to do; this is how it still knows the server runs
-    the old configuration and restarts it.
-    """
-
-    @staticmethod
-    def default() -> LiveUnit:
-        return LiveUnit()
-
-    def command(self, unit: str, paths: tuple[str, ...]) -> str:
-        q = shlex.quote
-        quoted = " ".join(q(p) for p in paths)
-        return (f"systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload {q(unit)}"
-                f" 2>/dev/null; t=$(systemctl show --timestamp=us+utc -p "
-                f"ExecMainStartTimestamp --value {q(unit)} 2>/dev/null || systemctl show -p "
-                f"ExecMainStartTimestamp --value {q(unit)}); "
-                f"[ -z \"$t\" ] || echo \"Started=$(date -d \"$t\" +%s.%N)\"; "
-                f"for f in {quoted}; do [ -e \"$f\" ] && echo \"Mtime=$(stat -c %.9Y "
-                f"\"$f\") $f\"; done; true")
-
-    def process(self, output: list[str]) -> LiveUnit:
-        return parse_unit_state(output)
-
-
 def reads(plan: ServicePlan) -> list[Read]:
     """Every path and state :func:`configure_service` reads, for the deploy's prefetch."""
     return [managed.read(p) for p in (CONFIG_DIR, ENV_PATH, CONFIG_PATH, plan.bin_dir,
                                        f"{plan.bin_dir}/{REDACT_SCRIPT}", UNIT_PATH)] + [
-        Read.of(UnitState, unit=UNIT_NAME, paths=MANAGED_FILES)]
+        managed.read_unit(UNIT_NAME, MANAGED_FILES)]
 
 
 MANAGED_FILES = (UNIT_PATH, ENV_PATH, CONFIG_PATH)
@@ -283,7 +254,7 @@ MANAGED_FILES = (UNIT_PATH, ENV_PATH, CONFIG_PATH)
 def configure_service(plan: ServicePlan) -> None:
     """Put the files (only those that differ: roles/managed.py), then activate when
     anything changed, the unit is not active and enabled, or the server runs an older
-    configuration than its files (see :class:`UnitState`)."""
+    configuration than its files (see :class:`roles.managed.UnitState`)."""
     managed.directory(name=f"{CONFIG_DIR} (root, readable by {plan.group} only)",
                       path=CONFIG_DIR, user="root", group=plan.group, mode="750")
     env = managed.secret(name=f"EnvironmentFile {ENV_PATH} (0600 root)", dest=ENV_PATH,
@@ -304,13 +275,13 @@ def configure_service(plan: ServicePlan) -> None:
                          mode="755")
     unit = managed.put(name=f"systemd unit {UNIT_PATH}", text=plan.unit_text, dest=UNIT_PATH,
                        user="root", group="root", mode="644")
-    live = fact(UnitState, unit=UNIT_NAME, paths=MANAGED_FILES) or LiveUnit()
+    live = managed.unit_state(UNIT_NAME, MANAGED_FILES)
     steps = activation_steps(live, files_changed=any(op is not None for op in
                                                       (unit, env, cfg, redact)),
                              unit_changed=unit is not None)
     if steps:
-        activate(name=f"activate {UNIT_NAME}: {', '.join(steps)}", unit=UNIT_NAME,
-                 steps=tuple(steps))
+        managed.systemctl(name=f"activate {UNIT_NAME}: {', '.join(steps)}", unit=UNIT_NAME,
+                          steps=tuple(steps))
 
 
 def activation_steps(live: LiveUnit, files_changed: bool, unit_changed: bool) -> list[str]:
@@ -323,7 +294,7 @@ def activation_steps(live: LiveUnit, files_changed: bool, unit_changed: bool) ->
     (every start counts towards StartLimitBurst, so a few redeploys in an hour or a
     fixed profile after a crash loop would be refused with "Start request repeated too
     quickly"); ``restart`` when a running server must pick up changed files (or runs an
-    older configuration than its files: :class:`UnitState`), else ``start`` when it is
+    older configuration than its files: :class:`roles.managed.UnitState`), else ``start`` when it is
     not running; ``enable`` when it is not enabled."""
     live_states = ("active", "activating", "reloading")
     steps = []
@@ -339,14 +310,3 @@ def activation_steps(live: LiveUnit, files_changed: bool, unit_changed: bool) ->
     if live.enabled != "enabled":
         steps.append("enable")
     return steps
-
-
-@operation()
-def activate(unit: str, steps: tuple[str, ...]):
-    """Run :func:`activation_steps` as one command (``systemctl`` calls in order)."""
-    q = shlex.quote(unit)
-    commands = {"daemon-reload": "systemctl daemon-reload",
-                "reset-failed": f"systemctl reset-failed {q}",
-                "restart": f"systemctl restart {q}", "start": f"systemctl start {q}",
-                "enable": f"systemctl enable {q}"}
-    yield StringCommand("sh", "-c", QuoteString(" && ".join(commands[s] for s in steps)))

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 from pyinfra import host, logger, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
-from pyinfra.operations import apt, server
+from pyinfra.operations import server
 
 from gpuserve.errors import InputError
 from gpuserve.launch.locks import Lock
@@ -264,17 +264,6 @@ def parse_account(lines: list[str]) -> dict:
     return {"entry": entry, "group_exists": bool(values.get("group"))}
 
 
-class DebInstalled(FactBase):
-    """Whether a Debian package is installed (``dpkg-query``; not ``dpkg -l`` of all)."""
-
-    def command(self, package: str) -> str:
-        return (f"dpkg-query -W -f='${{Status}}\\n' {shlex.quote(package)} 2>/dev/null "
-                "|| true")
-
-    def process(self, output: list[str]) -> bool:
-        return any(line.strip() == "install ok installed" for line in output)
-
-
 class VenvVerified(FactBase):
     """The verification stamp's first line (the lock hash) when the venv is finished."""
 
@@ -399,7 +388,7 @@ def directories(user: str, home: str) -> tuple[tuple[str, str, str], ...]:
 
 def account_reads(user: str) -> list[Read]:
     """What :func:`install_sglang` reads about accounts and packages (deploy prefetch)."""
-    return [Read.of(ServiceAccount, user=user), Read.of(DebInstalled, package="python3-venv")]
+    return [Read.of(ServiceAccount, user=user), managed.read_package("python3-venv")]
 
 
 def reads(user: str, home: str, lock: Lock) -> list[Read]:
@@ -448,8 +437,7 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
         managed.directory(name=f"{path} ({owner}, {mode})", path=path, user=owner,
                           group=owner, mode=mode)
     # Debian splits venv/ensurepip out of python3; check at prepare so a rerun is a no-op.
-    if not fact(DebInstalled, package="python3-venv"):
-        apt.packages(name="python3-venv for the SGLang venv", packages=["python3-venv"],
+    managed.packages(name="python3-venv for the SGLang venv", packages=["python3-venv"],
                      update=True)
     venv = venv_path(home, lock)
     requirements = requirements_path(home, lock)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import shlex
 
 import pytest
 from pyinfra.api import Config, Inventory, State
@@ -42,6 +43,11 @@ def plan(deploy, responses: dict, *args, **kwargs) -> list[tuple[str, list]]:
                     commands.append(("upload", cmd.dest, data))
                 elif isinstance(cmd, FunctionCommand):
                     commands.append(("function", cmd.function.__name__))
+                elif isinstance(cmd, StringCommand) and cmd.connector_arguments.get("_stdin"):
+                    # roles/managed.py writes a file from stdin: tmp, chown, chmod, mv
+                    script = shlex.split(cmd.get_raw_value())[-1]
+                    commands.append(("upload", shlex.split(script)[-1],
+                                     cmd.connector_arguments["_stdin"]))
                 elif isinstance(cmd, StringCommand):
                     commands.append(("run", cmd.get_raw_value()))
             out.append((name, commands))
@@ -267,8 +273,10 @@ def test_vfio_binding_writes_ids_modules_and_initramfs():
 
 
 def test_installed_keyring_is_not_downloaded_again():
-    dpkg = ["ii  cuda-keyring   1.1-1   all   GPG keyring for the CUDA repository"]
-    commands = " ;; ".join(runs(_driver_plan({"dpkg -l": dpkg}, install_headers=False)))
+    # dpkg-query -W -f='${Status}|${Version}\n' cuda-keyring on a host that has it
+    dpkg = ["install ok installed|1.1-1"]
+    commands = " ;; ".join(runs(_driver_plan({"dpkg-query -W -f='${Status}|${Version}": dpkg},
+                                              install_headers=False)))
     assert "cuda-keyring_1.1-1_all.deb" not in commands
     assert "nvidia-open-580" in commands
 

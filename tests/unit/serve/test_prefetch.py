@@ -14,10 +14,9 @@ import pytest
 from pyinfra.facts.files import FileContents
 
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state
-from roles.managed import PathInfo, PathState, parse_path_states
+from roles.managed import DebInstalled, PathInfo, PathState, UnitState, parse_path_states
 from roles.prefetch import Read, _command_text, batch_script, split_output
-from roles.service import UnitState
-from roles.sglang import DebInstalled, ServiceAccount, parse_account
+from roles.sglang import ServiceAccount, parse_account
 
 
 def sh(script: str) -> list[str]:
@@ -166,6 +165,13 @@ def test_service_account_command_reads_root_here() -> None:
 
 
 def test_deb_installed() -> None:
-    assert DebInstalled().process(["install ok installed"])
-    assert not DebInstalled().process(["deinstall ok config-files"])
+    # dpkg-query -W -f='${Package} ${Status}\n' on Debian 12 (multi-arch names carry :arch)
+    lines = ["python3-venv install ok installed", "curl deinstall ok config-files",
+             "libc6:amd64 install ok installed"]
+    assert DebInstalled().process(lines[:1])
+    assert not DebInstalled().process(lines[1:2])
     assert not DebInstalled().process([])
+    kwargs = [{"package": p} for p in ("python3-venv", "curl", "libc6", "absent")]
+    assert DebInstalled.group_process(kwargs, lines) == [True, False, True, False]
+    assert "dpkg-query -W -f='${Package} ${Status}\\n' python3-venv curl libc6 absent" in \
+        DebInstalled.group_command(kwargs)
