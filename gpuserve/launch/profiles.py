@@ -25,15 +25,15 @@ import yaml
 
 from gpuserve import paths, safeload
 from gpuserve.errors import InputError
+from gpuserve.launch.secrets import is_secret_env_name
 from gpuserve.measure.bench import BenchSpec, parse_bench
 
 PROFILES_DIR = paths.PROFILES_DIR
 
-#: Env names that carry secrets. A profile is a committed, world-readable file and its
-#: args end up in argv (visible in ``ps``), so secrets must come from host data
-#: (``hf_token`` / ``sglang_api_key``), which the serve role writes to 0600 files. Secret
-#: *flags* are judged by gpuserve.launch.secrets (resolved like SGLang's parser).
-SECRET_ENV_WORDS = ("TOKEN", "API_KEY", "SECRET", "PASSWORD")
+# A profile is a committed, world-readable file and its args end up in argv (visible in
+# ``ps``), so secrets must come from host data (``hf_token`` / ``sglang_api_key``), which
+# the serve role writes to 0600 files. Secret env names and secret *flags* are both
+# judged by gpuserve.launch.secrets (one rule for every place that asks).
 #: ``Profile.name`` (the file stem) goes into the unit, the env file and record names.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -522,7 +522,7 @@ def _check_cross_fields(p: Profile) -> None:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             # systemd's EnvironmentFile= (and a shell) cannot carry it
             raise p.error(f"env.{key}", "not a valid environment variable name")
-        if any(word in key.upper() for word in SECRET_ENV_WORDS):
+        if is_secret_env_name(key):
             raise p.error(f"env.{key}", "looks like a secret: set it in host data (hf_token / "
                           "sglang_api_key / sglang_extra_env), not in a committed profile")
 
