@@ -191,10 +191,40 @@ class Profile:
 # ---------------------------------------------------------------------------- loading
 
 
-def resolve_profile_path(name_or_path: str | Path, profiles_dir: Path | None = None) -> Path:
-    """A bare name means ``profiles/<name>.yaml``; anything with a slash or suffix is a path."""
+PROFILE_SUFFIXES = (".yaml", ".yml")
+
+
+def profile_ref_problem(name_or_path: str | Path) -> str | None:
+    """Why ``name_or_path`` cannot name a profile, or None.
+
+    A bare name must match :data:`NAME_PATTERN`; anything with a slash must be a path
+    ending in ``.yaml``/``.yml``. Why: ``profile`` comes from host data and ``--data``,
+    and ``../../etc/shadow`` was read as a profile, its first line echoed in the "unknown
+    key" message (a password hash in a CI log). A profile is a YAML file, so a path to
+    anything else is refused before it is opened; the message repeats at most 80
+    characters of the reference and never the file's contents.
+    """
     text = str(name_or_path)
-    if "/" in text or text.endswith((".yaml", ".yml")):
+    if "/" in text or text.endswith(PROFILE_SUFFIXES):
+        if not text.endswith(PROFILE_SUFFIXES):
+            return (f"{text!r:.80} is a path but not a .yaml or .yml file: give a profile "
+                    "name (profiles/<name>.yaml) or the path of a profile's YAML file")
+        return None
+    if not NAME_PATTERN.fullmatch(text):
+        return (f"{text!r:.80} is not a profile name (letters, digits, '.', '_', '-'; at "
+                "most 64 characters) nor a path ending in .yaml")
+    return None
+
+
+def resolve_profile_path(name_or_path: str | Path, profiles_dir: Path | None = None) -> Path:
+    """A bare name means ``profiles/<name>.yaml``; anything with a slash or suffix is a path
+    (which must end in .yaml/.yml: :func:`profile_ref_problem`)."""
+    text = str(name_or_path)
+    problem = profile_ref_problem(text)
+    if problem:
+        raise InputError(text[:80] if text.isprintable() else ascii(text)[:80], "profile",
+                         problem)
+    if "/" in text or text.endswith(PROFILE_SUFFIXES):
         return Path(text)
     return (profiles_dir or PROFILES_DIR) / f"{text}.yaml"
 
@@ -275,6 +305,9 @@ def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[
         return data, locs
     if not isinstance(parent, str):
         raise InputError(path, "extends", "must be a file name (string)", extends_at.line)
+    if not parent.endswith(PROFILE_SUFFIXES):  # a profile's parent is YAML, never /etc/...
+        raise InputError(path, "extends", f"{parent!r:.80} is not a .yaml or .yml file",
+                         extends_at.line)
     parent_path = (path.parent / parent).resolve()
     if parent_path in (*chain, path):
         loop = " -> ".join(str(p) for p in (*chain, path, parent_path))
