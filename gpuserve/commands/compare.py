@@ -68,8 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.plot:
-        from gpuserve.measure.plot import require_matplotlib
+        from gpuserve.measure.plot import plot_target, require_matplotlib
         require_matplotlib()  # before any output: no half-done run
+        plot_target(args.plot)
     skipped: list[str] = []
     records = [r for path in args.paths for r in read_results(path, skipped)]
     if not records:
