@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -75,9 +76,13 @@ def read_bytes(path: str | Path, max_bytes: int = CONFIG.max_bytes) -> bytes:
     """Read a file whole, refusing one larger than ``max_bytes`` without reading it all.
 
     The size is checked on what was read (not only ``stat``), so a FIFO or a file that
-    grows while being read cannot slip past."""
+    grows while being read cannot slip past. Opened non-blocking: opening a FIFO that no
+    process writes to used to wait forever (``gpuserve compare fifo.json`` hung); now
+    it reads as empty, while ``--facts <(command)`` still reads the command's output."""
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            os.set_blocking(fd, True)  # the open is what must not wait; reads may
             data = f.read(max_bytes + 1)
     except OSError as exc:
         raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from exc

@@ -49,6 +49,7 @@ _PLATFORM = re.compile(r"^manylinux_(\d+)_(\d+)_[a-z0-9_]+$")
 # its hashes could have come from anyone.
 _URL = re.compile(r"^(https://[^\s/]+|file://)\S*$")
 _URL_WHAT = "an https:// (or file://) URL"
+_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
 # The committed locks (a host may add its own: ``sglang_locks_dir``, see load_locks).
@@ -267,7 +268,11 @@ def _package(path: Path, index: int, raw: Any) -> LockedPackage:
                                       "external packages may lack a hash)")
     filename = doc.text("filename")
     if not filename.endswith(".whl"):
-        raise doc.error("filename", f"{name}: must be a wheel (.whl), got {filename!r}")
+        raise doc.error("filename", f"{name}: must be a wheel (.whl), got {filename!r:.80}")
+    if not _FILENAME.match(filename):
+        # ``gpuserve wheelhouse`` writes DIR/<filename>: "../../x.whl" would land elsewhere
+        raise doc.error("filename", f"{name}: must be a plain file name (no '/', not "
+                                    f"starting with '.'), got {filename!r:.80}")
     return LockedPackage(name, version, filename, doc.text("url", _URL, _URL_WHAT), sha,
                          doc.size("size"))
 

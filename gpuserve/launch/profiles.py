@@ -222,8 +222,8 @@ def resolve_profile_path(name_or_path: str | Path, profiles_dir: Path | None = N
     text = str(name_or_path)
     problem = profile_ref_problem(text)
     if problem:
-        raise InputError(text[:80] if text.isprintable() else ascii(text)[:80], "profile",
-                         problem)
+        shown = text[:80] if text and text.isprintable() else ascii(text)[:80]
+        raise InputError(shown, "profile", problem)
     if "/" in text or text.endswith(PROFILE_SUFFIXES):
         return Path(text)
     return (profiles_dir or PROFILES_DIR) / f"{text}.yaml"
