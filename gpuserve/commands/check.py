@@ -107,13 +107,26 @@ def parse_data(items: list[str]) -> dict:
     (true/false, integers, JSON, else the string); a later key wins."""
     from pyinfra_cli.util import parse_cli_arg
 
+    from gpuserve import safeload
+
     data: dict = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise InputError("--data", item[:80], "must be KEY=VALUE")
         data[key] = value
-    return {k: parse_cli_arg(v) for k, v in data.items()}
+    parsed = {}
+    for key, value in data.items():
+        # parse_cli_arg tries json.loads: "[[[[..." 3000 deep was a RecursionError
+        # traceback; bounded like every JSON document (gpuserve/safeload.py)
+        if safeload.json_depth_exceeds(value, safeload.CONFIG.max_depth) is not None:
+            raise InputError("--data", key[:80], "nested too deeply (more than "
+                             f"{safeload.CONFIG.max_depth} levels)")
+        try:
+            parsed[key] = parse_cli_arg(value)
+        except (RecursionError, ValueError) as exc:
+            raise InputError("--data", key[:80], f"cannot be read: {exc}"[:200]) from None
+    return parsed
 
 
 def load_hosts(inventory: str, overrides: dict,
