@@ -4,8 +4,8 @@ Cases are data (tests/fixtures/corpus/*.yaml, format in its README.md). Each run
 child process, the real CLI (``python -m gpuserve ...``) for CLI inputs or
 tests/unit/corpus/plan_case.py for host data, under a wall-clock timeout and an address
 space limit, and must exit with the expected code, name the file and the field in its
-message, and print no traceback. The corpus writes only under pytest's tmp_path, so a
-case cannot change a host.
+message, and print no traceback and no raw terminal escape. The corpus writes only under
+pytest's tmp_path, so a case cannot change a host.
 """
 
 from __future__ import annotations
@@ -150,6 +150,7 @@ def run_case(case: dict[str, Any], tmp: Path) -> tuple[int, str]:
 def test_bad_input_is_refused_cleanly(case: dict[str, Any], tmp_path: Path) -> None:
     code, output = run_case(case, tmp_path)
     assert "Traceback" not in output, output[-3000:]
+    assert "\x1b" not in output, "a raw ESC reached the terminal (gpuserve.terminal)"
     assert code == case.get("exit", 2), output[-3000:]
     file = case.get("file", "{input}")
     if file:
