@@ -240,6 +240,8 @@ def misspelt_keys(data: dict, source: str) -> None:
 def _load_error(inventory: str, exc: Exception) -> InputError:
     """pyinfra wraps an error raised by an inventory or group data file (lab.py's
     LabNotRunning) in UnexpectedExternalError; unwrap it to one line naming the file."""
+    if isinstance(exc, SyntaxError) and exc.filename:  # the inventory or a group data file
+        return InputError(exc.filename, None, f"could not be loaded: {exc.msg}", exc.lineno)
     inner = getattr(exc, "exception", None)
     if isinstance(inner, BaseException):
         where = getattr(exc, "filename", None) or inventory
