@@ -32,7 +32,7 @@ def _address(hex_addr, v6):
 
 def server_host(port, tables=(("/proc/net/tcp", False), ("/proc/net/tcp6", True))):
     """The host part of a URL that reaches what listens on ``port`` here: its address
-    (IPv6 in brackets), or 127.0.0.1 for every interface, loopback or nothing found."""
+    (IPv6 in brackets), or 127.0.0.1 for every interface or when nothing listens yet."""
     for path, v6 in tables:
         try:
             with open(path) as f:
@@ -50,9 +50,9 @@ def server_host(port, tables=(("/proc/net/tcp", False), ("/proc/net/tcp6", True)
                 address = _address(hex_addr, v6)
             except ValueError:
                 continue
-            if address.is_unspecified or address.is_loopback:
-                return "127.0.0.1" if not v6 or address.is_unspecified else "[::1]"
-            return f"[{address}]" if v6 else str(address)
+            if address.is_unspecified:  # every interface (:: takes IPv4 too on Linux)
+                return "127.0.0.1"
+            return f"[{address}]" if v6 else str(address)  # 127.0.0.2 and ::1 as they are
     return "127.0.0.1"
 
 UNIT_PROPS = "ActiveState,SubState,NRestarts,ExecMainStatus,InvocationID,MainPID"

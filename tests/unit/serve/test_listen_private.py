@@ -59,6 +59,10 @@ def test_all_interfaces_or_public_without_a_key_is_refused_saying_what_to_do(add
     assert "127.0.0.1 or a private address" in message
 
 
+def test_another_loopback_address_is_served_and_reached_there() -> None:
+    assert plan(listen_address="127.0.0.2").service.host == "127.0.0.2"
+
+
 def test_with_a_key_a_named_public_address_is_served() -> None:
     assert plan(listen_address="203.0.113.7", sglang_api_key=KEY).service.host == \
         "203.0.113.7"
@@ -77,6 +81,8 @@ def row(local: str, state: str = "0A") -> str:
 @pytest.mark.parametrize("tcp,tcp6,want", [
     (row("1500000A:7530"), "", "10.0.0.21"),            # 10.0.0.21:30000
     (row("0100007F:7530"), "", "127.0.0.1"),            # loopback
+    (row("0200007F:7530"), "", "127.0.0.2"),            # another loopback address
+    ("", row("00000000000000000000000001000000:7530"), "[::1]"),
     (row("00000000:7530"), "", "127.0.0.1"),            # every interface
     ("", row("000000000000000000000000" "00000000:7530"), "127.0.0.1"),  # ::
     ("", row("000000FD000000000000000005000000:7530"), "[fd00::5]"),
