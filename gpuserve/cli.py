@@ -13,6 +13,7 @@ import sys
 
 from gpuserve import __version__, commands
 from gpuserve.errors import GpuserveError
+from gpuserve.terminal import EscapingWriter
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +30,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every line it prints (argparse's errors included) goes out with
+    control characters escaped (gpuserve.terminal: inputs and host facts may hold
+    ESC sequences)."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = EscapingWriter(out), EscapingWriter(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -75,9 +76,13 @@ def read_bytes(path: str | Path, max_bytes: int = CONFIG.max_bytes) -> bytes:
     """Read a file whole, refusing one larger than ``max_bytes`` without reading it all.
 
     The size is checked on what was read (not only ``stat``), so a FIFO or a file that
-    grows while being read cannot slip past."""
+    grows while being read cannot slip past. Opened non-blocking: opening a FIFO that no
+    process writes to used to wait forever (``gpuserve compare fifo.json`` hung); now
+    it reads as empty, while ``--facts <(command)`` still reads the command's output."""
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            os.set_blocking(fd, True)  # the open is what must not wait; reads may
             data = f.read(max_bytes + 1)
     except OSError as exc:
         raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from exc
@@ -321,7 +326,8 @@ def loads_json(
     try:
         return json.loads(text, **hooks)
     except _NonFinite as exc:
-        raise InputError(file, None, f"{exc.args[0]} is not a finite number", line) from exc
+        where = line if line is not None else _line_of(text, exc.args[0])
+        raise InputError(file, None, f"{exc.args[0]} is not a finite number", where) from exc
     except json.JSONDecodeError as exc:
         where = line if line is not None else exc.lineno
         raise InputError(file, None, f"invalid JSON: {exc.msg}", where) from exc
@@ -332,9 +338,50 @@ def loads_json(
         raise InputError(file, None, f"invalid JSON value: {reason}", line) from exc
 
 
+def check_value(value: Any, file: str | Path | None, field: str | None,
+                limits: Limits = CONFIG) -> None:
+    """Refuse an in-memory value (host data from a Python inventory or ``--data``) deeper,
+    larger or with more items than a document under ``limits`` could be.
+
+    Why: host data never passes a parser of ours, so ``[[[...]]]`` 200,000 deep (two lines
+    of Python) reached the checks, and the first ``{value!r}`` in an error message died
+    in a RecursionError traceback; a 50 MB string went into the unit's env file. The walk
+    is iterative (no recursion of its own) and stops at the first bound, so a cyclic
+    list (``x.append(x)``) is refused by the item count."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    nodes = text = 0
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if depth > limits.max_depth:
+            raise InputError(file, field, f"nested too deeply (more than {limits.max_depth} "
+                             "levels)")
+        if nodes > limits.max_nodes:
+            raise InputError(file, field, f"too large (more than {limits.max_nodes:,} "
+                             "items)")
+        if isinstance(item, str | bytes):
+            text += len(item)
+            if text > limits.max_bytes:
+                raise InputError(file, field, f"too large (more than "
+                                 f"{_size(limits.max_bytes)} of text)")
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                stack += [(key, depth + 1), (sub, depth + 1)]
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack += [(sub, depth + 1) for sub in item]
+
+
 def load_json_file(path: str | Path, limits: Limits = DATA) -> Any:
     """Read and parse a JSON file under ``limits``."""
     return loads_json(read_bytes(path, limits.max_bytes), path, limits)
+
+
+def _line_of(text: str, literal: str) -> int | None:
+    """The line of the first ``literal`` outside a JSON string (the json module's
+    constant and float hooks get no position; a 90 kB lock needs one)."""
+    scan = re.compile(r'"(?:[^"\\]|\\.)*"|' + re.escape(literal))
+    hit = next((m for m in scan.finditer(text) if not m.group().startswith('"')), None)
+    return text.count("\n", 0, hit.start()) + 1 if hit else None
 
 
 class _NonFinite(ValueError):

@@ -9,6 +9,7 @@ IOMMU parameters, the boot loader, the running kernel) stays in the roles, read 
 
 from __future__ import annotations
 
+from gpuserve import safeload
 from gpuserve.host.host_data import HostSettings, host_settings
 from roles import cuda_toolkit, kernel, nccl, nvidia_driver
 from roles.nvidia_driver import keyring, mirrors
@@ -30,6 +31,8 @@ def plan_host(host_data: dict, source: str) -> HostSettings:
     ``trusted_mirrors`` marks it trusted; ``nvidia_keyring_sha256`` must be a sha256."""
     data = defaults()
     data.update({k: v for k, v in host_data.items() if k in data})
+    for key, value in data.items():  # bounded before any message repeats a value
+        safeload.check_value(value, source, key)
     settings = host_settings(data, source)
     trusted = mirrors.validate_trusted_mirrors(data["trusted_mirrors"], source)
     mirrors.require_https(settings.repo_url, "nvidia_repo_url", trusted, source,

@@ -107,13 +107,26 @@ def parse_data(items: list[str]) -> dict:
     (true/false, integers, JSON, else the string); a later key wins."""
     from pyinfra_cli.util import parse_cli_arg
 
+    from gpuserve import safeload
+
     data: dict = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise InputError("--data", item[:80], "must be KEY=VALUE")
         data[key] = value
-    return {k: parse_cli_arg(v) for k, v in data.items()}
+    parsed = {}
+    for key, value in data.items():
+        # parse_cli_arg tries json.loads: "[[[[..." 3000 deep was a RecursionError
+        # traceback; bounded like every JSON document (gpuserve/safeload.py)
+        if safeload.json_depth_exceeds(value, safeload.CONFIG.max_depth) is not None:
+            raise InputError("--data", key[:80], "nested too deeply (more than "
+                             f"{safeload.CONFIG.max_depth} levels)")
+        try:
+            parsed[key] = parse_cli_arg(value)
+        except (RecursionError, ValueError) as exc:
+            raise InputError("--data", key[:80], f"cannot be read: {exc}"[:200]) from None
+    return parsed
 
 
 def load_hosts(inventory: str, overrides: dict,
@@ -138,6 +151,7 @@ def load_hosts(inventory: str, overrides: dict,
     state.cwd = cwd
     try:
         with ctx_state.use(state):
+            validate_groups(inventory, _groups_of(inventory))
             loaded = make_inventory(inventory, override_data=overrides or None, cwd=cwd,
                                     group_data_directories=group_data or None)
             hosts = [(h.name, h.data.dict()) for h in loaded]
@@ -150,9 +164,84 @@ def load_hosts(inventory: str, overrides: dict,
     return hosts
 
 
+def _groups_of(inventory: str) -> dict:
+    """The inventory file's groups as pyinfra's CLI reads them (its own reader)."""
+    from pyinfra_cli.inventory import _get_groups_from_filename
+
+    return _get_groups_from_filename(inventory)
+
+
+def validate_groups(inventory: str, groups: dict) -> None:
+    """Refuse what pyinfra's loader turns into a bare TypeError or silently drops.
+
+    Why: a host whose data is not a dict (``("gpu1", 42)``) surfaced as "could not be
+    loaded: 'int' object is not iterable", naming neither host nor group; the same host
+    twice in one group kept only one entry's data without a word (the other entry's
+    profile was never checked). Each problem is an ``InputError`` naming the inventory
+    file and ``GROUP[INDEX]``.
+    """
+    for group, members in groups.items():
+        hosts, data = members if isinstance(members, tuple) else (members, {})
+        if isinstance(members, tuple) and (len(members) != 2 or not isinstance(data, dict)):
+            raise InputError(inventory, group, "a group given as a tuple must be "
+                             "(list of hosts, dict of group data)")
+        seen: dict[str, int] = {}
+        for index, item in enumerate(hosts):
+            where = f"{group}[{index}]"
+            name, host_data = item if isinstance(item, tuple) and len(item) == 2 else (
+                item, {})
+            if isinstance(item, tuple) and len(item) != 2:
+                raise InputError(inventory, where, f"a host entry is a name or (name, "
+                                 f"data), got a tuple of {len(item)} items")
+            if not isinstance(name, str) or not name:
+                raise InputError(inventory, where, f"a host name must be a non-empty "
+                                 f"string, got {type(name).__name__}")
+            if not isinstance(host_data, dict):
+                raise InputError(inventory, where, f"host {name!r:.80}: host data must be a "
+                                 f"dict of KEY: value, got {type(host_data).__name__}")
+            for key in host_data:
+                if not isinstance(key, str):
+                    raise InputError(inventory, where, f"host {name!r:.80}: host-data keys "
+                                     f"must be strings, got {type(key).__name__}")
+            if name in seen:
+                raise InputError(inventory, where, f"host {name!r:.80} is listed again "
+                                 f"(first at {group}[{seen[name]}]); pyinfra would keep one "
+                                 "entry's data only: merge them into one entry")
+            seen[name] = index
+
+
+def misspelt_keys(data: dict, source: str) -> None:
+    """Refuse a host-data key that is no key of gpuserve or of pyinfra's connectors but
+    is a near miss of one of gpuserve's (``sglang_verison``): the deploys ignore keys they
+    do not document, so a typo silently takes the default. Keys far from every known
+    one are the user's own data and stay allowed."""
+    import difflib
+
+    _import_repository()
+    from pyinfra.api.connectors import get_all_connectors
+
+    from roles.host_plan import defaults as host_defaults
+    from roles.service.serve_plan import defaults as serve_defaults
+
+    ours = sorted({*serve_defaults(), *host_defaults()})
+    known = set(ours)
+    for connector in get_all_connectors().values():
+        known |= set(getattr(connector, "data_meta", None) or {})
+    for key in sorted(k for k in data if isinstance(k, str)):
+        if key in known or key.startswith("_"):
+            continue
+        near = difflib.get_close_matches(key, ours, n=1, cutoff=0.85)
+        if near:
+            raise InputError(source, key, f"unknown host-data key; did you mean {near[0]}? "
+                             "(the deploys ignore unknown keys, so this one would take "
+                             "no effect)")
+
+
 def _load_error(inventory: str, exc: Exception) -> InputError:
     """pyinfra wraps an error raised by an inventory or group data file (lab.py's
     LabNotRunning) in UnexpectedExternalError; unwrap it to one line naming the file."""
+    if isinstance(exc, SyntaxError) and exc.filename:  # the inventory or a group data file
+        return InputError(exc.filename, None, f"could not be loaded: {exc.msg}", exc.lineno)
     inner = getattr(exc, "exception", None)
     if isinstance(inner, BaseException):
         where = getattr(exc, "filename", None) or inventory
@@ -177,6 +266,7 @@ def check_host(name: str, data: dict, source: str, deploy: str) -> Result:
     checker: Callable[[str, dict, str], Result] = (
         check_serve if deploy == "serve" else check_host_deploy)
     try:
+        misspelt_keys(data, source)
         return checker(name, data, source)
     except GpuserveError as exc:
         return Result(name, deploy, ok=False, error=str(exc))

@@ -34,11 +34,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import unicodedata
 
 from gpuserve.errors import InputError
 from gpuserve.measure import compare as cmp
 from gpuserve.measure.results import ResultRecord, read_results
+from gpuserve.terminal import printable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,8 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.plot:
-        from gpuserve.measure.plot import require_matplotlib
+        from gpuserve.measure.plot import plot_target, require_matplotlib
         require_matplotlib()  # before any output: no half-done run
+        plot_target(args.plot)
     skipped: list[str] = []
     records = [r for path in args.paths for r in read_results(path, skipped)]
     if not records:
@@ -106,26 +107,6 @@ def _hidden_smoke(records: list[ResultRecord], rows: list[cmp.LatestRow]) -> int
 
 
 # ----------------------------------------------------------------------------- text
-
-
-def printable(text: str) -> str:
-    """``text`` with control and format characters escaped as Python writes them (\\x1b,
-    \\r, \\u202e).
-
-    Records are files anyone can edit: a profile, host or note holding ESC[2J, a carriage
-    return or a bidi override would otherwise clear or rewrite the reader's terminal and
-    hide rows. Only the text output is escaped; --json keeps the data as it is.
-    """
-    if text.isprintable():
-        return text
-    return "".join(
-        c if c == " " or unicodedata.category(c) not in _UNPRINTABLE
-        else c.encode("unicode_escape").decode("ascii")
-        for c in text
-    )
-
-
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 
 
 def fmt(value, digits: int = 1) -> str:

@@ -51,11 +51,27 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "profile": profile.name, "facts": args.facts, "sglang_version": version,
-            "ok": not has_errors(findings),
+            "ok": not has_errors(findings), "unknown": facts.unknown(),
             "findings": [f.to_dict() for f in findings],
         }, indent=2))
     else:
         print(f"# doctor: profile {profile.name}, host {facts.hostname or args.facts}, "
               f"SGLang {version}")
         print(format_table(findings))
+        print(unknown_line(facts, args.facts))
     return 1 if has_errors(findings) else 0
+
+
+def unknown_line(facts: HostFacts, file: str) -> str:
+    """What the facts left out, said after the findings. Why: ``{}`` (or a document
+    whose keys are all misspelt or null) printed "doctor: no findings" and exited 0,
+    which reads as a healthy host; the rules that need a missing fact cannot fire."""
+    unknown = facts.unknown()
+    if not unknown:
+        return "# every area of the host facts is known"
+    if len(unknown) == len(HostFacts().unknown()):
+        return (f"# unknown: {file} holds no host facts at all ({', '.join(unknown)}); only "
+                "rules about the profile itself were checked. Gather them with `pyinfra "
+                "INVENTORY fact gpuserve.facts.document.HostFactsDocument`")
+    return (f"# unknown (not in {file}): {', '.join(unknown)}; the rules that need them "
+            "were not checked")

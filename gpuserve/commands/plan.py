@@ -106,7 +106,16 @@ def run(args: argparse.Namespace) -> int:
     check_overrides(args)
     if args.log:
         return _run_log(args)
-    return _run_predict(args)
+    try:
+        return _run_predict(args)
+    except InputError as exc:
+        if exc.file is not None or not exc.field:
+            raise
+        # the planner knows the field, not where it came from: the flag, else the profile
+        flag = "--" + exc.field.replace("_", "-")
+        where = flag if getattr(args, exc.field, None) is not None else (
+            args.profile or "--model")
+        raise InputError(where, exc.field, exc.message) from None
 
 
 def _run_log(args: argparse.Namespace) -> int:
@@ -205,10 +214,29 @@ def check_overrides(args: argparse.Namespace) -> None:
     if mfs is not None and not 0 < mfs < 1:
         raise InputError("--mem-fraction-static", "mem_fraction_static",
                          f"must be in (0, 1), got {mfs}")
+    for dest in ("kv_cache_dtype", "moe_a2a_backend"):
+        value = getattr(args, dest, None)
+        choices = catalog_choices("--" + dest.replace("_", "-"))
+        if value is not None and value not in choices:
+            # free text reached the planner: an unknown backend was planned as "none"
+            raise InputError("--" + dest.replace("_", "-"), dest, f"{value!r:.40} is not a "
+                             f"choice of SGLang's (known: {', '.join(choices)})")
     cps = args.chunked_prefill_size
     if cps is not None and cps != -1 and cps < 1:
         raise InputError("--chunked-prefill-size", "chunked_prefill_size",
                          f"must be a positive size or -1 (off), got {cps}")
+
+
+def catalog_choices(flag: str) -> list[str]:
+    """Every value SGLang's parser accepts for ``flag`` in any committed flag catalog."""
+    from gpuserve.launch.catalog import available_versions, load_catalog
+
+    found: dict[str, None] = {}
+    for version in available_versions():
+        for option in load_catalog(version).options:
+            if flag in option.flags:
+                found.update(dict.fromkeys(option.choices or ()))
+    return list(found)
 
 
 _OVERRIDES = (

@@ -12,7 +12,7 @@ import shlex
 from gpuserve.launch.catalog import load_catalog
 from gpuserve.launch.dialect import group_args, render_launch, target_version
 from gpuserve.launch.profiles import load_profile
-from gpuserve.launch.secrets import MASK, SECRET_ENV_NAME, redact_args
+from gpuserve.launch.secrets import MASK, is_secret_env_name, redact_args
 
 LAUNCHER = "python -m sglang.launch_server"
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"# profile {profile.name} ({profile.source}) for SGLang {version}")
     print("# env")
     for key, value in sorted(launch.env.items()):
-        shown = MASK if SECRET_ENV_NAME.search(key) else value
+        shown = MASK if is_secret_env_name(key) else value
         print(f"{key}={shlex.quote(shown)}")
     print("# argv")
     # load_profile refuses secrets already; a terminal and a CI log are still no place

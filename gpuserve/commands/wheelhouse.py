@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import sys
 import urllib.request
 from pathlib import Path
 
-from gpuserve.errors import GpuserveError
+from gpuserve.errors import GpuserveError, InputError
 from gpuserve.launch.lock_choice import public_version
 from gpuserve.launch.locks import Lock, available_locks, load_lock
 from gpuserve.launch.profiles import load_profile
@@ -44,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def select_locks(args: argparse.Namespace) -> list[Lock]:
+    if args.python is not None and not re.fullmatch(r"3\.\d{1,2}", args.python):
+        raise InputError("--python", "python", f"must be a Python minor such as 3.12, got "
+                         f"{args.python!r:.40}")
     if args.lock:
         return [load_lock(Path(args.lock))]
     profile = load_profile(args.profile)

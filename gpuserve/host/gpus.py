@@ -70,12 +70,19 @@ def get_gpu(name: str) -> GpuSpec:
     return spec
 
 
+#: GPUs of one node; the largest NVLink domains (GB200 NVL72) are well below it.
+MAX_GPUS = 1024
+
+
 def parse_gpus(text: str) -> tuple[int, GpuSpec]:
     """Parse ``8xRTX-PRO-6000`` (count defaults to 1) into (count, spec)."""
     match = _SPEC_RE.match(text or "")
     if not match:
         raise InputError("--gpus", "gpus", f"expected COUNTxGPU such as 8xH200, got {text!r}")
-    count = int(match.group(1) or 1)
-    if count < 1:
-        raise InputError("--gpus", "gpus", f"GPU count must be at least 1, got {count}")
+    digits = match.group(1) or "1"
+    count = int(digits) if len(digits) <= 6 else MAX_GPUS + 1  # no 4300-digit int parse
+    if not 1 <= count <= MAX_GPUS:
+        # the planner sizes one node's GPUs (tp x dp ranks); 10**20 GPUs planned silently
+        raise InputError("--gpus", "gpus", f"GPU count must be 1 to {MAX_GPUS}, got "
+                         f"{digits[:12]}{'...' if len(digits) > 12 else ''}")
     return count, get_gpu(match.group(2))

@@ -36,10 +36,15 @@ class _Reader:
     def _at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
-    def get(self, key: str, *types: type, choices: tuple | None = None) -> Any:
+    def get(self, key: str, *types: type, choices: tuple | None = None,
+            minimum: int | None = None) -> Any:
         value = self.data.get(key)
         if value is None:
             return None
+        if (minimum is not None and isinstance(value, int) and not isinstance(value, bool)
+                and value < minimum):  # a count or a size: -1 MiB is no GPU
+            raise InputError(self.file, self._at(key), f"must be at least {minimum}, got "
+                             f"{value}")
         if isinstance(value, bool) and bool not in types:
             raise InputError(self.file, self._at(key), f"must be {_names(types)}, got {value!r}")
         if not isinstance(value, types):
@@ -204,8 +209,26 @@ class HostFacts:
 
     # ---- (de)serialisation
 
+    def unknown(self) -> list[str]:
+        """The areas the document says nothing about: the rules that need them cannot
+        fire, so "no findings" means "none among what is known" (the doctor says so)."""
+        areas = {
+            "hostname": self.hostname is None,
+            "virtualization": self.virtualization is None,
+            "gpus": not self.gpus,
+            "topology": self.topology == Topology(),
+            "driver": self.driver_version is None and self.driver.flavour is None,
+            "cuda": self.cuda.toolkit is None,
+            "kernel": self.kernel == Kernel(),
+            "sglang_version": self.sglang_version is None,
+        }
+        return [name for name, missing in areas.items() if missing]
+
     @classmethod
     def from_dict(cls, data: Any, file: str | Path | None = None) -> HostFacts:
+        """The document, typed; every problem an InputError naming the file and field.
+        Unknown keys and nulls are accepted (a tool missing on the host gives null; newer
+        documents may carry more); :meth:`unknown` says what the document left out."""
         f = str(file) if file is not None else None
         root = _Reader(data, "", f)
         gpus_raw = root.data.get("gpus") or []
@@ -215,9 +238,10 @@ class HostFacts:
         for index, raw in enumerate(gpus_raw):
             g = _Reader(raw, f"gpus[{index}]", f)
             gpus.append(Gpu(
-                index=g.get("index", int), name=g.get("name", str), uuid=g.get("uuid", str),
-                bus_id=g.get("bus_id", str), memory_total_mib=g.get("memory_total_mib", int),
-                memory_used_mib=g.get("memory_used_mib", int),
+                index=g.get("index", int, minimum=0), name=g.get("name", str),
+                uuid=g.get("uuid", str), bus_id=g.get("bus_id", str),
+                memory_total_mib=g.get("memory_total_mib", int, minimum=0),
+                memory_used_mib=g.get("memory_used_mib", int, minimum=0),
                 driver_version=g.get("driver_version", str),
                 compute_cap=_cap(g), persistence_mode=g.get("persistence_mode", str),
             ))
@@ -237,7 +261,7 @@ class HostFacts:
             cuda=Cuda(toolkit=_version_text(c, "toolkit")),
             kernel=Kernel(
                 cmdline=k.get("cmdline", str), iommu=k.get("iommu", str, choices=("on", "off")),
-                iommu_groups=k.get("iommu_groups", int),
+                iommu_groups=k.get("iommu_groups", int, minimum=0),
                 boot_loader=k.get("boot_loader", str), secure_boot=k.get("secure_boot", bool),
                 nouveau_loaded=k.get("nouveau_loaded", bool),
             ),

@@ -43,6 +43,13 @@ _PYTHON = re.compile(r"^3\.\d+$")
 _DRIVER = re.compile(r"^\d+(\.\d+)+$")
 _ARCH = re.compile(r"^sm_\d+[a-z]?$")
 _PLATFORM = re.compile(r"^manylinux_(\d+)_(\d+)_[a-z0-9_]+$")
+# Where a wheel was resolved from (``url``) and an external package's ``index``: https,
+# or file:// for a local mirror (lab/locks.py). Plain http (or ftp, or a bare host) is
+# refused: a lock is provenance, and one resolved over an unauthenticated channel says
+# its hashes could have come from anyone.
+_URL = re.compile(r"^(https://[^\s/]+|file://)\S*$")
+_URL_WHAT = "an https:// (or file://) URL"
+_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
 # The committed locks (a host may add its own: ``sglang_locks_dir``, see load_locks).
@@ -253,16 +260,21 @@ def _package(path: Path, index: int, raw: Any) -> LockedPackage:
     external = doc.get("external", bool, optional=True) or False
     if external:
         sha = doc.text("sha256", _SHA256, "null or 64 lowercase hex digits", optional=True)
-        index_url = doc.text("index", None, optional=True)  # else from ``external``
+        index_url = doc.text("index", _URL, _URL_WHAT, optional=True)  # else ``external``
         return LockedPackage(name, version, doc.text("filename", optional=True),
-                       doc.text("url", optional=True), sha, doc.size("size", optional=True),
-                       True, index_url)
+                       doc.text("url", _URL, _URL_WHAT, optional=True), sha,
+                       doc.size("size", optional=True), True, index_url)
     sha = doc.text("sha256", _SHA256, f"64 lowercase hex digits for {name} {version} (only "
                                       "external packages may lack a hash)")
     filename = doc.text("filename")
     if not filename.endswith(".whl"):
-        raise doc.error("filename", f"{name}: must be a wheel (.whl), got {filename!r}")
-    return LockedPackage(name, version, filename, doc.text("url"), sha, doc.size("size"))
+        raise doc.error("filename", f"{name}: must be a wheel (.whl), got {filename!r:.80}")
+    if not _FILENAME.match(filename):
+        # ``gpuserve wheelhouse`` writes DIR/<filename>: "../../x.whl" would land elsewhere
+        raise doc.error("filename", f"{name}: must be a plain file name (no '/', not "
+                                    f"starting with '.'), got {filename!r:.80}")
+    return LockedPackage(name, version, filename, doc.text("url", _URL, _URL_WHAT), sha,
+                         doc.size("size"))
 
 
 def load_lock(path: str | Path) -> Lock:
@@ -292,7 +304,7 @@ def load_lock(path: str | Path) -> Lock:
         ext = _Doc(path, raw, f"external[{i}].")
         item = ExternalPackage(ext.text("name", _NAME, "a normalized project name"),
                         ext.text("version", _VERSION, "a PEP 440 version"),
-                        ext.text("why"), ext.text("index"))
+                        ext.text("why"), ext.text("index", _URL, _URL_WHAT))
         pkg = by_name.get(item.name)
         if pkg is None or not pkg.external or pkg.version != item.version:
             raise ext.error("name", f"{item.name} {item.version} is not an external entry of "

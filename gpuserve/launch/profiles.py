@@ -25,15 +25,15 @@ import yaml
 
 from gpuserve import paths, safeload
 from gpuserve.errors import InputError
+from gpuserve.launch.secrets import is_secret_env_name
 from gpuserve.measure.bench import BenchSpec, parse_bench
 
 PROFILES_DIR = paths.PROFILES_DIR
 
-#: Env names that carry secrets. A profile is a committed, world-readable file and its
-#: args end up in argv (visible in ``ps``), so secrets must come from host data
-#: (``hf_token`` / ``sglang_api_key``), which the serve role writes to 0600 files. Secret
-#: *flags* are judged by gpuserve.launch.secrets (resolved like SGLang's parser).
-SECRET_ENV_WORDS = ("TOKEN", "API_KEY", "SECRET", "PASSWORD")
+# A profile is a committed, world-readable file and its args end up in argv (visible in
+# ``ps``), so secrets must come from host data (``hf_token`` / ``sglang_api_key``), which
+# the serve role writes to 0600 files. Secret env names and secret *flags* are both
+# judged by gpuserve.launch.secrets (one rule for every place that asks).
 #: ``Profile.name`` (the file stem) goes into the unit, the env file and record names.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -191,10 +191,40 @@ class Profile:
 # ---------------------------------------------------------------------------- loading
 
 
-def resolve_profile_path(name_or_path: str | Path, profiles_dir: Path | None = None) -> Path:
-    """A bare name means ``profiles/<name>.yaml``; anything with a slash or suffix is a path."""
+PROFILE_SUFFIXES = (".yaml", ".yml")
+
+
+def profile_ref_problem(name_or_path: str | Path) -> str | None:
+    """Why ``name_or_path`` cannot name a profile, or None.
+
+    A bare name must match :data:`NAME_PATTERN`; anything with a slash must be a path
+    ending in ``.yaml``/``.yml``. Why: ``profile`` comes from host data and ``--data``,
+    and ``../../etc/shadow`` was read as a profile, its first line echoed in the "unknown
+    key" message (a password hash in a CI log). A profile is a YAML file, so a path to
+    anything else is refused before it is opened; the message repeats at most 80
+    characters of the reference and never the file's contents.
+    """
     text = str(name_or_path)
-    if "/" in text or text.endswith((".yaml", ".yml")):
+    if "/" in text or text.endswith(PROFILE_SUFFIXES):
+        if not text.endswith(PROFILE_SUFFIXES):
+            return (f"{text!r:.80} is a path but not a .yaml or .yml file: give a profile "
+                    "name (profiles/<name>.yaml) or the path of a profile's YAML file")
+        return None
+    if not NAME_PATTERN.fullmatch(text):
+        return (f"{text!r:.80} is not a profile name (letters, digits, '.', '_', '-'; at "
+                "most 64 characters) nor a path ending in .yaml")
+    return None
+
+
+def resolve_profile_path(name_or_path: str | Path, profiles_dir: Path | None = None) -> Path:
+    """A bare name means ``profiles/<name>.yaml``; anything with a slash or suffix is a path
+    (which must end in .yaml/.yml: :func:`profile_ref_problem`)."""
+    text = str(name_or_path)
+    problem = profile_ref_problem(text)
+    if problem:
+        shown = text[:80] if text and text.isprintable() else ascii(text)[:80]
+        raise InputError(shown, "profile", problem)
+    if "/" in text or text.endswith(PROFILE_SUFFIXES):
         return Path(text)
     return (profiles_dir or PROFILES_DIR) / f"{text}.yaml"
 
@@ -275,6 +305,9 @@ def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[
         return data, locs
     if not isinstance(parent, str):
         raise InputError(path, "extends", "must be a file name (string)", extends_at.line)
+    if not parent.endswith(PROFILE_SUFFIXES):  # a profile's parent is YAML, never /etc/...
+        raise InputError(path, "extends", f"{parent!r:.80} is not a .yaml or .yml file",
+                         extends_at.line)
     parent_path = (path.parent / parent).resolve()
     if parent_path in (*chain, path):
         loop = " -> ".join(str(p) for p in (*chain, path, parent_path))
@@ -522,7 +555,7 @@ def _check_cross_fields(p: Profile) -> None:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             # systemd's EnvironmentFile= (and a shell) cannot carry it
             raise p.error(f"env.{key}", "not a valid environment variable name")
-        if any(word in key.upper() for word in SECRET_ENV_WORDS):
+        if is_secret_env_name(key):
             raise p.error(f"env.{key}", "looks like a secret: set it in host data (hf_token / "
                           "sglang_api_key / sglang_extra_env), not in a committed profile")
 

@@ -50,12 +50,27 @@ KNOWN_SECRET_FLAGS = ("--admin-api-key", "--api-key", "--hf-token", "--ssl-keyfi
 #: ambiguous for argparse or resolved through the committed catalogs.
 MIN_ABBREV = 4
 MASK = "<redacted>"
-#: Env names that *are* secrets (whole words: HF_TOKEN, OPENAI_API_KEY; not MAX_TOKENS):
-#: their values are masked for display and scrubbed, at any length, from records.
+#: Env names that *are* secrets, judged on whole ``_``-separated words of the name:
+#: a ``TOKEN`` only as the last word (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, GITHUB_TOKEN), an
+#: API key, secret, password, passphrase or credential as any word (OPENAI_API_KEY,
+#: AWS_SECRET_ACCESS_KEY, DB_PASSWORD; a password also glued on, PGPASSWORD). Why not a
+#: substring: settings (SGLANG_MAX_TOKENS_PER_BATCH, SGLANG_TOKEN_USAGE_LOG) contain
+#: "TOKEN" and are no secret; refusing them in a profile blocked valid tuning, and
+#: dropping them from the launch hash made different launches hash alike. Use
+#: :func:`is_secret_env_name`.
 SECRET_ENV_NAME = re.compile(
-    r"(?:^|_)(?:TOKEN|API_?KEY|SECRETS?|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?)(?:$|_)",
+    r"(?:^|_)(?:TOKEN$|(?:API_?KEYS?|SECRETS?|PASSWORDS?|PASSWD|PASSPHRASE|CREDENTIALS?)"
+    r"(?:$|_))"
+    r"|(?:PASSWORD|PASSWD|PASSPHRASE)$",  # glued to a prefix: PGPASSWORD
     re.IGNORECASE,
 )
+
+
+def is_secret_env_name(name: object) -> bool:
+    """Whether an environment variable of this name carries a secret: the one judge for
+    profiles (refused), ``gpuserve render`` (masked), the launch hash and result records
+    (left out, values scrubbed). See :data:`SECRET_ENV_NAME` for the rule."""
+    return bool(SECRET_ENV_NAME.search(str(name)))
 
 
 class SecretFlag(NamedTuple):

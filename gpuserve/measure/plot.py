@@ -70,9 +70,7 @@ def write_plot(rows: list[LatestRow], path: str | Path, *, title: str | None = N
     if not data:
         raise InputError(None, "--plot", "no bench record with a concurrency and an output "
                          "throughput to plot (smoke records and hand notes have no load curve)")
-    out = Path(path)
-    if not out.parent.is_dir():
-        raise InputError(out, "--plot", "the directory does not exist")
+    out = plot_target(path)
     fig = figure_cls(figsize=(13, 5.5), layout="constrained")
     curve, tradeoff = fig.subplots(1, 2)
     keys = list(data)
@@ -110,6 +108,29 @@ def write_plot(rows: list[LatestRow], path: str | Path, *, title: str | None = N
     if title:
         fig.suptitle(title)
     tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, format="png", dpi=100)
-    tmp.replace(out)
+    try:
+        fig.savefig(tmp, format="png", dpi=100)
+        tmp.replace(out)
+    except OSError as exc:  # a full disk, a read-only directory: no half-written file
+        tmp.unlink(missing_ok=True)
+        raise InputError(out, "--plot", f"cannot write: {exc.strerror or exc}") from None
+    return out
+
+
+def plot_target(path: str | Path) -> Path:
+    """``path`` checked before anything is drawn or printed: a ``.png`` file in an
+    existing directory, not an existing directory, device or FIFO.
+
+    Why: the PNG is written beside the target and renamed over it, so ``--plot /etc``
+    was an IsADirectoryError traceback, ``--plot /dev/full`` replaced the device node
+    with a PNG when run as root, and ``--plot results/gpu1/run.json`` would have
+    overwritten a record."""
+    out = Path(path)
+    if out.suffix.lower() != ".png":
+        raise InputError(out, "--plot", "must name a .png file")
+    if out.is_symlink() or (out.exists() and not out.is_file()):
+        raise InputError(out, "--plot", "exists and is not a regular file (a directory, "
+                         "a device, a FIFO or a link)")
+    if not out.parent.is_dir():
+        raise InputError(out, "--plot", "the directory does not exist")
     return out

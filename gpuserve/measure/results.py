@@ -71,7 +71,7 @@ from pathlib import Path
 
 from gpuserve import __version__, safeload
 from gpuserve.errors import InputError
-from gpuserve.launch.secrets import SECRET_ENV_NAME, split_secret_args
+from gpuserve.launch.secrets import is_secret_env_name, split_secret_args
 from gpuserve.measure.smoke import SmokeResult
 
 SCHEMA = "gpuserve.result/2"
@@ -100,10 +100,9 @@ CONTEXT_KEYS = ("argv", "env", "gpus", "driver", "cuda", "nccl_env", "p2p",
                 "gpuserve_version")
 GATE_KEYS = ("passed", "misses", "checked")
 
-# Env names whose values may be secrets: left out of the launch hash and of records.
-_SECRET_NAME = re.compile(r"TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|CREDENTIAL", re.I)
-# Env names that *are* secrets (gpuserve.launch.secrets.SECRET_ENV_NAME: HF_TOKEN, not
-# MAX_TOKENS): their values, of any length, are also scrubbed from every other string.
+# Env names that are secrets (gpuserve.launch.secrets.is_secret_env_name: HF_TOKEN, not
+# SGLANG_MAX_TOKENS_PER_BATCH): left out of the launch hash and of records, and their
+# values, of any length, scrubbed from every other string.
 # Secret *flags* are judged by gpuserve.launch.secrets: resolved like SGLang's parser
 # (--api-k is --api-key), so --max-total-tokens and --tokenizer-path stay in the hash.
 _UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._@+-]")
@@ -203,8 +202,9 @@ def strip_secret_args(args: Iterable[str]) -> list[str]:
 
 
 def strip_secret_env(env: Mapping[str, object]) -> dict:
-    """``env`` without entries whose name looks secret (``*TOKEN*``, ``*API_KEY*``, ...)."""
-    return {k: v for k, v in env.items() if not _SECRET_NAME.search(str(k))}
+    """``env`` without entries whose name is a secret's (``*_TOKEN``, ``*_API_KEY``, ...;
+    gpuserve.launch.secrets.is_secret_env_name)."""
+    return {k: v for k, v in env.items() if not is_secret_env_name(k)}
 
 
 def _secret_values(context: Mapping | None) -> set[str]:
@@ -218,7 +218,7 @@ def _secret_values(context: Mapping | None) -> set[str]:
     for key in ("env", "nccl_env"):
         env = context.get(key)
         if isinstance(env, Mapping):
-            values.update(str(v) for k, v in env.items() if SECRET_ENV_NAME.search(str(k)))
+            values.update(str(v) for k, v in env.items() if is_secret_env_name(k))
     # any length: a short secret is still a secret (host data refuses short ones, but a
     # record may come from elsewhere); only the empty string is no value to look for
     return {v for v in values if v}
@@ -278,7 +278,7 @@ def _strict(value):
 def launch_hash(args: Iterable[str], env: Mapping[str, str]) -> str:
     """``sha256:<hex>`` of the rendered launch: argv and env, secrets left out.
 
-    Env entries whose name looks secret (``*TOKEN*``, ``*API_KEY*``, ``*SECRET*``, ...)
+    Env entries whose name is a secret's (``*_TOKEN``, ``*_API_KEY``, ``*_SECRET*``, ...)
     and secret-looking flags with their value are dropped before hashing, so the hash
     never depends on (and cannot be used to guess) a secret. Env order does not matter;
     argv order does (it does for SGLang too).

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from gpuserve.errors import InputError
 from gpuserve.memory.memory_defaults import DEFAULT_VERSION, MemoryDefaults, memory_defaults
 from gpuserve.memory.models import ModelArch, component_modules
 
@@ -55,6 +56,12 @@ KV_DTYPE_BYTES = {
 # GLM-5 NVFP4 TP-vs-EP field measurement (5.4 GiB less free under EP, 4.6 GiB of which is
 # the replicated BF16 shared expert). Override with --a2a-buffer-gib.
 DEFAULT_A2A_BUFFER_GIB = {"deepep": 2.0, "flashinfer": 0.8}
+
+
+class UnsupportedKvDtype(InputError, ValueError):
+    """A KV cache dtype the planner cannot size (also a ValueError, as it used to be, for
+    the callers that catch that). Why an InputError: ``gpuserve plan --kv-cache-dtype
+    nvfp4`` on a GQA model, or any unknown name, ended in a traceback."""
 
 
 # ------------------------------------------------------------------------- layout
@@ -391,7 +398,10 @@ def kv_cell(
     e = 1 if (fp4 and arch.is_mla) else KV_DTYPE_BYTES.get(kv_dtype)
     if e is None:
         # FP4 KV for MHA/GQA is sized by a per-recipe quant method; not modelled here.
-        raise ValueError(f"unsupported KV dtype {kv_dtype!r} for {arch.attention.upper()}")
+        raise UnsupportedKvDtype(None, "kv_cache_dtype", f"{kv_dtype!r} is not modelled for "
+                                 f"{arch.attention.upper()} attention (known: "
+                                 f"{', '.join(sorted(KV_DTYPE_BYTES))}, and nvfp4/fp4_e2m1 "
+                                 "for MLA)")
     n = arch.num_layers
     indexer = 0
     if arch.is_mla:

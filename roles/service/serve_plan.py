@@ -29,7 +29,7 @@ from gpuserve.launch.lock_choice import (
     public_version,
 )
 from gpuserve.launch.locks import Lock, catalog_mismatch, load_locks
-from gpuserve.launch.profiles import load_profile
+from gpuserve.launch.profiles import load_profile, profile_ref_problem
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.launch.venvs import venv_path
 from gpuserve.measure.bench import (
@@ -114,12 +114,17 @@ def plan_serve(
     """
     data = defaults()
     data.update({k: v for k, v in host_data.items() if k in data})
+    for key, value in data.items():  # before any message repeats a value
+        safeload.check_value(value, source, key)
 
     profile_ref = data["profile"]
     if not profile_ref or not isinstance(profile_ref, str):
         raise InputError(source, "profile",
                          "required: a profile name (profiles/<name>.yaml) or path, "
                          "in host data or as --data profile=NAME")
+    problem = profile_ref_problem(profile_ref)  # before any file is opened
+    if problem:
+        raise InputError(source, "profile", problem)
     pinned = _opt_str(data, "sglang_version", source)
     locks_dir = _opt_str(data, "sglang_locks_dir", source)
     user = sglang.validate_user(data["sglang_user"], source)

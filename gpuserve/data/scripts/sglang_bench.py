@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 
+from sglang_probe import server_host
 from sglang_smoke import api_key_from_config
 
 PROGRESS = re.compile(r"(\d+)/(\d+) \[")
@@ -55,10 +56,27 @@ def _write(path, text):
     os.replace(tmp, path)
 
 
+LOOPBACK_URL = re.compile(r"^http://127\.0\.0\.1:(\d+)(/.*)?$")
+
+
+def reach_server(argv):
+    """``argv`` with ``--base-url http://127.0.0.1:PORT`` pointed at the address the
+    server listens on (sglang_probe.server_host): a private ``listen_address`` serves
+    there alone. The controller renders 127.0.0.1 so the run's fingerprint does not
+    depend on it; argv.json records what really ran."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        match = LOOPBACK_URL.match(out[i + 1]) if arg == "--base-url" else None
+        if match:
+            host = server_host(int(match.group(1)))
+            out[i + 1] = f"http://{host}:{match.group(1)}{match.group(2) or ''}"
+    return out
+
+
 def start(args):
     """Create the run directory and start the monitor (detached); print its pid."""
     user = pwd.getpwnam(args.user)
-    argv = json.loads(args.argv_json)
+    argv = reach_server(json.loads(args.argv_json))
     os.makedirs(args.run_dir, mode=0o700, exist_ok=False)
     os.chown(args.run_dir, user.pw_uid, user.pw_gid)
     _write(_path(args.run_dir, "argv.json"), json.dumps(argv))

@@ -2,24 +2,67 @@
 """One health probe of an SGLang systemd unit, run on the host by the health gate.
 
 Uploaded by roles/checks and run with the host's python3 (stdlib only, Python >= 3.8).
-It only reads: GET /health on 127.0.0.1 (so the port need not be open to the
+It only reads: GET /health on the host itself (so the port need not be open to the
 controller), `systemctl show` and `journalctl`. It always exits 0 and prints exactly one
 JSON line; every judgement is made on the controller (gpuserve/measure/health.py).
+
+Where on the host: :func:`server_host` finds the address the server listens on at the
+port in /proc/net/tcp{,6} (127.0.0.1 when it listens on every interface or not yet).
+Why: host data ``listen_address`` may name a private address (RFC 1918 / ULA) the server
+listens on alone; 127.0.0.1 would never answer then. The smoke and benchmark scripts
+import it, so all three reach the server the same way.
 """
 
 import argparse
+import ipaddress
 import json
 import subprocess
 import time
 import urllib.error
 import urllib.request
 
+LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
+
+
+def _address(hex_addr, v6):
+    """An address of /proc/net/tcp{,6}: 32-bit words in host (little-endian) order."""
+    raw = bytes.fromhex(hex_addr)
+    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return ipaddress.ip_address(raw) if v6 else ipaddress.IPv4Address(raw)
+
+
+def server_host(port, tables=(("/proc/net/tcp", False), ("/proc/net/tcp6", True))):
+    """The host part of a URL that reaches what listens on ``port`` here: its address
+    (IPv6 in brackets), or 127.0.0.1 for every interface or when nothing listens yet."""
+    for path, v6 in tables:
+        try:
+            with open(path) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) < 4 or fields[3] != LISTEN:
+                continue
+            hex_addr, _, hex_port = fields[1].partition(":")
+            try:
+                if int(hex_port, 16) != port:
+                    continue
+                address = _address(hex_addr, v6)
+            except ValueError:
+                continue
+            if address.is_unspecified:  # every interface (:: takes IPv4 too on Linux)
+                return "127.0.0.1"
+            return f"[{address}]" if v6 else str(address)  # 127.0.0.2 and ::1 as they are
+    return "127.0.0.1"
+
 UNIT_PROPS = "ActiveState,SubState,NRestarts,ExecMainStatus,InvocationID,MainPID"
 
 
 def http_status(port, path, timeout):
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+        url = f"http://{server_host(port)}:{port}{path}"
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.status, None
     except urllib.error.HTTPError as e:
         return e.code, None

@@ -14,6 +14,8 @@ import time
 import urllib.error
 import urllib.request
 
+from sglang_probe import server_host  # uploaded beside this script
+
 
 def api_key_from_config(path):
     """Read `api-key:` from the YAML file gpuserve writes (one `key: "json string"` a line)."""
@@ -55,7 +57,8 @@ def main():
     key = api_key_from_config(args.config)
     if key:
         headers["Authorization"] = "Bearer " + key
-    req = urllib.request.Request(f"http://127.0.0.1:{args.port}{args.endpoint}",
+    host = server_host(args.port)  # where the server listens (a private listen_address)
+    req = urllib.request.Request(f"http://{host}:{args.port}{args.endpoint}",
                                  data=json.dumps(payload).encode(), headers=headers)
     out = {"endpoint": args.endpoint, "status": None, "elapsed_s": None, "body": None}
     start = time.monotonic()

@@ -4,8 +4,8 @@ Cases are data (tests/fixtures/corpus/*.yaml, format in its README.md). Each run
 child process, the real CLI (``python -m gpuserve ...``) for CLI inputs or
 tests/unit/corpus/plan_case.py for host data, under a wall-clock timeout and an address
 space limit, and must exit with the expected code, name the file and the field in its
-message, and print no traceback. The corpus writes only under pytest's tmp_path, so a
-case cannot change a host.
+message, and print no traceback and no raw terminal escape. The corpus writes only under
+pytest's tmp_path, so a case cannot change a host.
 """
 
 from __future__ import annotations
@@ -43,22 +43,84 @@ def _limit_memory() -> None:  # runs in the child between fork and exec
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
 
 
+def expand(text: str, tmp: Path) -> str:
+    return text.replace("{repo}", str(REPO)).replace("{tmp}", str(tmp))
+
+
 def write_input(case: dict[str, Any], tmp: Path) -> Path | None:
-    """The case's input file under ``tmp``: ``text`` (UTF-8, ``{repo}`` expanded),
-    ``raw`` (each character one byte, for non-UTF-8), or ``repeat`` (``head`` +
-    ``body`` x ``times`` + ``tail``, for huge or deep documents)."""
+    """The case's input file under ``tmp``: ``text`` (UTF-8, ``{repo}`` and ``{tmp}``
+    expanded), ``raw`` (each character one byte, for non-UTF-8), or ``repeat`` (``head``
+    + ``body`` x ``times`` + ``tail``, for huge or deep documents), or ``fifo: true`` (a
+    FIFO nobody writes). A ``lock`` is written too (:func:`write_lock`), and ``mkdir``
+    makes a directory."""
+    if "lock" in case:
+        write_lock(case["lock"], tmp)
+    if "mkdir" in case:
+        (tmp / case["mkdir"]).mkdir()
     name = case.get("name", "input.yaml")
     path = tmp / name
-    if "text" in case:
-        path.write_text(case["text"].replace("{repo}", str(REPO)), encoding="utf-8")
+    if case.get("fifo"):  # a FIFO no process writes to: reading must not wait forever
+        os.mkfifo(path)
+    elif "text" in case:
+        path.write_text(expand(case["text"], tmp), encoding="utf-8")
     elif "raw" in case:
-        path.write_bytes(case["raw"].replace("{repo}", str(REPO)).encode("latin-1"))
+        path.write_bytes(expand(case["raw"], tmp).encode("latin-1"))
     elif "repeat" in case:
-        r = case["repeat"]
-        text = r.get("head", "") + r["body"] * r["times"] + r.get("tail", "")
-        path.write_text(text.replace("{repo}", str(REPO)), encoding="utf-8")
+        path.write_text(expand(repeat(case["repeat"]), tmp), encoding="utf-8")
     else:
         return None
+    return path
+
+
+def repeat(r: dict[str, Any]) -> str:
+    return r.get("head", "") + r["body"] * r["times"] + r.get("tail", "")
+
+
+LOCKS = REPO / "gpuserve" / "data" / "locks"
+
+
+def _walk(doc: Any, dotted: str) -> tuple[Any, Any]:
+    """(container, key) of ``a.b[2].c`` in ``doc``."""
+    steps: list[Any] = []
+    for part in dotted.split("."):
+        name, _, rest = part.partition("[")
+        if name:
+            steps.append(name)
+        steps += [int(i) for i in rest.rstrip("]").split("][") if i] if rest else []
+    for step in steps[:-1]:
+        doc = doc[step]
+    return doc, steps[-1]
+
+
+def write_lock(spec: dict[str, Any], tmp: Path) -> Path:
+    """``{tmp}/locks/<name>``: the committed lock ``from`` (default the newest py312 one)
+    with ``set`` (dotted path: value), ``delete`` (dotted paths), ``duplicate`` (a
+    dotted path to a package, appended again) and ``replace`` ([old, new] on the JSON
+    text) applied; or ``text`` / ``repeat`` as is."""
+    source = spec.get("from", "sglang-0.5.23-cu13-py312.json")
+    path = tmp / "locks" / spec.get("name", source)
+    path.parent.mkdir(exist_ok=True)
+    if "text" in spec:
+        path.write_text(spec["text"], encoding="utf-8")
+        return path
+    if "repeat" in spec:
+        path.write_text(repeat(spec["repeat"]), encoding="utf-8")
+        return path
+    doc = json.loads((LOCKS / source).read_text(encoding="utf-8"))
+    for dotted, value in spec.get("set", {}).items():
+        container, key = _walk(doc, dotted)
+        container[key] = value
+    for dotted in spec.get("delete", []):
+        container, key = _walk(doc, dotted)
+        del container[key]
+    for dotted in spec.get("duplicate", []):
+        container, key = _walk(doc, dotted)
+        doc["packages"].append(dict(container[key]))
+    text = json.dumps(doc, indent=1)
+    for old, new in spec.get("replace", []):  # what json.dumps cannot write (1e400)
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path.write_text(text, encoding="utf-8")
     return path
 
 
@@ -88,11 +150,12 @@ def run_case(case: dict[str, Any], tmp: Path) -> tuple[int, str]:
 def test_bad_input_is_refused_cleanly(case: dict[str, Any], tmp_path: Path) -> None:
     code, output = run_case(case, tmp_path)
     assert "Traceback" not in output, output[-3000:]
+    assert "\x1b" not in output, "a raw ESC reached the terminal (gpuserve.terminal)"
     assert code == case.get("exit", 2), output[-3000:]
     file = case.get("file", "{input}")
     if file:
         name = case.get("name", "input.yaml")
-        file = file.replace("{input}", str(tmp_path / name)).replace("{repo}", str(REPO))
+        file = expand(file.replace("{input}", str(tmp_path / name)), tmp_path)
         assert file in output, output[-3000:]
     field = case.get("field")
     if field:

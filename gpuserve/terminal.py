@@ -1,0 +1,44 @@
+"""Text for a terminal: control and format characters escaped, for every command.
+
+Why one module: records, facts documents, inventories and profiles are files anyone can
+edit, and host facts come from the hosts themselves. ESC[2J, a carriage return or a bidi
+override printed raw clears or rewrites the reader's terminal and can hide or fake
+lines. ``compare`` escaped its rows (issue 10), but ``check`` printed host names,
+``doctor`` a host's own hostname and every error message a profile's unknown key raw.
+``gpuserve.cli.main`` now routes all output through :class:`EscapingWriter`, so no
+command can forget; ``--json`` is unaffected (``json.dumps`` escapes them already).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import TextIO
+
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+
+def printable(text: str) -> str:
+    """``text`` with control and format characters escaped as Python writes them (\\x1b,
+    \\r, \\u202e); a newline too (callers keep their own line breaks, see
+    :class:`EscapingWriter`)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c == " " or unicodedata.category(c) not in _UNPRINTABLE
+        else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
+
+
+class EscapingWriter:
+    """A text stream that writes everything :func:`printable`, line breaks kept."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write("\n".join(printable(part) for part in text.split("\n")))
+        return len(text)
+
+    def __getattr__(self, name: str):  # flush, isatty, encoding, fileno ...
+        return getattr(self.stream, name)
