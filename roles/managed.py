@@ -10,7 +10,10 @@ chown, chmod, rename; or mkdir, chown, chmod), with no fact read of its own. A p
 that already matches adds no operation at all.
 
 The decision is made once, from the state read before the deploy changed anything; the
-roles manage each path once, so no earlier operation of the same run can make it stale.
+roles manage each path once, so no earlier operation of the same run makes it stale
+(a package that ships a file of ours would be corrected by the next run).
+:func:`absent` decides at execute time instead: the one path an earlier operation
+(cuda-keyring's package) does create.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyinfra import host
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import apt, files
+from pyinfra.operations import apt
 
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state
-from roles.prefetch import Read, fact
+from roles.prefetch import Read, fact, fact_if_unchanged
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,7 @@ def _file(dest: str, contents: Callable[[], str], user: str, group: str, mode: s
 def directory(*, name: str, path: str, user: str, group: str,
               mode: str) -> OperationMeta | None:
     """Make ``path`` that directory unless it already is (then no operation)."""
-    if _is(_state(path), "dir", user, group, mode):
+    if _is(state(path), "dir", user, group, mode):
         return None
     return _directory(name=name, path=path, user=user, group=group, mode=mode)
 
@@ -177,19 +181,28 @@ def secret(*, name: str, dest: str, contents: Callable[[], str], user: str, grou
     """Like :func:`put` for contents that must never be shown: a function, so that
     pyinfra's logged operation arguments never hold the text."""
     want = hashlib.sha1(contents().encode()).hexdigest()
-    if _is(_state(dest), "file", user, group, mode, want):
+    if _is(state(dest), "file", user, group, mode, want):
         return None
     return _file(name=name, dest=dest, contents=contents, user=user, group=group, mode=mode)
 
 
-def absent(*, name: str, path: str) -> OperationMeta | None:
-    """Remove the file at ``path`` unless nothing is there (then no operation)."""
-    if _state(path).kind == "absent":
-        return None
-    return files.file(name=name, path=path, present=False)
+def absent(*, name: str, path: str) -> OperationMeta:
+    """Remove the file at ``path``. Decided inside the operation, at execute time: a
+    package an earlier operation installs may create it (cuda-keyring ships the very
+    sources.list entry the driver role removes)."""
+    return _absent(name=name, path=path)
 
 
-def _state(path: str) -> PathInfo:
+@operation()
+def _absent(path: str):
+    if (fact_if_unchanged(PathState, path=path) or PathInfo("other")).kind == "absent":
+        host.noop(f"{path} is absent")
+        return
+    yield StringCommand("rm", "-f", QuoteString(path))
+
+
+def state(path: str) -> PathInfo:
+    """What the prefetch read at ``path`` (read now when it was not prefetched)."""
     return fact(PathState, path=path) or PathInfo("other")
 
 

@@ -15,9 +15,8 @@ Two ways to read a prefetched value:
   is the truth. A read that was not prefetched, or whose command failed in the batch,
   falls back to ``host.get_fact`` (correct, one more command).
 - :func:`fact_if_unchanged` inside an operation at execute time: the prefetched value
-  only when no operation of this deploy changes this host (pyinfra's prepare pass
-  counted none, ``StateHostMeta.ops_change``); otherwise the fact is read again, after
-  the changes.
+  only while no earlier operation of this deploy has changed this host
+  (:func:`changed_so_far`); otherwise the fact is read again, after the changes.
 """
 
 from __future__ import annotations
@@ -144,7 +143,8 @@ def prefetch(reads: Iterable[Read]) -> None:
             values = kwargs["fact_cls"].group_process([dict(m.kwargs) for m in members], output)
             store.values.update(zip(members, values, strict=True))
         else:
-            store.values[read] = (fact_obj.default() if output == [_MISSING]
+            # as pyinfra's _get_fact: no output is the fact's default, not process([])
+            store.values[read] = (fact_obj.default() if output in ([], [_MISSING])
                                   else fact_obj.process(output))
 
 
@@ -164,15 +164,27 @@ def fact(cls: type[FactBase], **kwargs: Any) -> Any:
     return host.get_fact(cls, **kwargs)
 
 
-def nothing_changes() -> bool:
-    """True when pyinfra's prepare pass found no operation that changes this host."""
-    return state.get_meta_for_host(host).ops_change == 0
+def changed_so_far() -> bool:
+    """At execute time: whether an operation of this deploy has already changed this
+    host (run commands), so that the prefetched state may be out of date.
+
+    Why not pyinfra's prepare-time count (``StateHostMeta.ops_change``): pyinfra 3.10
+    skips change detection on a plain run ("Skipping change detection"), and the count
+    stays 0 whatever the run changes."""
+    if not state.is_executing:
+        return False
+    for op_hash in host.op_hash_order:
+        data = state.ops.get(host, {}).get(op_hash)
+        meta = data.operation_meta if data is not None else None
+        if meta is not None and meta.is_complete() and meta.did_change():
+            return True
+    return False
 
 
 def fact_if_unchanged(cls: type[FactBase], **kwargs: Any) -> Any:
-    """For reads at execute time: the prefetched value while the deploy changes nothing
-    on this host (so the host is still as prefetched), else a fresh read."""
-    if state.is_executing and not nothing_changes():
+    """For reads at execute time: the prefetched value while no earlier operation of the
+    deploy has changed this host (so it is still as prefetched), else a fresh read."""
+    if changed_so_far():
         return host.get_fact(cls, **kwargs)
     return fact(cls, **kwargs)
 

@@ -252,8 +252,10 @@ def configure_service(plan: ServicePlan) -> None:
                              dest=CONFIG_PATH, contents=lambda: plan.config_text,
                              user=plan.user, group=plan.group, mode="600")
     else:
-        cfg = managed.absent(name=f"no --config file {CONFIG_PATH} (no API key)",
-                             path=CONFIG_PATH)
+        # nothing else creates it: decided now, from the prefetched state
+        cfg = (None if managed.state(CONFIG_PATH).kind == "absent" else
+               managed.absent(name=f"no --config file {CONFIG_PATH} (no API key)",
+                              path=CONFIG_PATH))
     managed.directory(name=f"{plan.bin_dir} (gpuserve host scripts)", path=plan.bin_dir,
                       user="root", group="root", mode="755")
     redact = managed.put(name=f"output redactor {plan.bin_dir}/{REDACT_SCRIPT}",

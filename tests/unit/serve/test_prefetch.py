@@ -59,6 +59,26 @@ def test_failing_read_reports_its_status_and_the_rest_go_on() -> None:
     assert results[1][0] == 0 and PathState().process(results[1][1]).kind == "dir"
 
 
+def test_no_output_is_the_fact_default_as_in_pyinfra(monkeypatch) -> None:
+    """pyinfra's File fact has no output for a missing path and cannot process []."""
+    from pyinfra.facts.files import File
+
+    import roles.prefetch as prefetch_mod
+
+    class FakeHost:
+        name = "h"
+
+        @staticmethod
+        def get_fact(cls, script):
+            marker = script.split('echo "', 1)[1].split(" ", 1)[0]
+            return sh(script.replace(marker, marker))
+
+    monkeypatch.setattr(prefetch_mod, "host", FakeHost)
+    prefetch_mod.prefetch([Read.of(File, path="/nonexistent/gpuserve-test")])
+    assert prefetch_mod.fact(File, path="/nonexistent/gpuserve-test") is None
+    prefetch_mod.forget()
+
+
 def test_missing_marker_leaves_the_read_unknown() -> None:
     assert split_output(["x", "##m## 0 0", "y"], "##m##", 2) == [(0, ["x"]), None]
 
