@@ -34,10 +34,11 @@ def run(op, responses: dict, diff: bool = False, **kwargs):
     return meta, [str(c) for c in host.connector.executed_commands]
 
 
-def probe_doc(health, active="active", sub="running", restarts="0", lines=(), tail=()):
+def probe_doc(health, active="active", sub="running", restarts="0", lines=(), tail=(),
+              last_exit=None):
     return json.dumps({"health": health, "unit": {"ActiveState": active, "SubState": sub,
                                                     "NRestarts": restarts},
-                       "lines": list(lines), "tail": list(tail)})
+                       "lines": list(lines), "tail": list(tail), "last_exit": last_exit})
 
 
 GATE = dict(unit="gpuserve-sglang.service", port=30000, script="/opt/gpuserve/bin/sglang_probe.py")
@@ -48,6 +49,22 @@ def test_healthy_service_is_verified_without_a_change() -> None:
     assert meta.did_succeed() and not meta.did_change()
     assert any("sglang_probe.py --unit gpuserve-sglang.service --port 30000" in c
                for c in cmds)
+
+
+def test_healthy_after_a_systemd_restart_passes_with_a_warning(caplog) -> None:
+    """A crash systemd already restarted: the gate passes (the server serves) and changes
+    nothing, but the warning keeps the crash in the deploy's output."""
+    doc = probe_doc(200, restarts="1", last_exit="gpuserve-sglang.service: Main process "
+                    "exited, code=exited, status=137/n/a")
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, _ = run(wait_healthy, {"sglang_probe.py": doc}, timeout=5, **GATE)
+    assert meta.did_succeed() and not meta.did_change()
+    assert ("@fake: health: gpuserve-sglang.service was restarted 1 time by systemd since it "
+            "was started (last exit: code=exited, status=137/n/a)") in caplog.text
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        caplog.clear()
+        run(wait_healthy, {"sglang_probe.py": probe_doc(200)}, timeout=5, **GATE)
+    assert "ready after" in caplog.text and "was restarted" not in caplog.text
 
 
 def test_dead_unit_fails_the_host_with_journal_tail(caplog) -> None:
