@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import subprocess
 
 import pytest
 from pyinfra.api import Config, Inventory, State
@@ -177,11 +178,38 @@ def test_missing_or_other_stamp_rebuilds_from_nothing_with_hashes(stamp: str) ->
 
     meta, cmds = run(locked_venv, {".gpuserve-verified": stamp}, **BUILD)
     assert meta.did_change()
-    assert cmds[-3] == f"rm -rf {VENV} && python3 -m venv {VENV}"
+    failed = (f'{{ status=$?; {{ rm -rf {VENV}; echo "gpuserve: building {VENV} failed '
+              '(exit $status); the unfinished venv was removed" >&2; exit $status; }; }')
+    assert cmds[-3] == f"rm -rf {VENV} && python3 -m venv {VENV} || {failed}"
     assert cmds[-2] == (f"{VENV}/bin/pip install --disable-pip-version-check --no-input "
                         "--require-hashes --no-deps --only-binary=:all: --no-index "
-                        "--find-links http://10.0.2.2:8000/wheels/ -r /opt/gpuserve/locks/r.txt")
-    assert cmds[-1] == f"{VENV}/bin/pip check --disable-pip-version-check"
+                        "--find-links http://10.0.2.2:8000/wheels/ -r /opt/gpuserve/locks/r.txt"
+                        f" || {failed}")
+    assert cmds[-1] == f"{VENV}/bin/pip check --disable-pip-version-check || {failed}"
+
+
+@pytest.mark.parametrize("credentials", [False, True])
+def test_a_failed_install_removes_the_unfinished_venv(tmp_path, credentials: bool) -> None:
+    """pip fails (here: no pip in the venv; on a host, a full disk or a bad hash): the
+    step's own shell removes the half-built venv and says so, with pip's exit status,
+    so a failed deploy does not leave it holding the disk."""
+    from roles.sglang import locked_venv
+
+    venv = tmp_path / "venvs" / "0.5.23-abc"
+    (venv / "lib").mkdir(parents=True)
+    (venv / "lib" / "half-written").write_text("x")
+    config = {"pip_config": (lambda: "[global]\n"), "pip_config_path": str(tmp_path / "pip.conf")}
+    _, cmds = run(locked_venv, {".gpuserve-verified": ""}, **{**BUILD, "venv": str(venv)},
+                  **(config if credentials else {}))
+    install = next(c for c in cmds if " install " in c)
+    if credentials:  # sh -c '...' around the step that carries the config file
+        (tmp_path / "pip.conf").write_text("[global]\n")
+    done = subprocess.run(["sh", "-c", install], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 127, done.stderr  # sh: .../bin/pip: not found
+    assert not venv.exists()
+    assert (f"gpuserve: building {venv} failed (exit 127); the unfinished venv was removed"
+            in done.stderr)
+    assert not (tmp_path / "pip.conf").exists()
 
 
 def test_passing_verification_runs_as_the_service_user_and_stamps(caplog) -> None:
