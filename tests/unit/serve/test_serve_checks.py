@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import subprocess
 
 import pytest
@@ -178,8 +179,10 @@ def test_missing_or_other_stamp_rebuilds_from_nothing_with_hashes(stamp: str) ->
 
     meta, cmds = run(locked_venv, {".gpuserve-verified": stamp}, **BUILD)
     assert meta.did_change()
-    failed = (f'{{ status=$?; {{ rm -rf {VENV}; echo "gpuserve: building {VENV} failed '
-              '(exit $status); the unfinished venv was removed" >&2; exit $status; }; }')
+    failed = ("{ status=$?; { free=$(df -Pm /opt/gpuserve/venvs | tail -n 1 | tr -s ' ' | "
+              f'cut -d \' \' -f 4); rm -rf {VENV}; echo "gpuserve: building {VENV} failed (exit '
+              '$status, ${free:-?} MiB free on its filesystem); the unfinished venv was '
+              'removed" >&2; exit $status; }; }')
     assert cmds[-3] == f"rm -rf {VENV} && python3 -m venv {VENV} || {failed}"
     assert cmds[-2] == (f"{VENV}/bin/pip install --disable-pip-version-check --no-input "
                         "--require-hashes --no-deps --only-binary=:all: --no-index "
@@ -207,8 +210,8 @@ def test_a_failed_install_removes_the_unfinished_venv(tmp_path, credentials: boo
     done = subprocess.run(["sh", "-c", install], capture_output=True, text=True, timeout=60)
     assert done.returncode == 127, done.stderr  # sh: .../bin/pip: not found
     assert not venv.exists()
-    assert (f"gpuserve: building {venv} failed (exit 127); the unfinished venv was removed"
-            in done.stderr)
+    assert re.search(rf"gpuserve: building {re.escape(str(venv))} failed \(exit 127, \d+ MiB "
+                     r"free on its filesystem\); the unfinished venv was removed", done.stderr)
     assert not (tmp_path / "pip.conf").exists()
 
 
