@@ -146,7 +146,8 @@ def install_target_command(path: str) -> str:
     ``path`` (its nearest existing parent: the directory may not exist yet)."""
     return (
         # -V, not -c: no site import, a tenth of the start-up on a slow host
-        "echo \"python=$(python3 -V 2>&1 | sed -n 's/^Python \\([0-9]*\\.[0-9]*\\.[0-9]*\\).*/\\1/p')\"; "
+        "echo \"python=$(python3 -V 2>&1 | "
+        "sed -n 's/^Python \\([0-9]*\\.[0-9]*\\.[0-9]*\\).*/\\1/p')\"; "
         "echo \"glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')\"; "
         # parameter expansion, not dirname: the loop must end whatever the PATH holds
         f"d={shlex.quote(path)}; while [ -n \"$d\" ] && [ ! -d \"$d\" ]; do d=${{d%/*}}; "

@@ -98,6 +98,9 @@ class Probe:
     exec_main_status: int | None
     lines: list[str]  # journal lines of the current start attempt
     tail: list[str]  # last journal lines of the unit, for the failure report
+    # systemd's last "Main process exited, ..." line for the unit, sent only when
+    # NRestarts > 0 (after a restart the unit's ExecMain* describe the new process)
+    last_exit: str | None = None
 
 
 class ProbeError(ValueError):
@@ -120,6 +123,7 @@ def parse_probe(stdout: str) -> Probe:
             exec_main_status=int(status) if status not in (None, "") else None,
             lines=list(doc.get("lines", [])),
             tail=list(doc.get("tail", [])),
+            last_exit=doc.get("last_exit") or None,
         )
     except (ValueError, KeyError, TypeError) as e:
         raise ProbeError(f"unreadable probe output ({e}): {stdout[:200]!r}") from e
@@ -137,6 +141,8 @@ class Decision:
     verdict: Verdict
     phase: Phase
     message: str
+    # the poll this decision was made on (for what the gate reports beyond its verdict)
+    probe: Probe | None = field(default=None, compare=False, repr=False)
 
 
 def decide(probe: Probe, elapsed: float, timeout: float, baseline_restarts: int = 0) -> Decision:
@@ -150,7 +156,7 @@ def decide(probe: Probe, elapsed: float, timeout: float, baseline_restarts: int 
     """
     state = classify(probe.lines)
     if probe.health == 200 and probe.active_state == "active":
-        return Decision(Verdict.HEALTHY, state.phase, "/health 200")
+        return Decision(Verdict.HEALTHY, state.phase, "/health 200", probe)
     died = (
         probe.active_state == "failed"
         or probe.sub_state == "auto-restart"
@@ -180,6 +186,31 @@ def decide(probe: Probe, elapsed: float, timeout: float, baseline_restarts: int 
         )
     status = "no answer" if probe.health is None else str(probe.health)
     return Decision(Verdict.WAIT, state.phase, f"/health {status}")
+
+
+_EXIT = re.compile(r"Main process exited, (.+?)\.?$")
+
+
+def restart_warning(host: str, unit: str, probe: Probe) -> str | None:
+    """The warning for a healthy unit that systemd had to restart, else None.
+
+    Why: ``Restart=on-failure`` hides a crash. The server dies, systemd starts it again,
+    ``/health`` answers 200 and a rerun would look clean, while the crash (a CUDA
+    error, an OOM under load, a killed process) is exactly what the operator needs to
+    know. systemd counts these restarts (``NRestarts``, reset by an explicit start), so
+    a healthy gate with a count above zero says so, with the last exit when known::
+
+        gpu1: health: gpuserve-sglang.service was restarted 1 time by systemd since it
+        was started (last exit: code=killed, status=9/KILL); it serves again, see
+        journalctl -u gpuserve-sglang.service
+    """
+    n = probe.n_restarts
+    if n <= 0:
+        return None
+    found = _EXIT.search(probe.last_exit or "")
+    last = f" (last exit: {found.group(1)})" if found else ""
+    return (f"{host}: health: {unit} was restarted {n} time{'s' if n != 1 else ''} by "
+            f"systemd since it was started{last}; it serves again, see journalctl -u {unit}")
 
 
 def progress_line(host: str, decision: Decision, elapsed: float) -> str:

@@ -429,7 +429,9 @@ def write_new_file(path: Path, text: str) -> Path:
     """Write ``text`` as a new file at ``path`` (``-2``, ``-3`` ... when it exists: records
     are append-only), via a hidden temporary file renamed into place, so a reader never
     sees half a file; when writing fails (a full disk) the temporary file is removed and
-    the error raised. Returns the path written."""
+    the error raised, naming the record it was for (a failed ``write`` carries no file
+    name, and "No space left on device" alone does not say what was lost). Returns the
+    path written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     final, n = path, 1
     while final.exists():
@@ -439,9 +441,11 @@ def write_new_file(path: Path, text: str) -> Path:
     try:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, final)
-    except OSError:
+    except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise
+        if e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(final)) from e
     return final
 
 

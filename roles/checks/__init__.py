@@ -45,6 +45,7 @@ from gpuserve.measure.health import (
     decide,
     parse_probe,
     progress_line,
+    restart_warning,
 )
 from gpuserve.measure.results import RecordSpec, smoke_record, write_record
 from gpuserve.measure.smoke import SmokeError, parse_smoke_output, smoke_line
@@ -168,6 +169,9 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
                                            report_every)
     if decision is not None and decision.verdict is Verdict.HEALTHY:
         logger.info(f"{host.name}: health: ready after {elapsed:.0f} s (/health 200)")
+        # a crash systemd restarted is not a failed gate, but must not go unseen
+        if decision.probe and (note := restart_warning(host.name, unit, decision.probe)):
+            logger.warning(note)
         return
     reason = f"health: {error}" if decision is None else f"health: {decision.message}"
     if rollback is None:

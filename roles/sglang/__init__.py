@@ -323,18 +323,28 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
     q = shlex.quote
     pip = f"{q(venv)}/bin/pip"
     options = " ".join(q(a) for a in pip_options)
+    # A step that fails (a full disk, a bad hash, a broken set) removes the venv at once:
+    # half a venv is never served anyway, and on a full disk it would keep the space the
+    # next attempt needs. Only an interrupted deploy leaves one, rebuilt by the next run.
+    # The space left is measured before the removal: `python3 -m venv` hides ensurepip's
+    # "No space left on device" behind "returned non-zero exit status 1".
+    parent = q(venv.rsplit("/", 1)[0])
+    failed = (f"{{ free=$(df -Pm {parent} | tail -n 1 | tr -s ' ' | cut -d ' ' -f 4); "
+              f'rm -rf {q(venv)}; echo "gpuserve: building {venv} failed (exit $status, '
+              '${free:-?} MiB free on its filesystem); the unfinished venv was removed" >&2; '
+              "exit $status; }")
     # an unstamped venv is an interrupted or failed install: start it again from nothing
-    yield f"rm -rf {q(venv)} && python3 -m venv {q(venv)}"
+    yield f"rm -rf {q(venv)} && python3 -m venv {q(venv)} || {{ status=$?; {failed}; }}"
     install = (f"{pip} install --disable-pip-version-check --no-input --require-hashes "
                f"--no-deps --only-binary=:all: {options} -r {q(requirements)}")
     if pip_config is None:
-        yield install
+        yield f"{install} || {{ status=$?; {failed}; }}"
     else:
         yield write_secret_command(pip_config_path, pip_config())
         yield StringCommand("sh", "-c", QuoteString(
             f"PIP_CONFIG_FILE={q(pip_config_path)} {install}; status=$?; "
-            f"rm -f {q(pip_config_path)}; exit $status"))
-    yield f"{pip} check --disable-pip-version-check"
+            f"rm -f {q(pip_config_path)}; [ $status -eq 0 ] || {failed}"))
+    yield f"{pip} check --disable-pip-version-check || {{ status=$?; {failed}; }}"
 
 
 @operation(is_idempotent=True)

@@ -40,12 +40,15 @@ VENV_BIN = REPO_ROOT / ".venv" / "bin"
 
 def pytest_collection_modifyitems(config, items):
     """Mark everything under tests/lab as `lab`, and run the lab's own self-test
-    (test_lab.py) first so a broken lab fails fast before any deploy test."""
+    (test_lab.py) first so a broken lab fails fast before any deploy test, and the
+    faults (test_faults.py: a reboot, a full disk, a crashed server, a dropped deploy)
+    last, on the host the other modules leave and where they cannot disturb them."""
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.lab)
-    items.sort(key=lambda it: 0 if Path(str(it.path)).name == "test_lab.py" else 1)
+    order = {"test_lab.py": 0, "test_faults.py": 2}
+    items.sort(key=lambda it: order.get(Path(str(it.path)).name, 1))
 
 
 def _run_echo(argv: list[str], env: dict, timeout: float | None,

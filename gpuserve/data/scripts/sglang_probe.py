@@ -113,6 +113,20 @@ def ended(unit, first_restarts):
             or unit.get("NRestarts", "") != first_restarts)
 
 
+def last_exit(unit, n_restarts):
+    """systemd's line about the unit's last main-process exit ("Main process exited,
+    code=killed, status=9/KILL"), only when systemd restarted it: after a restart the
+    unit's ExecMain* properties describe the new process, so only the journal still
+    knows how the old one ended."""
+    if n_restarts in ("", "0"):
+        return None
+    for line in reversed(run(["journalctl", "-u", unit, "-o", "cat", "--no-pager",
+                              "-n", "300"]).splitlines()):
+        if "Main process exited" in line:
+            return line
+    return None
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--unit", required=True)
@@ -146,7 +160,8 @@ def main():
     else:
         lines, tail = journal(args)
     print(json.dumps({"health": status, "health_error": error, "unit": unit,
-                      "lines": lines, "tail": tail}))
+                      "lines": lines, "tail": tail,
+                      "last_exit": last_exit(args.unit, unit.get("NRestarts", ""))}))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from gpuserve.measure.health import (
     decide,
     parse_probe,
     progress_line,
+    restart_warning,
 )
 
 LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "sglang_logs"
@@ -161,3 +162,32 @@ def test_200_from_an_inactive_unit_is_not_healthy() -> None:
     unit = {"ActiveState": "inactive", "SubState": "dead", "NRestarts": "0"}
     d = decide(parse_probe(json.dumps(probe(health=200, unit=unit))), 5, 600)
     assert d.verdict is Verdict.FAILED
+
+
+# systemd 252's own line (Debian 12) after `systemctl kill -s KILL` of the server
+KILLED = "gpuserve-sglang.service: Main process exited, code=killed, status=9/KILL"
+
+
+def test_healthy_after_a_restart_warns_with_the_count_and_the_last_exit() -> None:
+    """A server systemd restarted answers /health 200 again; the gate passes, and the
+    warning keeps the crash visible (count and how the old process ended)."""
+    unit = {"ActiveState": "active", "SubState": "running", "NRestarts": "2"}
+    d = decide(parse_probe(json.dumps(probe(health=200, unit=unit, last_exit=KILLED))),
+               5, 600, baseline_restarts=2)
+    assert d.verdict is Verdict.HEALTHY and d.probe is not None
+    assert restart_warning("gpu1", "gpuserve-sglang.service", d.probe) == (
+        "gpu1: health: gpuserve-sglang.service was restarted 2 times by systemd since it "
+        "was started (last exit: code=killed, status=9/KILL); it serves again, see "
+        "journalctl -u gpuserve-sglang.service")
+
+
+def test_restart_warning_singular_without_a_journal_line_and_none_without_restarts() -> None:
+    one = parse_probe(json.dumps(probe(health=200, unit={"ActiveState": "active",
+                                                         "NRestarts": "1"})))
+    assert one.last_exit is None
+    assert restart_warning("gpu1", "u.service", one) == (
+        "gpu1: health: u.service was restarted 1 time by systemd since it was started; it "
+        "serves again, see journalctl -u u.service")
+    exited = parse_probe(json.dumps(probe(health=200, last_exit="u.service: Main process "
+                                          "exited, code=exited, status=1/FAILURE")))
+    assert exited.n_restarts == 0 and restart_warning("gpu1", "u.service", exited) is None

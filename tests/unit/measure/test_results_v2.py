@@ -343,7 +343,10 @@ def test_a_full_disk_leaves_no_half_written_file(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(Path, "write_text", full_disk)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="No space left") as raised:
         results_module.write_new_file(tmp_path / "h" / "r.json", '{"a": 1}\n')
     monkeypatch.undo()
+    # the error names the record that was lost (the failed write itself names no file)
+    assert raised.value.errno == errno.ENOSPC
+    assert str(raised.value) == f"[Errno 28] No space left on device: '{tmp_path}/h/r.json'"
     assert [p.name for p in (tmp_path / "h").iterdir()] == []

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
+import subprocess
 
 import pytest
 from pyinfra.api import Config, Inventory, State
@@ -34,10 +36,11 @@ def run(op, responses: dict, diff: bool = False, **kwargs):
     return meta, [str(c) for c in host.connector.executed_commands]
 
 
-def probe_doc(health, active="active", sub="running", restarts="0", lines=(), tail=()):
+def probe_doc(health, active="active", sub="running", restarts="0", lines=(), tail=(),
+              last_exit=None):
     return json.dumps({"health": health, "unit": {"ActiveState": active, "SubState": sub,
                                                     "NRestarts": restarts},
-                       "lines": list(lines), "tail": list(tail)})
+                       "lines": list(lines), "tail": list(tail), "last_exit": last_exit})
 
 
 GATE = dict(unit="gpuserve-sglang.service", port=30000, script="/opt/gpuserve/bin/sglang_probe.py")
@@ -48,6 +51,22 @@ def test_healthy_service_is_verified_without_a_change() -> None:
     assert meta.did_succeed() and not meta.did_change()
     assert any("sglang_probe.py --unit gpuserve-sglang.service --port 30000" in c
                for c in cmds)
+
+
+def test_healthy_after_a_systemd_restart_passes_with_a_warning(caplog) -> None:
+    """A crash systemd already restarted: the gate passes (the server serves) and changes
+    nothing, but the warning keeps the crash in the deploy's output."""
+    doc = probe_doc(200, restarts="1", last_exit="gpuserve-sglang.service: Main process "
+                    "exited, code=exited, status=137/n/a")
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, _ = run(wait_healthy, {"sglang_probe.py": doc}, timeout=5, **GATE)
+    assert meta.did_succeed() and not meta.did_change()
+    assert ("@fake: health: gpuserve-sglang.service was restarted 1 time by systemd since it "
+            "was started (last exit: code=exited, status=137/n/a)") in caplog.text
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        caplog.clear()
+        run(wait_healthy, {"sglang_probe.py": probe_doc(200)}, timeout=5, **GATE)
+    assert "ready after" in caplog.text and "was restarted" not in caplog.text
 
 
 def test_dead_unit_fails_the_host_with_journal_tail(caplog) -> None:
@@ -160,11 +179,40 @@ def test_missing_or_other_stamp_rebuilds_from_nothing_with_hashes(stamp: str) ->
 
     meta, cmds = run(locked_venv, {".gpuserve-verified": stamp}, **BUILD)
     assert meta.did_change()
-    assert cmds[-3] == f"rm -rf {VENV} && python3 -m venv {VENV}"
+    failed = ("{ status=$?; { free=$(df -Pm /opt/gpuserve/venvs | tail -n 1 | tr -s ' ' | "
+              f'cut -d \' \' -f 4); rm -rf {VENV}; echo "gpuserve: building {VENV} failed (exit '
+              '$status, ${free:-?} MiB free on its filesystem); the unfinished venv was '
+              'removed" >&2; exit $status; }; }')
+    assert cmds[-3] == f"rm -rf {VENV} && python3 -m venv {VENV} || {failed}"
     assert cmds[-2] == (f"{VENV}/bin/pip install --disable-pip-version-check --no-input "
                         "--require-hashes --no-deps --only-binary=:all: --no-index "
-                        "--find-links http://10.0.2.2:8000/wheels/ -r /opt/gpuserve/locks/r.txt")
-    assert cmds[-1] == f"{VENV}/bin/pip check --disable-pip-version-check"
+                        "--find-links http://10.0.2.2:8000/wheels/ -r /opt/gpuserve/locks/r.txt"
+                        f" || {failed}")
+    assert cmds[-1] == f"{VENV}/bin/pip check --disable-pip-version-check || {failed}"
+
+
+@pytest.mark.parametrize("credentials", [False, True])
+def test_a_failed_install_removes_the_unfinished_venv(tmp_path, credentials: bool) -> None:
+    """pip fails (here: no pip in the venv; on a host, a full disk or a bad hash): the
+    step's own shell removes the half-built venv and says so, with pip's exit status,
+    so a failed deploy does not leave it holding the disk."""
+    from roles.sglang import locked_venv
+
+    venv = tmp_path / "venvs" / "0.5.23-abc"
+    (venv / "lib").mkdir(parents=True)
+    (venv / "lib" / "half-written").write_text("x")
+    config = {"pip_config": (lambda: "[global]\n"), "pip_config_path": str(tmp_path / "pip.conf")}
+    _, cmds = run(locked_venv, {".gpuserve-verified": ""}, **{**BUILD, "venv": str(venv)},
+                  **(config if credentials else {}))
+    install = next(c for c in cmds if " install " in c)
+    if credentials:  # sh -c '...' around the step that carries the config file
+        (tmp_path / "pip.conf").write_text("[global]\n")
+    done = subprocess.run(["sh", "-c", install], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 127, done.stderr  # sh: .../bin/pip: not found
+    assert not venv.exists()
+    assert re.search(rf"gpuserve: building {re.escape(str(venv))} failed \(exit 127, \d+ MiB "
+                     r"free on its filesystem\); the unfinished venv was removed", done.stderr)
+    assert not (tmp_path / "pip.conf").exists()
 
 
 def test_passing_verification_runs_as_the_service_user_and_stamps(caplog) -> None:
