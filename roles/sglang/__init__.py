@@ -334,7 +334,8 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
               '${free:-?} MiB free on its filesystem); the unfinished venv was removed" >&2; '
               "exit $status; }")
     # an unstamped venv is an interrupted or failed install: start it again from nothing
-    yield f"rm -rf {q(venv)} && python3 -m venv {q(venv)} || {{ status=$?; {failed}; }}"
+    yield (f"{clear_leftovers(venv)}python3 -m venv {q(venv)} "
+           f"|| {{ status=$?; {failed}; }}")
     install = (f"{pip} install --disable-pip-version-check --no-input --require-hashes "
                f"--no-deps --only-binary=:all: {options} -r {q(requirements)}")
     if pip_config is None:
@@ -345,6 +346,28 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
             f"PIP_CONFIG_FILE={q(pip_config_path)} {install}; status=$?; "
             f"rm -f {q(pip_config_path)}; [ $status -eq 0 ] || {failed}"))
     yield f"{pip} check --disable-pip-version-check || {{ status=$?; {failed}; }}"
+
+
+def ere_literal(text: str) -> str:
+    """``text`` as a POSIX extended regex matching only itself: each special character
+    in brackets (``.`` -> ``[.]``), so the pattern's own text never matches it either."""
+    return "".join(f"[{c}]" if c in ".+*?()[]{}|^$\\" else c for c in text)
+
+
+def clear_leftovers(venv: str) -> str:
+    """Shell that stops what still builds ``venv`` and removes it, then ``&&``.
+
+    Why: a deploy cut off mid-build (an SSH drop) leaves ``python3 -m venv`` or pip
+    running on the host (no pty, so no SIGHUP), still writing into the directory; the
+    rerun's ``rm -rf`` then fails ("Directory not empty") or, worse, the old process
+    writes into the new venv. The patterns are bracketed so they never match the shell
+    running them."""
+    q = shlex.quote
+    pattern = ere_literal(venv)
+    return (f"if command -v pkill >/dev/null 2>&1; then "
+            f"pkill -f -- {q('-m venv ' + pattern)}; pkill -f -- {q(pattern + '/bin/pip')}; "
+            f"fi; for i in 1 2 3 4 5; do rm -rf {q(venv)} 2>/dev/null && break; sleep 1; "
+            f"done; [ ! -e {q(venv)} ] && ")
 
 
 @operation(is_idempotent=True)

@@ -183,7 +183,9 @@ def test_missing_or_other_stamp_rebuilds_from_nothing_with_hashes(stamp: str) ->
               f'cut -d \' \' -f 4); rm -rf {VENV}; echo "gpuserve: building {VENV} failed (exit '
               '$status, ${free:-?} MiB free on its filesystem); the unfinished venv was '
               'removed" >&2; exit $status; }; }')
-    assert cmds[-3] == f"rm -rf {VENV} && python3 -m venv {VENV} || {failed}"
+    from roles.sglang import clear_leftovers
+
+    assert cmds[-3] == f"{clear_leftovers(VENV)}python3 -m venv {VENV} || {failed}"
     assert cmds[-2] == (f"{VENV}/bin/pip install --disable-pip-version-check --no-input "
                         "--require-hashes --no-deps --only-binary=:all: --no-index "
                         "--find-links http://10.0.2.2:8000/wheels/ -r /opt/gpuserve/locks/r.txt"
@@ -275,3 +277,28 @@ def test_activation_steps(active, enabled, files, unit, reload, newer, steps) ->
 
     live = LiveUnit(active=active, enabled=enabled, need_reload=reload, newer=newer)
     assert activation_steps(live, files_changed=files, unit_changed=unit) == steps
+
+
+def test_leftover_build_of_a_cut_off_deploy_is_stopped_before_the_rebuild(tmp_path) -> None:
+    """An SSH drop leaves pip running on the host, writing into the venv; the rebuild
+    stops it (and only it: the pattern never matches its own shell) and removes the
+    directory. Runs the real shell here, against a real process."""
+    import subprocess
+    import sys
+    import time
+
+    from roles.sglang import clear_leftovers
+
+    venv = str(tmp_path / "venvs" / "0.5.19+lab-abc")
+    (tmp_path / "venvs" / "0.5.19+lab-abc" / "lib").mkdir(parents=True)
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                               f"{venv}/bin/pip", "install"])
+    try:
+        time.sleep(0.3)
+        out = subprocess.run(["sh", "-c", clear_leftovers(venv) + "echo cleared"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == "cleared", out
+        assert orphan.wait(timeout=10) != 0  # killed
+        assert not (tmp_path / "venvs" / "0.5.19+lab-abc").exists()
+    finally:
+        orphan.kill()
