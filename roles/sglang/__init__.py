@@ -360,12 +360,15 @@ def clear_leftovers(venv: str) -> str:
     Why: a deploy cut off mid-build (an SSH drop) leaves ``python3 -m venv`` or pip
     running on the host (no pty, so no SIGHUP), still writing into the directory; the
     rerun's ``rm -rf`` then fails ("Directory not empty") or, worse, the old process
-    writes into the new venv. The patterns are bracketed so they never match the shell
-    running them."""
+    writes into the new venv. The patterns are bracketed literals, and the shell running
+    them (whose text holds the plain path) and its parent are skipped."""
     q = shlex.quote
     pattern = ere_literal(venv)
-    return (f"if command -v pkill >/dev/null 2>&1; then "
-            f"pkill -f -- {q('-m venv ' + pattern)}; pkill -f -- {q(pattern + '/bin/pip')}; "
+    # this very shell (and its parent) holds the plain path too: never itself
+    return (f"if command -v pgrep >/dev/null 2>&1; then "
+            f"for p in $(pgrep -f -- {q('-m venv ' + pattern)}; "
+            f"pgrep -f -- {q(pattern + '/bin/pip')}); do "
+            f"[ \"$p\" = \"$$\" ] || [ \"$p\" = \"$PPID\" ] || kill \"$p\" 2>/dev/null; done; "
             f"fi; for i in 1 2 3 4 5; do rm -rf {q(venv)} 2>/dev/null && break; sleep 1; "
             f"done; [ ! -e {q(venv)} ] && ")
 
