@@ -64,7 +64,6 @@ import roles.service as service_role
 import roles.service.rollback as rollback_role
 import roles.sglang as sglang_role
 from gpuserve.facts.document import HostFactsDocument, host_facts_document
-from gpuserve.facts.gpu import CudaToolkit, NvidiaDriver, NvidiaGpus
 from gpuserve.facts.host import InstallTarget, ModelCheckpoint
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.launch.lock_choice import HostRuntime
@@ -80,20 +79,24 @@ from roles.sglang import install_sglang, prune_venvs
 
 def host_reads(home: str, user: str) -> list[Read]:
     """What the plan reads from the host before any change (one prefetch)."""
-    return [Read.of(InstallTarget, path=home), Read.of(NvidiaGpus), Read.of(NvidiaDriver),
-            Read.of(CudaToolkit), Read.of(FileContents, path=HOST_JSON_PATH),
+    return [Read.of(InstallTarget, path=home), Read.of(FileContents, path=HOST_JSON_PATH),
             Read.of(HostFactsDocument, sglang_python=""), *sglang_role.account_reads(user)]
 
 
 def host_runtime(home: str) -> HostRuntime:
-    """The facts the lock choice and the preflight need, read before any change."""
+    """The facts the lock choice and the preflight need, read before any change.
+
+    GPUs, driver and CUDA toolkit come from the doctor's host-facts document, which runs
+    the same commands through the same parsers as the NvidiaGpus, NvidiaDriver and
+    CudaToolkit facts: reading them again cost a rerun three more tool runs."""
     target = fact(InstallTarget, path=home)
-    gpus = fact(NvidiaGpus) or []
+    document = fact(HostFactsDocument, sglang_python="")
+    gpus = document["gpus"] or []
     driver = next((g["driver_version"] for g in gpus if g.get("driver_version")), None)
     if driver is None:
-        driver = (fact(NvidiaDriver) or {}).get("version")
+        driver = document["driver"]["version"]
     return HostRuntime(name=host.name, python=target["python"], glibc=target["glibc"],
-                       driver=driver, cuda_toolkit=fact(CudaToolkit),
+                       driver=driver, cuda_toolkit=document["cuda"]["toolkit"],
                        free_bytes=target["free_bytes"], gpus=len(gpus),
                        gpu_list=tuple(dict(g) for g in gpus))
 

@@ -6,6 +6,7 @@ Usage: ``host.get_fact(KernelCmdline)``; on the CLI
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from typing import Any
 
@@ -174,17 +175,25 @@ class InstallTarget(FactBase[dict[str, Any]]):
                 "free_bytes": int(free) if free.isdigit() else None}
 
 
+#: Root-only (0700) directory on the host where checkpoint_scan.py keeps clean scans.
+CHECKPOINT_SCAN_CACHE = "/var/cache/gpuserve/checkpoint-scan"
+
+
 class ModelCheckpoint(FactBase[str]):
     """``checkpoint_scan.py --dir PATH`` on the host: the checkpoint's config and
     safetensors headers (never the weights) as JSON text, for the memory preflight
     (gpuserve.memory.checkpoint.parse_scan). The script travels in the command (a
-    heredoc), so it runs at prepare time, before anything is uploaded."""
+    heredoc), so it runs at prepare time, before anything is uploaded. A clean scan is
+    kept in :data:`CHECKPOINT_SCAN_CACHE` keyed by the files' stat and the script's hash,
+    so a rerun reads no header again unless a file or the script changed."""
 
     def command(self, path: str) -> str:
         script = (SCRIPTS_DIR / "checkpoint_scan.py").read_text(encoding="utf-8")
         marker = "GPUSERVE_CHECKPOINT_SCAN_EOF"
         assert marker not in script
-        return (f"python3 - --dir {shlex.quote(path)} <<'{marker}'\n{script}\n{marker}")
+        salt = hashlib.sha256(script.encode()).hexdigest()[:16]
+        return (f"python3 - --dir {shlex.quote(path)} --cache {CHECKPOINT_SCAN_CACHE} "
+                f"--salt {salt} <<'{marker}'\n{script}\n{marker}")
 
     def process(self, output: list[str]) -> str:
         return "\n".join(output)

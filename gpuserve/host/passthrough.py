@@ -22,12 +22,15 @@ BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 # Shell that lists NVIDIA PCI functions from sysfs (no lspci needed): one
 # "dev <bdf> <vendor> <device> <class>" line per function, then its
-# "res <start> <end> <flags>" lines from the sysfs 'resource' file (one per BAR).
+# "res <start> <end> <flags>" lines from the sysfs 'resource' file (one per BAR, the
+# first six). Shell builtins only (read, echo): a process per PCI function cost most of
+# a no-op host rerun's time on the lab host, and a real host has a hundred functions.
 SYSFS_PCI_COMMAND = (
     "for d in /sys/bus/pci/devices/*; do "
-    '[ "$(cat $d/vendor)" = 0x10de ] || continue; '
-    'echo "dev ${d##*/} $(cat $d/vendor) $(cat $d/device) $(cat $d/class)"; '
-    'sed -n "1,6p" $d/resource | sed "s/^/res /"; '
+    'read -r v < "$d/vendor" 2>/dev/null && [ "$v" = 0x10de ] || continue; '
+    'read -r dv < "$d/device"; read -r c < "$d/class"; '
+    'echo "dev ${d##*/} $v $dv $c"; n=0; '
+    'while [ $n -lt 6 ] && read -r r; do echo "res $r"; n=$((n+1)); done < "$d/resource"; '
     "done; true"
 )
 

@@ -16,10 +16,9 @@ import it, so all three reach the server the same way.
 import argparse
 import ipaddress
 import json
+import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 
 LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 
@@ -59,13 +58,66 @@ def server_host(port, tables=(("/proc/net/tcp", False), ("/proc/net/tcp6", True)
 UNIT_PROPS = "ActiveState,SubState,NRestarts,ExecMainStatus,InvocationID,MainPID"
 
 
+def _dechunk(data):
+    """The body of a ``Transfer-Encoding: chunked`` response (RFC 9112 section 7.1)."""
+    out, pos = [], 0
+    while True:
+        end = data.find(b"\r\n", pos)
+        if end < 0:
+            raise ValueError("truncated chunked body")
+        size = int(data[pos:end].split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            return b"".join(out)
+        start = end + 2
+        if start + size > len(data):
+            raise ValueError("truncated chunked body")
+        out.append(data[start:start + size])
+        pos = start + size + 2
+
+
+def http_request(host, port, path, timeout, body=None, headers=None):
+    """``(status, body bytes)`` of one plain HTTP/1.1 request to the server on this host.
+
+    Why not urllib: importing it (http.client, email, ssl) took 0.5 s of every probe and
+    smoke on the lab host, and this is only ever a request to the server's own port
+    here. ``timeout`` bounds the whole exchange; a response that is not HTTP raises
+    ValueError, a refused or cut connection OSError."""
+    deadline = time.monotonic() + timeout
+    head = [f"{'GET' if body is None else 'POST'} {path} HTTP/1.1", f"Host: {host}:{port}",
+            "Connection: close", "Accept-Encoding: identity"]
+    head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    if body is not None:
+        head.append(f"Content-Length: {len(body)}")
+    request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b"")
+    chunks = []
+    with socket.create_connection((host.strip("[]"), port), timeout=timeout) as sock:
+        sock.sendall(request)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no complete response within {timeout} s")
+            sock.settimeout(left)
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    raw = b"".join(chunks)
+    header, sep, rest = raw.partition(b"\r\n\r\n")
+    status_line, *lines = header.decode("latin-1").split("\r\n")
+    parts = status_line.split(" ", 2)
+    if not sep or len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise ValueError(f"not an HTTP response: {status_line[:80]!r}")
+    fields = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines)}
+    if "chunked" in fields.get("transfer-encoding", "").lower():
+        rest = _dechunk(rest)
+    elif fields.get("content-length", "").isdigit():
+        rest = rest[:int(fields["content-length"])]
+    return int(parts[1]), rest
+
+
 def http_status(port, path, timeout):
     try:
-        url = f"http://{server_host(port)}:{port}{path}"
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, None
-    except urllib.error.HTTPError as e:
-        return e.code, None
+        return http_request(server_host(port), port, path, timeout)[0], None
     except Exception as e:  # refused, reset, timeout: nothing healthy listens yet
         return None, f"{type(e).__name__}: {e}"
 

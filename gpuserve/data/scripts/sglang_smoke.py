@@ -11,10 +11,8 @@ deploy output or on the controller. Prints one JSON line:
 import argparse
 import json
 import time
-import urllib.error
-import urllib.request
 
-from sglang_probe import server_host  # uploaded beside this script
+from sglang_probe import http_request, server_host  # uploaded beside this script
 
 
 def api_key_from_config(path):
@@ -58,17 +56,11 @@ def main():
     if key:
         headers["Authorization"] = "Bearer " + key
     host = server_host(args.port)  # where the server listens (a private listen_address)
-    req = urllib.request.Request(f"http://{host}:{args.port}{args.endpoint}",
-                                 data=json.dumps(payload).encode(), headers=headers)
     out = {"endpoint": args.endpoint, "status": None, "elapsed_s": None, "body": None}
     start = time.monotonic()
     try:
-        with urllib.request.urlopen(req, timeout=args.timeout) as r:
-            raw = r.read()
-            out["status"] = r.status
-    except urllib.error.HTTPError as e:
-        raw = e.read()
-        out["status"] = e.code
+        out["status"], raw = http_request(host, args.port, args.endpoint, args.timeout,
+                                          body=json.dumps(payload).encode(), headers=headers)
     except Exception as e:
         raw = b""
         out["error"] = f"{type(e).__name__}: {e}"

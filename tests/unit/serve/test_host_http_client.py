@@ -1,0 +1,108 @@
+"""The host scripts' HTTP client (sglang_probe.http_request), which replaced urllib to
+save half a second of every probe and smoke on the lab host: run against a real local
+HTTP server (http.server, loopback only) answering with Content-Length, chunked
+encoding, an error status and no answer at all, and the smoke script end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from gpuserve.paths import SCRIPTS_DIR
+
+sys.path.insert(0, str(SCRIPTS_DIR))
+import sglang_probe  # noqa: E402
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    seen: list[dict] = []
+
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+    def _send(self, status, body, chunked=False):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(0, len(body), 7):
+                part = body[i:i + 7]
+                self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/health":
+            self._send(200, b"")
+        elif self.path == "/chunked":
+            self._send(200, json.dumps({"text": "x" * 40}).encode(), chunked=True)
+        elif self.path == "/slow":
+            time.sleep(3)
+            self._send(200, b"late")
+        else:
+            self._send(503, b'{"error": "loading"}')
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        Handler.seen.append({"path": self.path, "auth": self.headers.get("Authorization"),
+                             "body": json.loads(body)})
+        self._send(200, json.dumps({"choices": [{"text": " Paris"}],
+                                    "usage": {"completion_tokens": 64}}).encode())
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+
+
+def test_status_and_body_with_content_length_and_chunked(server) -> None:
+    assert sglang_probe.http_request("127.0.0.1", server, "/health", 5) == (200, b"")
+    status, body = sglang_probe.http_request("127.0.0.1", server, "/chunked", 5)
+    assert status == 200 and json.loads(body) == {"text": "x" * 40}
+    assert sglang_probe.http_status(server, "/other", 5) == (503, None)
+
+
+def test_timeout_bounds_the_whole_exchange(server) -> None:
+    t0 = time.monotonic()
+    status, error = sglang_probe.http_status(server, "/slow", 0.5)
+    assert status is None and "timed out" in error.lower()
+    assert time.monotonic() - t0 < 2
+
+
+def test_nothing_listening_is_an_error_not_a_traceback() -> None:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: refused
+    status, error = sglang_probe.http_status(port, "/health", 2)
+    assert status is None and error.startswith("ConnectionRefusedError")
+
+
+def test_smoke_script_posts_the_completion_with_the_key(server, tmp_path) -> None:
+    config = tmp_path / "sglang-secrets.yaml"
+    config.write_text('api-key: "sk-smoke-0123456789abcdef"\n')
+    out = subprocess.run(
+        [sys.executable, str(SCRIPTS_DIR / "sglang_smoke.py"), "--port", str(server),
+         "--model", "glm-5", "--max-tokens", "8", "--config", str(config)],
+        capture_output=True, text=True, timeout=30, check=True)
+    doc = json.loads(out.stdout)
+    assert doc["status"] == 200 and doc["body"]["choices"][0]["text"] == " Paris"
+    seen = Handler.seen[-1]
+    assert seen["path"] == "/v1/completions"
+    assert seen["auth"] == "Bearer sk-smoke-0123456789abcdef"
+    assert seen["body"]["max_tokens"] == 8 and seen["body"]["ignore_eos"] is True
