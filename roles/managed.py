@@ -19,6 +19,7 @@ roles manage each path once, so no earlier operation of the same run makes it st
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -122,9 +123,22 @@ def sha1(text: str) -> str:
 
 def write_command(dest: str, text: str, user: str, group: str, mode: str) -> StringCommand:
     """The one command :func:`put` runs (for operations that decide at execute time)."""
-    from roles.service.secret import write_secret_command  # roles.service imports us
-
     return write_secret_command(dest, text, user, group, mode)
+
+
+def write_secret_command(dest: str, contents: str, user: str = "root", group: str = "root",
+                         mode: str = "600") -> StringCommand:
+    """The command that writes ``contents`` to ``dest`` from stdin: ``umask 077`` into a
+    temporary file beside it, chown, chmod, then rename, so the file is never readable
+    by others and the contents are never on argv (nor in pyinfra's output)."""
+    tmp = posixpath.join(posixpath.dirname(dest), f".{posixpath.basename(dest)}.gpuserve-new")
+    script = (
+        f"umask 077 && cat > {shlex.quote(tmp)}"
+        f" && chown {shlex.quote(user + ':' + group)} {shlex.quote(tmp)}"
+        f" && chmod {shlex.quote(mode)} {shlex.quote(tmp)}"
+        f" && mv -f {shlex.quote(tmp)} {shlex.quote(dest)}"
+    )
+    return StringCommand("sh", "-c", QuoteString(script), _stdin=contents)
 
 
 def matches(info: PathInfo | None, kind: str, user: str, group: str, mode: str,
@@ -151,9 +165,8 @@ def _directory(path: str, user: str, group: str, mode: str):
 def _file(dest: str, contents: Callable[[], str], user: str, group: str, mode: str):
     """Write ``contents()`` from stdin into a temporary file beside ``dest``, set owner
     and mode, then rename: never half-written (a full disk fails the write, not the
-    old file), never readable by others in between, never on argv or in the output."""
-    from roles.service.secret import write_secret_command  # roles.service imports us
-
+    old file), never readable by others in between, never on argv or in the output
+    (pyinfra's ``--diff`` of files.put would print every line; this prints none)."""
     yield write_secret_command(dest, contents(), user, group, mode)
 
 
@@ -180,6 +193,8 @@ def secret(*, name: str, dest: str, contents: Callable[[], str], user: str, grou
            mode: str) -> OperationMeta | None:
     """Like :func:`put` for contents that must never be shown: a function, so that
     pyinfra's logged operation arguments never hold the text."""
+    if not callable(contents):
+        raise TypeError("managed.secret(contents=...) takes a function returning the text")
     want = hashlib.sha1(contents().encode()).hexdigest()
     if _is(state(dest), "file", user, group, mode, want):
         return None

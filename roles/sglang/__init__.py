@@ -47,7 +47,6 @@ from roles.failure import fail_host
 from roles.inventory import inventory_source
 from roles.nvidia_driver import mirrors
 from roles.prefetch import Read, fact, fact_if_unchanged
-from roles.service.secret import write_secret_command
 
 DEFAULTS = {
     # Exact SGLang version to install (a lock must exist for it, local part allowed:
@@ -341,7 +340,7 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
     if pip_config is None:
         yield f"{install} || {{ status=$?; {failed}; }}"
     else:
-        yield write_secret_command(pip_config_path, pip_config())
+        yield managed.write_secret_command(pip_config_path, pip_config())
         yield StringCommand("sh", "-c", QuoteString(
             f"PIP_CONFIG_FILE={q(pip_config_path)} {install}; status=$?; "
             f"rm -f {q(pip_config_path)}; [ $status -eq 0 ] || {failed}"))

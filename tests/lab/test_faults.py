@@ -41,38 +41,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from labhelpers import (
+    UNIT,
+    UNIT_PATH,
+    clean,
+    healthy,
+    no_changes,
+    unit_venv,
+    venvs,
+)
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 TWO = REPO / "tests/fixtures/profiles/lab-two-versions.yaml"  # renders for 0.5.19 and 0.5.23
-UNIT = "gpuserve-sglang.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 HF_TOKEN = "hf_labTokenNeverOnArgv0123"
 API_KEY = "sk-lab-key-never-on-argv-4567"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-VENV_RE = re.compile(r"/opt/gpuserve/venvs/(0\.5\.\d+\+lab)-[0-9a-f]{12}")
 # the inventory's own knob (inventory/lab.py), kept when a test overrides the extra env
 LOAD = "GPUSERVE_LAB_STANDIN_LOAD_SECONDS"
 FILLER = "/var/tmp/gpuserve-faults-filler"
 FILLED = "/var/tmp/gpuserve-faults-filled"  # the watcher's note that it filled the disk
 WATCH = "/var/tmp/gpuserve-faults-watch.sh"
 WATCH_PID = "/var/tmp/gpuserve-faults-watch.pid"
-
-
-def clean(text: str) -> str:
-    return ANSI.sub("", text)
-
-
-def no_changes(out: str) -> bool:
-    total = [line for line in out.splitlines() if line.strip().startswith("Grand total")]
-    return bool(total) and total[-1].split()[3] == "-"  # Hosts, Success(-), Error, ...
-
-
-def healthy(lab) -> bool:
-    r = lab.ssh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health",
-                timeout=60)
-    return r.stdout.strip() == "200"
 
 
 def unit_props(lab, *names: str) -> dict[str, str]:
@@ -92,18 +82,6 @@ def wait_healthy(lab, timeout: float) -> float:
         time.sleep(2)
     raise AssertionError(f"{UNIT} not active with /health 200 within {timeout:.0f}s: "
                          + lab.ssh(f"systemctl status --no-pager {UNIT} | tail -20").stdout)
-
-
-def unit_venv(lab) -> str:
-    text = lab.ssh(f"cat {UNIT_PATH}", check=True).stdout
-    found = VENV_RE.search(text)
-    assert found, text
-    return found.group(0)
-
-
-def venvs(lab) -> list[str]:
-    out = lab.ssh("ls -1d /opt/gpuserve/venvs/*/ 2>/dev/null").stdout
-    return sorted(line.rstrip("/") for line in out.split())
 
 
 @dataclass

@@ -15,18 +15,22 @@ import re
 from pathlib import Path
 
 import pytest
+from labhelpers import (
+    ANSI,
+    UNIT,
+    healthy,
+    no_changes,
+    unit_venv,
+    venvs,
+)
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 FAILING = REPO / "tests/fixtures/profiles/lab-oom-at-start.yaml"
 TWO = REPO / "tests/fixtures/profiles/lab-two-versions.yaml"  # renders for 0.5.19 and 0.5.23
-UNIT = "gpuserve-sglang.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 HF_TOKEN = "hf_labTokenNeverOnArgv0123"
 API_KEY = "sk-lab-key-never-on-argv-4567"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-VENV_RE = re.compile(r"/opt/gpuserve/venvs/(0\.5\.\d+\+lab)-[0-9a-f]{12}")
 
 
 @pytest.fixture(scope="module")
@@ -39,29 +43,6 @@ def data(tmp_path_factory) -> Path:
 def serve(lab, data: Path, *args: str) -> tuple[int, str]:
     r = lab.run_pyinfra("deploy/serve.py", *args, "--group-data", str(data), check=False)
     return r.returncode, ANSI.sub("", r.stdout)
-
-
-def unit_venv(lab) -> str:
-    """The venv the live unit runs (its ExecStart names it)."""
-    text = lab.ssh(f"cat {UNIT_PATH}", check=True).stdout
-    found = VENV_RE.search(text)
-    assert found, text
-    return found.group(0)
-
-
-def venvs(lab) -> list[str]:
-    out = lab.ssh("ls -1d /opt/gpuserve/venvs/*/ 2>/dev/null").stdout
-    return sorted(line.rstrip("/") for line in out.split())
-
-
-def healthy(lab) -> bool:
-    r = lab.ssh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health")
-    return r.stdout.strip() == "200"
-
-
-def no_changes(out: str) -> bool:
-    total = [line for line in out.splitlines() if line.strip().startswith("Grand total")]
-    return bool(total) and total[-1].split()[3] == "-"  # Hosts, Success(-), Error, ...
 
 
 def fingerprint(lab) -> str:
