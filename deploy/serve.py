@@ -69,7 +69,7 @@ from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.launch.lock_choice import HostRuntime
 from roles import checks as checks_role
 from roles.checks import check_service
-from roles.inventory import inventory_source, run_deploy
+from roles.inventory import group_members, inventory_source, run_deploy
 from roles.prefetch import Read, fact, prefetch, reader
 from roles.service import UNIT_NAME, UNIT_PATH, configure_service
 from roles.service.rollback import RollbackSpec, keep_last_good
@@ -115,6 +115,8 @@ def main() -> None:
         host_record=lambda: fact(FileContents, path=HOST_JSON_PATH),
         checkpoint=lambda path: host.get_fact(ModelCheckpoint, path=path),
         host_facts=lambda: host_facts_document(reader()),
+        host_name=host.name,
+        group_members=group_members,
     )
     for line in plan.preflight.info:
         logger.info(f"{host.name}: {line}")
@@ -133,7 +135,8 @@ def main() -> None:
     check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
                   profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
                   health_timeout=plan.health_timeout, config_path=plan.config_path,
-                  record=plan.record, rollback=rollback, bench=plan.bench)
+                  record=plan.record, rollback=rollback, bench=plan.bench,
+                  serves_http=plan.node is None or plan.node.is_head)
     keep_last_good(name="keep this configuration as the last good one (root-only copies)",
                    spec=rollback)
     prune_venvs(name=f"prune venvs beyond keep_venvs={plan.keep_venvs}", home=plan.home,

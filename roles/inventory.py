@@ -12,10 +12,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from pyinfra import host
+from pyinfra import host, inventory
 from pyinfra.api.exceptions import PyinfraError
 
 from gpuserve.errors import GpuserveError
+from gpuserve.fleet.multinode import Member
 
 
 def inventory_source() -> str:
@@ -34,6 +35,15 @@ def host_data(*defaults: dict) -> dict:
         merged.update(layer)
     merged.update({k: v for k, v in host.data.dict().items() if k in merged})
     return merged
+
+
+def group_members(name: str) -> list[Member] | None:
+    """The hosts of inventory group ``name`` in the inventory's order, with their data
+    (None when there is no such group): a multi-node launch's ranks follow this order."""
+    hosts = inventory.get_group(name, default=None)
+    if hosts is None:
+        return None
+    return [Member(h.name, h.data.dict()) for h in hosts]
 
 
 def run_deploy(main: Callable[[], None]) -> None:

@@ -72,8 +72,11 @@ class ParallelSection:
     dp: int = 1
     attention_dp: int = 1
     nnodes: int = 1
+    # With nnodes > 1, rank and dist-init address come from the inventory group
+    # (gpuserve/fleet/multinode.py); a profile sets only the port node 0 listens on.
     node_rank: int = 0
     dist_init_addr: str | None = None
+    dist_init_port: int = 20000
 
 
 @dataclass(frozen=True)
@@ -509,10 +512,18 @@ def _check_cross_fields(p: Profile) -> None:
     if par.tp % par.attention_dp:
         raise p.error("parallel.attention_dp",
                       f"attention_dp={par.attention_dp} must divide tp={par.tp}")
-    if not 0 <= par.node_rank < par.nnodes:
-        raise p.error("parallel.node_rank", f"must be in [0, nnodes={par.nnodes})")
-    if par.nnodes > 1 and not par.dist_init_addr:
-        raise p.error("parallel.dist_init_addr", "required when nnodes > 1 (host:port)")
+    for name in ("node_rank", "dist_init_addr"):
+        # one way: the inventory group says who is node 0 and where it is (a hand-written
+        # rank in a shared profile gives every host the same one)
+        if p.is_set(f"parallel.{name}"):
+            raise p.error(f"parallel.{name}", "is set by gpuserve from the inventory group "
+                          "(host data sglang_nodes_group, private_address); set "
+                          "parallel.nnodes and parallel.dist_init_port only")
+    if not 0 < par.dist_init_port < 65536:
+        raise p.error("parallel.dist_init_port", "must be in 1..65535")
+    if par.nnodes > 1 and par.dist_init_port == p.server.port:
+        raise p.error("parallel.dist_init_port", f"{par.dist_init_port} is also server.port: "
+                      "node 0 serves HTTP there")
     if not 0 < p.server.port < 65536:
         raise p.error("server.port", "must be in 1..65535")
 

@@ -101,6 +101,8 @@ class Probe:
     # systemd's last "Main process exited, ..." line for the unit, sent only when
     # NRestarts > 0 (after a restart the unit's ExecMain* describe the new process)
     last_exit: str | None = None
+    # False for a node that serves no HTTP (multi-node rank > 0; the probe's --port 0)
+    serves_http: bool = True
 
 
 class ProbeError(ValueError):
@@ -124,6 +126,7 @@ def parse_probe(stdout: str) -> Probe:
             lines=list(doc.get("lines", [])),
             tail=list(doc.get("tail", [])),
             last_exit=doc.get("last_exit") or None,
+            serves_http=doc.get("http", True) is not False,
         )
     except (ValueError, KeyError, TypeError) as e:
         raise ProbeError(f"unreadable probe output ({e}): {stdout[:200]!r}") from e
@@ -157,6 +160,12 @@ def decide(probe: Probe, elapsed: float, timeout: float, baseline_restarts: int 
     state = classify(probe.lines)
     if probe.health == 200 and probe.active_state == "active":
         return Decision(Verdict.HEALTHY, state.phase, "/health 200", probe)
+    if (not probe.serves_http and probe.active_state == "active"
+            and probe.sub_state == "running" and not state.failed):
+        # a multi-node rank > 0 serves no HTTP: its unit runs; node 0's /health is the
+        # group's (it answers only once every rank has joined)
+        return Decision(Verdict.HEALTHY, state.phase, "unit running (node serves no HTTP)",
+                        probe)
     died = (
         probe.active_state == "failed"
         or probe.sub_state == "auto-restart"

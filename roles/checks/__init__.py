@@ -168,7 +168,7 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
     decision, tail, elapsed, error = _gate(unit, port, script, timeout, interval,
                                            report_every)
     if decision is not None and decision.verdict is Verdict.HEALTHY:
-        logger.info(f"{host.name}: health: ready after {elapsed:.0f} s (/health 200)")
+        logger.info(f"{host.name}: health: ready after {elapsed:.0f} s ({decision.message})")
         # a crash systemd restarted is not a failed gate, but must not go unseen
         if decision.probe and (note := restart_warning(host.name, unit, decision.probe)):
             logger.warning(note)
@@ -240,16 +240,24 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
                   bin_dir: str, health_timeout: float, config_path: str = "",
                   record: RecordSpec | None = None,
                   rollback: RollbackSpec | None = None,
-                  bench: BenchPlan | None = None) -> None:
+                  bench: BenchPlan | None = None, serves_http: bool = True) -> None:
     """Upload the probe scripts, gate on health, then one smoke completion (recorded on
     the controller when ``record`` is given), then the throughput checks when ``bench``
     is given (roles/checks/bench.py). With ``rollback``, a failed gate restores the last
-    good configuration first (see :func:`wait_healthy`)."""
+    good configuration first (see :func:`wait_healthy`). ``serves_http`` False (a
+    multi-node rank > 0): the gate waits for the unit to run, and nothing else runs."""
     managed.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
                       group="root", mode="755")
     for script in SCRIPTS:
         managed.put(name=f"host script {bin_dir}/{script}", src=str(SCRIPTS_DIR / script),
                     dest=f"{bin_dir}/{script}", user="root", group="root", mode="755")
+    if not serves_http:
+        # a multi-node rank > 0: no HTTP here, so no smoke or throughput check either;
+        # node 0's gate, smoke and checks cover the group
+        wait_healthy(name=f"health gate: {unit} running (node serves no HTTP)", unit=unit,
+                     port=0, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,
+                     rollback=rollback)
+        return
     wait_healthy(name=f"health gate: {unit} answers /health 200",
                  unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,
                  rollback=rollback)

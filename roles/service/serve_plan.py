@@ -10,6 +10,7 @@ with plain dicts.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
+from gpuserve.fleet.multinode import Member, NodePlacement, place_node
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
 from gpuserve.launch.catalog import available_versions, load_catalog
 from gpuserve.launch.dialect import render_launch
@@ -61,6 +63,7 @@ class ServePlan:
     record: RecordSpec | None = None  # where the smoke check records (None: off)
     bench: BenchPlan | None = None  # the throughput checks (None: off)
     preflight: PreflightReport | None = None  # what the preflight printed (it raised errors)
+    node: NodePlacement | None = None  # this host's part in a multi-node launch
 
     @property
     def venv(self) -> str:
@@ -79,8 +82,19 @@ class ServePlan:
 MAX_HEALTH_TIMEOUT = 86_400
 
 
+#: Host data of multi-node launches (gpuserve/fleet/multinode.py).
+FLEET_DEFAULTS = {
+    # the inventory group whose hosts run a profile with parallel.nnodes > 1, in rank order
+    "sglang_nodes_group": None,
+    # the address the nodes reach each other on (node 0's is the dist-init address)
+    "private_address": None,
+    # one network interface for NCCL's and Gloo's sockets (NCCL/GLOO_SOCKET_IFNAME)
+    "nccl_socket_ifname": None,
+}
+
+
 def defaults() -> dict:
-    merged: dict = {"profile": None}
+    merged: dict = {"profile": None, **FLEET_DEFAULTS}
     for layer in (sglang.DEFAULTS, service.DEFAULTS, checks.DEFAULTS):
         merged.update(layer)
     return merged
@@ -102,6 +116,8 @@ def plan_serve(
     host_record: Callable[[], list[str] | None] = lambda: None,
     checkpoint: Callable[[str], str | None] | None = None,
     host_facts: Callable[[], dict | None] | None = None,
+    host_name: str = "",
+    group_members: Callable[[str], list[Member] | None] = lambda group: None,
 ) -> ServePlan:
     """Validate ``host_data`` (merged over :func:`defaults`), choose the lock, preflight
     the host against it, and render the launch for the lock's SGLang.
@@ -145,6 +161,16 @@ def plan_serve(
                          f"(0, {MAX_HEALTH_TIMEOUT}], got {timeout!r:.40}")
 
     profile = load_profile(profile_ref)
+    group = data["sglang_nodes_group"]
+    placement = place_node(
+        nnodes=profile.parallel.nnodes, dist_init_port=profile.parallel.dist_init_port,
+        server_port=profile.server.port, profile_source=str(profile.source), group=group,
+        members=group_members(group) if isinstance(group, str) and group else None,
+        host_name=host_name, source=source)
+    if placement is not None:
+        profile = dataclasses.replace(profile, parallel=dataclasses.replace(
+            profile.parallel, node_rank=placement.rank,
+            dist_init_addr=placement.dist_init_addr))
     locks = load_locks(locks_dir, source=source, field="sglang_locks_dir")
     runtime = host_runtime(home)
     # a profile without sglang_versions renders for every release with a flag catalog
@@ -163,6 +189,8 @@ def plan_serve(
         raise InputError(lock.path, "packages (sglang)", mismatch)
     launch = render_launch(profile, version)
     args = list(launch.args)
+    # the nodes' socket interface: after the profile's env, before host data's extra env
+    launch_env = {**launch.env, **(placement.env if placement else {})}
     for hit in secret_flags(args, load_catalog(version)):
         # resolved like SGLang's parser (--api-k is --api-key): the unit file is
         # world-readable and its ExecStart= reaches ps and the journal
@@ -188,7 +216,7 @@ def plan_serve(
         )
     served = profile.model.served_name or profile.model.path
     plan = service.plan_service(
-        args=args, env=launch.env, venv=venv_path(home, lock), user=user,
+        args=args, env=launch_env, venv=venv_path(home, lock), user=user,
         state_dir=sglang.state_dir(home), bin_dir=f"{home}/bin", profile_name=profile.name,
         profile_source=str(profile.source), sglang_version=version,
         model_path=profile.model.path, port=profile.server.port, served_name=served,
@@ -203,16 +231,16 @@ def plan_serve(
     extra_env = data["sglang_extra_env"] or {}
     args = service.with_host(args, plan.host)  # what the unit really runs (--host last)
     record = record_spec(data["results_dir"], source, profile=profile.name, args=args,
-                         env={**launch.env, **{k: str(v) for k, v in extra_env.items()}},
+                         env={**launch_env, **{k: str(v) for k, v in extra_env.items()}},
                          sglang_version=version, model=profile.model.path, served_name=served,
                          profile_hash=profile_hash(profile), lock=lock.name,
                          context=run_context(runtime, lock, host_comm))
     bench = _bench_plan(data, source, profile=profile, lock=lock, user=user, home=home,
                         service_plan=plan, version=version,
-                        launch=launch_hash(args, {**launch.env, **{
+                        launch=launch_hash(args, {**launch_env, **{
                             k: str(v) for k, v in extra_env.items()}}))
     return ServePlan(lock, version, user, home, index_url, find_links, float(timeout), keep,
-                     runtime.gpus, plan, record, bench, checks_report)
+                     runtime.gpus, plan, record, bench, checks_report, placement)
 
 
 def profile_hash(profile) -> str:

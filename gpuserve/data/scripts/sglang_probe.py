@@ -195,12 +195,19 @@ def main():
     deadline = time.monotonic() + max(0.0, args.wait)
     http_timeout = args.http_timeout if args.wait <= 0 else min(args.http_timeout, 5.0)
     first_restarts = None
+    # --port 0: a node that serves no HTTP (a multi-node launch's rank > 0); its unit
+    # running is all it can show, the group's health is node 0's /health
+    serves_http = args.port != 0
+    status = error = None
     while True:
-        status, error = http_status(args.port, args.path, http_timeout)
+        if serves_http:
+            status, error = http_status(args.port, args.path, http_timeout)
         unit = unit_state(args.unit)
         if first_restarts is None:
             first_restarts = unit.get("NRestarts", "")
-        healthy = status == 200 and unit.get("ActiveState") == "active"
+        running = unit.get("ActiveState") == "active"
+        healthy = running and (status == 200 if serves_http else
+                               unit.get("SubState") == "running")
         if healthy or ended(unit, first_restarts) or time.monotonic() >= deadline:
             break
         time.sleep(0.5)
@@ -211,7 +218,8 @@ def main():
         lines, tail = [], []
     else:
         lines, tail = journal(args)
-    print(json.dumps({"health": status, "health_error": error, "unit": unit,
+    print(json.dumps({"health": status, "health_error": error, "http": serves_http,
+                      "unit": unit,
                       "lines": lines, "tail": tail,
                       "last_exit": last_exit(args.unit, unit.get("NRestarts", ""))}))
 
