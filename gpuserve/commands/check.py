@@ -27,6 +27,7 @@ whole point, and ``gpuserve plan|doctor|render`` must not pay for those imports.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gpuserve.errors import GpuserveError, InputError
+from gpuserve.fleet.multinode import Member
 from gpuserve.paths import PACKAGE_DIR
 
 DEPLOYS = ("serve", "host")
@@ -86,9 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     overrides = parse_data(args.data)
-    hosts = load_hosts(args.inventory, overrides, args.group_data)
+    hosts, groups = load_hosts(args.inventory, overrides, args.group_data)
     deploys = DEPLOYS if args.deploy == "all" else (args.deploy,)
-    results = [check_host(name, data, args.inventory, deploy)
+    results = [check_host(name, data, args.inventory, deploy, groups)
                for name, data in hosts for deploy in deploys]
     ok = all(r.ok for r in results)
     if args.json:
@@ -129,10 +131,11 @@ def parse_data(items: list[str]) -> dict:
     return parsed
 
 
-def load_hosts(inventory: str, overrides: dict,
-               group_data: list[str] | None = None) -> list[tuple[str, dict]]:
-    """(name, host data) of every host, loaded by pyinfra's CLI loader, connecting to
-    none. Any failure to load is an ``InputError`` naming the file."""
+def load_hosts(inventory: str, overrides: dict, group_data: list[str] | None = None,
+               ) -> tuple[list[tuple[str, dict]], dict[str, list[Member]]]:
+    """(name, host data) of every host, and every group's members in inventory order
+    (for multi-node profiles), loaded by pyinfra's CLI loader, connecting to none. Any
+    failure to load is an ``InputError`` naming the file."""
     if not Path(inventory).is_file():
         # pyinfra would take it for a host name (and resolve it); a lint wants a file
         raise InputError(inventory, None, "no such inventory file")
@@ -155,13 +158,15 @@ def load_hosts(inventory: str, overrides: dict,
             loaded = make_inventory(inventory, override_data=overrides or None, cwd=cwd,
                                     group_data_directories=group_data or None)
             hosts = [(h.name, h.data.dict()) for h in loaded]
+            groups = {g: [Member(h.name, h.data.dict()) for h in members]
+                      for g, members in loaded.groups.items()}
     except GpuserveError:
         raise
     except Exception as exc:  # noqa: BLE001 - any error in user code names its file
         raise _load_error(inventory, exc) from None
     if not hosts:
         raise InputError(inventory, None, "the inventory has no hosts")
-    return hosts
+    return hosts, groups
 
 
 def _groups_of(inventory: str) -> dict:
@@ -261,10 +266,12 @@ def _import_repository() -> None:
         sys.path.append(str(repo))
 
 
-def check_host(name: str, data: dict, source: str, deploy: str) -> Result:
+def check_host(name: str, data: dict, source: str, deploy: str,
+               groups: dict[str, list[Member]] | None = None) -> Result:
     """One host, one deploy; a GpuserveError is the host's failure, not the command's."""
     checker: Callable[[str, dict, str], Result] = (
-        check_serve if deploy == "serve" else check_host_deploy)
+        functools.partial(check_serve, groups=groups or {}) if deploy == "serve"
+        else check_host_deploy)
     try:
         misspelt_keys(data, source)
         return checker(name, data, source)
@@ -280,7 +287,8 @@ def unknown_runtime(name: str, python: str | None = None):
                        cuda_toolkit=None, free_bytes=None, gpus=0)
 
 
-def check_serve(name: str, data: dict, source: str) -> Result:
+def check_serve(name: str, data: dict, source: str,
+                groups: dict[str, list[Member]] | None = None) -> Result:
     """deploy/serve.py's plan_serve with host facts unknown, then once per other lock a
     host could pick (as if it had picked it)."""
     _import_repository()
@@ -290,7 +298,9 @@ def check_serve(name: str, data: dict, source: str) -> Result:
     from gpuserve.launch.profiles import load_profile
     from roles.service.serve_plan import plan_serve
 
-    plan = plan_serve(data, source, host_runtime=lambda home: unknown_runtime(name))
+    members = (groups or {}).get
+    plan = plan_serve(data, source, host_runtime=lambda home: unknown_runtime(name),
+                      host_name=name, group_members=members)
     # plan_serve accepted these; read them again to list the other candidate locks
     profile = load_profile(data["profile"])
     pinned = data.get("sglang_version") or None
@@ -313,7 +323,8 @@ def check_serve(name: str, data: dict, source: str) -> Result:
         if lock.name != plan.lock.name:
             try:
                 plan_serve({**data, "sglang_version": lock.sglang}, source,
-                           host_runtime=lambda home, lk=lock: unknown_runtime(name, lk.python))
+                           host_runtime=lambda home, lk=lock: unknown_runtime(name, lk.python),
+                           host_name=name, group_members=members)
             except GpuserveError as exc:
                 problem = str(exc)
                 warnings.append(f"a host that picks lock {lock.name} (Python {lock.python}, "

@@ -254,3 +254,23 @@ def test_same_message_as_the_serve_deploy_through_pyinfra(tmp_path, capsys) -> N
     assert deploy.returncode != 0 and expected in deploy.stdout + deploy.stderr
     rc, out, _ = check(capsys, str(inv), "--deploy", "serve")
     assert rc == 1 and expected in line(out, "@fake/gpu1", "serve")
+
+
+def test_multi_node_group_is_checked_without_connecting(tmp_path, capsys) -> None:
+    """A two-node profile on the group ``fleet``: both hosts pass with their rank; a
+    duplicate private address fails the host whose address repeats, naming the field."""
+    two = REPO / "tests/fixtures/profiles/two-nodes.yaml"
+    nodes = {"sglang_nodes_group": "fleet", "profile": str(two)}
+    inv = fleet(tmp_path, {"gpu1": {**nodes, "private_address": "10.0.0.21"},
+                           "gpu2": {**nodes, "private_address": "10.0.0.22"}})
+    rc, out, err = check(capsys, str(inv), "--deploy", "serve")
+    assert rc == 0, out + err
+    assert " ok " in line(out, "gpu1", "serve") and " ok " in line(out, "gpu2", "serve")
+    (tmp_path / "dup").mkdir()
+    inv = fleet(tmp_path / "dup", {"gpu1": {**nodes, "private_address": "10.0.0.21"},
+                                   "gpu2": {**nodes, "private_address": "10.0.0.21"}})
+    rc, out, err = check(capsys, str(inv), "--deploy", "serve")
+    assert rc == 1, out + err
+    fail = line(out, "gpu2", "serve")
+    assert " FAIL " in fail and "private_address (host gpu2)" in fail
+    assert "also host gpu1's" in fail
