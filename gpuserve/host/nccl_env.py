@@ -92,6 +92,7 @@ class NcclPlan:
     p2p: str | None = None
     virtualization: str | None = None
     summary: str = ""
+    measured: dict[str, Any] | None = None  # the measuring stage's choice, when it ran
 
 
 def validate_overrides(overrides: Any) -> dict[str, str]:
@@ -118,12 +119,26 @@ def plan_nccl(
     p2p: Any,
     overrides: dict[str, str] | None = None,
     gpu_count: int | None = None,
+    measured: dict[str, Any] | None = None,
 ) -> NcclPlan:
-    """Decide the NCCL env from the virtualization fact and the P2P verdict."""
+    """Decide the NCCL env from the virtualization fact and the P2P verdict, or, once the
+    measuring stage (roles/gpu_gates) has run, from its choice (``measured``: the
+    ``choice`` of /etc/gpuserve/measured.json, a ``gates.NcclChoice`` as a dict): what
+    the box did outranks what the driver says. Host-data overrides still come last."""
     verdict = p2p_verdict(p2p)
     plan = NcclPlan(p2p=verdict, virtualization=virtualization)
     vm = is_vm(virtualization)
-    if vm or verdict in ("none", "partial"):
+    if measured is not None:
+        plan.measured = measured
+        plan.env = {str(k): str(v) for k, v in (measured.get("env") or {}).items()}
+        reason = str(measured.get("reason", ""))
+        plan.reasons = {k: f"chosen from measurement (roles/gpu_gates): {reason}"
+                        for k in plan.env}
+        plan.disable_custom_all_reduce = bool(measured.get("disable_custom_all_reduce"))
+        plan.summary = f"measured: {reason}"
+        if plan.disable_custom_all_reduce:
+            plan.summary += "; SGLang needs --disable-custom-all-reduce"
+    elif vm or verdict in ("none", "partial"):
         why = []
         if vm:
             why.append(f"running in a {virtualization} guest (the emulated host bridge is "
@@ -197,6 +212,8 @@ def host_json(plan: NcclPlan) -> str:
         "nccl_env": dict(sorted(plan.env.items())),
         "reason": plan.summary,
     }
+    if plan.measured is not None:  # beside the driver's verdict, not instead of it
+        doc["measured_nccl"] = plan.measured
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
