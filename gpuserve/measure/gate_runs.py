@@ -448,12 +448,16 @@ def evaluate(
 
 def fingerprint(sources: Mapping[str, gates.ToolSource], nccl: NcclLib | None,
                 gpu_uuids: Iterable[str], driver: str | None, settings_timeout: float,
-                expectations_text: str) -> str:
+                expectations_text: str, driver_p2p: str | None = None,
+                virtualization: str | None = None) -> str:
     """What a measurement depends on: when it is unchanged, the last one still holds and
-    the stage measures nothing (host data ``gates_remeasure: true`` forces it)."""
+    the stage measures nothing (host data ``gates_remeasure: true`` forces it). The
+    driver's P2P verdict counts: it decides whether the P2P path is measured at all (an
+    ACS or IOMMU change shows there first)."""
     doc = {"tools": {n: [s.commit, s.sha256] for n, s in sorted(sources.items())},
            "nccl": None if nccl is None else [nccl.origin, nccl.lib],
            "gpus": sorted(gpu_uuids), "driver": driver, "timeout": settings_timeout,
+           "driver_p2p": driver_p2p, "virtualization": virtualization,
            "expectations": hashlib.sha256(expectations_text.encode()).hexdigest()}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 

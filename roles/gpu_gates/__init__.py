@@ -156,9 +156,12 @@ def measure(settings: gate_runs.GateSettings, nccl_overrides: dict[str, str],
         return
     nccl = nccl_location()
     driver = (fact_if_unchanged(gpu.NvidiaDriver) or {}).get("version")
+    virtualization = fact_if_unchanged(host_facts.Virtualization)
+    verdict = nccl_env.combined_verdict(
+        *(fact_if_unchanged(gpu.NvidiaP2P, mode=m) for m in ("r", "w")))
     fp = gate_runs.fingerprint(settings.sources, nccl, [str(g.get("uuid")) for g in gpus],
                                driver, settings.timeout_s,
-                               gates.EXPECTATIONS_PATH.read_text())
+                               gates.EXPECTATIONS_PATH.read_text(), verdict, virtualization)
     current = gate_runs.read_measured(
         "\n".join(fact_if_unchanged(FileContents, path=gate_runs.MEASURED_JSON) or []))
     if current is not None and current.get("fingerprint") == fp and not settings.remeasure:
@@ -169,9 +172,6 @@ def measure(settings: gate_runs.GateSettings, nccl_overrides: dict[str, str],
             yield fail_host(f"gates: {host.name} is not ready (last measurement):",
                             list(current.get("problems") or []))
         return
-    virtualization = fact_if_unchanged(host_facts.Virtualization)
-    verdict = nccl_env.combined_verdict(
-        *(fact_if_unchanged(gpu.NvidiaP2P, mode=m) for m in ("r", "w")))
     nccl_dir, p2p_dir = _build_dirs(settings, nccl)
     runs = gate_runs.run_plan(f"{nccl_dir}/bin", f"{p2p_dir}/bin", len(gpus), verdict,
                               virtualization)

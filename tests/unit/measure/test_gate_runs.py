@@ -220,7 +220,7 @@ def test_run_plan_measures_p2p_only_where_the_driver_reports_it_on_bare_metal():
     assert labels("none", "none") == ["p2p_off", "matrix"]
     off = gr.run_plan("/n", "/p", 8, "ok", "none")[1]
     assert off.env == {"NCCL_P2P_DISABLE": "1"} and off.args[:2] == ("-g", "8")
-    assert ("-e", "4G") == off.args[4:6]
+    assert off.args[4:6] == ("-e", "4G")
 
 
 def test_measure_script_times_out_a_hang_and_reports_every_run(tmp_path):
@@ -336,3 +336,5 @@ def test_fingerprint_changes_with_what_the_measurement_depends_on():
     assert base != gr.fingerprint(src, nccl, ["GPU-a"], "580.126.20", 600, "exp")
     assert base != gr.fingerprint(src, nccl, ["GPU-a", "GPU-b"], "590.48.01", 600, "exp")
     assert base != gr.fingerprint(src, nccl, ["GPU-a", "GPU-b"], "580.126.20", 600, "exp2")
+    assert base != gr.fingerprint(src, nccl, ["GPU-a", "GPU-b"], "580.126.20", 600, "exp",
+                                  driver_p2p="ok")
