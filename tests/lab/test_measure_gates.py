@@ -68,8 +68,13 @@ def test_measuring_stage_records_results_and_picks_the_nccl_env(lab):
     host_json = json.loads(host_file(lab, nccl_env.HOST_JSON_PATH))
     assert host_json["p2p"] == "none" and host_json["disable_custom_all_reduce"] is True
     assert host_json["measured_nccl"]["env"] == {"NCCL_P2P_DISABLE": "1"}
-    built = lab.ssh("stat -c '%U %a %n' /opt/gpuserve/gates/*/bin/*").stdout.split("\n")
-    assert sum(1 for line in built if line.startswith("root 755 ")) == 4, built
+    tools = doc["tools"]
+    dirs = (f"/opt/gpuserve/gates/nccl-tests-2.19.6-{tools['nccl-tests']['sha256'][:12]}-system",
+            f"/opt/gpuserve/gates/cuda-samples-13.0-{tools['cuda-samples']['sha256'][:12]}")
+    built = lab.ssh(f"cd / && stat -c '%U %a %n' {dirs[0]}/bin/* {dirs[1]}/bin/*").stdout
+    assert sorted(line.split()[2].rsplit("/", 1)[1] for line in built.splitlines()
+                  if line.startswith("root 755 ")) == [
+        "all_gather_perf", "all_reduce_perf", "alltoall_perf", "p2pBandwidthLatencyTest"], built
 
 
 def test_bare_metal_measured_faster_with_p2p_keeps_p2p_on(lab):
