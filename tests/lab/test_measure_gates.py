@@ -5,13 +5,17 @@ The lab's nccl-tests and cuda-samples are stand-in source archives on the mirror
 module-scoped sequence: the reference box (a KVM guest without P2P) measures P2P off
 only and records it -> the bare-metal box measures P2P on and off and keeps P2P on ->
 a P2P transport that hangs is killed at its timeout and leaves P2P off -> the rerun
-measures nothing and reports no changes.
+measures nothing and reports no changes -> a slow run fails the host and
+``pytest tests/host --inventory inventory/lab.py`` with the numbers, and passes again
+once the box is back to its recorded speed.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,7 @@ from gpuserve.host import nccl_env
 
 pytestmark = pytest.mark.lab
 
+REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NO_HEADERS = ("--data", "nvidia_install_headers=False")  # as in test_host_deploy.py
 REMEASURE = ("--data", "gates_remeasure=True")
@@ -109,3 +114,28 @@ def test_rerun_measures_nothing_and_reports_no_changes(lab):
     assert rc == 0, out[-4000:]
     assert "gates: the last measurement still holds" in out
     assert "[lab-gpu] No changes" in out and not re.search(r"\[lab-gpu\] (Success|Error)", out)
+
+
+def tests_host(lab, *args: str) -> subprocess.CompletedProcess:
+    """``pytest tests/host --inventory inventory/lab.py`` against this lab instance."""
+    return subprocess.run([sys.executable, "-m", "pytest", "tests/host", "--inventory",
+                           "inventory/lab.py", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=REPO, env=lab.env, capture_output=True, text=True, timeout=900)
+
+
+def test_a_run_below_expectation_fails_the_host_and_tests_host_with_the_numbers(lab):
+    lab.ssh("rm -f /etc/gpuserve-lab/gates-hang; echo 4 > /etc/gpuserve-lab/gates-slow",
+            check=True)
+    rc, out = host_deploy(lab, *REMEASURE, check=False)
+    assert rc != 0
+    assert "gates: lab-gpu is not ready (measured vs expected):" in out
+    assert "all_reduce_busbw@2147483648: 9.59 GB/s is below the floor 10 GB/s" in out
+    r = tests_host(lab, "-k", "gates")
+    text = r.stdout + r.stderr
+    assert r.returncode == 1, text[-3000:]
+    assert "below expectation" in text and "9.59 GB/s" in text
+    lab.ssh("rm -f /etc/gpuserve-lab/gates-slow", check=True)
+    rc, out = host_deploy(lab, *REMEASURE)
+    assert rc == 0, out[-4000:]
+    r = tests_host(lab)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

@@ -270,6 +270,19 @@ def test_p2p_hang_is_reported_with_its_timeout_and_keeps_p2p_off():
     assert ev.record["runs"][0]["hang"] == {"timeout_s": 30}
 
 
+def test_working_p2p_copies_do_not_fail_a_host_whose_nccl_p2p_path_hung():
+    ev = _evaluate("ok", {"p2p_on": None, "p2p_off": OFF, "matrix": MATRIX_ON})
+    assert not ev.choice.p2p and ev.ready, ev.problems
+    matrix = next(v for v in ev.verdicts if v.check == "p2p_matrix_consistent")
+    assert matrix.status == "skip" and "kept off" in matrix.message
+    # P2P kept on must be real P2P: a staged "P2P" path fails
+    ev = _evaluate("ok", {"p2p_on": ON, "p2p_off": OFF,
+                          "matrix": "p2p_bw_pro6000x2_can_but_staged_composed.txt"})
+    assert ev.choice.p2p and not ev.ready
+    assert any(p.startswith("p2p_matrix_consistent: P2P expected but only 0 of 2")
+               for p in ev.problems), ev.problems
+
+
 def test_matrix_hang_overrules_a_faster_p2p_all_reduce():
     ev = _evaluate("ok", {"p2p_on": ON, "p2p_off": OFF, "matrix": None})
     assert not ev.choice.p2p
