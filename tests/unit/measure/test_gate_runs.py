@@ -351,3 +351,13 @@ def test_fingerprint_changes_with_what_the_measurement_depends_on():
     assert base != gr.fingerprint(src, nccl, ["GPU-a", "GPU-b"], "580.126.20", 600, "exp2")
     assert base != gr.fingerprint(src, nccl, ["GPU-a", "GPU-b"], "580.126.20", 600, "exp",
                                   driver_p2p="ok")
+
+
+def test_gate_size_is_the_classes_busbw_size_and_stamp_names_the_pin():
+    exp = gates.load_expectations()
+    assert gr.gate_size(exp, "nvlink4") == 4294967296
+    assert gr.gate_size(exp, "pcie-no-p2p") == 2147483648
+    assert gr.gate_size(exp, None) == 2147483648  # unknown topology: the PCIe size
+    src = gates.load_sources()["nccl-tests"]
+    stamp = json.loads(gr.stamp_text(src, gr.NcclLib("venv", "/v/include", "/v/lib")))
+    assert stamp["commit"] == src.commit and stamp["nccl"] == {"origin": "venv", "lib": "/v/lib"}
