@@ -37,6 +37,7 @@ from pyinfra.facts.server import Command
 
 from gpuserve.host import nccl_env
 from gpuserve.measure import gate_runs, gates
+from gpuserve.measure.results import safe_name
 from roles import managed
 from roles.failure import fail_host
 from roles.prefetch import Read, fact, fact_if_unchanged
@@ -183,8 +184,8 @@ def measure(settings: gate_runs.GateSettings, nccl_overrides: dict[str, str],
         runs, settings.timeout_s, ld_path)) or []
     outcomes = gate_runs.split_runs(output, runs, settings.timeout_s)
     root = _results_root(results_dir) if results_dir else None
-    records = gates.read_measure_records(root / host.name) if root and \
-        (root / host.name).is_dir() else []
+    host_dir = root / safe_name(host.name) if root else None
+    records = gates.read_measure_records(host_dir) if host_dir and host_dir.is_dir() else []
     facts_doc = {"gpus": gpus, "virtualization": virtualization,
                  "topology": {"links": (fact_if_unchanged(gpu.NvidiaTopology) or {})
                               .get("links"), "p2p": verdict}}
