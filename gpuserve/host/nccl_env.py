@@ -128,6 +128,9 @@ def plan_nccl(
     verdict = p2p_verdict(p2p)
     plan = NcclPlan(p2p=verdict, virtualization=virtualization)
     vm = is_vm(virtualization)
+    stale = measured is not None and measured_is_stale(measured, verdict)
+    if stale:
+        measured = None  # the host changed since (another box, ACS, a VM): the verdict rules
     if measured is not None:
         plan.measured = measured
         plan.env = {str(k): str(v) for k, v in (measured.get("env") or {}).items()}
@@ -158,6 +161,9 @@ def plan_nccl(
     else:
         plan.summary = ("P2P verdict unknown (nvidia-smi not usable yet, or one GPU): NCCL "
                         "defaults; re-run the deploy after the driver is loaded")
+    if stale:
+        plan.summary += (" (the last measurement was taken under another driver P2P verdict: "
+                         "run deploy/host.py to measure again)")
     if gpu_count is not None and gpu_count <= 1:
         plan.summary += " (single GPU: no collectives cross GPUs)"
     for key, value in (overrides or {}).items():
@@ -172,6 +178,15 @@ def plan_nccl(
         if key == "NCCL_P2P_DISABLE":
             plan.disable_custom_all_reduce = value not in ("0", "")
     return plan
+
+
+def measured_is_stale(measured: dict[str, Any], verdict: str | None) -> bool:
+    """A measured choice holds only under the driver P2P verdict it was measured with
+    (``numbers.driver_p2p``): P2P on is only ever chosen where the driver reported it,
+    so a verdict that changed since (another box, ACS or IOMMU changes, a VM) makes the
+    choice stale until the measuring stage runs again."""
+    numbers = measured.get("numbers") if isinstance(measured, dict) else None
+    return not isinstance(numbers, dict) or numbers.get("driver_p2p") != verdict
 
 
 def render_env_file(plan: NcclPlan) -> str:

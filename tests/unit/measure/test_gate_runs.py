@@ -325,6 +325,13 @@ def test_measured_json_round_trip_and_nccl_plan_follows_it():
     assert host_doc["measured_nccl"]["p2p"] is False
     assert nccl_env.sglang_flags_for_host(nccl_env.host_json(plan).splitlines()) == [
         "--disable-custom-all-reduce"]
+    # a measurement taken under another driver verdict is stale: the verdict rules
+    stale = nccl_env.plan_nccl("kvm", "none", {}, 8, measured={**doc["choice"], "numbers": {
+        **doc["choice"]["numbers"], "driver_p2p": "ok"}})
+    assert stale.measured is None and "measure again" in stale.summary
+    moved = dict(doc["choice"], p2p=True, env={}, disable_custom_all_reduce=False)
+    assert nccl_env.plan_nccl("kvm", "none", {}, 8, measured=moved).env == {
+        "NCCL_P2P_DISABLE": "1"}, "a P2P-on measurement never outlives a verdict of none"
     # without a measurement the driver's verdict rules, as before
     assert nccl_env.plan_nccl("none", "ok", {}, 8).env == {}
     # host data still has the last word
