@@ -3,6 +3,12 @@
     pyinfra inventory/gpu.py deploy/host.py --dry   # the plan
     pyinfra inventory/gpu.py deploy/host.py         # apply
 
+The measuring stage (roles/gpu_gates) runs last, here rather than in a deploy of its
+own: it must measure the host as provisioned (after the kernel parameters and a reboot
+took effect), and its choice rewrites nccl.env and host.json, which this deploy owns;
+a second deploy would make two writers of one file and a host that is "provisioned"
+before anyone measured it. ``gates: off`` in host data skips it.
+
 Host data is validated first (roles/host_plan.py, the same code ``gpuserve check``
 runs without connecting) so a bad value stops the run with
 ``<inventory>: <key>: ...`` before any host is changed; the keys and their defaults are
@@ -13,7 +19,7 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from roles import cuda_toolkit, kernel, nccl, nvidia_driver
+from roles import cuda_toolkit, gpu_gates, kernel, nccl, nvidia_driver
 from roles.host_plan import plan_host
 from roles.inventory import inventory_source, run_deploy
 from roles.prefetch import prefetch
@@ -24,7 +30,8 @@ def main() -> None:
     # every read of the roles below in one remote command (roles/prefetch.py); the driver
     # role adds its files and packages once it knows the repository
     prefetch([*kernel.reads(), *nvidia_driver.fact_reads(),
-              *cuda_toolkit.reads(settings.cuda_lane), *nccl.reads()])
+              *cuda_toolkit.reads(settings.cuda_lane), *nccl.reads(),
+              *gpu_gates.reads(settings.gates)])
     params = settings.kernel.params(*kernel.platform())
 
     kernel.configure_kernel(params=params)
@@ -44,6 +51,9 @@ def main() -> None:
         allow_reboot=settings.kernel.allow_reboot,
         reboot_timeout=settings.kernel.reboot_timeout,
     )
+    gpu_gates.measure_gpu_gates(settings=settings.gates,
+                                nccl_overrides=settings.nccl_overrides,
+                                results_dir=settings.results_dir)
 
 
 run_deploy(main)

@@ -17,6 +17,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
+from lab.gate_tools import archive_sha256  # noqa: E402
 from lab.locks import locks_dir  # noqa: E402
 from lab.nvidia_repo import keyring_sha256  # noqa: E402
 from lab.state import (  # noqa: E402
@@ -45,6 +46,15 @@ LAB_HOST_DATA = {
     "nvidia_keyring_sha256": "{keyring_sha256}",
     "trusted_mirrors": ["{mirror}"],
     "allow_reboot": True,
+    # the measuring tools' stand-in sources (lab/gate_tools), pinned by the digests the
+    # publisher computed; the stand-ins finish at once, so a hang shows within 30 s
+    "gates_sources": {
+        "nccl-tests": {"url": "{mirror}gates/nccl-tests-lab.tar.gz",
+                       "sha256": "{nccl_tests_sha256}"},
+        "cuda-samples": {"url": "{mirror}gates/cuda-samples-lab.tar.gz",
+                         "sha256": "{cuda_samples_sha256}"},
+    },
+    "gates_timeout": 30,
 }
 
 
@@ -67,13 +77,18 @@ def _host_data() -> dict:
     if keyring is None:
         print(f"inventory/lab.py: warning: no lab cuda-keyring under {st.mirror_root}; run "
               "`python -m lab up` again (it republishes the mirror)", file=sys.stderr)
-    fields = {"mirror": st.mirror_url, "locks": str(locks), "keyring_sha256": keyring or ""}
+    fields = {"mirror": st.mirror_url, "locks": str(locks), "keyring_sha256": keyring or "",
+              "nccl_tests_sha256": archive_sha256(st.mirror_root, "nccl-tests-lab.tar.gz") or "",
+              "cuda_samples_sha256":
+                  archive_sha256(st.mirror_root, "cuda-samples-lab.tar.gz") or ""}
 
     def fill(value):
         if isinstance(value, str):
             return value.format(**fields)
         if isinstance(value, list):
             return [fill(v) for v in value]
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
         return value
 
     data = {k: fill(v) for k, v in LAB_HOST_DATA.items()}

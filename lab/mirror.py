@@ -27,7 +27,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 # Order matters: lab.locks runs tools/gen_lock.py over the wheels the stand-ins wrote.
-PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.nvidia_repo", "lab.locks")
+PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.nvidia_repo", "lab.locks",
+              "lab.gate_tools")
 LAYOUT = ("wheels", "cuda/repos/debian12/x86_64")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,9 +9,13 @@ IOMMU parameters, the boot loader, the running kernel) stays in the roles, read 
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuserve import safeload
+from gpuserve.errors import InputError
 from gpuserve.host.host_data import HostSettings, host_settings
-from roles import cuda_toolkit, kernel, nccl, nvidia_driver
+from gpuserve.measure import gate_runs
+from roles import cuda_toolkit, gpu_gates, kernel, nccl, nvidia_driver
 from roles.nvidia_driver import keyring, mirrors
 
 
@@ -19,7 +23,7 @@ def defaults() -> dict:
     """Every host-data key deploy/host.py reads, with its documented default."""
     merged: dict = {}
     for layer in (kernel.DEFAULTS, nvidia_driver.DEFAULTS, cuda_toolkit.DEFAULTS,
-                  nccl.DEFAULTS):
+                  nccl.DEFAULTS, gpu_gates.DEFAULTS, {"results_dir": "results"}):
         merged.update(layer)
     return merged
 
@@ -38,4 +42,9 @@ def plan_host(host_data: dict, source: str) -> HostSettings:
     mirrors.require_https(settings.repo_url, "nvidia_repo_url", trusted, source,
                           allow_file=True)
     keyring.validate_sha256(data["nvidia_keyring_sha256"], source)
-    return settings
+    results_dir = data["results_dir"]
+    if not isinstance(results_dir, str):
+        raise InputError(source, "results_dir", "must be a path (\"\" turns recording off)")
+    # the measuring stage (roles/gpu_gates): modes, timeout, pinned-source overrides
+    return dataclasses.replace(settings, gates=gate_runs.gate_settings(data, source),
+                               results_dir=results_dir)

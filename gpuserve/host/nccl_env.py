@@ -92,6 +92,7 @@ class NcclPlan:
     p2p: str | None = None
     virtualization: str | None = None
     summary: str = ""
+    measured: dict[str, Any] | None = None  # the measuring stage's choice, when it ran
 
 
 def validate_overrides(overrides: Any) -> dict[str, str]:
@@ -118,12 +119,29 @@ def plan_nccl(
     p2p: Any,
     overrides: dict[str, str] | None = None,
     gpu_count: int | None = None,
+    measured: dict[str, Any] | None = None,
 ) -> NcclPlan:
-    """Decide the NCCL env from the virtualization fact and the P2P verdict."""
+    """Decide the NCCL env from the virtualization fact and the P2P verdict, or, once the
+    measuring stage (roles/gpu_gates) has run, from its choice (``measured``: the
+    ``choice`` of /etc/gpuserve/measured.json, a ``gates.NcclChoice`` as a dict): what
+    the box did outranks what the driver says. Host-data overrides still come last."""
     verdict = p2p_verdict(p2p)
     plan = NcclPlan(p2p=verdict, virtualization=virtualization)
     vm = is_vm(virtualization)
-    if vm or verdict in ("none", "partial"):
+    stale = measured is not None and measured_is_stale(measured, verdict)
+    if stale:
+        measured = None  # the host changed since (another box, ACS, a VM): the verdict rules
+    if measured is not None:
+        plan.measured = measured
+        plan.env = {str(k): str(v) for k, v in (measured.get("env") or {}).items()}
+        reason = str(measured.get("reason", ""))
+        plan.reasons = {k: f"chosen from measurement (roles/gpu_gates): {reason}"
+                        for k in plan.env}
+        plan.disable_custom_all_reduce = bool(measured.get("disable_custom_all_reduce"))
+        plan.summary = f"measured: {reason}"
+        if plan.disable_custom_all_reduce:
+            plan.summary += "; SGLang needs --disable-custom-all-reduce"
+    elif vm or verdict in ("none", "partial"):
         why = []
         if vm:
             why.append(f"running in a {virtualization} guest (the emulated host bridge is "
@@ -143,6 +161,9 @@ def plan_nccl(
     else:
         plan.summary = ("P2P verdict unknown (nvidia-smi not usable yet, or one GPU): NCCL "
                         "defaults; re-run the deploy after the driver is loaded")
+    if stale:
+        plan.summary += (" (the last measurement was taken under another driver P2P verdict: "
+                         "run deploy/host.py to measure again)")
     if gpu_count is not None and gpu_count <= 1:
         plan.summary += " (single GPU: no collectives cross GPUs)"
     for key, value in (overrides or {}).items():
@@ -157,6 +178,15 @@ def plan_nccl(
         if key == "NCCL_P2P_DISABLE":
             plan.disable_custom_all_reduce = value not in ("0", "")
     return plan
+
+
+def measured_is_stale(measured: dict[str, Any], verdict: str | None) -> bool:
+    """A measured choice holds only under the driver P2P verdict it was measured with
+    (``numbers.driver_p2p``): P2P on is only ever chosen where the driver reported it,
+    so a verdict that changed since (another box, ACS or IOMMU changes, a VM) makes the
+    choice stale until the measuring stage runs again."""
+    numbers = measured.get("numbers") if isinstance(measured, dict) else None
+    return not isinstance(numbers, dict) or numbers.get("driver_p2p") != verdict
 
 
 def render_env_file(plan: NcclPlan) -> str:
@@ -197,6 +227,8 @@ def host_json(plan: NcclPlan) -> str:
         "nccl_env": dict(sorted(plan.env.items())),
         "reason": plan.summary,
     }
+    if plan.measured is not None:  # beside the driver's verdict, not instead of it
+        doc["measured_nccl"] = plan.measured
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 

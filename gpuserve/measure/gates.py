@@ -90,12 +90,16 @@ class ToolSource:
 
 
 def load_sources(
-    path: str | Path = SOURCES_PATH, overrides: Mapping[str, Any] | None = None
+    path: str | Path = SOURCES_PATH, overrides: Mapping[str, Any] | None = None,
+    overrides_source: str = "host data",
 ) -> dict[str, ToolSource]:
     """Read and check ``sources.yaml``; ``overrides`` (host data) may replace a tool's URL.
 
     A mirror changes only where the bytes come from: the pin (commit or sha256) stays, so
-    a mirror serving other content fails the check after checkout or download.
+    a mirror serving other content fails the check after checkout or download. An
+    override may also bring its own archive ``sha256`` (a site's vetted archive of the
+    tool, e.g. a mirror that serves tarballs, not git): that replaces the pin with another
+    pin, never with none. ``overrides_source`` names the inventory in errors.
     """
     file = str(path)
     doc = safeload.load_yaml_file(path)
@@ -107,16 +111,30 @@ def load_sources(
     if not isinstance(tools, dict) or not tools:
         raise InputError(file, "tools", "must be a non-empty mapping of tool name to source")
     sources = {name: _tool(file, name, raw) for name, raw in tools.items()}
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise InputError(overrides_source, "gates_sources",
+                         "must map a tool name to {url: ..., sha256: ...}")
     for name, raw in (overrides or {}).items():
         where = f"gates_sources.{name}"
         if name not in sources:
-            raise InputError("host data", where, f"unknown tool (known: {', '.join(sources)})")
-        if not isinstance(raw, dict) or set(raw) - {"url"}:
-            raise InputError("host data", where, "may only set 'url' (a mirror of the same pin)")
+            raise InputError(overrides_source, where,
+                             f"unknown tool (known: {', '.join(sources)})")
+        if not isinstance(raw, dict) or set(raw) - {"url", "sha256"}:
+            raise InputError(overrides_source, where,
+                             "may only set 'url' (a mirror of the same pin) and 'sha256' "
+                             "(the pin of an archive at that url)")
         url = raw.get("url")
         if not isinstance(url, str) or not _URL.match(url):
-            raise InputError("host data", f"{where}.url", f"must be a URL or path, got {url!r}")
-        sources[name] = _replace(sources[name], url=url)
+            raise InputError(overrides_source, f"{where}.url",
+                             f"must be a URL or path, got {url!r}")
+        sha = raw.get("sha256")
+        if sha is None:
+            sources[name] = _replace(sources[name], url=url)
+            continue
+        if not (isinstance(sha, str) and _HEX64.match(sha)):
+            raise InputError(overrides_source, f"{where}.sha256",
+                             f"must be 64 lowercase hex digits, got {sha!r}")
+        sources[name] = _replace(sources[name], url=url, sha256=sha, commit=None, tag=None)
     return sources
 
 

@@ -228,6 +228,26 @@ def packages(spec: dict, public_key: bytes) -> list[_Deb]:
             f'if [ "$1" = remove ]; then update-alternatives --remove cuda {prefix}; fi\n'
         )
         debs.append(deb)
+
+    # NCCL as NVIDIA's repository ships it (libnccl2 / libnccl-dev, version
+    # <nccl>-1+cuda<X.Y>): what roles/gpu_gates builds nccl-tests against before a
+    # SGLang venv exists. Stand-ins: no code, the files where the real ones go.
+    nccl = spec["nccl"]
+    libdir = "/usr/lib/x86_64-linux-gnu"
+    major, minor, patch = nccl["version"].split(".")
+    v = f"{nccl['version']}-1+cuda{nccl['cuda']}"
+    debs.append(
+        _Deb("libnccl2", v, description="NVIDIA Collective Communication Library "
+             "(lab stand-in: no code)")
+        .add(f"{libdir}/libnccl.so.2", f"gpuserve lab stand-in of libnccl.so.{nccl['version']}\n")
+    )
+    debs.append(
+        _Deb("libnccl-dev", v, depends=f"libnccl2 (= {v})",
+             description="NVIDIA NCCL development files (lab stand-in)")
+        .add("/usr/include/nccl.h", f"/* gpuserve lab stand-in */\n#define NCCL_MAJOR {major}\n"
+             f"#define NCCL_MINOR {minor}\n#define NCCL_PATCH {patch}\n")
+        .add(f"{libdir}/libnccl.so", "gpuserve lab stand-in (libnccl.so -> libnccl.so.2)\n")
+    )
     return debs
 
 

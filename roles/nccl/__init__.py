@@ -1,4 +1,8 @@
-"""NCCL environment file from the measured P2P verdict (decisions in gpuserve.host.nccl_env).
+"""NCCL environment file from the P2P verdict (decisions in gpuserve.host.nccl_env).
+
+Once the measuring stage (roles/gpu_gates) has run, its choice in
+/etc/gpuserve/measured.json outranks the driver's verdict here too, so that this role
+and that stage write the same files and a rerun changes nothing.
 
 Writes /etc/gpuserve/nccl.env (systemd EnvironmentFile syntax, each value commented
 with its reason) and /etc/gpuserve/host.json, which tells the serve deploy whether
@@ -12,9 +16,11 @@ import posixpath
 
 from pyinfra import host
 from pyinfra.api import deploy, operation
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from gpuserve.host import nccl_env
+from gpuserve.measure.gate_runs import MEASURED_JSON, read_measured
 from roles import managed
 from roles.prefetch import Read, fact_if_unchanged
 
@@ -36,6 +42,7 @@ def reads() -> list[Read]:
     """Everything this role reads, for the deploy's prefetch (roles/prefetch.py)."""
     gpu, host_facts = _facts()
     return [Read.of(host_facts.Virtualization), Read.of(gpu.NvidiaGpus),
+            Read.of(FileContents, path=MEASURED_JSON),
             *(Read.of(gpu.NvidiaP2P, mode=mode) for mode in ("r", "w")),
             *(managed.read(p) for p in (CONFIG_DIR, nccl_env.NCCL_ENV_PATH,
                                         nccl_env.HOST_JSON_PATH))]
@@ -44,16 +51,31 @@ def reads() -> list[Read]:
 CONFIG_DIR = posixpath.dirname(nccl_env.NCCL_ENV_PATH)
 
 
-def current_plan(overrides: dict[str, str]) -> nccl_env.NcclPlan:
+_UNREAD = object()
+
+
+def measured_choice() -> dict | None:
+    """The measuring stage's last choice (roles/gpu_gates writes measured.json), which
+    outranks the driver's verdict; None before any measurement."""
+    lines = fact_if_unchanged(FileContents, path=MEASURED_JSON)
+    doc = read_measured("\n".join(lines or []))
+    return None if doc is None else doc.get("choice")
+
+
+def current_plan(overrides: dict[str, str], measured: object = _UNREAD) -> nccl_env.NcclPlan:
     """The plan from the facts as they are at execute time: after the driver role
-    installed nvidia-smi (prefetched values only when the deploy changes nothing)."""
+    installed nvidia-smi (prefetched values only when the deploy changes nothing).
+    ``measured``: the measuring stage's choice (default: read from measured.json)."""
+    if measured is _UNREAD:
+        measured = measured_choice()
     gpu, host_facts = _facts()
     virtualization = fact_if_unchanged(host_facts.Virtualization)
     verdict = nccl_env.combined_verdict(
         *(fact_if_unchanged(gpu.NvidiaP2P, mode=mode) for mode in ("r", "w"))
     )
     gpus = fact_if_unchanged(gpu.NvidiaGpus) or []
-    return nccl_env.plan_nccl(virtualization, verdict, overrides, len(gpus) or None)
+    return nccl_env.plan_nccl(virtualization, verdict, overrides, len(gpus) or None,
+                              measured=measured if isinstance(measured, dict) else None)
 
 
 @operation()

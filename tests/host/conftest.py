@@ -33,6 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def pytest_addoption(parser):
     parser.addoption("--inventory", default=None,
                      help="pyinfra inventory file whose hosts tests/host checks")
+    parser.addoption("--measure", action="store_true", default=False,
+                     help="measure the GPU gates again (deploy/host.py) before checking them")
 
 
 @dataclass

@@ -15,6 +15,7 @@ import pytest
 
 from gpuserve.host import boot, nccl_env
 from gpuserve.host.host_data import HostSettings, host_settings
+from gpuserve.measure import gate_runs
 from gpuserve.parsers import cpuinfo, cuda, nvidia_driver, nvidia_smi, proc_modules
 from roles import cuda_toolkit, kernel, nccl
 from roles import nvidia_driver as nvidia_role
@@ -94,11 +95,17 @@ def test_nouveau_absent(gpu_host):
 
 
 def test_p2p_verdict_consistent_with_nccl_env(gpu_host, expected):
+    """nccl.env and host.json are what roles/nccl derives from the driver's verdict, or
+    from the measured choice once roles/gpu_gates has measured."""
     matrices = [nvidia_smi.parse_p2p_matrix(gpu_host.check_output(f"nvidia-smi topo -p2p {m}"))
                 for m in ("r", "w")]
     verdict = nvidia_smi.p2p_verdict(*matrices)
     virt = gpu_host.check_output("systemd-detect-virt || true").strip() or None
-    want = nccl_env.plan_nccl(virt, verdict, expected.nccl_overrides, len(matrices[0].gpus))
+    # once the measuring stage ran, its choice (measured.json) decides, not the verdict
+    measured = gpu_host.file(gate_runs.MEASURED_JSON)
+    doc = gate_runs.read_measured(measured.content_string) if measured.exists else None
+    want = nccl_env.plan_nccl(virt, verdict, expected.nccl_overrides, len(matrices[0].gpus),
+                              measured=None if doc is None else doc.get("choice"))
     env_file = gpu_host.file(nccl_env.NCCL_ENV_PATH)
     assert env_file.exists, f"{nccl_env.NCCL_ENV_PATH} missing"
     assert nccl_env.parse_env_file(env_file.content_string) == want.env

@@ -94,7 +94,7 @@ def test_testinfra_suite_passes_on_the_lab_inventory(lab, provisioned):
                         "tests/host", "--inventory", "inventory/lab.py"],
                        cwd=REPO, env=lab.env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert "7 passed" in r.stdout
+    assert "11 passed" in r.stdout  # 7 host checks + 4 measured-gate checks (test_gpu_gates.py)
 
 
 def test_proprietary_flavour_refused_on_blackwell_before_any_change(lab, provisioned):

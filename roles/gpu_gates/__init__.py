@@ -1,0 +1,251 @@
+"""Measured P2P and NCCL gates: build the measuring tools, run them, choose the NCCL env.
+
+What the driver reports (``nvidia-smi topo -p2p``) and what the box does differ (a VM
+without P2P, RTX PRO 6000 hosts whose P2P transport hangs, custom all-reduce over PCIe);
+so once the host is provisioned this stage measures its collectives and GPU-to-GPU paths
+and lets the measurement choose the NCCL env (decisions: gpuserve/measure/gate_runs.py
+and gates.py).
+
+1. Build, once per tool version, pin and NCCL, into root-owned directories under
+   ``/opt/gpuserve/gates``: nccl-tests against the NCCL the SGLang unit's venv loads
+   (the ``nvidia-nccl-cu*`` wheel), else the system NCCL (libnccl2/libnccl-dev from
+   NVIDIA's repository, installed when the host has none), and cuda-samples'
+   p2pBandwidthLatencyTest with the host's CUDA toolkit. A finished build directory
+   exists only complete (renamed into place last), so its stamp decides "built".
+2. Measure (a fact: reading the box changes nothing): all_reduce_perf with
+   ``NCCL_P2P_DISABLE=1`` and, where the driver reports P2P on bare metal, without it;
+   p2pBandwidthLatencyTest; each under a timeout, a hang being a result.
+3. Write ``/etc/gpuserve/measured.json`` (choice, figures, verdicts), and nccl.env and
+   host.json from the choice (roles/nccl renders them; it reads measured.json too, so
+   the two never undo each other), and a ``gpuserve.measure/1`` record under
+   ``<results_dir>/<host>/`` on the controller. A host whose gates fail is failed, after
+   its env is written (P2P stays off unless measured faster).
+
+A measurement holds while what it depends on is unchanged (tool pins, NCCL, GPUs,
+driver, expectations: ``gate_runs.fingerprint``), so a rerun measures nothing and
+reports no changes; ``gates_remeasure: true`` measures again.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from pyinfra import host, logger, state
+from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
+from pyinfra.facts.files import FileContents
+from pyinfra.facts.server import Command
+
+from gpuserve.host import nccl_env
+from gpuserve.measure import gate_runs, gates
+from gpuserve.measure.results import safe_name
+from roles import managed
+from roles.failure import fail_host
+from roles.prefetch import Read, fact, fact_if_unchanged
+
+DEFAULTS = {
+    # Measuring stage after provisioning: "auto" (measure where nvidia-smi lists two or
+    # more GPUs), "on" (and fail a host with fewer), "off".
+    "gates": "auto",
+    # Seconds one tool run may take before it is killed and counted as a hang.
+    "gates_timeout": 600,
+    # Measure again although nothing the last measurement depends on changed.
+    "gates_remeasure": False,
+    # Per tool ("nccl-tests", "cuda-samples"): {url: mirror of the pinned source} or
+    # {url: archive, sha256: its digest} (gpuserve/data/gates/sources.yaml).
+    "gates_sources": {},
+}
+
+BUILD_PACKAGES = ["build-essential", "cmake"]
+SYSTEM_NCCL_PACKAGES = ["libnccl2", "libnccl-dev"]
+CUDA_HOME = "/usr/local/cuda"
+
+
+def _facts():
+    from gpuserve.facts import gpu
+    from gpuserve.facts import host as host_facts
+
+    return gpu, host_facts
+
+
+def reads(settings: gate_runs.GateSettings) -> list[Read]:
+    """Everything this role reads, for the deploy's prefetch (roles/prefetch.py)."""
+    if settings.mode == "off":
+        return []
+    gpu, host_facts = _facts()
+    packages = [*BUILD_PACKAGES, *SYSTEM_NCCL_PACKAGES, *_git(settings)]
+    return [Read.of(gpu.NvidiaGpus), Read.of(gpu.NvidiaTopology), Read.of(gpu.NvidiaDriver),
+            Read.of(host_facts.Virtualization),
+            *(Read.of(gpu.NvidiaP2P, mode=m) for m in ("r", "w")),
+            Read.of(Command, command=gate_runs.NCCL_LOCATION_COMMAND),
+            Read.of(FileContents, path=gate_runs.MEASURED_JSON),
+            managed.read(settings.root),
+            *(managed.read_package(p) for p in packages)]
+
+
+def _git(settings: gate_runs.GateSettings) -> list[str]:
+    return ["git"] if any(s.sha256 is None for s in settings.sources.values()) else []
+
+
+def nccl_location(now: bool = True) -> gate_runs.NcclLib | None:
+    read = fact_if_unchanged if now else fact
+    out = read(Command, command=gate_runs.NCCL_LOCATION_COMMAND) or ""
+    return gate_runs.parse_nccl_location(str(out).splitlines())
+
+
+class GateMeasure(FactBase):
+    """Run the measuring tools (gate_runs.measure_script); their output with markers.
+
+    A fact, not an operation command: measuring reads the box and changes nothing, so a
+    run that only measures counts as no change (see roles/checks on how pyinfra counts)."""
+
+    def command(self, script: str) -> StringCommand:
+        return StringCommand("sh", "-c", QuoteString(script))
+
+    def process(self, output: list[str]) -> list[str]:
+        return output
+
+
+def _build_dirs(settings: gate_runs.GateSettings, nccl: gate_runs.NcclLib | None
+                ) -> tuple[str, str]:
+    return (gate_runs.tool_dir(settings.root, settings.sources[gate_runs.NCCL_TOOL], nccl),
+            gate_runs.tool_dir(settings.root, settings.sources[gate_runs.P2P_TOOL]))
+
+
+@operation()
+def build_tool(tool: str, settings: gate_runs.GateSettings):
+    """Fetch, verify and build one tool unless its directory holds a finished build.
+
+    Decided at execute time: the toolkit, the NCCL packages and nvidia-smi (for the
+    GPUs' architectures) come from earlier operations of a first run."""
+    src = settings.sources[tool]
+    nccl = nccl_location() if tool == gate_runs.NCCL_TOOL else None
+    if tool == gate_runs.NCCL_TOOL and nccl is None:
+        yield fail_host(f"gates: no NCCL library on {host.name} to build nccl-tests against "
+                        "(neither the SGLang venv's nvidia-nccl wheel nor libnccl2)", [])
+        return
+    dest = gate_runs.tool_dir(settings.root, src, nccl)
+    stamp = fact_if_unchanged(managed.PathState, path=f"{dest}/{gate_runs.STAMP}")
+    if stamp is not None and stamp.kind == "file" and stamp.user == "root":
+        host.noop(f"{tool} already built in {dest}")
+        return
+    gpu, _ = _facts()
+    caps = [g.get("compute_cap") for g in fact_if_unchanged(gpu.NvidiaGpus) or []]
+    script = gate_runs.build_script(src, dest, CUDA_HOME, nccl, gate_runs.gencode(caps))
+    yield StringCommand("sh", "-c", QuoteString(script))
+
+
+def _results_root(results_dir: str):
+    from roles.checks import results_root
+
+    return results_root(results_dir)
+
+
+@operation(is_idempotent=True)
+def measure(settings: gate_runs.GateSettings, nccl_overrides: dict[str, str],
+            results_dir: str):
+    """Measure (unless the last measurement still holds), choose, write, record, judge."""
+    if not state.is_executing:
+        return
+    gpu, host_facts = _facts()
+    gpus = fact_if_unchanged(gpu.NvidiaGpus) or []
+    if len(gpus) < 2:
+        if settings.mode == "on":
+            yield fail_host(f"gates: {host.name} has {len(gpus)} GPU(s) visible to "
+                            "nvidia-smi; gates: on needs two or more", [])
+        else:
+            host.noop(f"gates: {len(gpus)} GPU(s): nothing between GPUs to measure")
+        return
+    nccl = nccl_location()
+    driver = (fact_if_unchanged(gpu.NvidiaDriver) or {}).get("version")
+    virtualization = fact_if_unchanged(host_facts.Virtualization)
+    verdict = nccl_env.combined_verdict(
+        *(fact_if_unchanged(gpu.NvidiaP2P, mode=m) for m in ("r", "w")))
+    fp = gate_runs.fingerprint(settings.sources, nccl, [str(g.get("uuid")) for g in gpus],
+                               driver, settings.timeout_s,
+                               gates.EXPECTATIONS_PATH.read_text(), verdict, virtualization)
+    current = gate_runs.read_measured(
+        "\n".join(fact_if_unchanged(FileContents, path=gate_runs.MEASURED_JSON) or []))
+    if current is not None and current.get("fingerprint") == fp and not settings.remeasure:
+        logger.info(f"{host.name}: gates: the last measurement still holds ({fp}; "
+                    f"{(current.get('choice') or {}).get('reason', 'no choice')})")
+        yield from _write_files(nccl_overrides, current.get("choice"), None)
+        if not current.get("ready", False):
+            yield fail_host(f"gates: {host.name} is not ready (last measurement):",
+                            list(current.get("problems") or []))
+        return
+    nccl_dir, p2p_dir = _build_dirs(settings, nccl)
+    runs = gate_runs.run_plan(f"{nccl_dir}/bin", f"{p2p_dir}/bin", len(gpus), verdict,
+                              virtualization)
+    ld_path = ":".join(p for p in (nccl.lib if nccl else "", f"{CUDA_HOME}/lib64") if p)
+    logger.info(f"{host.name}: gates: measuring {len(runs)} runs on {len(gpus)} GPUs "
+                f"(driver P2P verdict {verdict or 'unknown'}, timeout "
+                f"{settings.timeout_s:g} s per run)")
+    output = host.get_fact(GateMeasure, script=gate_runs.measure_script(
+        runs, settings.timeout_s, ld_path)) or []
+    outcomes = gate_runs.split_runs(output, runs, settings.timeout_s)
+    root = _results_root(results_dir) if results_dir else None
+    host_dir = root / safe_name(host.name) if root else None
+    records = gates.read_measure_records(host_dir) if host_dir and host_dir.is_dir() else []
+    facts_doc = {"gpus": gpus, "virtualization": virtualization,
+                 "topology": {"links": (fact_if_unchanged(gpu.NvidiaTopology) or {})
+                              .get("links"), "p2p": verdict}}
+    ev = gate_runs.evaluate(
+        outcomes, host=host.name, timestamp=_dt.datetime.now(_dt.UTC).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"), facts=facts_doc, gpus=len(gpus), driver_p2p=verdict,
+        exp=gates.load_expectations(), sources=settings.sources, records=records)
+    for line in ev.lines:
+        logger.info(f"{host.name}: {line}")
+    if root is not None:
+        try:
+            path = gates.write_measure_record(root, ev.record)
+            logger.info(f"{host.name}: gates: recorded {path}")
+        except OSError as e:
+            logger.warning(f"{host.name}: gates: result not recorded: {e}")
+    choice = ev.choice.to_dict() if ev.choice else None
+    yield from _write_files(nccl_overrides, choice, gate_runs.measured_json(ev, fp))
+    if not ev.ready:
+        yield fail_host(f"gates: {host.name} is not ready (measured vs expected):",
+                        ev.problems)
+
+
+def _write_files(overrides: dict[str, str], choice: dict | None, measured: str | None):
+    """measured.json (when given), then nccl.env and host.json as roles/nccl renders them
+    from this choice; each only where the host's file differs."""
+    from roles import nccl
+
+    wanted = []
+    if measured is not None:
+        wanted.append((gate_runs.MEASURED_JSON, measured))
+    plan = nccl.current_plan(overrides, measured=choice)
+    wanted += [(nccl_env.NCCL_ENV_PATH, nccl_env.render_env_file(plan)),
+               (nccl_env.HOST_JSON_PATH, nccl_env.host_json(plan))]
+    changed = False
+    for path, text in wanted:
+        if not managed.matches(fact_if_unchanged(managed.PathState, path=path), "file",
+                               "root", "root", "644", managed.sha1(text)):
+            changed = True
+            yield managed.write_command(path, text, "root", "root", "644")
+    if not changed:
+        host.noop("measured.json, NCCL env and host.json are up to date")
+
+
+@deploy("Measured GPU gates")
+def measure_gpu_gates(settings: gate_runs.GateSettings, nccl_overrides: dict[str, str],
+                      results_dir: str):
+    if settings.mode == "off":
+        return
+    managed.packages(name="build tools for the measuring tools ("
+                     + ", ".join(BUILD_PACKAGES + _git(settings)) + ")",
+                     packages=BUILD_PACKAGES + _git(settings))
+    if nccl_location(now=False) is None:
+        # no SGLang venv yet (a first host deploy) and no system NCCL: NVIDIA's packages
+        managed.packages(name="system NCCL (libnccl2, libnccl-dev) for nccl-tests",
+                         packages=SYSTEM_NCCL_PACKAGES)
+    managed.directory(name=f"{settings.root} (measuring tools)", path=settings.root,
+                      user="root", group="root", mode="755")
+    for tool in (gate_runs.NCCL_TOOL, gate_runs.P2P_TOOL):
+        src = settings.sources[tool]
+        build_tool(name=f"build {tool} {src.version} ({(src.commit or src.sha256)[:12]})",
+                   tool=tool, settings=settings)
+    measure(name="measure all-reduce and P2P; choose the NCCL env",
+            settings=settings, nccl_overrides=nccl_overrides, results_dir=results_dir)

@@ -1,0 +1,81 @@
+"""lab/gate_tools: the stand-in measuring tools print the recorded outputs in formats the
+product's parsers read, follow the box and NCCL_P2P_DISABLE, and hang or slow down on
+their switches (run with the guest's /etc/gpuserve-lab paths moved into tmp_path)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from gpuserve.measure import gates
+from gpuserve.parsers.nccl_tests import parse_nccl_tests
+from gpuserve.parsers.p2p_bandwidth import parse_p2p_bandwidth
+from lab import gate_tools
+
+
+def _tool(tmp_path: Path, name: str) -> Path:
+    etc = tmp_path / "etc"
+    etc.mkdir(exist_ok=True)
+    script = gate_tools.standin_script().replace("/etc/gpuserve-lab", str(etc))
+    path = tmp_path / name
+    path.write_text(script.replace("@TOOL@", name))
+    path.chmod(0o755)
+    return path
+
+
+def _run(tool: Path, env: dict | None = None, timeout: float = 20) -> subprocess.CompletedProcess:
+    return subprocess.run([str(tool), "-g", "8"], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def test_archives_are_byte_identical_and_published_with_their_digests(tmp_path):
+    assert gate_tools.archives() == gate_tools.archives()
+    gate_tools.publish(tmp_path)
+    first = (tmp_path / "gates/nccl-tests-lab.tar.gz").stat().st_mtime_ns
+    gate_tools.publish(tmp_path)  # unchanged inputs: nothing rewritten
+    assert (tmp_path / "gates/nccl-tests-lab.tar.gz").stat().st_mtime_ns == first
+    digest = gate_tools.archive_sha256(tmp_path, "nccl-tests-lab.tar.gz")
+    src = gates.load_sources(overrides={"nccl-tests": {"url": "http://m/x", "sha256": digest}})
+    src["nccl-tests"].check_archive((tmp_path / "gates/nccl-tests-lab.tar.gz").read_bytes())
+    assert gate_tools.archive_sha256(tmp_path / "nowhere", "nccl-tests-lab.tar.gz") is None
+
+
+def test_all_reduce_follows_box_and_p2p_switch(tmp_path):
+    tool = _tool(tmp_path, "all_reduce_perf")
+    (tmp_path / "etc/box").write_text("rtxpro6000-baremetal\n")
+    on = parse_nccl_tests(_run(tool).stdout)
+    off = parse_nccl_tests(_run(tool, {"NCCL_P2P_DISABLE": "1"}).stdout)
+    assert gates.busbw_at(on, 2147483648).value == 38.37
+    assert gates.busbw_at(off, 2147483648).value == 25.81
+    (tmp_path / "etc/box").write_text("rtxpro6000-kvm\n")
+    assert gates.busbw_at(parse_nccl_tests(_run(tool).stdout), 2147483648).value == 25.81
+    (tmp_path / "etc/box").write_text("h200-nvlink\n")
+    assert gates.busbw_at(parse_nccl_tests(_run(tool).stdout), 4294967296).value > 470
+
+
+def test_p2p_matrix_follows_the_box(tmp_path):
+    tool = _tool(tmp_path, "p2pBandwidthLatencyTest")
+    (tmp_path / "etc/box").write_text("rtxpro6000-baremetal\n")
+    assert "p2p_latency_worst" in gates.p2p_figures(parse_p2p_bandwidth(_run(tool).stdout))
+    (tmp_path / "etc/box").write_text("rtxpro6000-kvm\n")
+    report = parse_p2p_bandwidth(_run(tool).stdout)
+    assert not gates.judge_p2p_matrix(report, True, gates.load_expectations()).passed
+
+
+def test_hang_switch_only_with_p2p_and_slow_switch(tmp_path):
+    tool = _tool(tmp_path, "all_reduce_perf")
+    (tmp_path / "etc/box").write_text("rtxpro6000-baremetal\n")
+    (tmp_path / "etc/gates-hang").write_text("all_reduce_perf p2p\n")
+    r = subprocess.run(["timeout", "2", str(tool)], capture_output=True, text=True)
+    assert r.returncode == 124
+    assert _run(tool, {"NCCL_P2P_DISABLE": "1"}).returncode == 0
+    (tmp_path / "etc/gates-hang").unlink()
+    (tmp_path / "etc/gates-slow").write_text("4\n")
+    slow = parse_nccl_tests(_run(tool).stdout)
+    assert abs(gates.busbw_at(slow, 2147483648).value - 38.37 / 4) < 0.01
+
+
+def test_tools_without_a_recording_say_so(tmp_path):
+    r = _run(_tool(tmp_path, "alltoall_perf"))
+    assert r.returncode == 1 and "no recorded output" in r.stderr
