@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,6 +139,19 @@ def write_secret_command(dest: str, contents: str, user: str = "root", group: st
         f" && mv -f {shlex.quote(tmp)} {shlex.quote(dest)}"
     )
     return StringCommand("sh", "-c", QuoteString(script), _stdin=contents)
+
+
+def write_changed(files: Iterable[tuple[str, str]], user: str = "root", group: str = "root",
+                  mode: str = "644"):
+    """Inside an operation (execute time): write each ``(path, text)`` whose file on the
+    host differs, one command each; ``changed = yield from write_changed(...)``."""
+    changed = False
+    for path, text in files:
+        if not matches(fact_if_unchanged(PathState, path=path), "file", user, group, mode,
+                       sha1(text)):
+            changed = True
+            yield write_command(path, text, user, group, mode)
+    return changed
 
 
 def matches(info: PathInfo | None, kind: str, user: str, group: str, mode: str,

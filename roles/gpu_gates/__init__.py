@@ -219,12 +219,7 @@ def _write_files(overrides: dict[str, str], choice: dict | None, measured: str |
     plan = nccl.current_plan(overrides, measured=choice)
     wanted += [(nccl_env.NCCL_ENV_PATH, nccl_env.render_env_file(plan)),
                (nccl_env.HOST_JSON_PATH, nccl_env.host_json(plan))]
-    changed = False
-    for path, text in wanted:
-        if not managed.matches(fact_if_unchanged(managed.PathState, path=path), "file",
-                               "root", "root", "644", managed.sha1(text)):
-            changed = True
-            yield managed.write_command(path, text, "root", "root", "644")
+    changed = yield from managed.write_changed(wanted)
     if not changed:
         host.noop("measured.json, NCCL env and host.json are up to date")
 

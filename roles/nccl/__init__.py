@@ -88,12 +88,9 @@ def nccl_files(overrides: dict[str, str]):
     if fact_if_unchanged(managed.PathState, path=CONFIG_DIR).kind != "dir":
         changed = True
         yield from files.directory._inner(path=CONFIG_DIR)
-    for path, text in ((nccl_env.NCCL_ENV_PATH, nccl_env.render_env_file(plan)),
-                       (nccl_env.HOST_JSON_PATH, nccl_env.host_json(plan))):
-        if not managed.matches(fact_if_unchanged(managed.PathState, path=path), "file",
-                               "root", "root", "644", managed.sha1(text)):
-            changed = True
-            yield managed.write_command(path, text, "root", "root", "644")
+    changed |= yield from managed.write_changed(
+        ((nccl_env.NCCL_ENV_PATH, nccl_env.render_env_file(plan)),
+         (nccl_env.HOST_JSON_PATH, nccl_env.host_json(plan))))
     if not changed:
         host.noop("NCCL env and host.json are up to date")
 

@@ -195,3 +195,30 @@ def test_deb_installed() -> None:
     assert DebInstalled.group_process(kwargs, lines) == [True, False, True, False]
     assert "dpkg-query -W -f='${Package} ${Status}\\n' python3-venv curl libc6 absent" in \
         DebInstalled.group_command(kwargs)
+
+
+def test_write_changed_writes_only_the_files_that_differ(monkeypatch) -> None:
+    """managed.write_changed (nccl.env/host.json, measured.json): one command per file
+    whose prefetched state differs, none for one that matches; returns whether any."""
+    from roles import managed
+
+    same = managed.PathInfo("file", 0o644, "root", "root", managed.sha1("kept\n"))
+    states = {"/etc/gpuserve/a": same, "/etc/gpuserve/b": managed.PathInfo("absent"),
+              "/etc/gpuserve/c": managed.PathInfo("file", 0o600, "root", "root",
+                                                  managed.sha1("mode\n"))}
+    monkeypatch.setattr(managed, "fact_if_unchanged", lambda cls, path: states[path])
+
+    def run(files):
+        gen, cmds = managed.write_changed(files), []
+        while True:
+            try:
+                cmds.append(str(next(gen)))
+            except StopIteration as stop:
+                return stop.value, cmds
+
+    changed, cmds = run([("/etc/gpuserve/a", "kept\n"), ("/etc/gpuserve/b", "fresh-contents\n"),
+                         ("/etc/gpuserve/c", "mode\n")])
+    assert changed is True and len(cmds) == 2
+    assert "/etc/gpuserve/b" in cmds[0] and "/etc/gpuserve/c" in cmds[1]
+    assert all("fresh-contents" not in c for c in cmds)  # contents go on stdin
+    assert run([("/etc/gpuserve/a", "kept\n")]) == (False, [])
