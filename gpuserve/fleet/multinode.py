@@ -67,13 +67,14 @@ def _address(member: Member, source: str) -> ipaddress.IPv4Address | ipaddress.I
     return address
 
 
-def place_node(*, nnodes: int, dist_init_port: int, server_port: int, profile_source: str,
+def place_node(*, nnodes: int, dist_init_port: int, profile_source: str,
                group: str | None, members: Sequence[Member] | None, host_name: str,
                source: str) -> NodePlacement | None:
     """This host's placement, or None for a single-node profile (``nnodes`` 1).
 
     ``group`` is host data ``sglang_nodes_group``; ``members`` the hosts of that group
-    in inventory order (None when the inventory has no such group)."""
+    in inventory order (None when the inventory has no such group). The profile's own
+    fields (the port not being server.port) are checked when it loads."""
     if nnodes <= 1:
         return None
     if not group or not isinstance(group, str):
@@ -100,9 +101,6 @@ def place_node(*, nnodes: int, dist_init_port: int, server_port: int, profile_so
                              "needs its own address")
         seen[str(address)] = member.name
         addresses.append(address)
-    if dist_init_port == server_port:
-        raise InputError(profile_source, "parallel.dist_init_port",
-                         f"{dist_init_port} is also server.port: node 0 serves HTTP there")
     head = addresses[0]
     host_part = f"[{head}]" if head.version == 6 else str(head)
     me = next(m for m in members if m.name == host_name)

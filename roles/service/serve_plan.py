@@ -164,7 +164,7 @@ def plan_serve(
     group = data["sglang_nodes_group"]
     placement = place_node(
         nnodes=profile.parallel.nnodes, dist_init_port=profile.parallel.dist_init_port,
-        server_port=profile.server.port, profile_source=str(profile.source), group=group,
+        profile_source=str(profile.source), group=group,
         members=group_members(group) if isinstance(group, str) and group else None,
         host_name=host_name, source=source)
     if placement is not None:

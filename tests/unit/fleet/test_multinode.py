@@ -68,7 +68,7 @@ def test_single_node_profile_has_no_placement_and_no_group_needed() -> None:
 def test_ipv6_head_is_bracketed() -> None:
     group = [Member("a", {"private_address": "fd00::21"}),
              Member("b", {"private_address": "fd00::22"})]
-    node = place_node(nnodes=2, dist_init_port=20000, server_port=30000, profile_source="p.yaml",
+    node = place_node(nnodes=2, dist_init_port=20000, profile_source="p.yaml",
                       group="pair", members=group, host_name="b", source=INV)
     assert node.dist_init_addr == "[fd00::21]:20000" and node.rank == 1 and node.env == {}
 
@@ -100,7 +100,7 @@ def test_bad_groups_are_refused_naming_file_and_field(change, field, words) -> N
 
 def test_host_outside_its_group_is_refused() -> None:
     with pytest.raises(InputError, match="host gpu-z is not in group 'pair'"):
-        place_node(nnodes=2, dist_init_port=20000, server_port=30000, profile_source="p.yaml",
+        place_node(nnodes=2, dist_init_port=20000, profile_source="p.yaml",
                    group="pair", members=GROUP, host_name="gpu-z", source=INV)
 
 
