@@ -1,4 +1,4 @@
-"""`python -m lab deps|up|down|status|ssh`: the local stand-in GPU host.
+"""`python -m lab deps|image|up|down|status|ssh`: the local stand-in GPU host.
 
 State lives under $GPUSERVE_LAB_HOME (default ~/.cache/gpuserve/lab); the instance is
 --name or $GPUSERVE_LAB_NAME (default "default").
@@ -13,6 +13,7 @@ import sys
 
 from lab import instance
 from lab.deps import ensure_deps
+from lab.image import ensure_image
 from lab.models import install_models
 from lab.sshutil import ssh_argv
 from lab.state import instance_name, list_instances, read_state
@@ -23,6 +24,8 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("deps", help="apt-get install the host tools that are missing")
+    sub.add_parser("image", help="build the disk image (or find it cached); boots nothing, "
+                                 "so `make test` runs it beside the unit tier")
     up = sub.add_parser("up", help="build/reuse the image, start mirror and VM, wait for SSH")
     up.add_argument("--name")
     up.add_argument("--fresh", action="store_true", help="reset the instance's disk")
@@ -60,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cmd == "deps":
             return ensure_deps()
+        if a.cmd == "image":
+            print(f"lab: image {ensure_image()}")
+            return 0
         if a.cmd == "up":
             st = instance.up(instance_name(a.name), fresh=a.fresh, memory_mib=a.memory,
                              timeout=a.timeout)
