@@ -22,7 +22,7 @@ from pyinfra import host
 from roles import cuda_toolkit, gpu_gates, kernel, nccl, nvidia_driver
 from roles.host_plan import plan_host
 from roles.inventory import inventory_source, run_deploy
-from roles.prefetch import prefetch
+from roles.prefetch import defer, prefetch
 
 
 def main() -> None:
@@ -32,6 +32,9 @@ def main() -> None:
     prefetch([*kernel.reads(), *nvidia_driver.fact_reads(),
               *cuda_toolkit.reads(settings.cuda_lane), *nccl.reads(),
               *gpu_gates.reads(settings.gates)])
+    # the measuring tools' build stamps are named after the NCCL this batch found: they
+    # join the driver role's second batch instead of costing a command each
+    defer(gpu_gates.stamp_reads(settings.gates))
     params = settings.kernel.params(*kernel.platform())
 
     kernel.configure_kernel(params=params)

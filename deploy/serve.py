@@ -73,14 +73,16 @@ from roles.inventory import group_members, inventory_source, run_deploy
 from roles.prefetch import Read, fact, prefetch, reader
 from roles.service import UNIT_NAME, UNIT_PATH, configure_service
 from roles.service.rollback import RollbackSpec, keep_last_good
-from roles.service.serve_plan import plan_serve
+from roles.service.serve_plan import checkpoint_path, plan_serve
 from roles.sglang import install_sglang, prune_venvs
 
 
-def host_reads(home: str, user: str) -> list[Read]:
-    """What the plan reads from the host before any change (one prefetch)."""
+def host_reads(home: str, user: str, checkpoint: str | None) -> list[Read]:
+    """What the plan reads from the host before any change (one prefetch), the
+    checkpoint scan of the profile's model directory included."""
     return [Read.of(InstallTarget, path=home), Read.of(FileContents, path=HOST_JSON_PATH),
-            Read.of(HostFactsDocument, sglang_python=""), *sglang_role.account_reads(user)]
+            Read.of(HostFactsDocument, sglang_python=""), *sglang_role.account_reads(user),
+            *([Read.of(ModelCheckpoint, path=checkpoint)] if checkpoint else [])]
 
 
 def host_runtime(home: str) -> HostRuntime:
@@ -107,13 +109,14 @@ def main() -> None:
     home = sglang_role.validate_home(
         host.data.get("sglang_home", sglang_role.DEFAULTS["sglang_home"]), inventory_source())
     user = host.data.get("sglang_user", sglang_role.DEFAULTS["sglang_user"])
-    prefetch(host_reads(home, sglang_role.validate_user(user, inventory_source())))
+    prefetch(host_reads(home, sglang_role.validate_user(user, inventory_source()),
+                        checkpoint_path(host.data.dict(), inventory_source())))
     plan = plan_serve(
         host.data.dict(),
         inventory_source(),
         host_runtime=host_runtime,
         host_record=lambda: fact(FileContents, path=HOST_JSON_PATH),
-        checkpoint=lambda path: host.get_fact(ModelCheckpoint, path=path),
+        checkpoint=lambda path: fact(ModelCheckpoint, path=path),
         host_facts=lambda: host_facts_document(reader()),
         host_name=host.name,
         group_members=group_members,

@@ -47,6 +47,7 @@ class Read:
 @dataclass
 class _Store:
     values: dict[Read, Any] = field(default_factory=dict)
+    deferred: list[Read] = field(default_factory=list)
 
 
 _STORES: dict[str, _Store] = {}
@@ -114,9 +115,10 @@ def prefetch(reads: Iterable[Read]) -> None:
     output)`` has all its reads run as one command (e.g. roles.managed.PathState: one
     ``stat`` for every path). A read whose command fails (non-zero exit) is not kept:
     :func:`fact` then runs it on its own, so a failing fact behaves exactly as without
-    the prefetch."""
+    the prefetch. Reads given to :func:`defer` before join this batch."""
     store = _STORES.setdefault(host.name, _Store())
-    todo = [r for r in dict.fromkeys(reads) if r not in store.values]
+    todo = [r for r in dict.fromkeys([*store.deferred, *reads]) if r not in store.values]
+    store.deferred.clear()
     if not todo:
         return
     groups: dict[type[FactBase], list[Read]] = {}
@@ -146,6 +148,16 @@ def prefetch(reads: Iterable[Read]) -> None:
             # as pyinfra's _get_fact: no output is the fact's default, not process([])
             store.values[read] = (fact_obj.default() if output in ([], [_MISSING])
                                   else fact_obj.process(output))
+
+
+def defer(reads: Iterable[Read]) -> None:
+    """Add ``reads`` to this host's next :func:`prefetch` batch instead of running one
+    of their own: for reads that depend on an earlier batch's values (a path named
+    after a library version) while a later batch is coming anyway (a role's second
+    prefetch). A read still pending when it is needed is simply read on its own
+    (:func:`fact`), so deferring never changes a value, only when it is fetched."""
+    store = _STORES.setdefault(host.name, _Store())
+    store.deferred.extend(reads)
 
 
 class _Group(FactBase):

@@ -82,6 +82,19 @@ def reads(settings: gate_runs.GateSettings) -> list[Read]:
             *(managed.read_package(p) for p in packages)]
 
 
+def stamp_reads(settings: gate_runs.GateSettings) -> list[Read]:
+    """The build stamps ``build_tool`` checks, once the first batch has told where NCCL
+    is (the nccl-tests directory is named after it): for the deploy to defer into its
+    next batch (roles/prefetch.defer), so that a rerun reads them in no command of their
+    own. Without an NCCL yet (a first run) that stamp is read when its build runs."""
+    if settings.mode == "off":
+        return []
+    nccl = nccl_location(now=False)
+    nccl_dir, p2p_dir = _build_dirs(settings, nccl)
+    dirs = [nccl_dir, p2p_dir] if nccl is not None else [p2p_dir]
+    return [managed.read(f"{d}/{gate_runs.STAMP}") for d in dirs]
+
+
 def _git(settings: gate_runs.GateSettings) -> list[str]:
     return ["git"] if any(s.sha256 is None for s in settings.sources.values()) else []
 
@@ -124,7 +137,7 @@ def build_tool(tool: str, settings: gate_runs.GateSettings):
                         "(neither the SGLang venv's nvidia-nccl wheel nor libnccl2)", [])
         return
     dest = gate_runs.tool_dir(settings.root, src, nccl)
-    stamp = fact_if_unchanged(managed.PathState, path=f"{dest}/{gate_runs.STAMP}")
+    stamp = fact_if_unchanged(managed.PathState, path=f"{dest}/{gate_runs.STAMP}")  # deferred
     if stamp is not None and stamp.kind == "file" and stamp.user == "root":
         host.noop(f"{tool} already built in {dest}")
         return

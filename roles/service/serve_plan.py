@@ -243,6 +243,26 @@ def plan_serve(
                      runtime.gpus, plan, record, bench, checks_report, placement)
 
 
+def checkpoint_path(host_data: dict, source: str) -> str | None:
+    """The local checkpoint directory :func:`plan_serve`'s preflight will scan, known
+    before any host read, so that the deploy reads it in its first batch (a command of
+    its own cost every rerun one more round trip). None when there is nothing to scan
+    (preflight off, a hub id) or the input is bad: :func:`plan_serve` then raises the
+    error, in its own order."""
+    data = defaults()
+    data.update({k: v for k, v in host_data.items() if k in data})
+    ref = data["profile"]
+    if not ref or not isinstance(ref, str) or profile_ref_problem(ref):
+        return None
+    try:
+        if validate_preflight(data["preflight"], source) == "off":
+            return None
+        path = load_profile(ref).model.path
+    except InputError:
+        return None
+    return path if path.startswith("/") else None
+
+
 def profile_hash(profile) -> str:
     """sha256 over the profile file and every parent it extends (path order), so a record
     says exactly which profile text produced it."""

@@ -79,6 +79,37 @@ def test_no_output_is_the_fact_default_as_in_pyinfra(monkeypatch) -> None:
     prefetch_mod.forget()
 
 
+def test_deferred_reads_join_the_next_batch(monkeypatch, tmp_path: Path) -> None:
+    """defer() runs nothing; the next prefetch runs the deferred reads in its one
+    command, with its own reads."""
+    import roles.prefetch as prefetch_mod
+
+    (tmp_path / "later").write_text("deferred")
+    scripts: list[str] = []
+
+    class FakeHost:
+        name = "h-defer"
+
+        @staticmethod
+        def get_fact(cls, script):
+            scripts.append(script)
+            return sh(script)
+
+    monkeypatch.setattr(prefetch_mod, "host", FakeHost)
+    later = Read.of(FileContents, path=str(tmp_path / "later"))
+    now = Read.of(PathState, path=str(tmp_path))
+    prefetch_mod.defer([later])
+    assert scripts == []
+    prefetch_mod.prefetch([now])
+    assert len(scripts) == 1
+    assert prefetch_mod.fact(FileContents, path=str(tmp_path / "later")) == ["deferred"]
+    assert prefetch_mod.fact(PathState, path=str(tmp_path)).kind == "dir"
+    assert len(scripts) == 1  # both came from the one batch
+    prefetch_mod.prefetch([])  # nothing pending: no command
+    assert len(scripts) == 1
+    prefetch_mod.forget()
+
+
 def test_missing_marker_leaves_the_read_unknown() -> None:
     assert split_output(["x", "##m## 0 0", "y"], "##m##", 2) == [(0, ["x"]), None]
 
