@@ -73,19 +73,40 @@ def test_repository_layout_and_signature(repo, tmp_path):
     assert "/compute/cuda/repos/debian12/x86_64/ /" in sources
 
 
-def _smi(tmp_path: Path, repo: Path, box: str, *args: str) -> str:
+def _smi(tmp_path: Path, repo: Path, box: str, *args: str, front: bool = True) -> str:
+    """The packaged nvidia-smi as installed: the sh front (/usr/bin/nvidia-smi), which
+    answers topo itself and hands the rest to the Python stand-in; ``front=False`` runs
+    that stand-in directly. Guest paths are moved under ``tmp_path``."""
     drv = _extract(repo, "nvidia-driver_580.126.20-1_amd64.deb", tmp_path / "drv")
     hw = _extract(repo, "gpuserve-lab-hardware_*_all.deb", tmp_path / "hw")
-    script = (drv / "usr/bin/nvidia-smi").read_text()
     boxes = hw / "usr/share/gpuserve-lab/boxes"
-    script = script.replace("/usr/share/gpuserve-lab/boxes", str(boxes))
-    script = script.replace("/etc/gpuserve-lab/box", str(tmp_path / "box"))
+
+    def place(member: str, name: str, interpreter: str) -> Path:
+        script = (drv / member).read_text()
+        script = script.replace("/usr/share/gpuserve-lab/boxes", str(boxes))
+        script = script.replace("/etc/gpuserve-lab/box", str(tmp_path / "box"))
+        script = script.replace("/usr/lib/gpuserve-lab/nvidia-smi", str(tmp_path / "smi.py"))
+        script = script.split("\n", 1)[1]
+        path = tmp_path / name
+        path.write_text(f"#!{interpreter}\n{script}")
+        path.chmod(0o755)
+        return path
+
     (tmp_path / "box").write_text(box + "\n")
-    (tmp_path / "smi").write_text(script)
-    out = subprocess.run([sys.executable, str(tmp_path / "smi"), *args], capture_output=True,
-                         text=True)
+    python = place("usr/lib/gpuserve-lab/nvidia-smi", "smi.py", sys.executable)
+    entry = place("usr/bin/nvidia-smi", "smi", "/bin/sh") if front else python
+    out = subprocess.run([str(entry), *args], capture_output=True, text=True)
     assert out.returncode == 0, out
     return out.stdout
+
+
+@pytest.mark.parametrize("box", ["rtxpro6000-kvm", "rtxpro6000-baremetal", "h200-nvlink",
+                                 "rtxpro6000-kvm-driver575"])
+@pytest.mark.parametrize("args", [("topo", "-m"), ("topo", "-p2p", "r"), ("topo", "-p2p", "w"),
+                                  ("topo", "-p2p", "n"), ("-L",)])
+def test_nvidia_smi_front_prints_what_the_python_stand_in_prints(repo, tmp_path, box, args):
+    """The sh front's fast path is only a faster way to the same recorded files."""
+    assert _smi(tmp_path, repo, box, *args) == _smi(tmp_path, repo, box, *args, front=False)
 
 
 def test_nvidia_smi_reference_box(repo, tmp_path):
