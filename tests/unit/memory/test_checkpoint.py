@@ -6,7 +6,6 @@ shapes and data_offsets; sparse data), so the fixtures cost nothing in git.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
 import subprocess
@@ -27,18 +26,12 @@ from gpuserve.memory.checkpoint import (
 from gpuserve.memory.models import MODELS_DIR, load_record
 from gpuserve.memory.planner import GIB, Layout, predict, weights_per_gpu
 from gpuserve.paths import SCRIPTS_DIR
+from tests.checkpoints import compose_tool
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _compose_tool():
-    spec = importlib.util.spec_from_file_location("compose", REPO / "tools/compose_checkpoint.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-compose = _compose_tool()
+compose = compose_tool()
 
 
 def _record(name: str) -> tuple[dict, dict | None]:

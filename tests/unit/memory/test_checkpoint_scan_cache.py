@@ -5,7 +5,6 @@ ModelCheckpoint fact's) in a local shell against a composed real-format checkpoi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import stat
@@ -14,25 +13,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpuserve.facts.host import CHECKPOINT_SCAN_CACHE, ModelCheckpoint
 from gpuserve.memory.checkpoint import parse_scan
-from gpuserve.memory.models import MODELS_DIR
+from tests.checkpoints import compose_record
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture()
 def ckpt(tmp_path) -> Path:
-    spec = importlib.util.spec_from_file_location("compose", REPO / "tools/compose_checkpoint.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    data = yaml.safe_load((MODELS_DIR / "qwen3-30b-a3b.yaml").read_text())
-    out = tmp_path / "Qwen3-30B-A3B"
-    tool.compose(data["config"], out, quant=data.get("quantization_config"), shards=3,
-                 source="qwen3-30b-a3b")
-    return out
+    return compose_record("qwen3-30b-a3b", tmp_path / "Qwen3-30B-A3B", shards=3)
 
 
 def run_fact(directory: Path, cache: Path, script_edit: str = "") -> dict:

@@ -2,38 +2,26 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpuserve.cli import main as cli_main
 from gpuserve.launch.profiles import load_profile
 from gpuserve.memory.checkpoint import scan_directory
-from gpuserve.memory.models import MODELS_DIR
 from gpuserve.memory.preflight import check_fit, launch_settings
+from tests.checkpoints import compose_record
 
 REPO = Path(__file__).resolve().parents[3]
 BOX = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
 GPUS = BOX["gpus"]  # 8x RTX PRO 6000 Blackwell Server Edition, 97887 MiB
 
 
-def _compose_tool():
-    spec = importlib.util.spec_from_file_location("compose", REPO / "tools/compose_checkpoint.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def glm5_dir(tmp_path_factory) -> Path:
-    data = yaml.safe_load((MODELS_DIR / "glm-5-nvfp4.yaml").read_text())
-    out = tmp_path_factory.mktemp("models") / "GLM-5-NVFP4"
-    _compose_tool().compose(data["config"], out, quant=data["quantization_config"], shards=20,
-                            source="glm-5-nvfp4")
-    return out
+    return compose_record("glm-5-nvfp4", tmp_path_factory.mktemp("models") / "GLM-5-NVFP4",
+                          shards=20)
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +72,8 @@ def test_mixed_gpus_plan_for_the_smallest(glm5):
 
 
 def test_record_disagreement_is_a_note(tmp_path):
-    data = yaml.safe_load((MODELS_DIR / "glm-5-nvfp4.yaml").read_text())
-    out = tmp_path / "glm5-fewer-layers"
-    _compose_tool().compose({**data["config"], "num_hidden_layers": 40}, out,
-                            quant=data["quantization_config"], source="glm-5-nvfp4 (40 layers)")
+    out = compose_record("glm-5-nvfp4", tmp_path / "glm5-fewer-layers",
+                         source="glm-5-nvfp4 (40 layers)", num_hidden_layers=40)
     report = check_fit(load_profile("glm5-nvfp4-tp8"), scan_directory(out), GPUS, "0.5.23")
     note = next(n for n in report.notes if n.startswith("model record glm-5-nvfp4"))
     assert "55.35 GiB/GPU" in note and f"{report.plan.weights_gib:.2f} GiB/GPU" in note

@@ -5,19 +5,17 @@ what the fact's own command gives."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpuserve.facts.host import CHECKPOINT_SCAN_CACHE, ModelCheckpoint
-from gpuserve.memory.models import MODELS_DIR
 from roles.managed import PathState
 from roles.prefetch import Read, _command_text, batch_script, split_output
 from roles.service.serve_plan import checkpoint_path
+from tests.checkpoints import compose_record
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -37,13 +35,7 @@ def test_checkpoint_path(data, want) -> None:
 
 
 def test_scan_in_a_batch_gives_the_facts_own_output(tmp_path) -> None:
-    spec = importlib.util.spec_from_file_location("compose", REPO / "tools/compose_checkpoint.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    data = yaml.safe_load((MODELS_DIR / "qwen3-30b-a3b.yaml").read_text())
-    ckpt = tmp_path / "Qwen3-30B-A3B"
-    tool.compose(data["config"], ckpt, quant=data.get("quantization_config"), shards=2,
-                 source="qwen3-30b-a3b")
+    ckpt = compose_record("qwen3-30b-a3b", tmp_path / "Qwen3-30B-A3B", shards=2)
 
     class Scan(ModelCheckpoint):  # the real command, its cache moved under tmp_path
         def command(self, path: str) -> str:

@@ -6,19 +6,17 @@ rules on a recorded host-facts document; refusals before any operation exists.""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpuserve.errors import InputError
 from gpuserve.facts.host import ModelCheckpoint
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
-from gpuserve.memory.models import MODELS_DIR
 from roles.service.serve_plan import plan_serve
+from tests.checkpoints import compose_record
 
 REPO = Path(__file__).resolve().parents[3]
 BOX = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
@@ -34,15 +32,8 @@ def runtime(gpus=GPUS):
 
 @pytest.fixture(scope="module")
 def glm5_dir(tmp_path_factory) -> Path:
-    spec = importlib.util.spec_from_file_location("compose",
-                                                  REPO / "tools/compose_checkpoint.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    data = yaml.safe_load((MODELS_DIR / "glm-5-nvfp4.yaml").read_text())
-    out = tmp_path_factory.mktemp("models") / "GLM-5-NVFP4"
-    tool.compose(data["config"], out, quant=data["quantization_config"], shards=20,
-                 source="glm-5-nvfp4")
-    return out
+    return compose_record("glm-5-nvfp4", tmp_path_factory.mktemp("models") / "GLM-5-NVFP4",
+                          shards=20)
 
 
 def scan_on_host(directory: Path):

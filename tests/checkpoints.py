@@ -1,0 +1,36 @@
+"""Real-format checkpoints composed at test time (tools/compose_checkpoint.py: real tensor
+names, dtypes, shapes and data offsets from a model record; sparse data), shared by the
+tests that scan, plan or preflight one."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import yaml
+
+from gpuserve.memory.models import MODELS_DIR
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def compose_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("compose", REPO / "tools/compose_checkpoint.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def compose_record(name: str, out: Path, shards: int = 1, source: str = "",
+                   **config: object) -> Path:
+    """The checkpoint of model record ``name`` (gpuserve/data/models/<name>.yaml) in
+    ``shards`` files under ``out``; ``config`` overrides fields of its config.json,
+    ``source`` names it in the composed checkpoint (default: the record)."""
+    data = yaml.safe_load((MODELS_DIR / f"{name}.yaml").read_text())
+    compose_tool().compose({**data["config"], **config}, out, shards=shards,
+                           quant=data.get("quantization_config"), source=source or name)
+    return out
