@@ -26,8 +26,9 @@ lab-deps: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# The unit tier on every core (pytest-xdist): its tests share no state.
 unit: setup
-	$(BIN)/pytest -m "not lab"
+	$(BIN)/pytest -m "not lab" -n auto
 
 lab: lab-deps
 	$(BIN)/pytest -m lab
@@ -38,7 +39,7 @@ lab: lab-deps
 test: lab-deps
 	$(BIN)/ruff check .
 	@$(BIN)/python -m lab image >$(VENV)/lab-image.log 2>&1 & image=$$!; \
-	$(BIN)/pytest -m "not lab"; unit=$$?; \
+	$(BIN)/pytest -m "not lab" -n auto; unit=$$?; \
 	echo "waiting for the lab image (log: $(VENV)/lab-image.log)"; \
 	wait $$image; built=$$?; tail -n 3 $(VENV)/lab-image.log; \
 	if [ $$built -ne 0 ]; then cat $(VENV)/lab-image.log; fi; \
