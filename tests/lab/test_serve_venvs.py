@@ -41,7 +41,11 @@ def data(tmp_path_factory) -> Path:
 
 
 def serve(lab, data: Path, *args: str) -> tuple[int, str]:
-    r = lab.run_pyinfra("deploy/serve.py", *args, "--group-data", str(data), check=False)
+    """The serve deploy with this module's secrets; ``bench=off``: throughput is
+    test_serve's and test_serve_gates' subject, and a benchmark of every new
+    configuration here cost a minute of lab time for nothing this module asserts."""
+    r = lab.run_pyinfra("deploy/serve.py", *args, "--group-data", str(data), "--data",
+                        "bench=off", check=False)
     return r.returncode, ANSI.sub("", r.stdout)
 
 
