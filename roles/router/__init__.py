@@ -232,7 +232,11 @@ def check_router(plan: RouterPlan, live_timeout: float = 90.0):
                     f"{plan.listen}:{plan.port} ({states}; {result.get('waited')} s)")
         host.noop(f"gateway answers with {len(ready)}/{expect} workers ready")
         return
-    logger.warning(f"{host.name}: router: {len(ready)}/{expect} workers ready after "
-                   f"{plan.ready_timeout:.0f} s ({states}); smg keeps retrying a worker that "
-                   "is not up yet (router_worker_startup_timeout) and drains removed ones")
+    if expect == 0:
+        logger.warning(f"{host.name}: router: no worker in the manifest; smg drains the "
+                       f"ones it had ({states})")
+    else:
+        logger.warning(f"{host.name}: router: {len(ready)}/{expect} workers ready after "
+                       f"{result.get('waited')} s ({states}); smg keeps retrying a worker "
+                       "that is not up yet (router_worker_startup_timeout)")
     host.noop("gateway answers; not every worker is ready yet")

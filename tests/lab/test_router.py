@@ -83,13 +83,17 @@ def test_workers_lists_the_lab_worker_ready(lab, first_run) -> None:
 
 def test_completion_through_the_gateway_needs_the_key(lab, first_run) -> None:
     body = json.dumps({"model": "glm-5", "prompt": "hello", "max_tokens": 8})
-    cmd = (f"curl -s -w '\\n%{{http_code}}' -H 'content-type: application/json' {{auth}}"
-           f"http://127.0.0.1:{PORT}/v1/completions -d '{body}'")
-    r = lab.ssh(cmd.format(auth=f"-H 'Authorization: Bearer {KEY}' "), timeout=120)
+
+    def complete(auth: str):
+        return lab.ssh(f"curl -s -w '\\n%{{http_code}}' -H 'content-type: application/json' "
+                       f"{auth}http://127.0.0.1:{PORT}/v1/completions -d '{body}'",
+                       timeout=120)
+
+    r = complete(f"-H 'Authorization: Bearer {KEY}' ")
     text, _, code = r.stdout.rpartition("\n")
     assert code == "200", r.stdout
     assert json.loads(text)["usage"]["completion_tokens"] == 8
-    r = lab.ssh(cmd.format(auth=""), timeout=60)
+    r = complete("")
     assert r.stdout.rpartition("\n")[2] == "401", r.stdout
     assert get(lab, "/workers", key=None)[0] == 401
     assert get(lab, "/workers", key="wrong-key-0123456789")[0] == 401
