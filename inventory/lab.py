@@ -55,6 +55,16 @@ LAB_HOST_DATA = {
                          "sha256": "{cuda_samples_sha256}"},
     },
     "gates_timeout": 30,
+    # SGLang's gateway (deploy/router.py): the lab host is its own only worker. smg and
+    # its dependencies are the real PyPI wheels of the committed lock, published on the
+    # mirror (lab/locks.py: downloaded here, sha256-checked against the lock). The key is
+    # the lab's own, not a secret; it still takes the secret's path (0600, credential).
+    "router_workers_group": "gpu",
+    "router_api_key": "lab-router-key-not-a-secret-0001",
+    "router_pip_find_links": "{mirror}pypi/",
+    # the worker is up before the gateway here: retry a missing one every 5 s, not 30 s
+    "router_worker_startup_check_interval": 5,
+    "router_discovery_interval": 5,
 }
 
 

@@ -8,6 +8,13 @@ runs the same tool over the mirror's wheels, offline, for the guest's Python and
 at that directory. Nothing is regenerated while the wheels, the tool and this module
 are unchanged (a stamp file holds their digest).
 
+Real PyPI wheels (``pypi/``): SGLang's gateway (smg) is not stood in for. Its committed
+lock (``gpuserve/data/locks/smg-<V>-py311.json``, generated from PyPI by the same tool)
+names every wheel with its https URL and sha256; :func:`publish_pypi` downloads them on
+this controller (once: kept under ``~/.cache/gpuserve/lab/pypi``), checks each sha256
+against the lock before it is kept, and puts them in ``<mirror>/pypi/``, which the lab
+inventory gives the router deploy as its find-links. The guest never reaches PyPI.
+
 The tool resolves with ``--find-links <mirror>/wheels`` and ``--index-url`` set to the
 same directory, which holds no project pages: pip finds every candidate through
 find-links and never reaches PyPI. The lock's ``url`` fields are those controller
@@ -17,10 +24,12 @@ paths (file://); what the deploy installs is pinned by name, version and sha256.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 from lab import sglang_standin
@@ -32,6 +41,9 @@ STAMP = ".gpuserve-inputs"
 # The guest: Debian 12's python3 and glibc (lab/recipe.yaml installs Debian packages only).
 GUEST_PYTHON = "3.11"
 GUEST_GLIBC = "2.36"
+PYPI_SUBDIR = "pypi"
+#: Packages published from PyPI for real (their committed locks, for the guest's Python).
+PYPI_PACKAGES = ("smg",)
 
 
 def locks_dir(mirror_root: Path | str) -> Path:
@@ -71,6 +83,61 @@ def generate(wheels: Path, version: str, out_dir: Path, python: str = sys.execut
         raise RuntimeError(f"tools/gen_lock.py {version} wrote {[p.name for p in found]} "
                            f"into {out_dir}, expected one lock")
     return found[0]
+
+
+def pypi_cache() -> Path:
+    from lab.state import lab_home
+
+    return lab_home() / "pypi"
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def fetch_wheel(url: str, sha256: str, dest: Path, timeout: float = 300) -> Path:
+    """``url`` at ``dest`` once its sha256 is the lock's (a cached file is checked too;
+    a download whose digest differs is deleted and refused)."""
+    if dest.exists() and _sha256(dest) == sha256:
+        return dest
+    if not url.startswith("https://"):
+        raise RuntimeError(f"{dest.name}: refusing to download over {url.split(':')[0]}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+    req = urllib.request.Request(url, headers={"User-Agent": "gpuserve-lab/1"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp, tmp.open("wb") as out:
+        shutil.copyfileobj(resp, out, 1 << 20)
+    got = _sha256(tmp)
+    if got != sha256:
+        tmp.unlink()
+        raise RuntimeError(f"{dest.name}: downloaded sha256 {got}, the lock says {sha256}")
+    tmp.replace(dest)
+    return dest
+
+
+def publish_pypi(mirror_root: Path, locks_dir: Path | None = None) -> list[str]:
+    """Every wheel of the committed locks of :data:`PYPI_PACKAGES` for the guest's Python
+    into ``mirror_root/pypi`` (downloaded once into the cache, sha256-checked against the
+    lock); returns the file names."""
+    from gpuserve.launch.locks import app_locks
+
+    out = Path(mirror_root) / PYPI_SUBDIR
+    out.mkdir(parents=True, exist_ok=True)
+    names = []
+    for package in PYPI_PACKAGES:
+        for lock in app_locks(package, locks_dir):
+            if lock.supports(GUEST_PYTHON, GUEST_GLIBC) is not None:
+                continue
+            for pkg in lock.packages:
+                cached = fetch_wheel(pkg.url, pkg.sha256, pypi_cache() / pkg.filename)
+                target = out / pkg.filename
+                if not (target.exists() and _sha256(target) == pkg.sha256):
+                    tmp = target.with_name(f".{target.name}.new")
+                    shutil.copyfile(cached, tmp)
+                    tmp.replace(target)
+                names.append(pkg.filename)
+    return names
 
 
 def publish(mirror_root: Path) -> None:

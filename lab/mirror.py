@@ -2,7 +2,8 @@
 
 The guest reaches it at ``http://10.0.2.2:<port>/`` (QEMU's user network forwards its
 host alias 10.0.2.2 to the controller's loopback), so nothing leaves the machine.
-Layout (docs/architecture.md, "Lab"): ``wheels/`` (pip find-links) and
+Layout (docs/architecture.md, "Lab"): ``wheels/`` (pip find-links), ``pypi/`` (the
+real PyPI wheels of the gateway's lock, find-links of the router deploy) and
 ``cuda/repos/debian12/x86_64/`` (an NVIDIA-layout apt repository), each filled by a
 publisher module ``lab.<name>.publish(mirror_root: Path)`` before serving; ``locks/``
 holds the lab's SGLang locks, generated from ``wheels/`` (read on the controller
@@ -27,9 +28,12 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 # Order matters: lab.locks runs tools/gen_lock.py over the wheels the stand-ins wrote.
+# "module:function" names a publisher other than the module's ``publish``.
+# lab.locks:publish_pypi downloads the real PyPI wheels of the gateway's (smg) lock into
+# pypi/, each checked against the lock's sha256.
 PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.nvidia_repo", "lab.locks",
-              "lab.gate_tools")
-LAYOUT = ("wheels", "cuda/repos/debian12/x86_64")
+              "lab.gate_tools", "lab.locks:publish_pypi")
+LAYOUT = ("wheels", "cuda/repos/debian12/x86_64", "pypi")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 log = logging.getLogger("lab.mirror")
@@ -45,7 +49,8 @@ def publish_all(mirror_root: Path, warn=print) -> list[str]:
     for sub in LAYOUT:
         (mirror_root / sub).mkdir(parents=True, exist_ok=True)
     ran = []
-    for modname in PUBLISHERS:
+    for entry in PUBLISHERS:
+        modname, _, funcname = entry.partition(":")
         try:
             mod = importlib.import_module(modname)
         except ModuleNotFoundError as exc:
@@ -53,15 +58,17 @@ def publish_all(mirror_root: Path, warn=print) -> list[str]:
                 warn(f"lab: warning: publisher {modname} does not exist yet; skipped")
                 continue
             raise
-        publish = getattr(mod, "publish", None)
+        publish = getattr(mod, funcname or "publish", None)
         if publish is None:
-            warn(f"lab: warning: {modname} has no publish(mirror_root); skipped")
+            warn(f"lab: warning: {modname} has no {funcname or 'publish'}(mirror_root); "
+                 "skipped")
             continue
         try:
             publish(mirror_root)
         except Exception as exc:
-            raise RuntimeError(f"publisher {modname}.publish failed: {exc}") from exc
-        ran.append(modname)
+            raise RuntimeError(f"publisher {modname}.{funcname or 'publish'} failed: "
+                               f"{exc}") from exc
+        ran.append(entry)
     return ran
 
 

@@ -7,6 +7,7 @@ Usage::
     .venv/bin/python tools/gen_lock.py 0.5.23 --python 3.12 --glibc 2.39
     .venv/bin/python tools/gen_lock.py 0.5.23 --python 3.11 --glibc 2.36 --check
     .venv/bin/python tools/gen_lock.py 0.5.23 --find-links /srv/wheelhouse --out-dir /tmp/l
+    .venv/bin/python tools/gen_lock.py 1.13.0 --package smg --python 3.11 --glibc 2.36
 
 Why this exists: ``pip install sglang==V`` pins only SGLang's own requirements; the
 other ~200 packages float (on 2026-11-30 the CUDA 13.0 stacks pulled 13.5 compiler
@@ -43,6 +44,12 @@ Placeholders: some pins resolve on PyPI only to a build-time stub (``cuda-tile
 the real wheel from pypi.nvidia.com). For the resolve, PLACEHOLDERS gives pip a
 metadata-only wheel (checked against the sdist's PKG-INFO), and the lock marks the
 package external: no hash, it must come from that index or a wheelhouse.
+
+Other packages (``--package smg``, SGLang's gateway): the same resolve and the same
+hash facts, for a package that is not SGLang (no torch, no CUDA, no kernels). The lock
+is ``<package>-<V>-py<XY>.json`` with a shorter header (``package``, ``version``,
+``sha256`` of the package's own wheel, ``python``, ``platform``/``glibc_min``,
+``download_bytes``, ``packages``), read by ``gpuserve.launch.locks.load_app_lock``.
 
 Downloads (the placeholder sdists, torch/version.py, kernel arch scans) are cached
 under ~/.cache/gpuserve/locks, keyed by sha256.
@@ -326,7 +333,7 @@ def platform_args(glibc: str) -> list[str]:
 
 def resolve_args(version: str, python: str, glibc: str, indexes: Indexes,
                  stub_dir: Path, constraints: Path | None, report: Path,
-                 target: Path) -> list[str]:
+                 target: Path, package: str = "sglang") -> list[str]:
     abi = "cp" + python.replace(".", "")
     args = ["install", "--dry-run", "--ignore-installed", "--quiet",
             "--report", str(report), "--only-binary=:all:", "--target", str(target),
@@ -335,7 +342,7 @@ def resolve_args(version: str, python: str, glibc: str, indexes: Indexes,
             *indexes.pip_args(), "--find-links", str(stub_dir)]
     if constraints is not None:
         args += ["-c", str(constraints)]
-    return args + [f"sglang=={version}"]
+    return args + [f"{package}=={version}"]
 
 
 def run_resolve(py: Path, args: list[str]) -> dict:
@@ -754,8 +761,62 @@ def build_lock(version: str, python: str, glibc: str, indexes: Indexes, report: 
     }
 
 
+def build_app_lock(package: str, version: str, python: str, glibc: str,
+                   indexes: Indexes, report: dict, pip_version: str, command: str) -> dict:
+    """The lock of a package that is not SGLang (``--package smg``): every wheel of the
+    resolve with its sha256 and size, the package's own wheel named in the header, and
+    the glibc floor of the wheels' manylinux tags. No placeholders, no CUDA facts."""
+    def facts(item: dict) -> dict:
+        meta, info = item["metadata"], item["download_info"]
+        name = canonicalize_name(meta["name"])
+        if info.get("dir_info") or info.get("vcs_info"):
+            raise LockError(f"{name}: resolved to a directory or VCS checkout ({info['url']})")
+        hashes = (info.get("archive_info") or {}).get("hashes") or {}
+        sha, size = file_facts(name, meta["version"], info["url"], hashes.get("sha256"))
+        return {"name": name, "version": meta["version"],
+                "filename": urllib.parse.unquote(info["url"].rsplit("/", 1)[-1]),
+                "url": info["url"], "sha256": sha, "size": size}
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        packages = sorted(pool.map(facts, report["install"]), key=lambda p: p["name"])
+    names = [p["name"] for p in packages]
+    if len(set(names)) != len(names):
+        raise LockError(f"duplicate packages in the report: {names}")
+    key = canonicalize_name(package)
+    own = next((p for p in packages if p["name"] == key), None)
+    if own is None or own["version"] != version:
+        raise LockError(f"the resolved set lacks {package}=={version}")
+    meta = next(i["metadata"] for i in report["install"]
+                if canonicalize_name(i["metadata"]["name"]) == key)
+    floors = [f for p in packages if (f := glibc_floor(p["filename"]))]
+    glibc_min = max(floors) if floors else (2, 5)
+    return {
+        "lock_format": LOCK_FORMAT,
+        "generator": GENERATOR,
+        "resolved": {
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+            "pip": pip_version,
+            "interpreter": report["environment"]["python_full_version"],
+            "index": indexes.index_url,
+            "extra_index_urls": list(indexes.extra_index_urls),
+            "find_links": list(indexes.find_links),
+            "glibc_offered": glibc,
+            "command": command,
+        },
+        "package": key,
+        "version": own["version"],
+        "sha256": own["sha256"],
+        "python": python,
+        "requires_python": meta.get("requires_python"),
+        "platform": f"manylinux_{glibc_min[0]}_{glibc_min[1]}_x86_64",
+        "glibc_min": f"{glibc_min[0]}.{glibc_min[1]}",
+        "download_bytes": sum(p["size"] for p in packages),
+        "packages": packages,
+    }
+
+
 def generate(version: str, python: str, glibc: str, indexes: Indexes,
-             interpreter: str | None) -> dict:
+             interpreter: str | None, package: str = "sglang") -> dict:
     exe = find_interpreter(python, interpreter)
     with tempfile.TemporaryDirectory(prefix="gpuserve-lock-") as tmp_s:
         tmp = Path(tmp_s)
@@ -763,8 +824,13 @@ def generate(version: str, python: str, glibc: str, indexes: Indexes,
         stub_dir = tmp / "placeholders"
         build_stub_wheels(stub_dir)
         report_path, target = tmp / "report.json", tmp / "target"
-        args = resolve_args(version, python, glibc, indexes, stub_dir, None, report_path, target)
+        args = resolve_args(version, python, glibc, indexes, stub_dir, None, report_path, target,
+                            package)
         report = run_resolve(py, args)
+        if package != "sglang":
+            command = " ".join(["pip", *args]).replace(str(tmp), "<tmp>")
+            return build_app_lock(package, version, python, glibc, indexes, report,
+                                  pip_version, command)
         constraints = compiler_drift(report)
         if constraints:
             log(f"compiler wheels drifted off the runtime's minor; re-resolving with "
@@ -781,6 +847,8 @@ def generate(version: str, python: str, glibc: str, indexes: Indexes,
 
 def lock_path(out_dir: Path, lock: dict) -> Path:
     py = lock["python"].replace(".", "")
+    if "package" in lock:  # an app lock (--package smg)
+        return out_dir / f"{lock['package']}-{lock['version']}-py{py}.json"
     return out_dir / f"sglang-{lock['sglang']}-cu{lock['cuda_major']}-py{py}.json"
 
 
@@ -809,6 +877,10 @@ def check(lock: dict, path: Path) -> int:
 
 
 def summary(lock: dict) -> str:
+    if "package" in lock:
+        return (f"{lock['package']} {lock['version']} py{lock['python']}: "
+                f"{len(lock['packages'])} packages, {lock['download_bytes'] / 2**20:.1f} MiB, "
+                f"glibc >= {lock['glibc_min']}")
     return (f"sglang {lock['sglang']} py{lock['python']}: {len(lock['packages'])} packages, "
             f"{lock['download_bytes'] / 2**30:.2f} GiB, torch {lock['torch']} (CUDA "
             f"{lock['torch_cuda']}), driver >= {lock['driver_min']}, glibc >= "
@@ -818,7 +890,9 @@ def summary(lock: dict) -> str:
 
 def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("version", help="SGLang release, e.g. 0.5.23")
+    ap.add_argument("version", help="SGLang release, e.g. 0.5.23 (or --package's release)")
+    ap.add_argument("--package", default="sglang",
+                    help="the package to lock (default sglang; e.g. smg, SGLang's gateway)")
     ap.add_argument("--python", default="3.11", help="target Python minor (default 3.11)")
     ap.add_argument("--glibc", default="2.36",
                     help="host glibc: offers manylinux_2_<N>..2_5 tags (default 2.36, Debian 12)")
@@ -835,7 +909,10 @@ def main(argv: Iterable[str] | None = None) -> int:
         ap.error(f"--python {args.python}: expected 3.N")
     find_links = tuple(str(Path(f).resolve()) if "://" not in f else f for f in args.find_links)
     indexes = Indexes(args.index_url, tuple(args.extra_index_url), find_links)
-    lock = generate(args.version, args.python, args.glibc, indexes, args.interpreter)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.package):
+        ap.error(f"--package {args.package}: expected a project name")
+    lock = generate(args.version, args.python, args.glibc, indexes, args.interpreter,
+                    args.package)
     path = lock_path(args.out_dir, lock)
     if args.check:
         return check(lock, path)

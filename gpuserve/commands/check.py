@@ -40,7 +40,7 @@ from gpuserve.errors import GpuserveError, InputError
 from gpuserve.fleet.multinode import Member
 from gpuserve.paths import PACKAGE_DIR
 
-DEPLOYS = ("serve", "host")
+DEPLOYS = ("serve", "host", "router")
 
 #: Said in every report: what needs the host itself and was therefore not judged.
 NOT_CHECKED = {
@@ -50,6 +50,9 @@ NOT_CHECKED = {
               "service account against the host's users and groups"],
     "host": ["CPU vendor and ACPI tables (the IOMMU kernel parameters)", "boot loader",
              "Secure Boot", "running kernel and installed packages"],
+    "router": ["the router host's Python and glibc (they pick the smg lock)",
+               "the service account against the host's users and groups",
+               "whether the workers are up and reachable from the router host"],
 }
 
 
@@ -72,8 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run the deploys' prepare-time checks for an inventory, without connecting",
         description="Load a pyinfra inventory (group data and --data applied as pyinfra "
         "does) and run every prepare-time check of deploy/serve.py and deploy/host.py "
-        "for each host, connecting to none. Exit 0: all pass; 1: a host fails; 2: bad "
-        "usage or an inventory that cannot be loaded.",
+        "for each host (and of deploy/router.py for each router host), connecting to "
+        "none. Exit 0: all pass; 1: a host fails; 2: bad usage or an inventory that "
+        "cannot be loaded.",
     )
     parser.add_argument("inventory", help="pyinfra inventory file (e.g. inventory/gpu.py)")
     parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
@@ -91,8 +95,14 @@ def run(args: argparse.Namespace) -> int:
     hosts, groups = load_hosts(args.inventory, overrides, args.group_data)
     deploys = DEPLOYS if args.deploy == "all" else (args.deploy,)
     results = [check_host(name, data, args.inventory, deploy, groups)
-               for name, data in hosts for deploy in deploys]
+               for name, data in hosts for deploy in deploys
+               if deploy != "router" or _is_router_host(data)]
+    if not results:  # --deploy router on an inventory without a router host
+        results = [Result(hosts[0][0], "router", ok=False, error=f"{args.inventory}: "
+                          "router_workers_group: no host of this inventory sets it")]
     ok = all(r.ok for r in results)
+    # the router's checks run on router hosts only: say what they skip only when they ran
+    deploys = tuple(d for d in deploys if d != "router" or any(r.deploy == d for r in results))
     if args.json:
         print(json.dumps({
             "inventory": args.inventory, "ok": ok, "deploys": list(deploys),
@@ -226,9 +236,10 @@ def misspelt_keys(data: dict, source: str) -> None:
     from pyinfra.api.connectors import get_all_connectors
 
     from roles.host_plan import defaults as host_defaults
+    from roles.router.plan import defaults as router_defaults
     from roles.service.serve_plan import defaults as serve_defaults
 
-    ours = sorted({*serve_defaults(), *host_defaults()})
+    ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults()})
     known = set(ours)
     for connector in get_all_connectors().values():
         known |= set(getattr(connector, "data_meta", None) or {})
@@ -271,6 +282,7 @@ def check_host(name: str, data: dict, source: str, deploy: str,
     """One host, one deploy; a GpuserveError is the host's failure, not the command's."""
     checker: Callable[[str, dict, str], Result] = (
         functools.partial(check_serve, groups=groups or {}) if deploy == "serve"
+        else functools.partial(check_router, groups=groups or {}) if deploy == "router"
         else check_host_deploy)
     try:
         misspelt_keys(data, source)
@@ -359,6 +371,38 @@ def check_host_deploy(name: str, data: dict, source: str) -> Result:
                "kernel_extra_params": s.kernel.extra_params,
                "allow_reboot": s.kernel.allow_reboot, "nccl_env": s.nccl_overrides}
     return Result(name, "host", ok=True, summary=summary, details=details)
+
+
+def _is_router_host(data: dict) -> bool:
+    _import_repository()
+    from roles.router.plan import is_router_host
+
+    return is_router_host(data)
+
+
+def check_router(name: str, data: dict, source: str,
+                 groups: dict[str, list[Member]] | None = None) -> Result:
+    """deploy/router.py's plan_router (the router host's data and every host of its
+    workers group), with the host's Python unknown: every smg lock is a candidate."""
+    _import_repository()
+    from roles.router.plan import plan_router
+
+    plan = plan_router(data, source, host_name=name, group_members=(groups or {}).get)
+    served = [w for w in plan.workers if not w.drained]
+    drained = [w.host for w in plan.workers if w.drained]
+    urls = ", ".join(w.url for w in served) or "-"
+    drained_text = f", drained: {', '.join(drained)}" if drained else ""
+    summary = (f"gateway on {plan.listen}:{plan.port} (metrics {plan.prometheus}:"
+               f"{plan.prometheus_port}) for group {plan.group}: "
+               f"{_count(len(served), 'worker')} ({urls}){drained_text}; lock candidates "
+               f"{', '.join(lk.name for lk in plan.locks)}")
+    details = {"group": plan.group, "listen": f"{plan.listen}:{plan.port}",
+               "prometheus": f"{plan.prometheus}:{plan.prometheus_port}",
+               "workers": [{"host": w.host, "url": w.url, "drained": w.drained}
+                           for w in plan.workers],
+               "lock_candidates": [lk.name for lk in plan.locks]}
+    return Result(name, "router", ok=True, summary=summary, warnings=list(plan.warnings),
+                  details=details)
 
 
 def reachable(locks: list) -> list:
