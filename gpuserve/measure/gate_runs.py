@@ -479,15 +479,18 @@ def fingerprint(sources: Mapping[str, gates.ToolSource], nccl: NcclLib | None,
 
 def measured_json(ev: Evaluation, fp: str) -> str:
     """``/etc/gpuserve/measured.json``: the last measurement's choice and figures, read by
-    roles/nccl (nccl.env and host.json follow it) and by tests/host. No timestamp, so
+    roles/nccl (nccl.env and host.json follow it), by tests/host and, gathered with the
+    host-facts document, by the doctor (verdicts carry their numbers: measured, expected
+    or baseline, limit). No timestamp, so
     the same measurement writes the same bytes and a rerun changes nothing."""
     doc = {"schema": "gpuserve.measured/1", "fingerprint": fp,
            "topology_class": ev.topology,
            "choice": ev.choice.to_dict() if ev.choice else None,
            "figures": dict(sorted(ev.figures.items())),
            "ready": ev.ready, "problems": list(ev.problems),
-           "verdicts": [{"check": v.check, "status": v.status, "message": v.message}
-                        for v in ev.verdicts]}
+           "verdicts": [{"check": v.check, "status": v.status, "message": v.message,
+                         "measured": v.measured, "expected": v.expected, "limit": v.limit,
+                         "unit": v.unit, "reference": v.reference} for v in ev.verdicts]}
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
