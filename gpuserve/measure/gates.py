@@ -39,6 +39,11 @@ MEASURE_SCHEMA = "gpuserve.measure/1"
 METRICS: dict[str, tuple[str, str]] = {
     "all_reduce_busbw": ("GB/s", "higher"),
     "all_reduce_latency": ("us", "lower"),
+    # recorded on EP hosts (gate_runs.gate_collectives); judged only where a class names them
+    "all_gather_busbw": ("GB/s", "higher"),
+    "all_gather_latency": ("us", "lower"),
+    "alltoall_busbw": ("GB/s", "higher"),
+    "alltoall_latency": ("us", "lower"),
     "p2p_unidir_best": ("GB/s", "higher"),
     "p2p_unidir_worst": ("GB/s", "higher"),
     "p2p_bidir_best": ("GB/s", "higher"),
@@ -297,7 +302,7 @@ def _check(file: str, at: str, raw: Any) -> Check:
             raise InputError(file, f"{at}.{key}", f"must be a positive integer, got {value!r}")
     if floor is not None and METRICS[metric][1] != "higher":
         raise InputError(file, f"{at}.floor", f"only bandwidths have a floor, not {metric}")
-    if metric.startswith("all_reduce") and size is None:
+    if not metric.startswith("p2p_") and size is None:
         raise InputError(file, f"{at}.size_bytes", f"{metric} is judged at a fixed size")
     return Check(metric=metric, unit=unit, source=source, baseline=baseline,
                  tolerance=_fraction(file, f"{at}.tolerance", raw.get("tolerance")),
@@ -394,6 +399,34 @@ def busbw_at(result: NcclTestsResult, size_bytes: int) -> BusBw | None:
             oop, inp = row.out_of_place, row.in_place
             return BusBw(size_bytes, oop.busbw if oop else None, inp.busbw if inp else None)
     return None
+
+
+def busbw_near(result: NcclTestsResult, size_bytes: int) -> BusBw | None:
+    """busbw at ``size_bytes``, else at the largest row below it.
+
+    all_gather_perf and alltoall_perf print the bytes they really moved: the count is
+    split per rank and rounded down to 16 bytes (nccl-tests src/all_gather.cu and
+    alltoall.cu, ``GetCollByteCount``), so on 6 or 7 GPUs the 2 GiB step prints
+    2147483616 or 2147483632, never 2147483648; small steps print 0."""
+    exact = busbw_at(result, size_bytes)
+    if exact is not None:
+        return exact
+    below = [r.size for r in result.rows if 0 < r.size <= size_bytes]
+    return busbw_at(result, max(below)) if below else None
+
+
+def collective_figures(collective: str, result: NcclTestsResult, size_bytes: int,
+                       latency_max_bytes: int = 1024) -> dict[str, float]:
+    """``<collective>_busbw@<size>`` (:func:`busbw_near`, keyed by the asked size) and
+    ``<collective>_latency@<max bytes>`` (:func:`small_latency_us`) of one run."""
+    figures: dict[str, float] = {}
+    bw = busbw_near(result, size_bytes)
+    if bw is not None and bw.value is not None:
+        figures[figure_key(f"{collective}_busbw", size_bytes)] = bw.value
+    lat = small_latency_us(result, max_bytes=latency_max_bytes)
+    if lat is not None:
+        figures[figure_key(f"{collective}_latency", latency_max_bytes)] = lat
+    return figures
 
 
 def small_latency_us(
@@ -717,17 +750,23 @@ def _p2p_pairs(
 def gate_figures(
     checks: Iterable[Check], all_reduce: NcclTestsResult | None,
     p2p: P2PBandwidthReport | None = None,
+    others: Mapping[str, NcclTestsResult] | None = None,
 ) -> dict[str, float]:
-    """The figures a class's checks name (keyed by ``Check.key``) from the parsed runs."""
+    """The figures a class's checks name (keyed by ``Check.key``) from the parsed runs;
+    ``others``: all_gather / alltoall results by collective name (EP hosts)."""
     figures: dict[str, float] = {}
     p2p_values = p2p_figures(p2p) if p2p is not None else {}
     for c in checks:
         value: float | None = None
+        collective, _, kind = c.metric.rpartition("_")
         if c.metric == "all_reduce_busbw" and all_reduce is not None and c.size_bytes:
             bw = busbw_at(all_reduce, c.size_bytes)
             value = bw.value if bw else None
         elif c.metric == "all_reduce_latency" and all_reduce is not None and c.size_bytes:
             value = small_latency_us(all_reduce, max_bytes=c.size_bytes)
+        elif collective in (others or {}) and c.size_bytes and kind in ("busbw", "latency"):
+            value = collective_figures(collective, others[collective],
+                                       c.size_bytes, c.size_bytes).get(c.key)
         elif c.metric in p2p_values:
             value = p2p_values[c.metric]
         if value is not None:
