@@ -45,6 +45,8 @@ def plan_host(host_data: dict, source: str) -> HostSettings:
     results_dir = data["results_dir"]
     if not isinstance(results_dir, str):
         raise InputError(source, "results_dir", "must be a path (\"\" turns recording off)")
-    # the measuring stage (roles/gpu_gates): modes, timeout, pinned-source overrides
-    return dataclasses.replace(settings, gates=gate_runs.gate_settings(data, source),
+    # the measuring stage (roles/gpu_gates): modes, timeout, pinned-source overrides, and
+    # the collectives (an EP profile named by the serve deploy's ``profile`` adds two)
+    gates = gate_runs.gate_settings(data, source, profile_ref=host_data.get("profile"))
+    return dataclasses.replace(settings, gates=gates,
                                results_dir=results_dir)

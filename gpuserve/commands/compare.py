@@ -19,6 +19,15 @@ from the run before and what changed in its setup. ``--profile``, ``--host`` and
 ``--scenario`` filter either view. ``--plot FILE.png`` also draws the load curve and the
 latency/throughput trade-off (needs ``gpuserve[plot]``; gpuserve.measure.plot).
 
+``gpuserve.measure/1`` records (the host deploy's measured GPU gates, under the same
+``results/<host>/``) get a table of their own after the results: per host the latest
+measurement (every one with ``--history``): the topology class, P2P kept on or off and
+why (hung, slower, not measured), all-reduce busbw at the gate size on the chosen path
+with its verdict against the expectation or the host's baseline, the small-message
+latency, busbw with P2P on and off, all-gather and all-to-all busbw on EP hosts, the NCCL
+version and pass/FAIL with the failed checks below. ``--host`` filters them too;
+``--profile`` and ``--scenario`` do not apply (a measurement belongs to a host).
+
 ``--json`` prints ``{"view": "latest", "baseline": P, "rows": [...], "skipped": [...]}``
 or ``{"view": "history", "rows": [...], "skipped": [...]}``. Every row has ``host,
 profile, scenario, kind, concurrency, input_len, output_len, timestamp, source,
@@ -27,6 +36,12 @@ launch_hash, profile_hash, gate ("pass"|"fail"|null), gate_misses, note``; lates
 ``runs, output_tok_s_min, output_tok_s_max, is_baseline, vs_baseline``, history rows add
 ``vs_previous, changed``. ``vs_*`` is null or ``{profile, timestamp, source, output_tok_s,
 change_pct: {output_tok_s, median_ttft_ms, median_itl_ms}}`` (percent, 2 decimals).
+With measure records the document adds ``gates``: one object per row with ``host,
+timestamp, source, topology_class, nccl_version, p2p, p2p_result, env,
+all_reduce_busbw_gbs, size_bytes, busbw_status, busbw_reference_gbs, busbw_reference,
+all_reduce_latency_us, p2p_on_busbw_gbs, p2p_off_busbw_gbs, p2p_on_hung, p2p_off_hung,
+all_gather_busbw_gbs, alltoall_busbw_gbs, passed, failed, runs`` (only measure records:
+``view`` and ``gates`` alone).
 """
 
 from __future__ import annotations
@@ -72,21 +87,34 @@ def run(args: argparse.Namespace) -> int:
         require_matplotlib()  # before any output: no half-done run
         plot_target(args.plot)
     skipped: list[str] = []
-    records = [r for path in args.paths for r in read_results(path, skipped)]
-    if not records:
+    measures: list[dict] = []
+    records = [r for path in args.paths for r in read_results(path, skipped, measures)]
+    if not records and not measures:
         raise InputError(", ".join(args.paths), None, "no result records found"
                          + (f" ({len(skipped)} non-result files skipped)" if skipped else ""))
-    baseline = args.baseline or cmp.default_baseline(records)
-    cmp.check_baseline(records, baseline)
-    shown = cmp.select(records, profile=args.profile, host=args.host, scenario=args.scenario)
-    if args.history:
-        rows = cmp.history_view(shown, smoke=args.smoke)
-        doc = cmp.history_json(rows)
-        text = format_history(rows)
-    else:
-        rows = cmp.latest_view(shown, baseline, smoke=args.smoke, pool=records)
-        doc = cmp.latest_json(rows, baseline)
-        text = format_latest(rows, baseline, hidden_smoke=_hidden_smoke(shown, rows))
+    if not records and args.plot:
+        raise InputError(", ".join(args.paths), None, "no result records to plot "
+                         f"(only {len(measures)} gpuserve.measure/1 records)")
+    _check_host(args.host, records, measures)
+    gate_rows = cmp.gate_view(measures, history=args.history, host=args.host)
+    doc: dict = {"view": "history" if args.history else "latest"}
+    text = ""
+    if records and (args.host is None or any(r.host == args.host for r in records)):
+        baseline = args.baseline or cmp.default_baseline(records)
+        cmp.check_baseline(records, baseline)
+        shown = cmp.select(records, profile=args.profile, host=args.host,
+                           scenario=args.scenario)
+        if args.history:
+            rows = cmp.history_view(shown, smoke=args.smoke)
+            doc = cmp.history_json(rows)
+            text = format_history(rows)
+        else:
+            rows = cmp.latest_view(shown, baseline, smoke=args.smoke, pool=records)
+            doc = cmp.latest_json(rows, baseline)
+            text = format_latest(rows, baseline, hidden_smoke=_hidden_smoke(shown, rows))
+    if measures:
+        doc["gates"] = [cmp.gate_dict(row) for row in gate_rows]
+        text = "\n\n".join(t for t in (text, format_gates(gate_rows, args.history)) if t)
     if args.json:
         print(json.dumps({**doc, "skipped": skipped}, indent=2, allow_nan=False))
     else:
@@ -98,6 +126,14 @@ def run(args: argparse.Namespace) -> int:
         path = write_plot(latest, args.plot, title=f"baseline: {baseline}")
         print(f"plot: wrote {path}", file=sys.stderr)
     return 0
+
+
+def _check_host(host: str | None, records: list[ResultRecord], measures: list[dict]) -> None:
+    """--host must name a host of a result or a measure record (a typo is no empty view)."""
+    known = {str(r.host) for r in records} | {str(d["host"]) for d in measures}
+    if host is not None and host not in known:
+        raise InputError(None, "--host", f"no record with host {host!r} (known: "
+                         f"{', '.join(sorted(known))})")
 
 
 def _hidden_smoke(records: list[ResultRecord], rows: list[cmp.LatestRow]) -> int:
@@ -212,3 +248,67 @@ def format_history(rows: list[cmp.HistoryRow]) -> str:
               "changed: what differs from that run's setup (sglang version, lock, profile "
               "file, launch)"]
     return "\n".join(lines + notes.lines)
+
+
+GATES = ("host", "when", "class", "P2P", "AR busbw", "vs", "lat us", "P2P on/off", "AG busbw",
+         "A2A busbw", "NCCL", "runs", "gate")
+GATES_RIGHT = {"AR busbw", "lat us", "P2P on/off", "AG busbw", "A2A busbw", "runs"}
+
+
+def _p2p_cell(row: cmp.GateRow) -> str:
+    if row.p2p is None:
+        return "-"
+    if row.p2p:
+        return "on"
+    return {"hung": "off (hung)", "slower": "off (slower)",
+            "not_measured": "off (not measured)"}.get(row.p2p_result or "", "off")
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return ""
+    gib = size / 2**30
+    return f" @{gib:g}G" if gib >= 1 and gib == int(gib) else f" @{size}"
+
+
+def _versus_cell(row: cmp.GateRow) -> str:
+    status = {"pass": "pass", "fail": "FAIL", "baseline": "new baseline",
+              "missing": "MISSING", "skip": "skip"}.get(row.busbw_status or "", "-")
+    if row.busbw_reference is None:
+        return status
+    kind = "base" if row.busbw_reference_kind == "baseline" else "exp"
+    return f"{status} ({kind} {fmt(row.busbw_reference, 2)})"
+
+
+def _on_off(row: cmp.GateRow) -> str:
+    def one(value: float | None, hung: bool) -> str:
+        return "hung" if hung else fmt(value, 2)
+
+    if row.p2p_on_gbs is None and not row.p2p_on_hung:
+        return f"-/{one(row.p2p_off_gbs, row.p2p_off_hung)}"
+    return f"{one(row.p2p_on_gbs, row.p2p_on_hung)}/{one(row.p2p_off_gbs, row.p2p_off_hung)}"
+
+
+def format_gates(rows: list[cmp.GateRow], history: bool = False) -> str:
+    """The measured GPU gates table (gpuserve.measure/1 records), control characters
+    escaped like every cell of compare's tables."""
+    cells = []
+    for row in rows:
+        cells.append((row.host, row.timestamp, row.topology or "-", _p2p_cell(row),
+                      fmt(row.busbw_gbs, 2) + _size(row.size_bytes), _versus_cell(row),
+                      fmt(row.latency_us), _on_off(row), fmt(row.all_gather_gbs, 2),
+                      fmt(row.alltoall_gbs, 2), row.nccl_version or "-", str(row.runs),
+                      "pass" if row.passed else "FAIL"))
+    title = ("measured GPU gates, every measurement (gpuserve.measure/1 records)" if history
+             else "measured GPU gates, latest per host (gpuserve.measure/1 records)")
+    lines = [title, *table(GATES, cells, GATES_RIGHT)]
+    lines += ["", "AR busbw: all-reduce GB/s at the gate size on the chosen path (P2P on or "
+              "off); vs: its verdict against the expectation (exp) or the host's baseline "
+              "(base); lat us: the slowest 8 B-1 KiB all-reduce",
+              "P2P on/off: all-reduce busbw with P2P on / NCCL_P2P_DISABLE=1 (- not run, "
+              "hung: killed at the timeout); AG/A2A busbw: all-gather / all-to-all on the "
+              "chosen path (EP hosts)"]
+    failing = [r for r in rows if r.failed]
+    for r in failing:
+        lines.append(f"{r.host} {r.timestamp}: {', '.join(r.failed)}")
+    return "\n".join(lines)

@@ -418,11 +418,30 @@ def _pcie_ipc(ctx: Context) -> str | None:
     return None
 
 
+def _measured(ctx: Context) -> Any:
+    """The host's last measurement (facts ``measured``), None when unknown or none."""
+    m = ctx.facts.measured
+    return m if m is not None and m.state == "measured" else None
+
+
+def _env_text(env: dict[str, str] | None) -> str:
+    if env is None:
+        return "unknown"
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "NCCL defaults"
+
+
+_P2P_WHY = {
+    "hung": "P2P hung in the measuring run",
+    "slower": "P2P was not measured working and faster",
+    "not_measured": "P2P was not measured (driver verdict {driver}, or a VM): kept off",
+}
+
+
 @rule("allreduce-without-measured-p2p")
 def _allreduce_measured(ctx: Context) -> str | None:
     """Custom / PCIe-IPC all-reduce need working peer access; the measurement, not the
     driver, says whether it works (facts ``measured``, gpuserve.measure.gates)."""
-    measured = ctx.facts.measured
+    measured = _measured(ctx)
     if measured is None or measured.p2p is None or measured.p2p:
         return None
     tp = ctx.profile.parallel.tp
@@ -435,12 +454,58 @@ def _allreduce_measured(ctx: Context) -> str | None:
         uses.append("PCIe-IPC all-reduce")
     if not uses:
         return None
-    why = "P2P hung in the measuring run" if measured.p2p_hang else \
-        "P2P was not measured working and faster"
+    result = measured.p2p_result or ("hung" if measured.p2p_hang else "slower")
+    why = _P2P_WHY.get(result, _P2P_WHY["slower"]).format(
+        driver=measured.driver_p2p or "unknown")
     busbw = measured.all_reduce_busbw_gbs
     figures = f", all-reduce busbw {busbw:g} GB/s on the chosen path" if busbw else ""
+    env = f"; NCCL env chosen: {_env_text(measured.env)}" if measured.env is not None else ""
     record = f" (record {measured.record})" if measured.record else ""
-    return f"{' and '.join(uses)} with tp {tp}; measured: {why}{figures}{record}"
+    return f"{' and '.join(uses)} with tp {tp}; measured: {why}{figures}{env}{record}"
+
+
+def _check_text(c: Any) -> str:
+    if c.status == "missing":
+        return f"{c.check}: not in the run ({c.message})" if c.message else \
+            f"{c.check}: not in the run"
+    return f"{c.check}: {c.message}"
+
+
+@rule("measured-below-expectation")
+def _measured_below(ctx: Context) -> str | None:
+    """The host's last measurement fell short: a figure below its expectation or baseline
+    (busbw at the gate size, small-message latency, P2P matrices), or not ready."""
+    measured = _measured(ctx)
+    if measured is None or (not measured.failed and measured.ready is not False):
+        return None
+    if ctx.profile.gpus < 2:
+        return None  # one GPU: no collective on the launch's path
+    parts = [_check_text(c) for c in measured.failed]
+    if measured.ready is False:
+        parts += [p for p in measured.problems if not any(c.check in p
+                                                          for c in measured.failed)]
+    where = f"class {measured.topology_class}" if measured.topology_class else "class unknown"
+    env = _env_text(measured.env)
+    record = f"; record {measured.record}" if measured.record else ""
+    return f"{'; '.join(parts)} ({where}, NCCL env {env}{record})"
+
+
+@rule("gates-not-measured")
+def _gates_not_measured(ctx: Context) -> str | None:
+    """No measurement behind the host's NCCL env, or one taken under another driver P2P
+    verdict (the serve deploy then follows the driver's verdict, not the measurement)."""
+    m = ctx.facts.measured
+    gpus = len(ctx.facts.gpus)
+    if m is None or gpus < 2 or ctx.profile.gpus < 2:
+        return None
+    if m.state == "none":
+        return f"no measured.json on a host with {gpus} GPUs: its NCCL env and the " \
+               f"custom all-reduce choice follow the driver's P2P verdict " \
+               f"({ctx.p2p or 'unknown'}), not a measurement"
+    if m.stale(ctx.p2p):
+        return f"measured under driver P2P verdict {m.driver_p2p}, the driver now reports " \
+               f"{ctx.p2p}: the measurement no longer applies (record {m.record or '?'})"
+    return None
 
 
 @rule("nccl-p2p-disable-missing")
@@ -453,6 +518,9 @@ def _nccl_p2p_missing(ctx: Context) -> str | None:
 
 @rule("nccl-p2p-disabled-needlessly")
 def _nccl_p2p_needless(ctx: Context) -> str | None:
+    measured = _measured(ctx)
+    if measured is not None and measured.p2p is False and not measured.stale(ctx.p2p):
+        return None  # the measurement kept P2P off too: the driver's "ok" is not the box
     if ctx.p2p == "ok" and _env_true(ctx.env, "NCCL_P2P_DISABLE"):
         return f"topo -p2p verdict ok; NCCL_P2P_DISABLE=1 ({_where(ctx, 'env.NCCL_P2P_DISABLE')})"
     return None

@@ -16,10 +16,13 @@ from typing import Any, TypeVar
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from gpuserve.errors import InputError
 from gpuserve.facts.base import logger, quiet
 from gpuserve.facts.gpu import CUDA_TOOLKIT_COMMAND, NVIDIA_DRIVER_COMMAND, driver_from_sections
 from gpuserve.facts.host import BOOT_EVIDENCE_COMMAND, IOMMU_COMMAND, IOMMU_MARKER
 from gpuserve.host.hostfacts import HostFacts
+from gpuserve.measure.gate_runs import MEASURED_JSON, read_measured
+from gpuserve.measure.gates import measured_section
 from gpuserve.parsers import (
     bootloader,
     cpuinfo,
@@ -34,6 +37,7 @@ from gpuserve.parsers import (
 from gpuserve.parsers.sections import marker, split_sections
 
 T = TypeVar("T")
+UNREADABLE = "##gpuserve-unreadable##"
 
 
 def _if_tool(tool: str, command: str) -> str:
@@ -57,6 +61,10 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
     ("secure_boot", _if_tool("mokutil", "mokutil --sb-state 2>&1 || true")),
     ("modules", "cat /proc/modules 2>/dev/null"),
     ("cpu", "grep -m1 '^vendor_id' /proc/cpuinfo 2>/dev/null"),
+    # the measuring stage's last result (roles/gpu_gates): read here, in the same command,
+    # so the doctor sees what the box did beside what the driver claims
+    ("measured", f"if [ -e {MEASURED_JSON} ]; then cat {MEASURED_JSON} 2>/dev/null "
+                 f"|| echo '{UNREADABLE}'; fi"),
 )
 SECTION_NAMES = tuple(name for name, _ in _SECTIONS) + ("sglang",)
 
@@ -122,7 +130,29 @@ def document_from_sections(sections: dict[str, list[str]]) -> dict[str, Any]:
         },
         "cpu_vendor": _parse(sections.get("cpu"), cpuinfo.parse_cpu_vendor),
         "sglang_version": sglang[0] if sglang else None,
+        "measured": _measured(sections.get("measured")),
     }
+
+
+def _measured(lines: list[str] | None) -> dict[str, Any] | None:
+    """The ``measured`` section from ``/etc/gpuserve/measured.json``: ``None`` when not
+    gathered, unreadable or not ours (unknown: no rule reads it), ``{"state": "none"}``
+    when the host has no measurement."""
+    if lines is None:
+        return None
+    text = "\n".join(lines)
+    if UNREADABLE in text:
+        logger.warning("host facts document: %s is not readable, treated as unknown",
+                       MEASURED_JSON)
+        return None
+    try:
+        doc = read_measured(text)
+    except InputError as exc:  # not JSON, or not a gpuserve.measured/1 file
+        logger.warning("host facts document: %s: %s, treated as unknown", MEASURED_JSON, exc)
+        return None
+    if doc is None:
+        return {"state": "none"}
+    return measured_section(doc, MEASURED_JSON)
 
 
 def gather_script(sglang_python: str = "") -> StringCommand:

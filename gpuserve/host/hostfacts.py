@@ -153,19 +153,59 @@ class Kernel:
 
 
 @dataclass(frozen=True)
+class MeasuredCheck:
+    """One check of the last measurement that did not pass, with its numbers."""
+
+    check: str
+    status: str  # "fail" | "missing"
+    message: str = ""
+    measured: float | None = None
+    expected: float | None = None  # the published figure or the host's baseline
+    limit: float | None = None
+    unit: str | None = None
+
+
+MEASURED_STATES = ("measured", "none")
+P2P_RESULTS = ("ok", "hung", "slower", "not_measured")
+
+
+@dataclass(frozen=True)
 class Measured:
     """Optional: what the last measuring run found (gpuserve.measure.gates, issue 9).
 
     The driver's ``topo -p2p`` verdict is what the driver claims; this is what the box
     did. ``p2p``: the NCCL env was chosen with P2P on (P2P measured working and faster);
-    False when a hang or a slower P2P path kept it off. Absent in documents written
-    before measuring existed, and then no rule reads it.
+    False when a hang or a slower P2P path kept it off (``p2p_result``: ok, hung, slower,
+    not_measured when the driver's verdict or a VM ruled the P2P run out). ``state``
+    ``none``: the document looked for ``/etc/gpuserve/measured.json`` and the host has
+    none (never measured, or ``gates: off``). The section is absent in documents written
+    before measuring existed or by hand, and then no rule reads it.
     """
 
     p2p: bool | None = None
     p2p_hang: bool | None = None
     all_reduce_busbw_gbs: float | None = None
-    record: str | None = None  # the gpuserve.measure/1 record the figures come from
+    record: str | None = None  # the measured.json or gpuserve.measure/1 record read
+    state: str = "measured"
+    p2p_result: str | None = None
+    env: dict[str, str] | None = None  # the NCCL env chosen from measurement
+    disable_custom_all_reduce: bool | None = None
+    reason: str | None = None
+    driver_p2p: str | None = None  # the driver's verdict when it was measured
+    topology_class: str | None = None
+    all_reduce_size_bytes: int | None = None
+    all_reduce_expected_gbs: float | None = None
+    all_reduce_limit_gbs: float | None = None
+    all_reduce_status: str | None = None  # pass | fail | baseline | skip | missing
+    ready: bool | None = None
+    problems: tuple[str, ...] = ()
+    failed: tuple[MeasuredCheck, ...] = ()
+
+    def stale(self, driver_p2p: str | None) -> bool:
+        """Measured under another driver P2P verdict than the host reports now (another
+        box, an ACS or IOMMU change): roles/nccl then follows the driver again."""
+        return (self.state == "measured" and self.driver_p2p is not None
+                and driver_p2p is not None and self.driver_p2p != driver_p2p)
 
 
 @dataclass(frozen=True)
@@ -300,10 +340,44 @@ def _measured(root: _Reader) -> Measured | None:
     if root.data.get("measured") is None:
         return None
     m = root.child("measured")
-    busbw = m.get("all_reduce_busbw_gbs", float, int)
-    return Measured(p2p=m.get("p2p", bool), p2p_hang=m.get("p2p_hang", bool),
-                    all_reduce_busbw_gbs=None if busbw is None else float(busbw),
-                    record=m.get("record", str))
+
+    def number(r: _Reader, key: str) -> float | None:
+        value = r.get(key, float, int)
+        return None if value is None else float(value)
+
+    env = m.child("env")
+    if any(not isinstance(v, str) for v in env.data.values()):
+        raise InputError(m.file, f"{m.path}.env", "must map names to strings")
+    problems = m.data.get("problems") or []
+    if not isinstance(problems, list | tuple) or not all(isinstance(p, str) for p in problems):
+        raise InputError(m.file, f"{m.path}.problems", "must be a list of strings")
+    failed_raw = m.data.get("failed") or []
+    if not isinstance(failed_raw, list | tuple):
+        raise InputError(m.file, f"{m.path}.failed", f"must be a list, got {_kind(failed_raw)}")
+    failed = []
+    for index, raw in enumerate(failed_raw):
+        c = _Reader(raw, f"{m.path}.failed[{index}]", m.file)
+        check, status = c.get("check", str), c.get("status", str)
+        if check is None or status is None:
+            raise InputError(m.file, c.path, "needs 'check' and 'status'")
+        failed.append(MeasuredCheck(check, status, c.get("message", str) or "",
+                                    number(c, "measured"), number(c, "expected"),
+                                    number(c, "limit"), c.get("unit", str)))
+    return Measured(
+        p2p=m.get("p2p", bool), p2p_hang=m.get("p2p_hang", bool),
+        all_reduce_busbw_gbs=number(m, "all_reduce_busbw_gbs"), record=m.get("record", str),
+        state=m.get("state", str, choices=MEASURED_STATES) or "measured",
+        p2p_result=m.get("p2p_result", str, choices=P2P_RESULTS),
+        env=None if m.data.get("env") is None else dict(env.data),
+        disable_custom_all_reduce=m.get("disable_custom_all_reduce", bool),
+        reason=m.get("reason", str),
+        driver_p2p=m.get("driver_p2p", str, choices=("ok", "none", "partial")),
+        topology_class=m.get("topology_class", str),
+        all_reduce_size_bytes=m.get("all_reduce_size_bytes", int, minimum=1),
+        all_reduce_expected_gbs=number(m, "all_reduce_expected_gbs"),
+        all_reduce_limit_gbs=number(m, "all_reduce_limit_gbs"),
+        all_reduce_status=m.get("all_reduce_status", str),
+        ready=m.get("ready", bool), problems=tuple(problems), failed=tuple(failed))
 
 
 def _cap(g: _Reader) -> str | None:

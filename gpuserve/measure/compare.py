@@ -268,3 +268,133 @@ def history_json(rows: list[HistoryRow]) -> dict:
     return {"view": "history", "rows": [
         {**run_dict(row.record), "vs_previous": change_dict(row.change),
          "changed": list(row.changed)} for row in rows]}
+
+
+# ----------------------------------------------------------------------------- gates
+# gpuserve.measure/1 records (the host deploy's measured GPU gates, roles/gpu_gates) side
+# by side: one row per host (its latest measurement) or, with history, every measurement.
+# The collectives a profile's launch depends on: busbw at the gate size, the
+# small-message latency, and whether P2P was kept on, and why.
+
+
+@dataclass(frozen=True)
+class GateRow:
+    host: str
+    timestamp: str
+    source: str | None
+    topology: str | None
+    nccl_version: str | None
+    p2p: bool | None
+    p2p_result: str | None  # ok | hung | slower | not_measured (gates.measured_section)
+    env: dict | None
+    busbw_gbs: float | None  # all-reduce at the gate size, on the chosen path
+    size_bytes: int | None
+    busbw_status: str | None
+    busbw_reference: float | None  # the expectation or the host's baseline
+    busbw_reference_kind: str | None  # "expectation" | "baseline" | "floor"
+    latency_us: float | None  # small-message all-reduce (8 B - 1 KiB), the chosen path
+    p2p_on_gbs: float | None
+    p2p_off_gbs: float | None
+    p2p_on_hung: bool
+    p2p_off_hung: bool
+    all_gather_gbs: float | None
+    alltoall_gbs: float | None
+    failed: tuple[str, ...]  # checks that failed, and hangs on the chosen path
+    runs: int  # measurements of this host (latest view), 1 in history
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+
+def _numbers(doc: dict, key: str) -> dict:
+    choice = doc.get("choice") if isinstance(doc.get("choice"), dict) else {}
+    numbers = choice.get("numbers") if isinstance(choice.get("numbers"), dict) else {}
+    run = numbers.get(key)
+    return run if isinstance(run, dict) else {}
+
+
+def _figure(doc: dict, prefix: str, size: int | None = None) -> float | None:
+    figures = doc.get("figures") or {}
+    if size is not None and f"{prefix}@{size}" in figures:
+        return float(figures[f"{prefix}@{size}"])
+    keys = sorted(k for k in figures if k.startswith(prefix + "@"))
+    return float(figures[keys[-1]]) if keys else None
+
+
+def gate_row(doc: dict, runs: int = 1) -> GateRow:
+    """One measure record as a row (the record is checked already: validate_measure_record)."""
+    from gpuserve.measure.gates import measured_section
+
+    m = measured_section(doc, doc.get("_source"))
+    verdicts = [v for v in doc.get("verdicts") or [] if isinstance(v, dict)]
+    busbw = next((v for v in verdicts if str(v.get("check", "")).startswith(
+        "all_reduce_busbw@")), {})
+    on, off = _numbers(doc, "p2p_on"), _numbers(doc, "p2p_off")
+    chosen = on if m["p2p"] else off
+    latency = _figure(doc, "all_reduce_latency")
+    if latency is None and isinstance(chosen.get("latency_us"), int | float):
+        latency = float(chosen["latency_us"])
+    label = "p2p_on" if m["p2p"] else "p2p_off"
+    failed = [str(v.get("check")) for v in verdicts if v.get("status") in ("fail", "missing")
+              and not str(v.get("check", "")).endswith(":no_hang")]
+    failed += [f"{r.get('tool')} hung ({label})" for r in doc.get("runs") or []
+               if isinstance(r, dict) and r.get("hang")
+               and str(r.get("label", "")).rpartition(":")[2] == label]
+    choice = doc.get("choice") if isinstance(doc.get("choice"), dict) else None
+    if choice is None:
+        failed.append("no NCCL env chosen")
+    elif choice.get("ready") is False:
+        failed.append("no working collective path")
+
+    def gbs(run: dict) -> float | None:
+        value = run.get("busbw_gbs")
+        return float(value) if isinstance(value, int | float) else None
+
+    size = m["all_reduce_size_bytes"]
+    ref = busbw.get("expected")
+    return GateRow(
+        host=str(doc["host"]), timestamp=str(doc["timestamp"]), source=doc.get("_source"),
+        topology=m["topology_class"], nccl_version=doc.get("nccl_version")
+        if isinstance(doc.get("nccl_version"), str) else None,
+        p2p=m["p2p"], p2p_result=m["p2p_result"], env=m["env"],
+        busbw_gbs=m["all_reduce_busbw_gbs"], size_bytes=size,
+        busbw_status=m["all_reduce_status"],
+        busbw_reference=float(ref) if isinstance(ref, int | float) else None,
+        busbw_reference_kind=busbw.get("reference") if isinstance(
+            busbw.get("reference"), str) else None,
+        latency_us=latency, p2p_on_gbs=gbs(on), p2p_off_gbs=gbs(off),
+        p2p_on_hung=bool(on.get("hang")), p2p_off_hung=bool(off.get("hang")),
+        all_gather_gbs=_figure(doc, "all_gather_busbw", size),
+        alltoall_gbs=_figure(doc, "alltoall_busbw", size),
+        failed=tuple(dict.fromkeys(failed)), runs=runs)
+
+
+def gate_view(measures: list[dict], *, history: bool = False,
+              host: str | None = None) -> list[GateRow]:
+    """Latest measurement per host (hosts in name order), or every one oldest first per
+    host with ``history``; ``host`` keeps one host."""
+    by_host: dict[str, list[dict]] = {}
+    for doc in sorted(measures, key=lambda d: (str(d["host"]), str(d["timestamp"]))):
+        if host is None or doc["host"] == host:
+            by_host.setdefault(str(doc["host"]), []).append(doc)
+    if history:
+        return [gate_row(d) for docs in by_host.values() for d in docs]
+    return [gate_row(docs[-1], runs=len(docs)) for docs in by_host.values()]
+
+
+def gate_dict(row: GateRow) -> dict:
+    """The per-row keys of compare's JSON ``gates`` list (stable)."""
+    return {
+        "host": row.host, "timestamp": row.timestamp, "source": row.source,
+        "topology_class": row.topology, "nccl_version": row.nccl_version,
+        "p2p": row.p2p, "p2p_result": row.p2p_result, "env": row.env,
+        "all_reduce_busbw_gbs": row.busbw_gbs, "size_bytes": row.size_bytes,
+        "busbw_status": row.busbw_status, "busbw_reference_gbs": row.busbw_reference,
+        "busbw_reference": row.busbw_reference_kind,
+        "all_reduce_latency_us": row.latency_us,
+        "p2p_on_busbw_gbs": row.p2p_on_gbs, "p2p_off_busbw_gbs": row.p2p_off_gbs,
+        "p2p_on_hung": row.p2p_on_hung, "p2p_off_hung": row.p2p_off_hung,
+        "all_gather_busbw_gbs": row.all_gather_gbs, "alltoall_busbw_gbs": row.alltoall_gbs,
+        "passed": row.passed, "failed": list(row.failed), "runs": row.runs,
+    }

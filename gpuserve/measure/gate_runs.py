@@ -14,6 +14,8 @@ only moves text between them and the host, and every decision is unit-tested her
   nothing and a cut-off build leaves nothing that looks built.
 - Measure: every run under ``timeout`` (a hang is a result: the run's exit status 124
   says the path does not work), its output followed by a marker line with its status.
+  All-reduce always; all-gather and all-to-all too on a host that serves expert
+  parallelism (:func:`gate_collectives`), each under the same NCCL envs as all-reduce.
 """
 
 from __future__ import annotations
@@ -42,11 +44,16 @@ ALL_REDUCE_ARGS = ("-b", "8", "-e", "4G", "-f", "2")
 HANG_STATUSES = (124, 137)
 NCCL_TOOL, P2P_TOOL = "nccl-tests", "cuda-samples"
 
+#: nccl-tests collectives the stage can run (``<name>_perf``), in run order.
+COLLECTIVES = ("all_reduce", "all_gather", "alltoall")
+ALL_REDUCE_ONLY = ("all_reduce",)
+
 DEFAULTS_DOC = {
     "gates": "auto",
     "gates_timeout": 600,
     "gates_remeasure": False,
     "gates_sources": {},
+    "gates_collectives": None,
 }
 
 
@@ -59,11 +66,15 @@ class GateSettings:
     remeasure: bool
     sources: dict[str, gates.ToolSource]
     root: str = GATES_ROOT
+    collectives: tuple[str, ...] = ALL_REDUCE_ONLY
 
 
-def gate_settings(data: Mapping[str, Any], source: str) -> GateSettings:
+def gate_settings(data: Mapping[str, Any], source: str,
+                  profile_ref: Any = None) -> GateSettings:
     """Host data ``gates``, ``gates_timeout``, ``gates_remeasure``, ``gates_sources``,
-    checked before anything runs; ``InputError`` names the inventory and the key.
+    ``gates_collectives`` (``profile_ref``: host data ``profile``, see
+    :func:`gate_collectives`), checked before anything runs; ``InputError`` names the
+    inventory and the key.
 
     YAML reads ``on``/``off`` as booleans, so ``true``/``false`` mean on/off too."""
     mode = data.get("gates", "auto")
@@ -84,7 +95,55 @@ def gate_settings(data: Mapping[str, Any], source: str) -> GateSettings:
     for name in (NCCL_TOOL, P2P_TOOL):
         if name not in sources:
             raise InputError(str(gates.SOURCES_PATH), f"tools.{name}", "is required")
-    return GateSettings(mode, float(timeout), remeasure, sources)
+    collectives = gate_collectives(data, source, profile_ref if mode != "off" else None)
+    return GateSettings(mode, float(timeout), remeasure, sources, collectives=collectives)
+
+
+def gate_collectives(data: Mapping[str, Any], source: str,
+                     profile_ref: Any = None) -> tuple[str, ...]:
+    """Which nccl-tests collectives the host's gates run, in :data:`COLLECTIVES` order.
+
+    Host data ``gates_collectives: [all_reduce, all_gather, alltoall]`` says so outright
+    (all_reduce is required: the NCCL env is chosen from it). Without it, the host's
+    profile decides: the same inventory's ``profile`` (the serve deploy's key) naming a
+    profile with expert parallelism (``parallel.ep > 1`` or a ``moe.a2a_backend``, which
+    makes SGLang run EP) adds all_gather and alltoall, the collectives EP's dispatch and
+    combine move tokens with; any other profile, or none, measures all-reduce only.
+
+    Why the profile and not a key of its own by default: the host deploy runs before
+    anything is served, and the profile is already the one place that says the host
+    serves EP; a second key would drift from it. A profile that does not load leaves
+    all-reduce only (the serve deploy refuses that profile with the reason).
+    """
+    raw = data.get("gates_collectives")
+    if raw is None:
+        return COLLECTIVES if _serves_ep(profile_ref) else ALL_REDUCE_ONLY
+    if not isinstance(raw, list | tuple) or not all(isinstance(c, str) for c in raw):
+        raise InputError(source, "gates_collectives",
+                         f"must be a list of {', '.join(COLLECTIVES)}, got {raw!r:.60}")
+    unknown = [c for c in raw if c not in COLLECTIVES]
+    if unknown:
+        raise InputError(source, "gates_collectives",
+                         f"unknown collective {unknown[0]!r:.40} (known: "
+                         f"{', '.join(COLLECTIVES)})")
+    if "all_reduce" not in raw:
+        raise InputError(source, "gates_collectives",
+                         "must include all_reduce (the NCCL env is chosen from it)")
+    return tuple(c for c in COLLECTIVES if c in raw)
+
+
+def _serves_ep(profile_ref: Any) -> bool:
+    from gpuserve.launch.profiles import load_profile, profile_ref_problem
+
+    if not isinstance(profile_ref, str) or not profile_ref \
+            or profile_ref_problem(profile_ref):
+        return False
+    try:
+        profile = load_profile(profile_ref)
+    except InputError:
+        return False
+    backend = profile.moe.a2a_backend
+    return profile.parallel.ep > 1 or backend not in (None, "", "none")
 
 
 # ----------------------------------------------------------------------------- NCCL
@@ -242,8 +301,9 @@ def build_script(src: gates.ToolSource, dest: str, cuda_home: str,
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One tool invocation: ``label`` is ``p2p_on`` / ``p2p_off`` (all-reduce) or
-    ``matrix`` (p2pBandwidthLatencyTest)."""
+    """One tool invocation: ``label`` is ``p2p_on`` / ``p2p_off`` (all-reduce),
+    ``<collective>:p2p_on`` / ``:p2p_off`` (all-gather, all-to-all) or ``matrix``
+    (p2pBandwidthLatencyTest)."""
 
     tool: str
     binary: str
@@ -252,18 +312,25 @@ class RunSpec:
     label: str = ""
 
 
+def run_label(collective: str, env_label: str) -> str:
+    return env_label if collective == "all_reduce" else f"{collective}:{env_label}"
+
+
 def run_plan(nccl_bin: str, p2p_bin: str, gpus: int, driver_p2p: str | None,
-             virtualization: str | None = None) -> list[RunSpec]:
-    """The runs of one measurement: all-reduce with P2P off always, with P2P on only
-    where the driver reports P2P on bare metal (else it is not a candidate), and the P2P
-    matrices once (they measure P2P=Enabled and =Disabled themselves)."""
-    runs = []
-    ar = ("-g", str(gpus), *ALL_REDUCE_ARGS)
+             virtualization: str | None = None,
+             collectives: Iterable[str] = ALL_REDUCE_ONLY) -> list[RunSpec]:
+    """The runs of one measurement: each collective (all-reduce first) with P2P off
+    always, with P2P on only where the driver reports P2P on bare metal (else it is not a
+    candidate), and the P2P matrices once (they measure P2P=Enabled and =Disabled
+    themselves)."""
+    envs: list[tuple[dict[str, str], str]] = []
     if driver_p2p == "ok" and virtualization in (None, "", "none"):
-        runs.append(RunSpec("all_reduce_perf", f"{nccl_bin}/all_reduce_perf", ar, {},
-                            "p2p_on"))
-    runs.append(RunSpec("all_reduce_perf", f"{nccl_bin}/all_reduce_perf", ar,
-                        {"NCCL_P2P_DISABLE": "1"}, "p2p_off"))
+        envs.append(({}, "p2p_on"))
+    envs.append(({"NCCL_P2P_DISABLE": "1"}, "p2p_off"))
+    args = ("-g", str(gpus), *ALL_REDUCE_ARGS)
+    wanted = set(collectives) | {"all_reduce"}
+    runs = [RunSpec(f"{c}_perf", f"{nccl_bin}/{c}_perf", args, dict(env), run_label(c, label))
+            for c in COLLECTIVES if c in wanted for env, label in envs]
     runs.append(RunSpec("p2pBandwidthLatencyTest", f"{p2p_bin}/p2pBandwidthLatencyTest", (),
                         {}, "matrix"))
     return runs
@@ -399,11 +466,15 @@ def evaluate(
     choice: gates.NcclChoice | None = None
     if off is not None:
         choice = gates.choose_nccl_env(driver_p2p, on, off, exp.p2p_margin)
-        if choice.p2p and matrix is not None and matrix.hung:
+        p2p_hangs = [o for o in outcomes if o.hung and (
+            o.spec.label == "matrix" or o.spec.label.endswith(":p2p_on"))]
+        if choice.p2p and p2p_hangs:
+            what = p2p_hangs[0]
+            with_p2p = "" if what.spec.label == "matrix" else " with P2P on"
             choice = gates.NcclChoice(
                 False, {"NCCL_P2P_DISABLE": "1"}, True,
-                f"p2pBandwidthLatencyTest hung (killed after {matrix.timeout_s:g} s): P2P off "
-                f"although all_reduce_perf was faster with P2P", choice.numbers)
+                f"{what.spec.tool} hung{with_p2p} (killed after {what.timeout_s:g} s): P2P "
+                f"off although all_reduce_perf was faster with P2P", choice.numbers)
         if not choice.ready:
             problems.append(choice.reason)
     else:
@@ -411,12 +482,17 @@ def evaluate(
                         "env could be chosen from measurement")
     topology = gates.topology_class(facts, None if choice is None else choice.p2p)
     chosen = on_result if choice is not None and choice.p2p else off_result
+    others = _other_collectives(outcomes, choice, problems)
     verdicts: list[gates.GateVerdict] = []
     figures: dict[str, float] = {}
     if topology is not None:
-        figures = gates.gate_figures(exp.classes[topology], chosen, report)
+        figures = gates.gate_figures(exp.classes[topology], chosen, report, others)
         verdicts = gates.judge_class(exp, topology, figures, records=records, host=host,
                                      gpus=gpus)
+    for name, result in sorted(others.items()):
+        # recorded at the gate size and small sizes; judged only where expectations.yaml
+        # names them (gate_figures above)
+        figures.update(gates.collective_figures(name, result, size))
     if chosen is not None:
         verdicts.append(gates.judge_gpus(chosen, gpus))
     if report is not None and choice is not None:
@@ -443,6 +519,32 @@ def evaluate(
     return Evaluation(choice, topology, figures, verdicts, record, lines, problems)
 
 
+def _other_collectives(outcomes: list[RunOutcome], choice: gates.NcclChoice | None,
+                       problems: list[str]) -> dict[str, NcclTestsResult]:
+    """All-gather and all-to-all (EP hosts) under the chosen env, parsed. A hang or a run
+    without a result on the chosen path is a problem: EP would move its tokens there."""
+    if choice is None:
+        return {}
+    label = "p2p_on" if choice.p2p else "p2p_off"
+    results: dict[str, NcclTestsResult] = {}
+    for o in outcomes:
+        name, _, env_label = o.spec.label.partition(":")
+        if env_label != label or name not in COLLECTIVES:
+            continue
+        where = f"{o.spec.tool} ({_env_label(o.spec.env)}, the chosen path)"
+        if o.hung:
+            problems.append(f"{where} hung: killed after {o.timeout_s:g} s")
+            continue
+        try:
+            results[name] = parse_nccl_tests(o.text)
+        except ParseError as e:
+            problems.append(f"{where} exited {o.status} without a usable result: {e}")
+            continue
+        if o.status not in (0, None):
+            problems.append(f"{where} exited {o.status}")
+    return results
+
+
 def _matrix_verdict(report: P2PBandwidthReport, choice: gates.NcclChoice,
                     exp: gates.Expectations) -> gates.GateVerdict:
     """The P2P matrices against the choice. P2P kept on must be real P2P on every pair
@@ -464,30 +566,39 @@ def _matrix_verdict(report: P2PBandwidthReport, choice: gates.NcclChoice,
 def fingerprint(sources: Mapping[str, gates.ToolSource], nccl: NcclLib | None,
                 gpu_uuids: Iterable[str], driver: str | None, settings_timeout: float,
                 expectations_text: str, driver_p2p: str | None = None,
-                virtualization: str | None = None) -> str:
+                virtualization: str | None = None,
+                collectives: Iterable[str] = ALL_REDUCE_ONLY) -> str:
     """What a measurement depends on: when it is unchanged, the last one still holds and
     the stage measures nothing (host data ``gates_remeasure: true`` forces it). The
     driver's P2P verdict counts: it decides whether the P2P path is measured at all (an
-    ACS or IOMMU change shows there first)."""
+    ACS or IOMMU change shows there first). So do the collectives run (an EP profile
+    adds all-gather and all-to-all); all-reduce alone leaves the fingerprint as it was
+    before they existed, so hosts measured then are not measured again for nothing."""
     doc = {"tools": {n: [s.commit, s.sha256] for n, s in sorted(sources.items())},
            "nccl": None if nccl is None else [nccl.origin, nccl.lib],
            "gpus": sorted(gpu_uuids), "driver": driver, "timeout": settings_timeout,
            "driver_p2p": driver_p2p, "virtualization": virtualization,
            "expectations": hashlib.sha256(expectations_text.encode()).hexdigest()}
+    wanted = [c for c in COLLECTIVES if c in set(collectives) | {"all_reduce"}]
+    if wanted != list(ALL_REDUCE_ONLY):
+        doc["collectives"] = wanted
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def measured_json(ev: Evaluation, fp: str) -> str:
     """``/etc/gpuserve/measured.json``: the last measurement's choice and figures, read by
-    roles/nccl (nccl.env and host.json follow it) and by tests/host. No timestamp, so
+    roles/nccl (nccl.env and host.json follow it), by tests/host and, gathered with the
+    host-facts document, by the doctor (verdicts carry their numbers: measured, expected
+    or baseline, limit). No timestamp, so
     the same measurement writes the same bytes and a rerun changes nothing."""
     doc = {"schema": "gpuserve.measured/1", "fingerprint": fp,
            "topology_class": ev.topology,
            "choice": ev.choice.to_dict() if ev.choice else None,
            "figures": dict(sorted(ev.figures.items())),
            "ready": ev.ready, "problems": list(ev.problems),
-           "verdicts": [{"check": v.check, "status": v.status, "message": v.message}
-                        for v in ev.verdicts]}
+           "verdicts": [{"check": v.check, "status": v.status, "message": v.message,
+                         "measured": v.measured, "expected": v.expected, "limit": v.limit,
+                         "unit": v.unit, "reference": v.reference} for v in ev.verdicts]}
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 

@@ -39,6 +39,11 @@ MEASURE_SCHEMA = "gpuserve.measure/1"
 METRICS: dict[str, tuple[str, str]] = {
     "all_reduce_busbw": ("GB/s", "higher"),
     "all_reduce_latency": ("us", "lower"),
+    # recorded on EP hosts (gate_runs.gate_collectives); judged only where a class names them
+    "all_gather_busbw": ("GB/s", "higher"),
+    "all_gather_latency": ("us", "lower"),
+    "alltoall_busbw": ("GB/s", "higher"),
+    "alltoall_latency": ("us", "lower"),
     "p2p_unidir_best": ("GB/s", "higher"),
     "p2p_unidir_worst": ("GB/s", "higher"),
     "p2p_bidir_best": ("GB/s", "higher"),
@@ -297,7 +302,7 @@ def _check(file: str, at: str, raw: Any) -> Check:
             raise InputError(file, f"{at}.{key}", f"must be a positive integer, got {value!r}")
     if floor is not None and METRICS[metric][1] != "higher":
         raise InputError(file, f"{at}.floor", f"only bandwidths have a floor, not {metric}")
-    if metric.startswith("all_reduce") and size is None:
+    if not metric.startswith("p2p_") and size is None:
         raise InputError(file, f"{at}.size_bytes", f"{metric} is judged at a fixed size")
     return Check(metric=metric, unit=unit, source=source, baseline=baseline,
                  tolerance=_fraction(file, f"{at}.tolerance", raw.get("tolerance")),
@@ -394,6 +399,34 @@ def busbw_at(result: NcclTestsResult, size_bytes: int) -> BusBw | None:
             oop, inp = row.out_of_place, row.in_place
             return BusBw(size_bytes, oop.busbw if oop else None, inp.busbw if inp else None)
     return None
+
+
+def busbw_near(result: NcclTestsResult, size_bytes: int) -> BusBw | None:
+    """busbw at ``size_bytes``, else at the largest row below it.
+
+    all_gather_perf and alltoall_perf print the bytes they really moved: the count is
+    split per rank and rounded down to 16 bytes (nccl-tests src/all_gather.cu and
+    alltoall.cu, ``GetCollByteCount``), so on 6 or 7 GPUs the 2 GiB step prints
+    2147483616 or 2147483632, never 2147483648; small steps print 0."""
+    exact = busbw_at(result, size_bytes)
+    if exact is not None:
+        return exact
+    below = [r.size for r in result.rows if 0 < r.size <= size_bytes]
+    return busbw_at(result, max(below)) if below else None
+
+
+def collective_figures(collective: str, result: NcclTestsResult, size_bytes: int,
+                       latency_max_bytes: int = 1024) -> dict[str, float]:
+    """``<collective>_busbw@<size>`` (:func:`busbw_near`, keyed by the asked size) and
+    ``<collective>_latency@<max bytes>`` (:func:`small_latency_us`) of one run."""
+    figures: dict[str, float] = {}
+    bw = busbw_near(result, size_bytes)
+    if bw is not None and bw.value is not None:
+        figures[figure_key(f"{collective}_busbw", size_bytes)] = bw.value
+    lat = small_latency_us(result, max_bytes=latency_max_bytes)
+    if lat is not None:
+        figures[figure_key(f"{collective}_latency", latency_max_bytes)] = lat
+    return figures
 
 
 def small_latency_us(
@@ -717,17 +750,23 @@ def _p2p_pairs(
 def gate_figures(
     checks: Iterable[Check], all_reduce: NcclTestsResult | None,
     p2p: P2PBandwidthReport | None = None,
+    others: Mapping[str, NcclTestsResult] | None = None,
 ) -> dict[str, float]:
-    """The figures a class's checks name (keyed by ``Check.key``) from the parsed runs."""
+    """The figures a class's checks name (keyed by ``Check.key``) from the parsed runs;
+    ``others``: all_gather / alltoall results by collective name (EP hosts)."""
     figures: dict[str, float] = {}
     p2p_values = p2p_figures(p2p) if p2p is not None else {}
     for c in checks:
         value: float | None = None
+        collective, _, kind = c.metric.rpartition("_")
         if c.metric == "all_reduce_busbw" and all_reduce is not None and c.size_bytes:
             bw = busbw_at(all_reduce, c.size_bytes)
             value = bw.value if bw else None
         elif c.metric == "all_reduce_latency" and all_reduce is not None and c.size_bytes:
             value = small_latency_us(all_reduce, max_bytes=c.size_bytes)
+        elif collective in (others or {}) and c.size_bytes and kind in ("busbw", "latency"):
+            value = collective_figures(collective, others[collective],
+                                       c.size_bytes, c.size_bytes).get(c.key)
         elif c.metric in p2p_values:
             value = p2p_values[c.metric]
         if value is not None:
@@ -841,17 +880,81 @@ def baseline_for(
     return None
 
 
-def measured_section(doc: Mapping[str, Any], path: str | Path | None = None) -> dict[str, Any]:
-    """The host-facts document's optional ``measured`` section from a measure record.
+def _p2p_result(choice: Mapping[str, Any]) -> str | None:
+    """What the measurement made of P2P: ``ok`` (kept on), ``hung`` (a P2P-path run was
+    killed at its timeout), ``slower`` (measured, not faster by the margin or worse
+    latency), ``not_measured`` (the driver's verdict or a VM ruled the P2P run out)."""
+    p2p = choice.get("p2p")
+    if not isinstance(p2p, bool):
+        return None
+    if p2p:
+        return "ok"
+    on = (choice.get("numbers") or {}).get("p2p_on")
+    if isinstance(on, dict) and on.get("hang") or " hung" in str(choice.get("reason", "")):
+        return "hung"
+    return "slower" if isinstance(on, dict) else "not_measured"
 
-    What the doctor reads (rule ``allreduce-without-measured-p2p``): the P2P choice the
-    measurement made, whether P2P hung, and the all-reduce busbw on the chosen path.
-    """
-    choice = doc.get("choice") or {}
-    on = (choice.get("numbers") or {}).get("p2p_on") or {}
-    busbw = next((v for k, v in (doc.get("figures") or {}).items()
-                  if k.startswith("all_reduce_busbw@")), None)
-    return {"p2p": choice.get("p2p") if choice else None,
-            "p2p_hang": bool(on.get("hang")) if on else None,
-            "all_reduce_busbw_gbs": busbw,
-            "record": str(path) if path is not None else None}
+
+def _number_or_none(value: Any) -> float | None:
+    return float(value) if _number(value) else None
+
+
+def measured_section(doc: Mapping[str, Any], path: str | Path | None = None) -> dict[str, Any]:
+    """The host-facts document's optional ``measured`` section, from the host's
+    ``/etc/gpuserve/measured.json`` (gathered with the document, gpuserve.facts.document)
+    or from a ``gpuserve.measure/1`` record: both carry ``choice``, ``figures``,
+    ``topology_class`` and ``verdicts``.
+
+    What the doctor reads (gpuserve/doctor/rules.py): the P2P choice and why
+    (``p2p_result``: ok | hung | slower | not_measured), the NCCL env chosen, the driver's
+    P2P verdict it was measured under (a different verdict now makes it stale), the
+    all-reduce busbw at the gate size beside its expectation or baseline, and the checks
+    that failed, with their numbers."""
+    choice = doc.get("choice") if isinstance(doc.get("choice"), dict) else {}
+    numbers = choice.get("numbers") if isinstance(choice.get("numbers"), dict) else {}
+    on = numbers.get("p2p_on") if isinstance(numbers.get("p2p_on"), dict) else None
+    figures = doc.get("figures") if isinstance(doc.get("figures"), dict) else {}
+    verdicts = [v for v in doc.get("verdicts") or [] if isinstance(v, dict)
+                and isinstance(v.get("check"), str)]
+    busbw_key = next((k for k in sorted(figures) if k.startswith("all_reduce_busbw@")), None)
+    busbw_verdict = next((v for v in verdicts if v["check"].startswith("all_reduce_busbw@")),
+                         None)
+    if busbw_key is None and busbw_verdict is not None:
+        busbw_key = busbw_verdict["check"]
+    size = busbw_key.split("@", 1)[1] if busbw_key else None
+    failed = [{"check": v["check"], "status": str(v.get("status")),
+               "message": str(v.get("message", "")),
+               "measured": _number_or_none(v.get("measured")),
+               "expected": _number_or_none(v.get("expected")),
+               "limit": _number_or_none(v.get("limit")),
+               "unit": v.get("unit") if isinstance(v.get("unit"), str) else None}
+              for v in verdicts if v.get("status") in ("fail", "missing")
+              and v["check"].split("@")[0] in METRICS]
+    env = choice.get("env") if isinstance(choice.get("env"), dict) else None
+    problems = doc.get("problems")
+    ready = doc.get("ready")
+    if not isinstance(ready, bool):  # a record: ready when no figure or GPU check failed
+        ready = None
+    driver_p2p = numbers.get("driver_p2p")
+    return {
+        "state": "measured",
+        "p2p": choice.get("p2p") if isinstance(choice.get("p2p"), bool) else None,
+        "p2p_hang": bool(on.get("hang")) if on else None,
+        "p2p_result": _p2p_result(choice),
+        "env": None if env is None else {str(k): str(v) for k, v in env.items()},
+        "disable_custom_all_reduce": choice.get("disable_custom_all_reduce")
+        if isinstance(choice.get("disable_custom_all_reduce"), bool) else None,
+        "reason": choice.get("reason") if isinstance(choice.get("reason"), str) else None,
+        "driver_p2p": driver_p2p if driver_p2p in ("ok", "none", "partial") else None,
+        "topology_class": doc.get("topology_class")
+        if doc.get("topology_class") in TOPOLOGY_CLASSES else None,
+        "all_reduce_busbw_gbs": _number_or_none(figures.get(busbw_key)) if busbw_key else None,
+        "all_reduce_size_bytes": int(size) if size and size.isdigit() else None,
+        "all_reduce_expected_gbs": _number_or_none((busbw_verdict or {}).get("expected")),
+        "all_reduce_limit_gbs": _number_or_none((busbw_verdict or {}).get("limit")),
+        "all_reduce_status": str(busbw_verdict["status"]) if busbw_verdict else None,
+        "ready": ready,
+        "problems": [str(p) for p in problems] if isinstance(problems, list) else [],
+        "failed": failed,
+        "record": str(path) if path is not None else None,
+    }

@@ -52,9 +52,11 @@ section 5; opened in append mode, one object per run; ``Infinity`` accepted). An
 line becomes a ``bench`` record whose profile is its ``--tag`` (else the file's stem),
 whose version and model come from its ``server_info``, and whose host is unknown.
 Documents with another ``schema`` (``gpuserve.host/1``, ``gpuserve.measure/...``) are
-skipped; in a directory, a JSON file with no result in it (e.g. a fetched ``host.json``)
-is skipped too (see :func:`read_results`). Bad input raises ``InputError`` naming the
-file, the line and the key.
+skipped, except that ``gpuserve.measure/1`` records (the host deploy's measured GPU
+gates) are handed to a caller that asks for them (``measures``); in a directory, a JSON
+file with no result in it (e.g. a fetched ``host.json``) is skipped too (see
+:func:`read_results`). Bad input raises ``InputError`` naming the file, the line and the
+key.
 """
 
 from __future__ import annotations
@@ -452,7 +454,8 @@ def write_new_file(path: Path, text: str) -> Path:
 # ----------------------------------------------------------------------------- readers
 
 
-def read_results(path: str | Path, skipped: list[str] | None = None) -> list[ResultRecord]:
+def read_results(path: str | Path, skipped: list[str] | None = None,
+                 measures: list[dict] | None = None) -> list[ResultRecord]:
     """Records from a file (ours or SGLang bench JSONL) or a directory (recursively:
     ``*.json`` and ``*.jsonl``, in path order; hidden files and other suffixes ignored).
 
@@ -461,23 +464,32 @@ def read_results(path: str | Path, skipped: list[str] | None = None) -> list[Res
     (``gpuserve.host/1``) are skipped wherever they are; in a directory, a file with no
     result document at all (no ``gpuserve.result/*`` schema, no ``output_throughput``) is
     skipped too. Each skip is appended to ``skipped`` ("file: why") when given. A file
-    that holds results and a bad line, or is not JSON, is still an error.
+    that holds results and a bad line, or is not JSON, is still an error. With
+    ``measures``, ``gpuserve.measure/1`` records are checked and appended there (each
+    with its file as ``_source``) instead of being skipped.
     """
     p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in (".json", ".jsonl")
                        and not f.name.startswith("."))
-        return [r for f in files for r in read_file(f, skipped, in_directory=True)]
+        return [r for f in files for r in read_file(f, skipped, in_directory=True,
+                                                     measures=measures)]
     if not p.exists():
         raise InputError(p, None, "no such file or directory")
-    return read_file(p, skipped)
+    return read_file(p, skipped, measures=measures)
 
 
 def read_file(path: str | Path, skipped: list[str] | None = None, *,
-              in_directory: bool = False) -> list[ResultRecord]:
+              in_directory: bool = False,
+              measures: list[dict] | None = None) -> list[ResultRecord]:
     p = Path(path)
     text = safeload.read_text(p, READ_LIMITS.max_bytes)
     docs = _json_documents(text, p)
+    if measures is not None:
+        docs = [(line, doc) for line, doc in docs
+                if not _take_measure(doc, p, measures, skipped)]
+        if not docs:
+            return []
     if in_directory and docs and not any(_is_result(doc) for _, doc in docs):
         other = _foreign_schema(docs[0][1])
         _note_skip(skipped, f"{p}: schema {other!r} is not a result record" if other
@@ -491,6 +503,21 @@ def read_file(path: str | Path, skipped: list[str] | None = None, *,
             continue
         records.append(parse_document(doc, p, line))
     return records
+
+
+def _take_measure(doc: object, path: Path, measures: list[dict],
+                  skipped: list[str] | None) -> bool:
+    """A ``gpuserve.measure/1`` record goes to ``measures``, one that fails its check is
+    skipped with the file and field (it holds no result either way); True for both."""
+    from gpuserve.measure.gates import MEASURE_SCHEMA, validate_measure_record
+
+    if not isinstance(doc, dict) or doc.get("schema") != MEASURE_SCHEMA:
+        return False
+    try:
+        measures.append({**validate_measure_record(doc, path), "_source": str(path)})
+    except InputError as e:
+        _note_skip(skipped, f"{e} (not a usable {MEASURE_SCHEMA} record)")
+    return True
 
 
 def _note_skip(skipped: list[str] | None, why: str) -> None:

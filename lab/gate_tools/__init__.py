@@ -12,9 +12,10 @@ archive builds the way the real source does, with the same commands the product 
   ``cmake --build b`` put ``p2pBandwidthLatencyTest`` in ``b/`` (needs ``Common``).
 
 The binaries are shell scripts that print outputs of the lab's boxes in the tools' real
-formats: the files of tests/fixtures/gates (see its SOURCES.md: the 8-GPU all-reduce
-outputs and the P2P matrices there are *composed* in the real layout, labelled so in
-their names; there is no verbatim full capture of these boxes). Which one follows
+formats: the files of tests/fixtures/gates (see its SOURCES.md: the 8-GPU all-reduce,
+all-gather and all-to-all outputs and the P2P matrices there are *composed* in the real
+layout, labelled so in their names; there is no verbatim full capture of these boxes;
+all-gather and all-to-all exist for the RTX PRO 6000 boxes only). Which one follows
 ``/etc/gpuserve-lab/box`` and ``NCCL_P2P_DISABLE``. Switches on the guest:
 
 - ``/etc/gpuserve-lab/gates-hang``: lines ``<tool>`` (always hangs) or ``<tool> p2p``
@@ -42,6 +43,10 @@ OUTPUTS = {
     "ar_h200": "all_reduce_h200x8_gate_composed.txt",
     "ar_pro_on": "all_reduce_pro6000x8_p2p_on_composed.txt",
     "ar_pro_off": "all_reduce_pro6000x8_p2p_off_composed.txt",
+    "ag_pro_on": "all_gather_pro6000x8_p2p_on_composed.txt",
+    "ag_pro_off": "all_gather_pro6000x8_p2p_off_composed.txt",
+    "a2a_pro_on": "alltoall_pro6000x8_p2p_on_composed.txt",
+    "a2a_pro_off": "alltoall_pro6000x8_p2p_off_composed.txt",
     "p2p_on": "p2p_bw_pro6000x2_p2p_on_composed.txt",
     "p2p_none": "p2p_bw_full_composed.txt",
 }
@@ -84,6 +89,17 @@ case "$tool" in
         if [ "${NCCL_P2P_DISABLE:-0}" = 1 ]; then out_ar_pro_off | emit
         else out_ar_pro_on | emit; fi ;;
       *) out_ar_pro_off | emit ;;  # a VM without P2P: NCCL uses SHM either way
+    esac ;;
+  all_gather_perf|alltoall_perf)
+    # EP hosts' collectives (recorded for the RTX PRO 6000 boxes only)
+    c=ag; [ "$tool" = alltoall_perf ] && c=a2a
+    case "$box" in
+      h200-nvlink)
+        echo "$tool: the gpuserve lab has no recorded output of this tool for box $box" >&2
+        exit 1 ;;
+      rtxpro6000-baremetal)
+        if [ "${NCCL_P2P_DISABLE:-0}" = 1 ]; then out_${c}_pro_off; else out_${c}_pro_on; fi ;;
+      *) out_${c}_pro_off ;;
     esac ;;
   p2pBandwidthLatencyTest)
     case "$box" in

@@ -53,6 +53,9 @@ DEFAULTS = {
     # Per tool ("nccl-tests", "cuda-samples"): {url: mirror of the pinned source} or
     # {url: archive, sha256: its digest} (gpuserve/data/gates/sources.yaml).
     "gates_sources": {},
+    # nccl-tests collectives: [all_reduce, all_gather, alltoall]; default: all_reduce, plus
+    # all_gather and alltoall when host data's profile serves EP (gate_runs.gate_collectives)
+    "gates_collectives": None,
 }
 
 BUILD_PACKAGES = ["build-essential", "cmake"]
@@ -175,7 +178,8 @@ def measure(settings: gate_runs.GateSettings, nccl_overrides: dict[str, str],
         *(fact_if_unchanged(gpu.NvidiaP2P, mode=m) for m in ("r", "w")))
     fp = gate_runs.fingerprint(settings.sources, nccl, [str(g.get("uuid")) for g in gpus],
                                driver, settings.timeout_s,
-                               gates.EXPECTATIONS_PATH.read_text(), verdict, virtualization)
+                               gates.EXPECTATIONS_PATH.read_text(), verdict, virtualization,
+                               settings.collectives)
     current = gate_runs.read_measured(
         "\n".join(fact_if_unchanged(FileContents, path=gate_runs.MEASURED_JSON) or []))
     if current is not None and current.get("fingerprint") == fp and not settings.remeasure:
@@ -188,7 +192,7 @@ def measure(settings: gate_runs.GateSettings, nccl_overrides: dict[str, str],
         return
     nccl_dir, p2p_dir = _build_dirs(settings, nccl)
     runs = gate_runs.run_plan(f"{nccl_dir}/bin", f"{p2p_dir}/bin", len(gpus), verdict,
-                              virtualization)
+                              virtualization, settings.collectives)
     ld_path = ":".join(p for p in (nccl.lib if nccl else "", f"{CUDA_HOME}/lib64") if p)
     logger.info(f"{host.name}: gates: measuring {len(runs)} runs on {len(gpus)} GPUs "
                 f"(driver P2P verdict {verdict or 'unknown'}, timeout "

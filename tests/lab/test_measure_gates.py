@@ -3,7 +3,8 @@
 The lab's nccl-tests and cuda-samples are stand-in source archives on the mirror
 (lab/gate_tools) whose builds print recorded, composed outputs of the lab's boxes. One
 module-scoped sequence: the reference box (a KVM guest without P2P) measures P2P off
-only and records it -> the bare-metal box measures P2P on and off and keeps P2P on ->
+only and records it -> the bare-metal box measures P2P on and off and keeps P2P on
+(with an EP profile in host data: all-gather and all-to-all too) ->
 a P2P transport that hangs is killed at its timeout and leaves P2P off -> the rerun
 measures nothing and reports no changes -> a slow run fails the host and
 ``pytest tests/host --inventory inventory/lab.py`` with the numbers, and passes again
@@ -85,10 +86,18 @@ def test_measuring_stage_records_results_and_picks_the_nccl_env(lab):
 
 def test_bare_metal_measured_faster_with_p2p_keeps_p2p_on(lab):
     lab.ssh("echo rtxpro6000-baremetal > /etc/gpuserve-lab/box", check=True)
-    rc, out = host_deploy(lab)  # the driver's verdict changed: the stage measures again
+    before = records(lab)
+    # the driver's verdict changed: the stage measures again; an EP profile in host data
+    # adds all-gather and all-to-all, each with P2P on and off
+    rc, out = host_deploy(lab, "--data", "profile=glm5-nvfp4-tp8-ep8")
     assert rc == 0, out[-4000:]
-    assert "gates: measuring 3 runs" in out
+    assert "gates: measuring 7 runs" in out
     assert "P2P on is faster (38.37 vs 25.81 GB/s at 2147483648 B" in out
+    new = [p for p in records(lab) if p not in before]
+    assert len(new) == 1, out[-3000:]
+    figures = json.loads(new[0].read_text())["figures"]
+    assert figures["all_gather_busbw@2147483648"] == 37.3
+    assert figures["alltoall_busbw@2147483648"] == 28.8
     env = nccl_env.parse_env_file(host_file(lab, nccl_env.NCCL_ENV_PATH))
     assert "NCCL_P2P_DISABLE" not in env
     host_json = json.loads(host_file(lab, nccl_env.HOST_JSON_PATH))

@@ -75,3 +75,17 @@ def test_nccl_env_follows_the_measured_choice_over_the_driver_verdict():
     doc = json.loads(files["/etc/gpuserve/host.json"])
     assert doc["p2p"] == "ok" and doc["disable_custom_all_reduce"] is True
     assert doc["measured_nccl"]["reason"].startswith("P2P on hung (all_reduce_perf")
+
+
+def test_host_plan_takes_the_collectives_from_the_serve_profile():
+    from roles.host_plan import plan_host
+
+    def collectives(**data):
+        return plan_host({**MIRROR, **data}, "inv.py").gates.collectives
+
+    assert collectives() == ("all_reduce",)
+    assert collectives(profile="glm5-nvfp4-tp8") == ("all_reduce",)
+    assert collectives(profile="glm5-nvfp4-tp8-ep8") == ("all_reduce", "all_gather",
+                                                         "alltoall")
+    assert collectives(profile="glm5-nvfp4-tp8-ep8",
+                       gates_collectives=["all_reduce"]) == ("all_reduce",)

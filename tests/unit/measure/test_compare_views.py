@@ -75,7 +75,8 @@ def test_default_view_one_row_per_scenario_profiles_side_by_side(capsys) -> None
     assert eagle_batch[11:] == ["-22.8%", "+17.9%", "+30.3%", "FAIL"]
     assert "1 smoke group(s) not shown: --smoke shows them." in out
     assert f"skipped {RESULTS}/gpu1/host.json: no result record in it" in out
-    assert "measure.json: schema 'gpuserve.measure/1' is not a result record" in out
+    assert "measure.json: timestamp: must be a non-empty string (not a usable " \
+        "gpuserve.measure/1 record)" in out
 
 
 def test_twenty_noop_reruns_are_one_row(tmp_path: Path, capsys) -> None:

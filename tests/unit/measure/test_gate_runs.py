@@ -41,8 +41,8 @@ def _outcomes(runs: list[gr.RunSpec], texts: dict[str, str | None],
 
 
 def _evaluate(driver_p2p: str, texts: dict[str, str | None], virtualization: str = "none",
-              records=()) -> gr.Evaluation:
-    runs = gr.run_plan("/g/n/bin", "/g/p/bin", 8, driver_p2p, virtualization)
+              records=(), collectives=gr.ALL_REDUCE_ONLY) -> gr.Evaluation:
+    runs = gr.run_plan("/g/n/bin", "/g/p/bin", 8, driver_p2p, virtualization, collectives)
     return gr.evaluate(_outcomes(runs, texts), host="gpu1", timestamp="2026-12-01T10:00:00Z",
                        facts=_facts(driver_p2p, virtualization), gpus=8,
                        driver_p2p=driver_p2p, exp=gates.load_expectations(),
@@ -368,3 +368,118 @@ def test_gate_size_is_the_classes_busbw_size_and_stamp_names_the_pin():
     src = gates.load_sources()["nccl-tests"]
     stamp = json.loads(gr.stamp_text(src, gr.NcclLib("venv", "/v/include", "/v/lib")))
     assert stamp["commit"] == src.commit and stamp["nccl"] == {"origin": "venv", "lib": "/v/lib"}
+
+
+# ----------------------------------------------------------------------------- EP hosts
+
+AG_ON = "all_gather_pro6000x8_p2p_on_composed.txt"
+AG_OFF = "all_gather_pro6000x8_p2p_off_composed.txt"
+A2A_ON = "alltoall_pro6000x8_p2p_on_composed.txt"
+A2A_OFF = "alltoall_pro6000x8_p2p_off_composed.txt"
+EP_TEXTS = {"p2p_on": ON, "p2p_off": OFF, "all_gather:p2p_on": AG_ON,
+            "all_gather:p2p_off": AG_OFF, "alltoall:p2p_on": A2A_ON,
+            "alltoall:p2p_off": A2A_OFF, "matrix": MATRIX_ON}
+
+
+def test_collectives_default_from_the_hosts_profile(tmp_path):
+    assert gr.gate_settings({}, "inv.py").collectives == ("all_reduce",)
+    ep = gr.gate_settings({}, "inv.py", profile_ref="glm5-nvfp4-tp8-ep8")
+    assert ep.collectives == ("all_reduce", "all_gather", "alltoall")
+    assert gr.gate_settings({}, "inv.py", profile_ref="glm5-nvfp4-tp8").collectives == (
+        "all_reduce",)
+    # an a2a backend makes SGLang run EP whatever parallel.ep says (doctor a2a-forces-ep)
+    a2a = tmp_path / "a2a.yaml"
+    a2a.write_text("extends: " + str(Path(__file__).resolve().parents[3]
+                                     / "profiles/glm5-nvfp4-tp8.yaml")
+                   + "\nmoe:\n  a2a_backend: flashinfer\n")
+    assert gr.gate_settings({}, "inv.py", profile_ref=str(a2a)).collectives[-1] == "alltoall"
+    # a profile that does not load leaves all-reduce (the serve deploy refuses it)
+    for ref in ("no-such-profile", "../../etc/shadow", 3, ""):
+        assert gr.gate_settings({}, "inv.py", profile_ref=ref).collectives == ("all_reduce",)
+    # host data says it outright, in run order; gates: off loads no profile
+    assert gr.gate_settings({"gates_collectives": ["alltoall", "all_reduce"]}, "inv.py",
+                            profile_ref="glm5-nvfp4-tp8").collectives == (
+        "all_reduce", "alltoall")
+    assert gr.gate_settings({"gates_collectives": ["all_reduce"]}, "inv.py",
+                            profile_ref="glm5-nvfp4-tp8-ep8").collectives == ("all_reduce",)
+    assert gr.gate_settings({"gates": "off"}, "inv.py",
+                            profile_ref="glm5-nvfp4-tp8-ep8").collectives == ("all_reduce",)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("all_gather", "must be a list"),
+    (["all_gather"], "must include all_reduce"),
+    (["all_reduce", "broadcast"], "unknown collective 'broadcast'"),
+])
+def test_bad_collectives_name_inventory_and_key(value, message):
+    with pytest.raises(InputError, match=f"^inv.py: gates_collectives: .*{message}"):
+        gr.gate_settings({"gates_collectives": value}, "inv.py")
+
+
+def test_ep_run_plan_runs_all_gather_and_alltoall_in_the_same_envs():
+    def labels(p2p, virt):
+        runs = gr.run_plan("/n", "/p", 8, p2p, virt, gr.COLLECTIVES)
+        return [(r.label, r.binary) for r in runs]
+
+    assert labels("ok", "none") == [
+        ("p2p_on", "/n/all_reduce_perf"), ("p2p_off", "/n/all_reduce_perf"),
+        ("all_gather:p2p_on", "/n/all_gather_perf"), ("all_gather:p2p_off", "/n/all_gather_perf"),
+        ("alltoall:p2p_on", "/n/alltoall_perf"), ("alltoall:p2p_off", "/n/alltoall_perf"),
+        ("matrix", "/p/p2pBandwidthLatencyTest")]
+    assert [label for label, _ in labels("none", "kvm")] == [
+        "p2p_off", "all_gather:p2p_off", "alltoall:p2p_off", "matrix"]
+    # the same sweep and env as all-reduce
+    runs = gr.run_plan("/n", "/p", 8, "ok", "none", gr.COLLECTIVES)
+    assert runs[3].args == runs[1].args and runs[3].env == {"NCCL_P2P_DISABLE": "1"}
+
+
+def test_ep_collectives_are_recorded_under_the_chosen_env_and_not_gated():
+    ev = _evaluate("ok", EP_TEXTS, collectives=gr.COLLECTIVES)
+    assert ev.choice.p2p and ev.ready, ev.problems
+    f = ev.figures
+    assert f["all_gather_busbw@2147483648"] == 37.3 and f["alltoall_busbw@2147483648"] == 28.8
+    assert f["all_gather_latency@1024"] == 20.5 and f["alltoall_latency@1024"] == 23.6
+    assert f["all_reduce_busbw@2147483648"] == 38.37
+    assert not any(v.check.startswith(("all_gather", "alltoall")) for v in ev.verdicts), \
+        "no expectation names them: recorded, not judged"
+    assert [r["label"] for r in ev.record["runs"]] == [
+        "p2p_on", "p2p_off", "all_gather:p2p_on", "all_gather:p2p_off", "alltoall:p2p_on",
+        "alltoall:p2p_off", "matrix"]
+    gates.validate_measure_record(ev.record, "r.json")
+    off = _evaluate("none", {k: v for k, v in EP_TEXTS.items() if "p2p_on" not in k},
+                    virtualization="kvm", collectives=gr.COLLECTIVES)
+    assert off.figures["alltoall_busbw@2147483648"] == 17.77 and off.ready, off.problems
+
+
+def test_an_ep_collective_hanging_with_p2p_keeps_p2p_off():
+    ev = _evaluate("ok", {**EP_TEXTS, "alltoall:p2p_on": None}, collectives=gr.COLLECTIVES)
+    assert not ev.choice.p2p and ev.choice.env == {"NCCL_P2P_DISABLE": "1"}
+    assert ev.choice.reason.startswith("alltoall_perf hung with P2P on (killed after 30 s)")
+    assert ev.ready, ev.problems  # P2P off works for every collective
+    assert ev.figures["alltoall_busbw@2147483648"] == 17.77
+    # hanging on the chosen path: EP would hang there too
+    ev = _evaluate("ok", {**EP_TEXTS, "p2p_on": OFF, "all_gather:p2p_off": None},
+                   collectives=gr.COLLECTIVES)
+    assert not ev.choice.p2p and not ev.ready
+    assert "all_gather_perf (NCCL_P2P_DISABLE=1, the chosen path) hung: killed after 30 s" \
+        in ev.problems
+
+
+def test_busbw_near_reads_the_bytes_all_gather_really_moved():
+    # on 7 GPUs the 2 GiB step moves 7 x 76695844 x 4 = 2147483632 bytes (all_gather.cu)
+    text = (FIX / AG_OFF).read_text().replace("2147483648      67108864",
+                                              "2147483632      76695844")
+    from gpuserve.parsers.nccl_tests import parse_nccl_tests
+
+    result = parse_nccl_tests(text)
+    assert gates.busbw_at(result, 2147483648) is None
+    assert gates.busbw_near(result, 2147483648).size_bytes == 2147483632
+    assert gates.collective_figures("all_gather", result, 2147483648) == {
+        "all_gather_busbw@2147483648": 24.22, "all_gather_latency@1024": 29.1}
+
+
+def test_fingerprint_counts_the_collectives_but_all_reduce_alone_changes_nothing():
+    src, nccl = gates.load_sources(), gr.NcclLib("system", "/usr/include", "/usr/lib")
+    args = (src, nccl, ["GPU-a"], "580.126.20", 600, "exp", "ok", "none")
+    assert gr.fingerprint(*args) == gr.fingerprint(*args, ("all_reduce",))
+    assert gr.fingerprint(*args) != gr.fingerprint(*args, gr.COLLECTIVES)

@@ -76,6 +76,25 @@ def test_hang_switch_only_with_p2p_and_slow_switch(tmp_path):
     assert abs(gates.busbw_at(slow, 2147483648).value - 38.37 / 4) < 0.01
 
 
+def test_ep_collectives_follow_box_and_p2p_switch(tmp_path):
+    # all_gather_perf / alltoall_perf (EP hosts): composed in nccl-tests' real layout
+    for name, on_bw, off_bw in (("all_gather_perf", 37.3, 24.22),
+                                ("alltoall_perf", 28.8, 17.77)):
+        tool = _tool(tmp_path, name)
+        (tmp_path / "etc/box").write_text("rtxpro6000-baremetal\n")
+        on = parse_nccl_tests(_run(tool).stdout)
+        assert on.collective == name and len(on.ranks) == 8 and on.ok
+        assert gates.busbw_at(on, 2147483648).value == on_bw
+        off = parse_nccl_tests(_run(tool, {"NCCL_P2P_DISABLE": "1"}).stdout)
+        assert gates.busbw_at(off, 2147483648).value == off_bw
+        (tmp_path / "etc/box").write_text("rtxpro6000-kvm\n")
+        assert gates.busbw_at(parse_nccl_tests(_run(tool).stdout), 2147483648).value == off_bw
+
+
 def test_tools_without_a_recording_say_so(tmp_path):
-    r = _run(_tool(tmp_path, "alltoall_perf"))
+    tool = _tool(tmp_path, "alltoall_perf")
+    (tmp_path / "etc/box").write_text("h200-nvlink\n")
+    r = _run(tool)
+    assert r.returncode == 1 and "no recorded output" in r.stderr
+    r = _run(_tool(tmp_path, "broadcast_perf"))
     assert r.returncode == 1 and "no recorded output" in r.stderr
