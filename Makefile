@@ -26,9 +26,8 @@ lab-deps: setup
 lint: setup
 	$(BIN)/ruff check .
 
-# The unit tier on every core (pytest-xdist): its tests share no state.
 unit: setup
-	$(BIN)/pytest -m "not lab" -n auto
+	$(BIN)/pytest -m "not lab"
 
 lab: lab-deps
 	$(BIN)/pytest -m lab
@@ -36,10 +35,12 @@ lab: lab-deps
 # Everything CI runs: lint, the fast unit tier, then the lab tier. The lab's disk
 # image (debootstrap and dpkg: network and one core, minutes on a fresh machine) is
 # built beside the unit tier, which needs the other core; its log is printed if it fails.
+# (The unit tier stays on one core: under pytest-xdist a worker was lost near the end of
+# the run, at a different test each time, 2 of 3 runs; not understood yet.)
 test: lab-deps
 	$(BIN)/ruff check .
 	@$(BIN)/python -m lab image >$(VENV)/lab-image.log 2>&1 & image=$$!; \
-	$(BIN)/pytest -m "not lab" -n auto; unit=$$?; \
+	$(BIN)/pytest -m "not lab"; unit=$$?; \
 	echo "waiting for the lab image (log: $(VENV)/lab-image.log)"; \
 	wait $$image; built=$$?; tail -n 3 $(VENV)/lab-image.log; \
 	if [ $$built -ne 0 ]; then cat $(VENV)/lab-image.log; fi; \
