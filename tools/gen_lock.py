@@ -423,6 +423,31 @@ def file_facts(name: str, version: str, url: str, sha256: str | None) -> tuple[s
     return sha256, int(length)
 
 
+def wheel_facts(item: dict) -> dict:
+    """One resolved wheel of a pip report: name, version, file name, URL, sha256, size
+    (checked against PyPI by :func:`file_facts`); never a directory or VCS checkout."""
+    meta, info = item["metadata"], item["download_info"]
+    name = canonicalize_name(meta["name"])
+    if info.get("dir_info") or info.get("vcs_info"):
+        raise LockError(f"{name}: resolved to a directory or VCS checkout ({info['url']})")
+    hashes = (info.get("archive_info") or {}).get("hashes") or {}
+    sha, size = file_facts(name, meta["version"], info["url"], hashes.get("sha256"))
+    return {"name": name, "version": meta["version"],
+            "filename": urllib.parse.unquote(info["url"].rsplit("/", 1)[-1]),
+            "url": info["url"], "sha256": sha, "size": size}
+
+
+def resolved_packages(report: dict, facts=wheel_facts) -> list[dict]:
+    """Every package of the report through ``facts`` (in parallel: each may fetch a
+    wheel's header from PyPI), sorted by name, each name once."""
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        packages = sorted(pool.map(facts, report["install"]), key=lambda p: p["name"])
+    names = [p["name"] for p in packages]
+    if len(set(names)) != len(names):
+        raise LockError(f"duplicate packages in the report: {names}")
+    return packages
+
+
 def glibc_floor(filename: str) -> tuple[int, int] | None:
     """The lowest glibc any of a wheel's platform tags accepts; None for non-manylinux."""
     floors = []
@@ -638,25 +663,15 @@ def build_lock(version: str, python: str, glibc: str, indexes: Indexes, report: 
                          "index": ph.index, "placeholder_sdist": sdist})
 
     def facts(item: dict) -> dict:
-        meta, info = item["metadata"], item["download_info"]
+        meta = item["metadata"]
         name = canonicalize_name(meta["name"])
         if name in used_stubs:
             return {"name": name, "version": meta["version"], "filename": None, "url": None,
                     "sha256": None, "size": None, "external": True,
                     "index": placeholders[name].index}
-        if info.get("dir_info") or info.get("vcs_info"):
-            raise LockError(f"{name}: resolved to a directory or VCS checkout ({info['url']})")
-        hashes = (info.get("archive_info") or {}).get("hashes") or {}
-        sha, size = file_facts(name, meta["version"], info["url"], hashes.get("sha256"))
-        return {"name": name, "version": meta["version"],
-                "filename": urllib.parse.unquote(info["url"].rsplit("/", 1)[-1]),
-                "url": info["url"], "sha256": sha, "size": size}
+        return wheel_facts(item)
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        packages = sorted(pool.map(facts, report["install"]), key=lambda p: p["name"])
-    names = [p["name"] for p in packages]
-    if len(set(names)) != len(names):
-        raise LockError(f"duplicate packages in the report: {names}")
+    packages = resolved_packages(report, facts)
     by_name = {p["name"]: p for p in packages}
     meta_by_name = {canonicalize_name(i["metadata"]["name"]): i["metadata"]
                     for i in report["install"]}
@@ -766,22 +781,7 @@ def build_app_lock(package: str, version: str, python: str, glibc: str,
     """The lock of a package that is not SGLang (``--package smg``): every wheel of the
     resolve with its sha256 and size, the package's own wheel named in the header, and
     the glibc floor of the wheels' manylinux tags. No placeholders, no CUDA facts."""
-    def facts(item: dict) -> dict:
-        meta, info = item["metadata"], item["download_info"]
-        name = canonicalize_name(meta["name"])
-        if info.get("dir_info") or info.get("vcs_info"):
-            raise LockError(f"{name}: resolved to a directory or VCS checkout ({info['url']})")
-        hashes = (info.get("archive_info") or {}).get("hashes") or {}
-        sha, size = file_facts(name, meta["version"], info["url"], hashes.get("sha256"))
-        return {"name": name, "version": meta["version"],
-                "filename": urllib.parse.unquote(info["url"].rsplit("/", 1)[-1]),
-                "url": info["url"], "sha256": sha, "size": size}
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        packages = sorted(pool.map(facts, report["install"]), key=lambda p: p["name"])
-    names = [p["name"] for p in packages]
-    if len(set(names)) != len(names):
-        raise LockError(f"duplicate packages in the report: {names}")
+    packages = resolved_packages(report)
     key = canonicalize_name(package)
     own = next((p for p in packages if p["name"] == key), None)
     if own is None or own["version"] != version:
