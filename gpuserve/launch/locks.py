@@ -277,24 +277,33 @@ def _package(path: Path, index: int, raw: Any) -> LockedPackage:
                          doc.size("size"))
 
 
-def load_lock(path: str | Path) -> Lock:
-    """Read and validate one lock file; every problem is an InputError naming the field."""
-    path = Path(path)
+def _read_lock(path: Path, external_ok: bool) -> tuple[_Doc, int, tuple[LockedPackage, ...]]:
+    """The parts every lock shares: its format and its packages (each name once; an app
+    lock, ``external_ok`` False, pins every wheel by hash)."""
     doc = _Doc(path, _read_json(path))
     fmt = doc.get("lock_format", int)
     if fmt != LOCK_FORMAT:
         raise doc.error("lock_format", f"this gpuserve reads format {LOCK_FORMAT}, got {fmt}")
-
     raw_packages = doc.get("packages", list)
     if not raw_packages:
         raise doc.error("packages", "must list at least one package")
     packages = tuple(_package(path, i, p) for i, p in enumerate(raw_packages))
     seen: dict[str, int] = {}
     for i, p in enumerate(packages):
+        if p.external and not external_ok:
+            raise InputError(path, f"packages[{i}] ({p.name}).external",
+                             "an app lock pins every wheel by hash (no external packages)")
         if p.name in seen:
             raise InputError(path, "packages", f"packages[{i}]: duplicate package {p.name} "
                                                f"(also packages[{seen[p.name]}])")
         seen[p.name] = i
+    return doc, fmt, packages
+
+
+def load_lock(path: str | Path) -> Lock:
+    """Read and validate one lock file; every problem is an InputError naming the field."""
+    path = Path(path)
+    doc, fmt, packages = _read_lock(path, external_ok=True)
     by_name = {p.name: p for p in packages}
 
     externals = []
@@ -430,23 +439,7 @@ def load_app_lock(path: str | Path, package: str | None = None) -> AppLock:
     """Read and validate an app lock (every problem an InputError naming the field);
     ``package``: the package it must lock (e.g. ``smg``)."""
     path = Path(path)
-    doc = _Doc(path, _read_json(path))
-    fmt = doc.get("lock_format", int)
-    if fmt != LOCK_FORMAT:
-        raise doc.error("lock_format", f"this gpuserve reads format {LOCK_FORMAT}, got {fmt}")
-    raw_packages = doc.get("packages", list)
-    if not raw_packages:
-        raise doc.error("packages", "must list at least one package")
-    packages = tuple(_package(path, i, p) for i, p in enumerate(raw_packages))
-    seen: dict[str, int] = {}
-    for i, p in enumerate(packages):
-        if p.external:
-            raise InputError(path, f"packages[{i}] ({p.name}).external",
-                             "an app lock pins every wheel by hash (no external packages)")
-        if p.name in seen:
-            raise InputError(path, "packages", f"packages[{i}]: duplicate package {p.name} "
-                                               f"(also packages[{seen[p.name]}])")
-        seen[p.name] = i
+    doc, fmt, packages = _read_lock(path, external_ok=False)
     lock = AppLock(
         path=path, lock_format=fmt,
         generator=doc.text("generator", optional=True) or "",
