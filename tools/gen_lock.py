@@ -448,6 +448,25 @@ def resolved_packages(report: dict, facts=wheel_facts) -> list[dict]:
     return packages
 
 
+def lock_header(report: dict, indexes: Indexes, glibc: str, pip_version: str,
+                command: str) -> dict:
+    """What every lock says of how it was resolved (format, generator, the resolve)."""
+    return {
+        "lock_format": LOCK_FORMAT,
+        "generator": GENERATOR,
+        "resolved": {
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+            "pip": pip_version,
+            "interpreter": report["environment"]["python_full_version"],
+            "index": indexes.index_url,
+            "extra_index_urls": list(indexes.extra_index_urls),
+            "find_links": list(indexes.find_links),
+            "glibc_offered": glibc,
+            "command": command,
+        },
+    }
+
+
 def glibc_floor(filename: str) -> tuple[int, int] | None:
     """The lowest glibc any of a wheel's platform tags accepts; None for non-manylinux."""
     floors = []
@@ -742,18 +761,7 @@ def build_lock(version: str, python: str, glibc: str, indexes: Indexes, report: 
             f"{sglang['filename']}; sha256 not comparable")
 
     return {
-        "lock_format": LOCK_FORMAT,
-        "generator": GENERATOR,
-        "resolved": {
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-            "pip": pip_version,
-            "interpreter": report["environment"]["python_full_version"],
-            "index": indexes.index_url,
-            "extra_index_urls": list(indexes.extra_index_urls),
-            "find_links": list(indexes.find_links),
-            "glibc_offered": glibc,
-            "command": command,
-        },
+        **lock_header(report, indexes, glibc, pip_version, command),
         "sglang": sglang["version"],
         "sglang_sha256": sglang["sha256"],
         "python": python,
@@ -791,18 +799,7 @@ def build_app_lock(package: str, version: str, python: str, glibc: str,
     floors = [f for p in packages if (f := glibc_floor(p["filename"]))]
     glibc_min = max(floors) if floors else (2, 5)
     return {
-        "lock_format": LOCK_FORMAT,
-        "generator": GENERATOR,
-        "resolved": {
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-            "pip": pip_version,
-            "interpreter": report["environment"]["python_full_version"],
-            "index": indexes.index_url,
-            "extra_index_urls": list(indexes.extra_index_urls),
-            "find_links": list(indexes.find_links),
-            "glibc_offered": glibc,
-            "command": command,
-        },
+        **lock_header(report, indexes, glibc, pip_version, command),
         "package": key,
         "version": own["version"],
         "sha256": own["sha256"],

@@ -277,6 +277,17 @@ def _package(path: Path, index: int, raw: Any) -> LockedPackage:
                          doc.size("size"))
 
 
+def _check_totals(doc: _Doc, lock: Lock | AppLock) -> None:
+    """The header agrees with the packages: glibc floor and platform tag, download size."""
+    m = _PLATFORM.match(lock.platform)
+    if m and f"{m.group(1)}.{m.group(2)}" != lock.glibc_min:
+        raise doc.error("glibc_min", f"{lock.glibc_min} does not match platform {lock.platform}")
+    total = sum(p.size or 0 for p in lock.packages)
+    if total != lock.download_bytes:
+        raise doc.error("download_bytes", f"{lock.download_bytes}, but the package sizes add "
+                                          f"up to {total}")
+
+
 def _read_lock(path: Path, external_ok: bool) -> tuple[_Doc, int, tuple[LockedPackage, ...]]:
     """The parts every lock shares: its format and its packages (each name once; an app
     lock, ``external_ok`` False, pins every wheel by hash)."""
@@ -392,13 +403,7 @@ def _check_consistency(lock: Lock, doc: _Doc) -> None:
         pkg = lock.package(name)
         if pkg is None or pkg.version != version:
             raise doc.error(f"cuda_runtime.{name}", f"{name}=={version} is not in packages")
-    m = _PLATFORM.match(lock.platform)
-    if m and f"{m.group(1)}.{m.group(2)}" != lock.glibc_min:
-        raise doc.error("glibc_min", f"{lock.glibc_min} does not match platform {lock.platform}")
-    total = sum(p.size or 0 for p in lock.packages)
-    if total != lock.download_bytes:
-        raise doc.error("download_bytes", f"{lock.download_bytes}, but the package sizes add "
-                                          f"up to {total}")
+    _check_totals(doc, lock)
 
 
 @dataclass(frozen=True, repr=False)
@@ -462,13 +467,7 @@ def load_app_lock(path: str | Path, package: str | None = None) -> AppLock:
                         f"{lock.sha256[:12]}..., packages say "
                         f"{own.version if own else 'nothing'} "
                         f"{((own.sha256 if own else None) or '')[:12]}...")
-    m = _PLATFORM.match(lock.platform)
-    if m and f"{m.group(1)}.{m.group(2)}" != lock.glibc_min:
-        raise doc.error("glibc_min", f"{lock.glibc_min} does not match platform {lock.platform}")
-    total = sum(p.size or 0 for p in lock.packages)
-    if total != lock.download_bytes:
-        raise doc.error("download_bytes", f"{lock.download_bytes}, but the package sizes add "
-                                          f"up to {total}")
+    _check_totals(doc, lock)
     return lock
 
 
