@@ -32,6 +32,7 @@ from roles import sglang
 from roles.service import listen_host
 from roles.service.render import exec_start, systemd_quote
 from roles.service.secret import validate_secret
+from roles.service.serve_plan import optional_str
 
 PACKAGE = "smg"
 
@@ -170,15 +171,6 @@ def _ip(value: object, source: str, key: str) -> str:
         raise InputError(source, key, f"{value!r:.60} is not an IP address") from None
 
 
-def _opt_str(data: dict, key: str, source: str) -> str | None:
-    value = data.get(key)
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise InputError(source, key, f"must be a string, got {value!r:.60}")
-    return value
-
-
 def _renamed(check: Callable, value: object, source: str, field: str, key: str):
     """The serve deploy's check of ``field`` applied to this deploy's ``key``."""
     try:
@@ -296,9 +288,9 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
                     "router_user")
     home = _renamed(sglang.validate_home, data["router_home"], source, "sglang_home",
                     "router_home")
-    index_url = _opt_str(data, "router_pip_index_url", source) or _opt_str(
+    index_url = optional_str(data, "router_pip_index_url", source) or optional_str(
         host_data, "pip_index_url", source)
-    find_links = _opt_str(data, "router_pip_find_links", source) or _opt_str(
+    find_links = optional_str(data, "router_pip_find_links", source) or optional_str(
         host_data, "pip_find_links", source)
     trusted = sglang.validate_pip_urls(index_url, find_links,
                                        host_data.get("trusted_mirrors", []), source)
@@ -322,7 +314,7 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
         warnings.append(f"every worker of group {group} is drained (router_drain): the "
                         "gateway serves nothing until one comes back")
 
-    locks_dir = _opt_str(data, "router_locks_dir", source)
+    locks_dir = optional_str(data, "router_locks_dir", source)
     locks: dict[str, AppLock] = {}
     if locks_dir is not None:
         directory = Path(locks_dir).expanduser()
@@ -331,7 +323,7 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
         locks.update((lk.name, lk) for lk in app_locks(PACKAGE, directory))
     for lk in app_locks(PACKAGE):
         locks.setdefault(lk.name, lk)
-    pinned = _opt_str(data, "router_version", source)
+    pinned = optional_str(data, "router_version", source)
     candidates = [lk for lk in locks.values() if pinned is None or lk.version == pinned]
     if not candidates:
         raise InputError(source, "router_version" if pinned else "router_locks_dir",

@@ -100,12 +100,13 @@ def defaults() -> dict:
     return merged
 
 
-def _opt_str(data: dict, key: str, source: str) -> str | None:
+def optional_str(data: dict, key: str, source: str) -> str | None:
+    """Host data ``key`` as a string, None when unset or empty (also the gateway's plan)."""
     value = data.get(key)
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise InputError(source, key, f"must be a string, got {value!r}")
+        raise InputError(source, key, f"must be a string, got {value!r:.60}")
     return value
 
 
@@ -141,13 +142,13 @@ def plan_serve(
     problem = profile_ref_problem(profile_ref)  # before any file is opened
     if problem:
         raise InputError(source, "profile", problem)
-    pinned = _opt_str(data, "sglang_version", source)
-    locks_dir = _opt_str(data, "sglang_locks_dir", source)
+    pinned = optional_str(data, "sglang_version", source)
+    locks_dir = optional_str(data, "sglang_locks_dir", source)
     user = sglang.validate_user(data["sglang_user"], source)
     home = sglang.validate_home(data["sglang_home"], source)
     keep = sglang.validate_keep(data["keep_venvs"], source)
-    index_url = _opt_str(data, "pip_index_url", source)
-    find_links = _opt_str(data, "pip_find_links", source)
+    index_url = optional_str(data, "pip_index_url", source)
+    find_links = optional_str(data, "pip_find_links", source)
     # credentials over http, and http to a mirror not in trusted_mirrors, are refused
     # here, before any host is touched
     sglang.validate_pip_urls(index_url, find_links, data["trusted_mirrors"], source)
