@@ -6,7 +6,9 @@
 Run by the router deploy (roles/router) as root over SSH, standard library only. Polls
 ``GET /liveness`` (public) until it answers 200, then ``GET /workers`` (with the key
 from ``--key-file``, sent as a Bearer token, never printed) until ``N`` workers are
-``ready`` or ``--ready-timeout`` passes. Prints
+``ready`` or ``--ready-timeout`` passes; with ``--url U --until gone|ready`` (a rolling
+switch, roles/router/rolling.py) until worker ``U`` has left the list or is ``ready``
+in it, and ``reached`` says whether it happened. Prints
 ``{"live": bool, "waited": s, "workers": [{"url", "status", "is_healthy"}], "error": ...}``.
 """
 
@@ -38,6 +40,15 @@ def workers(port: int, key: str) -> list[dict]:
             for w in json.loads(body).get("workers", [])]
 
 
+def reached(listed: list[dict], url: str, until: str) -> bool:
+    """Whether worker ``url`` has left the gateway (``gone``) or is ``ready`` in it."""
+    url = url.rstrip("/")
+    mine = [w for w in listed if str(w.get("url") or "").rstrip("/") == url]
+    if until == "gone":
+        return not mine
+    return any(w.get("status") == "ready" and w.get("is_healthy") is not False for w in mine)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
@@ -45,6 +56,8 @@ def main() -> int:
     ap.add_argument("--live-timeout", type=float, default=60)
     ap.add_argument("--ready-timeout", type=float, default=60)
     ap.add_argument("--expect", type=int, default=0, help="workers that should be ready")
+    ap.add_argument("--url", help="one worker to wait for (with --until)")
+    ap.add_argument("--until", choices=("gone", "ready"), default="ready")
     a = ap.parse_args()
     with open(a.key_file) as f:
         key = f.read().strip()
@@ -70,8 +83,14 @@ def main() -> int:
             except (OSError, ValueError) as exc:
                 result["error"] = str(exc)
             ready = sum(w["status"] == "ready" for w in result["workers"])
-            if (result["error"] is None and ready >= a.expect
-                    and len(result["workers"]) == a.expect) or time.monotonic() > deadline:
+            if a.url:
+                result["reached"] = result["error"] is None and reached(
+                    result["workers"], a.url, a.until)
+                done = result["reached"]
+            else:
+                done = (result["error"] is None and ready >= a.expect
+                        and len(result["workers"]) == a.expect)
+            if done or time.monotonic() > deadline:
                 break
             time.sleep(1)
     result["waited"] = round(time.monotonic() - start, 1)
