@@ -68,9 +68,17 @@ from gpuserve.facts.host import InstallTarget, ModelCheckpoint
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.launch.lock_choice import HostRuntime
 from roles import checks as checks_role
-from roles.checks import check_service
+from roles.checks import check_service, install_check_scripts
 from roles.inventory import group_members, inventory_source, run_deploy
 from roles.prefetch import Read, fact, prefetch, reader
+from roles.router.rolling import (
+    Switching,
+    plan_rollout,
+    put_back,
+    register_restart,
+    rollout_guard,
+    take_out,
+)
 from roles.service import UNIT_NAME, UNIT_PATH, configure_service
 from roles.service.rollback import RollbackSpec, keep_last_good
 from roles.service.serve_plan import checkpoint_path, plan_serve
@@ -131,15 +139,35 @@ def main() -> None:
               *service_role.reads(plan.service), *checks_role.reads(plan.bin_dir),
               *(bench_role.reads(plan.bench) if plan.bench is not None else ()),
               *rollback_role.reads(rollback), *sglang_role.prune_reads(plan.home, unit_paths)])
+    # behind SGLang's gateway, a restart is a rolling switch (roles/router/rolling.py):
+    # the guard first, the take-out just before the service files change
+    rollout = plan_rollout(host.name, inventory_source())
+    switching = Switching()
+    if rollout is not None:
+        rollout_guard(name=f"rolling switch behind the gateway on {rollout.router}: no "
+                           "earlier worker failed", rollout=rollout, switching=switching)
+
+    def take_out_first() -> None:
+        if rollout is None:
+            return
+        register_restart(rollout, switching)
+        take_out(name=f"take {rollout.url} out of the gateway on {rollout.router}, wait "
+                      "until it is dropped and idle", rollout=rollout, switching=switching,
+                 bin_dir=plan.bin_dir, port=plan.service.port, config=plan.config_path)
+
     install_sglang(user=plan.user, home=plan.home, lock=plan.lock,
                    index_url=plan.index_url, find_links=plan.find_links,
                    expect_gpus=plan.expect_gpus)
-    configure_service(plan=plan.service)
+    install_check_scripts(bin_dir=plan.bin_dir)
+    configure_service(plan=plan.service, before_restart=take_out_first)
     check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
                   profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
                   health_timeout=plan.health_timeout, config_path=plan.config_path,
                   record=plan.record, rollback=rollback, bench=plan.bench,
                   serves_http=plan.node is None or plan.node.is_head)
+    if rollout is not None and switching.restarts:
+        put_back(name=f"put {rollout.url} back into the gateway on {rollout.router}, wait "
+                      "until it is ready", rollout=rollout, switching=switching)
     keep_last_good(name="keep this configuration as the last good one (root-only copies)",
                    spec=rollback)
     prune_venvs(name=f"prune venvs beyond keep_venvs={plan.keep_venvs}", home=plan.home,

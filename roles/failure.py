@@ -3,25 +3,50 @@
 The checks and the venv verification judge at execute time from facts; when they fail
 they yield this one command, which logs the reason and returns False, so pyinfra fails
 the host (non-zero exit) without a shell command that could itself print secrets.
+
+Hooks (:func:`on_failure`): an operation that leaves the host in a state a failure must
+undo registers a hook; the next failure report of that host runs it and prints what it
+did. A rolling switch uses one to put a worker back into its gateway once a failed
+switch was rolled back (roles/router/rolling.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyinfra import logger
 from pyinfra.api import FunctionCommand
+
+#: host name -> what to run when that host fails; returns lines for the report
+_HOOKS: dict[str, Callable[[], list[str]]] = {}
+
+
+def on_failure(host_name: str, hook: Callable[[], list[str]]) -> None:
+    """Run ``hook`` when ``host_name`` next fails (one hook per host: the latest)."""
+    _HOOKS[host_name] = hook
+
+
+def clear(host_name: str) -> None:
+    _HOOKS.pop(host_name, None)
+
+
+def report(host, message: str, details: Sequence[str], footer: Sequence[str] = ()) -> bool:
+    """Log ``message`` (red), ``details`` (indented), ``footer`` (red), then what the
+    host's failure hook did; return False (the host fails)."""
+    hook = _HOOKS.pop(host.name, None)
+    after = hook() if hook is not None else []
+    host.log_styled(message, fg="red", log_func=logger.error)
+    for line in details:
+        logger.error(f"    {line}")
+    for line in (*footer, *after):
+        host.log_styled(line, fg="red", log_func=logger.error)
+    return False
 
 
 def fail_host(message: str, details: Sequence[str], footer: Sequence[str] = ()) -> FunctionCommand:
     """A command that reports ``message`` (red), ``details`` (indented), ``footer`` (red)."""
 
-    def report(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
-        host.log_styled(message, fg="red", log_func=logger.error)
-        for line in details:
-            logger.error(f"    {line}")
-        for line in footer:
-            host.log_styled(line, fg="red", log_func=logger.error)
-        return False
+    def run(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
+        return report(host, message, details, footer)
 
-    return FunctionCommand(report, (), {})
+    return FunctionCommand(run, (), {})

@@ -84,11 +84,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PROBE = "sglang_probe.py"
 SMOKE = "sglang_smoke.py"
 BENCH = "sglang_bench.py"
-SCRIPTS = (PROBE, SMOKE, BENCH)
+IDLE = "sglang_idle.py"  # a rolling switch's wait for in-flight requests (roles/router)
+SCRIPTS = (PROBE, SMOKE, BENCH, IDLE)
 
 
 def reads(bin_dir: str) -> list[Read]:
-    """The paths :func:`check_service` manages, for the deploy's prefetch."""
+    """The paths :func:`install_check_scripts` manages, for the deploy's prefetch."""
     return [managed.read(bin_dir), *(managed.read(f"{bin_dir}/{s}") for s in SCRIPTS)]
 
 
@@ -235,22 +236,29 @@ def smoke_completion(port: int, model: str, profile: str, script: str, config: s
             logger.info(f"{host.name}: smoke: recorded {path}")
 
 
+@deploy("Host scripts of the checks")
+def install_check_scripts(bin_dir: str) -> None:
+    """Upload the probe, smoke, benchmark and idle scripts (before the service changes:
+    a rolling switch runs the idle wait before the restart)."""
+    managed.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
+                      group="root", mode="755")
+    for script in SCRIPTS:
+        managed.put(name=f"host script {bin_dir}/{script}", src=str(SCRIPTS_DIR / script),
+                    dest=f"{bin_dir}/{script}", user="root", group="root", mode="755")
+
+
 @deploy("Check SGLang")
 def check_service(unit: str, port: int, served_name: str, profile_name: str,
                   bin_dir: str, health_timeout: float, config_path: str = "",
                   record: RecordSpec | None = None,
                   rollback: RollbackSpec | None = None,
                   bench: BenchPlan | None = None, serves_http: bool = True) -> None:
-    """Upload the probe scripts, gate on health, then one smoke completion (recorded on
-    the controller when ``record`` is given), then the throughput checks when ``bench``
-    is given (roles/checks/bench.py). With ``rollback``, a failed gate restores the last
-    good configuration first (see :func:`wait_healthy`). ``serves_http`` False (a
-    multi-node rank > 0): the gate waits for the unit to run, and nothing else runs."""
-    managed.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
-                      group="root", mode="755")
-    for script in SCRIPTS:
-        managed.put(name=f"host script {bin_dir}/{script}", src=str(SCRIPTS_DIR / script),
-                    dest=f"{bin_dir}/{script}", user="root", group="root", mode="755")
+    """Gate on health (the scripts: :func:`install_check_scripts`), then one smoke
+    completion (recorded on the controller when ``record`` is given), then the
+    throughput checks when ``bench`` is given (roles/checks/bench.py). With
+    ``rollback``, a failed gate restores the last good configuration first (see
+    :func:`wait_healthy`). ``serves_http`` False (a multi-node rank > 0): the gate
+    waits for the unit to run, and nothing else runs."""
     if not serves_http:
         # a multi-node rank > 0: no HTTP here, so no smoke or throughput check either;
         # node 0's gate, smoke and checks cover the group

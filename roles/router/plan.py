@@ -74,6 +74,17 @@ DEFAULTS = {
     # pip index / find-links for smg (None: pip_index_url / pip_find_links, else PyPI)
     "router_pip_index_url": None,
     "router_pip_find_links": None,
+    # A rolling switch (pyinfra --serial deploy/serve.py across the workers group,
+    # roles/router/rolling.py): at most this many workers out of the gateway at once
+    "router_max_unavailable": 1,
+    # seconds to wait for the gateway to drop a worker taken out (smg drains it for
+    # drain_settle_secs, 5 s, after its next reread of the manifest)
+    "router_drain_timeout": 120,
+    # seconds to wait for the requests still running on a worker taken out to finish
+    # before it restarts (SGLang GET /v1/loads); a server that reports no load at all
+    # gets router_drain_grace seconds instead
+    "router_idle_timeout": 600,
+    "router_drain_grace": 30,
     # On a worker host: leave it out of the gateway's manifest (smg drains it: no new
     # requests, in-flight ones finish, then it is removed)
     "router_drain": False,
@@ -117,6 +128,10 @@ class RouterPlan:
     prometheus_port: int
     ready_timeout: float
     args: tuple[str, ...]  # smg launch arguments (never the key)
+    max_unavailable: int = 1
+    drain_timeout: float = 120.0
+    idle_timeout: float = 600.0
+    drain_grace: float = 30.0
     api_key: str = field(repr=False, default="")
     warnings: tuple[str, ...] = ()
 
@@ -283,7 +298,9 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
         ("router_health_failure_threshold", 1, 100), ("router_health_success_threshold", 1, 100),
         ("router_worker_startup_timeout", 1, 86_400),
         ("router_worker_startup_check_interval", 1, 3600),
-        ("router_discovery_interval", 1, 3600), ("router_ready_timeout", 0, 3600))}
+        ("router_discovery_interval", 1, 3600), ("router_ready_timeout", 0, 3600),
+        ("router_max_unavailable", 1, 10_000), ("router_drain_timeout", 1, 3600),
+        ("router_idle_timeout", 0, 86_400), ("router_drain_grace", 0, 3600))}
     user = _renamed(sglang.validate_user, data["router_user"], source, "sglang_user",
                     "router_user")
     home = _renamed(sglang.validate_home, data["router_home"], source, "sglang_home",
@@ -354,6 +371,10 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
                       listen=listen, port=port, prometheus=prometheus,
                       prometheus_port=prom_port,
                       ready_timeout=float(numbers["router_ready_timeout"]), args=tuple(args),
+                      max_unavailable=numbers["router_max_unavailable"],
+                      drain_timeout=float(numbers["router_drain_timeout"]),
+                      idle_timeout=float(numbers["router_idle_timeout"]),
+                      drain_grace=float(numbers["router_drain_grace"]),
                       api_key=api_key, warnings=tuple(warnings))
 
 

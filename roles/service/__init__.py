@@ -14,6 +14,7 @@ cut off between writing a file and restarting still restarts (:class:`roles.mana
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyinfra.api import deploy
@@ -237,37 +238,76 @@ def reads(plan: ServicePlan) -> list[Read]:
 MANAGED_FILES = (UNIT_PATH, ENV_PATH, CONFIG_PATH)
 
 
+@dataclass(frozen=True)
+class ServiceFile:
+    """One file the service runs from: where, what, whose (contents a function, so
+    that pyinfra's logged operation arguments never hold a secret)."""
+
+    name: str
+    dest: str
+    contents: Callable[[], str]
+    user: str
+    group: str
+    mode: str
+
+
+def service_files(plan: ServicePlan) -> list[ServiceFile]:
+    """The EnvironmentFile, the ``--config`` file (when there is a key), the redactor
+    and the unit, in the order :func:`configure_service` writes them."""
+    files = [ServiceFile(f"EnvironmentFile {ENV_PATH} (0600 root)", ENV_PATH,
+                         lambda: plan.env_text, "root", "root", "600")]
+    if plan.config_text is not None:
+        config_text = plan.config_text
+        files.append(ServiceFile(f"SGLang --config {CONFIG_PATH} (0600 {plan.user})",
+                                 CONFIG_PATH, lambda: config_text, plan.user, plan.group,
+                                 "600"))
+    redact = (SCRIPTS_DIR / REDACT_SCRIPT).read_text()
+    files.append(ServiceFile(f"output redactor {plan.bin_dir}/{REDACT_SCRIPT}",
+                             f"{plan.bin_dir}/{REDACT_SCRIPT}", lambda: redact, "root",
+                             "root", "755"))
+    files.append(ServiceFile(f"systemd unit {UNIT_PATH}", UNIT_PATH, lambda: plan.unit_text,
+                             "root", "root", "644"))
+    return files
+
+
+def _differs(item: ServiceFile) -> bool:
+    return not managed.matches(managed.state(item.dest), "file", item.user, item.group,
+                               item.mode, managed.sha1(item.contents()))
+
+
+def planned_steps(plan: ServicePlan) -> list[str]:
+    """The activation :func:`configure_service` will run, decided from the prefetched
+    state before any operation exists (a rolling switch must know before the first file
+    changes whether the server restarts: roles/router/rolling.py)."""
+    changed = [f.dest for f in service_files(plan) if _differs(f)]
+    config_removed = plan.config_text is None and managed.state(CONFIG_PATH).kind != "absent"
+    live = managed.unit_state(UNIT_NAME, MANAGED_FILES)
+    return activation_steps(live, files_changed=bool(changed) or config_removed,
+                            unit_changed=UNIT_PATH in changed)
+
+
 @deploy("Configure the SGLang service")
-def configure_service(plan: ServicePlan) -> None:
+def configure_service(plan: ServicePlan, before_restart: Callable[[], None] | None = None
+                      ) -> None:
     """Put the files (only those that differ: roles/managed.py), then activate when
     anything changed, the unit is not active and enabled, or the server runs an older
-    configuration than its files (see :class:`roles.managed.UnitState`)."""
+    configuration than its files (see :class:`roles.managed.UnitState`).
+
+    ``before_restart``: called (at prepare time, before the first file operation) when
+    the activation will restart a live server, so its operations run first."""
+    steps = planned_steps(plan)
+    if before_restart is not None and "restart" in steps:
+        before_restart()
     managed.directory(name=f"{CONFIG_DIR} (root, readable by {plan.group} only)",
                       path=CONFIG_DIR, user="root", group=plan.group, mode="750")
-    env = managed.secret(name=f"EnvironmentFile {ENV_PATH} (0600 root)", dest=ENV_PATH,
-                         contents=lambda: plan.env_text, user="root", group="root",
-                         mode="600")
-    if plan.config_text is not None:
-        cfg = managed.secret(name=f"SGLang --config {CONFIG_PATH} (0600 {plan.user})",
-                             dest=CONFIG_PATH, contents=lambda: plan.config_text,
-                             user=plan.user, group=plan.group, mode="600")
-    else:
+    if plan.config_text is None and managed.state(CONFIG_PATH).kind != "absent":
         # nothing else creates it: decided now, from the prefetched state
-        cfg = (None if managed.state(CONFIG_PATH).kind == "absent" else
-               managed.absent(name=f"no --config file {CONFIG_PATH} (no API key)",
-                              path=CONFIG_PATH))
+        managed.absent(name=f"no --config file {CONFIG_PATH} (no API key)", path=CONFIG_PATH)
     managed.directory(name=f"{plan.bin_dir} (gpuserve host scripts)", path=plan.bin_dir,
                       user="root", group="root", mode="755")
-    redact = managed.put(name=f"output redactor {plan.bin_dir}/{REDACT_SCRIPT}",
-                         src=str(SCRIPTS_DIR / REDACT_SCRIPT),
-                         dest=f"{plan.bin_dir}/{REDACT_SCRIPT}", user="root", group="root",
-                         mode="755")
-    unit = managed.put(name=f"systemd unit {UNIT_PATH}", text=plan.unit_text, dest=UNIT_PATH,
-                       user="root", group="root", mode="644")
-    live = managed.unit_state(UNIT_NAME, MANAGED_FILES)
-    steps = activation_steps(live, files_changed=any(op is not None for op in
-                                                      (unit, env, cfg, redact)),
-                             unit_changed=unit is not None)
+    for item in service_files(plan):
+        managed.secret(name=item.name, dest=item.dest, contents=item.contents,
+                       user=item.user, group=item.group, mode=item.mode)
     if steps:
         managed.systemctl(name=f"activate {UNIT_NAME}: {', '.join(steps)}", unit=UNIT_NAME,
                           steps=tuple(steps))

@@ -1,0 +1,397 @@
+"""A rolling switch behind SGLang's gateway: take a worker out, switch it, put it back.
+
+Run as ``pyinfra --serial INVENTORY deploy/serve.py --data profile=NAME``: pyinfra then
+runs every operation of one host before the next host (``_run_serial_ops``), and the
+serve deploy adds, only on a worker whose server is about to restart (a new profile, a
+changed configuration; never on a first start nor a no-op rerun):
+
+1. first, :func:`rollout_guard`: when a worker of the same gateway already failed in
+   this run, this host fails at once with "not switched", before anything on it changes,
+   so the rollout stops and the remaining hosts stay on their old profile;
+2. just before the restart, :func:`take_out`: ask the gateway (``GET /workers`` on the
+   router host) whether the worker may leave (:func:`gpuserve.fleet.rolling.take_out_refusal`:
+   never the last ready worker, at most ``router_max_unavailable`` out), rewrite the
+   manifest without it (smg drains a worker that leaves its file; ``DELETE /workers``
+   would be undone by its next reconcile: tests/fixtures/smg/SOURCES.md), wait until the
+   gateway has dropped it, then until the engine has no request in flight
+   (``sglang_idle.py``: SGLang ``GET /v1/loads``);
+3. the health gate, smoke and throughput checks as on any host;
+4. :func:`put_back`: the full manifest again, and wait until the gateway says ``ready``.
+
+When a check fails after the take-out, the existing rollback restores the last good
+configuration, and then the failure report puts the worker back (a
+:func:`roles.failure.on_failure` hook), but only when its server answers ``/health``
+and runs its last good configuration again; otherwise it stays out and the report says
+so. The manifest edits go through the router host's own pyinfra connection; a rollout
+cut off between take-out and put-back is repaired by ``deploy/router.py`` (or the next
+serve run), which renders the full manifest.
+
+Without ``--serial`` pyinfra runs each operation on every host at once, which would take
+every switching worker out together: the deploy refuses that before any change.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+
+from pyinfra import host, inventory, logger, state
+from pyinfra.api import FactBase, FunctionCommand, StringCommand, operation
+from pyinfra.context import ctx_inventory, ctx_state
+
+from gpuserve.errors import InputError
+from gpuserve.fleet.rolling import GatewayWorker, normal_url, parse_workers, take_out_refusal
+from gpuserve.launch.lock_choice import PreflightError
+from roles import failure, managed
+from roles.checks import IDLE, SglangProbe
+from roles.checks import PROBE as HEALTH_PROBE
+from roles.inventory import group_members
+from roles.router.plan import (
+    KEY_PATH,
+    MANIFEST_PATH,
+    PROBE,
+    RouterPlan,
+    is_router_host,
+    manifest_text,
+    plan_router,
+)
+from roles.service import UNIT_NAME
+from roles.service.rollback import RollbackSpec, ServiceConfigState, parse_state, state_command
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """This worker's place behind its gateway, for one run of the serve deploy."""
+
+    router: str  # inventory name of the router host
+    worker: str  # this host's inventory name
+    url: str  # this worker in the gateway's manifest
+    desired: tuple[str, ...]  # the served workers' URLs (the group, less drained hosts)
+    members: tuple[str, ...]  # the hosts of the workers group, for the guard
+    manifest_with: str
+    manifest_without: str
+    manifest_group: str  # the router's account: the manifest is root:<it> 0640
+    probe: str  # smg_probe.py on the router host
+    port: int  # the gateway's port on the router host
+    max_unavailable: int
+    drain_timeout: float
+    idle_timeout: float
+    drain_grace: float
+    ready_timeout: float
+
+
+@dataclass
+class Switching:
+    """Set at prepare time once the service role knows the server will restart; read by
+    the guard (created earlier, executed later)."""
+
+    restarts: bool = False
+    out: bool = field(default=False)  # execute time: the worker is out of the gateway
+
+
+_PLANS: dict[tuple[int, str], RouterPlan] = {}
+_RESTARTING: dict[tuple[int, str], list[str]] = {}
+
+
+def _router_plan(name: str, data: dict, source: str) -> RouterPlan:
+    key = (id(ctx_state.get()), name)
+    if key not in _PLANS:  # one plan per gateway and run, not one per worker
+        _PLANS[key] = plan_router(data, source, host_name=name, group_members=group_members)
+    return _PLANS[key]
+
+
+def plan_rollout(host_name: str, source: str) -> Rollout | None:
+    """The gateway this host serves behind (a router host whose ``router_workers_group``
+    lists it), or None: not behind a gateway, drained by hand, a multi-node rank > 0 (no
+    HTTP), or the gateway's only worker (a restart is then an outage either way). Bad
+    router data is an ``InputError`` here too, before any change."""
+    routers = [h for h in ctx_inventory.get() if is_router_host(h.data.dict())
+               and any(m.name == host_name for m in group_members(
+                   h.data.get("router_workers_group")) or ())]
+    if not routers:
+        return None
+    if len(routers) > 1:
+        raise InputError(source, "router_workers_group", f"host {host_name} is a worker of "
+                         f"{len(routers)} gateways ({', '.join(h.name for h in routers)}); a "
+                         "rolling switch takes a worker out of one gateway")
+    router = routers[0]
+    plan = _router_plan(router.name, router.data.dict(), source)
+    mine = next((w for w in plan.workers if w.host == host_name), None)
+    if mine is None or mine.drained:
+        return None
+    served = plan.served
+    others = tuple(w for w in served if w.host != host_name)
+    if not others:
+        # the gateway's only worker: nothing can take its requests while it restarts,
+        # and taking it out would only fail them sooner (take_out_refusal would refuse)
+        return None
+    return Rollout(
+        router=router.name, worker=host_name, url=normal_url(mine.url),
+        desired=tuple(normal_url(w.url) for w in served),
+        members=tuple(m.name for m in group_members(plan.group) or ()),
+        manifest_with=manifest_text(served), manifest_without=manifest_text(others),
+        manifest_group=plan.user, probe=f"{plan.bin_dir}/{PROBE}", port=plan.port,
+        max_unavailable=plan.max_unavailable, drain_timeout=plan.drain_timeout,
+        idle_timeout=plan.idle_timeout, drain_grace=plan.drain_grace,
+        ready_timeout=max(plan.ready_timeout, 60.0))
+
+
+def runs_serially() -> bool:
+    """Whether pyinfra was started with ``--serial`` (host by host). pyinfra keeps the
+    flag only as an argument of ``run_ops``, so the command line is the one source."""
+    return "--serial" in sys.argv[1:]
+
+
+def register_restart(rollout: Rollout, switching: Switching) -> None:
+    """At prepare time, when this worker's server will restart: refuse a parallel run in
+    which another worker of the same gateway restarts too (before any change)."""
+    switching.restarts = True
+    hosts = _RESTARTING.setdefault((id(ctx_state.get()), rollout.router), [])
+    if rollout.worker not in hosts:
+        hosts.append(rollout.worker)
+    if len(hosts) > 1 and not runs_serially():
+        raise PreflightError(
+            f"{', '.join(hosts)} would all restart at once behind the gateway on "
+            f"{rollout.router}: pyinfra runs each operation on every host together unless "
+            "it is started with --serial; run `pyinfra --serial ... deploy/serve.py` for a "
+            "rolling switch (one host at a time, each taken out of the gateway first); "
+            "nothing on any host was changed")
+
+
+class GatewayView(FactBase):
+    """smg_probe.py on the router host: ``GET /workers`` until worker ``url`` is gone or
+    ready (``until``), or at once (``timeout`` 0); one JSON line."""
+
+    def command(self, script: str, port: int, url: str, until: str, timeout: float) -> str:
+        return " ".join(shlex.quote(a) for a in (
+            "python3", script, "--port", str(port), "--key-file", KEY_PATH, "--live-timeout",
+            "10", "--ready-timeout", f"{timeout:.0f}", "--url", url, "--until", until)
+        ) + " 2>&1 || true"
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
+
+
+class EngineIdle(FactBase):
+    """sglang_idle.py on the worker: wait until no request is in flight; one JSON line."""
+
+    def command(self, script: str, port: int, config: str, timeout: float) -> str:
+        return " ".join(shlex.quote(a) for a in (
+            "python3", script, "--port", str(port), "--config", config,
+            "--timeout", f"{timeout:.0f}")) + " 2>&1 || true"
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
+
+
+def _view(router, rollout: Rollout, until: str, timeout: float) -> tuple[dict, list[GatewayWorker]]:
+    """The probe's JSON and the gateway's workers (strictly parsed); raises ValueError
+    with what went wrong."""
+    text = router.get_fact(GatewayView, script=rollout.probe, port=rollout.port,
+                           url=rollout.url, until=until, timeout=timeout) or ""
+    try:
+        result = json.loads(text.splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ValueError(f"smg_probe.py on {rollout.router} printed {text[-200:]!r}") from None
+    if not result.get("live"):
+        raise ValueError(f"the gateway on {rollout.router}:{rollout.port} does not answer "
+                         f"GET /liveness ({result.get('error')})")
+    if result.get("error"):
+        raise ValueError(f"GET /workers on {rollout.router}: {result['error']}")
+    workers = parse_workers(json.dumps({"workers": result.get("workers") or []}),
+                            f"GET /workers on {rollout.router}")
+    return result, workers
+
+
+def _write_manifest(router, rollout: Rollout, text: str) -> None:
+    command: StringCommand = managed.write_command(MANIFEST_PATH, text, "root",
+                                                   rollout.manifest_group, "640")
+    ok, output = router.run_shell_command(command, **command.connector_arguments)
+    if not ok:
+        raise ValueError(f"writing {MANIFEST_PATH} on {rollout.router} failed: "
+                         f"{' '.join(output.stderr_lines)[-300:]}")
+
+
+def _states(workers: list[GatewayWorker]) -> str:
+    return ", ".join(f"{w.url} {w.status}" for w in workers) or "no workers"
+
+
+@operation(is_idempotent=True)
+def rollout_guard(rollout: Rollout, switching: Switching):
+    """First operation of a worker that will restart: stop when an earlier worker of the
+    same gateway failed in this run (``--serial``), so this one keeps its profile."""
+    if not state.is_executing or not switching.restarts:
+        return
+    failed = sorted(h.name for h in state.failed_hosts
+                    if h.name in rollout.members and h.name != host.name)
+    if failed:
+        yield failure.fail_host(
+            f"rolling switch: not switched: {', '.join(failed)} failed first behind the "
+            f"gateway on {rollout.router}; {host.name} was not changed and keeps its "
+            "current profile", [])
+
+
+@operation()
+def take_out(rollout: Rollout, switching: Switching, bin_dir: str, port: int, config: str):
+    """Take this worker out of the gateway, wait until it is dropped and idle."""
+    if not state.is_executing:
+        return
+    yield _command(_take_out, rollout, switching, bin_dir, port, config)
+
+
+def _command(func, *args) -> FunctionCommand:
+    """A command running ``func(host, *args)`` at execute time; its False fails the host
+    (pyinfra passes ``state`` and ``host`` only to a function with those argument names,
+    and uses its result only then)."""
+
+    def run(state, host) -> bool:  # noqa: ARG001
+        return func(host, *args)
+
+    return FunctionCommand(run, (), {})
+
+
+def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port: int,
+              config: str) -> bool:
+    router = inventory.get_host(rollout.router)
+    t0 = time.monotonic()
+    try:
+        _, workers = _view(router, rollout, "ready", 0)
+        refusal = take_out_refusal(rollout.url, rollout.desired, workers,
+                                   rollout.max_unavailable)
+    except (ValueError, InputError) as exc:
+        return _fail(host_, f"rolling switch: cannot read the gateway's workers: {exc}; "
+                     "not switched, nothing changed")
+    mine = next((w for w in workers if w.url == rollout.url), None)
+    if mine is None or not mine.ready:
+        # the gateway sends it nothing now (not listed yet, pending, unhealthy): nothing
+        # to drain, and restarting it takes no capacity away; put back (and wait for it
+        # to be ready) all the same, from the failure path too
+        logger.info(f"{host_.name}: gateway: {rollout.url} is "
+                    f"{mine.status if mine else 'not listed'} in {rollout.router}'s list: "
+                    "no traffic to drain")
+        switching.out = True
+        failure.on_failure(host_.name, lambda: _put_back_after_failure(rollout, switching,
+                                                                       bin_dir, port))
+        return True
+    if refusal is not None:
+        return _fail(host_, f"rolling switch: {host_.name} may not leave the gateway now: "
+                     f"{refusal} (gateway: {_states(workers)}); not switched, nothing changed")
+    try:
+        _write_manifest(router, rollout, rollout.manifest_without)
+    except ValueError as exc:
+        return _fail(host_, f"rolling switch: {exc}; not switched")
+    switching.out = True
+    problem = _drained(host_, router, rollout, bin_dir, port, config, t0)
+    if problem is not None:
+        # the server still runs its old configuration: back into the gateway at once
+        back = _put_back_and_wait(host_, rollout, switching)
+        return _fail(host_, f"rolling switch: {problem}; not switched",
+                     [f"gateway: {back}" if back else
+                      f"gateway: {host_.name} is back in {rollout.router}'s list, unchanged"])
+    failure.on_failure(host_.name, lambda: _put_back_after_failure(rollout, switching,
+                                                                   bin_dir, port))
+    return True
+
+
+def _drained(host_, router, rollout: Rollout, bin_dir: str, port: int, config: str,
+             t0: float) -> str | None:
+    """Wait until the gateway has dropped the worker, then until its engine is idle;
+    what went wrong, or None."""
+    try:
+        result, workers = _view(router, rollout, "gone", rollout.drain_timeout)
+    except (ValueError, InputError) as exc:
+        return f"taken out, then: {exc}"
+    if not result.get("reached"):
+        return (f"the gateway still lists {rollout.url} {rollout.drain_timeout:.0f} s after "
+                f"it left the manifest ({_states(workers)})")
+    logger.info(f"{host_.name}: gateway: out of {rollout.router}'s list after "
+                f"{time.monotonic() - t0:.0f} s ({_states(workers)})")
+    return _wait_idle(host_, rollout, bin_dir, port, config)
+
+
+def _wait_idle(host_, rollout: Rollout, bin_dir: str, port: int, config: str) -> str | None:
+    """Wait until the engine has nothing in flight; the reason it could not, or None."""
+    text = host_.get_fact(EngineIdle, script=f"{bin_dir}/{IDLE}", port=port,
+                          config=config, timeout=rollout.idle_timeout) or ""
+    try:
+        result = json.loads(text.splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"{IDLE} printed {text[-200:]!r}"
+    if result.get("idle"):
+        logger.info(f"{host_.name}: gateway: engine idle ({result.get('source')}, waited "
+                    f"{result.get('waited')} s)")
+        return None
+    if result.get("source") is None:
+        logger.warning(f"{host_.name}: gateway: the server reports no load "
+                       f"({result.get('error')}); waiting router_drain_grace = "
+                       f"{rollout.drain_grace:.0f} s for requests still running")
+        time.sleep(rollout.drain_grace)
+        return None
+    return str(result.get("error") or "the engine did not become idle")
+
+
+@operation()
+def put_back(rollout: Rollout, switching: Switching):
+    """Put this worker back into the gateway and wait until it is ready there."""
+    if not state.is_executing:
+        return
+    yield _command(_put_back, rollout, switching)
+
+
+def _put_back(host_, rollout: Rollout, switching: Switching) -> bool:
+    problem = _put_back_and_wait(host_, rollout, switching)
+    if problem is None:
+        return True
+    return _fail(host_, f"rolling switch: {problem}")
+
+
+def _put_back_and_wait(host_, rollout: Rollout, switching: Switching) -> str | None:
+    router = inventory.get_host(rollout.router)
+    t0 = time.monotonic()
+    try:
+        _write_manifest(router, rollout, rollout.manifest_with)
+        switching.out = False
+        failure.clear(host_.name)
+        result, workers = _view(router, rollout, "ready", rollout.ready_timeout)
+    except (ValueError, InputError) as exc:
+        return f"putting {rollout.url} back: {exc}"
+    if not result.get("reached"):
+        return (f"{rollout.url} is back in the manifest but not ready in the gateway after "
+                f"{rollout.ready_timeout:.0f} s ({_states(workers)})")
+    logger.info(f"{host_.name}: gateway: back in {rollout.router}'s list, ready after "
+                f"{time.monotonic() - t0:.0f} s")
+    return None
+
+
+def _put_back_after_failure(rollout: Rollout, switching: Switching, bin_dir: str,
+                            port: int) -> list[str]:
+    """From a failure report: put the worker back when it serves its last good
+    configuration again and answers /health; lines for the report."""
+    if not switching.out:
+        return []
+    config = parse_state(host.get_fact(ServiceConfigState,
+                                       script=state_command(RollbackSpec(profile_name=""))))
+    try:
+        probe = json.loads(host.get_fact(SglangProbe, script=f"{bin_dir}/{HEALTH_PROBE}",
+                                         unit=UNIT_NAME, port=port))
+        healthy = probe.get("health") == 200
+    except (ValueError, TypeError):
+        healthy = False
+    if not (healthy and config.live_is_saved):
+        why = "its server does not answer /health" if not healthy else \
+            "it does not run its last good configuration"
+        return [f"gateway: {host.name} stays out of {rollout.router}'s list: {why}; "
+                "`pyinfra ... deploy/router.py` puts it back once it is fixed"]
+    problem = _put_back_and_wait(host, rollout, switching)
+    if problem is not None:
+        return [f"gateway: {problem}"]
+    return [f"gateway: {host.name} is back in {rollout.router}'s list and ready "
+            "(on its last good configuration)"]
+
+
+def _fail(host_, message: str, footer: tuple[str, ...] | list[str] = ()) -> bool:
+    """Report like roles.failure.fail_host (with the failure hooks) and fail the host."""
+    return failure.report(host_, message, [], footer)

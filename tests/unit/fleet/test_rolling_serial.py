@@ -1,0 +1,93 @@
+"""A fleet switch behind one gateway runs host by host (``pyinfra --serial``) or not at
+all: roles/router/rolling.register_restart refuses, before any change, a run in which
+a second worker of the same gateway would restart while pyinfra runs each operation on
+every host together."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from pyinfra.api import Config, Inventory, State
+from pyinfra.context import ctx_state
+
+from gpuserve.launch.lock_choice import PreflightError
+from roles.router.rolling import Rollout, Switching, register_restart
+
+
+def rollout(worker: str, router: str = "gw") -> Rollout:
+    return Rollout(router=router, worker=worker, url=f"http://{worker}:30000",
+                   desired=("http://a:30000", "http://b:30000"), members=("a", "b"),
+                   manifest_with="{}", manifest_without="{}", manifest_group="smg",
+                   probe="/opt/gpuserve-router/bin/smg_probe.py", port=30080,
+                   max_unavailable=1, drain_timeout=120, idle_timeout=600, drain_grace=30,
+                   ready_timeout=60)
+
+
+@pytest.fixture
+def fresh_state():
+    state = State(Inventory(([], {})), Config())
+    with ctx_state.use(state):
+        yield state
+
+
+def test_second_restart_without_serial_is_refused(fresh_state, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["pyinfra", "-y", "inv.py", "deploy/serve.py"])
+    first, second = Switching(), Switching()
+    register_restart(rollout("a"), first)
+    assert first.restarts
+    with pytest.raises(PreflightError, match=r"a, b would all restart at once .* --serial"):
+        register_restart(rollout("b"), second)
+
+
+def test_serial_run_and_other_gateways_are_allowed(fresh_state, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["pyinfra", "-y", "--serial", "inv.py", "deploy/serve.py"])
+    register_restart(rollout("a"), Switching())
+    register_restart(rollout("b"), Switching())
+    monkeypatch.setattr(sys, "argv", ["pyinfra", "-y", "inv.py", "deploy/serve.py"])
+    with ctx_state.use(State(Inventory(([], {})), Config())):
+        register_restart(rollout("a", router="gw1"), Switching())
+        register_restart(rollout("b", router="gw2"), Switching())  # one per gateway: fine
+
+
+def fleet_inventory(**extra: dict) -> Inventory:
+    """Two workers behind a gateway on the first, as inventory/lab_fleet.py has them."""
+    worker = {"profile": "glm5-nvfp4-tp8"}
+    first = {**worker, "private_address": "10.77.0.1", "listen_address": "10.77.0.1",
+             "router_workers_group": "gpu", "router_api_key": "k" * 20}
+    second = {**worker, "private_address": "10.77.0.2", "listen_address": "10.77.0.2"}
+    hosts = [("lab-gpu", {**first, **extra.get("lab-gpu", {})}),
+             ("lab-gpu-2", {**second, **extra.get("lab-gpu-2", {})})]
+    return Inventory(([h for h, _ in hosts], {}), gpu=([h for h, _ in hosts], {}),
+                     **{f"_{h}": ([h], data) for h, data in hosts})
+
+
+def plan_in(inventory: Inventory, name: str):
+    from pyinfra.context import ctx_inventory
+
+    from roles.router.rolling import plan_rollout
+
+    state = State(inventory, Config())
+    with ctx_state.use(state), ctx_inventory.use(inventory):
+        return plan_rollout(name, "inventory/lab_fleet.py")
+
+
+def test_plan_rollout_from_the_inventory() -> None:
+    inv = fleet_inventory()
+    second = plan_in(inv, "lab-gpu-2")
+    assert second is not None and second.router == "lab-gpu"
+    assert second.url == "http://10.77.0.2:30000"
+    assert second.desired == ("http://10.77.0.1:30000", "http://10.77.0.2:30000")
+    assert second.members == ("lab-gpu", "lab-gpu-2")
+    assert '"http://10.77.0.2:30000"' not in second.manifest_without
+    assert '"http://10.77.0.2:30000"' in second.manifest_with
+    assert second.max_unavailable == 1 and second.port == 30080
+    assert plan_in(inv, "lab-gpu").url == "http://10.77.0.1:30000"
+
+
+def test_no_rollout_for_a_drained_worker_or_the_only_one() -> None:
+    assert plan_in(fleet_inventory(**{"lab-gpu-2": {"router_drain": True}}),
+                   "lab-gpu-2") is None
+    # the first host is then the only served worker: a restart is an outage either way
+    assert plan_in(fleet_inventory(**{"lab-gpu-2": {"router_drain": True}}),
+                   "lab-gpu") is None
