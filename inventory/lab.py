@@ -72,8 +72,8 @@ class LabNotRunning(RuntimeError):
     pass
 
 
-def _host_data() -> dict:
-    name = instance_name()
+def host_data_for(name: str) -> dict:
+    """Host data of lab instance ``name`` (inventory/lab_fleet.py builds on it)."""
     st = read_state(name)
     if st is None or not pid_alive(st.pid):
         raise LabNotRunning(
@@ -118,4 +118,4 @@ def _host_data() -> dict:
     return data
 
 
-gpu = [("lab-gpu", _host_data())]
+gpu = [("lab-gpu", host_data_for(instance_name()))]

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from lab import instance
+from lab import fleet, instance
 from lab.deps import ensure_deps
 from lab.image import ensure_image
 from lab.models import install_models
@@ -31,6 +31,16 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--fresh", action="store_true", help="reset the instance's disk")
     up.add_argument("--memory", type=int, default=2048, metavar="MIB")
     up.add_argument("--timeout", type=float, default=420, help="seconds to wait for SSH")
+    up.add_argument("--clone-from", metavar="NAME",
+                    help="boot from a copy of running instance NAME's disk (lab/fleet.py)")
+    link = sub.add_parser("link", help="a private network (10.77.0.0/24) between two "
+                                       "running instances: link A B")
+    link.add_argument("names", nargs=2)
+    unlink = sub.add_parser("unlink", help="unplug an instance's private-network NIC")
+    unlink.add_argument("--name")
+    fwd = sub.add_parser("forward", help="forward a 127.0.0.1 port to a guest port; prints it")
+    fwd.add_argument("--name")
+    fwd.add_argument("guest_port", type=int)
     down = sub.add_parser("down", help="power the VM off and stop the mirror")
     down.add_argument("--name")
     down.add_argument("--all", action="store_true", help="every instance")
@@ -68,9 +78,20 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if a.cmd == "up":
             st = instance.up(instance_name(a.name), fresh=a.fresh, memory_mib=a.memory,
-                             timeout=a.timeout)
+                             timeout=a.timeout, clone_from=a.clone_from)
             print(f"lab {st.name}: ssh 127.0.0.1:{st.ssh_port}, mirror {st.mirror_url}")
-            print(f"lab {st.name}: {install_models(st)}")
+            if a.clone_from is None:  # a clone has its source's models already
+                print(f"lab {st.name}: {install_models(st)}")
+            return 0
+        if a.cmd == "link":
+            for name, address in fleet.link([instance_name(n) for n in a.names]).items():
+                print(f"lab {name}: {address}")
+            return 0
+        if a.cmd == "unlink":
+            fleet.unlink(instance_name(a.name))
+            return 0
+        if a.cmd == "forward":
+            print(fleet.forward(instance_name(a.name), a.guest_port))
             return 0
         if a.cmd == "down":
             if a.all:

@@ -67,10 +67,14 @@ def wait_ssh(st: InstanceState, timeout: float, what: str = "boot") -> float:
 
 
 def up(name: str, fresh: bool = False, memory_mib: int = 2048,
-       timeout: float = 420.0) -> InstanceState:
+       timeout: float = 420.0, clone_from: str | None = None) -> InstanceState:
     """Build/reuse the image, publish and start the mirror, boot, wait for SSH.
 
-    On a running instance (without ``fresh``) only the mirror is republished."""
+    On a running instance (without ``fresh``) only the mirror is republished.
+    ``clone_from``: boot a new instance from a copy of that running instance's disk as it
+    is now, with that instance's mirror (lab/fleet.py)."""
+    if clone_from is not None:
+        return _up_clone(name, clone_from, memory_mib, timeout)
     st = read_state(name)
     if st and pid_alive(st.pid):
         if not fresh:
@@ -145,6 +149,58 @@ def up(name: str, fresh: bool = False, memory_mib: int = 2048,
     return st
 
 
+def _up_clone(name: str, source: str, memory_mib: int, timeout: float) -> InstanceState:
+    from lab import fleet
+
+    src = read_state(source)
+    if src is None or not pid_alive(src.pid):
+        raise RuntimeError(f"--clone-from {source}: that instance is not running")
+    old = read_state(name)
+    if old is not None and pid_alive(old.pid):
+        raise RuntimeError(f"instance {name!r} is running: `python -m lab down --name {name}` "
+                           "first (a clone always starts from a new copy)")
+    clear_state(name)
+    t0 = time.monotonic()
+    overlay = fleet.clone_disk(source, name)
+    say(f"cloned {source}'s disk in {time.monotonic() - t0:.0f}s: {overlay}")
+    idir = instance_dir(name)
+    serial_log = idir / "serial.log"
+    serial_log.write_bytes(b"")
+    for attempt in range(5):
+        port = qemu.free_port()
+        spec = qemu.VmSpec(name=name, overlay=overlay, ssh_port=port, serial_log=serial_log,
+                           console_socket=idir / "console.sock", qmp_socket=idir / "qmp.sock",
+                           pidfile=idir / "qemu.pid", memory_mib=memory_mib)
+        try:
+            pid = qemu.launch(spec)
+            break
+        except qemu.QemuStartError as exc:
+            if exc.port_taken and attempt < 4:
+                continue
+            raise
+    client, hostkey = ensure_keys()
+    known_hosts = write_known_hosts(idir / "known_hosts", "127.0.0.1", port,
+                                    public_key(hostkey))
+    st = InstanceState(
+        name=name, ssh_port=port, mirror_port=src.mirror_port, pid=pid,
+        mirror_pid=src.mirror_pid, ssh_key=str(client), known_hosts=str(known_hosts),
+        image=src.image, overlay=str(overlay), serial_log=str(serial_log),
+        qmp_socket=str(spec.qmp_socket), mirror_root=src.mirror_root,
+        extra={"console_socket": str(spec.console_socket), "memory_mib": memory_mib,
+               "mirror_borrowed_from": source},
+    )
+    write_state(st)
+    say(f"QEMU started (pid {pid}) from {source}'s disk (ssh 127.0.0.1:{port}, "
+        f"mirror of {source}: {st.mirror_url})")
+    try:
+        wait_ssh(st, timeout)
+    except Exception:
+        down(name)
+        raise
+    say(f"instance {name!r} up: SSH answered {time.monotonic() - t0:.0f}s after start")
+    return st
+
+
 def _restart_mirror(st: InstanceState) -> InstanceState:
     mpid, mport = mirror.start(Path(st.mirror_root), instance_dir(st.name))
     st.mirror_pid, st.mirror_port = mpid, mport
@@ -161,9 +217,12 @@ def down(name: str, timeout: float = 90.0) -> str:
     if pid_alive(st.pid):
         say(f"shutting down {name!r} (pid {st.pid})")
         result = qemu.stop(st.pid, Path(st.qmp_socket), timeout=timeout)
-    mirror.stop(st.mirror_pid)
+    borrowed = st.extra.get("mirror_borrowed_from")
+    if not borrowed:
+        mirror.stop(st.mirror_pid)
     clear_state(name)
-    say(f"{name!r}: {result}; mirror stopped")
+    say(f"{name!r}: {result}; " + (f"mirror (of {borrowed}) left running" if borrowed
+                                   else "mirror stopped"))
     return result
 
 

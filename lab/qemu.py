@@ -84,10 +84,11 @@ def qemu_argv(spec: VmSpec) -> list[str]:
     return argv
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+def free_port(host: str = "127.0.0.1", udp: bool = False) -> int:
     """A port nobody listens on right now (the kernel picks it; a race remains, so
     callers retry when QEMU cannot bind it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    kind = socket.SOCK_DGRAM if udp else socket.SOCK_STREAM
+    with socket.socket(socket.AF_INET, kind) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 
@@ -125,15 +126,17 @@ class QemuStartError(RuntimeError):
         return "host forwarding rule" in str(self)
 
 
-def qmp(sock_path: Path, command: str, timeout: float = 5.0) -> dict:
+def qmp(sock_path: Path, command: str, arguments: dict | None = None,
+        timeout: float = 5.0) -> dict:
     """Run one QMP command (qemu-qmp-ref: greeting, qmp_capabilities, command)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(str(sock_path))
         f = s.makefile("rw")
         json.loads(f.readline())  # greeting
-        for cmd in ("qmp_capabilities", command):
-            f.write(json.dumps({"execute": cmd}) + "\n")
+        for cmd, args in (("qmp_capabilities", None), (command, arguments)):
+            f.write(json.dumps({"execute": cmd, **({"arguments": args} if args else {})})
+                    + "\n")
             f.flush()
             while True:
                 line = f.readline()

@@ -44,12 +44,14 @@ def pytest_collection_modifyitems(config, items):
     faults (test_faults.py: a reboot, a full disk, a crashed server, a dropped deploy)
     last, on the host the other modules leave and where they cannot disturb them. The
     gateway (test_router.py) goes after the serve modules, in front of the server they
-    leave, so it needs no serve deploy of its own."""
+    leave, so it needs no serve deploy of its own. The fleet (test_fleet.py: a clone of
+    the session host as a second worker, the gateway on the first) comes after all of
+    them: it moves the host's server onto the fleet's private address."""
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.lab)
-    order = {"test_lab.py": 0, "test_router.py": 1.5, "test_faults.py": 2}
+    order = {"test_lab.py": 0, "test_router.py": 1.5, "test_faults.py": 2, "test_fleet.py": 3}
     items.sort(key=lambda it: order.get(Path(str(it.path)).name, 1))
 
 

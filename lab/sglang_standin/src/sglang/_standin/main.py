@@ -22,7 +22,7 @@ import threading
 import time
 from importlib import resources
 
-from sglang._standin import logs
+from sglang._standin import group, logs
 from sglang._standin.config import ConfigArgumentMerger
 from sglang._standin.flagparser import build_parser, stderr_warn
 from sglang._standin.server import State, serve
@@ -101,7 +101,15 @@ def run(argv: list[str]) -> None:
 
     load_s = env_float("LOAD_SECONDS", 1.0)
     fail = env_str("FAIL").strip().lower()
-    ranks = [f"TP{r}" for r in range(p.tp)]
+    nnodes, node_rank = int(args.nnodes or 1), int(args.node_rank or 0)
+    if nnodes > 1:
+        # every node blocks here until the group has formed (lab/.../group.py)
+        group.join(nnodes, node_rank, args.dist_init_addr, on_lost=lambda why: _die(
+            StartupError("RuntimeError", f"NCCL communicator was aborted: {why}",
+                         [("sglang/srt/managers/scheduler.py", 1480, "run_event_loop")])))
+    # this node's ranks (TP ranks are spread over the nodes in order)
+    per_node = max(1, p.tp // nnodes)
+    ranks = [f"TP{r}" for r in range(node_rank * per_node, (node_rank + 1) * per_node)]
 
     for r in ranks:
         logs.log(f"Load weight begin. avail mem={p.pre_gb:.2f} GB", rank=r)
@@ -157,6 +165,15 @@ def run(argv: list[str]) -> None:
              f"max_prefill_tokens={p.max_prefill_tokens}, "
              f"max_running_requests={p.max_running_requests}, "
              f"context_len={p.context_len}, available_gpu_mem={avail:.2f} GB", rank="TP0")
+
+    if node_rank > 0:
+        # like SGLang: only node 0 runs the HTTP server; the others run their schedulers
+        logs.log(f"multi-node: node {node_rank} serves no HTTP (node 0 does)")
+        done = threading.Event()
+        signal.signal(signal.SIGTERM, lambda signum, frame: done.set())
+        signal.signal(signal.SIGINT, lambda signum, frame: done.set())
+        done.wait()
+        return
 
     info = {**resolved, "launch_command": " ".join(merged_argv), **_scheduler_info(p),
             "_model_type": shape.model_type, "_architectures": [shape.architecture]}

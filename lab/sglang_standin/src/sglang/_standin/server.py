@@ -201,6 +201,7 @@ def make_handler(state: State):
                 ("POST", "/generate"): self.generate, ("PUT", "/generate"): self.generate,
                 ("POST", "/v1/completions"): self.completions,
                 ("GET", "/metrics"): self.metrics,
+                ("GET", "/v1/loads"): self.loads,
                 ("GET", "/freeze_gc"): self.ok, ("POST", "/freeze_gc"): self.ok,
                 ("GET", "/flush_cache"): self.ok, ("POST", "/flush_cache"): self.ok,
             }
@@ -235,6 +236,17 @@ def make_handler(state: State):
 
         def health(self) -> None:
             self._empty(200 if state.status == UP else 503)
+
+        def loads(self) -> None:
+            # COMPOSED: the per-rank load report smg polls on SGLang engines; field names
+            # as smg's poller test reads "the upstream loads shape" (smg-project/smg,
+            # crates/.../loads poller test: num_running_reqs, num_waiting_reqs,
+            # token_usage). Not recorded from a real server; the rolling switch's idle
+            # wait (gpuserve/data/scripts/sglang_idle.py) reads the two counts.
+            with state.lock:
+                running = state.running
+            self._json(200, {"loads": [{"dp_rank": 0, "num_running_reqs": running,
+                                        "num_waiting_reqs": 0}]})
 
         def ready(self) -> None:
             self._empty(200 if state.status == UP else 503)

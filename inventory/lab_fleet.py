@@ -1,0 +1,69 @@
+"""pyinfra inventory for the lab fleet: two running lab instances as GPU hosts behind
+SGLang's gateway on the first (issue 11's rolling switch and multi-node launches).
+
+    python -m lab up                                   # instance A (served already)
+    python -m lab up --name A-2 --clone-from A         # B: a copy of A's disk
+    python -m lab link A A-2                           # 10.77.0.1 / 10.77.0.2
+    pyinfra -y inventory/lab_fleet.py deploy/router.py
+    pyinfra -y --serial inventory/lab_fleet.py deploy/serve.py --data profile=NAME
+
+Instances: $GPUSERVE_LAB_FLEET ("A,B"), default "<GPUSERVE_LAB_NAME>,<same>-2". Each
+host has the lab host's data (inventory/lab.py) and its private address on the lab's
+socket network (lab/fleet.py) as ``private_address`` and ``listen_address``; only the
+first is the gateway's host. $GPUSERVE_LAB_FLEET_FAIL="HOST=MODE" makes the SGLang
+stand-in on that host fail at start (GPUSERVE_LAB_STANDIN_FAIL: oom or crash): the
+fleet test's failing second host. Lab knobs only; product code never reads them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE.parent) not in sys.path:
+    sys.path.insert(0, str(_HERE.parent))
+
+from lab.state import instance_name, read_state  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("gpuserve_lab_inventory", _HERE / "lab.py")
+_lab = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_lab)
+
+#: keys only the gateway's host keeps
+_ROUTER_KEYS = tuple(k for k in _lab.LAB_HOST_DATA if k.startswith("router_"))
+
+
+def _names() -> list[str]:
+    env = os.environ.get("GPUSERVE_LAB_FLEET")
+    if env:
+        return [instance_name(n.strip()) for n in env.split(",") if n.strip()]
+    first = instance_name()
+    return [first, f"{first}-2"]
+
+
+def _fleet_host(index: int, name: str) -> tuple[str, dict]:
+    data = _lab.host_data_for(name)
+    st = read_state(name)
+    address = (st.extra if st else {}).get("fleet_address")
+    if not address:
+        raise _lab.LabNotRunning(f"lab instance {name!r} has no fleet address: run "
+                                 "`python -m lab link A B` first")
+    # a multi-node profile's ranks follow this group; NCCL and Gloo talk over the link
+    data.update(private_address=address, listen_address=address, sglang_nodes_group="gpu",
+                nccl_socket_ifname=st.extra.get("fleet_ifname"))
+    host = "lab-gpu" if index == 0 else f"lab-gpu-{index + 1}"
+    if index > 0:
+        for key in _ROUTER_KEYS:
+            data.pop(key, None)
+    fail = dict(item.split("=", 1) for item in
+                os.environ.get("GPUSERVE_LAB_FLEET_FAIL", "").split(",") if "=" in item)
+    if host in fail:
+        data["sglang_extra_env"] = {**data.get("sglang_extra_env", {}),
+                                    "GPUSERVE_LAB_STANDIN_FAIL": fail[host]}
+    return host, data
+
+
+gpu = [_fleet_host(i, n) for i, n in enumerate(_names())]

@@ -1,0 +1,229 @@
+"""Two lab hosts behind SGLang's gateway: a rolling profile switch with a client
+streaming requests through the gateway the whole time (issue 11).
+
+The second host is a clone of the session's served host (lab/fleet.py: a point-in-time
+copy of its disk, booted as a second instance with its own SSH port), joined to it by a
+private socket network (10.77.0.1 and 10.77.0.2). The gateway runs on the first host
+(test_router.py installed it); inventory/lab_fleet.py lists both hosts as its workers.
+The client runs on this machine against the gateway's port forwarded to 127.0.0.1, one
+request at a time, bounded in count and time; every request must succeed.
+
+Runs last (conftest): it changes where the first host's server listens, and takes the
+second instance down at the end.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+from conftest import VENV_BIN, _run_echo
+from labhelpers import UNIT_PATH, clean
+
+FLEET_INVENTORY = "inventory/lab_fleet.py"
+KEY = "lab-router-key-not-a-secret-0001"  # inventory/lab.py: the lab's own, not a secret
+SWITCH_TO = "glm5-nvfp4-tp8-eagle3"
+BACK_TO = "glm5-nvfp4-tp8"
+HOSTS = ("lab-gpu", "lab-gpu-2")
+URLS = {"lab-gpu": "http://10.77.0.1:30000", "lab-gpu-2": "http://10.77.0.2:30000"}
+
+
+@dataclass
+class Client:
+    """Completions through the gateway, one at a time, until stopped (at most
+    ``max_requests``, at most ``max_seconds``): every answer must be a 200 with text."""
+
+    port: int
+    max_requests: int = 3000
+    max_seconds: float = 900.0
+    ok: int = 0
+    failures: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _one(self) -> None:
+        body = json.dumps({"model": "glm-5", "prompt": "The capital of France is",
+                           "max_tokens": 4, "temperature": 0}).encode()
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            conn.request("POST", "/v1/completions", body=body, headers={
+                "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status != 200 or not json.loads(data).get("choices"):
+                self.failures.append(f"{time.strftime('%X')} HTTP {resp.status}: {data[:200]!r}")
+            else:
+                self.ok += 1
+        except (OSError, ValueError) as exc:
+            self.failures.append(f"{time.strftime('%X')} {type(exc).__name__}: {exc}")
+        finally:
+            conn.close()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.max_seconds
+        for _ in range(self.max_requests):
+            if self._stop.is_set() or time.monotonic() > deadline:
+                return
+            self._one()
+            time.sleep(0.2)
+
+    def __enter__(self) -> Client:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout=120)
+
+
+class Fleet:
+    def __init__(self, lab, second: str, gateway_port: int):
+        self.lab, self.second, self.gateway_port = lab, second, gateway_port
+        self.env = dict(lab.env, GPUSERVE_LAB_FLEET=f"{lab.name},{second}")
+
+    def pyinfra(self, *args: str, fail: str = "", check: bool = True):
+        env = dict(self.env, GPUSERVE_LAB_FLEET_FAIL=fail) if fail else self.env
+        r = _run_echo([str(VENV_BIN / "pyinfra"), "-y", FLEET_INVENTORY, *args], env, 1800)
+        if check and r.returncode != 0:
+            raise AssertionError(f"pyinfra {' '.join(args)} failed ({r.returncode}):\n"
+                                 + r.stdout[-6000:])
+        r.stdout = clean(r.stdout)
+        return r
+
+    def ssh(self, host: str, cmd: str, check: bool = True) -> str:
+        if host == HOSTS[0]:
+            return self.lab.ssh(cmd, check=check).stdout
+        r = self.lab.lab_cli("ssh", "--name", self.second, "--", cmd, check=check, timeout=120)
+        return r.stdout
+
+    def profile(self, host: str) -> str:
+        text = self.ssh(host, f"sed -n 's/^Description=SGLang server, gpuserve profile //p' "
+                              f"{UNIT_PATH}")
+        return text.strip().splitlines()[-1]
+
+    def workers(self) -> dict[str, str]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.gateway_port, timeout=30)
+        try:
+            conn.request("GET", "/workers", headers={"Authorization": f"Bearer {KEY}"})
+            doc = json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+        return {w["url"].rstrip("/"): w["status"] for w in doc["workers"]}
+
+    def wait_ready(self, timeout: float = 120) -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = self.workers()
+            if all(seen.get(u) == "ready" for u in URLS.values()) or time.monotonic() > deadline:
+                return seen
+            time.sleep(2)
+
+
+@pytest.fixture(scope="module")
+def fleet(lab):
+    second = f"{lab.name}-2"
+    lab.lab_cli("up", "--name", second, "--clone-from", lab.name, timeout=900)
+    try:
+        lab.lab_cli("link", lab.name, second)
+        port = int(lab.lab_cli("forward", "--name", lab.name, "30080")
+                   .stdout.strip().splitlines()[-1])
+        f = Fleet(lab, second, port)
+        # Both servers listen on 127.0.0.1 (the clone like its source), and the gateway
+        # lists the first one there. The serve deploy moves them onto their private
+        # addresses one at a time: neither is a worker the gateway routes to at those
+        # addresses, so nothing is drained; each restarts and is put back (the manifest
+        # the router deploy renders from the same group) once it is ready.
+        f.pyinfra("--serial", "deploy/serve.py", "--data", "bench=off")
+        r = f.pyinfra("deploy/router.py")
+        assert "2/2 workers ready" in r.stdout
+        seen = f.wait_ready()
+        assert all(seen.get(u) == "ready" for u in URLS.values()), seen
+        yield f
+    finally:
+        lab.lab_cli("down", "--name", second, check=False)
+        lab.lab_cli("unlink", "--name", lab.name, check=False)
+
+
+def test_without_serial_a_fleet_switch_is_refused_before_any_change(fleet) -> None:
+    before = {h: fleet.profile(h) for h in HOSTS}
+    r = fleet.pyinfra("deploy/serve.py", "--data", f"profile={SWITCH_TO}", check=False)
+    assert r.returncode != 0
+    assert "--serial" in r.stdout and "nothing on any host was changed" in r.stdout
+    assert {h: fleet.profile(h) for h in HOSTS} == before
+
+
+def test_rolling_switch_fails_no_request(fleet) -> None:
+    with Client(fleet.gateway_port) as client:
+        time.sleep(3)  # traffic flows before the first host leaves
+        r = fleet.pyinfra("--serial", "deploy/serve.py", "--data", f"profile={SWITCH_TO}",
+                          "--data", "bench=off")
+        time.sleep(3)
+    assert client.failures == [], client.failures[:10]
+    assert client.ok >= 20, client.ok
+    out = r.stdout
+    # one host at a time: the first is back in the gateway before the second leaves it
+    back_first = out.index("lab-gpu: gateway: back in")
+    out_second = out.index("lab-gpu-2: gateway: out of")
+    assert out.index("lab-gpu: gateway: out of") < back_first < out_second
+    assert "lab-gpu-2: gateway: back in" in out
+    assert {h: fleet.profile(h) for h in HOSTS} == {h: SWITCH_TO for h in HOSTS}
+    seen = fleet.wait_ready(30)
+    assert all(seen.get(u) == "ready" for u in URLS.values()), seen
+
+
+def test_second_host_failing_is_rolled_back_and_put_back_and_the_first_keeps_the_new_profile(
+        fleet) -> None:
+    assert {h: fleet.profile(h) for h in HOSTS} == {h: SWITCH_TO for h in HOSTS}
+    with Client(fleet.gateway_port) as client:
+        time.sleep(3)
+        r = fleet.pyinfra("--serial", "deploy/serve.py", "--data", f"profile={BACK_TO}",
+                          "--data", "bench=off", "--data", "health_timeout=300",
+                          fail="lab-gpu-2=oom", check=False)
+        time.sleep(3)
+    assert r.returncode != 0
+    out = r.stdout
+    assert client.failures == [], client.failures[:10]
+    assert re.search(r"lab-gpu-2.*profile glm5-nvfp4-tp8 failed", out), out[-4000:]
+    assert (f"the host was rolled back to profile {SWITCH_TO}, which is healthy again"
+            in out), out[-4000:]
+    assert "gateway: lab-gpu-2 is back in lab-gpu's list and ready" in out, out[-4000:]
+    assert {h: fleet.profile(h) for h in HOSTS} == {"lab-gpu": BACK_TO,
+                                                     "lab-gpu-2": SWITCH_TO}
+    seen = fleet.wait_ready(60)
+    assert all(seen.get(u) == "ready" for u in URLS.values()), seen
+
+
+TWO_NODES = "tests/fixtures/profiles/two-nodes.yaml"  # glm5-nvfp4-tp8 as TP16 over 2 hosts
+
+
+def test_multi_node_profile_starts_across_both_hosts_and_only_node_0_is_a_worker(
+        fleet) -> None:
+    # one engine over both hosts: they restart together (no --serial: node 0 waits for
+    # node 1), and neither is a rolling switch (node 1 serves no HTTP, node 0 has no
+    # other worker to take its requests)
+    r = fleet.pyinfra("deploy/serve.py", "--data", f"profile={TWO_NODES}", "--data",
+                      "bench=off", "--data", "health_timeout=300")
+    assert "take http" not in r.stdout
+    units = {h: fleet.ssh(h, f"cat {UNIT_PATH}") for h in HOSTS}
+    for rank, h in enumerate(HOSTS):
+        assert re.search(r"--nnodes['\s]+2\b", units[h]), units[h]
+        assert re.search(rf"--node-rank['\s]+{rank}\b", units[h]), units[h]
+        assert "10.77.0.1:20000" in units[h]  # node 0's private address, the profile's port
+        journal = fleet.ssh(h, "journalctl -u gpuserve-sglang -n 200 --no-pager -o cat")
+        assert "multi-node: all 2 nodes joined" in journal, journal[-2000:]
+    assert "multi-node: node 1 serves no HTTP" in fleet.ssh(
+        HOSTS[1], "journalctl -u gpuserve-sglang -n 200 --no-pager -o cat")
+    # the gateway's manifest, rendered from the same group, lists node 0 only
+    fleet.pyinfra("deploy/router.py", "--data", f"profile={TWO_NODES}")
+    deadline = time.monotonic() + 60
+    while (seen := fleet.workers()) != {URLS["lab-gpu"]: "ready"} \
+            and time.monotonic() < deadline:
+        time.sleep(2)
+    assert seen == {URLS["lab-gpu"]: "ready"}, seen
