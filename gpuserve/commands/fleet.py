@@ -216,6 +216,8 @@ def _why(exc: BaseException, timeout: float) -> str:
         return f"no answer within {timeout:g} s"
     if isinstance(reason, ConnectionRefusedError):
         return "connection refused (no gateway listening there)"
+    if isinstance(reason, http.client.HTTPException) and str(reason):
+        return str(reason)
     if isinstance(reason, socket.gaierror):
         return f"cannot resolve the host name ({reason.strerror})"
     return f"{type(reason).__name__}: {reason}"[:300]
@@ -292,8 +294,11 @@ def _gateway_cell(row: st.HostStatus) -> str:
     return "; ".join(parts) or "-"
 
 
-def _health_cell(row: st.HostStatus) -> str:
-    words = [{True: "healthy", False: "unhealthy", None: "-"}[v.healthy] for v in row.views]
+def _health_cell(row: st.HostStatus, answers: list[st.GatewayAnswer]) -> str:
+    """smg's is_healthy per view; a router host: whether its gateway answered."""
+    words = [("answers" if a.workers is not None else "no answer") for a in answers
+             if a.target.router == row.host]
+    words += [{True: "healthy", False: "unhealthy", None: "-"}[v.healthy] for v in row.views]
     return "; ".join(words) if any(w != "-" for w in words) else "-"
 
 
@@ -319,7 +324,8 @@ def _versions_cell(row: st.HostStatus) -> str:
 
 
 def format_status(rows: list[st.HostStatus], answers: list[st.GatewayAnswer]) -> str:
-    cells = [(r.host, r.profile or "-", _versions_cell(r), _gateway_cell(r), _health_cell(r),
+    cells = [(r.host, r.profile or "-", _versions_cell(r), _gateway_cell(r),
+              _health_cell(r, answers),
               fmt(r.last_run.output_tok_s) if r.last_run else "-", _run_cell(r))
              for r in rows]
     lines = table(HEADERS, cells, {"out tok/s"})

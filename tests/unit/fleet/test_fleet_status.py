@@ -54,6 +54,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if state.get("redirect"):
+            self.send_response(302)
+            self.send_header("Location", state["redirect"])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         body = (bytes.fromhex(state["raw"]) if state.get("raw") is not None
                 else (fixtures / state["answer"]).read_bytes())
         self.send_response(200 if self.path == "/workers" else 404)
@@ -95,9 +101,10 @@ class Gateway:
         self.port = int(line)
 
     def set(self, answer: str = "workers-ready.json", raw: bytes | None = None,
-            delay: float = 0) -> None:
+            delay: float = 0, redirect: str | None = None) -> None:
         self.state.write_text(json.dumps({"answer": answer, "delay": delay,
-                                          "raw": None if raw is None else raw.hex()}))
+                                          "raw": None if raw is None else raw.hex(),
+                                          "redirect": redirect}))
 
     @property
     def seen(self) -> list[dict]:
@@ -213,7 +220,7 @@ def test_both_ready_with_the_key_sent_as_bearer(gateway, tmp_path, capsys) -> No
     assert "glm5-port32001" in a and "0.5.23" in a and " ready " in a and "healthy" in a
     assert "978.0" in a and "2026-12-01T02:16:41Z batch c64" in a and "812.5" not in out
     assert " ready " in b and b.rstrip().endswith("-")  # no record: no last run
-    assert "router of gpu" in row(out, "gw")
+    assert "router of gpu" in row(out, "gw") and " answers " in row(out, "gw")
     assert "not behind a gateway" in row(out, "solo")
     assert f"gateway gw (group gpu) at http://127.0.0.1:{gateway.port}: 2 listed, 2 ready" \
         in out
@@ -354,6 +361,15 @@ def test_silent_gateway_times_out_quickly(gateway, tmp_path, capsys) -> None:
     assert rc == 1
     assert f"GET http://127.0.0.1:{gateway.port}/workers: no answer within 0.5 s" in out
     assert "--gateway URL to use another" in out
+    assert row(out, "gw").split()[3:7] == ["router", "of", "gpu", "no"]
+
+
+def test_redirect_is_not_followed_with_the_key(gateway, tmp_path, capsys) -> None:
+    inv = inventory(tmp_path, gateway.port)
+    gateway.set(redirect=f"http://127.0.0.1:{gateway.port}/elsewhere")
+    rc, out, _ = status(capsys, str(inv))
+    assert rc == 1 and "HTTP 302: a redirect, not followed (the key would go with it)" in out
+    assert [s["path"] for s in gateway.seen] == ["/workers"]
 
 
 def test_no_gateway_listening_then_gateway_override(gateway, tmp_path, capsys) -> None:
