@@ -210,8 +210,14 @@ def as_json(capsys, *argv: str) -> tuple[int, dict]:
 # ------------------------------------------------------------------ the views
 
 
-def test_both_ready_with_the_key_sent_as_bearer(gateway, tmp_path, capsys) -> None:
+def test_both_ready_with_the_key_sent_as_bearer(gateway, tmp_path, capsys,
+                                                monkeypatch) -> None:
     inv = inventory(tmp_path, gateway.port)
+    # a proxy in the environment is not used (the key would go to it)
+    proxy = next(p for p in PORTS if p != gateway.port)
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{proxy}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
     record(tmp_path, "gpu-a", "2026-11-30T10:00:00Z", 812.5)
     record(tmp_path, "gpu-a", "2026-12-01T02:16:41Z", 978.0)
     rc, out, err = status(capsys, str(inv))
