@@ -162,8 +162,8 @@ def fetch_workers(target: st.GatewayTarget, key: str, timeout: float) -> st.Gate
                                                    "Accept": "application/json"})
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
     hint = ("" if target.overridden else f" (the address comes from host {target.router}'s "
-            "ssh_hostname and router_listen_address; --gateway URL to use another, e.g. an "
-            "ssh -L tunnel)")
+            "ssh_hostname, else its name, and router_listen_address; --gateway URL to use "
+            "another, e.g. an ssh -L tunnel)")
     deadline = time.monotonic() + timeout
     try:
         with opener.open(request, timeout=timeout) as response:

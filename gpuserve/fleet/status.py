@@ -185,9 +185,19 @@ def check_gateway_override(url: str, field_name: str = "--gateway") -> str:
     """``--gateway URL``: http(s)://host[:port], no credentials (the key comes from
     host data ``router_api_key``, never from a command line), no query. Returned without
     a trailing slash; ``/workers`` is appended to it."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError as exc:
+        raise InputError(None, field_name, f"{url!r:.100}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not host:
         raise InputError(None, field_name, f"{url!r:.100} is not an http:// or https:// URL")
+    if not _HOSTNAME.fullmatch(host):
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise InputError(None, field_name, f"{host!r:.80} is not a host name or IP "
+                             "address") from None
     if parts.username is not None or parts.password is not None:
         raise InputError(None, field_name, "a URL with credentials: the key is read from "
                          "the router host's router_api_key, never from a command line")

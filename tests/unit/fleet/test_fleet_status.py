@@ -386,6 +386,9 @@ def test_no_gateway_listening_then_gateway_override(gateway, tmp_path, capsys) -
     rc, out, _ = status(capsys, str(inv), "--gateway", f"http://127.0.0.1:{gateway.port}/")
     assert rc == 0 and " ready " in row(out, "gpu-a")
     assert f"at http://127.0.0.1:{gateway.port}: 2 listed" in out
+    rc, out, _ = status(capsys, str(inv), "--gateway", f"http://127.0.0.1:{gateway.port}/x")
+    assert rc == 1 and f"GET http://127.0.0.1:{gateway.port}/x/workers: HTTP 404" in out
+    assert "--gateway URL to use" not in out  # the user's own URL: no hint about the data
 
 
 # ------------------------------------------------------------------ bad input (exit 2)
@@ -424,6 +427,9 @@ def test_loopback_only_gateway_needs_gateway_flag(tmp_path, capsys) -> None:
 @pytest.mark.parametrize(("argv", "field"), [
     (["--gateway", "http://user:pw@127.0.0.1:31100"], "--gateway"),
     (["--gateway", "ftp://127.0.0.1"], "--gateway"),
+    (["--gateway", "http://[::1"], "--gateway"),
+    (["--gateway", "http://a b:31100"], "--gateway"),
+    (["--gateway", "http://127.0.0.1:99999"], "--gateway"),
     (["--timeout", "0"], "--timeout"),
     (["--timeout", "nan"], "--timeout"),
     (["--data", "novalue"], "novalue"),
