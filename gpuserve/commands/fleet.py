@@ -149,7 +149,7 @@ def router_plans(hosts: list[tuple[str, dict]], groups: dict, source: str,
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: PLR0913
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None  # urllib would send the Authorization header to the new address
 
 
@@ -171,7 +171,8 @@ def fetch_workers(target: st.GatewayTarget, key: str, timeout: float) -> st.Gate
     except urllib.error.HTTPError as exc:
         return st.GatewayAnswer(target, None, _http_error(source, exc, target.router))
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        return st.GatewayAnswer(target, None, f"{source}: {_why(exc, timeout)}{hint}")
+        where = "" if isinstance(exc, http.client.HTTPException) else hint
+        return st.GatewayAnswer(target, None, f"{source}: {_why(exc, timeout)}{where}")
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:

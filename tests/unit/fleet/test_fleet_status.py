@@ -415,13 +415,16 @@ def test_router_host_data_the_gateway_deploy_refuses(tmp_path, capsys) -> None:
     assert rc == 2 and f"{inv}: router_api_key:" in err
 
 
-def test_loopback_only_gateway_needs_gateway_flag(tmp_path, capsys) -> None:
-    inv = inventory(tmp_path, 31100, router={"ssh_hostname": "192.0.2.7",
-                                             "router_listen_address": "127.0.0.1"})
+def test_loopback_only_gateway_needs_gateway_flag(gateway, tmp_path, capsys) -> None:
+    inv = inventory(tmp_path, gateway.port, router={"ssh_hostname": "192.0.2.7",
+                                                    "router_listen_address": "127.0.0.1"})
     rc, _, err = status(capsys, str(inv))
     assert rc == 2
     assert (f"{inv}: router_listen_address (host gw): the gateway listens on 127.0.0.1 only"
             in err) and "pass --gateway URL" in err
+    # through a tunnel (here: the test gateway itself)
+    rc, out, _ = status(capsys, str(inv), "--gateway", f"http://127.0.0.1:{gateway.port}")
+    assert rc == 0 and " ready " in row(out, "gpu-a")
 
 
 @pytest.mark.parametrize(("argv", "field"), [
