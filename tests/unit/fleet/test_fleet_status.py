@@ -9,7 +9,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import paramiko
@@ -360,10 +359,11 @@ def test_wrong_key_is_a_refusal_that_never_prints_either_key(gateway, tmp_path,
 
 def test_silent_gateway_times_out_quickly(gateway, tmp_path, capsys) -> None:
     inv = inventory(tmp_path, gateway.port)
-    gateway.set(delay=3)
-    t0 = time.monotonic()
+    # the answer would come after 10 s (and say both ready): rc 1 and the message show
+    # the client gave up at 0.5 s; no wall-clock bound on the whole command, which also
+    # plans every host (seconds on a loaded machine)
+    gateway.set(delay=10)
     rc, out, _ = status(capsys, str(inv), "--timeout", "0.5")
-    assert time.monotonic() - t0 < 2.5
     assert rc == 1
     assert f"GET http://127.0.0.1:{gateway.port}/workers: no answer within 0.5 s" in out
     assert "--gateway URL to use another" in out
