@@ -1,7 +1,8 @@
-"""The ``gpuserve`` command line: ``gpuserve plan|doctor|render|compare ...``.
+"""The ``gpuserve`` command line: ``gpuserve plan|doctor|render|compare|check|wheelhouse
+...`` and ``gpuserve fleet status``.
 
-Subcommands live in ``gpuserve.commands`` (one module each) and are discovered here,
-so adding one never means editing a central list.
+Subcommands live in ``gpuserve.commands`` (one module each, ``fleet`` with verbs of its
+own) and are discovered here, so adding one never means editing a central list.
 """
 
 from __future__ import annotations

@@ -1,0 +1,354 @@
+"""``gpuserve fleet status INVENTORY``: per host, what it should run, what the gateway
+says of it, and its last measured throughput; no SSH to any host.
+
+Per host of a pyinfra inventory (loaded as ``gpuserve check`` loads it: group data and
+``--data`` as pyinfra applies them):
+
+- **profile, sglang**: what the serve deploy would give it, from ``gpuserve check``'s own
+  run of the deploy's prepare-time plan (``roles.service.serve_plan.plan_serve``, host
+  facts unknown): the profile and the SGLang release(s) of the locks some host could
+  pick (newest first; one when host data pins ``sglang_version``). The host's driver,
+  Python and glibc choose among them; they are not read here.
+- **gateway, health**: the view of the gateway on the router host (host data
+  ``router_workers_group``; ``roles.router.plan.plan_router`` gives its workers group and
+  each worker's URL): ``GET /workers`` with the router host's ``router_api_key`` as a
+  Bearer token, parsed strictly by ``gpuserve.fleet.rolling.parse_workers``. A host is
+  ``ready``, ``draining``, ``pending``, ``unhealthy`` (smg's ``not_ready``/``failed``,
+  or failing health checks), ``not listed``, ``not behind a gateway`` (in no workers
+  group), ``node rank`` (a rank > 0 of a multi-node launch: node 0 is the worker) or
+  ``no answer``. ``health`` is smg's ``is_healthy`` (its own checks of the worker's
+  ``/health``); this command probes no worker itself.
+- **last run**: the host's latest bench record (else smoke record) under
+  ``<results_dir>/<host>/``, the directory the serve deploy writes (host data
+  ``results_dir``, relative to the repository root), read as ``gpuserve compare`` reads it.
+
+The gateway's URL is the one the controller can reach (gpuserve.fleet.status module
+doc); ``--gateway URL`` replaces it (an inventory with one router host). No proxy is
+used (the key is not handed to one) and no redirect is followed (the key would go with
+it). The key is never printed; text from the gateway or records goes out with control
+characters escaped (gpuserve.terminal, as in compare).
+
+Exit status: 0 when every gateway answered and every host's data and records read,
+whatever state the workers are in; 1 when a gateway gave no usable answer (down, a
+timeout, the key refused, not smg's ``GET /workers``) or a host fails the deploys'
+checks or has an unreadable record (the table is still printed); 2 for bad usage or
+input that leaves nothing to show (an inventory that cannot be loaded, no router host,
+a router host's data or workers group the gateway deploy would refuse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import socket
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from gpuserve.commands import check
+from gpuserve.commands.compare import fmt, table
+from gpuserve.errors import GpuserveError, InputError
+from gpuserve.fleet import status as st
+from gpuserve.fleet.rolling import parse_workers
+from gpuserve.measure.compare import scenario_of
+from gpuserve.measure.results import read_results, safe_name, validate_results_dir
+from gpuserve.terminal import printable
+
+#: seconds; a gateway that has not answered by then is reported, not waited for
+DEFAULT_TIMEOUT = 3.0
+MAX_TIMEOUT = 60.0
+#: parse_workers refuses more; reading stops one byte past it
+MAX_ANSWER = 4 * 1024 * 1024
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "fleet", help="the fleet behind SGLang's gateway: status",
+        description="Commands over a whole inventory behind SGLang's gateway (smg).")
+    verbs = parser.add_subparsers(dest="fleet_command", metavar="VERB")
+    status = verbs.add_parser(
+        "status",
+        help="per host: profile, SGLang version, the gateway's view, last throughput run",
+        description="Per host of a pyinfra inventory: the profile and SGLang version the "
+        "deploys would give it, its state in the gateway's GET /workers (ready, draining, "
+        "unhealthy, not listed, not behind a gateway) and its last recorded throughput "
+        "run. No SSH connection. Exit 0: every gateway answered; 1: a gateway gave no "
+        "usable answer or a host's data or records fail; 2: bad usage or inventory.")
+    status.add_argument("inventory", help="pyinfra inventory file (e.g. inventory/gpu.py)")
+    status.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
+                        help="override host data, as pyinfra's --data (repeatable)")
+    status.add_argument("--group-data", dest="group_data", action="append", default=[],
+                        metavar="PATH", help="extra group data, as pyinfra's --group-data")
+    status.add_argument("--gateway", metavar="URL",
+                        help="the gateway's base URL, instead of the router host's address "
+                        "and router_port (e.g. an ssh -L tunnel); one router host only")
+    status.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                        help=f"seconds to wait for the gateway (default {DEFAULT_TIMEOUT:g})")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=run)
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    timeout = args.timeout
+    if not (isinstance(timeout, float) and math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT):
+        raise InputError(None, "--timeout", f"must be seconds in (0, {MAX_TIMEOUT:g}], got "
+                         f"{timeout!r}")
+    override = st.check_gateway_override(args.gateway) if args.gateway is not None else None
+    overrides = check.parse_data(args.data)
+    hosts, groups = check.load_hosts(args.inventory, overrides, args.group_data)
+    plans = router_plans(hosts, groups, args.inventory, override)
+    answers = [fetch_workers(target, key, timeout) for target, key in plans]
+    secrets = [key for _, key in plans]
+    rows = [host_status(name, data, args.inventory, groups, answers) for name, data in hosts]
+    if args.json:
+        doc = st.status_dict(args.inventory, rows, answers)
+        print(st.redact(json.dumps(doc, indent=2, allow_nan=False), secrets))
+    else:
+        print(st.redact(format_status(rows, answers), secrets))
+    return st.exit_code(rows, answers)
+
+
+# ----------------------------------------------------------------------------- gateways
+
+
+def router_plans(hosts: list[tuple[str, dict]], groups: dict, source: str,
+                 override: str | None) -> list[tuple[st.GatewayTarget, str]]:
+    """(target, API key) per router host, through the gateway deploy's own plan."""
+    from roles.router.plan import is_router_host, plan_router
+
+    routers = [(name, data) for name, data in hosts if is_router_host(data)]
+    if not routers:
+        raise InputError(source, "router_workers_group", "no host of this inventory sets "
+                         "it: fleet status reads the workers' states from a gateway's "
+                         "GET /workers (deploy/router.py); gpuserve check covers the rest")
+    if override is not None and len(routers) > 1:
+        raise InputError(None, "--gateway", f"the inventory has {len(routers)} router hosts "
+                         f"({', '.join(n for n, _ in routers)}); --gateway replaces the "
+                         "address of one gateway: use an inventory with one router host")
+    out = []
+    for name, data in routers:
+        check.misspelt_keys(data, source)
+        plan = plan_router(data, source, host_name=name, group_members=groups.get)
+        url = override or st.gateway_url(name, data, plan.listen, plan.port, source)
+        members = tuple(m.name for m in groups.get(plan.group) or ())
+        target = st.GatewayTarget(
+            router=name, group=plan.group, url=url, members=members,
+            workers=tuple((w.host, w.url, w.drained) for w in plan.workers),
+            overridden=override is not None)
+        out.append((target, plan.api_key))
+    return out
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # urllib would send the Authorization header to the new address
+
+
+def fetch_workers(target: st.GatewayTarget, key: str, timeout: float) -> st.GatewayAnswer:
+    """``GET <url>/workers`` with the key as a Bearer token, within ``timeout`` seconds
+    in all; any failure is the answer's ``error`` (one line naming the URL)."""
+    url = f"{target.url}/workers"
+    source = f"GET {url}"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}",
+                                                   "Accept": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+    hint = ("" if target.overridden else f" (the address comes from host {target.router}'s "
+            "ssh_hostname, else its name, and router_listen_address; --gateway URL to use "
+            "another, e.g. an ssh -L tunnel)")
+    deadline = time.monotonic() + timeout
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            body = _read_within(response, deadline, timeout)
+    except urllib.error.HTTPError as exc:
+        return st.GatewayAnswer(target, None, _http_error(source, exc, target.router))
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        where = "" if isinstance(exc, http.client.HTTPException) else hint
+        return st.GatewayAnswer(target, None, f"{source}: {_why(exc, timeout)}{where}")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return st.GatewayAnswer(target, None, f"{source}: the answer is not UTF-8 text "
+                                "(not smg's GET /workers)")
+    try:
+        workers = parse_workers(text, source)
+    except InputError as exc:
+        return st.GatewayAnswer(target, None, st.redact(str(exc), [key]))
+    return st.GatewayAnswer(target, tuple(workers))
+
+
+def _read_within(response, deadline: float, timeout: float) -> bytes:
+    chunks, size = [], 0
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the answer took longer than {timeout:g} s")
+        chunk = response.read(64 * 1024)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_ANSWER:
+            raise http.client.HTTPException(f"the answer is larger than {MAX_ANSWER // 2**20} "
+                                            "MiB (not a fleet's worker list)")
+
+
+def _http_error(source: str, exc: urllib.error.HTTPError, router: str) -> str:
+    exc.close()
+    if exc.code in (401, 403):
+        return (f"{source}: HTTP {exc.code}: the gateway refused the key (host {router}'s "
+                "router_api_key is not the key it runs with: rerun deploy/router.py)")
+    if 300 <= exc.code < 400:
+        return (f"{source}: HTTP {exc.code}: a redirect, not followed (the key would go "
+                "with it); give the gateway's own address")
+    return f"{source}: HTTP {exc.code} {exc.reason}"[:300]
+
+
+def _why(exc: BaseException, timeout: float) -> str:
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, TimeoutError | socket.timeout):
+        return f"no answer within {timeout:g} s"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused (no gateway listening there)"
+    if isinstance(reason, http.client.HTTPException) and str(reason):
+        return str(reason)
+    if isinstance(reason, socket.gaierror):
+        return f"cannot resolve the host name ({reason.strerror})"
+    return f"{type(reason).__name__}: {reason}"[:300]
+
+
+# ----------------------------------------------------------------------------- hosts
+
+
+def host_status(name: str, data: dict, source: str, groups: dict,
+                answers: list[st.GatewayAnswer]) -> st.HostStatus:
+    from roles.router.plan import is_router_host
+
+    row = st.HostStatus(host=name, views=st.views_of(name, answers))
+    if is_router_host(data):
+        row.router_of = (str(data["router_workers_group"]),)
+        row.views = [v for v in row.views if v.view != "not_behind_gateway"]
+    if data.get("profile") not in (None, ""):
+        _plan(row, name, data, source, groups)
+    _records(row, name, data, source)
+    return row
+
+
+def _plan(row: st.HostStatus, name: str, data: dict, source: str, groups: dict) -> None:
+    """Profile and SGLang release(s) through gpuserve check's run of the serve plan."""
+    from gpuserve.launch.lock_choice import public_version
+    from gpuserve.launch.locks import load_locks
+
+    result = check.check_host(name, data, source, "serve", groups)
+    if not result.ok:
+        row.plan_error = result.error
+        return
+    details = result.details
+    row.profile, row.profile_file = details["profile"], details["profile_file"]
+    locks = {lk.name: lk for lk in load_locks(data.get("sglang_locks_dir") or None,
+                                               source=source, field="sglang_locks_dir")}
+    usable = [v["lock"] for v in details["lock_candidates"] if v["ok"]]
+    versions = [public_version(locks[n].sglang) for n in usable if n in locks]
+    row.sglang_versions = tuple(dict.fromkeys(versions)) or (details["sglang_version"],)
+    row.pinned = data.get("sglang_version") not in (None, "")
+
+
+def _records(row: st.HostStatus, name: str, data: dict, source: str) -> None:
+    """The last run under the results directory the serve deploy writes for the host."""
+    from roles.checks import DEFAULTS, results_root
+
+    try:
+        directory = validate_results_dir(data.get("results_dir", DEFAULTS["results_dir"]),
+                                         source)
+    except InputError as exc:
+        row.records_error = str(exc)
+        return
+    if directory is None:
+        return  # recording off
+    host_dir = results_root(directory) / safe_name(name)
+    row.results_dir = str(host_dir)
+    if not Path(host_dir).is_dir():
+        return
+    try:
+        row.last_run = st.last_run(read_results(host_dir), name)
+    except (GpuserveError, OSError) as exc:
+        row.records_error = str(exc)
+
+
+# ----------------------------------------------------------------------------- text
+
+HEADERS = ("host", "profile", "sglang", "gateway", "health", "out tok/s", "last run")
+
+
+def _gateway_cell(row: st.HostStatus) -> str:
+    parts = [f"router of {', '.join(row.router_of)}"] if row.router_of else []
+    many = len({v.router for v in row.views}) > 1
+    for v in row.views:
+        parts.append(f"{v.router}: {v.text}" if many else v.text)
+    return "; ".join(parts) or "-"
+
+
+def _health_cell(row: st.HostStatus, answers: list[st.GatewayAnswer]) -> str:
+    """smg's is_healthy per view; a router host: whether its gateway answered."""
+    words = [("answers" if a.workers is not None else "no answer") for a in answers
+             if a.target.router == row.host]
+    words += [{True: "healthy", False: "unhealthy", None: "-"}[v.healthy] for v in row.views]
+    return "; ".join(words) if any(w != "-" for w in words) else "-"
+
+
+def _run_cell(row: st.HostStatus) -> str:
+    r = row.last_run
+    if r is None:
+        return "-"
+    text = f"{r.timestamp or 'no timestamp'} {scenario_of(r)}"
+    if r.kind == "bench" and r.concurrency is not None:
+        text += f" c{r.concurrency}"
+    if r.profile and r.profile != row.profile:
+        text += f" (profile {r.profile})"
+    if r.gate is not None and r.gate.get("passed") is False:
+        text += " gate FAIL"
+    return text
+
+
+def _versions_cell(row: st.HostStatus) -> str:
+    if not row.sglang_versions:
+        return "-"
+    return "/".join(row.sglang_versions) + ("" if row.pinned or len(row.sglang_versions) == 1
+                                            else " (host picks)")
+
+
+def format_status(rows: list[st.HostStatus], answers: list[st.GatewayAnswer]) -> str:
+    cells = [(r.host, r.profile or "-", _versions_cell(r), _gateway_cell(r),
+              _health_cell(r, answers),
+              fmt(r.last_run.output_tok_s) if r.last_run else "-", _run_cell(r))
+             for r in rows]
+    lines = table(HEADERS, cells, {"out tok/s"})
+    for r in rows:
+        lines += [f"{r.host}: {v.text}: {v.note}" for v in r.views
+                  if v.note and v.view != "no_answer"]
+        if r.plan_error:
+            lines.append(f"{r.host}: FAIL (deploy checks): {r.plan_error}")
+        if r.records_error:
+            lines.append(f"{r.host}: FAIL (records): {r.records_error}")
+    lines.append("")
+    for a in answers:
+        t = a.target
+        if a.workers is None:
+            lines.append(f"gateway {t.router} (group {t.group}): no usable answer: {a.error}")
+            continue
+        lines.append(f"gateway {t.router} (group {t.group}) at {t.url}: {len(a.workers)} "
+                     f"listed, {a.ready} ready")
+        lines += [f"gateway {t.router} lists {url}, which is no host of group {t.group}"
+                  for url in a.unknown_workers]
+    lines += ["no SSH connection was made; health: the gateway's own checks of each worker",
+              "sglang: the release(s) the host's driver, Python and glibc choose from (host "
+              "data sglang_version pins one); last run: the latest bench record (else "
+              "smoke) under the host's results directory"]
+    return "\n".join(printable(line) for line in lines)
