@@ -150,7 +150,9 @@ def check_fit(
         arch,
         gpu_memory_mib=float(gpu["memory_total_mib"]),
         gpu_name=name,
-        gpu_count=len(gpus),
+        # a multi-node launch spreads tp x pp over every node of the group, each a host
+        # like this one (the GPUs it needs here are checked above: profile.gpus)
+        gpu_count=len(gpus) * max(profile.parallel.nnodes, 1),
         sm_major=_sm_major(gpu.get("compute_cap")),
         init_overhead_gib=_init_overhead(name),
         layout=settings.layout,

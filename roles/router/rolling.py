@@ -145,10 +145,37 @@ def runs_serially() -> bool:
     return "--serial" in sys.argv[1:]
 
 
+class _InventoryOrder(set):
+    """pyinfra keeps the active hosts in a set, and ``--serial`` runs them in that set's
+    iteration order (hash order: arbitrary, and not the same from run to run). A rollout
+    goes through the hosts in the inventory's order instead, so that users know which
+    host is first (a canary) and which hosts a stopped rollout left on the old profile.
+    Only iteration changes; pyinfra's in-place set operations keep this type."""
+
+    def __init__(self, hosts, order: dict[str, int]):
+        super().__init__(hosts)
+        self.order = order
+
+    def __iter__(self):
+        return iter(sorted(set.__iter__(self),
+                           key=lambda h: (self.order.get(h.name, len(self.order)), h.name)))
+
+
+def _serial_in_inventory_order() -> None:
+    current = ctx_state.get()
+    hosts = getattr(current, "active_hosts", None)  # set by pyinfra once hosts connect
+    if hosts is not None and not isinstance(hosts, _InventoryOrder):
+        order = {h.name: i for i, h in enumerate(ctx_inventory.get())}
+        current.active_hosts = _InventoryOrder(hosts, order)
+
+
 def register_restart(rollout: Rollout, switching: Switching) -> None:
     """At prepare time, when this worker's server will restart: refuse a parallel run in
-    which another worker of the same gateway restarts too (before any change)."""
+    which another worker of the same gateway restarts too (before any change); in a
+    serial run, make pyinfra go through the hosts in the inventory's order."""
     switching.restarts = True
+    if runs_serially():
+        _serial_in_inventory_order()
     hosts = _RESTARTING.setdefault((id(ctx_state.get()), rollout.router), [])
     if rollout.worker not in hosts:
         hosts.append(rollout.worker)

@@ -176,6 +176,16 @@ def test_rolling_switch_fails_no_request(fleet) -> None:
     assert {h: fleet.profile(h) for h in HOSTS} == {h: SWITCH_TO for h in HOSTS}
     seen = fleet.wait_ready(30)
     assert all(seen.get(u) == "ready" for u in URLS.values()), seen
+    # gpuserve fleet status: the gateway's view of both hosts (through the forwarded port)
+    status = _run_echo([str(VENV_BIN / "gpuserve"), "fleet", "status", FLEET_INVENTORY,
+                        "--data", f"profile={SWITCH_TO}", "--gateway",
+                        f"http://127.0.0.1:{fleet.gateway_port}", "--json"], fleet.env, 300)
+    assert status.returncode == 0, status.stdout[-3000:]
+    doc = json.loads(status.stdout[status.stdout.index("{"):])
+    views = {h["host"]: [v["view"] for v in h["gateway"]] for h in doc["hosts"]}
+    assert views == {"lab-gpu": ["ready"], "lab-gpu-2": ["ready"]}, views
+    assert {h["host"]: h["profile"] for h in doc["hosts"]} == {h: SWITCH_TO for h in HOSTS}
+    assert KEY not in status.stdout
 
 
 def test_second_host_failing_is_rolled_back_and_put_back_and_the_first_keeps_the_new_profile(

@@ -91,3 +91,20 @@ def test_no_rollout_for_a_drained_worker_or_the_only_one() -> None:
     # the first host is then the only served worker: a restart is an outage either way
     assert plan_in(fleet_inventory(**{"lab-gpu-2": {"router_drain": True}}),
                    "lab-gpu") is None
+
+
+def test_a_serial_rollout_goes_in_inventory_order(monkeypatch) -> None:
+    """pyinfra's --serial runs `inventory.get_active_hosts()`, a list of a set."""
+    from pyinfra.context import ctx_inventory
+
+    names = [f"gpu-{i:02d}" for i in range(12)]
+    inventory = Inventory((names, {}))
+    state = State(inventory, Config())
+    state.active_hosts = set(inventory.get_host(n) for n in reversed(names))
+    monkeypatch.setattr(sys, "argv", ["pyinfra", "--serial", "inv.py", "deploy/serve.py"])
+    with ctx_state.use(state), ctx_inventory.use(inventory):
+        register_restart(rollout("gpu-05"), Switching())
+    assert [h.name for h in inventory.get_active_hosts()] == names
+    state.fail_hosts({inventory.get_host("gpu-03")})  # pyinfra's own in-place removal
+    assert [h.name for h in inventory.get_active_hosts()] == [n for n in names
+                                                               if n != "gpu-03"]

@@ -100,3 +100,15 @@ def test_plan_cli_model_dir(glm5_dir, capsys):
                    "--gpus", "8xRTX-PRO-6000", "--mem-fraction-static", "0.55"])
     out = capsys.readouterr().out
     assert rc == 0 and "verdict: refused" in out and "--mem-fraction-static to 0.718" in out
+
+
+def test_a_multi_node_profile_is_planned_over_the_whole_group(glm5):
+    """TP16 over two 8-GPU hosts: 8 GPUs here, the weights split 16 ways (half of TP8's
+    per GPU), not "tp x pp = 16 needs more than 8 GPUs"."""
+    two = load_profile(str(Path(__file__).resolve().parents[2]
+                           / "fixtures/profiles/two-nodes.yaml"))
+    report = check_fit(two, glm5, GPUS, "0.5.23")
+    tp8 = check_fit(load_profile("glm5-nvfp4-tp8"), glm5, GPUS, "0.5.23")
+    assert report.ok, report.message
+    assert report.plan.weights_gib < 0.6 * tp8.plan.weights_gib
+    assert not check_fit(two, glm5, GPUS[:4], "0.5.23").ok  # 8 GPUs per node still needed
