@@ -51,20 +51,21 @@ def _ssh(st: InstanceState, command: str, timeout: float = 120) -> str:
 
 def clone_disk(source: str, name: str, timeout: float = 600) -> Path:
     """A new overlay for instance ``name`` holding the running ``source`` guest's disk as
-    it is now (QMP drive-backup, sync top). Returns its path."""
+    it is now (QMP drive-backup, sync top). Returns its path.
+
+    (Resuming a copy of the running state with ``-incoming`` instead of booting was
+    tried: the copy never answered SSH under TCG here, so the clone boots.)"""
     st = _running(source)
     _ssh(st, "sync")
     overlay = instance_dir(name) / "disk.qcow2"
     overlay.parent.mkdir(parents=True, exist_ok=True)
     qemu.create_overlay(Path(st.image), overlay)
-    qemu.qmp(Path(st.qmp_socket), "drive-backup", {
-        "device": "disk0", "job-id": f"clone-{name}", "sync": "top",
-        "target": str(overlay), "format": "qcow2", "mode": "existing"})
+    sock, job = Path(st.qmp_socket), f"clone-{name}"
+    qemu.qmp(sock, "drive-backup", {"device": "disk0", "job-id": job, "sync": "top",
+                                    "target": str(overlay), "format": "qcow2",
+                                    "mode": "existing"})
     deadline = time.monotonic() + timeout
-    while True:
-        jobs = qemu.qmp(Path(st.qmp_socket), "query-block-jobs").get("return", [])
-        if not any(j.get("device") == f"clone-{name}" for j in jobs):
-            break
+    while any(j.get("device") == job for j in qemu.qmp(sock, "query-block-jobs")["return"]):
         if time.monotonic() > deadline:
             raise TimeoutError(f"cloning {source}'s disk did not finish in {timeout:.0f} s")
         time.sleep(0.5)
@@ -113,7 +114,12 @@ def unlink(name: str) -> None:
         with contextlib.suppress(RuntimeError):
             qemu.qmp(sock, command, args)
         time.sleep(1)
-    st.extra = {k: v for k, v in st.extra.items() if not k.startswith("fleet_")}
+    for port in st.extra.get("forwards", {}).values():
+        with contextlib.suppress(RuntimeError, OSError):
+            qemu.qmp(sock, "human-monitor-command",
+                     {"command-line": f"hostfwd_remove net0 tcp:127.0.0.1:{port}"})
+    st.extra = {k: v for k, v in st.extra.items()
+                if not k.startswith("fleet_") and k != "forwards"}
     write_state(st)
 
 
