@@ -30,7 +30,8 @@ def clear(host_name: str) -> None:
     _HOOKS.pop(host_name, None)
 
 
-def report(host, message: str, details: Sequence[str], footer: Sequence[str] = ()) -> bool:
+def fail_report(host, message: str, details: Sequence[str],
+                footer: Sequence[str] = ()) -> bool:
     """Log ``message`` (red), ``details`` (indented), ``footer`` (red), then what the
     host's failure hook did; return False (the host fails)."""
     hook = _HOOKS.pop(host.name, None)
@@ -46,7 +47,7 @@ def report(host, message: str, details: Sequence[str], footer: Sequence[str] = (
 def fail_host(message: str, details: Sequence[str], footer: Sequence[str] = ()) -> FunctionCommand:
     """A command that reports ``message`` (red), ``details`` (indented), ``footer`` (red)."""
 
-    def run(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
-        return report(host, message, details, footer)
+    def report(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
+        return fail_report(host, message, details, footer)
 
-    return FunctionCommand(run, (), {})
+    return FunctionCommand(report, (), {})

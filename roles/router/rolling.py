@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from pyinfra import host, inventory, logger, state
 from pyinfra.api import FactBase, FunctionCommand, StringCommand, operation
+from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_inventory, ctx_state
 
 from gpuserve.errors import InputError
@@ -214,6 +215,16 @@ class EngineIdle(FactBase):
         return "\n".join(output)
 
 
+def _router(rollout: Rollout):
+    """The router host, connected (a run limited to the workers, ``--limit``, has not
+    connected to it yet)."""
+    router = inventory.get_host(rollout.router)
+    if not router.connected:
+        router.connect(reason="the rolling switch reads and edits its gateway's workers",
+                       raise_exceptions=True)
+    return router
+
+
 def _view(router, rollout: Rollout, until: str, timeout: float) -> tuple[dict, list[GatewayWorker]]:
     """The probe's JSON and the gateway's workers (strictly parsed); raises ValueError
     with what went wrong."""
@@ -282,13 +293,13 @@ def _command(func, *args) -> FunctionCommand:
 
 def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port: int,
               config: str) -> bool:
-    router = inventory.get_host(rollout.router)
     t0 = time.monotonic()
     try:
+        router = _router(rollout)
         _, workers = _view(router, rollout, "ready", 0)
         refusal = take_out_refusal(rollout.url, rollout.desired, workers,
                                    rollout.max_unavailable)
-    except (ValueError, InputError) as exc:
+    except (ValueError, InputError, PyinfraError) as exc:
         return _fail(host_, f"rolling switch: cannot read the gateway's workers: {exc}; "
                      "not switched, nothing changed")
     mine = next((w for w in workers if w.url == rollout.url), None)
@@ -376,14 +387,14 @@ def _put_back(host_, rollout: Rollout, switching: Switching) -> bool:
 
 
 def _put_back_and_wait(host_, rollout: Rollout, switching: Switching) -> str | None:
-    router = inventory.get_host(rollout.router)
     t0 = time.monotonic()
     try:
+        router = _router(rollout)
         _write_manifest(router, rollout, rollout.manifest_with)
         switching.out = False
         failure.clear(host_.name)
         result, workers = _view(router, rollout, "ready", rollout.ready_timeout)
-    except (ValueError, InputError) as exc:
+    except (ValueError, InputError, PyinfraError) as exc:
         return f"putting {rollout.url} back: {exc}"
     if not result.get("reached"):
         return (f"{rollout.url} is back in the manifest but not ready in the gateway after "
@@ -421,4 +432,4 @@ def _put_back_after_failure(rollout: Rollout, switching: Switching, bin_dir: str
 
 def _fail(host_, message: str, footer: tuple[str, ...] | list[str] = ()) -> bool:
     """Report like roles.failure.fail_host (with the failure hooks) and fail the host."""
-    return failure.report(host_, message, [], footer)
+    return failure.fail_report(host_, message, [], footer)

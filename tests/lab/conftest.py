@@ -127,16 +127,23 @@ class Lab:
         return r
 
     def run_pyinfra(self, deploy: str, *extra_args: str, check: bool = True,
-                    timeout: float | None = 1800) -> subprocess.CompletedProcess:
+                    timeout: float | None = 1800, inventory: str | None = None,
+                    env: dict | None = None) -> subprocess.CompletedProcess:
         """`.venv/bin/pyinfra -y inventory/lab.py <deploy> <extra_args>` from the repo
-        root; `.stdout` holds stdout and stderr interleaved."""
-        argv = [str(VENV_BIN / "pyinfra"), "-y", str(self.inventory.relative_to(REPO_ROOT)),
-                deploy, *extra_args]
-        r = _run_echo(argv, self.env, timeout)
+        root (or another ``inventory``, with ``env``); `.stdout` holds stdout and stderr
+        interleaved."""
+        argv = [str(VENV_BIN / "pyinfra"), "-y",
+                inventory or str(self.inventory.relative_to(REPO_ROOT)), deploy, *extra_args]
+        r = _run_echo(argv, env or self.env, timeout)
         if check and r.returncode != 0:
             raise AssertionError(f"pyinfra {deploy} failed ({r.returncode}):\n"
                                  + r.stdout[-6000:])
         return r
+
+    def run_tool(self, name: str, *args: str, env: dict | None = None,
+                 timeout: float | None = 600) -> subprocess.CompletedProcess:
+        """`.venv/bin/<name> <args>` from the repo root, output echoed and captured."""
+        return _run_echo([str(VENV_BIN / name), *args], env or self.env, timeout)
 
     def ssh(self, cmd: str, check: bool = False,
             timeout: float = 300) -> subprocess.CompletedProcess:

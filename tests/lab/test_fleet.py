@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
-from conftest import VENV_BIN, _run_echo
 from labhelpers import UNIT_PATH, clean
 
 FLEET_INVENTORY = "inventory/lab_fleet.py"
@@ -89,8 +88,14 @@ class Fleet:
         self.env = dict(lab.env, GPUSERVE_LAB_FLEET=f"{lab.name},{second}")
 
     def pyinfra(self, *args: str, fail: str = "", check: bool = True):
+        """pyinfra over the fleet inventory: ``args`` are its options and deploy (so
+        ``--serial`` goes before the deploy, as on a user's command line)."""
         env = dict(self.env, GPUSERVE_LAB_FLEET_FAIL=fail) if fail else self.env
-        r = _run_echo([str(VENV_BIN / "pyinfra"), "-y", FLEET_INVENTORY, *args], env, 1800)
+        deploy_at = next(i for i, a in enumerate(args) if a.startswith("deploy/"))
+        r = self.lab.run_pyinfra(*args[deploy_at:], check=check, inventory=FLEET_INVENTORY,
+                                 env=env) if deploy_at == 0 else self.lab.run_tool(
+            "pyinfra", "-y", *args[:deploy_at], FLEET_INVENTORY, *args[deploy_at:], env=env,
+            timeout=1800)
         if check and r.returncode != 0:
             raise AssertionError(f"pyinfra {' '.join(args)} failed ({r.returncode}):\n"
                                  + r.stdout[-6000:])
@@ -177,9 +182,10 @@ def test_rolling_switch_fails_no_request(fleet) -> None:
     seen = fleet.wait_ready(30)
     assert all(seen.get(u) == "ready" for u in URLS.values()), seen
     # gpuserve fleet status: the gateway's view of both hosts (through the forwarded port)
-    status = _run_echo([str(VENV_BIN / "gpuserve"), "fleet", "status", FLEET_INVENTORY,
-                        "--data", f"profile={SWITCH_TO}", "--gateway",
-                        f"http://127.0.0.1:{fleet.gateway_port}", "--json"], fleet.env, 300)
+    status = fleet.lab.run_tool("gpuserve", "fleet", "status", FLEET_INVENTORY, "--data",
+                                f"profile={SWITCH_TO}", "--gateway",
+                                f"http://127.0.0.1:{fleet.gateway_port}", "--json",
+                                env=fleet.env)
     assert status.returncode == 0, status.stdout[-3000:]
     doc = json.loads(status.stdout[status.stdout.index("{"):])
     views = {h["host"]: [v["view"] for v in h["gateway"]] for h in doc["hosts"]}
