@@ -11,6 +11,11 @@ Machine model (QEMU 7.2 docs, docs/system/devices/... and `-device help`):
   (hw/pci-bridge/pcie_root_port.c) makes the guest see real ACS and separate IOMMU
   groups, as on a GPU host where GPUs hang off root ports. One port stays empty.
 - No ``-no-reboot``: a guest ``reboot`` resets the machine inside the same process.
+- ``tb-size``: TCG's translation cache is 64 MiB instead of QEMU's default 1 GiB. With
+  the default, a guest reboot inside the same process crawled (GRUB took ~2 min to
+  load the kernel and the new kernel soft-locked in clear_page, the old boot's
+  translations all still cached); with 64 MiB, measured back to back on this 2-core
+  machine: reboot to the new kernel 133 s -> 31 s, to SSH 470 s -> 97 s.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from pathlib import Path
 
 QEMU = "qemu-system-x86_64"
 GUEST_MAC = "52:54:00:6c:61:62"
+# MiB of TCG translation cache (see the module docstring: warm reboots).
+TCG_TB_SIZE_MIB = 64
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ def qemu_argv(spec: VmSpec) -> list[str]:
         QEMU,
         "-name", f"gpuserve-lab-{spec.name},process=gpuserve-lab-{spec.name}",
         "-machine", "q35",
-        "-accel", "tcg",
+        "-accel", f"tcg,tb-size={TCG_TB_SIZE_MIB}",
         "-cpu", "max",
         "-smp", str(spec.cpus),
         "-m", str(spec.memory_mib),

@@ -19,7 +19,7 @@ RECIPE_FILE = LAB_DIR / "recipe.yaml"
 GUEST_DIR = LAB_DIR / "guest"
 
 # Bump when image.py's output changes for the same recipe (stage 2: configure + disk).
-BUILD_VERSION = 2
+BUILD_VERSION = 3
 # Bump when the debootstrap invocation changes for the same recipe (stage 1).
 ROOTFS_VERSION = 1
 

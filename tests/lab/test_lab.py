@@ -133,12 +133,15 @@ def test_cmdline_change_via_update_grub_survives_a_reboot(lab):
     """What the host deploy does: edit /etc/default/grub, update-grub, reboot.
 
     Adding intel_iommu=on after the base image's intel_iommu=off turns the IOMMU on
-    (the kernel honours the last value), so the groups appear. The original file is
-    restored afterwards; the last test's cold boot then starts with the IOMMU off.
+    (the kernel honours the last value), so the groups appear. Afterwards both files are
+    put back as they were (/etc/default/grub and the grub.cfg saved before the change):
+    the restore is housekeeping, not the subject, and a second update-grub cost ~40 s
+    under TCG. The last test's cold boot then starts with the IOMMU off.
     """
     probe = f"gpuserve_lab_probe={secrets.token_hex(4)}"
     pid = lab.state.pid
-    lab.ssh("cp /etc/default/grub /root/grub.lab-test && "
+    lab.ssh("cp -p /etc/default/grub /root/grub.lab-test && "
+            "cp -p /boot/grub/grub.cfg /root/grub.cfg.lab-test && "
             "sed -i 's/^GRUB_CMDLINE_LINUX_DEFAULT=\"\\(.*\\)\"/"
             f"GRUB_CMDLINE_LINUX_DEFAULT=\"\\1 {probe} intel_iommu=on\"/' /etc/default/grub && "
             "update-grub", check=True)
@@ -151,7 +154,10 @@ def test_cmdline_change_via_update_grub_survives_a_reboot(lab):
         assert int(groups) >= 4, "intel_iommu=on after a reboot must give IOMMU groups"
         assert lab.state.pid == pid and pid_alive(pid), "reboot must keep the QEMU process"
     finally:
-        lab.ssh("cp /root/grub.lab-test /etc/default/grub && update-grub", check=True)
+        lab.ssh("cp -p /root/grub.lab-test /etc/default/grub && "
+                "cp -p /root/grub.cfg.lab-test /boot/grub/grub.cfg && sync", check=True)
+    restored = lab.ssh("cat /etc/default/grub /boot/grub/grub.cfg", check=True).stdout
+    assert probe not in restored
 
 
 def test_lab_keys_are_private(lab):
