@@ -113,20 +113,12 @@ def up(name: str, fresh: bool = False, memory_mib: int = 2048,
     serial_log = idir / "serial.log"
     serial_log.write_bytes(b"")
     t0 = time.monotonic()
-    for attempt in range(5):
-        port = qemu.free_port()
-        spec = qemu.VmSpec(name=name, overlay=overlay, ssh_port=port,
-                           serial_log=serial_log, console_socket=idir / "console.sock",
-                           qmp_socket=idir / "qmp.sock", pidfile=idir / "qemu.pid",
-                           memory_mib=memory_mib)
-        try:
-            pid = qemu.launch(spec)
-            break
-        except qemu.QemuStartError as exc:
-            if exc.port_taken and attempt < 4:
-                continue
-            mirror.stop(mpid)
-            raise
+    try:
+        pid, spec = _launch(name, overlay, idir, memory_mib)
+    except qemu.QemuStartError:
+        mirror.stop(mpid)
+        raise
+    port = spec.ssh_port
     known_hosts = write_known_hosts(idir / "known_hosts", "127.0.0.1", port,
                                     public_key(hostkey))
     st = InstanceState(
@@ -149,6 +141,21 @@ def up(name: str, fresh: bool = False, memory_mib: int = 2048,
     return st
 
 
+def _launch(name: str, overlay: Path, idir: Path, memory_mib: int) -> tuple[int, qemu.VmSpec]:
+    """Start QEMU on a free SSH port (retried when another process took it meanwhile)."""
+    for attempt in range(5):
+        spec = qemu.VmSpec(name=name, overlay=overlay, ssh_port=qemu.free_port(),
+                           serial_log=idir / "serial.log", console_socket=idir / "console.sock",
+                           qmp_socket=idir / "qmp.sock", pidfile=idir / "qemu.pid",
+                           memory_mib=memory_mib)
+        try:
+            return qemu.launch(spec), spec
+        except qemu.QemuStartError as exc:
+            if not (exc.port_taken and attempt < 4):
+                raise
+    raise AssertionError("unreachable")
+
+
 def _up_clone(name: str, source: str, memory_mib: int, timeout: float) -> InstanceState:
     from lab import fleet
 
@@ -166,18 +173,8 @@ def _up_clone(name: str, source: str, memory_mib: int, timeout: float) -> Instan
     idir = instance_dir(name)
     serial_log = idir / "serial.log"
     serial_log.write_bytes(b"")
-    for attempt in range(5):
-        port = qemu.free_port()
-        spec = qemu.VmSpec(name=name, overlay=overlay, ssh_port=port, serial_log=serial_log,
-                           console_socket=idir / "console.sock", qmp_socket=idir / "qmp.sock",
-                           pidfile=idir / "qemu.pid", memory_mib=memory_mib)
-        try:
-            pid = qemu.launch(spec)
-            break
-        except qemu.QemuStartError as exc:
-            if exc.port_taken and attempt < 4:
-                continue
-            raise
+    pid, spec = _launch(name, overlay, idir, memory_mib)
+    port = spec.ssh_port
     client, hostkey = ensure_keys()
     known_hosts = write_known_hosts(idir / "known_hosts", "127.0.0.1", port,
                                     public_key(hostkey))
