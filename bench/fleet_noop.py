@@ -22,7 +22,8 @@ For each N it times, over ``--runs`` runs (medians, and min-max of the wall time
 
 with the wall time, the controller's own CPU time (user + sys of the pyinfra process
 and its children: ``resource.getrusage(RUSAGE_CHILDREN)`` deltas around each run), the
-ratio of both to N = 1, and the CPU time per host. pyinfra runs up to 20 hosts per core
+ratio of both to N = 1, the CPU time per host, and what each host beyond the first
+adds to it. pyinfra runs up to 20 hosts per core
 at once (its default ``--parallel``), so the hosts of one run connect together.
 
 All N endpoints are one guest under QEMU TCG (2 vCPUs): the guest's work for N hosts
@@ -114,19 +115,23 @@ class Sample:
 
 
 def table(label: str, runs: int, samples: dict[int, Sample]) -> str:
-    """The per-N table, ratios to the smallest N (1 by default)."""
+    """The per-N table: ratios to the smallest N (1 by default), CPU per host, and the
+    CPU each host beyond the smallest N adds."""
     base_n = min(samples)
     base = samples[base_n]
     out = [f"{label}: {runs} runs per N (medians; wall min-max)",
            f"  {'hosts':>5}  {'wall s':>7} {'(min-max)':<13} {f'x N={base_n}':>7}  "
-           f"{'CPU s':>6}  {f'x N={base_n}':>7}  {'CPU/host s':>10}"]
+           f"{'CPU s':>6}  {f'x N={base_n}':>7}  {'CPU/host s':>10}  "
+           f"{'CPU/extra host s':>16}"]
     for n in sorted(samples):
         s = samples[n]
         spread = f"({min(s.wall):.2f}-{max(s.wall):.2f})"
         wall_x = s.wall_median / base.wall_median if base.wall_median else float("nan")
         cpu_x = s.cpu_median / base.cpu_median if base.cpu_median else float("nan")
+        extra = (f"{(s.cpu_median - base.cpu_median) / (n - base_n):16.3f}" if n > base_n
+                 else f"{'-':>16}")
         out.append(f"  {n:>5}  {s.wall_median:7.2f} {spread:<13} {wall_x:6.1f}x  "
-                   f"{s.cpu_median:6.2f}  {cpu_x:6.1f}x  {s.cpu_median / n:10.3f}")
+                   f"{s.cpu_median:6.2f}  {cpu_x:6.1f}x  {s.cpu_median / n:10.3f}  {extra}")
     return "\n".join(out)
 
 
@@ -184,7 +189,8 @@ def measure(kind: str, inventory: Path, runs: int, env: dict[str, str],
     sample = Sample()
     for _ in range(runs):
         wall, cpu, out, rc = timed(argv, env, timeout)
-        if rc != 0 or re.search(r"\] (Success|Error)\b", out):
+        # a deploy's "[host] Success" is a change (exec reports its command that way)
+        if rc != 0 or (kind == "host" and re.search(r"\] (Success|Error)\b", out)):
             raise SystemExit(f"{shlex.join(argv)}: changed or failed something ({rc}):\n"
                              f"{out[-3000:]}")
         sample.wall.append(wall)
@@ -214,6 +220,7 @@ def main() -> None:
     guest(name, start_sshd_script(ports))
     samples: dict[str, dict[int, Sample]] = {k: {} for k in kinds}
     first = None
+    stopped = ""
     try:
         forwarded = [fleet.forward(name, port) for port in ports]
         with tempfile.TemporaryDirectory(prefix="fleet-noop-") as tmp:
@@ -221,6 +228,8 @@ def main() -> None:
             known_hosts.write_text(known_hosts_text(forwarded, host_pub))
             known_hosts.chmod(0o600)
             for n in args.hosts:
+                if stopped:
+                    break
                 inventory = Path(tmp) / f"fleet_noop_{n}.py"
                 inventory.write_text(inventory_text(data, forwarded[:n], str(known_hosts)))
                 if first is None and "host" in kinds:  # may still change something
@@ -229,7 +238,12 @@ def main() -> None:
                     if rc != 0:
                         raise SystemExit(f"deploy/host.py failed ({rc}):\n{out[-3000:]}")
                 for kind in kinds:
-                    samples[kind][n] = measure(kind, inventory, args.runs, env, args.timeout)
+                    try:
+                        samples[kind][n] = measure(kind, inventory, args.runs, env,
+                                                   args.timeout)
+                    except SystemExit as exc:  # keep what was measured at smaller N
+                        stopped = f"stopped at N={n} ({kind}): {exc}"
+                        break
                     s = samples[kind][n]
                     print(f"  ({kind}, {n} hosts: wall {s.wall_median:.2f} s, "
                           f"CPU {s.cpu_median:.2f} s)", file=sys.stderr, flush=True)
@@ -244,8 +258,12 @@ def main() -> None:
     if first is not None:
         print(f"(first deploy run at N={args.hosts[0]} discarded: {first:.1f} s)")
     for kind in kinds:
-        print()
-        print(table(LABELS[kind], args.runs, samples[kind]))
+        if samples[kind]:
+            print()
+            print(table(LABELS[kind], args.runs, samples[kind]))
+    if stopped:
+        print(f"\n{stopped[-3000:]}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -87,8 +87,8 @@ def test_table_ratios_to_one_host():
     assert lines[0] == "deploy/host.py (no-op rerun): 3 runs per N (medians; wall min-max)"
     assert "x N=1" in lines[1]
     one, eight = lines[2].split(), lines[3].split()
-    assert one == ["1", "2.00", "(1.80-2.20)", "1.0x", "1.00", "1.0x", "1.000"]
-    assert eight == ["8", "8.00", "(7.00-9.00)", "4.0x", "3.00", "3.0x", "0.375"]
+    assert one == ["1", "2.00", "(1.80-2.20)", "1.0x", "1.00", "1.0x", "1.000", "-"]
+    assert eight == ["8", "8.00", "(7.00-9.00)", "4.0x", "3.00", "3.0x", "0.375", "0.286"]
 
 
 def test_parse_hosts():
