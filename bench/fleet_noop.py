@@ -23,8 +23,8 @@ For each N it times, over ``--runs`` runs (medians, and min-max of the wall time
 with the wall time, the controller's own CPU time (user + sys of the pyinfra process
 and its children: ``resource.getrusage(RUSAGE_CHILDREN)`` deltas around each run), the
 ratio of both to N = 1, the CPU time per host, and what each host beyond the first
-adds to it. pyinfra runs up to 20 hosts per core
-at once (its default ``--parallel``), so the hosts of one run connect together.
+adds to it. pyinfra runs up to 20 hosts per core at once (its default ``--parallel``),
+so the hosts of one run connect together.
 
 All N endpoints are one guest under QEMU TCG (2 vCPUs): the guest's work for N hosts
 runs on the same two emulated CPUs, so the wall time over-states what N real hosts
