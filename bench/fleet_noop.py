@@ -11,7 +11,9 @@ port of this machine (lab/fleet.py ``forward``: QMP ``hostfwd_add``, kept in the
 instance's state and reused), and writes a temporary pyinfra inventory with hosts
 bench-01.. that all carry the lab host's data (inventory/lab.py ``host_data_for``)
 with their own ``ssh_port``, and one known_hosts file pinning the lab's host key for
-every ``[127.0.0.1]:PORT`` (strict host-key checking stays on).
+every ``[127.0.0.1]:PORT`` (strict host-key checking stays on). paramiko's connect,
+banner and auth timeouts are raised to ``--connect-timeout`` (120 s): at 32 hosts the
+one guest did not send every SSH banner within paramiko's default 15 s.
 
 For each N it times, over ``--runs`` runs (medians, and min-max of the wall time):
 
@@ -59,6 +61,7 @@ PYINFRA = str(ROOT / ".venv" / "bin" / "pyinfra")
 FIRST_GUEST_PORT = 2201
 GROUP = "gpu"
 COMMANDS = {"host": ("deploy/host.py",), "exec": ("exec", "--", "true")}
+CONNECT_TIMEOUT = 120.0  # paramiko's 15 s banner timeout is not enough for 32 at once
 LABELS = {"host": "deploy/host.py (no-op rerun)", "exec": "exec -- true"}
 
 
@@ -76,9 +79,15 @@ def known_hosts_text(ports: list[int], host_pub: str) -> str:
     return "".join(known_hosts_line("127.0.0.1", p, host_pub) for p in ports)
 
 
-def inventory_text(data: dict, ports: list[int], known_hosts: str) -> str:
+def inventory_text(data: dict, ports: list[int], known_hosts: str,
+                   connect_timeout: float = CONNECT_TIMEOUT) -> str:
     """A pyinfra inventory (Python) with one host per forwarded port, all with ``data``
-    (the lab host's, literal) and their own ``ssh_port`` and the shared known_hosts."""
+    (the lab host's, literal) and their own ``ssh_port`` and the shared known_hosts.
+    paramiko's connect, banner and auth timeouts become ``connect_timeout``: one TCG
+    guest answers many handshakes at once slowly (each sshd connection re-executes sshd
+    and does its key exchange on the same two emulated CPUs)."""
+    timeouts = {k: connect_timeout for k in ("timeout", "banner_timeout", "auth_timeout")}
+    data = {**data, "ssh_paramiko_connect_kwargs": timeouts}
     lines = ['"""Temporary inventory written by bench/fleet_noop.py: every host is the '
              'same lab guest."""', "", f"_DATA = {data!r}", "", f"{GROUP} = ["]
     for name, port in zip(host_names(len(ports)), ports, strict=True):
@@ -191,8 +200,10 @@ def measure(kind: str, inventory: Path, runs: int, env: dict[str, str],
         wall, cpu, out, rc = timed(argv, env, timeout)
         # a deploy's "[host] Success" is a change (exec reports its command that way)
         if rc != 0 or (kind == "host" and re.search(r"\] (Success|Error)\b", out)):
+            hosts = [ln.strip() for ln in out.splitlines()
+                     if re.search(r"\[bench-\d+\].*(Success|Error|[Cc]ould not)", ln)]
             raise SystemExit(f"{shlex.join(argv)}: changed or failed something ({rc}):\n"
-                             f"{out[-3000:]}")
+                             + "\n".join(hosts[:10]) + f"\n...\n{out[-1500:]}")
         sample.wall.append(wall)
         sample.cpu.append(cpu)
     return sample
@@ -207,6 +218,8 @@ def main() -> None:
     p.add_argument("--name", default=os.environ.get("GPUSERVE_LAB_NAME", "default"),
                    help="lab instance (a provisioned host)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per pyinfra run")
+    p.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT,
+                   help="paramiko's connect, banner and auth timeouts (seconds)")
     args = p.parse_args()
     name = instance_name(args.name)
     kinds = ["host", "exec"] if args.deploy == "both" else [args.deploy]
@@ -231,7 +244,8 @@ def main() -> None:
                 if stopped:
                     break
                 inventory = Path(tmp) / f"fleet_noop_{n}.py"
-                inventory.write_text(inventory_text(data, forwarded[:n], str(known_hosts)))
+                inventory.write_text(inventory_text(data, forwarded[:n], str(known_hosts),
+                                                   args.connect_timeout))
                 if first is None and "host" in kinds:  # may still change something
                     first, _, out, rc = timed([PYINFRA, "-y", str(inventory),
                                                *COMMANDS["host"]], env, args.timeout)

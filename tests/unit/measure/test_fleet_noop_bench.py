@@ -61,6 +61,8 @@ def test_inventory_is_python_with_one_host_per_port(tmp_path):
         # strict host-key checking and the lab host's data stay as they were
         assert data["ssh_strict_host_key_checking"] == "yes"
         assert data["ssh_hostname"] == "127.0.0.1"
+        assert data["ssh_paramiko_connect_kwargs"] == {
+            "timeout": 120.0, "banner_timeout": 120.0, "auth_timeout": 120.0}
         assert {k: v for k, v in data.items() if not k.startswith("ssh_")} == \
             {k: v for k, v in DATA.items() if not k.startswith("ssh_")}
     # the shared data is not a group of its own (pyinfra skips _names)
