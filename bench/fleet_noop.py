@@ -129,7 +129,7 @@ def table(label: str, runs: int, samples: dict[int, Sample]) -> str:
     base_n = min(samples)
     base = samples[base_n]
     out = [f"{label}: {runs} runs per N (medians; wall min-max)",
-           f"  {'hosts':>5}  {'wall s':>7} {'(min-max)':<13} {f'x N={base_n}':>7}  "
+           f"  {'hosts':>5}  {'wall s':>7} {'(min-max)':<15} {f'x N={base_n}':>7}  "
            f"{'CPU s':>6}  {f'x N={base_n}':>7}  {'CPU/host s':>10}  "
            f"{'CPU/extra host s':>16}"]
     for n in sorted(samples):
@@ -139,7 +139,7 @@ def table(label: str, runs: int, samples: dict[int, Sample]) -> str:
         cpu_x = s.cpu_median / base.cpu_median if base.cpu_median else float("nan")
         extra = (f"{(s.cpu_median - base.cpu_median) / (n - base_n):16.3f}" if n > base_n
                  else f"{'-':>16}")
-        out.append(f"  {n:>5}  {s.wall_median:7.2f} {spread:<13} {wall_x:6.1f}x  "
+        out.append(f"  {n:>5}  {s.wall_median:7.2f} {spread:<15} {wall_x:6.1f}x  "
                    f"{s.cpu_median:6.2f}  {cpu_x:6.1f}x  {s.cpu_median / n:10.3f}  {extra}")
     return "\n".join(out)
 
