@@ -73,6 +73,7 @@ from roles.inventory import group_members, inventory_source, run_deploy
 from roles.prefetch import Read, fact, prefetch, reader
 from roles.router.rolling import (
     Switching,
+    gateway_of,
     plan_rollout,
     put_back,
     register_restart,
@@ -141,13 +142,14 @@ def main() -> None:
               *rollback_role.reads(rollback), *sglang_role.prune_reads(plan.home, unit_paths)])
     # behind SGLang's gateway, a restart is a rolling switch (roles/router/rolling.py):
     # the guard first, the take-out just before the service files change
-    rollout = plan_rollout(host.name, inventory_source())
+    router = gateway_of(host.name, inventory_source())
     switching = Switching()
-    if rollout is not None:
-        rollout_guard(name=f"rolling switch behind the gateway on {rollout.router}: no "
-                           "earlier worker failed", rollout=rollout, switching=switching)
+    if router is not None:
+        rollout_guard(name=f"rolling switch behind the gateway on {router}: no earlier "
+                           "worker failed", router=router, switching=switching)
 
     def take_out_first() -> None:
+        rollout = plan_rollout(host.name, inventory_source()) if router else None
         if rollout is None:
             return
         register_restart(rollout, switching)
@@ -165,9 +167,9 @@ def main() -> None:
                   health_timeout=plan.health_timeout, config_path=plan.config_path,
                   record=plan.record, rollback=rollback, bench=plan.bench,
                   serves_http=plan.node is None or plan.node.is_head)
-    if rollout is not None and switching.restarts:
-        put_back(name=f"put {rollout.url} back into the gateway on {rollout.router}, wait "
-                      "until it is ready", rollout=rollout, switching=switching)
+    if switching.rollout is not None:
+        put_back(name=f"put {switching.rollout.url} back into the gateway on {router}, "
+                      "wait until it is ready", rollout=switching.rollout, switching=switching)
     keep_last_good(name="keep this configuration as the last good one (root-only copies)",
                    spec=rollback)
     prune_venvs(name=f"prune venvs beyond keep_venvs={plan.keep_venvs}", home=plan.home,

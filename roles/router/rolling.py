@@ -86,10 +86,11 @@ class Rollout:
 
 @dataclass
 class Switching:
-    """Set at prepare time once the service role knows the server will restart; read by
-    the guard (created earlier, executed later)."""
+    """Set at prepare time once the service role knows the server will restart (with
+    the rollout planned then); read by the guard, created earlier, executed later."""
 
     restarts: bool = False
+    rollout: Rollout | None = None
     out: bool = field(default=False)  # execute time: the worker is out of the gateway
 
 
@@ -104,21 +105,35 @@ def _router_plan(name: str, data: dict, source: str) -> RouterPlan:
     return _PLANS[key]
 
 
-def plan_rollout(host_name: str, source: str) -> Rollout | None:
-    """The gateway this host serves behind (a router host whose ``router_workers_group``
-    lists it), or None: not behind a gateway, drained by hand, a multi-node rank > 0 (no
-    HTTP), or the gateway's only worker (a restart is then an outage either way). Bad
-    router data is an ``InputError`` here too, before any change."""
-    routers = [h for h in ctx_inventory.get() if is_router_host(h.data.dict())
-               and any(m.name == host_name for m in group_members(
-                   h.data.get("router_workers_group")) or ())]
-    if not routers:
-        return None
+def gateway_of(host_name: str, source: str) -> str | None:
+    """The router host whose ``router_workers_group`` lists this host with at least one
+    other host, or None. Reads only the inventory (no plan): every serve deploy asks, so
+    it must be cheap and must not refuse a host for its gateway's data when it will not
+    roll (:func:`plan_rollout` does that, for a host that restarts)."""
+    routers = []
+    for candidate in ctx_inventory.get():
+        data = candidate.data.dict()
+        if not is_router_host(data):
+            continue
+        names = [m.name for m in group_members(data.get("router_workers_group")) or ()]
+        if host_name in names and len(names) > 1:
+            routers.append(candidate.name)
     if len(routers) > 1:
         raise InputError(source, "router_workers_group", f"host {host_name} is a worker of "
-                         f"{len(routers)} gateways ({', '.join(h.name for h in routers)}); a "
-                         "rolling switch takes a worker out of one gateway")
-    router = routers[0]
+                         f"{len(routers)} gateways ({', '.join(routers)}); a rolling switch "
+                         "takes a worker out of one gateway")
+    return routers[0] if routers else None
+
+
+def plan_rollout(host_name: str, source: str) -> Rollout | None:
+    """How this host leaves and rejoins its gateway, for a restart (prepare time), or
+    None: not behind a gateway, drained by hand, a multi-node rank > 0 (no HTTP), or the
+    gateway's only served worker (a restart is then an outage either way). Bad router
+    data is an ``InputError``, before any change."""
+    router_name = gateway_of(host_name, source)
+    if router_name is None:
+        return None
+    router = inventory.get_host(router_name)
     plan = _router_plan(router.name, router.data.dict(), source)
     mine = next((w for w in plan.workers if w.host == host_name), None)
     if mine is None or mine.drained:
@@ -175,6 +190,7 @@ def register_restart(rollout: Rollout, switching: Switching) -> None:
     which another worker of the same gateway restarts too (before any change); in a
     serial run, make pyinfra go through the hosts in the inventory's order."""
     switching.restarts = True
+    switching.rollout = rollout
     if runs_serially():
         _serial_in_inventory_order()
     hosts = _RESTARTING.setdefault((id(ctx_state.get()), rollout.router), [])
@@ -258,10 +274,12 @@ def _states(workers: list[GatewayWorker]) -> str:
 
 
 @operation(is_idempotent=True)
-def rollout_guard(rollout: Rollout, switching: Switching):
-    """First operation of a worker that will restart: stop when an earlier worker of the
-    same gateway failed in this run (``--serial``), so this one keeps its profile."""
-    if not state.is_executing or not switching.restarts:
+def rollout_guard(router: str, switching: Switching):
+    """First operation of a worker behind a gateway: when it will restart, stop when an
+    earlier worker of the same gateway failed in this run (``--serial``), so this one
+    keeps its profile. Nothing (no command) otherwise."""
+    rollout = switching.rollout
+    if not state.is_executing or not switching.restarts or rollout is None:
         return
     failed = sorted(h.name for h in state.failed_hosts
                     if h.name in rollout.members and h.name != host.name)

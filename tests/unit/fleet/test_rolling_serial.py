@@ -108,3 +108,28 @@ def test_a_serial_rollout_goes_in_inventory_order(monkeypatch) -> None:
     state.fail_hosts({inventory.get_host("gpu-03")})  # pyinfra's own in-place removal
     assert [h.name for h in inventory.get_active_hosts()] == [n for n in names
                                                                if n != "gpu-03"]
+
+
+def test_a_lone_worker_with_another_key_is_not_refused_by_the_serve_deploy() -> None:
+    """The lab host is its own gateway's only worker; a serve deploy that gives it an
+    sglang_api_key other than router_api_key must not fail on the gateway's data (the
+    router deploy refuses that; a restart of the only worker does not roll)."""
+    from pyinfra.context import ctx_inventory
+
+    from roles.router.rolling import gateway_of, plan_rollout
+
+    data = {"profile": "glm5-nvfp4-tp8", "router_workers_group": "gpu",
+            "router_api_key": "k" * 20, "sglang_api_key": "other-key-0123456789"}
+    inventory = Inventory((["lab-gpu"], {}), gpu=(["lab-gpu"], {}),
+                          _lab=(["lab-gpu"], data))
+    with ctx_state.use(State(inventory, Config())), ctx_inventory.use(inventory):
+        assert gateway_of("lab-gpu", "inventory/lab.py") is None
+        assert plan_rollout("lab-gpu", "inventory/lab.py") is None
+
+
+def test_two_workers_with_another_key_are_refused_when_one_restarts() -> None:
+    from gpuserve.errors import InputError
+
+    inv = fleet_inventory(**{"lab-gpu-2": {"sglang_api_key": "other-key-0123456789"}})
+    with pytest.raises(InputError, match=r"sglang_api_key \(host lab-gpu-2\)"):
+        plan_in(inv, "lab-gpu")
