@@ -45,7 +45,7 @@ test: lab-deps
 	wait $$image; built=$$?; tail -n 3 $(VENV)/lab-image.log; \
 	if [ $$built -ne 0 ]; then cat $(VENV)/lab-image.log; fi; \
 	[ $$unit -eq 0 ] && [ $$built -eq 0 ]
-	$(BIN)/pytest -m lab --durations=25
+	$(BIN)/pytest -m lab --durations=60
 
 # Boot the lab host and serve on it, ending with the smoke completion line.
 demo: lab-deps

@@ -59,6 +59,7 @@ from roles.router.plan import (
     manifest_text,
     plan_router,
 )
+from roles.router.plan import UNIT_NAME as ROUTER_UNIT
 from roles.service import UNIT_NAME
 from roles.service.rollback import RollbackSpec, ServiceConfigState, parse_state, state_command
 
@@ -92,6 +93,7 @@ class Switching:
     restarts: bool = False
     rollout: Rollout | None = None
     out: bool = field(default=False)  # execute time: the worker is out of the gateway
+    gateway_stopped: bool = False  # execute time: no gateway runs, nothing to take out
 
 
 _PLANS: dict[tuple[int, str], RouterPlan] = {}
@@ -251,13 +253,26 @@ def _view(router, rollout: Rollout, until: str, timeout: float) -> tuple[dict, l
     except (ValueError, IndexError):
         raise ValueError(f"smg_probe.py on {rollout.router} printed {text[-200:]!r}") from None
     if not result.get("live"):
-        raise ValueError(f"the gateway on {rollout.router}:{rollout.port} does not answer "
+        raise GatewayDown(f"the gateway on {rollout.router}:{rollout.port} does not answer "
                          f"GET /liveness ({result.get('error')})")
     if result.get("error"):
         raise ValueError(f"GET /workers on {rollout.router}: {result['error']}")
     workers = parse_workers(json.dumps({"workers": result.get("workers") or []}),
                             f"GET /workers on {rollout.router}")
     return result, workers
+
+
+class GatewayDown(ValueError):
+    """The gateway does not answer ``GET /liveness``."""
+
+
+def _gateway_unit_state(router) -> str:
+    """``systemctl is-active`` of the gateway's unit on the router host ("inactive" for a
+    gateway stopped on purpose, "unknown"/"inactive" before its first deploy)."""
+    ok, output = router.run_shell_command(
+        f"systemctl is-active {shlex.quote(ROUTER_UNIT)} || true")
+    lines = output.stdout_lines if ok else []
+    return lines[-1].strip() if lines else "unknown"
 
 
 def _write_manifest(router, rollout: Rollout, text: str) -> None:
@@ -314,7 +329,19 @@ def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port:
     t0 = time.monotonic()
     try:
         router = _router(rollout)
-        _, workers = _view(router, rollout, "ready", 0)
+        try:
+            _, workers = _view(router, rollout, "ready", 0)
+        except GatewayDown:
+            unit = _gateway_unit_state(router)
+            if unit in {"inactive", "failed", "unknown"}:
+                # not deployed yet, or stopped: nothing is routed through it, so there
+                # is nothing to drain; when it starts it reads the manifest, which keeps
+                # this worker, and finds it once it is healthy
+                logger.warning(f"{host_.name}: gateway: {ROUTER_UNIT} on {rollout.router} "
+                               f"is {unit}: no traffic through it to drain, switching")
+                switching.gateway_stopped = True
+                return True
+            raise
         refusal = take_out_refusal(rollout.url, rollout.desired, workers,
                                    rollout.max_unavailable)
     except (ValueError, InputError, PyinfraError) as exc:
@@ -398,6 +425,8 @@ def put_back(rollout: Rollout, switching: Switching):
 
 
 def _put_back(host_, rollout: Rollout, switching: Switching) -> bool:
+    if switching.gateway_stopped:
+        return True  # never taken out: the manifest still lists it
     problem = _put_back_and_wait(host_, rollout, switching)
     if problem is None:
         return True

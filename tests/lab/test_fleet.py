@@ -4,7 +4,8 @@ streaming requests through the gateway the whole time (issue 11).
 The second host is a clone of the session's served host (lab/fleet.py: a point-in-time
 copy of its disk, booted as a second instance with its own SSH port), joined to it by a
 private socket network (10.77.0.1 and 10.77.0.2). The gateway runs on the first host
-(test_router.py installed it); inventory/lab_fleet.py lists both hosts as its workers.
+(test_router.py installed it, and stopped it at its end); inventory/lab_fleet.py lists
+both hosts as its workers.
 The client runs on this machine against the gateway's port forwarded to 127.0.0.1, one
 request at a time, bounded in count and time; every request must succeed.
 
@@ -140,12 +141,15 @@ def fleet(lab):
         port = int(lab.lab_cli("forward", "--name", lab.name, "30080")
                    .stdout.strip().splitlines()[-1])
         f = Fleet(lab, second, port)
-        # Both servers listen on 127.0.0.1 (the clone like its source), and the gateway
-        # lists the first one there. The serve deploy moves them onto their private
-        # addresses one at a time: neither is a worker the gateway routes to at those
-        # addresses, so nothing is drained; each restarts and is put back (the manifest
-        # the router deploy renders from the same group) once it is ready.
-        f.pyinfra("--serial", "deploy/serve.py", "--data", "bench=off")
+        # Both servers listen on 127.0.0.1 (the clone like its source); the gateway is
+        # installed but stopped (test_router.py's end). The serve deploy moves them onto
+        # their private addresses one at a time: a stopped gateway routes nothing, so
+        # each restarts undrained (a fleet's first deploy, before its gateway exists,
+        # goes the same way); the router deploy then starts the gateway with both.
+        r = f.pyinfra("--serial", "deploy/serve.py", "--data", "bench=off")
+        for host in HOSTS:
+            assert (f"{host}: gateway: gpuserve-router.service on {HOSTS[0]} is inactive: "
+                    "no traffic through it to drain, switching") in r.stdout
         r = f.pyinfra("deploy/router.py")
         assert "2/2 workers ready" in r.stdout
         seen = f.wait_ready()

@@ -1,0 +1,69 @@
+"""The take-out step of a rolling switch when the gateway does not answer: a gateway
+that is not running (never deployed, or stopped) routes nothing, so the worker switches
+without a drain; one whose unit runs but does not answer stops the switch before any
+change. The router host here answers as smg_probe.py and ``systemctl is-active`` do."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from test_rolling_serial import rollout
+
+import roles.router.rolling as rolling
+from roles.router.rolling import Switching
+
+DOWN = json.dumps({"live": False, "error": "GET /liveness: [Errno 111] Connection refused"})
+
+
+class RouterHost:
+    """The router host's two answers: the probe's JSON line and the unit's state."""
+
+    name = "gw"
+
+    def __init__(self, unit_state: str):
+        self.unit_state, self.commands = unit_state, []
+
+    def get_fact(self, fact, **kwargs) -> str:
+        assert fact is rolling.GatewayView
+        return DOWN
+
+    def run_shell_command(self, command, **kwargs):
+        self.commands.append(command)
+        return True, SimpleNamespace(stdout_lines=[self.unit_state], stderr_lines=[])
+
+
+@pytest.fixture
+def reports(monkeypatch) -> list[str]:
+    seen: list[str] = []
+    monkeypatch.setattr(rolling, "_fail", lambda host_, message, footer=(): seen.append(
+        message) or False)
+    return seen
+
+
+@pytest.mark.parametrize("unit_state", ["inactive", "failed", "unknown"])
+def test_a_stopped_gateway_routes_nothing_so_the_worker_switches_undrained(
+        monkeypatch, reports, unit_state) -> None:
+    router = RouterHost(unit_state)
+    monkeypatch.setattr(rolling, "_router", lambda r: router)
+    switching = Switching(restarts=True, rollout=rollout("a"))
+    worker = SimpleNamespace(name="a")
+    assert rolling._take_out(worker, switching.rollout, switching, "/bin", 30000, "/c") is True
+    assert reports == []
+    assert switching.gateway_stopped and not switching.out
+    assert any("systemctl is-active gpuserve-router.service" in c for c in router.commands)
+    # nothing was taken out, so nothing is put back (and no manifest is written)
+    assert rolling._put_back(worker, switching.rollout, switching) is True
+    assert len(router.commands) == 1
+
+
+def test_a_running_gateway_that_does_not_answer_stops_the_switch(monkeypatch, reports) -> None:
+    router = RouterHost("active")
+    monkeypatch.setattr(rolling, "_router", lambda r: router)
+    switching = Switching(restarts=True, rollout=rollout("a"))
+    worker = SimpleNamespace(name="a")
+    assert rolling._take_out(worker, switching.rollout, switching, "/bin", 30000, "/c") is False
+    assert len(reports) == 1 and "does not answer GET /liveness" in reports[0]
+    assert "nothing changed" in reports[0]
+    assert not switching.gateway_stopped and not switching.out
