@@ -54,8 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lab.keys import HOST_KEY, known_hosts_line, public_key  # noqa: E402
-from lab.sshutil import ssh_argv  # noqa: E402
-from lab.state import instance_name, keys_dir, read_state  # noqa: E402
+from lab.sshutil import run_in  # noqa: E402
+from lab.state import instance_name, keys_dir  # noqa: E402
 
 PYINFRA = str(ROOT / ".venv" / "bin" / "pyinfra")
 FIRST_GUEST_PORT = 2201
@@ -170,14 +170,10 @@ def timed(argv: list[str], env: dict[str, str], timeout: float) -> tuple[float, 
 
 
 def guest(name: str, script: str) -> None:
-    st = read_state(name)
-    if st is None:
-        raise SystemExit(f"lab instance {name!r} is not running: python -m lab up --name {name}")
-    r = subprocess.run([*ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts), script],
-                       capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        raise SystemExit(f"{name}: guest command failed ({r.returncode}): "
-                         f"{r.stderr.strip()[-800:]}")
+    try:
+        run_in(name, script, timeout=300)
+    except RuntimeError as e:
+        raise SystemExit(str(e)) from None
 
 
 def lab_host_data(name: str) -> dict:

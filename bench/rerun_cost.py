@@ -39,8 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.sshutil import ssh_argv  # noqa: E402
-from lab.state import read_state  # noqa: E402
+from lab.sshutil import run_in  # noqa: E402
 
 PYINFRA = str(ROOT / ".venv" / "bin" / "pyinfra")
 UNIT = "gpuserve-sglang.service"
@@ -59,12 +58,10 @@ def pyinfra(inventory: str, *args: str, env: dict[str, str]) -> tuple[float, str
 
 
 def guest(cmd: str, name: str) -> str:
-    st = read_state(name)
-    if st is None:
-        raise SystemExit(f"lab instance {name!r} is not running: python -m lab up")
-    out = subprocess.run([*ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts), cmd],
-                         capture_output=True, text=True, timeout=120)
-    return out.stdout
+    try:
+        return run_in(name, cmd, check=False)
+    except RuntimeError as e:
+        raise SystemExit(str(e)) from None
 
 
 def server_startup(name: str) -> float | None:

@@ -20,12 +20,11 @@ static 10.77.0.0/24 address. Nothing leaves this machine.
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import time
 from pathlib import Path
 
 from lab import qemu
-from lab.sshutil import ssh_argv
+from lab.sshutil import run_in
 from lab.state import InstanceState, instance_dir, read_state, write_state
 
 SUBNET = "10.77.0"
@@ -42,11 +41,7 @@ def _running(name: str) -> InstanceState:
 
 
 def _ssh(st: InstanceState, command: str, timeout: float = 120) -> str:
-    r = subprocess.run([*ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts), command],
-                       capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise RuntimeError(f"{st.name}: `{command}` failed: {r.stderr.strip()[-400:]}")
-    return r.stdout
+    return run_in(st, command, timeout)
 
 
 def clone_disk(source: str, name: str, timeout: float = 600) -> Path:

@@ -31,3 +31,22 @@ def ssh_ok(port: int, key: Path | str, known_hosts: Path | str, timeout: float =
     except subprocess.TimeoutExpired:
         return False
     return r.returncode == 0
+
+
+def run_in(st, command: str, timeout: float = 120, check: bool = True) -> str:
+    """``command`` in instance ``st``'s guest (a :class:`lab.state.InstanceState`, or an
+    instance name) as root; its stdout. Raises RuntimeError naming the instance (and the
+    command, when ``check`` and it fails) when it is not running."""
+    if isinstance(st, str):
+        from lab.state import read_state
+
+        name, st = st, read_state(st)
+        if st is None:
+            raise RuntimeError(f"lab instance {name!r} is not running: `python -m lab up "
+                               f"--name {name}` first")
+    r = subprocess.run([*ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts), command],
+                       capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{st.name}: `{command[:200]}` failed ({r.returncode}): "
+                           f"{r.stderr.strip()[-400:]}")
+    return r.stdout

@@ -83,3 +83,12 @@ def test_pid_alive_tells_live_dead_and_zombie():
     assert not pid_alive(proc.pid)
     proc.wait()
     assert not pid_alive(proc.pid)
+
+
+def test_run_in_an_instance_that_is_not_running_names_it(monkeypatch, tmp_path):
+    from lab.sshutil import run_in
+
+    monkeypatch.setenv("GPUSERVE_LAB_HOME", str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"lab instance 'nowhere' is not running: "
+                                           r"`python -m lab up --name nowhere`"):
+        run_in("nowhere", "true")
