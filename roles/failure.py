@@ -7,7 +7,10 @@ the host (non-zero exit) without a shell command that could itself print secrets
 Hooks (:func:`on_failure`): an operation that leaves the host in a state a failure must
 undo registers a hook; the next failure report of that host runs it and prints what it
 did. A rolling switch uses one to put a worker back into its gateway once a failed
-switch was rolled back (roles/router/rolling.py).
+switch was rolled back (roles/router/rolling.py). A failure that is not one of these
+reports (a command of an ordinary operation failing, e.g. ``systemctl restart``) runs
+the hook too, from pyinfra's ``operation_host_error`` callback, so a worker is never left
+out of its gateway unsaid.
 """
 
 from __future__ import annotations
@@ -16,14 +19,39 @@ from collections.abc import Callable, Sequence
 
 from pyinfra import logger
 from pyinfra.api import FunctionCommand
+from pyinfra.api.state import BaseStateCallback
+from pyinfra.context import ctx_state
 
 #: host name -> what to run when that host fails; returns lines for the report
 _HOOKS: dict[str, Callable[[], list[str]]] = {}
 
 
+class _HooksOnOperationError(BaseStateCallback):
+    """Runs a host's pending hook when one of its operations fails without a report."""
+
+    @staticmethod
+    def operation_host_error(state, host, op_hash, retry_count: int = 0,
+                             max_retries: int = 0) -> None:
+        try:
+            ignored = state.get_op_data_for_host(host, op_hash).global_arguments.get(
+                "_ignore_errors")
+        except (KeyError, AttributeError):
+            ignored = False
+        hook = None if ignored else _HOOKS.pop(host.name, None)
+        if hook is None:
+            return
+        for line in hook():
+            host.log_styled(line, fg="red", log_func=logger.error)
+
+
 def on_failure(host_name: str, hook: Callable[[], list[str]]) -> None:
-    """Run ``hook`` when ``host_name`` next fails (one hook per host: the latest)."""
+    """Run ``hook`` when ``host_name`` next fails (one hook per host: the latest): from
+    its next failure report, or when one of its operations fails."""
     _HOOKS[host_name] = hook
+    state = ctx_state.get()
+    if state is not None and not any(isinstance(h, _HooksOnOperationError)
+                                     for h in state.callback_handlers):
+        state.add_callback_handler(_HooksOnOperationError())
 
 
 def clear(host_name: str) -> None:

@@ -1,0 +1,83 @@
+"""roles/failure: a host's pending hook (a rolling switch's put-back) runs when the host
+fails, whether through a failure report or an ordinary operation failing (a command's
+non-zero exit), and only once. Real pyinfra operations on the @local connector."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from pyinfra.api import Config, FunctionCommand, Inventory, State
+from pyinfra.api.connect import connect_all
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operation import add_op
+from pyinfra.api.operations import run_ops
+from pyinfra.api.state import StateStage
+from pyinfra.operations import server
+
+from roles import failure
+
+
+def _state() -> State:
+    state = State(Inventory((["@local"], {})), Config())
+    state.current_stage = StateStage.Connect
+    connect_all(state)
+    state.current_stage = StateStage.Prepare
+    return state
+
+
+def _register(calls: list[str]):
+    def hook_setter(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
+        failure.on_failure(host.name, lambda: calls.append(host.name) or ["put back: yes"])
+        return True
+
+    return FunctionCommand(hook_setter, (), {})
+
+
+def _execute_time(state: State, index: int, command: FunctionCommand) -> None:
+    """Operation ``index`` yields ``command`` when it runs (as the take-out and the
+    checks decide at execute time)."""
+    host = state.inventory.get_host("@local")
+    state.ops[host][state.get_op_order()[index]].command_generator = lambda: iter([command])
+
+
+@pytest.fixture
+def calls(monkeypatch) -> list[str]:
+    monkeypatch.setattr(failure, "_HOOKS", {})
+    return []
+
+
+def test_an_ordinary_command_failing_runs_the_pending_hook(calls, caplog) -> None:
+    state = _state()
+    add_op(state, server.shell, name="register", commands=[])
+    _execute_time(state, 0, _register(calls))
+    add_op(state, server.shell, name="restart fails", commands=["exit 3"])
+    add_op(state, server.shell, name="never runs", commands=["true"])
+    state.current_stage = StateStage.Execute
+    with caplog.at_level(logging.ERROR), pytest.raises(PyinfraError, match="No hosts"):
+        run_ops(state)
+    assert calls == ["@local"]
+    assert "put back: yes" in caplog.text
+    assert failure._HOOKS == {}
+
+
+def test_a_failure_report_runs_the_hook_once(calls) -> None:
+    state = _state()
+    add_op(state, server.shell, name="register", commands=[])
+    _execute_time(state, 0, _register(calls))
+    add_op(state, server.shell, name="check", commands=[])
+    _execute_time(state, 1, failure.fail_host("smoke: no answer", []))
+    state.current_stage = StateStage.Execute
+    with pytest.raises(PyinfraError, match="No hosts"):
+        run_ops(state)
+    assert calls == ["@local"]  # from the report; the operation error found no hook left
+
+
+def test_an_ignored_error_keeps_the_hook(calls) -> None:
+    state = _state()
+    add_op(state, server.shell, name="register", commands=[])
+    _execute_time(state, 0, _register(calls))
+    add_op(state, server.shell, name="may fail", commands=["exit 1"], _ignore_errors=True)
+    state.current_stage = StateStage.Execute
+    run_ops(state)
+    assert calls == [] and "@local" in failure._HOOKS
