@@ -41,20 +41,23 @@ LAB_HOST_DATA = {
     "sglang_version": "0.5.23+lab",
     "sglang_locks_dir": "{locks}",
     "pip_find_links": "{mirror}wheels/",
-    "sglang_extra_env": {"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "8"},
+    # the stand-in's simulated weight load: long enough for the health gate to see the
+    # start-up phases, short because the tier starts the server some thirty times
+    "sglang_extra_env": {"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "3"},
     "nvidia_repo_url": "{mirror}cuda/repos/debian12/x86_64/",
     "nvidia_keyring_sha256": "{keyring_sha256}",
     "trusted_mirrors": ["{mirror}"],
     "allow_reboot": True,
     # the measuring tools' stand-in sources (lab/gate_tools), pinned by the digests the
-    # publisher computed; the stand-ins finish at once, so a hang shows within 30 s
+    # publisher computed; the stand-ins finish within a second or two, so a hang shows
+    # within 15 s
     "gates_sources": {
         "nccl-tests": {"url": "{mirror}gates/nccl-tests-lab.tar.gz",
                        "sha256": "{nccl_tests_sha256}"},
         "cuda-samples": {"url": "{mirror}gates/cuda-samples-lab.tar.gz",
                          "sha256": "{cuda_samples_sha256}"},
     },
-    "gates_timeout": 30,
+    "gates_timeout": 15,
     # SGLang's gateway (deploy/router.py): the lab host is its own only worker. smg and
     # its dependencies are the real PyPI wheels of the committed lock, published on the
     # mirror (lab/locks.py: downloaded here, sha256-checked against the lock). The key is
@@ -62,9 +65,10 @@ LAB_HOST_DATA = {
     "router_workers_group": "gpu",
     "router_api_key": "lab-router-key-not-a-secret-0001",
     "router_pip_find_links": "{mirror}pypi/",
-    # the worker is up before the gateway here: retry a missing one every 5 s, not 30 s
+    # the worker is up before the gateway here: retry a missing one every 5 s, not 30 s;
+    # reread the manifest every 2 s (the fleet tests take workers out a dozen times)
     "router_worker_startup_check_interval": 5,
-    "router_discovery_interval": 5,
+    "router_discovery_interval": 2,
 }
 
 

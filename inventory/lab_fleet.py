@@ -58,10 +58,6 @@ def _fleet_host(index: int, name: str) -> tuple[str, dict]:
     if index > 0:
         for key in _ROUTER_KEYS:
             data.pop(key, None)
-    # the fleet tests restart servers a dozen times and assert nothing of the load's
-    # length: 3 simulated seconds instead of the lab host's 8
-    data["sglang_extra_env"] = {**data.get("sglang_extra_env", {}),
-                                "GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "3"}
     fail = dict(item.split("=", 1) for item in
                 os.environ.get("GPUSERVE_LAB_FLEET_FAIL", "").split(",") if "=" in item)
     if host in fail:

@@ -57,8 +57,9 @@ REPO = Path(__file__).resolve().parents[2]
 TWO = REPO / "tests/fixtures/profiles/lab-two-versions.yaml"  # renders for 0.5.19 and 0.5.23
 HF_TOKEN = "hf_labTokenNeverOnArgv0123"
 API_KEY = "sk-lab-key-never-on-argv-4567"
-# the inventory's own knob (inventory/lab.py), kept when a test overrides the extra env
-LOAD = "GPUSERVE_LAB_STANDIN_LOAD_SECONDS"
+# the inventory's own knob and value (inventory/lab.py), kept when a test overrides the
+# extra env
+LOAD, LOAD_VALUE = "GPUSERVE_LAB_STANDIN_LOAD_SECONDS", "3"
 FILLER = "/var/tmp/gpuserve-faults-filler"
 FILLED = "/var/tmp/gpuserve-faults-filled"  # the watcher's note that it filled the disk
 WATCH = "/var/tmp/gpuserve-faults-watch.sh"
@@ -176,7 +177,7 @@ def test_hang_at_start_times_out_and_is_rolled_back(lab, served) -> None:
     assert ("the host was rolled back to the previous configuration of profile glm5-nvfp4-tp8, "
             "which is healthy again" in out), out[-6000:]
     env = lab.ssh("cat /etc/gpuserve/sglang.env", check=True).stdout
-    assert f"{LOAD}=8" in env and "100000" not in env
+    assert f"{LOAD}={LOAD_VALUE}" in env and "100000" not in env
     assert unit_props(lab, "ActiveState")["ActiveState"] == "active" and healthy(lab)
     assert HF_TOKEN not in out and API_KEY not in out
 

@@ -203,7 +203,7 @@ def test_oom_start_fails_early_with_the_cause(lab, vm, first_run, secrets_data) 
     with the cause and the journal, long before health_timeout; a fixed deploy recovers."""
     import time
 
-    oom = ('sglang_extra_env={"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "8", '
+    oom = ('sglang_extra_env={"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "3", '
            '"GPUSERVE_LAB_STANDIN_FAIL": "oom"}')
     t0 = time.monotonic()
     rc, out = serve(lab, "--data", oom, "--data", "health_timeout=600",
