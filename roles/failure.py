@@ -40,8 +40,19 @@ class _HooksOnOperationError(BaseStateCallback):
         hook = None if ignored else _HOOKS.pop(host.name, None)
         if hook is None:
             return
-        for line in hook():
+        for line in _run(hook):
             host.log_styled(line, fg="red", log_func=logger.error)
+
+
+def _run(hook: Callable[[], list[str]]) -> list[str]:
+    """The hook's report lines; one line saying what went wrong when it raised (pyinfra
+    runs callbacks outside its own error handling: an exception would end the run for
+    every host)."""
+    try:
+        return list(hook())
+    except Exception as exc:  # noqa: BLE001 - reported, never raised out of a failure path
+        return [f"after the failure, undoing what this run left half done failed too: "
+                f"{type(exc).__name__}: {exc}"]
 
 
 def on_failure(host_name: str, hook: Callable[[], list[str]]) -> None:
@@ -63,7 +74,7 @@ def fail_report(host, message: str, details: Sequence[str],
     """Log ``message`` (red), ``details`` (indented), ``footer`` (red), then what the
     host's failure hook did; return False (the host fails)."""
     hook = _HOOKS.pop(host.name, None)
-    after = hook() if hook is not None else []
+    after = _run(hook) if hook is not None else []
     host.log_styled(message, fg="red", log_func=logger.error)
     for line in details:
         logger.error(f"    {line}")

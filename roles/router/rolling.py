@@ -266,13 +266,20 @@ class GatewayDown(ValueError):
     """The gateway does not answer ``GET /liveness``."""
 
 
-def _gateway_unit_state(router) -> str:
-    """``systemctl is-active`` of the gateway's unit on the router host ("inactive" for a
-    gateway stopped on purpose, "unknown"/"inactive" before its first deploy)."""
+def _gateway_unit_state(router) -> str | None:
+    """What ``systemctl is-active`` prints for the gateway's unit on the router host
+    ("inactive" for a gateway stopped on purpose or not deployed yet, "failed",
+    "activating" while systemd restarts it, ...); None when it could not be asked (the
+    caller then refuses, as for any gateway it cannot read)."""
     ok, output = router.run_shell_command(
         f"systemctl is-active {shlex.quote(ROUTER_UNIT)} || true")
-    lines = output.stdout_lines if ok else []
-    return lines[-1].strip() if lines else "unknown"
+    lines = [line.strip() for line in output.stdout_lines if line.strip()] if ok else []
+    return lines[-1] if lines else None
+
+
+#: ``systemctl is-active`` states of a gateway that routes nothing and will not start by
+#: itself (not "activating": systemd is restarting it)
+GATEWAY_STOPPED = frozenset({"inactive", "failed", "unknown"})
 
 
 def _write_manifest(router, rollout: Rollout, text: str) -> None:
@@ -333,7 +340,7 @@ def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port:
             _, workers = _view(router, rollout, "ready", 0)
         except GatewayDown:
             unit = _gateway_unit_state(router)
-            if unit in {"inactive", "failed", "unknown"}:
+            if unit in GATEWAY_STOPPED:
                 # not deployed yet, or stopped: nothing is routed through it, so there
                 # is nothing to drain; when it starts it reads the manifest, which keeps
                 # this worker, and finds it once it is healthy
@@ -367,6 +374,10 @@ def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port:
     except ValueError as exc:
         return _fail(host_, f"rolling switch: {exc}; not switched")
     switching.out = True
+    # from here a failure of any kind (even a command error pyinfra catches) must not
+    # leave the worker out unsaid: the hook puts it back when its server is healthy
+    failure.on_failure(host_.name, lambda: _put_back_after_failure(rollout, switching,
+                                                                   bin_dir, port))
     problem = _drained(host_, router, rollout, bin_dir, port, config, t0)
     if problem is not None:
         # the server still runs its old configuration: back into the gateway at once
@@ -374,8 +385,6 @@ def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port:
         return _fail(host_, f"rolling switch: {problem}; not switched",
                      [f"gateway: {back}" if back else
                       f"gateway: {host_.name} is back in {rollout.router}'s list, unchanged"])
-    failure.on_failure(host_.name, lambda: _put_back_after_failure(rollout, switching,
-                                                                   bin_dir, port))
     return True
 
 
@@ -441,7 +450,7 @@ def _put_back_and_wait(host_, rollout: Rollout, switching: Switching) -> str | N
         switching.out = False
         failure.clear(host_.name)
         result, workers = _view(router, rollout, "ready", rollout.ready_timeout)
-    except (ValueError, InputError, PyinfraError) as exc:
+    except (ValueError, InputError, PyinfraError, OSError) as exc:
         return f"putting {rollout.url} back: {exc}"
     if not result.get("reached"):
         return (f"{rollout.url} is back in the manifest but not ready in the gateway after "
@@ -457,14 +466,19 @@ def _put_back_after_failure(rollout: Rollout, switching: Switching, bin_dir: str
     configuration again and answers /health; lines for the report."""
     if not switching.out:
         return []
-    config = parse_state(host.get_fact(ServiceConfigState,
-                                       script=state_command(RollbackSpec(profile_name=""))))
     try:
-        probe = json.loads(host.get_fact(SglangProbe, script=f"{bin_dir}/{HEALTH_PROBE}",
-                                         unit=UNIT_NAME, port=port))
-        healthy = probe.get("health") == 200
-    except (ValueError, TypeError):
-        healthy = False
+        config = parse_state(host.get_fact(
+            ServiceConfigState, script=state_command(RollbackSpec(profile_name=""))))
+        try:
+            probe = json.loads(host.get_fact(SglangProbe, script=f"{bin_dir}/{HEALTH_PROBE}",
+                                             unit=UNIT_NAME, port=port))
+            healthy = probe.get("health") == 200
+        except (ValueError, TypeError):
+            healthy = False
+    except Exception as exc:  # noqa: BLE001 - a failure path: report, never raise
+        return [f"gateway: {host.name} stays out of {rollout.router}'s list: its state "
+                f"could not be read ({type(exc).__name__}: {exc}); `pyinfra ... "
+                "deploy/router.py` puts it back once it is fixed"]
     if not (healthy and config.live_is_saved):
         why = "its server does not answer /health" if not healthy else \
             "it does not run its last good configuration"

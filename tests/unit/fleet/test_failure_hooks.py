@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from pyinfra import host as context_host
 from pyinfra.api import Config, FunctionCommand, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.api.exceptions import PyinfraError
@@ -28,7 +29,9 @@ def _state() -> State:
 
 def _register(calls: list[str]):
     def hook_setter(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
-        failure.on_failure(host.name, lambda: calls.append(host.name) or ["put back: yes"])
+        # the hook reads pyinfra's context host, as the rolling switch's put-back does
+        failure.on_failure(host.name, lambda: calls.append(context_host.name)
+                           or ["put back: yes"])
         return True
 
     return FunctionCommand(hook_setter, (), {})
@@ -81,3 +84,18 @@ def test_an_ignored_error_keeps_the_hook(calls) -> None:
     state.current_stage = StateStage.Execute
     run_ops(state)
     assert calls == [] and "@local" in failure._HOOKS
+
+
+def test_a_hook_that_raises_is_reported_and_does_not_end_the_run(calls, caplog) -> None:
+    def broken(state, host) -> bool:  # noqa: ARG001
+        failure.on_failure(host.name, lambda: 1 / 0)
+        return True
+
+    state = _state()
+    add_op(state, server.shell, name="register", commands=[])
+    _execute_time(state, 0, FunctionCommand(broken, (), {}))
+    add_op(state, server.shell, name="restart fails", commands=["exit 3"])
+    state.current_stage = StateStage.Execute
+    with caplog.at_level(logging.ERROR), pytest.raises(PyinfraError, match="No hosts"):
+        run_ops(state)  # pyinfra's own end of a run without hosts, not ZeroDivisionError
+    assert "failed too: ZeroDivisionError: division by zero" in caplog.text

@@ -22,8 +22,8 @@ class RouterHost:
 
     name = "gw"
 
-    def __init__(self, unit_state: str):
-        self.unit_state, self.commands = unit_state, []
+    def __init__(self, unit_state: str, reachable: bool = True):
+        self.unit_state, self.reachable, self.commands = unit_state, reachable, []
 
     def get_fact(self, fact, **kwargs) -> str:
         assert fact is rolling.GatewayView
@@ -31,6 +31,8 @@ class RouterHost:
 
     def run_shell_command(self, command, **kwargs):
         self.commands.append(command)
+        if not self.reachable:  # what pyinfra returns when the command could not run
+            return False, SimpleNamespace(stdout_lines=[], stderr_lines=["Connection lost"])
         return True, SimpleNamespace(stdout_lines=[self.unit_state], stderr_lines=[])
 
 
@@ -58,8 +60,13 @@ def test_a_stopped_gateway_routes_nothing_so_the_worker_switches_undrained(
     assert len(router.commands) == 1
 
 
-def test_a_running_gateway_that_does_not_answer_stops_the_switch(monkeypatch, reports) -> None:
-    router = RouterHost("active")
+@pytest.mark.parametrize("router", [
+    RouterHost("active"),
+    RouterHost("activating"),  # systemd is restarting it: it will route again soon
+    RouterHost("inactive", reachable=False),  # its state could not be asked
+], ids=["active", "activating", "unreachable"])
+def test_a_gateway_that_may_be_running_and_does_not_answer_stops_the_switch(
+        monkeypatch, reports, router) -> None:
     monkeypatch.setattr(rolling, "_router", lambda r: router)
     switching = Switching(restarts=True, rollout=rollout("a"))
     worker = SimpleNamespace(name="a")
