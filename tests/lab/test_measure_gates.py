@@ -116,7 +116,7 @@ def test_a_p2p_hang_is_reported_with_its_timeout_and_leaves_p2p_off(lab):
     assert json.loads(host_file(lab, nccl_env.HOST_JSON_PATH))[
         "disable_custom_all_reduce"] is True
     doc = json.loads(records(lab)[-1].read_text())
-    assert doc["runs"][0]["hang"] == {"timeout_s": 30}
+    assert doc["runs"][0]["hang"] == {"timeout_s": 15}
 
 
 def test_rerun_measures_nothing_and_reports_no_changes(lab):
