@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from lab.state import InstanceState, read_state
+
 
 def ssh_argv(port: int, key: Path | str, known_hosts: Path | str,
              connect_timeout: int = 10) -> list[str]:
@@ -33,13 +35,12 @@ def ssh_ok(port: int, key: Path | str, known_hosts: Path | str, timeout: float =
     return r.returncode == 0
 
 
-def run_in(st, command: str, timeout: float = 120, check: bool = True) -> str:
-    """``command`` in instance ``st``'s guest (a :class:`lab.state.InstanceState`, or an
-    instance name) as root; its stdout. Raises RuntimeError naming the instance (and the
-    command, when ``check`` and it fails) when it is not running."""
+def run_in(st: InstanceState | str, command: str, timeout: float = 120,
+           check: bool = True) -> str:
+    """Run ``command`` as root in the guest of instance ``st`` (its state, or its name);
+    return its stdout. RuntimeError when the named instance is not running, and, with
+    ``check``, when the command fails (naming instance, command and exit status)."""
     if isinstance(st, str):
-        from lab.state import read_state
-
         name, st = st, read_state(st)
         if st is None:
             raise RuntimeError(f"lab instance {name!r} is not running: `python -m lab up "

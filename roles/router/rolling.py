@@ -469,12 +469,7 @@ def _put_back_after_failure(rollout: Rollout, switching: Switching, bin_dir: str
     try:
         config = parse_state(host.get_fact(
             ServiceConfigState, script=state_command(RollbackSpec(profile_name=""))))
-        try:
-            probe = json.loads(host.get_fact(SglangProbe, script=f"{bin_dir}/{HEALTH_PROBE}",
-                                             unit=UNIT_NAME, port=port))
-            healthy = probe.get("health") == 200
-        except (ValueError, TypeError):
-            healthy = False
+        healthy = _answers_health(bin_dir, port)
     except Exception as exc:  # noqa: BLE001 - a failure path: report, never raise
         return [f"gateway: {host.name} stays out of {rollout.router}'s list: its state "
                 f"could not be read ({type(exc).__name__}: {exc}); `pyinfra ... "
@@ -489,6 +484,16 @@ def _put_back_after_failure(rollout: Rollout, switching: Switching, bin_dir: str
         return [f"gateway: {problem}"]
     return [f"gateway: {host.name} is back in {rollout.router}'s list and ready "
             "(on its last good configuration)"]
+
+
+def _answers_health(bin_dir: str, port: int) -> bool:
+    """Whether the server answers /health 200 (one probe, no wait)."""
+    try:
+        probe = json.loads(host.get_fact(SglangProbe, script=f"{bin_dir}/{HEALTH_PROBE}",
+                                         unit=UNIT_NAME, port=port))
+    except (ValueError, TypeError):
+        return False
+    return probe.get("health") == 200
 
 
 def _fail(host_, message: str, footer: tuple[str, ...] | list[str] = ()) -> bool:
