@@ -253,15 +253,18 @@ class UnitState(FactBase):
         return LiveUnit()
 
     def command(self, unit: str, paths: tuple[str, ...]) -> str:
+        # one systemctl and one stat: each process costs tens of milliseconds on a slow
+        # host, and this runs on every rerun. systemd before v248 has no --timestamp=
+        # (the start to the second then, through date).
         q = shlex.quote
-        quoted = " ".join(q(p) for p in paths)
-        return (f"systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload {q(unit)}"
-                f" 2>/dev/null; t=$(systemctl show --timestamp=us+utc -p "
-                f"ExecMainStartTimestamp --value {q(unit)} 2>/dev/null || systemctl show -p "
-                f"ExecMainStartTimestamp --value {q(unit)}); "
-                f"[ -z \"$t\" ] || echo \"Started=$(date -d \"$t\" +%s.%N)\"; "
-                f"for f in {quoted}; do [ -e \"$f\" ] && echo \"Mtime=$(stat -c %.9Y "
-                f"\"$f\") $f\"; done; true")
+        props = "-p ActiveState -p UnitFileState -p NeedDaemonReload"
+        mtimes = (f"stat -c 'Mtime=%.9Y %n' -- {' '.join(q(p) for p in paths)} 2>/dev/null; "
+                  if paths else "")
+        return (f"systemctl show --timestamp=us+utc {props} -p ExecMainStartTimestamp "
+                f"{q(unit)} 2>/dev/null || {{ systemctl show {props} {q(unit)} 2>/dev/null; "
+                f"t=$(systemctl show -p ExecMainStartTimestamp --value {q(unit)} 2>/dev/null); "
+                f"[ -z \"$t\" ] || echo \"Started=$(date -d \"$t\" +%s.%N)\"; }}; "
+                f"{mtimes}true")
 
     def process(self, output: list[str]) -> LiveUnit:
         return parse_unit_state(output)

@@ -29,6 +29,8 @@ from typing import Any
 from pyinfra import host, state
 from pyinfra.api import FactBase, StringCommand
 
+from gpuserve.facts.base import in_parallel
+
 _MISSING = "##gpuserve-prefetch-missing-command##"
 
 
@@ -65,8 +67,12 @@ def batch_script(reads: list[Read], marker: str,
     ``<marker> <index> <exit status>`` on a line of its own (stderr is dropped, like a
     fact's). ``$(...)`` takes the trailing newlines off, as pyinfra's line split does.
     ``facts``: the instances to build the commands with (some facts keep state from
-    ``command`` for ``process``, e.g. ``FileContents``); new ones by default."""
-    parts = []
+    ``command`` for ``process``, e.g. ``FileContents``); new ones by default.
+
+    The reads run at the same time and print in order (``in_parallel``): a batch costs
+    its slowest read (the doctor's ``nvidia-smi`` runs, the checkpoint scan's Python
+    start) rather than their sum."""
+    jobs = []
     for index, read in enumerate(reads):
         fact = facts[index] if facts is not None else read.cls()
         kwargs = dict(read.kwargs)
@@ -75,10 +81,10 @@ def batch_script(reads: list[Read], marker: str,
         if required:
             command = (f"if command -v {required} >/dev/null 2>&1; then ( {command} ); "
                        f"else echo '{_MISSING}'; fi")
-        parts.append(f"_o=$( ( {command}\n) 2>/dev/null </dev/null ); _s=$?; "
-                     f"[ -z \"$_o\" ] || printf '%s\\n' \"$_o\"; "
-                     f"echo \"{marker} {index} $_s\"")
-    return "\n".join(parts)
+        jobs.append(f"_o=$( ( {command}\n) 2>/dev/null </dev/null ); _s=$?; "
+                    f"[ -z \"$_o\" ] || printf '%s\\n' \"$_o\"; "
+                    f"echo \"{marker} {index} $_s\"")
+    return in_parallel(jobs, prefix="_batch")
 
 
 def split_output(lines: list[str], marker: str, count: int) -> list[tuple[int, list[str]] | None]:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from gpuserve.errors import InputError
-from gpuserve.facts.base import logger, quiet
+from gpuserve.facts.base import in_parallel, logger, quiet
 from gpuserve.facts.gpu import CUDA_TOOLKIT_COMMAND, NVIDIA_DRIVER_COMMAND, driver_from_sections
 from gpuserve.facts.host import BOOT_EVIDENCE_COMMAND, IOMMU_COMMAND, IOMMU_MARKER
 from gpuserve.host.hostfacts import HostFacts
@@ -67,6 +67,7 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
                  f"|| echo '{UNREADABLE}'; fi"),
 )
 SECTION_NAMES = tuple(name for name, _ in _SECTIONS) + ("sglang",)
+_NVIDIA_SMI_SECTIONS = ("gpus", "topo", "p2p_r", "p2p_w")
 
 # Reads the installed distribution's version without importing sglang (which would
 # initialise torch/CUDA); prints nothing when sglang is not installed.
@@ -157,9 +158,14 @@ def _measured(lines: list[str] | None) -> dict[str, Any] | None:
 
 def gather_script(sglang_python: str = "") -> StringCommand:
     """The shell script that prints every section (marker line, then the output)."""
-    parts: list[Any] = []
-    for name, command in _SECTIONS:
-        parts.append(f"echo '{marker(name)}'; {{ {command}; }};")
+    # each nvidia-smi run on its own and the rest in turn, side by side: nvidia-smi
+    # starts slowly (NVML initialises every GPU unless persistence mode is on), and the
+    # sections are found by their markers, so their order does not matter
+    slow = [f"echo '{marker(name)}'; {{ {command}; }}" for name, command in _SECTIONS
+            if name in _NVIDIA_SMI_SECTIONS]
+    rest = " ".join(f"echo '{marker(name)}'; {{ {command}; }};" for name, command in _SECTIONS
+                    if name not in _NVIDIA_SMI_SECTIONS)
+    parts: list[Any] = [f"{{ {in_parallel([*slow, rest + ' true'], prefix='_doc')}\n}};"]
     if sglang_python:
         parts += [
             f"echo '{marker('sglang')}';",

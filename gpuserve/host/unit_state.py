@@ -1,10 +1,12 @@
 """The serve unit's live state: is it running what its files say?
 
-Input: ``systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload`` (``Key=value``
-lines, systemd.exec(5) / org.freedesktop.systemd1(5)), then ``Started=<epoch>`` (the
-main process's start, ``ExecMainStartTimestamp`` through ``date +%s.%N``) and one
-``Mtime=<epoch> <path>`` per file (``stat -c %.9Y``), as ``roles.service.UnitState``
-prints them.
+Input: ``systemctl show --timestamp=us+utc -p ActiveState -p UnitFileState -p
+NeedDaemonReload -p ExecMainStartTimestamp`` (``Key=value`` lines, systemd.exec(5) /
+org.freedesktop.systemd1(5); the main process's start as ``Wed 2026-12-02 00:59:34.123456
+UTC``), or, from a systemd without ``--timestamp=`` (before v248), the first three and
+``Started=<epoch>`` (``ExecMainStartTimestamp`` through ``date +%s.%N``, whole seconds);
+then one ``Mtime=<epoch> <path>`` per file (``stat -c %.9Y``), as
+``roles.managed.UnitState`` prints them.
 
 Why the times: a deploy cut off after writing a file and before restarting the server
 (an SSH drop, a killed controller) leaves the new file in place; the rerun then finds
@@ -14,7 +16,9 @@ configuration for good.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ def parse_unit_state(lines: list[str]) -> LiveUnit:
             except ValueError:
                 started = None
             whole_seconds = value.endswith(".000000000") or "." not in value
+        elif key == "ExecMainStartTimestamp":
+            started = utc_timestamp(value)
         elif key == "Mtime":
             stamp, _, path = value.partition(" ")
             try:
@@ -72,3 +78,20 @@ def parse_unit_state(lines: list[str]) -> LiveUnit:
                     enabled=keys.get("UnitFileState", ""),
                     need_reload=keys.get("NeedDaemonReload", "no") == "yes",
                     newer=newer)
+
+
+def utc_timestamp(value: str) -> float | None:
+    """``Wed 2026-12-02 00:59:34.123456 UTC`` (``systemctl show --timestamp=us+utc``) as
+    epoch seconds; None when empty (never started) or in any other form. The weekday is
+    skipped: systemd prints it with strftime's ``%a``, in the host's locale."""
+    found = _UTC_STAMP.search(value)
+    if not found:
+        return None
+    try:
+        when = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S.%f")
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC).timestamp()
+
+
+_UTC_STAMP = re.compile(r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}) UTC$")

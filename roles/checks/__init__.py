@@ -31,8 +31,10 @@ profile failed and why and whether the host serves the last good profile again.
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyinfra import host, logger, state
@@ -93,13 +95,28 @@ def reads(bin_dir: str) -> list[Read]:
     return [managed.read(bin_dir), *(managed.read(f"{bin_dir}/{s}") for s in SCRIPTS)]
 
 
+@dataclass(frozen=True)
+class SmokeRequest:
+    """The smoke completion's request (sglang_smoke.py's arguments)."""
+
+    port: int
+    model: str
+    max_tokens: int = 64
+    config: str = ""
+
+
 class SglangProbe(FactBase):
     """One probe of the unit (HTTP /health, systemd state, journal); JSON text. With
     ``wait`` the script waits on the host up to that many seconds for the server to
-    become healthy or its start attempt to end (sglang_probe.py ``--wait``)."""
+    become healthy or its start attempt to end (sglang_probe.py ``--wait``). With
+    ``smoke``, a healthy server's probe line is followed by the smoke completion's."""
 
-    def command(self, script: str, unit: str, port: int, wait: float = 0.0) -> str:
+    def command(self, script: str, unit: str, port: int, wait: float = 0.0,
+                smoke: SmokeRequest | None = None) -> str:
         extra = ("--wait", f"{wait:.1f}") if wait > 0 else ()
+        if smoke is not None:
+            extra += ("--smoke-model", smoke.model, "--smoke-max-tokens",
+                      str(smoke.max_tokens), "--smoke-config", smoke.config)
         return " ".join(shlex.quote(a) for a in (
             "python3", script, "--unit", unit, "--port", str(port), *extra))
 
@@ -121,11 +138,29 @@ class SglangSmoke(FactBase):
 
 
 
+# A smoke completion the health gate's last probe already made (``SmokeRequest`` ->
+# the smoke script's JSON line), per host, for :func:`smoke_completion` to judge.
+_SMOKES: dict[str, tuple[SmokeRequest, str]] = {}
+
+
+def _smoke_seconds(smoke_line: str) -> float:
+    """How long the smoke completion in a probe's output took (0 when unreadable: the
+    smoke's own check reports that)."""
+    try:
+        return max(0.0, float(json.loads(smoke_line)["elapsed_s"]))
+    except (ValueError, KeyError, TypeError):
+        return 0.0
+
+
 def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
-          report_every: float) -> tuple[Decision | None, list[str], float, str]:
+          report_every: float, smoke: SmokeRequest | None = None
+          ) -> tuple[Decision | None, list[str], float, str]:
     """Poll until healthy, dead or timed out: (decision, journal tail, seconds, error).
 
-    A decision of None means the probe itself failed (``error`` says why)."""
+    A decision of None means the probe itself failed (``error`` says why). With
+    ``smoke``, each probe asks the host for the smoke completion too once the server is
+    healthy (one command and one Python start for both); a healthy verdict keeps it for
+    :func:`smoke_completion`."""
     start = time.monotonic()
     last_report = -report_every
     last_phase = None
@@ -133,15 +168,20 @@ def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
     wait = 0.0  # the first probe answers at once (baseline, first phase line)
     while True:
         asked = time.monotonic()
+        text = host.get_fact(SglangProbe, script=script, unit=unit, port=port, wait=wait,
+                             smoke=smoke)
+        probe_line, _, smoke_line = (text or "").partition("\n")
         try:
-            probe = parse_probe(host.get_fact(SglangProbe, script=script, unit=unit, port=port,
-                                              wait=wait))
+            probe = parse_probe(probe_line)
         except ProbeError as e:
             return None, [], time.monotonic() - start, str(e)
         elapsed = time.monotonic() - start
         if baseline is None:
             baseline = probe.n_restarts
         decision = decide(probe, elapsed, timeout, baseline)
+        if decision.verdict is Verdict.HEALTHY and smoke is not None and smoke_line:
+            _SMOKES[host.name] = (smoke, smoke_line)
+            elapsed = max(0.0, elapsed - _smoke_seconds(smoke_line))  # ready before it
         if decision.verdict is not Verdict.WAIT:
             return decision, probe.tail, elapsed, ""
         if decision.phase != last_phase or elapsed - last_report >= report_every:
@@ -158,16 +198,20 @@ def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
 
 @operation(is_idempotent=True)
 def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: float = 3.0,
-                 report_every: float = 15.0, rollback: RollbackSpec | None = None):
+                 report_every: float = 15.0, rollback: RollbackSpec | None = None,
+                 smoke: SmokeRequest | None = None):
     """Wait for ``/health`` 200, printing the startup phase; fail early or on timeout.
 
     With ``rollback``, a failed gate first restores the last good configuration when
     there is one that differs from the failing one (roles/service/rollback.py), waits
-    for it to be healthy again, and then fails the host saying so."""
+    for it to be healthy again, and then fails the host saying so. With ``smoke``, the
+    probe that finds the server healthy also makes the smoke completion (judged by
+    :func:`smoke_completion`, the next operation)."""
     if not state.is_executing:
         return
+    _SMOKES.pop(host.name, None)
     decision, tail, elapsed, error = _gate(unit, port, script, timeout, interval,
-                                           report_every)
+                                           report_every, smoke)
     if decision is not None and decision.verdict is Verdict.HEALTHY:
         logger.info(f"{host.name}: health: ready after {elapsed:.0f} s ({decision.message})")
         # a crash systemd restarted is not a failed gate, but must not go unseen
@@ -215,11 +259,19 @@ def results_root(results_dir: str) -> Path:
 def smoke_completion(port: int, model: str, profile: str, script: str, config: str = "",
                      max_tokens: int = 64, record: RecordSpec | None = None):
     """One completion on the host; print ``<host>: smoke: N tokens in T s = X tok/s``
-    and, with ``record``, write the result on the controller (no host command)."""
+    and, with ``record``, write the result on the controller (no host command).
+
+    The completion the health gate's probe made just before, for the same request, is
+    judged instead of making another (:func:`wait_healthy` with ``smoke``)."""
     if not state.is_executing:
         return
-    out = host.get_fact(SglangSmoke, script=script, port=port, model=model,
-                        max_tokens=max_tokens, config=config)
+    request = SmokeRequest(port=port, model=model, max_tokens=max_tokens, config=config)
+    made = _SMOKES.pop(host.name, None)
+    if made is not None and made[0] == request:
+        out = made[1]
+    else:
+        out = host.get_fact(SglangSmoke, script=script, port=port, model=model,
+                            max_tokens=max_tokens, config=config)
     try:
         result = parse_smoke_output(out)
     except SmokeError as e:
@@ -268,7 +320,8 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
         return
     wait_healthy(name=f"health gate: {unit} answers /health 200",
                  unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,
-                 rollback=rollback)
+                 rollback=rollback, smoke=SmokeRequest(port=port, model=served_name,
+                                                       config=config_path))
     smoke_completion(name=f"smoke completion on port {port}", port=port, model=served_name,
                      profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path,
                      record=record)

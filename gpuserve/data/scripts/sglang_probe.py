@@ -3,8 +3,10 @@
 
 Uploaded by roles/checks and run with the host's python3 (stdlib only, Python >= 3.8).
 It only reads: GET /health on the host itself (so the port need not be open to the
-controller), `systemctl show` and `journalctl`. It always exits 0 and prints exactly one
-JSON line; every judgement is made on the controller (gpuserve/measure/health.py).
+controller), `systemctl show` and `journalctl`. It always exits 0 and prints one JSON
+line; every judgement is made on the controller (gpuserve/measure/health.py). With
+``--smoke-model`` and a healthy server, it then makes sglang_smoke.py's completion and
+prints that script's JSON line second.
 
 Where on the host: :func:`server_host` finds the address the server listens on at the
 port in /proc/net/tcp{,6} (127.0.0.1 when it listens on every interface or not yet).
@@ -191,6 +193,12 @@ def main():
     # on an active unit or systemd has seen the start attempt end: the gate then learns
     # of a ready server within half a second instead of at its next poll over SSH.
     p.add_argument("--wait", type=float, default=0.0)
+    # Then one smoke completion, when (and only when) the server is healthy: a second
+    # JSON line (sglang_smoke.py's). The health gate asks for it so that a healthy
+    # server costs one command and one Python start for both checks (issue 10).
+    p.add_argument("--smoke-model", default="")
+    p.add_argument("--smoke-max-tokens", type=int, default=64)
+    p.add_argument("--smoke-config", default="")
     args = p.parse_args()
     deadline = time.monotonic() + max(0.0, args.wait)
     http_timeout = args.http_timeout if args.wait <= 0 else min(args.http_timeout, 5.0)
@@ -221,7 +229,12 @@ def main():
     print(json.dumps({"health": status, "health_error": error, "http": serves_http,
                       "unit": unit,
                       "lines": lines, "tail": tail,
-                      "last_exit": last_exit(args.unit, unit.get("NRestarts", ""))}))
+                      "last_exit": last_exit(args.unit, unit.get("NRestarts", ""))}),
+          flush=True)
+    if healthy and serves_http and args.smoke_model:
+        from sglang_smoke import complete  # uploaded beside this script
+        print(json.dumps(complete(args.port, args.smoke_model, args.smoke_max_tokens,
+                                  args.smoke_config)))
 
 
 if __name__ == "__main__":

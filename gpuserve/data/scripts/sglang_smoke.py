@@ -31,6 +31,38 @@ def api_key_from_config(path):
     return None
 
 
+def complete(port, model, max_tokens=64, config="", prompt="The capital of France is",
+             endpoint="/v1/completions", timeout=300.0):
+    """One completion request; the JSON-able result the controller judges."""
+    if endpoint == "/v1/completions":
+        # ignore_eos is an SGLang extension of the OpenAI request: generate exactly
+        # max_tokens so the speed figure always covers the same amount of decoding.
+        payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
+                   "temperature": 0, "ignore_eos": True}
+    else:
+        payload = {"text": prompt, "sampling_params": {
+            "max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True}}
+    headers = {"Content-Type": "application/json"}
+    key = api_key_from_config(config)
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    host = server_host(port)  # where the server listens (a private listen_address)
+    out = {"endpoint": endpoint, "status": None, "elapsed_s": None, "body": None}
+    start = time.monotonic()
+    try:
+        out["status"], raw = http_request(host, port, endpoint, timeout,
+                                          body=json.dumps(payload).encode(), headers=headers)
+    except Exception as e:
+        raw = b""
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["elapsed_s"] = time.monotonic() - start
+    try:
+        out["body"] = json.loads(raw.decode("utf-8", "replace")) if raw else None
+    except ValueError:
+        out["body"] = raw.decode("utf-8", "replace")[:500]
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
@@ -42,34 +74,8 @@ def main():
     p.add_argument("--config", default="")
     p.add_argument("--timeout", type=float, default=300.0)
     args = p.parse_args()
-
-    if args.endpoint == "/v1/completions":
-        # ignore_eos is an SGLang extension of the OpenAI request: generate exactly
-        # max_tokens so the speed figure always covers the same amount of decoding.
-        payload = {"model": args.model, "prompt": args.prompt, "max_tokens": args.max_tokens,
-                   "temperature": 0, "ignore_eos": True}
-    else:
-        payload = {"text": args.prompt, "sampling_params": {
-            "max_new_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True}}
-    headers = {"Content-Type": "application/json"}
-    key = api_key_from_config(args.config)
-    if key:
-        headers["Authorization"] = "Bearer " + key
-    host = server_host(args.port)  # where the server listens (a private listen_address)
-    out = {"endpoint": args.endpoint, "status": None, "elapsed_s": None, "body": None}
-    start = time.monotonic()
-    try:
-        out["status"], raw = http_request(host, args.port, args.endpoint, args.timeout,
-                                          body=json.dumps(payload).encode(), headers=headers)
-    except Exception as e:
-        raw = b""
-        out["error"] = f"{type(e).__name__}: {e}"
-    out["elapsed_s"] = time.monotonic() - start
-    try:
-        out["body"] = json.loads(raw.decode("utf-8", "replace")) if raw else None
-    except ValueError:
-        out["body"] = raw.decode("utf-8", "replace")[:500]
-    print(json.dumps(out))
+    print(json.dumps(complete(args.port, args.model, args.max_tokens, args.config,
+                              args.prompt, args.endpoint, args.timeout)))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ encoding, an error status and no answer at all, and the smoke script end to end.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -106,3 +107,49 @@ def test_smoke_script_posts_the_completion_with_the_key(server, tmp_path) -> Non
     assert seen["path"] == "/v1/completions"
     assert seen["auth"] == "Bearer sk-smoke-0123456789abcdef"
     assert seen["body"]["max_tokens"] == 8 and seen["body"]["ignore_eos"] is True
+
+
+def _fake_systemctl(tmp_path, active: str) -> dict:
+    """PATH with a ``systemctl`` that answers ``show`` the way systemd does (the probe's
+    only other command on a healthy server)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "systemctl"
+    tool.write_text(f"#!/bin/sh\nprintf 'ActiveState={active}\\nSubState=running\\n"
+                    "NRestarts=0\\nInvocationID=\\n'\n")
+    tool.chmod(0o755)
+    return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+
+
+def _probe(server, env, *extra) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, str(SCRIPTS_DIR / "sglang_probe.py"), "--unit", "x.service",
+         "--port", str(server), *extra], capture_output=True, text=True, timeout=30,
+        env=env, check=True)
+    return out.stdout.splitlines()
+
+
+def test_a_healthy_probe_makes_the_smoke_completion_too(server, tmp_path) -> None:
+    """Issue 10: the gate's probe and the smoke in one command and one Python start."""
+    config = tmp_path / "sglang-secrets.yaml"
+    config.write_text('api-key: "sk-smoke-0123456789abcdef"\n')
+    lines = _probe(server, _fake_systemctl(tmp_path, "active"), "--smoke-model", "glm-5",
+                   "--smoke-max-tokens", "16", "--smoke-config", str(config))
+    assert len(lines) == 2
+    assert json.loads(lines[0])["health"] == 200
+    smoke = json.loads(lines[1])
+    assert smoke["status"] == 200 and smoke["body"]["usage"]["completion_tokens"] == 64
+    seen = Handler.seen[-1]
+    assert seen["auth"] == "Bearer sk-smoke-0123456789abcdef"
+    assert seen["body"]["max_tokens"] == 16 and seen["body"]["model"] == "glm-5"
+
+
+@pytest.mark.parametrize("active, path", [("active", "/other"), ("failed", "/health")])
+def test_an_unhealthy_probe_makes_no_completion(server, tmp_path, active, path) -> None:
+    """No completion against a server that is not healthy (503) or a unit that is not
+    active: the probe prints its one line and the smoke check decides on its own."""
+    before = len(Handler.seen)
+    lines = _probe(server, _fake_systemctl(tmp_path, active), "--path", path,
+                   "--smoke-model", "glm-5")
+    assert len(lines) == 1 and json.loads(lines[0])["unit"]["ActiveState"] == active
+    assert len(Handler.seen) == before

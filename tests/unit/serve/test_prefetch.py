@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pyinfra.facts.files import FileContents
 
-from gpuserve.host.unit_state import LiveUnit, parse_unit_state
+from gpuserve.host.unit_state import LiveUnit, parse_unit_state, utc_timestamp
 from roles.managed import DebInstalled, PathInfo, PathState, UnitState, parse_path_states
 from roles.prefetch import Read, _command_text, batch_script, split_output
 from roles.sglang import ServiceAccount, parse_account
@@ -57,6 +57,49 @@ def test_failing_read_reports_its_status_and_the_rest_go_on() -> None:
     results = split_output(sh(batch_script(reads, marker)), marker, 2)
     assert results[0] == (3, ["partial"])
     assert results[1][0] == 0 and PathState().process(results[1][1]).kind == "dir"
+
+
+class Slow(PathState):
+    """A read that takes a while and prints when it ends, and leaves a mark of its end."""
+
+    def command(self, path: str) -> str:
+        return f"sleep 0.6; echo slow; date +%s.%N >> {path}"
+
+
+class Quick(PathState):
+    def command(self, path: str) -> str:
+        return f"echo quick; date +%s.%N >> {path}"
+
+
+def test_reads_run_at_the_same_time_and_print_in_order(tmp_path: Path) -> None:
+    """Issue 10: a batch costs its slowest read, not the sum, and each read's lines stay
+    its own, in the order given."""
+    ends = tmp_path / "ends"
+    reads = [Read.of(Slow, path=str(ends)), Read.of(Slow, path=str(ends)),
+             Read.of(Quick, path=str(ends))]
+    results = split_output(sh(batch_script(reads, "##m##")), "##m##", 3)
+    assert results == [(0, ["slow"]), (0, ["slow"]), (0, ["quick"])]
+    slow_ends = sorted(float(t) for t in ends.read_text().split())[1:]  # the quick one first
+    assert slow_ends[1] - slow_ends[0] < 0.4  # one after the other: 0.6 s apart
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("tmp.*/2"))
+
+
+def test_without_a_temporary_directory_the_reads_run_in_turn(tmp_path: Path) -> None:
+    """``mktemp -d`` failing (a full or read-only /tmp): the same output, one read after
+    the other."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "mktemp").write_text("#!/bin/sh\nexit 1\n")
+    (stub / "mktemp").chmod(0o755)
+    ends = tmp_path / "ends"
+    reads = [Read.of(Slow, path=str(ends)), Read.of(Slow, path=str(ends)),
+             Read.of(PathState, path=str(tmp_path))]
+    script = f"PATH={stub}:$PATH\n" + batch_script(reads, "##m##")
+    results = split_output(sh(script), "##m##", 3)
+    assert results[:2] == [(0, ["slow"]), (0, ["slow"])]
+    assert results[2] is not None and PathState().process(results[2][1]).kind == "dir"
+    first, last = (float(t) for t in ends.read_text().split())
+    assert last - first >= 0.5
 
 
 def test_no_output_is_the_fact_default_as_in_pyinfra(monkeypatch) -> None:
@@ -181,6 +224,31 @@ def test_whole_second_start_needs_a_full_second_to_call_a_file_newer() -> None:
     later = parse_unit_state([*SHOW, "Started=1796102344.000000000",
                               "Mtime=1796102345.100000000 /u"])
     assert later.stale
+
+
+# systemctl show --timestamp=us+utc -p ... -p ExecMainStartTimestamp, systemd 252 (Debian
+# 12, the lab host), as UnitState now reads it in one systemctl run
+SHOW_US = [*SHOW, "ExecMainStartTimestamp=Wed 2026-12-02 00:59:34.394563 UTC"]
+
+
+def test_start_time_read_from_systemctl_with_microseconds() -> None:
+    before = parse_unit_state([*SHOW_US, "Mtime=1796173174.300000000 /etc/gpuserve/sglang.env"])
+    assert before.converged
+    after = parse_unit_state([*SHOW_US, "Mtime=1796173174.400000000 /etc/gpuserve/sglang.env"])
+    assert after.newer == ("/etc/gpuserve/sglang.env",)
+
+
+@pytest.mark.parametrize("stamp", ["", "n/a", "Wed 2026-12-02 00:59:34 CET"])
+def test_a_start_time_in_no_known_form_never_restarts(stamp: str) -> None:
+    """Never started, or a form this cannot read: no file counts as newer (a rerun must
+    never restart a model server on a guess)."""
+    live = parse_unit_state([*SHOW, f"ExecMainStartTimestamp={stamp}", "Mtime=1900000000.0 /u"])
+    assert live.newer == () and live.converged
+
+
+def test_the_weekday_in_the_hosts_locale_does_not_matter() -> None:
+    assert utc_timestamp("Mi 2026-12-02 00:59:34.394563 UTC") == \
+        utc_timestamp("Wed 2026-12-02 00:59:34.394563 UTC") == 1796173174.394563
 
 
 @pytest.mark.parametrize("lines", [

@@ -22,7 +22,7 @@ from pyinfra.api.operations import run_ops
 
 from gpuserve.launch.locks import available_locks
 from roles import managed
-from roles.checks import smoke_completion, wait_healthy
+from roles.checks import SmokeRequest, smoke_completion, wait_healthy
 
 
 def run(op, responses: dict, diff: bool = False, **kwargs):
@@ -122,6 +122,53 @@ def test_smoke_http_error_fails_the_host(caplog) -> None:
         meta, _ = run(smoke_completion, {"sglang_smoke.py": smoke_doc(status=401)}, **SMOKE)
     assert not meta.did_succeed()
     assert "HTTP 401" in caplog.text
+
+
+def run_gate_then_smoke(responses: dict):
+    """The health gate (asking for the smoke) and the smoke check, in one pyinfra run."""
+    inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
+    state = State(inv, Config())
+    connect_all(state)
+    request = SmokeRequest(port=SMOKE["port"], model=SMOKE["model"], config=SMOKE["config"])
+    gate = next(iter(add_op(state, wait_healthy, timeout=5, smoke=request, **GATE).values()))
+    smoke = next(iter(add_op(state, smoke_completion, **SMOKE).values()))
+    with contextlib.suppress(PyinfraError):
+        run_ops(state)
+    return gate, smoke, [str(c) for c in next(iter(inv)).connector.executed_commands]
+
+
+def test_a_healthy_gate_makes_the_smoke_in_the_same_command(caplog) -> None:
+    """Issue 10: on a healthy server the probe makes the smoke completion too, and the
+    smoke check judges that one instead of starting another command."""
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        gate, smoke, cmds = run_gate_then_smoke(
+            {"sglang_probe.py": probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)})
+    assert gate.did_succeed() and smoke.did_succeed() and not smoke.did_change()
+    assert [c for c in cmds if "sglang_" in c] == [
+        "python3 /opt/gpuserve/bin/sglang_probe.py --unit gpuserve-sglang.service --port 30000"
+        " --smoke-model glm-5 --smoke-max-tokens 64 --smoke-config "
+        "/etc/gpuserve/sglang-secrets.yaml"]
+    assert "@fake: smoke: 64 tokens in 1.6 s = 40.0 tok/s (glm-5, profile glm5-nvfp4-tp8)" \
+        in caplog.text
+
+
+def test_a_failed_smoke_made_by_the_gate_fails_the_host(caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        gate, smoke, _ = run_gate_then_smoke(
+            {"sglang_probe.py": probe_doc(200) + "\n" + smoke_doc(status=401)})
+    assert gate.did_succeed() and not smoke.did_succeed()
+    assert "HTTP 401" in caplog.text
+
+
+def test_without_a_smoke_from_the_gate_the_smoke_runs_its_own_command(caplog) -> None:
+    """A probe that printed no smoke line (an older script, or the server was not yet
+    healthy when the probe ran): the smoke check makes its own completion."""
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        gate, smoke, cmds = run_gate_then_smoke({"sglang_probe.py": probe_doc(200),
+                                                 "sglang_smoke.py": smoke_doc()})
+    assert gate.did_succeed() and smoke.did_succeed()
+    assert sum("sglang_smoke.py --port 30000" in c for c in cmds) == 1
+    assert "@fake: smoke: 64 tokens in 1.9 s" in caplog.text
 
 
 SECRET = "hf_Sup3rSecretToken"

@@ -43,11 +43,16 @@ U2 = "2" * 40 + " 644:root:root"
 
 
 def lines(live: dict, saved: dict, profile: str = "") -> list[str]:
-    out = []
+    """state_command's output for these fingerprints (``sha1 mode``; None: absent)."""
+    out, found = [], []
     for name in ("unit", "env", "config"):
-        out.append(f"live {name} {live.get(name) or '-'}")
-        out.append(f"saved {name} {saved.get(name) or '-'}")
-    return [*out, f"profile {profile}".rstrip() if profile else "profile "]
+        for kind, prints in (("live", live), ("saved", saved)):
+            path = f"/{kind}/{name}"
+            out.append(f"file {kind} {name} {path}")
+            if prints.get(name):
+                sha, mode = prints[name].split(" ")
+                found += [f"{sha}  {path}", f"mode {mode} {path}"]
+    return [*out, *found, f"profile {profile}".rstrip() if profile else "profile "]
 
 
 def test_parse_state() -> None:
