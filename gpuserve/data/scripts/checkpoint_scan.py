@@ -258,6 +258,9 @@ def main(argv=None):
     p.add_argument("--dir", required=True, help="checkpoint directory")
     p.add_argument("--cache", help="directory that keeps clean scans, keyed by the files' stat")
     p.add_argument("--salt", default="", help="part of the cache key (the script's hash)")
+    p.add_argument("--stamp", help="after a clean scan, keep the output as STAMP.out and "
+                                   "rename STAMP.stamp.new (the shell's stat of the files, "
+                                   "taken before this ran) to STAMP.stamp")
     a = p.parse_args(argv)
     try:
         doc = cached_scan(a.dir, a.cache, a.salt) if a.cache else scan(a.dir)
@@ -266,7 +269,31 @@ def main(argv=None):
                "errors": [{"file": a.dir, "field": None,
                            "error": f"{type(exc).__name__}: {exc}"}]}
     sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
+    if a.stamp:
+        keep_for_shell(doc, a.stamp)
     return 0
+
+
+def keep_for_shell(doc, base):
+    """Keep a clean scan's output where the fact's shell finds it without starting
+    Python (gpuserve.facts.host.ModelCheckpoint): the output first, then the stamp, so
+    that a stamp never names an output older than itself."""
+    new_stamp = base + ".stamp.new"
+    if doc["errors"]:
+        with contextlib.suppress(OSError):
+            os.unlink(new_stamp)
+        return
+    tmp = f"{base}.out.{os.getpid()}.tmp"
+    try:
+        os.stat(new_stamp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps({**doc, "cache": "hit"}, separators=(",", ":")) + "\n")
+        os.replace(tmp, base + ".out")
+        os.replace(new_stamp, base + ".stamp")
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,15 @@ what the fact's own command gives."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from gpuserve.facts.host import CHECKPOINT_SCAN_CACHE, ModelCheckpoint
+from gpuserve.facts.host import CHECKPOINT_JSON_FILES, CHECKPOINT_SCAN_CACHE, ModelCheckpoint
+from gpuserve.paths import SCRIPTS_DIR
 from roles.managed import PathState
 from roles.prefetch import Read, _command_text, batch_script, split_output
 from roles.service.serve_plan import checkpoint_path
@@ -55,3 +58,40 @@ def test_scan_in_a_batch_gives_the_facts_own_output(tmp_path) -> None:
     assert {k: v for k, v in batched.items() if k != "cache"} == \
         {k: v for k, v in alone.items() if k != "cache"}
     assert PathState().process(results[2][1]).kind == "dir"  # the batch went on after it
+
+
+def test_a_rerun_prints_the_kept_scan_without_starting_python(tmp_path) -> None:
+    """Issue 10: the shell compares the files' stat with the stamp of the last clean
+    scan and prints its output; Python runs again only when a file changed."""
+    ckpt = compose_record("qwen3-30b-a3b", tmp_path / "Qwen3-30B-A3B", shards=2)
+    command = ModelCheckpoint().command(str(ckpt)).replace(CHECKPOINT_SCAN_CACHE,
+                                                           str(tmp_path / "c"))
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text("#!/bin/sh\necho python3-started\n")
+    (stub / "python3").chmod(0o755)
+
+    def sh(no_python: bool = False) -> str:
+        script = (f"PATH={stub}:$PATH\n" if no_python else "") + command
+        return subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                              timeout=60).stdout
+
+    first = json.loads(sh())
+    assert first["cache"] == "miss" and not first["errors"]
+    kept = json.loads(sh(no_python=True))
+    assert kept == {**first, "cache": "hit"}
+    assert oct((tmp_path / "c").stat().st_mode & 0o777) == "0o700"
+    assert {oct(f.stat().st_mode & 0o777) for f in (tmp_path / "c").iterdir()} == {"0o600"}
+
+    shard = sorted(ckpt.glob("*.safetensors"))[0]
+    os.utime(shard, ns=(shard.stat().st_mtime_ns + 10**9,) * 2)  # a changed file
+    assert sh(no_python=True).strip() == "python3-started"
+    assert json.loads(sh())["cache"] == "miss"  # the script's own cache key changed too
+    assert json.loads(sh(no_python=True))["cache"] == "hit"
+
+
+def test_the_fact_stats_the_files_the_scan_reads() -> None:
+    sys.path.insert(0, str(SCRIPTS_DIR))
+    import checkpoint_scan
+
+    assert CHECKPOINT_JSON_FILES == checkpoint_scan._READ_JSON
