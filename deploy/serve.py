@@ -67,6 +67,7 @@ from gpuserve.facts.document import HostFactsDocument, host_facts_document
 from gpuserve.facts.host import InstallTarget, ModelCheckpoint
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.launch.lock_choice import HostRuntime
+from gpuserve.launch.locks import Lock
 from roles import checks as checks_role
 from roles.checks import check_service, install_check_scripts
 from roles.inventory import group_members, inventory_source, run_deploy
@@ -82,8 +83,11 @@ from roles.router.rolling import (
 )
 from roles.service import UNIT_NAME, UNIT_PATH, configure_service
 from roles.service.rollback import RollbackSpec, keep_last_good
-from roles.service.serve_plan import checkpoint_path, plan_serve
+from roles.service.serve_plan import candidate_locks, checkpoint_path, plan_serve
 from roles.sglang import install_sglang, prune_venvs
+
+# the unit files whose venv a prune keeps: the live one and the last good one
+UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
 
 
 def host_reads(home: str, user: str, checkpoint: str | None) -> list[Read]:
@@ -92,6 +96,18 @@ def host_reads(home: str, user: str, checkpoint: str | None) -> list[Read]:
     return [Read.of(InstallTarget, path=home), Read.of(FileContents, path=HOST_JSON_PATH),
             Read.of(HostFactsDocument, sglang_python=""), *sglang_role.account_reads(user),
             *([Read.of(ModelCheckpoint, path=checkpoint)] if checkpoint else [])]
+
+
+def role_reads(user: str, home: str, locks: list[Lock]) -> list[Read]:
+    """What the roles below read once the plan exists, as far as it is known before:
+    paths under ``sglang_home``, the service's state, and the venv of every lock the
+    plan may choose (``locks``). Read in the first batch, so that a rerun with nothing
+    to do needs no second one; the second prefetch reads only what this missed."""
+    bin_dir = sglang_role.bin_dir(home)
+    return [*(read for lock in locks for read in sglang_role.reads(user, home, lock)),
+            *service_role.reads(bin_dir), *checks_role.reads(bin_dir),
+            *bench_role.reads(home), *rollback_role.reads(RollbackSpec(profile_name="")),
+            *sglang_role.prune_reads(home, UNIT_PATHS)]
 
 
 def host_runtime(home: str) -> HostRuntime:
@@ -113,13 +129,15 @@ def host_runtime(home: str) -> HostRuntime:
 
 
 def main() -> None:
-    # Reads run as two batched commands (roles/prefetch.py): what the plan needs, then,
-    # once the plan names the lock and paths, what every role below reads.
+    # Reads run as one batched command (roles/prefetch.py): what the plan needs, and what
+    # every role below reads, for every lock the plan may choose; a second batch, once
+    # the plan names the lock and paths, reads only what the first could not know.
     home = sglang_role.validate_home(
         host.data.get("sglang_home", sglang_role.DEFAULTS["sglang_home"]), inventory_source())
     user = host.data.get("sglang_user", sglang_role.DEFAULTS["sglang_user"])
-    prefetch(host_reads(home, sglang_role.validate_user(user, inventory_source()),
-                        checkpoint_path(host.data.dict(), inventory_source())))
+    user = sglang_role.validate_user(user, inventory_source())
+    prefetch([*host_reads(home, user, checkpoint_path(host.data.dict(), inventory_source())),
+              *role_reads(user, home, candidate_locks(host.data.dict(), inventory_source()))])
     plan = plan_serve(
         host.data.dict(),
         inventory_source(),
@@ -135,11 +153,7 @@ def main() -> None:
     for line in plan.preflight.warnings:
         logger.warning(f"{host.name}: {line}")
     rollback = RollbackSpec(profile_name=plan.service.profile_name, unit=UNIT_NAME)
-    unit_paths = (UNIT_PATH, rollback.saved("unit"))
-    prefetch([*sglang_role.reads(plan.user, plan.home, plan.lock),
-              *service_role.reads(plan.service), *checks_role.reads(plan.bin_dir),
-              *(bench_role.reads(plan.bench) if plan.bench is not None else ()),
-              *rollback_role.reads(rollback), *sglang_role.prune_reads(plan.home, unit_paths)])
+    prefetch(role_reads(plan.user, plan.home, [plan.lock]))  # nothing, unless missed
     # behind SGLang's gateway, a restart is a rolling switch (roles/router/rolling.py):
     # the guard first, the take-out just before the service files change
     router = gateway_of(host.name, inventory_source())
@@ -173,7 +187,7 @@ def main() -> None:
     keep_last_good(name="keep this configuration as the last good one (root-only copies)",
                    spec=rollback)
     prune_venvs(name=f"prune venvs beyond keep_venvs={plan.keep_venvs}", home=plan.home,
-                keep=plan.keep_venvs, unit_paths=unit_paths)
+                keep=plan.keep_venvs, unit_paths=UNIT_PATHS)
 
 
 run_deploy(main)

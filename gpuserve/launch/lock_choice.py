@@ -72,16 +72,24 @@ def _describe(lock: Lock) -> str:
             f"{lock.torch_cuda}, needs driver >= {lock.driver_min})")
 
 
+def wanted_locks(locks: Iterable[Lock], *, versions: Sequence[str] | None,
+                 pinned: str | None) -> list[Lock]:
+    """The locks of the profile's ``versions`` (None: any) and the host's ``pinned``
+    ``sglang_version``, before anything about the host is known: :func:`choose_lock`
+    picks among them, and the serve deploy reads their venvs in its first batch."""
+    return [lk for lk in locks
+            if (versions is None or public_version(lk.sglang) in versions)
+            and (pinned is None or lk.sglang == pinned
+                 or ("+" not in pinned and public_version(lk.sglang) == pinned))]
+
+
 def choose_lock(locks: Iterable[Lock], host: HostRuntime, *, versions: Sequence[str] | None,
                 pinned: str | None, profile: str) -> Lock:
     """The newest lock the profile renders for and the host can run, or a refusal.
 
     ``versions`` are the profile's ``sglang_versions`` (None: any catalog), ``pinned``
     the host's ``sglang_version`` (an exact version, local part allowed)."""
-    wanted = [lk for lk in locks
-              if (versions is None or public_version(lk.sglang) in versions)
-              and (pinned is None or lk.sglang == pinned
-                   or ("+" not in pinned and public_version(lk.sglang) == pinned))]
+    wanted = wanted_locks(locks, versions=versions, pinned=pinned)
     if not wanted:
         what = f"sglang_version {pinned}" if pinned else f"profile {profile}"
         raise PreflightError(

@@ -231,6 +231,11 @@ def throughput_checks(plan: BenchPlan, script: str, record: RecordSpec | None,
     yield fail_host(failed, misses, outcome)
 
 
-def reads(plan: BenchPlan) -> list[Read]:
+def mark_path(home: str) -> str:
+    """Where the host keeps the configuration it last measured and passed."""
+    return f"{home}/bench/last-pass.json"
+
+
+def reads(home: str) -> list[Read]:
     """What :func:`throughput_checks` reads before deciding to run, for the prefetch."""
-    return [Read.of(BenchMark, path=plan.mark_path)]
+    return [Read.of(BenchMark, path=mark_path(home))]

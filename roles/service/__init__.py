@@ -228,10 +228,11 @@ def _catalog_or_none(version: str):
         return None
 
 
-def reads(plan: ServicePlan) -> list[Read]:
-    """Every path and state :func:`configure_service` reads, for the deploy's prefetch."""
-    return [managed.read(p) for p in (CONFIG_DIR, ENV_PATH, CONFIG_PATH, plan.bin_dir,
-                                       f"{plan.bin_dir}/{REDACT_SCRIPT}", UNIT_PATH)] + [
+def reads(bin_dir: str) -> list[Read]:
+    """Every path and state :func:`configure_service` reads, for the deploy's prefetch
+    (``bin_dir``: the plan's, known from ``sglang_home`` before any host read)."""
+    return [managed.read(p) for p in (CONFIG_DIR, ENV_PATH, CONFIG_PATH, bin_dir,
+                                       f"{bin_dir}/{REDACT_SCRIPT}", UNIT_PATH)] + [
         managed.read_unit(UNIT_NAME, MANAGED_FILES)]
 
 

@@ -29,6 +29,7 @@ from gpuserve.launch.lock_choice import (
     cuda_home,
     preflight,
     public_version,
+    wanted_locks,
 )
 from gpuserve.launch.locks import Lock, catalog_mismatch, load_locks
 from gpuserve.launch.profiles import load_profile, profile_ref_problem
@@ -44,6 +45,7 @@ from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_
 from gpuserve.measure.results import RecordSpec, launch_hash, record_spec
 from roles import checks, service, sglang
 from roles.checks.bench import BenchPlan
+from roles.checks.bench import mark_path as bench_mark_path
 from roles.service.preflight import PreflightReport, run_preflight
 from roles.service.preflight import validate_mode as validate_preflight
 
@@ -71,7 +73,7 @@ class ServePlan:
 
     @property
     def bin_dir(self) -> str:
-        return f"{self.home}/bin"
+        return sglang.bin_dir(self.home)
 
     @property
     def config_path(self) -> str:
@@ -218,7 +220,7 @@ def plan_serve(
     served = profile.model.served_name or profile.model.path
     plan = service.plan_service(
         args=args, env=launch_env, venv=venv_path(home, lock), user=user,
-        state_dir=sglang.state_dir(home), bin_dir=f"{home}/bin", profile_name=profile.name,
+        state_dir=sglang.state_dir(home), bin_dir=sglang.bin_dir(home), profile_name=profile.name,
         profile_source=str(profile.source), sglang_version=version,
         model_path=profile.model.path, port=profile.server.port, served_name=served,
         extra_env=data["sglang_extra_env"], hf_token=data["hf_token"],
@@ -262,6 +264,27 @@ def checkpoint_path(host_data: dict, source: str) -> str | None:
     except InputError:
         return None
     return path if path.startswith("/") else None
+
+
+def candidate_locks(host_data: dict, source: str) -> list[Lock]:
+    """The locks :func:`plan_serve` will choose among (the profile's versions, the
+    host's pin), known before any host read, so that the deploy reads their venvs in its
+    first batch along with the host's facts (a second batch cost every rerun one more
+    round trip). Empty when the input is bad: :func:`plan_serve` then raises the error,
+    in its own order."""
+    data = defaults()
+    data.update({k: v for k, v in host_data.items() if k in data})
+    ref = data["profile"]
+    if not ref or not isinstance(ref, str) or profile_ref_problem(ref):
+        return []
+    try:
+        profile = load_profile(ref)
+        locks = load_locks(optional_str(data, "sglang_locks_dir", source), source=source,
+                           field="sglang_locks_dir")
+        return wanted_locks(locks, versions=profile.sglang_versions or available_versions(),
+                            pinned=optional_str(data, "sglang_version", source))
+    except InputError:
+        return []
 
 
 def profile_hash(profile) -> str:
@@ -332,5 +355,5 @@ def _bench_plan(data: dict, source: str, *, profile, lock: Lock, user: str, home
         port=profile.server.port, served_name=service_plan.served_name,
         tokenizer=profile.model.path,
         config_path=service.CONFIG_PATH if service_plan.config_text is not None else "",
-        runs_dir=f"{home}/bench", mark_path=f"{home}/bench/last-pass.json",
+        runs_dir=f"{home}/bench", mark_path=bench_mark_path(home),
     )

@@ -144,6 +144,11 @@ def validate_keep(keep: object, source: str) -> int:
     return keep
 
 
+def bin_dir(home: str) -> str:
+    """Where the host scripts live (root-owned): the redactor, the checks' scripts."""
+    return f"{home}/bin"
+
+
 def state_dir(home: str) -> str:
     """The service user's HOME and its only writable place (model/JIT caches)."""
     return f"{home}/cache"
@@ -271,6 +276,23 @@ class VenvVerified(FactBase):
 
     def process(self, output: list[str]) -> str | None:
         return output[0].strip() if output and output[0].strip() else None
+
+    @staticmethod
+    def group_command(kwargs_list: list[dict]) -> str:
+        """Every venv's first stamp line as ``<index> <line>``, with shell builtins only
+        (the deploy reads the venvs of every candidate lock in its first batch)."""
+        stamps = [shlex.quote(f"{k['venv']}/{STAMP}") for k in kwargs_list]
+        return "; ".join(f'_v=; {{ read -r _v < {stamp}; }} 2>/dev/null; echo "{i} $_v"'
+                         for i, stamp in enumerate(stamps)) + "; true"
+
+    @staticmethod
+    def group_process(kwargs_list: list[dict], output: list[str]) -> list[str | None]:
+        found: dict[int, str] = {}
+        for line in output:
+            index, _, value = line.partition(" ")
+            if index.isdigit() and value.strip():
+                found[int(index)] = value.strip()
+        return [found.get(i) for i in range(len(kwargs_list))]
 
 
 class VenvReport(FactBase):
@@ -417,7 +439,7 @@ def prune_venvs(home: str, keep: int, unit_paths: tuple[str, ...]):
 def directories(user: str, home: str) -> tuple[tuple[str, str, str], ...]:
     """(path, owner, mode) of every directory :func:`install_sglang` manages."""
     return ((home, "root", "755"), (f"{home}/venvs", "root", "755"),
-            (f"{home}/locks", "root", "755"), (f"{home}/bin", "root", "755"),
+            (f"{home}/locks", "root", "755"), (bin_dir(home), "root", "755"),
             (state_dir(home), user, "750"))
 
 

@@ -15,8 +15,8 @@ from pyinfra.facts.files import FileContents
 
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state, utc_timestamp
 from roles.managed import DebInstalled, PathInfo, PathState, UnitState, parse_path_states
-from roles.prefetch import Read, _command_text, batch_script, split_output
-from roles.sglang import ServiceAccount, parse_account
+from roles.prefetch import Read, _command_text, _Group, batch_script, split_output
+from roles.sglang import STAMP, ServiceAccount, VenvVerified, parse_account
 
 
 def sh(script: str) -> list[str]:
@@ -321,3 +321,20 @@ def test_write_changed_writes_only_the_files_that_differ(monkeypatch) -> None:
     assert "/etc/gpuserve/b" in cmds[0] and "/etc/gpuserve/c" in cmds[1]
     assert all("fresh-contents" not in c for c in cmds)  # contents go on stdin
     assert run([("/etc/gpuserve/a", "kept\n")]) == (False, [])
+
+
+def test_venv_stamps_of_many_venvs_in_one_read(tmp_path: Path) -> None:
+    """The deploy reads every candidate lock's venv stamp in its first batch: grouped,
+    with shell builtins only, each value exactly what the fact alone gives."""
+    done, bare, empty = tmp_path / "done", tmp_path / "bare", tmp_path / "empty"
+    for venv in (done, bare, empty):
+        venv.mkdir()
+    (done / STAMP).write_text("sha256:abc123\nverified 2026-12-02\n")
+    (empty / STAMP).write_text("")
+    venvs = [str(done), str(bare), str(empty), str(tmp_path / "missing"), "/a b/it's"]
+    reads = [Read.of(VenvVerified, venv=v) for v in venvs]
+    results = split_output(sh(batch_script(
+        [Read.of(_Group, fact_cls=VenvVerified, reads=tuple(reads))], "##m##")), "##m##", 1)
+    grouped = VenvVerified.group_process([dict(r.kwargs) for r in reads], results[0][1])
+    assert grouped == ["sha256:abc123", None, None, None, None]
+    assert grouped == [VenvVerified().process(alone(r)) for r in reads]

@@ -14,7 +14,7 @@ import pytest
 
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
-from roles.service.serve_plan import plan_serve
+from roles.service.serve_plan import candidate_locks, plan_serve
 from roles.sglang import pip_args
 
 REPO = Path(__file__).resolve().parents[3]
@@ -364,3 +364,28 @@ def test_bench_fingerprint_and_record_follow_the_listen_address() -> None:
     assert plain.record.launch_hash != keyed.record.launch_hash
     argv = plain.record.context["argv"]
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
+
+
+@pytest.mark.parametrize(("data", "host"), [
+    ({"profile": "glm5-nvfp4-tp8"}, R580),
+    ({"profile": "deepseek-v3-fp8-h200-tp8"}, runtime(python="3.12.3", glibc="2.39")),
+    ({"profile": "glm5-nvfp4-tp8", "sglang_version": "0.5.23"}, R580),
+    ({"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": str(REPO / "gpuserve/data/locks")},
+     R580),
+])
+def test_the_chosen_lock_is_among_the_candidates_read_in_the_first_batch(data, host) -> None:
+    """Issue 10: the deploy reads the venvs of every candidate lock in its first batch,
+    so the lock the plan then chooses must be one of them (else a second batch runs)."""
+    chosen = plan_serve(data, "inventory/gpu.py", host).lock
+    candidates = candidate_locks(data, "inventory/gpu.py")
+    assert chosen in candidates
+
+
+@pytest.mark.parametrize("data", [{}, {"profile": "no-such-profile"},
+                                  {"profile": "../../etc/passwd"},
+                                  {"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": "/nonexistent"},
+                                  {"profile": "glm5-nvfp4-tp8", "sglang_version": 5}])
+def test_bad_input_has_no_candidates_and_the_plan_says_why(data) -> None:
+    assert candidate_locks(data, "inventory/gpu.py") == []
+    with pytest.raises((InputError, PreflightError)):
+        plan_serve(data, "inventory/gpu.py", R580)
