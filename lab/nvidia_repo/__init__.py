@@ -169,7 +169,8 @@ def packages(spec: dict, public_key: bytes) -> list[_Deb]:
         debs.append(
             _Deb("nvidia-driver", v, depends=f"nvidia-persistenced (= {v}), gpuserve-lab-hardware",
                  description="NVIDIA driver metapackage (lab stand-in: nvidia-smi only)")
-            .add("/usr/bin/nvidia-smi", (files / "nvidia-smi-front").read_text(), 0o755)
+            .add("/usr/bin/nvidia-smi", (files / "nvidia-smi-front").read_text()
+                 .replace("@DRIVER_VERSION@", version), 0o755)
             .add("/usr/lib/gpuserve-lab/nvidia-smi", smi, 0o755)
         )
         debs.append(

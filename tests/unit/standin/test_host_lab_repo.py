@@ -3,6 +3,7 @@ formats gpuserve's own parsers read (so the lab exercises the real parsing paths
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -86,6 +87,7 @@ def _smi(tmp_path: Path, repo: Path, box: str, *args: str, front: bool = True) -
         script = script.replace("/usr/share/gpuserve-lab/boxes", str(boxes))
         script = script.replace("/etc/gpuserve-lab/box", str(tmp_path / "box"))
         script = script.replace("/usr/lib/gpuserve-lab/nvidia-smi", str(tmp_path / "smi.py"))
+        script = script.replace("/run/", f"{tmp_path}/run/")
         script = script.split("\n", 1)[1]
         path = tmp_path / name
         path.write_text(f"#!{interpreter}\n{script}")
@@ -93,6 +95,7 @@ def _smi(tmp_path: Path, repo: Path, box: str, *args: str, front: bool = True) -
         return path
 
     (tmp_path / "box").write_text(box + "\n")
+    (tmp_path / "run").mkdir(exist_ok=True)
     python = place("usr/lib/gpuserve-lab/nvidia-smi", "smi.py", sys.executable)
     entry = place("usr/bin/nvidia-smi", "smi", "/bin/sh") if front else python
     out = subprocess.run([str(entry), *args], capture_output=True, text=True)
@@ -107,6 +110,32 @@ def _smi(tmp_path: Path, repo: Path, box: str, *args: str, front: bool = True) -
 def test_nvidia_smi_front_prints_what_the_python_stand_in_prints(repo, tmp_path, box, args):
     """The sh front's fast path is only a faster way to the same recorded files."""
     assert _smi(tmp_path, repo, box, *args) == _smi(tmp_path, repo, box, *args, front=False)
+
+
+@pytest.mark.parametrize("box", ["rtxpro6000-kvm", "rtxpro6000-kvm-driver575"])
+def test_nvidia_smi_front_keeps_query_answers_per_persistence_state(repo, tmp_path, box):
+    """The front answers a repeated --query-gpu from /run without the Python stand-in,
+    and the answer follows persistence mode, the one part of it that changes."""
+    query = nvidia_smi.QUERY_COMMAND.split()[1:]
+    first = _smi(tmp_path, repo, box, *query)
+    assert first == _smi(tmp_path, repo, box, *query, front=False)
+    assert "Disabled" in first
+    (tmp_path / "smi.py").write_text("#!/bin/sh\nexit 3\n")  # the stand-in is gone now
+
+    def front() -> subprocess.CompletedProcess:  # the front placed by _smi, as it is now
+        return subprocess.run([str(tmp_path / "smi"), *query], capture_output=True, text=True)
+
+    assert front().stdout == first  # from the kept answer
+    persist = tmp_path / "run" / "nvidia-persistenced"
+    persist.mkdir()
+    (persist / "nvidia-persistenced.pid").write_text(f"{os.getpid()}\n")
+    (persist / "gpuserve-lab-persistence-mode").write_text("")
+    assert front().returncode == 3  # persistence on: a new key, the stand-in is asked
+    enabled = _smi(tmp_path, repo, box, *query)  # placed again, the stand-in is back
+    assert enabled == first.replace("Disabled", "Enabled")
+    kept = sorted(p.name.split(".")[:2]
+                  for p in (tmp_path / "run" / "gpuserve-lab").glob("nvidia-smi-*/*"))
+    assert kept == [[box, "Disabled"], [box, "Enabled"]]
 
 
 def test_nvidia_smi_reference_box(repo, tmp_path):
