@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import struct
 import subprocess
@@ -32,7 +33,8 @@ def run_fact(directory: Path, cache: Path, script_edit: str = "") -> dict:
     assert f"--cache {CHECKPOINT_SCAN_CACHE} " in cmd
     cmd = cmd.replace(CHECKPOINT_SCAN_CACHE, str(cache))
     if script_edit:  # the controller hashes the script it sends: a new script, a new salt
-        cmd = cmd.replace("--salt ", f"--salt {script_edit}", 1)
+        salt = re.search(r"--salt (\w+)", cmd).group(1)
+        cmd = cmd.replace(salt, f"{script_edit}{salt}")
     out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=True,
                          timeout=60).stdout
     return json.loads(out)
@@ -48,8 +50,10 @@ def test_unchanged_checkpoint_is_a_hit_with_the_same_document(ckpt, tmp_path):
     assert parse_scan(json.dumps(second)).tensor_count == parse_scan(json.dumps(first)).tensor_count
     # root-only: the kept documents describe the host's models
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
-    (kept,) = cache.iterdir()
-    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    # the scan's own cache file, and the output and stamp the fact's shell reads
+    kept = sorted(cache.iterdir())
+    assert sorted(p.suffix for p in kept) == [".json", ".out", ".stamp"]
+    assert {stat.S_IMODE(p.stat().st_mode) for p in kept} == {0o600}
 
 
 @pytest.mark.parametrize("change", ["shard_same_size_same_mtime", "config", "new_shard",
