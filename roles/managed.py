@@ -254,16 +254,20 @@ class UnitState(FactBase):
 
     def command(self, unit: str, paths: tuple[str, ...]) -> str:
         # one systemctl and one stat: each process costs tens of milliseconds on a slow
-        # host, and this runs on every rerun. systemd before v248 has no --timestamp=
-        # (the start to the second then, through date).
+        # host, and this runs on every rerun. systemd before v248 has no --timestamp=,
+        # and v248-v250 accept it but ignore it for `show`: a start time that is not
+        # "... HH:MM:SS.ffffff UTC" goes through date instead (to the second then).
         q = shlex.quote
-        props = "-p ActiveState -p UnitFileState -p NeedDaemonReload"
+        props = "-p ActiveState -p UnitFileState -p NeedDaemonReload -p ExecMainStartTimestamp"
         mtimes = (f"stat -c 'Mtime=%.9Y %n' -- {' '.join(q(p) for p in paths)} 2>/dev/null; "
                   if paths else "")
-        return (f"systemctl show --timestamp=us+utc {props} -p ExecMainStartTimestamp "
-                f"{q(unit)} 2>/dev/null || {{ systemctl show {props} {q(unit)} 2>/dev/null; "
-                f"t=$(systemctl show -p ExecMainStartTimestamp --value {q(unit)} 2>/dev/null); "
-                f"[ -z \"$t\" ] || echo \"Started=$(date -d \"$t\" +%s.%N)\"; }}; "
+        return (f"_u=$(systemctl show --timestamp=us+utc {props} {q(unit)} 2>/dev/null) || "
+                f"_u=$(systemctl show {props} {q(unit)} 2>/dev/null); "
+                "printf '%s\\n' \"$_u\"; "
+                "case \"$_u\" in *ExecMainStartTimestamp=*) "
+                "_t=${_u#*ExecMainStartTimestamp=}; _n='\n'; _t=${_t%%\"$_n\"*}; "
+                "case \"$_t\" in ''|*.[0-9][0-9][0-9][0-9][0-9][0-9]' UTC') ;; "
+                "*) echo \"Started=$(date -d \"$_t\" +%s.%N 2>/dev/null)\" ;; esac ;; esac; "
                 f"{mtimes}true")
 
     def process(self, output: list[str]) -> LiveUnit:

@@ -29,9 +29,10 @@ from typing import Any
 from pyinfra import host, state
 from pyinfra.api import FactBase, StringCommand
 
-from gpuserve.facts.base import in_parallel
+from gpuserve.facts.base import complete_jobs, in_parallel
 
 _MISSING = "##gpuserve-prefetch-missing-command##"
+BATCH_PREFIX = "_batch"  # the batch's shell functions and job frame (in_parallel)
 
 
 @dataclass(frozen=True)
@@ -84,14 +85,15 @@ def batch_script(reads: list[Read], marker: str,
         jobs.append(f"_o=$( ( {command}\n) 2>/dev/null </dev/null ); _s=$?; "
                     f"[ -z \"$_o\" ] || printf '%s\\n' \"$_o\"; "
                     f"echo \"{marker} {index} $_s\"")
-    return in_parallel(jobs, prefix="_batch")
+    return in_parallel(jobs, prefix=BATCH_PREFIX)
 
 
 def split_output(lines: list[str], marker: str, count: int) -> list[tuple[int, list[str]] | None]:
-    """Per read: (exit status, its output lines), or None when its marker is missing."""
+    """Per read: (exit status, its output lines), or None when its marker is missing or
+    its output did not arrive whole (``complete_jobs``)."""
     out: list[tuple[int, list[str]] | None] = [None] * count
     current: list[str] = []
-    for line in lines:
+    for line in complete_jobs(lines, prefix=BATCH_PREFIX):
         if line.startswith(marker + " "):
             try:
                 _, index, status = line.split(" ")

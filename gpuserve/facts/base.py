@@ -22,6 +22,10 @@ def quiet(command: str) -> str:
     return f"_o=$({command} 2>/dev/null) && [ -n \"$_o\" ] && printf '%s\\n' \"$_o\"; true"
 
 
+def _job_tag(prefix: str) -> str:
+    return f"##gpuserve-job{prefix}##"
+
+
 def in_parallel(jobs: list[str], prefix: str = "_p") -> str:
     """Shell that runs ``jobs`` (snippets printing to stdout) at the same time and prints
     their outputs in order, as if they had run one after the other.
@@ -30,12 +34,16 @@ def in_parallel(jobs: list[str], prefix: str = "_p") -> str:
     (``nvidia-smi`` on an 8-GPU box, a Python start); run side by side they cost the
     slowest one, not the sum. Each job writes its own file in a private temporary
     directory (``mktemp -d``: 0700, removed at exit); all are printed by one ``cat``.
-    Without a temporary directory (a full or read-only /tmp) they run in turn.
-    ``prefix`` names the shell functions and the directory variable, so that scripts of
-    this kind can nest."""
+    Without a temporary directory (a full or read-only /tmp) they run in turn. Each
+    job's output is framed by a begin and an end line, so that :func:`complete_jobs`
+    keeps only jobs whose output arrived whole (a file cut short on a full disk never
+    passes for a shorter answer). ``prefix`` names the shell functions, the directory
+    variable and the frame, so that scripts of this kind can nest."""
     if not jobs:
         return "true"
-    functions = [f"{prefix}{i}() {{\n{job}\n}}" for i, job in enumerate(jobs)]
+    tag = _job_tag(prefix)
+    functions = [f"{prefix}{i}() {{\necho '{tag} {i} begin'\n{job}\necho '{tag} {i} end'\n}}"
+                 for i, job in enumerate(jobs)]
     indexes = range(len(jobs))
     started = " ".join(f'{prefix}{i} >"${prefix}t/{i}" &' for i in indexes)
     files = " ".join(f'"${prefix}t/{i}"' for i in indexes)
@@ -43,7 +51,29 @@ def in_parallel(jobs: list[str], prefix: str = "_p") -> str:
     return "\n".join([
         *functions,
         f"if {prefix}t=$(mktemp -d 2>/dev/null); then trap 'rm -rf \"${prefix}t\"' EXIT; "
-        f"{started} wait; cat {files}; else {serial}; fi"])
+        f"{started} wait; cat {files} 2>/dev/null; else {serial}; fi; true"])
+
+
+def complete_jobs(lines: list[str], prefix: str = "_p") -> list[str]:
+    """The output lines of :func:`in_parallel`'s jobs that arrived whole (their begin and
+    end lines both there, in order), without the frame; a job cut short is left out."""
+    tag = _job_tag(prefix) + " "
+    out: list[str] = []
+    current: list[str] | None = None
+    index = ""
+    for line in lines:
+        if line.startswith(tag):
+            which, _, edge = line[len(tag):].strip().partition(" ")
+            if edge == "begin":
+                current, index = [], which
+                continue
+            if edge == "end" and current is not None and which == index:
+                out.extend(current)
+            current = None
+            continue
+        if current is not None:
+            current.append(line)
+    return out
 
 
 class ParsedFact(FactBase[T], Generic[T]):

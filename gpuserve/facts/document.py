@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from gpuserve.errors import InputError
-from gpuserve.facts.base import in_parallel, logger, quiet
+from gpuserve.facts.base import complete_jobs, in_parallel, logger, quiet
 from gpuserve.facts.gpu import CUDA_TOOLKIT_COMMAND, NVIDIA_DRIVER_COMMAND, driver_from_sections
 from gpuserve.facts.host import BOOT_EVIDENCE_COMMAND, IOMMU_COMMAND, IOMMU_MARKER
 from gpuserve.host.hostfacts import HostFacts
@@ -68,6 +68,7 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
 )
 SECTION_NAMES = tuple(name for name, _ in _SECTIONS) + ("sglang",)
 _NVIDIA_SMI_SECTIONS = ("gpus", "topo", "p2p_r", "p2p_w")
+DOC_PREFIX = "_doc"  # the document's shell functions and job frame (in_parallel)
 
 # Reads the installed distribution's version without importing sglang (which would
 # initialise torch/CUDA); prints nothing when sglang is not installed.
@@ -165,7 +166,7 @@ def gather_script(sglang_python: str = "") -> StringCommand:
             if name in _NVIDIA_SMI_SECTIONS]
     rest = " ".join(f"echo '{marker(name)}'; {{ {command}; }};" for name, command in _SECTIONS
                     if name not in _NVIDIA_SMI_SECTIONS)
-    parts: list[Any] = [f"{{ {in_parallel([*slow, rest + ' true'], prefix='_doc')}\n}};"]
+    parts: list[Any] = [f"{{ {in_parallel([*slow, rest + ' true'], prefix=DOC_PREFIX)}\n}};"]
     if sglang_python:
         parts += [
             f"echo '{marker('sglang')}';",
@@ -196,7 +197,11 @@ class HostFactsDocument(FactBase[dict[str, Any]]):
         return gather_script(sglang_python)
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        return document_from_sections(split_sections(output))
+        # sections of a job cut short are absent (None), never a shorter answer
+        inner = complete_jobs(output, prefix=DOC_PREFIX)
+        rest = output[next((i for i, line in enumerate(output)
+                            if line == marker("sglang")), len(output)):]
+        return document_from_sections(split_sections([*inner, *rest]))
 
 
 def host_facts_document(host: Any, sglang_python: str = "") -> dict[str, Any]:

@@ -205,15 +205,19 @@ class ModelCheckpoint(FactBase[str]):
         salt = hashlib.sha256(script.encode()).hexdigest()[:16]
         q = shlex.quote
         base = f"{CHECKPOINT_SCAN_CACHE}/{hashlib.sha256(path.encode()).hexdigest()[:32]}"
-        files = " ".join(q(n) for n in CHECKPOINT_JSON_FILES) + " *.safetensors"
+        # -L: the scan follows links (os.stat), so must the stamp; .*: the scan lists
+        # hidden shards too
+        files = (" ".join(q(n) for n in CHECKPOINT_JSON_FILES)
+                 + " *.safetensors .*.safetensors")
         return (f"_st=$(echo {salt}; cd -- {q(path)} 2>/dev/null && pwd -P && "
-                f"stat -c '%n %s %.9Y %.9Z %i %d' -- {files} 2>/dev/null); "
+                f"stat -L -c '%n %s %.9Y %.9Z %i %d' -- {files} 2>/dev/null); "
                 f"if [ -f {base}.out ] && [ \"$_st\" = \"$(cat {base}.stamp 2>/dev/null)\" ]; "
                 f"then cat {base}.out; else "
                 f"(umask 077 && mkdir -p {CHECKPOINT_SCAN_CACHE} && printf '%s\\n' \"$_st\" "
-                f"> {base}.stamp.new) 2>/dev/null; "
+                f"> {base}.stamp.$$) 2>/dev/null; "
                 f"python3 - --dir {q(path)} --cache {CHECKPOINT_SCAN_CACHE} --salt {salt} "
-                f"--stamp {base} <<'{marker}'\n{script}\n{marker}\nfi")
+                f"--stamp {base} --stamp-taken {base}.stamp.$$ <<'{marker}'\n{script}\n"
+                f"{marker}\nfi")
 
     def process(self, output: list[str]) -> str:
         return "\n".join(output)

@@ -3,8 +3,8 @@
 Input: ``systemctl show --timestamp=us+utc -p ActiveState -p UnitFileState -p
 NeedDaemonReload -p ExecMainStartTimestamp`` (``Key=value`` lines, systemd.exec(5) /
 org.freedesktop.systemd1(5); the main process's start as ``Wed 2026-12-02 00:59:34.123456
-UTC``), or, from a systemd without ``--timestamp=`` (before v248), the first three and
-``Started=<epoch>`` (``ExecMainStartTimestamp`` through ``date +%s.%N``, whole seconds);
+UTC``), plus, when the start is in any other form (systemd before v251 prints local
+time to the second), ``Started=<epoch>`` (that value through ``date +%s.%N``);
 then one ``Mtime=<epoch> <path>`` per file (``stat -c %.9Y``), as
 ``roles.managed.UnitState`` prints them.
 
@@ -61,7 +61,8 @@ def parse_unit_state(lines: list[str]) -> LiveUnit:
                 started = None
             whole_seconds = value.endswith(".000000000") or "." not in value
         elif key == "ExecMainStartTimestamp":
-            started = utc_timestamp(value)
+            # a form utc_timestamp cannot read comes with a Started= line (through date)
+            started = utc_timestamp(value) if started is None else started
         elif key == "Mtime":
             stamp, _, path = value.partition(" ")
             try:

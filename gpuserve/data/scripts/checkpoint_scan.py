@@ -259,8 +259,9 @@ def main(argv=None):
     p.add_argument("--cache", help="directory that keeps clean scans, keyed by the files' stat")
     p.add_argument("--salt", default="", help="part of the cache key (the script's hash)")
     p.add_argument("--stamp", help="after a clean scan, keep the output as STAMP.out and "
-                                   "rename STAMP.stamp.new (the shell's stat of the files, "
-                                   "taken before this ran) to STAMP.stamp")
+                                   "the --stamp-taken file as STAMP.stamp")
+    p.add_argument("--stamp-taken", help="the shell's stat of the files, taken before this "
+                                         "ran (a name of this run's own)")
     a = p.parse_args(argv)
     try:
         doc = cached_scan(a.dir, a.cache, a.salt) if a.cache else scan(a.dir)
@@ -269,16 +270,16 @@ def main(argv=None):
                "errors": [{"file": a.dir, "field": None,
                            "error": f"{type(exc).__name__}: {exc}"}]}
     sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
-    if a.stamp:
-        keep_for_shell(doc, a.stamp)
+    if a.stamp and a.stamp_taken:
+        keep_for_shell(doc, a.stamp, a.stamp_taken)
     return 0
 
 
-def keep_for_shell(doc, base):
+def keep_for_shell(doc, base, new_stamp):
     """Keep a clean scan's output where the fact's shell finds it without starting
-    Python (gpuserve.facts.host.ModelCheckpoint): the output first, then the stamp, so
-    that a stamp never names an output older than itself."""
-    new_stamp = base + ".stamp.new"
+    Python (gpuserve.facts.host.ModelCheckpoint): the output first, then the stamp this
+    run's shell took before it started (``new_stamp``, a name of its own: two runs at
+    once never swap stamps), so that a stamp never names an output older than itself."""
     if doc["errors"]:
         with contextlib.suppress(OSError):
             os.unlink(new_stamp)

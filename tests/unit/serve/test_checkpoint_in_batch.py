@@ -95,3 +95,38 @@ def test_the_fact_stats_the_files_the_scan_reads() -> None:
     import checkpoint_scan
 
     assert CHECKPOINT_JSON_FILES == checkpoint_scan._READ_JSON
+
+
+def test_a_shard_behind_a_link_replaced_scans_again(tmp_path) -> None:
+    """Review: the scan follows links (os.stat), so the stamp must too: a shard whose
+    link target was replaced (a shared store synced anew) is not the kept scan's."""
+    ckpt = compose_record("qwen3-30b-a3b", tmp_path / "store", shards=2)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    for f in ckpt.iterdir():
+        (linked / f.name).symlink_to(f)
+    command = ModelCheckpoint().command(str(linked)).replace(CHECKPOINT_SCAN_CACHE,
+                                                             str(tmp_path / "c"))
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text("#!/bin/sh\necho python3-started\n")
+    (stub / "python3").chmod(0o755)
+
+    def sh(no_python: bool = False) -> str:
+        script = (f"PATH={stub}:$PATH\n" if no_python else "") + command
+        return subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                              timeout=60).stdout
+
+    assert json.loads(sh())["cache"] == "miss"
+    assert json.loads(sh(no_python=True))["cache"] == "hit"
+    shard = sorted(ckpt.glob("*.safetensors"))[0]
+    size = shard.stat().st_size
+    with open(shard, "rb") as f:  # sparse and full size: copy the header only
+        head = f.read(8)
+        head += f.read(int.from_bytes(head, "little"))
+    replaced = shard.with_suffix(".new")
+    with open(replaced, "wb") as f:
+        f.write(head)
+        f.truncate(size)
+    replaced.replace(shard)  # a new file (new inode) behind the same link
+    assert sh(no_python=True).strip() == "python3-started"

@@ -153,3 +153,15 @@ def test_an_unhealthy_probe_makes_no_completion(server, tmp_path, active, path) 
                    "--smoke-model", "glm-5")
     assert len(lines) == 1 and json.loads(lines[0])["unit"]["ActiveState"] == active
     assert len(Handler.seen) == before
+
+
+def test_a_smoke_that_raises_is_a_smoke_error_not_a_failed_probe(server, tmp_path) -> None:
+    """Review: an exception in the completion (here a key line that is not valid JSON)
+    must reach the smoke check as its error; the probe itself still answers, exit 0."""
+    config = tmp_path / "sglang-secrets.yaml"
+    config.write_text('api-key: "unterminated\n')
+    lines = _probe(server, _fake_systemctl(tmp_path, "active"), "--smoke-model", "glm-5",
+                   "--smoke-config", str(config))
+    assert json.loads(lines[0])["health"] == 200
+    smoke = json.loads(lines[1])
+    assert smoke["status"] is None and smoke["error"].startswith("JSONDecodeError")

@@ -153,8 +153,25 @@ def test_deferred_reads_join_the_next_batch(monkeypatch, tmp_path: Path) -> None
     prefetch_mod.forget()
 
 
+JOB = "##gpuserve-job_batch##"  # in_parallel's frame of the batch's jobs
+
+
 def test_missing_marker_leaves_the_read_unknown() -> None:
-    assert split_output(["x", "##m## 0 0", "y"], "##m##", 2) == [(0, ["x"]), None]
+    lines = [f"{JOB} 0 begin", "x", "##m## 0 0", f"{JOB} 0 end", f"{JOB} 1 begin", "y",
+             f"{JOB} 1 end"]
+    assert split_output(lines, "##m##", 2) == [(0, ["x"]), None]
+
+
+def test_a_read_cut_short_is_unknown_and_never_lends_lines_to_the_next() -> None:
+    """A job whose file was cut short (a full /tmp: no end line) is dropped whole; its
+    lines never pass for the next read's, even when the cut falls mid-line and the next
+    job's first line is glued onto it (review of the side-by-side batch)."""
+    cut = [f"{JOB} 0 begin", '{"cache":"hit","files":[1,2', f"{JOB} 1 begin", "Mtime=1 /x",
+           "##m## 1 0", f"{JOB} 1 end"]
+    assert split_output(cut, "##m##", 2) == [None, (0, ["Mtime=1 /x"])]
+    glued = [f"{JOB} 0 begin", f'{{"cache":"hi{JOB} 1 begin', "Mtime=1 /x", "##m## 1 0",
+             f"{JOB} 1 end"]
+    assert split_output(glued, "##m##", 2) == [None, None]
 
 
 def test_path_state_of_real_files(tmp_path: Path) -> None:
@@ -338,3 +355,57 @@ def test_venv_stamps_of_many_venvs_in_one_read(tmp_path: Path) -> None:
     grouped = VenvVerified.group_process([dict(r.kwargs) for r in reads], results[0][1])
     assert grouped == ["sha256:abc123", None, None, None, None]
     assert grouped == [VenvVerified().process(alone(r)) for r in reads]
+
+
+def test_a_document_section_cut_short_is_absent_not_shorter() -> None:
+    """The doctor's nvidia-smi runs write side by side; a GPU table cut short (3 of 8
+    rows on a full /tmp) must not pass for a 3-GPU host: the section is absent."""
+    from gpuserve.facts.document import HostFactsDocument
+    from gpuserve.parsers.sections import marker
+
+    job = "##gpuserve-job_doc##"
+    row = ("{i}, NVIDIA RTX PRO 6000 Blackwell Server Edition, GPU-{i}, 00000000:0{i}:00.0, "
+           "97887, 0, 580.126.20, 12.0, Enabled")
+    lines = [f"{job} 0 begin", marker("gpus"), *(row.format(i=i) for i in range(3)),
+             f"{job} 4 begin", marker("hostname"), "lab-gpu", f"{job} 4 end"]
+    doc = HostFactsDocument().process(lines)
+    assert doc["gpus"] == [] and doc["hostname"] == "lab-gpu"
+    whole = [f"{job} 0 begin", marker("gpus"), *(row.format(i=i) for i in range(8)),
+             f"{job} 0 end"]
+    assert len(HostFactsDocument().process(whole)["gpus"]) == 8
+
+
+@pytest.mark.parametrize(("mode", "stamp", "want"), [
+    # systemd >= 251 (Debian 12's 252: the lab host): microseconds, UTC
+    ("us", "Wed 2026-12-02 00:59:34.394563 UTC", 1796173174.394563),
+    # systemd 248-250 (Ubuntu 22.04's 249) accept --timestamp= but ignore it for show
+    ("ignored", "Wed 2026-12-02 01:59:34 CET", 1796173174.0),
+    # systemd < 248 refuse --timestamp=: the plain show
+    ("refused", "Wed 2026-12-02 00:59:34 UTC", 1796173174.0),
+])
+def test_unit_start_time_from_every_systemd(tmp_path: Path, mode, stamp, want) -> None:
+    """The real UnitState command against a systemctl that answers as each systemd
+    generation does (review: v248-v250 print local time to the second even with
+    --timestamp=us+utc, which must not lose the start time)."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "systemctl").write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *--timestamp=*) [ {mode} = refused ] && exit 1 ;; esac\n'
+        "printf 'ActiveState=active\\nExecMainStartTimestamp=%s\\nUnitFileState=enabled\\n"
+        f"NeedDaemonReload=no\\n' '{stamp}'\n")
+    (stub / "systemctl").chmod(0o755)
+    conf = tmp_path / "sglang.env"
+    conf.write_text("X=1\n")
+    os.utime(conf, (want + 0.5, want + 0.5))  # half a second after the start
+    cmd = UnitState().command("gpuserve-sglang.service", (str(conf),))
+    lines = sh(f"PATH={stub}:$PATH; TZ=UTC; export TZ\n{cmd}")
+    live = parse_unit_state(lines)
+    assert live.active == "active" and live.enabled == "enabled"
+    started = [line for line in lines if line.startswith("Started=")]
+    if mode == "us":
+        assert not started and live.stale  # to the microsecond: 0.5 s later is newer
+    else:
+        assert started and not live.stale  # to the second: 0.5 s later is not yet newer
+        os.utime(conf, (want + 1.5, want + 1.5))
+        assert parse_unit_state(sh(f"PATH={stub}:$PATH; TZ=UTC; export TZ\n{cmd}")).stale
