@@ -60,12 +60,11 @@ def test_scan_in_a_batch_gives_the_facts_own_output(tmp_path) -> None:
     assert PathState().process(results[2][1]).kind == "dir"  # the batch went on after it
 
 
-def test_a_rerun_prints_the_kept_scan_without_starting_python(tmp_path) -> None:
-    """Issue 10: the shell compares the files' stat with the stamp of the last clean
-    scan and prints its output; Python runs again only when a file changed."""
-    ckpt = compose_record("qwen3-30b-a3b", tmp_path / "Qwen3-30B-A3B", shards=2)
-    command = ModelCheckpoint().command(str(ckpt)).replace(CHECKPOINT_SCAN_CACHE,
-                                                           str(tmp_path / "c"))
+def scan_runner(directory: Path, tmp_path: Path):
+    """Run the fact's real command for ``directory`` (cache under ``tmp_path``); with
+    ``no_python=True``, ``python3`` is a stub that only says it was started."""
+    command = ModelCheckpoint().command(str(directory)).replace(CHECKPOINT_SCAN_CACHE,
+                                                                str(tmp_path / "c"))
     stub = tmp_path / "bin"
     stub.mkdir()
     (stub / "python3").write_text("#!/bin/sh\necho python3-started\n")
@@ -75,6 +74,14 @@ def test_a_rerun_prints_the_kept_scan_without_starting_python(tmp_path) -> None:
         script = (f"PATH={stub}:$PATH\n" if no_python else "") + command
         return subprocess.run(["sh", "-c", script], capture_output=True, text=True,
                               timeout=60).stdout
+    return sh
+
+
+def test_a_rerun_prints_the_kept_scan_without_starting_python(tmp_path) -> None:
+    """Issue 10: the shell compares the files' stat with the stamp of the last clean
+    scan and prints its output; Python runs again only when a file changed."""
+    ckpt = compose_record("qwen3-30b-a3b", tmp_path / "Qwen3-30B-A3B", shards=2)
+    sh = scan_runner(ckpt, tmp_path)
 
     first = json.loads(sh())
     assert first["cache"] == "miss" and not first["errors"]
@@ -105,17 +112,7 @@ def test_a_shard_behind_a_link_replaced_scans_again(tmp_path) -> None:
     linked.mkdir()
     for f in ckpt.iterdir():
         (linked / f.name).symlink_to(f)
-    command = ModelCheckpoint().command(str(linked)).replace(CHECKPOINT_SCAN_CACHE,
-                                                             str(tmp_path / "c"))
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    (stub / "python3").write_text("#!/bin/sh\necho python3-started\n")
-    (stub / "python3").chmod(0o755)
-
-    def sh(no_python: bool = False) -> str:
-        script = (f"PATH={stub}:$PATH\n" if no_python else "") + command
-        return subprocess.run(["sh", "-c", script], capture_output=True, text=True,
-                              timeout=60).stdout
+    sh = scan_runner(linked, tmp_path)
 
     assert json.loads(sh())["cache"] == "miss"
     assert json.loads(sh(no_python=True))["cache"] == "hit"
