@@ -246,16 +246,25 @@ def plan_serve(
                      runtime.gpus, plan, record, bench, checks_report, placement)
 
 
+def _data_and_profile_ref(host_data: dict) -> tuple[dict, str | None]:
+    """Host data over :func:`defaults`, and its profile reference when it is usable
+    before any host read (else None: :func:`plan_serve` says why, in its own order)."""
+    data = defaults()
+    data.update({k: v for k, v in host_data.items() if k in data})
+    ref = data["profile"]
+    if not ref or not isinstance(ref, str) or profile_ref_problem(ref):
+        return data, None
+    return data, ref
+
+
 def checkpoint_path(host_data: dict, source: str) -> str | None:
     """The local checkpoint directory :func:`plan_serve`'s preflight will scan, known
     before any host read, so that the deploy reads it in its first batch (a command of
     its own cost every rerun one more round trip). None when there is nothing to scan
     (preflight off, a hub id) or the input is bad: :func:`plan_serve` then raises the
     error, in its own order."""
-    data = defaults()
-    data.update({k: v for k, v in host_data.items() if k in data})
-    ref = data["profile"]
-    if not ref or not isinstance(ref, str) or profile_ref_problem(ref):
+    data, ref = _data_and_profile_ref(host_data)
+    if ref is None:
         return None
     try:
         if validate_preflight(data["preflight"], source) == "off":
@@ -272,10 +281,8 @@ def candidate_locks(host_data: dict, source: str) -> list[Lock]:
     first batch along with the host's facts (a second batch cost every rerun one more
     round trip). Empty when the input is bad: :func:`plan_serve` then raises the error,
     in its own order."""
-    data = defaults()
-    data.update({k: v for k, v in host_data.items() if k in data})
-    ref = data["profile"]
-    if not ref or not isinstance(ref, str) or profile_ref_problem(ref):
+    data, ref = _data_and_profile_ref(host_data)
+    if ref is None:
         return []
     try:
         profile = load_profile(ref)
