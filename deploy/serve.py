@@ -83,7 +83,12 @@ from roles.router.rolling import (
 )
 from roles.service import UNIT_NAME, UNIT_PATH, configure_service
 from roles.service.rollback import RollbackSpec, keep_last_good
-from roles.service.serve_plan import candidate_locks, checkpoint_path, plan_serve
+from roles.service.serve_plan import (
+    candidate_locks,
+    checkpoint_path,
+    plan_serve,
+    serving_probe_read,
+)
 from roles.sglang import install_sglang, prune_venvs
 
 # the unit files whose venv a prune keeps: the live one and the last good one
@@ -98,16 +103,19 @@ def host_reads(home: str, user: str, checkpoint: str | None) -> list[Read]:
             *([Read.of(ModelCheckpoint, path=checkpoint)] if checkpoint else [])]
 
 
-def role_reads(user: str, home: str, locks: list[Lock]) -> list[Read]:
+def role_reads(user: str, home: str, locks: list[Lock], serving: Read | None = None
+               ) -> list[Read]:
     """What the roles below read once the plan exists, as far as it is known before:
-    paths under ``sglang_home``, the service's state, and the venv of every lock the
-    plan may choose (``locks``). Read in the first batch, so that a rerun with nothing
-    to do needs no second one; the second prefetch reads only what this missed."""
+    paths under ``sglang_home``, the service's state, the venv of every lock the plan
+    may choose (``locks``) and, given ``serving``, the health gate's first probe with
+    its smoke completion. Read in the first batch, so that a rerun with nothing to do
+    needs no second one (nor a probe of its own); the second prefetch reads only what
+    this missed, the probe never (the gate probes when it must)."""
     bin_dir = sglang_role.bin_dir(home)
     return [*(read for lock in locks for read in sglang_role.reads(user, home, lock)),
             *service_role.reads(bin_dir), *checks_role.reads(bin_dir),
             *bench_role.reads(home), *rollback_role.reads(RollbackSpec(profile_name="")),
-            *sglang_role.prune_reads(home, UNIT_PATHS)]
+            *sglang_role.prune_reads(home, UNIT_PATHS), *([serving] if serving else [])]
 
 
 def host_runtime(home: str) -> HostRuntime:
@@ -136,8 +144,10 @@ def main() -> None:
         host.data.get("sglang_home", sglang_role.DEFAULTS["sglang_home"]), inventory_source())
     user = host.data.get("sglang_user", sglang_role.DEFAULTS["sglang_user"])
     user = sglang_role.validate_user(user, inventory_source())
-    prefetch([*host_reads(home, user, checkpoint_path(host.data.dict(), inventory_source())),
-              *role_reads(user, home, candidate_locks(host.data.dict(), inventory_source()))])
+    data, source = host.data.dict(), inventory_source()
+    prefetch([*host_reads(home, user, checkpoint_path(data, source)),
+              *role_reads(user, home, candidate_locks(data, source),
+                          serving_probe_read(data, source, home))])
     plan = plan_serve(
         host.data.dict(),
         inventory_source(),

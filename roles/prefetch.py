@@ -80,9 +80,11 @@ def batch_script(reads: list[Read], marker: str,
         command = _command_text(fact.command(**kwargs))
         required = fact.requires_command(**kwargs)
         if required:
-            command = (f"if command -v {required} >/dev/null 2>&1; then ( {command} ); "
+            command = (f"if command -v {required} >/dev/null 2>&1; then {{ {command}\n}}; "
                        f"else echo '{_MISSING}'; fi")
-        jobs.append(f"_o=$( ( {command}\n) 2>/dev/null </dev/null ); _s=$?; "
+        # a group, not a subshell: ``$(...)`` is one already (an ``exit`` or ``cd`` in a
+        # command stays inside it), and under TCG every process costs tens of ms
+        jobs.append(f"_o=$( {{ {command}\n}} 2>/dev/null </dev/null ); _s=$?; "
                     f"[ -z \"$_o\" ] || printf '%s\\n' \"$_o\"; "
                     f"echo \"{marker} {index} $_s\"")
     return in_parallel(jobs, prefix=BATCH_PREFIX)
@@ -182,6 +184,13 @@ def fact(cls: type[FactBase], **kwargs: Any) -> Any:
     if store is not None and read in store.values:
         return store.values[read]
     return host.get_fact(cls, **kwargs)
+
+
+def prefetched(read: Read) -> Any:
+    """The batch's value of ``read``, or None when no batch kept it (never a read of its
+    own: for reads only worth their batch value, such as the gate's first probe)."""
+    store = _STORES.get(host.name)
+    return store.values.get(read) if store is not None else None
 
 
 def changed_so_far() -> bool:

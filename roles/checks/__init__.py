@@ -55,7 +55,8 @@ from gpuserve.paths import SCRIPTS_DIR
 from roles import managed
 from roles.checks.bench import BenchPlan, throughput_checks
 from roles.failure import fail_host
-from roles.prefetch import Read
+from roles.prefetch import Read, changed_so_far, prefetched
+from roles.service.render import SYSTEM_UNIT_DIR, unit_description
 from roles.service.rollback import (
     RollbackSpec,
     read_state,
@@ -112,16 +113,33 @@ class SglangProbe(FactBase):
     ``smoke``, a healthy server's probe line is followed by the smoke completion's."""
 
     def command(self, script: str, unit: str, port: int, wait: float = 0.0,
-                smoke: SmokeRequest | None = None) -> str:
+                smoke: SmokeRequest | None = None, only_profile: str = "") -> str:
         extra = ("--wait", f"{wait:.1f}") if wait > 0 else ()
         if smoke is not None:
             extra += ("--smoke-model", smoke.model, "--smoke-max-tokens",
                       str(smoke.max_tokens), "--smoke-config", smoke.config)
-        return " ".join(shlex.quote(a) for a in (
+        probe = " ".join(shlex.quote(a) for a in (
             "python3", script, "--unit", unit, "--port", str(port), *extra))
+        if not only_profile:
+            return probe
+        # exits 1 (the read is not kept) unless the live unit file serves that profile
+        line = f"Description={unit_description(only_profile)}"
+        return (f"grep -qxF -- {shlex.quote(line)} "
+                f"{shlex.quote(f'{SYSTEM_UNIT_DIR}/{unit}')} && {probe}")
 
     def process(self, output: list[str]) -> str:
         return "\n".join(output)
+
+
+def serving_probe(script: str, unit: str, profile_name: str, smoke: SmokeRequest) -> Read:
+    """The health gate's first probe, with its smoke completion, as a read of the
+    deploy's first batch (deploy/serve.py ``role_reads``): a no-op rerun then proves
+    health and a real completion without a command of its own (:func:`wait_healthy`
+    uses it when no operation has changed the host and it says healthy). It runs only
+    when the live unit file serves ``profile_name``: a switch's batch makes no
+    completion on the server it is about to replace."""
+    return Read.of(SglangProbe, script=script, unit=unit, port=smoke.port, smoke=smoke,
+                   only_profile=profile_name)
 
 
 class SglangSmoke(FactBase):
@@ -152,15 +170,37 @@ def _smoke_seconds(smoke_line: str) -> float:
         return 0.0
 
 
+def _healthy_from_batch(text: str | None, smoke: SmokeRequest, timeout: float
+                        ) -> tuple[Decision, list[str]] | None:
+    """The batch's probe (:func:`serving_probe`) as the gate's verdict, when it found
+    the server healthy and made the smoke completion; None otherwise (the gate then
+    probes afresh, so a stale failure never fails or rolls back a host)."""
+    probe_line, _, smoke_line = (text or "").partition("\n")
+    if not smoke_line:
+        return None
+    try:
+        probe = parse_probe(probe_line)
+    except ProbeError:
+        return None
+    decision = decide(probe, 0.0, timeout, probe.n_restarts)
+    if decision.verdict is not Verdict.HEALTHY:
+        return None
+    _SMOKES[host.name] = (smoke, smoke_line)
+    return decision, probe.tail
+
+
 def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
-          report_every: float, smoke: SmokeRequest | None = None
+          report_every: float, smoke: SmokeRequest | None = None, batch: str | None = None
           ) -> tuple[Decision | None, list[str], float, str]:
     """Poll until healthy, dead or timed out: (decision, journal tail, seconds, error).
 
     A decision of None means the probe itself failed (``error`` says why). With
     ``smoke``, each probe asks the host for the smoke completion too once the server is
     healthy (one command and one Python start for both); a healthy verdict keeps it for
-    :func:`smoke_completion`."""
+    :func:`smoke_completion`. ``batch``: the first batch's probe of the same request,
+    taken as the verdict when it says healthy (see :func:`wait_healthy`)."""
+    if smoke is not None and (found := _healthy_from_batch(batch, smoke, timeout)):
+        return found[0], found[1], 0.0, ""
     start = time.monotonic()
     last_report = -report_every
     last_phase = None
@@ -199,19 +239,25 @@ def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
 @operation(is_idempotent=True)
 def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: float = 3.0,
                  report_every: float = 15.0, rollback: RollbackSpec | None = None,
-                 smoke: SmokeRequest | None = None):
+                 smoke: SmokeRequest | None = None, profile_name: str = ""):
     """Wait for ``/health`` 200, printing the startup phase; fail early or on timeout.
 
     With ``rollback``, a failed gate first restores the last good configuration when
     there is one that differs from the failing one (roles/service/rollback.py), waits
     for it to be healthy again, and then fails the host saying so. With ``smoke``, the
     probe that finds the server healthy also makes the smoke completion (judged by
-    :func:`smoke_completion`, the next operation)."""
+    :func:`smoke_completion`, the next operation). With ``profile_name`` too, and no
+    operation of this deploy having changed the host, the first batch's probe of this
+    profile (:func:`serving_probe`) stands for the first probe: the server it found
+    healthy is the one this deploy leaves running."""
     if not state.is_executing:
         return
     _SMOKES.pop(host.name, None)
+    batch = None
+    if smoke is not None and profile_name and not changed_so_far():
+        batch = prefetched(serving_probe(script, unit, profile_name, smoke))
     decision, tail, elapsed, error = _gate(unit, port, script, timeout, interval,
-                                           report_every, smoke)
+                                           report_every, smoke, batch)
     if decision is not None and decision.verdict is Verdict.HEALTHY:
         logger.info(f"{host.name}: health: ready after {elapsed:.0f} s ({decision.message})")
         # a crash systemd restarted is not a failed gate, but must not go unseen
@@ -321,7 +367,8 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
     wait_healthy(name=f"health gate: {unit} answers /health 200",
                  unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,
                  rollback=rollback, smoke=SmokeRequest(port=port, model=served_name,
-                                                       config=config_path))
+                                                       config=config_path),
+                 profile_name=profile_name)
     smoke_completion(name=f"smoke completion on port {port}", port=port, model=served_name,
                      profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path,
                      record=record)

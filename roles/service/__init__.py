@@ -27,6 +27,7 @@ from gpuserve.paths import SCRIPTS_DIR
 from roles import managed
 from roles.prefetch import Read
 from roles.service.render import (
+    SYSTEM_UNIT_DIR,
     UnitSpec,
     env_line,
     render_config,
@@ -52,7 +53,7 @@ DEFAULTS = {
 }
 
 UNIT_NAME = "gpuserve-sglang.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
+UNIT_PATH = f"{SYSTEM_UNIT_DIR}/{UNIT_NAME}"
 CONFIG_DIR = "/etc/gpuserve"
 ENV_PATH = f"{CONFIG_DIR}/sglang.env"
 CONFIG_PATH = f"{CONFIG_DIR}/sglang-secrets.yaml"

@@ -149,9 +149,20 @@ class UnitSpec:
         return "yes"
 
 
+#: Where the server's unit file lives (roles/service ``UNIT_PATH``).
+SYSTEM_UNIT_DIR = "/etc/systemd/system"
+
+
+def unit_description(profile_name: str) -> str:
+    """The unit's ``Description=``: it names the profile, so a shell test on the live
+    unit file tells which profile the host serves (roles/checks ``serving_probe``)."""
+    return f"SGLang server, gpuserve profile {profile_name}"
+
+
 def render_unit(spec: UnitSpec) -> str:
     return _env().get_template("sglang-unit.service.j2").render(
         **{k: getattr(spec, k) for k in spec.__dataclass_fields__},
+        description=unit_description(spec.profile_name),
         protect_home=spec.protect_home,
         exec_start=exec_start(spec.argv),
         read_write_paths=[spec.state_dir, *spec.extra_rw_paths],

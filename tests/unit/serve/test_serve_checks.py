@@ -171,6 +171,101 @@ def test_without_a_smoke_from_the_gate_the_smoke_runs_its_own_command(caplog) ->
     assert "@fake: smoke: 64 tokens in 1.9 s" in caplog.text
 
 
+def run_gate_from_batch(batch: str | None, responses: dict, change_first: bool = False):
+    """The gate and the smoke check of a deploy whose first batch read the serving probe
+    (``batch``: that read's kept value; None: the batch kept none), optionally after an
+    operation that changed the host."""
+    from pyinfra.operations import server
+
+    import roles.prefetch as prefetch_mod
+    from roles.checks import serving_probe
+
+    inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
+    state = State(inv, Config())
+    connect_all(state)
+    request = SmokeRequest(port=SMOKE["port"], model=SMOKE["model"], config=SMOKE["config"])
+    read = serving_probe(GATE["script"], GATE["unit"], SMOKE["profile"], request)
+    store = prefetch_mod._STORES.setdefault("@fake", prefetch_mod._Store())
+    if batch is not None:
+        store.values[read] = batch
+    try:
+        if change_first:
+            add_op(state, server.shell, commands=["touch /etc/gpuserve/sglang.env"])
+        gate = next(iter(add_op(state, wait_healthy, timeout=5, smoke=request,
+                                profile_name=SMOKE["profile"], **GATE).values()))
+        smoke = next(iter(add_op(state, smoke_completion, **SMOKE).values()))
+        with contextlib.suppress(PyinfraError):
+            run_ops(state)
+    finally:
+        prefetch_mod._STORES.pop("@fake", None)
+    return gate, smoke, [str(c) for c in next(iter(inv)).connector.executed_commands]
+
+
+def test_a_healthy_probe_from_the_first_batch_proves_a_no_op_rerun_without_a_command(
+        caplog) -> None:
+    """Issue 10: the first batch probed the server of this profile (health and smoke);
+    with nothing changed since, the gate and the smoke judge that and run nothing."""
+    batch = probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        gate, smoke, cmds = run_gate_from_batch(batch, {})
+    assert gate.did_succeed() and smoke.did_succeed() and not gate.did_change()
+    assert not [c for c in cmds if "sglang_" in c]
+    assert "@fake: smoke: 64 tokens in 1.6 s = 40.0 tok/s" in caplog.text
+
+
+@pytest.mark.parametrize("batch", [
+    probe_doc(None, active="activating", sub="start"),  # not healthy yet: no smoke made
+    probe_doc(200),  # healthy but without a smoke line (an older probe script)
+    probe_doc(None, active="failed", sub="failed"),  # a stale failure must not fail the host
+    "not json",
+    None,  # the batch kept nothing (its guard found another profile's unit)
+])
+def test_a_batch_probe_that_proves_nothing_is_probed_again(batch) -> None:
+    fresh = probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)
+    gate, smoke, cmds = run_gate_from_batch(batch, {"sglang_probe.py": fresh})
+    assert gate.did_succeed() and smoke.did_succeed()
+    assert sum("sglang_probe.py --unit" in c for c in cmds) == 1
+
+
+def test_after_a_change_the_batch_probe_is_not_trusted() -> None:
+    """An operation changed the host before the gate: the server the batch found may be
+    gone (a restart), so the gate probes afresh and fails on what it finds now."""
+    batch = probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)
+    gate, _, cmds = run_gate_from_batch(
+        batch, {"sglang_probe.py": probe_doc(None, active="failed", sub="failed")},
+        change_first=True)
+    assert not gate.did_succeed()
+    assert sum("sglang_probe.py --unit" in c for c in cmds) == 1
+
+
+def test_the_batch_probe_runs_only_on_the_unit_of_its_profile(tmp_path) -> None:
+    """The guard of :func:`serving_probe` is the ``Description=`` line the unit template
+    renders, so a switch's batch makes no completion on the server it replaces."""
+    from roles.checks import SglangProbe, serving_probe
+    from roles.service.render import SYSTEM_UNIT_DIR, UnitSpec, render_unit
+
+    request = SmokeRequest(port=30000, model="glm-5")
+    read = serving_probe("/bin/echo", "gpuserve-sglang.service", "glm5-nvfp4-tp8", request)
+    command = SglangProbe().command(**dict(read.kwargs))
+    command = command.replace(SYSTEM_UNIT_DIR, str(tmp_path)).replace("python3 ", "")
+    unit = tmp_path / "gpuserve-sglang.service"
+
+    def probe_ran(profile: str) -> bool:
+        unit.write_text(render_unit(UnitSpec(
+            user="sglang", group="sglang", state_dir="/var/lib/sglang",
+            env_file="/etc/gpuserve/sglang.env", argv=["/v/bin/python", "-m", "x"],
+            profile_name=profile, profile_source="profiles/x.yaml", sglang_version="0.5.9",
+            model_path="/models/m")))
+        done = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
+        return done.returncode == 0 and "--smoke-model glm-5" in done.stdout
+
+    assert probe_ran("glm5-nvfp4-tp8")
+    assert not probe_ran("glm5-nvfp4-tp8-eagle3")  # a prefix is another profile
+    assert not probe_ran("other")
+    unit.unlink()
+    assert subprocess.run(["sh", "-c", command]).returncode != 0
+
+
 SECRET = "hf_Sup3rSecretToken"
 
 

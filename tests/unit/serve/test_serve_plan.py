@@ -14,7 +14,7 @@ import pytest
 
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
-from roles.service.serve_plan import candidate_locks, plan_serve
+from roles.service.serve_plan import candidate_locks, plan_serve, serving_probe_read
 from roles.sglang import pip_args
 
 REPO = Path(__file__).resolve().parents[3]
@@ -379,6 +379,34 @@ def test_the_chosen_lock_is_among_the_candidates_read_in_the_first_batch(data, h
     chosen = plan_serve(data, "inventory/gpu.py", host).lock
     candidates = candidate_locks(data, "inventory/gpu.py")
     assert chosen in candidates
+
+
+@pytest.mark.parametrize("data", [
+    {"profile": "glm5-nvfp4-tp8"},
+    {"profile": "glm5-nvfp4-tp8-eagle3", "sglang_home": "/srv/gpuserve"},
+    {"profile": "deepseek-v3-fp8-h200-tp8-dpattn", "sglang_api_key": "sk-" + "k" * 20},
+    {"profile": str(REPO / "profiles/glm5-nvfp4-tp8-ep8.yaml")},
+])
+def test_the_batch_probe_is_the_one_the_gate_asks_for(data) -> None:
+    """Issue 10: the first batch reads the gate's first probe with its smoke, guessed
+    from host data and profile before any host read; the gate looks it up by the plan's
+    own request, so the guess must equal it (else every rerun probes again)."""
+    from roles.checks import PROBE, SmokeRequest, serving_probe
+    from roles.service import UNIT_NAME
+
+    plan = plan_serve(data, "inventory/gpu.py", R580 if "deepseek" not in data["profile"]
+                      else runtime(python="3.12.3", glibc="2.39"))
+    asked = serving_probe(f"{plan.bin_dir}/{PROBE}", UNIT_NAME, plan.service.profile_name,
+                          SmokeRequest(port=plan.service.port, model=plan.service.served_name,
+                                       config=plan.config_path))
+    assert serving_probe_read(data, "inventory/gpu.py", plan.home) == asked
+    assert bool(dict(asked.kwargs)["smoke"].config) == ("sglang_api_key" in data)
+
+
+@pytest.mark.parametrize("data", [{}, {"profile": "no-such-profile"}, {"profile": 5},
+                                  {"profile": "../../etc/passwd"}])
+def test_bad_input_has_no_batch_probe(data) -> None:
+    assert serving_probe_read(data, "inventory/gpu.py", "/opt/gpuserve") is None
 
 
 @pytest.mark.parametrize("data", [{}, {"profile": "no-such-profile"},
