@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from gpuserve.errors import InputError
-from gpuserve.facts.base import complete_jobs, in_parallel, logger, quiet
+from gpuserve.facts.base import complete_jobs, in_parallel, logger, print_file, quiet
 from gpuserve.facts.gpu import CUDA_TOOLKIT_COMMAND, NVIDIA_DRIVER_COMMAND, driver_from_sections
 from gpuserve.facts.host import BOOT_EVIDENCE_COMMAND, IOMMU_COMMAND, IOMMU_MARKER
 from gpuserve.host.hostfacts import HostFacts
@@ -46,8 +46,10 @@ def _if_tool(tool: str, command: str) -> str:
 
 
 # (section, shell command); commands must exit 0 and print nothing when a tool is absent.
+# Files are printed with builtins (print_file), not cat: this document is in every
+# deploy's first batch, where each process costs tens of ms on a slow host.
 _SECTIONS: tuple[tuple[str, str], ...] = (
-    ("hostname", "uname -n"),
+    ("hostname", print_file("/proc/sys/kernel/hostname")),  # uname -n's nodename
     ("virt", _if_tool("systemd-detect-virt", "systemd-detect-virt 2>/dev/null || true")),
     ("gpus", _if_tool("nvidia-smi", quiet(nvidia_smi.QUERY_COMMAND))),
     ("topo", _if_tool("nvidia-smi", quiet("nvidia-smi topo -m"))),
@@ -55,15 +57,16 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
     ("p2p_w", _if_tool("nvidia-smi", quiet("nvidia-smi topo -p2p w"))),
     ("driver", NVIDIA_DRIVER_COMMAND),  # prints its own proc/dpkg sub-sections
     ("cuda", CUDA_TOOLKIT_COMMAND),
-    ("cmdline", "cat /proc/cmdline 2>/dev/null"),
+    ("cmdline", f"{print_file('/proc/cmdline')}; true"),
     ("iommu", IOMMU_COMMAND),
     ("boot", BOOT_EVIDENCE_COMMAND),
     ("secure_boot", _if_tool("mokutil", "mokutil --sb-state 2>&1 || true")),
-    ("modules", "cat /proc/modules 2>/dev/null"),
-    ("cpu", "grep -m1 '^vendor_id' /proc/cpuinfo 2>/dev/null"),
+    ("modules", f"{print_file('/proc/modules')}; true"),
+    ("cpu", "{ while IFS= read -r _l; do case \"$_l\" in vendor_id*) "
+            "printf '%s\\n' \"$_l\"; break ;; esac; done < /proc/cpuinfo; } 2>/dev/null; true"),
     # the measuring stage's last result (roles/gpu_gates): read here, in the same command,
     # so the doctor sees what the box did beside what the driver claims
-    ("measured", f"if [ -e {MEASURED_JSON} ]; then cat {MEASURED_JSON} 2>/dev/null "
+    ("measured", f"if [ -e {MEASURED_JSON} ]; then {print_file(MEASURED_JSON)} "
                  f"|| echo '{UNREADABLE}'; fi"),
 )
 SECTION_NAMES = tuple(name for name, _ in _SECTIONS) + ("sglang",)

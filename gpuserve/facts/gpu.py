@@ -10,7 +10,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from gpuserve.facts.base import ParsedFact, quiet
+from gpuserve.facts.base import ParsedFact, print_file, quiet
 from gpuserve.parsers import cuda, nvidia_driver, nvidia_smi
 from gpuserve.parsers.sections import marker, split_sections
 
@@ -23,15 +23,16 @@ _DRIVER_PACKAGE_RE = (
 
 NVIDIA_DRIVER_COMMAND = (
     f"if [ -r /proc/driver/nvidia/version ]; then echo '{marker('proc')}'; "
-    "cat /proc/driver/nvidia/version; fi; "
+    f"{print_file('/proc/driver/nvidia/version')}; fi; "
     f"if command -v dpkg-query >/dev/null 2>&1; then echo '{marker('dpkg')}'; "
     "dpkg-query -W -f='${db:Status-Abbrev}\\t${Package}\\t${Version}\\n' 2>/dev/null"
     f" | awk -F'\\t' '$1 ~ /^.i/ && $2 ~ /{_DRIVER_PACKAGE_RE}/'; fi; true"
 )
 
 CUDA_TOOLKIT_COMMAND = (
-    "if [ -r /usr/local/cuda/version.json ]; then cat /usr/local/cuda/version.json; "
-    "elif [ -r /usr/local/cuda/version.txt ]; then cat /usr/local/cuda/version.txt; "
+    "if [ -r /usr/local/cuda/version.json ]; then "
+    f"{print_file('/usr/local/cuda/version.json')}; "
+    f"elif [ -r /usr/local/cuda/version.txt ]; then {print_file('/usr/local/cuda/version.txt')}; "
     "elif [ -x /usr/local/cuda/bin/nvcc ]; then /usr/local/cuda/bin/nvcc --version; "
     "elif command -v nvcc >/dev/null 2>&1; then nvcc --version; fi; true"
 )

@@ -34,6 +34,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import FactBase, StringCommand, operation
 
 from gpuserve.errors import InputError
+from gpuserve.facts.base import print_file
 from gpuserve.measure.bench import (
     BenchSpec,
     RunStatus,
@@ -85,7 +86,7 @@ class BenchMark(FactBase):
     """The configuration the host last measured and passed (``fingerprint``), or None."""
 
     def command(self, path: str) -> str:
-        return f"cat {shlex.quote(path)} 2>/dev/null || true"
+        return f"{print_file(shlex.quote(path))} || true"
 
     def process(self, output: list[str]) -> str | None:
         try:

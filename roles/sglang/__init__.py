@@ -249,8 +249,9 @@ class ServiceAccount(FactBase):
 
     def command(self, user: str) -> str:
         q = shlex.quote(user)
-        return (f"getent passwd {q} | head -n 1 | sed 's/^/passwd=/'; "
-                f"getent group {q} | head -n 1 | sed 's/^/group=/'; "
+        # read builtins, not head and sed: four processes fewer in every first batch
+        return (f"getent passwd {q} | {{ IFS= read -r l && printf 'passwd=%s\\n' \"$l\"; }}; "
+                f"getent group {q} | {{ IFS= read -r l && printf 'group=%s\\n' \"$l\"; }}; "
                 f"g=$(id -gn {q} 2>/dev/null) && echo \"primary=$g\"; true")
 
     def process(self, output: list[str]) -> dict:
