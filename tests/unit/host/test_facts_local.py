@@ -180,3 +180,16 @@ def test_install_target_without_python3_is_unknown_not_a_failure(sandbox, local_
     _, host = local_host
     got = host.get_fact(InstallTarget, path="/opt/gpuserve")
     assert got["python"] is None and got["glibc"] is None and got["free_bytes"] is None
+
+
+@pytest.mark.parametrize(("says", "want"), [("Python 3.12.0rc1", "3.12.0"),
+                                            ("Python 3.11.2", "3.11.2"),
+                                            ("Python 3.13.1+", "3.13.1"),
+                                            ("Python 3.12", None),
+                                            ("python3: not found", None)])
+def test_install_target_python_version_forms(sandbox, local_host, says, want):
+    """The version is cut out with parameter expansion (no sed process), as the old
+    ``s/^Python \\([0-9]*\\.[0-9]*\\.[0-9]*\\).*/\\1/p`` did."""
+    sandbox("python3", f"#!/bin/sh\necho '{says}'\n")
+    _, host = local_host
+    assert host.get_fact(InstallTarget, path="/opt/gpuserve")["python"] == want

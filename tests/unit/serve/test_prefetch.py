@@ -409,3 +409,25 @@ def test_unit_start_time_from_every_systemd(tmp_path: Path, mode, stamp, want) -
         assert started and not live.stale  # to the second: 0.5 s later is not yet newer
         os.utime(conf, (want + 1.5, want + 1.5))
         assert parse_unit_state(sh(f"PATH={stub}:$PATH; TZ=UTC; export TZ\n{cmd}")).stale
+
+
+@pytest.mark.parametrize("text", ["one line\n", "no newline at the end", "",
+                                  "  leading and trailing  \n\\backslash\\n\tand tab\n\n\nlast\n"])
+def test_print_file_prints_what_cat_prints(tmp_path: Path, text: str) -> None:
+    """The first batch prints small files with builtins (a process costs 70-90 ms under
+    TCG); a line is a line either way, the last one with or without its newline."""
+    from gpuserve.facts.base import print_file
+
+    path = tmp_path / "f"
+    path.write_text(text)
+    done = subprocess.run(["sh", "-c", print_file(str(path))], capture_output=True, text=True)
+    assert done.returncode == 0
+    assert done.stdout.splitlines() == text.splitlines()
+
+
+def test_print_file_of_a_missing_file_fails_quietly(tmp_path: Path) -> None:
+    from gpuserve.facts.base import print_file
+
+    done = subprocess.run(["sh", "-c", print_file(str(tmp_path / "absent"))],
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and done.stdout == "" and done.stderr == ""
