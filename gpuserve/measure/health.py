@@ -103,10 +103,18 @@ class Probe:
     last_exit: str | None = None
     # False for a node that serves no HTTP (multi-node rank > 0; the probe's --port 0)
     serves_http: bool = True
+    # NRestarts when the probe began (a probe that waits on the host may see systemd
+    # restart the server before it answers); None from a probe script that predates it
+    restarts_before: int | None = None
 
 
 class ProbeError(ValueError):
     """The probe script printed something that is not its JSON document."""
+
+
+def _count(value: object) -> int | None:
+    """A systemd counter as the probe printed it (a string of digits), else None."""
+    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def parse_probe(stdout: str) -> Probe:
@@ -127,6 +135,7 @@ def parse_probe(stdout: str) -> Probe:
             tail=list(doc.get("tail", [])),
             last_exit=doc.get("last_exit") or None,
             serves_http=doc.get("http", True) is not False,
+            restarts_before=_count(doc.get("first_restarts")),
         )
     except (ValueError, KeyError, TypeError) as e:
         raise ProbeError(f"unreadable probe output ({e}): {stdout[:200]!r}") from e

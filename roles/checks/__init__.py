@@ -205,7 +205,10 @@ def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
     last_report = -report_every
     last_phase = None
     baseline: int | None = None
-    wait = 0.0  # the first probe answers at once (baseline, first phase line)
+    # the first probe waits on the host too (its NRestarts when it began is the baseline):
+    # a server just restarted is rarely ready at once, and under TCG an answer that only
+    # says "starting" cost a switch a round trip of about 3 s (two journalctl runs)
+    wait = max(0.0, min(report_every, timeout))
     while True:
         asked = time.monotonic()
         text = host.get_fact(SglangProbe, script=script, unit=unit, port=port, wait=wait,
@@ -217,7 +220,8 @@ def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
             return None, [], time.monotonic() - start, str(e)
         elapsed = time.monotonic() - start
         if baseline is None:
-            baseline = probe.n_restarts
+            baseline = (probe.restarts_before if probe.restarts_before is not None
+                        else probe.n_restarts)
         decision = decide(probe, elapsed, timeout, baseline)
         if decision.verdict is Verdict.HEALTHY and smoke is not None and smoke_line:
             _SMOKES[host.name] = (smoke, smoke_line)

@@ -226,8 +226,10 @@ def main():
         lines, tail = [], []
     else:
         lines, tail = journal(args)
+    # first_restarts: NRestarts when this probe began, so that a waiting probe that saw
+    # systemd restart the server still tells the controller it happened
     print(json.dumps({"health": status, "health_error": error, "http": serves_http,
-                      "unit": unit,
+                      "unit": unit, "first_restarts": first_restarts,
                       "lines": lines, "tail": tail,
                       "last_exit": last_exit(args.unit, unit.get("NRestarts", ""))}),
           flush=True)

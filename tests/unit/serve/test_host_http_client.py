@@ -165,3 +165,26 @@ def test_a_smoke_that_raises_is_a_smoke_error_not_a_failed_probe(server, tmp_pat
     assert json.loads(lines[0])["health"] == 200
     smoke = json.loads(lines[1])
     assert smoke["status"] is None and smoke["error"].startswith("JSONDecodeError")
+
+
+def test_a_waiting_probe_tells_a_restart_it_saw(server, tmp_path) -> None:
+    """The gate's first probe waits on the host; when systemd restarts the server during
+    that wait, the probe ends it and says how many restarts there were when it began,
+    so the gate's baseline is taken before the restart and the start attempt is failed,
+    never silently accepted as the new normal."""
+    from gpuserve.measure.health import Verdict, decide, parse_probe
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    count = tmp_path / "calls"
+    tool = bin_dir / "systemctl"
+    # the first `show` says 0 restarts, every later one 1 (systemd restarted the server)
+    tool.write_text(f"#!/bin/sh\nif [ -e {count} ]; then n=1; else n=0; touch {count}; fi\n"
+                    "printf 'ActiveState=activating\\nSubState=start\\n"
+                    "NRestarts=%s\\nInvocationID=\\n' \"$n\"\n")
+    tool.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    lines = _probe(server, env, "--path", "/other", "--wait", "20")
+    probe = parse_probe(lines[0])
+    assert (probe.restarts_before, probe.n_restarts) == (0, 1)
+    assert decide(probe, 1.0, 60.0, probe.restarts_before).verdict is Verdict.FAILED

@@ -37,10 +37,13 @@ def run(op, responses: dict, diff: bool = False, **kwargs):
 
 
 def probe_doc(health, active="active", sub="running", restarts="0", lines=(), tail=(),
-              last_exit=None):
-    return json.dumps({"health": health, "unit": {"ActiveState": active, "SubState": sub,
-                                                    "NRestarts": restarts},
-                       "lines": list(lines), "tail": list(tail), "last_exit": last_exit})
+              last_exit=None, first_restarts=None):
+    doc = {"health": health, "unit": {"ActiveState": active, "SubState": sub,
+                                      "NRestarts": restarts},
+           "lines": list(lines), "tail": list(tail), "last_exit": last_exit}
+    if first_restarts is not None:
+        doc["first_restarts"] = first_restarts
+    return json.dumps(doc)
 
 
 GATE = dict(unit="gpuserve-sglang.service", port=30000, script="/opt/gpuserve/bin/sglang_probe.py")
@@ -70,7 +73,7 @@ def test_healthy_after_a_systemd_restart_passes_with_a_warning(caplog) -> None:
 
 
 def test_dead_unit_fails_the_host_with_journal_tail(caplog) -> None:
-    doc = probe_doc(None, active="activating", sub="auto-restart", restarts="1",
+    doc = probe_doc(None, active="activating", sub="start", restarts="1",
                     lines=["[2026-03-03 03:53:36] Received sigquit from a child process. "
                            "It usually means the child failed."],
                     tail=["Nov 29 sglang[42]: torch.OutOfMemoryError: CUDA out of memory."])
@@ -79,6 +82,17 @@ def test_dead_unit_fails_the_host_with_journal_tail(caplog) -> None:
     assert not meta.did_succeed()
     text = caplog.text
     assert "unit stopped during" in text and "torch.OutOfMemoryError" in text
+
+
+def test_a_restart_during_the_first_waiting_probe_fails_the_gate(caplog) -> None:
+    """The first probe waits on the host; it saw NRestarts go 0 -> 1 while it waited, so
+    the start attempt died: the baseline is the count when the probe began."""
+    doc = probe_doc(None, active="activating", sub="start", restarts="1",
+                    first_restarts="0")
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, cmds = run(wait_healthy, {"sglang_probe.py": doc}, timeout=5, **GATE)
+    assert not meta.did_succeed()
+    assert sum("sglang_probe.py" in c for c in cmds) == 1  # decided on the first answer
 
 
 def test_probe_without_output_fails_the_host_cleanly(caplog) -> None:
@@ -146,7 +160,7 @@ def test_a_healthy_gate_makes_the_smoke_in_the_same_command(caplog) -> None:
     assert gate.did_succeed() and smoke.did_succeed() and not smoke.did_change()
     assert [c for c in cmds if "sglang_" in c] == [
         "python3 /opt/gpuserve/bin/sglang_probe.py --unit gpuserve-sglang.service --port 30000"
-        " --smoke-model glm-5 --smoke-max-tokens 64 --smoke-config "
+        " --wait 5.0 --smoke-model glm-5 --smoke-max-tokens 64 --smoke-config "
         "/etc/gpuserve/sglang-secrets.yaml"]
     assert "@fake: smoke: 64 tokens in 1.6 s = 40.0 tok/s (glm-5, profile glm5-nvfp4-tp8)" \
         in caplog.text
