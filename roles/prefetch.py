@@ -22,6 +22,7 @@ Two ways to read a prefetched value:
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,7 @@ class Read:
 class _Store:
     values: dict[Read, Any] = field(default_factory=dict)
     deferred: list[Read] = field(default_factory=list)
+    taken: dict[Read, float] = field(default_factory=dict)  # time.monotonic() of the read
 
 
 _STORES: dict[str, _Store] = {}
@@ -144,6 +146,8 @@ def prefetch(reads: Iterable[Read]) -> None:
     marker = f"##gpuserve-prefetch-{secrets.token_hex(6)}##"
     facts = [read.cls() for read in runs]
     lines = host.get_fact(Batch, script=batch_script(runs, marker, facts)) or []
+    taken = time.monotonic()
+    store.taken.update(dict.fromkeys(todo, taken))
     results = split_output(lines, marker, len(runs))
     for read, fact_obj, result in zip(runs, facts, results, strict=True):
         if result is None or result[0] != 0:
@@ -186,11 +190,16 @@ def fact(cls: type[FactBase], **kwargs: Any) -> Any:
     return host.get_fact(cls, **kwargs)
 
 
-def prefetched(read: Read) -> Any:
-    """The batch's value of ``read``, or None when no batch kept it (never a read of its
-    own: for reads only worth their batch value, such as the gate's first probe)."""
+def prefetched(read: Read, max_age: float | None = None) -> Any:
+    """The batch's value of ``read``, or None when no batch kept it or it is older than
+    ``max_age`` seconds (never a read of its own: for reads only worth their batch
+    value, such as the gate's first probe)."""
     store = _STORES.get(host.name)
-    return store.values.get(read) if store is not None else None
+    if store is None or read not in store.values:
+        return None
+    if max_age is not None and time.monotonic() - store.taken.get(read, 0.0) > max_age:
+        return None
+    return store.values[read]
 
 
 def changed_so_far() -> bool:

@@ -61,7 +61,7 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
     ("iommu", IOMMU_COMMAND),
     ("boot", BOOT_EVIDENCE_COMMAND),
     ("secure_boot", _if_tool("mokutil", "mokutil --sb-state 2>&1 || true")),
-    ("modules", f"{print_file('/proc/modules')}; true"),
+    ("modules", "cat /proc/modules 2>/dev/null"),  # 5-15 KB: cat is cheaper there
     ("cpu", "{ while IFS= read -r _l; do case \"$_l\" in vendor_id*) "
             "printf '%s\\n' \"$_l\"; break ;; esac; done < /proc/cpuinfo; } 2>/dev/null; true"),
     # the measuring stage's last result (roles/gpu_gates): read here, in the same command,

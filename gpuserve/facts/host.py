@@ -12,7 +12,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from gpuserve.facts.base import ParsedFact, print_file
+from gpuserve.facts.base import ParsedFact
 from gpuserve.parsers import (
     bootloader,
     cpuinfo,
@@ -214,7 +214,7 @@ class ModelCheckpoint(FactBase[str]):
                  + " *.safetensors .*.safetensors")
         return (f"_st=$(echo {salt}; cd -- {q(path)} 2>/dev/null && pwd -P && "
                 f"stat -L -c '%n %s %.9Y %.9Z %i %d' -- {files} 2>/dev/null); "
-                f"if [ -f {base}.out ] && [ \"$_st\" = \"$({print_file(base + '.stamp')})\" ]; "
+                f"if [ -f {base}.out ] && [ \"$_st\" = \"$(cat {base}.stamp 2>/dev/null)\" ]; "
                 f"then cat {base}.out; else "
                 f"(umask 077 && mkdir -p {CHECKPOINT_SCAN_CACHE} && printf '%s\\n' \"$_st\" "
                 f"> {base}.stamp.$$) 2>/dev/null; "

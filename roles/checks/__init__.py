@@ -136,8 +136,9 @@ def serving_probe(script: str, unit: str, profile_name: str, smoke: SmokeRequest
     deploy's first batch (deploy/serve.py ``role_reads``): a no-op rerun then proves
     health and a real completion without a command of its own (:func:`wait_healthy`
     uses it when no operation has changed the host and it says healthy). It runs only
-    when the live unit file serves ``profile_name``: a switch's batch makes no
-    completion on the server it is about to replace."""
+    when the live unit file serves ``profile_name``: a switch to another profile makes
+    no completion on the server it is about to replace (a restart of the same profile,
+    for a new lock or changed settings, still does, and the gate then probes again)."""
     return Read.of(SglangProbe, script=script, unit=unit, port=smoke.port, smoke=smoke,
                    only_profile=profile_name)
 
@@ -170,17 +171,25 @@ def _smoke_seconds(smoke_line: str) -> float:
         return 0.0
 
 
+#: How old the first batch's probe may be for the gate to take it (seconds). On a
+#: single host the gate runs within a second of the batch; across a fleet pyinfra runs
+#: each operation on every host before the next, so a host's gate may come minutes
+#: after its batch, and then it probes afresh.
+BATCH_PROBE_MAX_AGE = 15.0
+
+
 def _healthy_from_batch(text: str | None, smoke: SmokeRequest, timeout: float
                         ) -> tuple[Decision, list[str]] | None:
     """The batch's probe (:func:`serving_probe`) as the gate's verdict, when it found
-    the server healthy and made the smoke completion; None otherwise (the gate then
-    probes afresh, so a stale failure never fails or rolls back a host)."""
+    the server healthy and its smoke completion succeeded; None otherwise (the gate then
+    probes afresh, so a stale or contended failure never fails or rolls back a host)."""
     probe_line, _, smoke_line = (text or "").partition("\n")
     if not smoke_line:
         return None
     try:
         probe = parse_probe(probe_line)
-    except ProbeError:
+        parse_smoke_output(smoke_line)
+    except (ProbeError, SmokeError):
         return None
     decision = decide(probe, 0.0, timeout, probe.n_restarts)
     if decision.verdict is not Verdict.HEALTHY:
@@ -259,7 +268,8 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
     _SMOKES.pop(host.name, None)
     batch = None
     if smoke is not None and profile_name and not changed_so_far():
-        batch = prefetched(serving_probe(script, unit, profile_name, smoke))
+        batch = prefetched(serving_probe(script, unit, profile_name, smoke),
+                           max_age=BATCH_PROBE_MAX_AGE)
     decision, tail, elapsed, error = _gate(unit, port, script, timeout, interval,
                                            report_every, smoke, batch)
     if decision is not None and decision.verdict is Verdict.HEALTHY:

@@ -201,7 +201,10 @@ def main():
     p.add_argument("--smoke-config", default="")
     args = p.parse_args()
     deadline = time.monotonic() + max(0.0, args.wait)
-    http_timeout = args.http_timeout if args.wait <= 0 else min(args.http_timeout, 5.0)
+    # the first request gets the whole --http-timeout (a loaded server's /health runs a
+    # generation and may take seconds); later ones in a wait at most 5 s, so that the
+    # wait still ends in time (a server that is not up yet refuses at once anyway)
+    http_timeout = args.http_timeout
     first_restarts = None
     # --port 0: a node that serves no HTTP (a multi-node launch's rank > 0); its unit
     # running is all it can show, the group's health is node 0's /health
@@ -210,6 +213,7 @@ def main():
     while True:
         if serves_http:
             status, error = http_status(args.port, args.path, http_timeout)
+            http_timeout = min(args.http_timeout, 5.0)
         unit = unit_state(args.unit)
         if first_restarts is None:
             first_restarts = unit.get("NRestarts", "")

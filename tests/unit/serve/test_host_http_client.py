@@ -51,6 +51,9 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/slow":
             time.sleep(3)
             self._send(200, b"late")
+        elif self.path == "/slower":  # over the 5 s a waiting probe's later requests get
+            time.sleep(6)
+            self._send(200, b"")
         else:
             self._send(503, b'{"error": "loading"}')
 
@@ -188,3 +191,12 @@ def test_a_waiting_probe_tells_a_restart_it_saw(server, tmp_path) -> None:
     probe = parse_probe(lines[0])
     assert (probe.restarts_before, probe.n_restarts) == (0, 1)
     assert decide(probe, 1.0, 60.0, probe.restarts_before).verdict is Verdict.FAILED
+
+
+def test_a_waiting_probe_gives_its_first_request_the_whole_http_timeout(server, tmp_path):
+    """The gate's first probe now waits on the host; its first request still gets the
+    full --http-timeout (a loaded server's /health runs a generation and may be slow),
+    only later requests in the wait are cut to 5 s."""
+    lines = _probe(server, _fake_systemctl(tmp_path, "active"), "--path", "/slower",
+                   "--wait", "1", "--http-timeout", "10")
+    assert json.loads(lines[0])["health"] == 200

@@ -431,3 +431,11 @@ def test_print_file_of_a_missing_file_fails_quietly(tmp_path: Path) -> None:
     done = subprocess.run(["sh", "-c", print_file(str(tmp_path / "absent"))],
                           capture_output=True, text=True)
     assert done.returncode != 0 and done.stdout == "" and done.stderr == ""
+
+
+def test_print_file_of_a_directory_fails_as_cat_does(tmp_path: Path) -> None:
+    from gpuserve.facts.base import print_file
+
+    done = subprocess.run(["sh", "-c", print_file(str(tmp_path))], capture_output=True,
+                          text=True)
+    assert done.returncode != 0 and done.stdout == ""

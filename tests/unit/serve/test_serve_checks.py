@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import subprocess
+import time
 
 import pytest
 from pyinfra.api import Config, Inventory, State
@@ -73,7 +74,7 @@ def test_healthy_after_a_systemd_restart_passes_with_a_warning(caplog) -> None:
 
 
 def test_dead_unit_fails_the_host_with_journal_tail(caplog) -> None:
-    doc = probe_doc(None, active="activating", sub="start", restarts="1",
+    doc = probe_doc(None, active="activating", sub="auto-restart", restarts="1",
                     lines=["[2026-03-03 03:53:36] Received sigquit from a child process. "
                            "It usually means the child failed."],
                     tail=["Nov 29 sglang[42]: torch.OutOfMemoryError: CUDA out of memory."])
@@ -185,7 +186,8 @@ def test_without_a_smoke_from_the_gate_the_smoke_runs_its_own_command(caplog) ->
     assert "@fake: smoke: 64 tokens in 1.9 s" in caplog.text
 
 
-def run_gate_from_batch(batch: str | None, responses: dict, change_first: bool = False):
+def run_gate_from_batch(batch: str | None, responses: dict, change_first: bool = False,
+                        age: float = 0.0):
     """The gate and the smoke check of a deploy whose first batch read the serving probe
     (``batch``: that read's kept value; None: the batch kept none), optionally after an
     operation that changed the host."""
@@ -202,6 +204,7 @@ def run_gate_from_batch(batch: str | None, responses: dict, change_first: bool =
     store = prefetch_mod._STORES.setdefault("@fake", prefetch_mod._Store())
     if batch is not None:
         store.values[read] = batch
+        store.taken[read] = time.monotonic() - age
     try:
         if change_first:
             add_op(state, server.shell, commands=["touch /etc/gpuserve/sglang.env"])
@@ -231,6 +234,7 @@ def test_a_healthy_probe_from_the_first_batch_proves_a_no_op_rerun_without_a_com
     probe_doc(None, active="activating", sub="start"),  # not healthy yet: no smoke made
     probe_doc(200),  # healthy but without a smoke line (an older probe script)
     probe_doc(None, active="failed", sub="failed"),  # a stale failure must not fail the host
+    probe_doc(200) + "\n" + smoke_doc(status=503),  # a smoke that failed under the batch
     "not json",
     None,  # the batch kept nothing (its guard found another profile's unit)
 ])
@@ -238,6 +242,18 @@ def test_a_batch_probe_that_proves_nothing_is_probed_again(batch) -> None:
     fresh = probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)
     gate, smoke, cmds = run_gate_from_batch(batch, {"sglang_probe.py": fresh})
     assert gate.did_succeed() and smoke.did_succeed()
+    assert sum("sglang_probe.py --unit" in c for c in cmds) == 1
+
+
+def test_a_batch_probe_older_than_its_limit_is_probed_again() -> None:
+    """Across a fleet a host's gate may run minutes after its batch (pyinfra runs each
+    operation on every host first): an old answer proves nothing about now."""
+    from roles.checks import BATCH_PROBE_MAX_AGE
+
+    batch = probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)
+    fresh = probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)
+    _, _, cmds = run_gate_from_batch(batch, {"sglang_probe.py": fresh},
+                                     age=BATCH_PROBE_MAX_AGE + 1)
     assert sum("sglang_probe.py --unit" in c for c in cmds) == 1
 
 
