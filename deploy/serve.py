@@ -149,8 +149,8 @@ def main() -> None:
               *role_reads(user, home, candidate_locks(data, source),
                           serving_probe_read(data, source, home))])
     plan = plan_serve(
-        host.data.dict(),
-        inventory_source(),
+        data,
+        source,
         host_runtime=host_runtime,
         host_record=lambda: fact(FileContents, path=HOST_JSON_PATH),
         checkpoint=lambda path: fact(ModelCheckpoint, path=path),

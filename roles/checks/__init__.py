@@ -199,17 +199,14 @@ def _healthy_from_batch(text: str | None, smoke: SmokeRequest, timeout: float
 
 
 def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
-          report_every: float, smoke: SmokeRequest | None = None, batch: str | None = None
+          report_every: float, smoke: SmokeRequest | None = None
           ) -> tuple[Decision | None, list[str], float, str]:
     """Poll until healthy, dead or timed out: (decision, journal tail, seconds, error).
 
     A decision of None means the probe itself failed (``error`` says why). With
     ``smoke``, each probe asks the host for the smoke completion too once the server is
     healthy (one command and one Python start for both); a healthy verdict keeps it for
-    :func:`smoke_completion`. ``batch``: the first batch's probe of the same request,
-    taken as the verdict when it says healthy (see :func:`wait_healthy`)."""
-    if smoke is not None and (found := _healthy_from_batch(batch, smoke, timeout)):
-        return found[0], found[1], 0.0, ""
+    :func:`smoke_completion`."""
     start = time.monotonic()
     last_report = -report_every
     last_phase = None
@@ -266,12 +263,13 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
     if not state.is_executing:
         return
     _SMOKES.pop(host.name, None)
-    batch = None
+    found = None
     if smoke is not None and profile_name and not changed_so_far():
         batch = prefetched(serving_probe(script, unit, profile_name, smoke),
                            max_age=BATCH_PROBE_MAX_AGE)
-    decision, tail, elapsed, error = _gate(unit, port, script, timeout, interval,
-                                           report_every, smoke, batch)
+        found = _healthy_from_batch(batch, smoke, timeout)
+    decision, tail, elapsed, error = ((*found, 0.0, "") if found else _gate(
+        unit, port, script, timeout, interval, report_every, smoke))
     if decision is not None and decision.verdict is Verdict.HEALTHY:
         logger.info(f"{host.name}: health: ready after {elapsed:.0f} s ({decision.message})")
         # a crash systemd restarted is not a failed gate, but must not go unseen
