@@ -27,7 +27,7 @@ def _opts(argv: list[str], flag: str) -> list[str]:
 def test_machine_is_q35_tcg_with_enough_memory_and_cpus():
     argv = qemu_argv(_spec())
     assert _opts(argv, "-machine") == ["q35"]
-    assert _opts(argv, "-accel") == ["tcg,tb-size=64"]
+    assert _opts(argv, "-accel") == ["tcg,tb-size=512"]
     assert _opts(argv, "-cpu") == ["max"]
     assert _opts(argv, "-smp") == ["2"]
     assert int(_opts(argv, "-m")[0]) >= 2048
