@@ -56,7 +56,7 @@ from roles import managed
 from roles.checks.bench import BenchPlan, throughput_checks
 from roles.failure import fail_host
 from roles.prefetch import Read, changed_so_far, prefetched
-from roles.service.render import SYSTEM_UNIT_DIR, unit_description
+from roles.service.render import SERVICE_ENV_PATH, profile_line
 from roles.service.rollback import (
     RollbackSpec,
     read_state,
@@ -122,10 +122,10 @@ class SglangProbe(FactBase):
             "python3", script, "--unit", unit, "--port", str(port), *extra))
         if not only_profile:
             return probe
-        # exits 1 (the read is not kept) unless the live unit file serves that profile
-        line = f"Description={unit_description(only_profile)}"
-        return (f"grep -qxF -- {shlex.quote(line)} "
-                f"{shlex.quote(f'{SYSTEM_UNIT_DIR}/{unit}')} && {probe}")
+        # exits 1 (the read is not kept) unless the live EnvironmentFile, where the
+        # server's arguments are, names that profile
+        return (f"grep -qxF -- {shlex.quote(profile_line(only_profile))} "
+                f"{SERVICE_ENV_PATH} && {probe}")
 
     def process(self, output: list[str]) -> str:
         return "\n".join(output)
@@ -136,7 +136,7 @@ def serving_probe(script: str, unit: str, profile_name: str, smoke: SmokeRequest
     deploy's first batch (deploy/serve.py ``role_reads``): a no-op rerun then proves
     health and a real completion without a command of its own (:func:`wait_healthy`
     uses it when no operation has changed the host and it says healthy). It runs only
-    when the live unit file serves ``profile_name``: a switch to another profile makes
+    when the live EnvironmentFile serves ``profile_name``: a switch to another profile makes
     no completion on the server it is about to replace (a restart of the same profile,
     for a new lock or changed settings, still does, and the gate then probes again)."""
     return Read.of(SglangProbe, script=script, unit=unit, port=smoke.port, smoke=smoke,

@@ -27,6 +27,8 @@ from gpuserve.paths import SCRIPTS_DIR
 from roles import managed
 from roles.prefetch import Read
 from roles.service.render import (
+    ARGS_VAR,
+    SERVICE_ENV_PATH,
     SYSTEM_UNIT_DIR,
     UnitSpec,
     env_line,
@@ -55,7 +57,7 @@ DEFAULTS = {
 UNIT_NAME = "gpuserve-sglang.service"
 UNIT_PATH = f"{SYSTEM_UNIT_DIR}/{UNIT_NAME}"
 CONFIG_DIR = "/etc/gpuserve"
-ENV_PATH = f"{CONFIG_DIR}/sglang.env"
+ENV_PATH = SERVICE_ENV_PATH
 CONFIG_PATH = f"{CONFIG_DIR}/sglang-secrets.yaml"
 
 REDACT_SCRIPT = "sglang_redact.py"
@@ -106,10 +108,13 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
     api_key = validate_secret(api_key, "sglang_api_key", data_source)
 
     merged: dict[str, tuple[str, str]] = {}
-    for key, value in env.items():
-        merged[key] = env_line(key, value, profile_source, "env")
-    for key, value in extra_env.items():
-        merged[key] = env_line(key, value, data_source, "sglang_extra_env")
+    for source, field_name, pairs in ((profile_source, "env", env),
+                                      (data_source, "sglang_extra_env", extra_env)):
+        for key, value in pairs.items():
+            if key == ARGS_VAR:
+                raise InputError(source, f"{field_name}.{key}", "is reserved: the unit passes "
+                                 "the profile's server arguments in it")
+            merged[key] = env_line(key, value, source, field_name)
     if hf_token:
         if "\n" in hf_token:
             raise InputError(data_source, "hf_token", "must be a single line")
@@ -125,25 +130,25 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
         warnings.append(f"unit hardening switched off on this host (unit_hardening_off): "
                         f"{', '.join(off)}")
 
-    argv = [f"{venv}/bin/python", "-m", "sglang.launch_server", *args]
+    launcher = [f"{venv}/bin/python", "-m", "sglang.launch_server"]
     config_text = None
     if api_key:
         if "\n" in api_key:
             raise InputError(data_source, "sglang_api_key", "must be a single line")
         config_text = render_config({"api-key": api_key})
-        argv += ["--config", CONFIG_PATH]
+        args = [*args, "--config", CONFIG_PATH]
     if api_key or hf_token:
         # SGLang logs its resolved arguments, api_key included (sglang issue #37457):
         # run it under the redacting wrapper so no secret reaches the journal.
-        argv = [f"{venv}/bin/python", f"{bin_dir}/{REDACT_SCRIPT}", CONFIG_PATH, "--", *argv]
+        launcher = [f"{venv}/bin/python", f"{bin_dir}/{REDACT_SCRIPT}", CONFIG_PATH, "--",
+                    *launcher]
 
     unit_text = render_unit(UnitSpec(
-        user=user, group=user, state_dir=state_dir, env_file=ENV_PATH, argv=argv,
-        profile_name=profile_name, profile_source=profile_source,
+        user=user, group=user, state_dir=state_dir, env_file=ENV_PATH, launcher=launcher,
         sglang_version=sglang_version, model_path=model_path, lock_name=lock_name,
         cuda_home=cuda_home, hardening_off=off,
     ))
-    env_text = render_env_file(list(merged.values()), profile_name)
+    env_text = render_env_file(list(merged.values()), profile_name, args)
     return ServicePlan(user, user, unit_text, env_text, config_text, port, served_name,
                        profile_name, bin_dir, host, tuple(warnings))
 

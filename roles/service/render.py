@@ -1,8 +1,15 @@
 """Pure rendering of the SGLang unit, EnvironmentFile and --config file.
 
 Kept free of pyinfra so the exact bytes that land on a host are unit-tested. Quoting
-follows systemd's own parsers: ExecStart= words (systemd.service(5), "Command lines")
-and EnvironmentFile= assignments (systemd.exec(5); src/basic/env-file.c).
+follows systemd's own parsers: ExecStart= words (systemd.service(5), "Command lines"),
+EnvironmentFile= assignments (systemd.exec(5); src/basic/env-file.c) and the splitting
+of a ``$VAR`` word of ExecStart= (src/basic/env-util.c ``replace_env_argv``).
+
+The unit holds how SGLang runs on this host (venv, user, hardening); the profile's
+server arguments live in the EnvironmentFile as ``SGLANG_ARGS``, which ExecStart=
+expands. A switch between profiles of one SGLang install therefore changes only the
+EnvironmentFile, which systemd reads at every start: no ``daemon-reload``, which
+re-runs every generator and re-reads every unit (5-6 s on the lab's emulated host).
 """
 
 from __future__ import annotations
@@ -52,6 +59,31 @@ def systemd_quote(word: str) -> str:
         word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
     )
     return f'"{escaped}"'
+
+
+#: The EnvironmentFile variable that carries the server's arguments (ExecStart= ``$SGLANG_ARGS``).
+ARGS_VAR = "SGLANG_ARGS"
+
+
+def args_value(args: list[str]) -> str:
+    """The value of ``SGLANG_ARGS`` whose expansion in ExecStart= is exactly ``args``.
+
+    systemd replaces a word ``$VAR`` by the variable split into words with
+    ``extract_first_word(EXTRACT_UNQUOTE|EXTRACT_RELAX)`` (src/basic/env-util.c):
+    whitespace separates, "..." and '...' quote, a backslash escapes the next character;
+    no variable or specifier is expanded inside. So a word that is not plainly safe goes
+    in double quotes with ``\\`` and ``\"`` escaped (an empty word is ``""``). The
+    value is then quoted once more for the EnvironmentFile by :func:`env_line`.
+    Control characters are refused, as in :func:`systemd_quote`."""
+    words = []
+    for word in args:
+        if any(ord(c) < 32 or ord(c) == 127 for c in word):
+            raise ValueError(f"control character in argument {word!r}")
+        if word and _SAFE_WORD.match(word):  # % and $ are plain here
+            words.append(word)
+        else:
+            words.append('"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return " ".join(words)
 
 
 def exec_start(argv: list[str]) -> str:
@@ -117,9 +149,10 @@ class UnitSpec:
     group: str
     state_dir: str
     env_file: str
-    argv: list[str]
-    profile_name: str
-    profile_source: str
+    # the fixed head of the command line: the venv's python, -m sglang.launch_server
+    # (behind the redacting wrapper when there are secrets); the profile's arguments
+    # follow from the EnvironmentFile (ARGS_VAR)
+    launcher: list[str]
     sglang_version: str
     model_path: str = ""
     # The lock the venv was built from, and the CUDA toolkit of torch's major that JIT
@@ -151,28 +184,35 @@ class UnitSpec:
 
 #: Where the server's unit file lives (roles/service ``UNIT_PATH``).
 SYSTEM_UNIT_DIR = "/etc/systemd/system"
+#: The server's EnvironmentFile (roles/service ``ENV_PATH``): profile env, secrets and
+#: the server's arguments; root-only.
+SERVICE_ENV_PATH = "/etc/gpuserve/sglang.env"
 
 
-def unit_description(profile_name: str) -> str:
-    """The unit's ``Description=``: it names the profile, so a shell test on the live
-    unit file tells which profile the host serves (roles/checks ``serving_probe``)."""
-    return f"SGLang server, gpuserve profile {profile_name}"
+def profile_line(profile_name: str) -> str:
+    """The EnvironmentFile's line that names the profile: a shell test on the live
+    file tells which profile the host serves (roles/checks ``serving_probe``)."""
+    return f"# Profile: {profile_name}"
 
 
 def render_unit(spec: UnitSpec) -> str:
     return _env().get_template("sglang-unit.service.j2").render(
         **{k: getattr(spec, k) for k in spec.__dataclass_fields__},
-        description=unit_description(spec.profile_name),
         protect_home=spec.protect_home,
-        exec_start=exec_start(spec.argv),
+        exec_start=exec_start(spec.launcher) + f" \\\n    ${ARGS_VAR}",
         read_write_paths=[spec.state_dir, *spec.extra_rw_paths],
-        venv_bin=str(PurePosixPath(spec.argv[0]).parent) if spec.argv else "",
+        venv_bin=str(PurePosixPath(spec.launcher[0]).parent) if spec.launcher else "",
     )
 
 
-def render_env_file(env: list[tuple[str, str]], profile_name: str) -> str:
-    """Render pre-validated (key, quoted value) pairs; see :func:`env_line`."""
-    return _env().get_template("sglang-env.j2").render(env=env, profile_name=profile_name)
+def render_env_file(env: list[tuple[str, str]], profile_name: str, args: list[str]) -> str:
+    """Render pre-validated (key, quoted value) pairs (see :func:`env_line`), then the
+    server's arguments (:func:`args_value`)."""
+    # args_value refused control characters, so env_line (single line) cannot refuse it
+    _, quoted = env_line(ARGS_VAR, args_value(args), f"profile {profile_name}", "args")
+    return _env().get_template("sglang-env.j2").render(
+        env=env, profile_line=profile_line(profile_name), args_var=ARGS_VAR,
+        args_value=quoted)
 
 
 def render_config(options: dict[str, str]) -> str:

@@ -9,6 +9,7 @@ import re
 
 UNIT = "gpuserve-sglang.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+ENV_PATH = "/etc/gpuserve/sglang.env"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 VENV_RE = re.compile(r"/opt/gpuserve/venvs/(0\.5\.\d+\+lab)-[0-9a-f]{12}")
 
@@ -35,6 +36,14 @@ def unit_venv(lab) -> str:
     found = VENV_RE.search(text)
     assert found, text
     return found.group(0)
+
+
+def served_profile(lab) -> str:
+    """The profile the live EnvironmentFile holds (its "# Profile: NAME" line; the
+    server's arguments are there, the unit names no profile)."""
+    out = lab.ssh(f"sed -n 's/^# Profile: //p' {ENV_PATH}", check=True).stdout.split()
+    assert len(out) == 1, out
+    return out[0]
 
 
 def venvs(lab) -> list[str]:

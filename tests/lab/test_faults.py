@@ -47,6 +47,7 @@ from labhelpers import (
     clean,
     healthy,
     no_changes,
+    served_profile,
     unit_venv,
     venvs,
 )
@@ -126,7 +127,8 @@ def serving_the_default(lab) -> bool:
     """Healthy on glm5-nvfp4-tp8 from the default lab lock with this module's secrets."""
     unit = lab.ssh(f"cat {UNIT_PATH}").stdout
     env = lab.ssh("cat /etc/gpuserve/sglang.env").stdout
-    return ("Profile: glm5-nvfp4-tp8, SGLang 0.5.23, lock sglang-0.5.23+lab-" in unit
+    return ("# SGLang 0.5.23, lock sglang-0.5.23+lab-" in unit
+            and "# Profile: glm5-nvfp4-tp8\n" in env
             and f"HF_TOKEN={HF_TOKEN}" in env and healthy(lab))
 
 
@@ -384,7 +386,7 @@ def test_ssh_drop_mid_deploy_then_a_rerun_converges(lab, served) -> None:
     assert rc == 0, out[-6000:]
     live = unit_venv(lab)
     assert "0.5.19+lab" in live and healthy(lab)
-    assert "Profile: lab-two-versions," in lab.ssh(f"cat {UNIT_PATH}", check=True).stdout
+    assert served_profile(lab) == "lab-two-versions"
     env = lab.ssh("cat /etc/gpuserve/sglang.env", check=True).stdout
     assert f"HF_TOKEN={HF_TOKEN}" in env and env.count("HF_TOKEN=") == 1
     # keep_venvs=1: exactly the venv the unit names, stamped, no leftover

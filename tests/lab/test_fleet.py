@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
-from labhelpers import UNIT_PATH, clean
+from labhelpers import ENV_PATH, clean
 
 FLEET_INVENTORY = "inventory/lab_fleet.py"
 KEY = "lab-router-key-not-a-secret-0001"  # inventory/lab.py: the lab's own, not a secret
@@ -110,8 +110,7 @@ class Fleet:
         return r.stdout
 
     def profile(self, host: str) -> str:
-        text = self.ssh(host, f"sed -n 's/^Description=SGLang server, gpuserve profile //p' "
-                              f"{UNIT_PATH}")
+        text = self.ssh(host, f"sed -n 's/^# Profile: //p' {ENV_PATH}")
         return text.strip().splitlines()[-1]
 
     def workers(self) -> dict[str, str]:
@@ -231,7 +230,8 @@ def test_multi_node_profile_starts_across_both_hosts_and_only_node_0_is_a_worker
     r = fleet.pyinfra("deploy/serve.py", "--data", f"profile={TWO_NODES}", "--data",
                       "bench=off", "--data", "health_timeout=300")
     assert "take http" not in r.stdout
-    units = {h: fleet.ssh(h, f"cat {UNIT_PATH}") for h in HOSTS}
+    # the server's arguments: $SGLANG_ARGS in the EnvironmentFile
+    units = {h: fleet.ssh(h, f"grep ^SGLANG_ARGS= {ENV_PATH}") for h in HOSTS}
     for rank, h in enumerate(HOSTS):
         assert re.search(r"--nnodes['\s]+2\b", units[h]), units[h]
         # node 0 is SGLang's default rank: the rendered launch leaves it out

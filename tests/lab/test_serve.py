@@ -127,8 +127,15 @@ def test_unit_file(vm, first_run) -> None:
     assert f"{venv.group(1)}/bin/python -m sglang.launch_server" in text
     assert vm.file(f"{venv.group(1)}/.gpuserve-verified").exists
     assert "Environment=CUDA_HOME=/usr/local/cuda-13.0" in text
-    assert f"--config {CONFIG_PATH}" in text
     assert HF_TOKEN not in text and API_KEY not in text
+    assert "--model-path" not in text and "$SGLANG_ARGS" in text  # in the env file
+    # what systemd really started: the launcher, then $SGLANG_ARGS from the env file split
+    # into words, the secrets file last (the main process is the redacting wrapper)
+    pid = vm.check_output(f"systemctl show -p MainPID --value {UNIT}")
+    argv = vm.check_output(f"tr '\\0' '\\n' < /proc/{pid}/cmdline").splitlines()
+    launched = argv[argv.index("sglang.launch_server") + 1:]
+    assert launched[launched.index("--model-path") + 1] == "/models/GLM-5-NVFP4", argv
+    assert launched[-2:] == ["--config", CONFIG_PATH], argv
     assert vm.run("systemd-analyze verify %s", UNIT_PATH).rc == 0
     # least privilege: a read-only working directory, code only from the venv, and an
     # exposure systemd itself rates at most 4.0 (it was 6.1-6.3 MEDIUM)
@@ -137,6 +144,23 @@ def test_unit_file(vm, first_run) -> None:
     security = vm.run("systemd-analyze security --no-pager %s", UNIT)
     level = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", security.stdout)
     assert level and float(level.group(1)) <= 4.0, security.stdout[-3000:]
+
+
+def test_systemd_splits_the_rendered_args_into_the_same_words(lab) -> None:
+    """The server's arguments pass through two of systemd's parsers (the
+    EnvironmentFile's quoting, then the splitting of ``$SGLANG_ARGS``): a transient unit
+    on the guest's real systemd, given the rendered file, gets exactly these words."""
+    from roles.service.render import render_env_file
+
+    words = ["--x", 'a "quoted" word', "has  space", "50%", "$HOME", "${HOME}", "back\\slash",
+             '{"decode": {"max_bs": 256}}', "", "it's", "`x`", "\u00fc", "--y"]
+    env = render_env_file([("NCCL_DEBUG", "WARN")], "p", words)
+    path = "/run/gpuserve-args-check.env"
+    lab.ssh(f"umask 077 && cat > {path} <<'GPUSERVE_EOF'\n{env}GPUSERVE_EOF", check=True)
+    r = lab.ssh(f"systemd-run --quiet --wait --pipe -p EnvironmentFile={path} /usr/bin/python3 "
+                "-c 'import sys, json; print(json.dumps(sys.argv[1:]))' '$SGLANG_ARGS'; "
+                f"rc=$?; rm -f {path}; exit $rc", check=True)
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == words, r.stdout
 
 
 def test_service_account_is_gpuserve_own(vm, first_run) -> None:

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from labhelpers import served_profile
 
 pytestmark = pytest.mark.lab
 
@@ -47,8 +48,7 @@ def test_failing_profile_is_rolled_back_and_reported(lab, tmp_path) -> None:
             in out), out[-6000:]
     assert HF_TOKEN not in out and API_KEY not in out
 
-    unit = lab.ssh(f"cat /etc/systemd/system/{UNIT}", check=True).stdout
-    assert "Profile: glm5-nvfp4-tp8," in unit
+    assert served_profile(lab) == "glm5-nvfp4-tp8"
     env = lab.ssh("cat /etc/gpuserve/sglang.env", check=True).stdout
     assert "GPUSERVE_LAB_STANDIN_FAIL" not in env and f"HF_TOKEN={HF_TOKEN}" in env
     assert lab.ssh(f"systemctl is-active {UNIT}").stdout.strip() == "active"

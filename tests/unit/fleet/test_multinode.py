@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from systemd_words import server_argv
 
 from gpuserve.errors import InputError
 from gpuserve.fleet.multinode import Member, place_node
@@ -39,8 +40,7 @@ def value(args: list[str], flag: str) -> str | None:
 
 
 def launched(p) -> list[str]:
-    unit = p.service.unit_text
-    return unit[unit.index("ExecStart="):].split()
+    return server_argv(p.service.unit_text, p.service.env_text)
 
 
 def test_rank_follows_the_group_order_and_node_0_is_the_head() -> None:

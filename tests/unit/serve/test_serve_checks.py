@@ -268,31 +268,30 @@ def test_after_a_change_the_batch_probe_is_not_trusted() -> None:
     assert sum("sglang_probe.py --unit" in c for c in cmds) == 1
 
 
-def test_the_batch_probe_runs_only_on_the_unit_of_its_profile(tmp_path) -> None:
-    """The guard of :func:`serving_probe` is the ``Description=`` line the unit template
-    renders, so a switch's batch makes no completion on the server it replaces."""
+def test_the_batch_probe_runs_only_on_the_env_file_of_its_profile(tmp_path) -> None:
+    """The guard of :func:`serving_probe` is the profile line the EnvironmentFile
+    template renders, so a switch's batch makes no completion on the server it
+    replaces."""
     from roles.checks import SglangProbe, serving_probe
-    from roles.service.render import SYSTEM_UNIT_DIR, UnitSpec, render_unit
+    from roles.service.render import SERVICE_ENV_PATH, render_env_file
 
     request = SmokeRequest(port=30000, model="glm-5")
     read = serving_probe("/bin/echo", "gpuserve-sglang.service", "glm5-nvfp4-tp8", request)
     command = SglangProbe().command(**dict(read.kwargs))
-    command = command.replace(SYSTEM_UNIT_DIR, str(tmp_path)).replace("python3 ", "")
-    unit = tmp_path / "gpuserve-sglang.service"
+    env_file = tmp_path / "sglang.env"
+    assert SERVICE_ENV_PATH in command
+    command = command.replace(SERVICE_ENV_PATH, str(env_file)).replace("python3 ", "")
 
     def probe_ran(profile: str) -> bool:
-        unit.write_text(render_unit(UnitSpec(
-            user="sglang", group="sglang", state_dir="/var/lib/sglang",
-            env_file="/etc/gpuserve/sglang.env", argv=["/v/bin/python", "-m", "x"],
-            profile_name=profile, profile_source="profiles/x.yaml", sglang_version="0.5.9",
-            model_path="/models/m")))
+        env_file.write_text(render_env_file([("NCCL_DEBUG", "WARN")], profile,
+                                            ["--model-path", "/models/m"]))
         done = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
         return done.returncode == 0 and "--smoke-model glm-5" in done.stdout
 
     assert probe_ran("glm5-nvfp4-tp8")
     assert not probe_ran("glm5-nvfp4-tp8-eagle3")  # a prefix is another profile
     assert not probe_ran("other")
-    unit.unlink()
+    env_file.unlink()
     assert subprocess.run(["sh", "-c", command]).returncode != 0
 
 

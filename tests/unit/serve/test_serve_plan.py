@@ -86,7 +86,7 @@ def test_plan_installs_the_newest_lock_into_its_own_venv() -> None:
     assert "Environment=CUDA_HOME=/usr/local/cuda-13.0" in unit
     assert f"Environment=PATH={p.venv}/bin:/usr/local/cuda-13.0/bin:" in unit
     assert "lock sglang-0.5.23-cu13-py311" in unit
-    assert "--cuda-graph-max-bs-decode 128" in unit
+    assert "--cuda-graph-max-bs-decode 128" in p.service.env_text
     assert p.service.served_name == "glm-5" and p.service.port == 30000
     assert p.expect_gpus == 8 and p.keep_venvs == 2
 
@@ -132,15 +132,15 @@ def _host_json(disable: object) -> list[str]:
 def test_host_without_p2p_adds_disable_custom_all_reduce_once() -> None:
     data = {"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.23"}
     plain = plan_serve(data, "inv.py", R580)
-    assert "--disable-custom-all-reduce" not in plain.service.unit_text
+    assert "--disable-custom-all-reduce" not in plain.service.env_text
     no_p2p = plan_serve(data, "inv.py", R580, host_record=lambda: _host_json(True))
-    assert no_p2p.service.unit_text.count("--disable-custom-all-reduce") == 1
+    assert no_p2p.service.env_text.count("--disable-custom-all-reduce") == 1
     p2p_ok = plan_serve(data, "inv.py", R580, host_record=lambda: _host_json(False))
-    assert "--disable-custom-all-reduce" not in p2p_ok.service.unit_text
+    assert "--disable-custom-all-reduce" not in p2p_ok.service.env_text
     # the GLM-5 profile already disables it: not rendered twice
     glm = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_version": "0.5.23"},
                      "inv.py", R580, host_record=lambda: _host_json(True))
-    assert glm.service.unit_text.count("--disable-custom-all-reduce") == 1
+    assert glm.service.env_text.count("--disable-custom-all-reduce") == 1
 
 
 @pytest.mark.parametrize("lines", [["{not json"], _host_json("yes")])

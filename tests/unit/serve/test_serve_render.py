@@ -5,14 +5,18 @@ from __future__ import annotations
 import shlex
 
 import pytest
+from systemd_words import env_value, server_argv, split_variable
 
 from gpuserve.errors import InputError
 from roles.service import CONFIG_PATH, ENV_PATH, plan_service
 from roles.service.render import (
+    ARGS_VAR,
     UnitSpec,
+    args_value,
     env_line,
     exec_start,
     render_config,
+    render_env_file,
     render_unit,
     systemd_quote,
 )
@@ -53,12 +57,37 @@ def test_exec_start_one_flag_per_line() -> None:
     assert unquote_systemd(text) == argv
 
 
+TRICKY = ["--model-path", "/models/GLM-5", 'a "quoted" word', "has space", "50%", "$HOME",
+          "back\\slash", "{\"decode\": {\"max_bs\": 256}}", "", "it's", "`x`", "ü"]
+
+
+@pytest.mark.parametrize("word", TRICKY)
+def test_args_value_splits_back_into_the_word(word: str) -> None:
+    """Through both of systemd's parsers: the EnvironmentFile, then $VAR's splitting."""
+    env = render_env_file([], "p", ["--x", word, "--y"])
+    assert split_variable(env_value(env, ARGS_VAR)) == ["--x", word, "--y"]
+
+
+def test_args_value_refuses_control_characters() -> None:
+    with pytest.raises(ValueError):
+        args_value(["a\nb"])
+
+
+def test_the_server_runs_the_launcher_then_the_profile_arguments() -> None:
+    unit = render_unit(spec())
+    env = render_env_file([("NCCL_DEBUG", "WARN")], "p", TRICKY)
+    assert server_argv(unit, env) == ["/opt/gpuserve/venv/bin/python", "-m",
+                                      "sglang.launch_server", *TRICKY]
+    # the unit names no profile and no argument: a switch of profile leaves it as it is
+    assert "--model-path" not in unit and "Profile: p" not in unit
+    assert render_unit(spec()) == unit
+
+
 def spec(**kw) -> UnitSpec:
     base = dict(user="sglang", group="sglang", state_dir="/opt/gpuserve/cache",
-                env_file=ENV_PATH, argv=["/opt/gpuserve/venv/bin/python", "-m",
-                                         "sglang.launch_server", "--port", "30000"],
-                profile_name="p", profile_source="profiles/p.yaml", sglang_version="0.5.23",
-                model_path="/models/x")
+                env_file=ENV_PATH, launcher=["/opt/gpuserve/venv/bin/python", "-m",
+                                             "sglang.launch_server"],
+                sglang_version="0.5.23", model_path="/models/x")
     base.update(kw)
     return UnitSpec(**base)
 
@@ -136,10 +165,11 @@ SECRET_KEY = "sk-very-secret-key"
 def test_secrets_stay_out_of_the_unit() -> None:
     p = plan(hf_token=SECRET_TOKEN, api_key=SECRET_KEY, extra_env={"A": "1"})
     assert SECRET_TOKEN not in p.unit_text and SECRET_KEY not in p.unit_text
+    assert SECRET_TOKEN not in env_value(p.env_text, ARGS_VAR)
     assert f"HF_TOKEN={SECRET_TOKEN}" in p.env_text.splitlines()
     assert SECRET_KEY not in p.env_text
     assert SECRET_KEY in p.config_text
-    exec_words = unquote_systemd(directives(p.unit_text)["ExecStart"][0])
+    exec_words = server_argv(p.unit_text, p.env_text)
     assert exec_words[-2:] == ["--config", CONFIG_PATH]
     # the server runs under the redacting wrapper, which reads the same secrets file
     assert exec_words[:5] == ["/opt/gpuserve/venv/bin/python", "/opt/gpuserve/bin/sglang_redact.py",
@@ -150,7 +180,7 @@ def test_secrets_stay_out_of_the_unit() -> None:
 
 def test_no_api_key_means_no_config_flag() -> None:
     p = plan()
-    assert p.config_text is None and "--config" not in p.unit_text
+    assert p.config_text is None and "--config" not in server_argv(p.unit_text, p.env_text)
     assert "sglang_redact.py" not in p.unit_text  # no secret, nothing to redact
 
 

@@ -73,7 +73,7 @@ def test_service_plan_refuses_a_secret_flag_in_any_spelling(args) -> None:
 
 def test_service_plan_keeps_token_named_settings() -> None:
     p = plan(args=["--model-path", "/m", "--max-total-tokens", "4096", "--tokenizer-path", "/x"])
-    assert "--max-total-tokens 4096" in p.unit_text and "--tokenizer-path /x" in p.unit_text
+    assert "--max-total-tokens 4096" in p.env_text and "--tokenizer-path /x" in p.env_text
 
 
 def test_render_command_masks_a_secret_that_reached_the_argv(monkeypatch, capsys) -> None:
@@ -118,6 +118,8 @@ def test_three_character_api_key_is_refused_by_the_service_plan() -> None:
 def test_real_looking_secrets_pass() -> None:
     p = plan(api_key=KEY, hf_token=TOKEN)
     assert KEY not in p.unit_text and TOKEN not in p.unit_text
+    # the token is an env value for the server; the key only in the --config file
+    assert KEY not in p.env_text and f"HF_TOKEN={TOKEN}" in p.env_text.splitlines()
 
 
 def run_redactor(tmp_path: Path, key: str, child: str, env: dict | None = None) -> str:

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from systemd_words import server_argv
 
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime
@@ -80,7 +81,7 @@ def test_code_runs_only_from_the_venv() -> None:
     assert d["ProtectSystem"] == ["strict"] and d["UMask"] == ["0077"]
     # the wrapper and the server are the venv's python; every lock's Python has
     # PYTHONSAFEPATH (3.11+)
-    words = d["ExecStart"][0].split()
+    words = server_argv(plan.service.unit_text, plan.service.env_text)
     assert words[0] == f"{plan.venv}/bin/python" and f"{plan.venv}/bin/python" in words[4:]
     assert tuple(int(x) for x in plan.lock.python.split(".")) >= (3, 11)
 
@@ -111,7 +112,7 @@ def test_unit_hardening_off_is_validated(value: object) -> None:
 
 def served_on(**data) -> str:
     plan = plan_serve({"profile": "glm5-nvfp4-tp8", **data}, "inventory/gpu.py", r580)
-    args = directives(plan.service.unit_text)["ExecStart"][0].split()
+    args = server_argv(plan.service.unit_text, plan.service.env_text)
     if "--config" in args:  # the secrets file comes last (with an API key)
         args = args[:args.index("--config")]
     assert args[-2] == "--host" and args.count("--host") == 1
@@ -171,7 +172,9 @@ def test_the_chosen_host_wins_over_any_spelling_in_the_args() -> None:
                         profile_name="p", profile_source="p.yaml", sglang_version="0.5.23",
                         model_path="/m", port=30000, served_name="m", extra_env={},
                         hf_token=None, api_key=None, data_source="inv.py")
-    assert "--host=0.0.0.0" not in plan.unit_text and plan.host == "127.0.0.1"
+    argv = server_argv(plan.unit_text, plan.env_text)
+    assert "--host=0.0.0.0" not in argv and plan.host == "127.0.0.1"
+    assert argv[-2:] == ["--host", "127.0.0.1"]
 
 
 def test_the_redacting_wrapper_runs_the_server_safe_path(tmp_path: Path) -> None:
