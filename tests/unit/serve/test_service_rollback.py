@@ -173,6 +173,22 @@ def test_keep_last_good_saves_a_new_configuration() -> None:
                for c in cmds)
 
 
+def test_keep_last_good_after_a_change_copies_without_reading_again() -> None:
+    """A switch has rewritten the live files: the copy needs no fresh read of them."""
+    from pyinfra.operations import server
+
+    inv = Inventory((["@fake"], {"fake_responses": {}, "fake_delay": 0}))
+    state = State(inv, Config())
+    connect_all(state)
+    add_op(state, server.shell, commands=["echo switched"])
+    meta = next(iter(add_op(state, keep_last_good, spec=SPEC).values()))
+    run_ops(state)
+    cmds = [str(c) for c in next(iter(inv)).connector.executed_commands]
+    assert meta.did_succeed() and meta.did_change()
+    assert not any("sha1sum" in c for c in cmds), cmds  # no state read
+    assert sum("cp -p /etc/systemd/system/gpuserve-sglang.service" in c for c in cmds) == 1
+
+
 def probe(health=None, active="active", sub="running", restarts=0, lines_=(), tail=()):
     return Probe(health, active, sub, restarts, None, list(lines_), list(tail))
 
