@@ -81,7 +81,7 @@ from roles.router.rolling import (
     rollout_guard,
     take_out,
 )
-from roles.service import UNIT_NAME, UNIT_PATH, configure_service
+from roles.service import UNIT_NAME, UNIT_PATH, configure_service, planned_steps
 from roles.service.rollback import RollbackSpec, keep_last_good
 from roles.service.serve_plan import (
     candidate_locks,
@@ -185,6 +185,8 @@ def main() -> None:
                    index_url=plan.index_url, find_links=plan.find_links,
                    expect_gpus=plan.expect_gpus)
     install_check_scripts(bin_dir=plan.bin_dir)
+    # decided before the service's operations exist, from the batch's read
+    service_changed = bool(planned_steps(plan.service))
     configure_service(plan=plan.service, before_restart=take_out_first)
     check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
                   profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
@@ -195,7 +197,7 @@ def main() -> None:
         put_back(name=f"put {switching.rollout.url} back into the gateway on {router}, "
                       "wait until it is ready", rollout=switching.rollout, switching=switching)
     keep_last_good(name="keep this configuration as the last good one (root-only copies)",
-                   spec=rollback)
+                   spec=rollback, service_changed=service_changed)
     prune_venvs(name=f"prune venvs beyond keep_venvs={plan.keep_venvs}", home=plan.home,
                 keep=plan.keep_venvs, unit_paths=UNIT_PATHS)
 

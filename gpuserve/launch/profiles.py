@@ -566,15 +566,18 @@ def _check_cross_fields(p: Profile) -> None:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             # systemd's EnvironmentFile= (and a shell) cannot carry it
             raise p.error(f"env.{key}", "not a valid environment variable name")
+        if key == "GPUSERVE_SGLANG_ARGS":  # roles/service/render.py ARGS_VAR
+            raise p.error(f"env.{key}", "is reserved: the unit passes the profile's server "
+                          "arguments in it")
         if is_secret_env_name(key):
             raise p.error(f"env.{key}", "looks like a secret: set it in host data (hf_token / "
                           "sglang_api_key / sglang_extra_env), not in a committed profile")
 
 
 def _check_name(path: Path) -> None:
-    """The profile's name (its file stem) is written into the systemd unit, the env file
-    and result file names: a newline there would add unit directives, so only a plain
-    name is accepted."""
+    """The profile's name (its file stem) is written into the server's env file, the
+    rollback record and result file names: a newline there would add env assignments
+    (or unit directives), so only a plain name is accepted."""
     for stem in dict.fromkeys((path.stem, path.resolve().stem)):
         if not NAME_PATTERN.fullmatch(stem):
             raise InputError(path, "name", f"profile name {stem!r} must match "
@@ -584,8 +587,8 @@ def _check_name(path: Path) -> None:
 
 def _check_secret_args(p: Profile) -> None:
     """A secret flag in ``extra_args`` (``--api-key``, or any abbreviation argparse
-    accepts, such as ``--api-k``) would land in the world-readable unit, the server's
-    command line and the journal. Judged with every catalog the profile targets; the
+    accepts, such as ``--api-k``) would land on the server's command line (``ps``), in
+    the journal and in the records. Judged with every catalog the profile targets; the
     message names the option, never the value."""
     from gpuserve.launch import catalog, secrets
 

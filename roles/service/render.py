@@ -6,7 +6,7 @@ EnvironmentFile= assignments (systemd.exec(5); src/basic/env-file.c) and the spl
 of a ``$VAR`` word of ExecStart= (src/basic/env-util.c ``replace_env_argv``).
 
 The unit holds how SGLang runs on this host (venv, user, hardening); the profile's
-server arguments live in the EnvironmentFile as ``SGLANG_ARGS``, which ExecStart=
+server arguments live in the EnvironmentFile as ``GPUSERVE_SGLANG_ARGS``, which ExecStart=
 expands. A switch between profiles of one SGLang install therefore changes only the
 EnvironmentFile, which systemd reads at every start: no ``daemon-reload``, which
 re-runs every generator and re-reads every unit (5-6 s on the lab's emulated host).
@@ -61,12 +61,12 @@ def systemd_quote(word: str) -> str:
     return f'"{escaped}"'
 
 
-#: The EnvironmentFile variable that carries the server's arguments (ExecStart= ``$SGLANG_ARGS``).
-ARGS_VAR = "SGLANG_ARGS"
+#: The EnvironmentFile variable with the server's arguments (ExecStart= ``$GPUSERVE_SGLANG_ARGS``).
+ARGS_VAR = "GPUSERVE_SGLANG_ARGS"
 
 
 def args_value(args: list[str]) -> str:
-    """The value of ``SGLANG_ARGS`` whose expansion in ExecStart= is exactly ``args``.
+    """The value of ``GPUSERVE_SGLANG_ARGS`` whose expansion in ExecStart= is exactly ``args``.
 
     systemd replaces a word ``$VAR`` by the variable split into words with
     ``extract_first_word(EXTRACT_UNQUOTE|EXTRACT_RELAX)`` (src/basic/env-util.c):

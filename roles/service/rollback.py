@@ -4,10 +4,11 @@ After a deploy's health gate and smoke completion pass, :func:`keep_last_good` c
 the live unit, EnvironmentFile and ``--config`` file into ``/etc/gpuserve/last-good/``
 (0700 root; ``cp -p`` keeps each file's owner and mode, so the secret files stay 0600
 and their contents never appear on a command line or in pyinfra's output) together
-with a one-line record of the profile name. On a rerun that changed nothing it compares
-first (the batch's read: sha1, mode and owner of every live and saved file) and copies
-only when something differs, so it still reports "No changes"; after the deploy changed
-the host it copies without that read.
+with a one-line record of the profile name. When the deploy changed nothing of the
+service it compares first (a read, from the batch on a no-op rerun: sha1, mode and owner
+of every live and saved file) and copies only when something differs, so a rerun still
+reports "No changes"; after the deploy rewrote or restarted the service it copies
+without that read.
 
 When the health gate fails, roles/checks asks :func:`rollback_decision` whether there
 is something to go back to: a saved set that differs from the live one. If so it runs
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pyinfra import host, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 
-from roles.prefetch import Read, changed_so_far, fact_if_unchanged
+from roles.prefetch import Read, fact_if_unchanged
 from roles.service import CONFIG_DIR, CONFIG_PATH, ENV_PATH, UNIT_NAME, UNIT_PATH
 
 LAST_GOOD_DIR = f"{CONFIG_DIR}/last-good"
@@ -186,16 +187,18 @@ def reads(spec: RollbackSpec) -> list[Read]:
 
 
 @operation(is_idempotent=True)
-def keep_last_good(spec: RollbackSpec):
+def keep_last_good(spec: RollbackSpec, service_changed: bool = False):
     """After a passing gate and smoke: save the live configuration as the last good one
-    (root-only copies, contents never shown); nothing when it already is."""
+    (root-only copies, contents never shown); nothing when it already is.
+
+    ``service_changed``: this deploy rewrote the service's files or (re)started it
+    (roles/service ``planned_steps``, decided at prepare time). Then the live set is new,
+    so it is copied without reading it afresh first (one remote command less on every
+    switch); otherwise a read decides, so a rerun that changed nothing of the service
+    still reports "No changes" here."""
     if not state.is_executing:
         return
-    # After this deploy changed the host, the live files were (re)written and the server
-    # restarted: copy them without reading afresh first (the copy is the same whatever a
-    # read would say; one remote command less on every switch). Otherwise the batch's
-    # read decides, so a rerun with no changes still reports "No changes".
-    if not changed_so_far() and not needs_save(read_state(spec), spec.profile_name):
+    if not service_changed and not needs_save(read_state(spec), spec.profile_name):
         host.noop(f"the live configuration is the last good one (profile {spec.profile_name})")
         return
     yield StringCommand("sh", "-c", QuoteString(save_script(spec)))

@@ -196,19 +196,19 @@ def plan_serve(
     # the nodes' socket interface: after the profile's env, before host data's extra env
     launch_env = {**launch.env, **(placement.env if placement else {})}
     for hit in secret_flags(args, load_catalog(version)):
-        # resolved like SGLang's parser (--api-k is --api-key): the unit file is
-        # world-readable and its ExecStart= reaches ps and the journal
+        # resolved like SGLang's parser (--api-k is --api-key): the server's arguments
+        # reach ps and the journal
         owner = next((f for f, items in launch.by_field.items() if args[hit.index] in items),
                      "extra_args")
         raise profile.error(owner, f"{hit.given} ({hit.flag}) carries a secret: set it in "
                                    "host data (sglang_api_key / hf_token)")
     for arg in args:
-        # systemd's ExecStart= cannot carry them (roles/service/render.py refuses them)
+        # systemd cannot carry them in the env file's arguments (render.args_value)
         if any(ord(c) < 32 or ord(c) == 127 for c in arg):
             owner = next((f for f, items in launch.by_field.items() if arg in items),
                          "extra_args")
             raise profile.error(owner, f"{arg!r} contains a control character, which a "
-                                       "systemd ExecStart= line cannot carry")
+                                       "systemd command line cannot carry")
     host_json_lines = host_record()
     host_comm = communication(host_json_lines)
     host_flags = [f for f in sglang_flags_for_host(host_json_lines, HOST_JSON_PATH)

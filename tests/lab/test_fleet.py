@@ -230,8 +230,8 @@ def test_multi_node_profile_starts_across_both_hosts_and_only_node_0_is_a_worker
     r = fleet.pyinfra("deploy/serve.py", "--data", f"profile={TWO_NODES}", "--data",
                       "bench=off", "--data", "health_timeout=300")
     assert "take http" not in r.stdout
-    # the server's arguments: $SGLANG_ARGS in the EnvironmentFile
-    units = {h: fleet.ssh(h, f"grep ^SGLANG_ARGS= {ENV_PATH}") for h in HOSTS}
+    # the server's arguments: $GPUSERVE_SGLANG_ARGS in the EnvironmentFile
+    units = {h: fleet.ssh(h, f"grep ^GPUSERVE_SGLANG_ARGS= {ENV_PATH}") for h in HOSTS}
     for rank, h in enumerate(HOSTS):
         assert re.search(r"--nnodes['\s]+2\b", units[h]), units[h]
         # node 0 is SGLang's default rank: the rendered launch leaves it out

@@ -128,8 +128,8 @@ def test_unit_file(vm, first_run) -> None:
     assert vm.file(f"{venv.group(1)}/.gpuserve-verified").exists
     assert "Environment=CUDA_HOME=/usr/local/cuda-13.0" in text
     assert HF_TOKEN not in text and API_KEY not in text
-    assert "--model-path" not in text and "$SGLANG_ARGS" in text  # in the env file
-    # what systemd really started: the launcher, then $SGLANG_ARGS from the env file split
+    assert "--model-path" not in text and "$GPUSERVE_SGLANG_ARGS" in text  # in the env file
+    # what systemd really started: the launcher, then $GPUSERVE_SGLANG_ARGS from the env file split
     # into words, the secrets file last (the main process is the redacting wrapper)
     pid = vm.check_output(f"systemctl show -p MainPID --value {UNIT}")
     argv = vm.check_output(f"tr '\\0' '\\n' < /proc/{pid}/cmdline").splitlines()
@@ -148,7 +148,7 @@ def test_unit_file(vm, first_run) -> None:
 
 def test_systemd_splits_the_rendered_args_into_the_same_words(lab) -> None:
     """The server's arguments pass through two of systemd's parsers (the
-    EnvironmentFile's quoting, then the splitting of ``$SGLANG_ARGS``): a transient unit
+    EnvironmentFile's quoting, then the splitting of ``$GPUSERVE_SGLANG_ARGS``): a transient unit
     on the guest's real systemd, given the rendered file, gets exactly these words."""
     from roles.service.render import render_env_file
 
@@ -158,7 +158,7 @@ def test_systemd_splits_the_rendered_args_into_the_same_words(lab) -> None:
     path = "/run/gpuserve-args-check.env"
     lab.ssh(f"umask 077 && cat > {path} <<'GPUSERVE_EOF'\n{env}GPUSERVE_EOF", check=True)
     r = lab.ssh(f"systemd-run --quiet --wait --pipe -p EnvironmentFile={path} /usr/bin/python3 "
-                "-c 'import sys, json; print(json.dumps(sys.argv[1:]))' '$SGLANG_ARGS'; "
+                "-c 'import sys, json; print(json.dumps(sys.argv[1:]))' '$GPUSERVE_SGLANG_ARGS'; "
                 f"rc=$?; rm -f {path}; exit $rc", check=True)
     assert json.loads(r.stdout.strip().splitlines()[-1]) == words, r.stdout
 

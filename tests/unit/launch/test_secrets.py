@@ -163,3 +163,12 @@ def test_profile_names_outside_the_safe_pattern_are_refused(tmp_path, stem) -> N
 def test_safe_profile_names_load(tmp_path) -> None:
     for stem in ("a", "glm5-nvfp4_tp8.v2", "x" * 64):
         assert load_profile(write(tmp_path, stem, "model:\n  path: /m\n")).name == stem
+
+
+def test_the_arguments_variable_is_reserved_in_a_profile_env(tmp_path) -> None:
+    """The unit passes the server's arguments in GPUSERVE_SGLANG_ARGS: a profile that
+    set it would replace them; refused when the profile loads (render, doctor, check)."""
+    path = write(tmp_path, "p", "model:\n  path: /m\nenv:\n  GPUSERVE_SGLANG_ARGS: --x\n")
+    with pytest.raises(InputError) as info:
+        load_profile(path)
+    assert info.value.field == "env.GPUSERVE_SGLANG_ARGS" and "reserved" in info.value.message

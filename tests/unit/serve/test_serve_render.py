@@ -68,6 +68,12 @@ def test_args_value_splits_back_into_the_word(word: str) -> None:
     assert split_variable(env_value(env, ARGS_VAR)) == ["--x", word, "--y"]
 
 
+def test_no_env_file_line_ends_in_a_backslash() -> None:
+    """systemd before v254 joins a comment line ending in \\ with the next line."""
+    env = render_env_file([env_line("A", "x\\", "p.yaml", "env")], "p", ["--x", "back\\"])
+    assert not [line for line in env.splitlines() if line.endswith("\\")], env
+
+
 def test_args_value_refuses_control_characters() -> None:
     with pytest.raises(ValueError):
         args_value(["a\nb"])

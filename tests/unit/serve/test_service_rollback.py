@@ -173,20 +173,29 @@ def test_keep_last_good_saves_a_new_configuration() -> None:
                for c in cmds)
 
 
-def test_keep_last_good_after_a_change_copies_without_reading_again() -> None:
+def test_keep_last_good_after_the_service_changed_copies_without_reading_again() -> None:
     """A switch has rewritten the live files: the copy needs no fresh read of them."""
-    from pyinfra.operations import server
-
-    inv = Inventory((["@fake"], {"fake_responses": {}, "fake_delay": 0}))
-    state = State(inv, Config())
-    connect_all(state)
-    add_op(state, server.shell, commands=["echo switched"])
-    meta = next(iter(add_op(state, keep_last_good, spec=SPEC).values()))
-    run_ops(state)
-    cmds = [str(c) for c in next(iter(inv)).connector.executed_commands]
+    meta, cmds = run(keep_last_good, {}, spec=SPEC, service_changed=True)
     assert meta.did_succeed() and meta.did_change()
     assert not any("sha1sum" in c for c in cmds), cmds  # no state read
     assert sum("cp -p /etc/systemd/system/gpuserve-sglang.service" in c for c in cmds) == 1
+
+
+def test_keep_last_good_after_another_change_still_reads() -> None:
+    """An operation that changed something else (a benchmark run) leaves the service as
+    it was: the read decides, and an already saved set is not copied again."""
+    from pyinfra.operations import server
+
+    st = lines({"unit": U1, "env": A}, {"unit": U1, "env": A}, "bad")
+    inv = Inventory((["@fake"], {"fake_responses": {"sha1sum": st}, "fake_delay": 0}))
+    state = State(inv, Config())
+    connect_all(state)
+    add_op(state, server.shell, commands=["echo benchmarked"])
+    meta = next(iter(add_op(state, keep_last_good, spec=SPEC).values()))
+    run_ops(state)
+    cmds = [str(c) for c in next(iter(inv)).connector.executed_commands]
+    assert meta.did_succeed() and not meta.did_change()
+    assert not any("cp -p" in c for c in cmds), cmds
 
 
 def probe(health=None, active="active", sub="running", restarts=0, lines_=(), tail=()):
