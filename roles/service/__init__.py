@@ -22,12 +22,12 @@ from pyinfra.api import deploy
 from gpuserve.errors import InputError
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.launch.catalog import load_catalog
+from gpuserve.launch.profiles import ARGS_VAR, RESERVED_ENV_MESSAGE
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.paths import SCRIPTS_DIR
 from roles import managed
 from roles.prefetch import Read
 from roles.service.render import (
-    ARGS_VAR,
     SERVICE_ENV_PATH,
     SYSTEM_UNIT_DIR,
     UnitSpec,
@@ -112,8 +112,7 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
                                       (data_source, "sglang_extra_env", extra_env)):
         for key, value in pairs.items():
             if key == ARGS_VAR:
-                raise InputError(source, f"{field_name}.{key}", "is reserved: the unit passes "
-                                 "the profile's server arguments in it")
+                raise InputError(source, f"{field_name}.{key}", RESERVED_ENV_MESSAGE)
             merged[key] = env_line(key, value, source, field_name)
     if hf_token:
         if "\n" in hf_token:

@@ -22,6 +22,7 @@ import jinja2
 
 from gpuserve.errors import InputError
 from gpuserve.host.nccl_env import NCCL_ENV_PATH
+from gpuserve.launch.profiles import ARGS_VAR
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
@@ -43,6 +44,11 @@ HARDENING = (
 )
 
 
+def _refuse_control_characters(word: str) -> None:
+    if any(ord(c) < 32 or ord(c) == 127 for c in word):
+        raise ValueError(f"control character in argument {word!r}")
+
+
 def systemd_quote(word: str) -> str:
     """Quote one argv word for ExecStart=.
 
@@ -51,18 +57,13 @@ def systemd_quote(word: str) -> str:
     literal ``%``), so every word is escaped for all three, and control characters are
     refused rather than guessed at.
     """
-    if any(ord(c) < 32 or ord(c) == 127 for c in word):
-        raise ValueError(f"control character in argument {word!r}")
+    _refuse_control_characters(word)
     if word and _SAFE_WORD.match(word):
         return word.replace("%", "%%")
     escaped = (
         word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
     )
     return f'"{escaped}"'
-
-
-#: The EnvironmentFile variable with the server's arguments (ExecStart= ``$GPUSERVE_SGLANG_ARGS``).
-ARGS_VAR = "GPUSERVE_SGLANG_ARGS"
 
 
 def args_value(args: list[str]) -> str:
@@ -77,8 +78,7 @@ def args_value(args: list[str]) -> str:
     Control characters are refused, as in :func:`systemd_quote`."""
     words = []
     for word in args:
-        if any(ord(c) < 32 or ord(c) == 127 for c in word):
-            raise ValueError(f"control character in argument {word!r}")
+        _refuse_control_characters(word)
         if word and _SAFE_WORD.match(word):  # % and $ are plain here
             words.append(word)
         else:
