@@ -16,7 +16,13 @@ For each deploy it prints, over ``--runs`` runs (medians, and min-max):
   --data bench=off``: the throughput checks are a measurement of their own), its wall
   time, the server's own start-up (from systemd's start of the process to SGLang's
   "The server is fired up and ready to roll!", read from the journal with microsecond
-  times) and the difference, which is what the deploy adds.
+  times) and the difference, which is what the deploy adds. That difference is then
+  split into what any switch pays on this host and what is left to the deploy itself:
+  the floor (``exec -- true``, run beside each switch), the restart (from systemd's
+  "Stopping" line for the old server to the new process's start: the old server's own
+  exit and the new one's sandbox set-up), the smoke completion that proves the new
+  server generates (its own time, from the smoke record the deploy writes), and the
+  rest (reads, file writes, the health gate's polling, the last-good copy, the prune).
 
 The issue's goals (issue 10): at most 15 remote commands and 3 times ``exec -- true``
 for a no-op rerun, at most 5 s added to a switch. On the lab host every process costs
@@ -28,6 +34,7 @@ No test asserts on these times.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -40,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lab.sshutil import run_in  # noqa: E402
+from lab.state import instance_dir  # noqa: E402
 
 PYINFRA = str(ROOT / ".venv" / "bin" / "pyinfra")
 UNIT = "gpuserve-sglang.service"
@@ -64,18 +72,34 @@ def guest(cmd: str, name: str) -> str:
         raise SystemExit(str(e)) from None
 
 
-def server_startup(name: str) -> float | None:
-    """Seconds from systemd starting the server's process to SGLang's ready line."""
+def server_startup(name: str) -> tuple[float, float] | None:
+    """(restart, start-up) of the newest start: seconds from systemd's "Stopping" line
+    for the old server to the new process's start (``ExecMainStartTimestamp``), and from
+    there to SGLang's ready line."""
     script = (f"t=$(systemctl show --timestamp=us+utc -p ExecMainStartTimestamp --value {UNIT}); "
               f"echo start=$(date -d \"$t\" +%s.%N); "
               f"journalctl -u {UNIT} -o short-unix --no-pager --since \"$t\" "
-              f"| grep -F '{READY}' | tail -n 1")
+              f"| grep -F '{READY}' | tail -n 1; "
+              f"journalctl -u {UNIT} -o short-unix --no-pager --until \"$t\" "
+              f"| grep -F ' Stopping ' | tail -n 1")
     out = guest(script, name)
     start = re.search(r"start=([\d.]+)", out)
     ready = re.search(r"^([\d.]+) .*" + re.escape(READY), out, re.M)
-    if not start or not ready:
+    stopping = re.search(r"^([\d.]+) .* Stopping ", out, re.M)
+    if not start or not ready or not stopping:
         return None
-    return float(ready.group(1)) - float(start.group(1))
+    return (float(start.group(1)) - float(stopping.group(1)),
+            float(ready.group(1)) - float(start.group(1)))
+
+
+def smoke_seconds(name: str, profile: str) -> float | None:
+    """The newest smoke record's own completion time for ``profile`` (the deploy writes
+    one per passing smoke: inventory/lab.py keeps them per lab instance)."""
+    records = sorted((instance_dir(name) / "results").glob(f"*/*-smoke-{profile}.json"),
+                     key=lambda p: p.name)
+    if not records:
+        return None
+    return float(json.loads(records[-1].read_text())["figures"]["seconds"])
 
 
 def fmt(values: list[float]) -> str:
@@ -108,24 +132,38 @@ def noop(deploy: str, inventory: str, runs: int, env: dict[str, str]) -> None:
 def switch(profile: str, inventory: str, runs: int, name: str, env: dict[str, str]) -> None:
     back = os.environ.get("GPUSERVE_BENCH_PROFILE", "glm5-nvfp4-tp8")
     walls, startups, added = [], [], []
+    floors, restarts, smokes, rest = [], [], [], []
     for _ in range(runs):
         for target in (profile, back):
+            floor = pyinfra(inventory, "exec", "--", "true", env=env)[0]
             seconds, out, rc = pyinfra(inventory, "deploy/serve.py",
                                        "--data", f"profile={target}", "--data", "bench=off",
                                        env=env)
             if rc != 0:
                 raise SystemExit(f"deploy/serve.py --data profile={target} failed:\n"
                                  f"{out[-3000:]}")
-            own = server_startup(name)
-            if own is None:
-                raise SystemExit(f"no '{READY}' line in the journal after the switch")
+            times = server_startup(name)
+            smoke = smoke_seconds(name, target)
+            if times is None or smoke is None:
+                raise SystemExit(f"no '{READY}' or 'Stopping' line in the journal, or no "
+                                 f"smoke record, after the switch to {target}")
+            restart, own = times
             walls.append(seconds)
             startups.append(own)
             added.append(seconds - own)
+            floors.append(floor)
+            restarts.append(restart)
+            smokes.append(smoke)
+            rest.append(seconds - own - floor - restart - smoke)
     print(f"profile switch {profile} <-> {back}: {len(walls)} switches (bench=off)")
     print(f"  deploy wall time      {fmt(walls)}")
     print(f"  server's own start-up {fmt(startups)}")
     print(f"  added by the deploy   {fmt(added)}   (goal <= 5 s)")
+    print("  of which any switch on this host pays:")
+    print(f"    exec -- true        {fmt(floors)}")
+    print(f"    restart             {fmt(restarts)}   (old server's exit, new sandbox)")
+    print(f"    smoke completion    {fmt(smokes)}")
+    print(f"  and the deploy's own  {fmt(rest)}   (reads, writes, gate, last-good, prune)")
 
 
 def main() -> None:
