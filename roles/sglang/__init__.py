@@ -308,26 +308,18 @@ class VenvReport(FactBase):
         return list(output)
 
 
-class VenvListing(FactBase):
-    """``MTIME VERIFIED PATH`` per venv under ``<home>/venvs``."""
+class PruneState(FactBase):
+    """What :func:`prune_venvs` decides from, in one command: the ``ExecStart=`` lines of
+    the given unit files (absent files: none), then ``MTIME VERIFIED PATH`` per venv
+    under ``<home>/venvs``. The two kinds of line cannot be mistaken for each other."""
 
-    def command(self, home: str) -> str:
-        return listing_command(home)
-
-    def process(self, output: list[str]) -> list[str]:
-        return list(output)
-
-
-class UnitVenvs(FactBase):
-    """The lines of the given unit files that name an ExecStart (absent files: nothing)."""
-
-    def command(self, paths: tuple[str, ...]) -> str:
+    def command(self, home: str, paths: tuple[str, ...]) -> str:
         quoted = " ".join(shlex.quote(p) for p in paths)
-        return f"grep -h '^ExecStart=' {quoted} 2>/dev/null || true"
+        return f"grep -h '^ExecStart=' {quoted} 2>/dev/null; {listing_command(home)}"
 
-    def process(self, output: list[str]) -> list[str]:
-        return list(output)
-
+    def process(self, output: list[str]) -> dict[str, list[str]]:
+        units = [line for line in output if line.startswith("ExecStart=")]
+        return {"units": units, "listing": [line for line in output if line not in units]}
 
 
 @operation()
@@ -426,9 +418,10 @@ def prune_venvs(home: str, keep: int, unit_paths: tuple[str, ...]):
     """Delete venvs beyond the ``keep`` newest verified ones; never one a unit names."""
     if not state.is_executing:
         return
-    named = referenced_venvs(fact_if_unchanged(UnitVenvs, paths=unit_paths), home)
-    doomed = venvs_to_prune(parse_listing(fact_if_unchanged(VenvListing, home=home)), named,
-                            keep)
+    # after a change, one fresh read (not one per kind of line: issue 10's switch)
+    seen = fact_if_unchanged(PruneState, home=home, paths=unit_paths)
+    doomed = venvs_to_prune(parse_listing(seen["listing"]),
+                            referenced_venvs(seen["units"], home), keep)
     if not doomed:
         host.noop(f"no venvs to prune (keeping {keep} and those the units name)")
         return
@@ -528,4 +521,4 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
 
 def prune_reads(home: str, unit_paths: tuple[str, ...]) -> list[Read]:
     """What :func:`prune_venvs` reads, for the deploy's prefetch."""
-    return [Read.of(UnitVenvs, paths=unit_paths), Read.of(VenvListing, home=home)]
+    return [Read.of(PruneState, home=home, paths=unit_paths)]

@@ -439,3 +439,40 @@ def test_print_file_of_a_directory_fails_as_cat_does(tmp_path: Path) -> None:
     done = subprocess.run(["sh", "-c", print_file(str(tmp_path))], capture_output=True,
                           text=True)
     assert done.returncode != 0 and done.stdout == ""
+
+
+def test_prune_state_reads_units_and_venvs_in_one_command(tmp_path: Path) -> None:
+    """The prune decides from one read (after a change, one fresh command, not two): the
+    units' ExecStart lines and the venv listing, each kind parsed as before."""
+    from gpuserve.launch.venvs import parse_listing, referenced_venvs, venvs_to_prune
+    from roles.sglang import PruneState
+
+    home = tmp_path / "home"
+    venvs = {name: home / "venvs" / name for name in ("0.5.1-aaa", "0.5.2-bbb", "0.5.3-ccc",
+                                                       "0.5.4-ddd")}
+    for i, (name, venv) in enumerate(venvs.items()):
+        venv.mkdir(parents=True)
+        if name != "0.5.4-ddd":  # an unverified leftover
+            (venv / STAMP).write_text("hash\n")
+        os.utime(venv, (1_700_000_000 + i, 1_700_000_000 + i))
+    live, saved = tmp_path / "live.service", tmp_path / "last-good-unit"
+    live.write_text(f"[Service]\nExecStart={venvs['0.5.1-aaa']}/bin/python -m sglang\n")
+    saved.write_text(f"# ExecStart={venvs['0.5.2-bbb']} (a comment names nothing)\n"
+                     f"ExecStart={venvs['0.5.2-bbb']}/bin/python -m sglang\n")
+    fact = PruneState()
+    paths = (str(live), str(saved), str(tmp_path / "absent-unit"))
+    seen = fact.process(sh(fact.command(home=str(home), paths=paths)))
+    assert seen["units"] == [f"ExecStart={venvs['0.5.1-aaa']}/bin/python -m sglang",
+                             f"ExecStart={venvs['0.5.2-bbb']}/bin/python -m sglang"]
+    assert sorted(e.path for e in parse_listing(seen["listing"])) == sorted(
+        str(v) for v in venvs.values())
+    named = referenced_venvs(seen["units"], str(home))
+    assert named == {str(venvs["0.5.1-aaa"]), str(venvs["0.5.2-bbb"])}
+    # keep 3: both named ones and the newest verified (0.5.3); the unverified one goes
+    assert venvs_to_prune(parse_listing(seen["listing"]), named, 3) == [str(venvs["0.5.4-ddd"])]
+    # no venvs, no units: nothing, and the command still succeeds
+    empty = subprocess.run(["sh", "-c", fact.command(home=str(tmp_path / "none"),
+                                                     paths=(str(tmp_path / "x"),))],
+                           capture_output=True, text=True, timeout=30)
+    assert empty.returncode == 0 and fact.process(empty.stdout.splitlines()) == {
+        "units": [], "listing": []}

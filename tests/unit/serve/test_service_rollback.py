@@ -117,6 +117,7 @@ def test_scripts_save_compare_and_restore_for_real(tmp_path: Path) -> None:
 
     before = parse_state(_sh(state_command(spec), tmp_path).splitlines())
     assert not before.has_saved and needs_save(before, "good")
+    Path(spec.saved_dir).mkdir(mode=0o755)  # left too open by hand: the save closes it
     _sh(save_script(spec), tmp_path)
     saved = parse_state(_sh(state_command(spec), tmp_path).splitlines())
     assert saved.live_is_saved and saved.saved_profile == "good"
@@ -169,7 +170,8 @@ def test_keep_last_good_saves_a_new_configuration() -> None:
     st = lines({"unit": U2, "env": A}, {"unit": U1, "env": A}, "good")
     meta, cmds = run(keep_last_good, {"sha1sum": st}, spec=SPEC)
     assert meta.did_succeed() and meta.did_change()
-    assert any("cp -p /etc/systemd/system/gpuserve-sglang.service" in c and "chmod 700" in c
+    assert any("cp -p /etc/systemd/system/gpuserve-sglang.service" in c
+               and "install -d -o root -g root -m 700 /etc/gpuserve/last-good" in c
                for c in cmds)
 
 
