@@ -317,6 +317,10 @@ class PruneState(FactBase):
         quoted = " ".join(shlex.quote(p) for p in paths)
         return f"grep -h '^ExecStart=' {quoted} 2>/dev/null; {listing_command(home)}"
 
+    @staticmethod
+    def default() -> dict[str, list[str]]:
+        return {"units": [], "listing": []}  # no output: no unit, no venv
+
     def process(self, output: list[str]) -> dict[str, list[str]]:
         units = [line for line in output if line.startswith("ExecStart=")]
         return {"units": units, "listing": [line for line in output if line not in units]}

@@ -277,3 +277,31 @@ def test_outcome_names_both_profiles_or_the_previous_configuration() -> None:
         in rollback_outcome("p", "p", 8, None)
     assert rollback_outcome("new", "old", 8, "timeout").startswith(
         "rolled back to profile old, but it is NOT healthy either: timeout")
+
+
+def test_prune_keeps_what_the_units_name_and_deletes_nothing_when_its_read_fails() -> None:
+    """The venvs a rollback needs are never pruned: the live and the last good unit name
+    them. One read gives both kinds of line; no output is no venv; a failed read deletes
+    nothing."""
+    from roles.sglang import prune_venvs
+
+    home = "/opt/gpuserve"
+    units = ("/etc/systemd/system/gpuserve-sglang.service", SPEC.saved("unit"))
+    live, saved, old, stray = (f"{home}/venvs/{n}" for n in ("0.5.3-c", "0.5.2-b", "0.5.1-a",
+                                                              "0.5.4-d"))
+    seen = [f"ExecStart={live}/bin/python -m sglang.launch_server $GPUSERVE_SGLANG_ARGS",
+            f"ExecStart={saved}/bin/python -m sglang.launch_server $GPUSERVE_SGLANG_ARGS",
+            f"1700000003 1 {live}", f"1700000002 1 {saved}", f"1700000001 1 {old}",
+            f"1700000004 0 {stray}"]
+    meta, cmds = run(prune_venvs, {"grep -h '^ExecStart='": seen}, home=home, keep=2,
+                     unit_paths=units)
+    assert meta.did_succeed() and meta.did_change()
+    assert sorted(c for c in cmds if c.startswith("rm -rf")) == [f"rm -rf {old}",
+                                                                 f"rm -rf {stray}"]
+    # no unit, no venv (no output at all): nothing to do
+    meta, cmds = run(prune_venvs, {}, home=home, keep=2, unit_paths=units)
+    assert meta.did_succeed() and not meta.did_change()
+    # a read that fails fails the host (pyinfra's fact error), and deletes nothing
+    meta, cmds = run(prune_venvs, {"grep -h '^ExecStart='": {"success": False, "stdout": []}},
+                     home=home, keep=2, unit_paths=units)
+    assert not any(c.startswith("rm ") for c in cmds), cmds
