@@ -35,13 +35,15 @@ lab: lab-deps
 # Everything CI runs: lint, then the unit tier and the lab tier side by side. The lab
 # tier is bound by its one emulated CPU (QEMU TCG), which leaves the machine's other core
 # mostly idle: the unit tier runs there, niced so the guest keeps its core, its output
-# kept in a log that is printed once both are done. The lab's disk image (debootstrap
+# kept in a log that is printed once both are done (a background job ignores Ctrl-C,
+# so an interrupted run stops it by hand: the trap). The lab's disk image (debootstrap
 # and dpkg, minutes on a fresh machine) is built first, beside the unit tier.
 # (The unit tier stays on one core: under pytest-xdist a worker was lost near the end of
 # the run, at a different test each time, 2 of 3 runs; not understood yet.)
 test: lab-deps
 	$(BIN)/ruff check .
 	@nice -n 10 $(BIN)/pytest -m "not lab" -p no:cacheprovider >$(VENV)/unit.log 2>&1 & unit=$$!; \
+	trap 'kill $$unit 2>/dev/null; tail -n 20 $(VENV)/unit.log; exit 130' INT TERM HUP; \
 	echo "the unit tier runs beside the lab tier (log: $(VENV)/unit.log)"; \
 	lab=1; if $(BIN)/python -m lab image; then $(BIN)/pytest -m lab --durations=60; lab=$$?; fi; \
 	echo "waiting for the unit tier"; wait $$unit; unit=$$?; \

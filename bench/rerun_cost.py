@@ -81,22 +81,28 @@ def server_startup(name: str) -> tuple[float, float] | None:
               f"journalctl -u {UNIT} -o short-unix --no-pager --since \"$t\" "
               f"| grep -F '{READY}' | tail -n 1; "
               f"journalctl -u {UNIT} -o short-unix --no-pager --until \"$t\" "
-              f"| grep -F ' Stopping ' | tail -n 1")
+              f"| grep 'systemd\\[1\\]: Stopping {UNIT}' | tail -n 1")
     out = guest(script, name)
     start = re.search(r"start=([\d.]+)", out)
     ready = re.search(r"^([\d.]+) .*" + re.escape(READY), out, re.M)
     stopping = re.search(r"^([\d.]+) .* Stopping ", out, re.M)
     if not start or not ready or not stopping:
         return None
-    return (float(start.group(1)) - float(stopping.group(1)),
-            float(ready.group(1)) - float(start.group(1)))
+    restart = float(start.group(1)) - float(stopping.group(1))
+    if restart > 60:  # not this start's stop (systemd restarted a crashed server?)
+        return None
+    return restart, float(ready.group(1)) - float(start.group(1))
 
 
-def smoke_seconds(name: str, profile: str) -> float | None:
-    """The newest smoke record's own completion time for ``profile`` (the deploy writes
-    one per passing smoke: inventory/lab.py keeps them per lab instance)."""
-    records = sorted((instance_dir(name) / "results").glob(f"*/*-smoke-{profile}.json"),
-                     key=lambda p: p.name)
+def smoke_records(name: str, profile: str) -> list[Path]:
+    """The smoke records of ``profile``, oldest first (the deploy writes one per passing
+    smoke: inventory/lab.py keeps them per lab instance)."""
+    return sorted((instance_dir(name) / "results").glob(f"*/*-smoke-{profile}.json"),
+                  key=lambda p: p.name)
+
+
+def smoke_seconds(records: list[Path]) -> float | None:
+    """The newest record's own completion time, None when there is none."""
     if not records:
         return None
     return float(json.loads(records[-1].read_text())["figures"]["seconds"])
@@ -136,6 +142,7 @@ def switch(profile: str, inventory: str, runs: int, name: str, env: dict[str, st
     for _ in range(runs):
         for target in (profile, back):
             floor = pyinfra(inventory, "exec", "--", "true", env=env)[0]
+            before = set(smoke_records(name, target))
             seconds, out, rc = pyinfra(inventory, "deploy/serve.py",
                                        "--data", f"profile={target}", "--data", "bench=off",
                                        env=env)
@@ -143,10 +150,12 @@ def switch(profile: str, inventory: str, runs: int, name: str, env: dict[str, st
                 raise SystemExit(f"deploy/serve.py --data profile={target} failed:\n"
                                  f"{out[-3000:]}")
             times = server_startup(name)
-            smoke = smoke_seconds(name, target)
+            # only a record this deploy wrote (a failed write is only a warning)
+            smoke = smoke_seconds([p for p in smoke_records(name, target) if p not in before])
             if times is None or smoke is None:
-                raise SystemExit(f"no '{READY}' or 'Stopping' line in the journal, or no "
-                                 f"smoke record, after the switch to {target}")
+                raise SystemExit(f"no '{READY}' or systemd 'Stopping' line in the journal "
+                                 f"for this start, or no new smoke record, after the switch "
+                                 f"to {target}")
             restart, own = times
             walls.append(seconds)
             startups.append(own)

@@ -8,7 +8,9 @@ finds its venv untouched. pip's in-place upgrades keep dropped dependencies arou
 
 from __future__ import annotations
 
+import posixpath
 import re
+import shlex
 from dataclasses import dataclass
 
 from gpuserve.launch.locks import Lock
@@ -67,8 +69,15 @@ def parse_listing(lines: list[str] | None) -> list[VenvEntry]:
     return entries
 
 
+def in_venvs_dir(path: str, home: str) -> bool:
+    """Whether ``path`` is a directory right under ``<home>/venvs``: the only paths a
+    prune may delete, whatever a listing says."""
+    name = posixpath.basename(path)
+    return posixpath.dirname(path) == venvs_dir(home) and name not in ("", ".", "..")
+
+
 def listing_command(home: str) -> str:
-    d = venvs_dir(home)
+    d = shlex.quote(venvs_dir(home))  # the glob stays outside the quotes
     return (f'for v in {d}/*/; do [ -d "$v" ] || continue; v=${{v%/}}; '
             f'if [ -f "$v/{STAMP}" ]; then s=1; else s=0; fi; '
             f'echo "$(stat -c %Y "$v") $s $v"; done')

@@ -33,6 +33,7 @@ from gpuserve.errors import InputError
 from gpuserve.launch.locks import Lock
 from gpuserve.launch.venvs import (
     STAMP,
+    in_venvs_dir,
     listing_command,
     parse_listing,
     referenced_venvs,
@@ -309,20 +310,23 @@ class VenvReport(FactBase):
 
 
 class PruneState(FactBase):
-    """What :func:`prune_venvs` decides from, in one command: the ``ExecStart=`` lines of
+    """What :func:`prune_venvs` decides from, in one command: the ``ExecStart`` lines of
     the given unit files (absent files: none), then ``MTIME VERIFIED PATH`` per venv
     under ``<home>/venvs``. The two kinds of line cannot be mistaken for each other."""
 
     def command(self, home: str, paths: tuple[str, ...]) -> str:
         quoted = " ".join(shlex.quote(p) for p in paths)
-        return f"grep -h '^ExecStart=' {quoted} 2>/dev/null; {listing_command(home)}"
+        # -a: a unit file with a stray NUL is still text (grep would print "Binary file
+        # ... matches" instead of the line); systemd also accepts "ExecStart =" indented
+        return (f"grep -ah '^[[:space:]]*ExecStart[[:space:]]*=' {quoted} 2>/dev/null "
+                f"</dev/null; {listing_command(home)}")
 
     @staticmethod
     def default() -> dict[str, list[str]]:
         return {"units": [], "listing": []}  # no output: no unit, no venv
 
     def process(self, output: list[str]) -> dict[str, list[str]]:
-        units = [line for line in output if line.startswith("ExecStart=")]
+        units = [line for line in output if line.lstrip().startswith("ExecStart")]
         return {"units": units, "listing": [line for line in output if line not in units]}
 
 
@@ -424,8 +428,8 @@ def prune_venvs(home: str, keep: int, unit_paths: tuple[str, ...]):
         return
     # after a change, one fresh read (not one per kind of line: issue 10's switch)
     seen = fact_if_unchanged(PruneState, home=home, paths=unit_paths)
-    doomed = venvs_to_prune(parse_listing(seen["listing"]),
-                            referenced_venvs(seen["units"], home), keep)
+    entries = [e for e in parse_listing(seen["listing"]) if in_venvs_dir(e.path, home)]
+    doomed = venvs_to_prune(entries, referenced_venvs(seen["units"], home), keep)
     if not doomed:
         host.noop(f"no venvs to prune (keeping {keep} and those the units name)")
         return

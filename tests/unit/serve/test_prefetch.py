@@ -458,12 +458,12 @@ def test_prune_state_reads_units_and_venvs_in_one_command(tmp_path: Path) -> Non
     live, saved = tmp_path / "live.service", tmp_path / "last-good-unit"
     live.write_text(f"[Service]\nExecStart={venvs['0.5.1-aaa']}/bin/python -m sglang\n")
     saved.write_text(f"# ExecStart={venvs['0.5.2-bbb']} (a comment names nothing)\n"
-                     f"ExecStart={venvs['0.5.2-bbb']}/bin/python -m sglang\n")
+                     f"  ExecStart = {venvs['0.5.2-bbb']}/bin/python -m sglang\n")
     fact = PruneState()
     paths = (str(live), str(saved), str(tmp_path / "absent-unit"))
     seen = fact.process(sh(fact.command(home=str(home), paths=paths)))
     assert seen["units"] == [f"ExecStart={venvs['0.5.1-aaa']}/bin/python -m sglang",
-                             f"ExecStart={venvs['0.5.2-bbb']}/bin/python -m sglang"]
+                             f"  ExecStart = {venvs['0.5.2-bbb']}/bin/python -m sglang"]
     assert sorted(e.path for e in parse_listing(seen["listing"])) == sorted(
         str(v) for v in venvs.values())
     named = referenced_venvs(seen["units"], str(home))

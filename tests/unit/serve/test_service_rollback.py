@@ -292,8 +292,10 @@ def test_prune_keeps_what_the_units_name_and_deletes_nothing_when_its_read_fails
     seen = [f"ExecStart={live}/bin/python -m sglang.launch_server $GPUSERVE_SGLANG_ARGS",
             f"ExecStart={saved}/bin/python -m sglang.launch_server $GPUSERVE_SGLANG_ARGS",
             f"1700000003 1 {live}", f"1700000002 1 {saved}", f"1700000001 1 {old}",
-            f"1700000004 0 {stray}"]
-    meta, cmds = run(prune_venvs, {"grep -h '^ExecStart='": seen}, home=home, keep=2,
+            f"1700000004 0 {stray}",
+            # never deleted, whatever a listing says: not right under <home>/venvs
+            "1700000000 0 /etc", f"1700000000 0 {home}/venvs", f"1700000000 0 {live}/lib"]
+    meta, cmds = run(prune_venvs, {"grep -ah ": seen}, home=home, keep=2,
                      unit_paths=units)
     assert meta.did_succeed() and meta.did_change()
     assert sorted(c for c in cmds if c.startswith("rm -rf")) == [f"rm -rf {old}",
@@ -302,6 +304,6 @@ def test_prune_keeps_what_the_units_name_and_deletes_nothing_when_its_read_fails
     meta, cmds = run(prune_venvs, {}, home=home, keep=2, unit_paths=units)
     assert meta.did_succeed() and not meta.did_change()
     # a read that fails fails the host (pyinfra's fact error), and deletes nothing
-    meta, cmds = run(prune_venvs, {"grep -h '^ExecStart='": {"success": False, "stdout": []}},
+    meta, cmds = run(prune_venvs, {"grep -ah ": {"success": False, "stdout": []}},
                      home=home, keep=2, unit_paths=units)
     assert not any(c.startswith("rm ") for c in cmds), cmds
