@@ -59,19 +59,20 @@ def venvs_to_prune(entries: list[VenvEntry], keep_paths: set[str], keep: int) ->
     return sorted(e.path for e in entries if e.path not in kept)
 
 
-def parse_listing(lines: list[str] | None) -> list[VenvEntry]:
-    """Lines ``MTIME VERIFIED(0|1) PATH`` from :func:`listing_command`."""
+def parse_listing(lines: list[str] | None, home: str) -> list[VenvEntry]:
+    """Lines ``MTIME VERIFIED(0|1) PATH`` from :func:`listing_command`. Only directories
+    right under ``<home>/venvs`` are entries, whatever a line says: they are the only
+    paths a prune may delete."""
     entries = []
     for line in lines or []:
         parts = line.strip().split(" ", 2)
-        if len(parts) == 3 and parts[0].isdigit() and parts[1] in ("0", "1"):
+        if (len(parts) == 3 and parts[0].isdigit() and parts[1] in ("0", "1")
+                and _in_venvs_dir(parts[2], home)):
             entries.append(VenvEntry(parts[2], int(parts[0]), parts[1] == "1"))
     return entries
 
 
-def in_venvs_dir(path: str, home: str) -> bool:
-    """Whether ``path`` is a directory right under ``<home>/venvs``: the only paths a
-    prune may delete, whatever a listing says."""
+def _in_venvs_dir(path: str, home: str) -> bool:
     name = posixpath.basename(path)
     return posixpath.dirname(path) == venvs_dir(home) and name not in ("", ".", "..")
 

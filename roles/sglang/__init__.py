@@ -33,7 +33,6 @@ from gpuserve.errors import InputError
 from gpuserve.launch.locks import Lock
 from gpuserve.launch.venvs import (
     STAMP,
-    in_venvs_dir,
     listing_command,
     parse_listing,
     referenced_venvs,
@@ -428,8 +427,8 @@ def prune_venvs(home: str, keep: int, unit_paths: tuple[str, ...]):
         return
     # after a change, one fresh read (not one per kind of line: issue 10's switch)
     seen = fact_if_unchanged(PruneState, home=home, paths=unit_paths)
-    entries = [e for e in parse_listing(seen["listing"]) if in_venvs_dir(e.path, home)]
-    doomed = venvs_to_prune(entries, referenced_venvs(seen["units"], home), keep)
+    doomed = venvs_to_prune(parse_listing(seen["listing"], home),
+                            referenced_venvs(seen["units"], home), keep)
     if not doomed:
         host.noop(f"no venvs to prune (keeping {keep} and those the units name)")
         return

@@ -116,7 +116,7 @@ def test_venv_names_and_pruning() -> None:
     entries = parse_listing([
         "100 1 /opt/gpuserve/venvs/a", "200 1 /opt/gpuserve/venvs/b",
         "300 1 /opt/gpuserve/venvs/c", "400 0 /opt/gpuserve/venvs/partial", "junk",
-    ])
+    ], "/opt/gpuserve")
     assert entries[0] == VenvEntry("/opt/gpuserve/venvs/a", 100, True)
     # keep 2: a (a unit names it) and the newest verified one (c); drop the rest
     assert venvs_to_prune(entries, {"/opt/gpuserve/venvs/a"}, 2) == [

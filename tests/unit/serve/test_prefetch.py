@@ -464,12 +464,13 @@ def test_prune_state_reads_units_and_venvs_in_one_command(tmp_path: Path) -> Non
     seen = fact.process(sh(fact.command(home=str(home), paths=paths)))
     assert seen["units"] == [f"ExecStart={venvs['0.5.1-aaa']}/bin/python -m sglang",
                              f"  ExecStart = {venvs['0.5.2-bbb']}/bin/python -m sglang"]
-    assert sorted(e.path for e in parse_listing(seen["listing"])) == sorted(
+    assert sorted(e.path for e in parse_listing(seen["listing"], str(home))) == sorted(
         str(v) for v in venvs.values())
     named = referenced_venvs(seen["units"], str(home))
     assert named == {str(venvs["0.5.1-aaa"]), str(venvs["0.5.2-bbb"])}
     # keep 3: both named ones and the newest verified (0.5.3); the unverified one goes
-    assert venvs_to_prune(parse_listing(seen["listing"]), named, 3) == [str(venvs["0.5.4-ddd"])]
+    assert venvs_to_prune(parse_listing(seen["listing"], str(home)), named, 3) == [
+        str(venvs["0.5.4-ddd"])]
     # no venvs, no units: nothing, and the command still succeeds
     empty = subprocess.run(["sh", "-c", fact.command(home=str(tmp_path / "none"),
                                                      paths=(str(tmp_path / "x"),))],
