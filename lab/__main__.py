@@ -1,7 +1,10 @@
-"""`python -m lab deps|image|up|down|status|ssh`: the local stand-in GPU host.
+"""`python -m lab deps|image|up|down|status|ssh`: the local stand-in GPU hosts.
 
-State lives under $GPUSERVE_LAB_HOME (default ~/.cache/gpuserve/lab); the instance is
---name or $GPUSERVE_LAB_NAME (default "default").
+A lab host is a systemd-nspawn container (`--kind container`, the default: everything
+above the kernel, at native speed) or the QEMU VM (`--kind vm`: GRUB, the initramfs,
+modules, IOMMU). State lives under $GPUSERVE_LAB_HOME (default ~/.cache/gpuserve/lab);
+the instance is --name or $GPUSERVE_LAB_NAME (default "default"); the kind of a new one
+is --kind or $GPUSERVE_LAB_KIND.
 """
 
 from __future__ import annotations
@@ -26,22 +29,32 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("deps", help="apt-get install the host tools that are missing")
     sub.add_parser("image", help="build the disk image (or find it cached); boots nothing, "
                                  "so `make test` runs it beside the unit tier")
-    up = sub.add_parser("up", help="build/reuse the image, start mirror and VM, wait for SSH")
+    up = sub.add_parser("up", help="build/reuse the image, start the mirror and the host, "
+                                   "wait for SSH")
     up.add_argument("--name")
+    up.add_argument("--kind", choices=instance.KINDS,
+                    default=os.environ.get("GPUSERVE_LAB_KIND") or "container",
+                    help="container (systemd-nspawn; default) or vm (QEMU, for the kernel)")
+    up.add_argument("--driver-version", metavar="X.Y.Z",
+                    help="container: the stand-in host kernel module's version "
+                         "(/proc/driver/nvidia/version inside; default "
+                         "580.126.20)")
     up.add_argument("--fresh", action="store_true", help="reset the instance's disk")
     up.add_argument("--memory", type=int, default=2048, metavar="MIB")
-    up.add_argument("--timeout", type=float, default=420, help="seconds to wait for SSH")
+    up.add_argument("--timeout", type=float, default=None,
+                    help="seconds to wait for SSH (default: container 120, vm 420)")
     up.add_argument("--clone-from", metavar="NAME",
                     help="boot from a copy of running instance NAME's disk (lab/fleet.py)")
-    link = sub.add_parser("link", help="a private network (10.77.0.0/24) between two "
-                                       "running instances: link A B")
-    link.add_argument("names", nargs=2)
+    link = sub.add_parser("link", help="a private network (10.77.0.0/24) between running "
+                                       "instances: link A B (containers: A B C ...)")
+    link.add_argument("names", nargs="+")
     unlink = sub.add_parser("unlink", help="unplug an instance's private-network NIC")
     unlink.add_argument("--name")
     fwd = sub.add_parser("forward", help="forward a 127.0.0.1 port to a guest port; prints it")
     fwd.add_argument("--name")
     fwd.add_argument("guest_port", type=int)
-    down = sub.add_parser("down", help="power the VM off and stop the mirror")
+    down = sub.add_parser("down", help="power the host off, stop the mirror, remove its "
+                                       "mounts")
     down.add_argument("--name")
     down.add_argument("--all", action="store_true", help="every instance")
     down.add_argument("--timeout", type=float, default=90)
@@ -49,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--name")
     st.add_argument("--all", action="store_true")
     st.add_argument("--json", action="store_true")
-    ssh = sub.add_parser("ssh", help="ssh into the VM: ssh [--name N] [-- cmd ...]")
+    ssh = sub.add_parser("ssh", help="ssh into the host: ssh [--name N] [-- cmd ...]")
     ssh.add_argument("--name")
     ssh.add_argument("command", nargs=argparse.REMAINDER)
     return p
@@ -61,7 +74,9 @@ def _print_status(info: dict, as_json: bool) -> None:
         return
     print(f"{info['name']}: {info['state']}")
     if "ssh_port" in info:
-        print(f"  qemu pid {info['pid']} alive={info['qemu_alive']}  "
+        what = "supervisor" if info.get("kind") == "container" else "qemu"
+        print(f"  {info.get('kind', 'vm')}: {what} pid {info['pid']} "
+              f"alive={info['process_alive']}  "
               f"ssh 127.0.0.1:{info['ssh_port']} answers={info['ssh_answers']}")
         print(f"  mirror pid {info['mirror_pid']} alive={info['mirror_alive']}  "
               f"127.0.0.1:{info['mirror_port']} (guest: {info['mirror_url']})")
@@ -78,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if a.cmd == "up":
             st = instance.up(instance_name(a.name), fresh=a.fresh, memory_mib=a.memory,
-                             timeout=a.timeout, clone_from=a.clone_from)
+                             timeout=a.timeout, clone_from=a.clone_from, kind=a.kind,
+                             driver_version=a.driver_version)
             print(f"lab {st.name}: ssh 127.0.0.1:{st.ssh_port}, mirror {st.mirror_url}")
             if a.clone_from is None:  # a clone has its source's models already
                 print(f"lab {st.name}: {install_models(st)}")

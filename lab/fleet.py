@@ -15,15 +15,21 @@ way to reach another guest. A virtio NIC per guest on ``-netdev socket,udp=...``
 between the two QEMU processes on 127.0.0.1 only) is a private Ethernet link between
 them, hot-plugged into the empty root port ``rp3`` of a running guest; each gets a
 static 10.77.0.0/24 address. Nothing leaves this machine.
+
+Container hosts (lab/container.py) need neither trick: a clone copies the source's disk
+file with its filesystem frozen, and the private network is a bridge in a network
+namespace of the lab's own with a veth pair per host (``fleet0`` inside), so any number
+of hosts share one link; ``forward`` is a slirp4netns ``hostfwd``, QEMU's twin.
 """
 
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import time
 from pathlib import Path
 
-from lab import qemu
+from lab import container, qemu
 from lab.sshutil import run_in
 from lab.state import InstanceState, instance_dir, read_state, write_state
 
@@ -68,12 +74,17 @@ def clone_disk(source: str, name: str, timeout: float = 600) -> Path:
 
 
 def link(names: list[str]) -> dict[str, str]:
-    """Hot-plug a NIC into each running instance, joined pairwise by UDP sockets (two
-    instances: one link), and give guest i the address 10.77.0.<i+1>/24. Returns
-    {instance: address}."""
-    if len(names) != 2:
-        raise ValueError("a socket link joins exactly two instances")
+    """Join running instances on a private network and give host i the address
+    10.77.0.<i+1>/24. VMs: a hot-plugged NIC each, joined by UDP sockets (exactly two);
+    containers: a bridge and a veth pair each (any number). Returns {instance: address}."""
     states = [_running(n) for n in names]
+    kinds = {st.kind for st in states}
+    if kinds == {"container"}:
+        return _link_containers(states)
+    if len(kinds) > 1:
+        raise ValueError("link joins instances of one kind (all containers or two VMs)")
+    if len(names) != 2:
+        raise ValueError("a socket link joins exactly two VM instances")
     ports = [qemu.free_port(udp=True) for _ in states]
     out = {}
     for i, st in enumerate(states):
@@ -104,6 +115,9 @@ def link(names: list[str]) -> dict[str, str]:
 def unlink(name: str) -> None:
     """Unplug the instance's fleet NIC (the empty root port is a free GPU slot again)."""
     st = _running(name)
+    if st.kind == "container":
+        unlink_container(st)
+        return
     sock = Path(st.qmp_socket)
     for command, args in (("device_del", {"id": DEVICE}), ("netdev_del", {"id": NETDEV})):
         with contextlib.suppress(RuntimeError):
@@ -125,11 +139,85 @@ def forward(name: str, guest_port: int) -> int:
     known = st.extra.get("forwards", {})
     if str(guest_port) in known:
         return int(known[str(guest_port)])
+    if st.kind == "container":
+        return _forward_container(st, guest_port)
     port = qemu.free_port()
     answer = qemu.qmp(Path(st.qmp_socket), "human-monitor-command", {
         "command-line": f"hostfwd_add net0 tcp:127.0.0.1:{port}-:{guest_port}"})
     if answer.get("return"):
         raise RuntimeError(f"hostfwd_add: {answer['return'].strip()}")
     st.extra = {**st.extra, "forwards": {**known, str(guest_port): port}}
+    write_state(st)
+    return port
+
+
+# -- container hosts -------------------------------------------------------------------
+
+def _bridge_netns(first: InstanceState) -> str:
+    return f"{first.extra['netns']}-fleet"
+
+
+def _ip(*args: str) -> None:
+    container._run("ip", *args)
+
+
+def _link_containers(states: list[InstanceState]) -> dict[str, str]:
+    bridge = _bridge_netns(states[0])
+    for st in states:
+        unlink_container(st)
+    container.netns_add(bridge)
+    _ip("-n", bridge, "link", "add", "br0", "type", "bridge")
+    _ip("-n", bridge, "link", "set", "br0", "up")
+    out = {}
+    for i, st in enumerate(states):
+        port, address = f"fl{i}", f"{SUBNET}.{i + 1}"
+        _ip("-n", bridge, "link", "add", port, "type", "veth", "peer", "name", "fleet0",
+            "netns", st.extra["netns"])
+        _ip("-n", bridge, "link", "set", port, "master", "br0", "up")
+        _ip("-n", st.extra["netns"], "addr", "replace", f"{address}/24", "dev", "fleet0")
+        _ip("-n", st.extra["netns"], "link", "set", "fleet0", "up")
+        st.extra = {**st.extra, "fleet_address": address, "fleet_ifname": "fleet0",
+                    "fleet_bridge": bridge}
+        write_state(st)
+        out[st.name] = address
+    _ssh(states[0], f"for i in $(seq 30); do ping -c1 -W1 {SUBNET}.{len(states)} "
+                    ">/dev/null && exit 0; done; exit 1", timeout=90)
+    return out
+
+
+def unlink_container(st: InstanceState) -> None:
+    """Remove the host's veth (its bridge port goes with it), the bridge's namespace
+    once no host is on it, and the host's forwards."""
+    netns = st.extra.get("netns")
+    if netns and Path(f"/run/netns/{netns}").exists():
+        subprocess.run(["ip", "-n", netns, "link", "delete", "fleet0"], capture_output=True,
+                       timeout=60)
+    bridge = st.extra.get("fleet_bridge")
+    if bridge and Path(f"/run/netns/{bridge}").exists():
+        ports = subprocess.run(["ip", "-n", bridge, "-o", "link", "show", "type", "veth"],
+                               capture_output=True, text=True, timeout=60).stdout
+        if not ports.strip():
+            container.netns_delete(bridge)
+    for forward_id in st.extra.get("forward_ids", {}).values():
+        with contextlib.suppress(RuntimeError, OSError):
+            container.remove_forward(Path(st.qmp_socket), int(forward_id))
+    st.extra = {k: v for k, v in st.extra.items()
+                if not k.startswith("fleet_") and k not in ("forwards", "forward_ids")}
+    if read_state(st.name) is not None:
+        write_state(st)
+
+
+def _forward_container(st: InstanceState, guest_port: int) -> int:
+    for attempt in range(5):
+        port = qemu.free_port()
+        try:
+            forward_id = container.add_forward(Path(st.qmp_socket), guest_port, port)
+            break
+        except RuntimeError:
+            if attempt == 4:
+                raise
+    st.extra = {**st.extra,
+                "forwards": {**st.extra.get("forwards", {}), str(guest_port): port},
+                "forward_ids": {**st.extra.get("forward_ids", {}), str(guest_port): forward_id}}
     write_state(st)
     return port

@@ -66,35 +66,66 @@ def wait_ssh(st: InstanceState, timeout: float, what: str = "boot") -> float:
         time.sleep(2)
 
 
-def up(name: str, fresh: bool = False, memory_mib: int = 2048,
-       timeout: float = 420.0, clone_from: str | None = None) -> InstanceState:
-    """Build/reuse the image, publish and start the mirror, boot, wait for SSH.
+KINDS = ("container", "vm")
 
-    On a running instance (without ``fresh``) only the mirror is republished.
-    ``clone_from``: boot a new instance from a copy of that running instance's disk as it
-    is now, with that instance's mirror (lab/fleet.py)."""
+
+def up(name: str, fresh: bool = False, memory_mib: int = 2048,
+       timeout: float | None = None, clone_from: str | None = None,
+       kind: str = "container", driver_version: str | None = None) -> InstanceState:
+    """Bring instance ``name`` up as a ``kind`` lab host: a systemd-nspawn container
+    (lab/container.py; the default) or the QEMU VM (what needs a kernel).
+
+    On a running instance (without ``fresh``) only the mirror is republished; one that
+    runs as the other kind is refused. ``clone_from``: boot a new instance from a copy of
+    that running instance's disk as it is now, with that instance's mirror."""
+    if kind not in KINDS:
+        raise ValueError(f"--kind {kind!r}: use one of {', '.join(KINDS)}")
+    st = read_state(name)
+    if st and pid_alive(st.pid) and st.kind != kind:
+        raise RuntimeError(f"instance {name!r} runs as a {st.kind}: `python -m lab down "
+                           f"--name {name}` first, or pass --kind {st.kind}")
+    if kind == "container":
+        from lab import container_instance
+
+        return container_instance.up(name, fresh=fresh, timeout=timeout or 120,
+                                     driver_version=driver_version, clone_from=clone_from)
+    if driver_version:
+        raise ValueError("--driver-version: a VM lab host's driver is what deploy/host.py "
+                         "installs (the option is for container hosts)")
+    timeout = timeout or 420
     if clone_from is not None:
         return _up_clone(name, clone_from, memory_mib, timeout)
-    st = read_state(name)
     if st and pid_alive(st.pid):
         if not fresh:
-            # Bring the mirror's wheels, apt repository and locks up to date with this
-            # checkout (unchanged parts are kept: each publisher skips by its stamp).
-            say(f"republishing the mirror at {st.mirror_root}")
-            mirror.publish_all(Path(st.mirror_root), warn=lambda m: print(m, file=sys.stderr))
-            if not pid_alive(st.mirror_pid):
-                say("mirror was down; restarting it")
-                st = _restart_mirror(st)
-            wait_ssh(st, timeout, "an already running guest")
-            say(f"instance {name!r} already running (ssh port {st.ssh_port})")
-            return st
+            return republish(st, timeout)
         say(f"--fresh: stopping the running instance {name!r}")
         down(name)
     elif st:
         # A stale state file from a crashed run: clean up what is left.
-        mirror.stop(st.mirror_pid)
-        clear_state(name)
+        down(name)
+    return _up_vm(name, fresh, memory_mib, timeout)
 
+
+def republish(st: InstanceState, timeout: float) -> InstanceState:
+    """A running instance: bring the mirror's wheels, apt repository and locks up to
+    date with this checkout (each publisher skips by its stamp), restart a dead mirror,
+    and check that SSH answers."""
+    say(f"republishing the mirror at {st.mirror_root}")
+    mirror.publish_all(Path(st.mirror_root), warn=lambda m: print(m, file=sys.stderr))
+    if not pid_alive(st.mirror_pid) and not st.extra.get("mirror_borrowed_from"):
+        say("mirror was down; restarting it")
+        st = _restart_mirror(st)
+    if st.kind == "container":
+        from lab import container_instance
+
+        container_instance.wait_ssh(st, timeout, "an already running container")
+    else:
+        wait_ssh(st, timeout, "an already running guest")
+    say(f"instance {st.name!r} already running (ssh port {st.ssh_port})")
+    return st
+
+
+def _up_vm(name: str, fresh: bool, memory_mib: int, timeout: float) -> InstanceState:
     client, hostkey = ensure_keys()
     base = ensure_image()
     idir = instance_dir(name)
@@ -206,10 +237,15 @@ def _restart_mirror(st: InstanceState) -> InstanceState:
 
 
 def down(name: str, timeout: float = 90.0) -> str:
-    """Power the guest off (kill after the timeout), stop the mirror, drop the state."""
+    """Power the guest off or halt the container (kill after the timeout), stop the
+    mirror, drop the state."""
     st = read_state(name)
     if st is None:
         return "not running"
+    if st.kind == "container":
+        from lab import container_instance
+
+        return container_instance.down(name, min(timeout, 60.0))
     result = "not running"
     if pid_alive(st.pid):
         say(f"shutting down {name!r} (pid {st.pid})")
@@ -235,7 +271,7 @@ def status(name: str) -> dict:
     alive = pid_alive(st.pid)
     info = asdict(st)
     info.update(
-        qemu_alive=alive,
+        process_alive=alive,
         mirror_alive=pid_alive(st.mirror_pid),
         ssh_answers=alive and ssh_ok(st.ssh_port, st.ssh_key, st.known_hosts, timeout=10),
         mirror_url=st.mirror_url,

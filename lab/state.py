@@ -70,10 +70,15 @@ class InstanceState:
     qmp_socket: str
     mirror_root: str
     extra: dict = field(default_factory=dict)
+    # "vm" (QEMU, lab/qemu.py) or "container" (systemd-nspawn, lab/container.py); for a
+    # container ``pid`` is its supervisor's, ``overlay`` its disk file, ``serial_log``
+    # its console log and ``qmp_socket`` slirp4netns's API socket
+    kind: str = "vm"
 
     @property
     def mirror_url(self) -> str:
-        """The mirror as the guest sees it (QEMU user network host alias 10.0.2.2)."""
+        """The mirror as the guest sees it: this machine's loopback is 10.0.2.2 on QEMU's
+        user network and on a container's slirp4netns alike."""
         return f"http://10.0.2.2:{self.mirror_port}/"
 
 
@@ -98,7 +103,10 @@ def read_state(name: str, home: Path | None = None) -> InstanceState | None:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    return InstanceState(**data)
+    return InstanceState(**{k: v for k, v in data.items() if k in _FIELDS})
+
+
+_FIELDS = set(InstanceState.__dataclass_fields__)
 
 
 def clear_state(name: str, home: Path | None = None) -> None:

@@ -1,4 +1,10 @@
-"""The `lab` fixture: one QEMU lab host per test session, shared by every lab test.
+"""The `lab` fixture: the lab host a test module runs on, shared by the modules of its kind.
+
+A module marked ``vm`` (``pytestmark = [pytest.mark.lab, pytest.mark.vm]``: it needs a
+kernel: GRUB, the initramfs, modules, IOMMU, a reboot that changes /proc/cmdline) gets
+the QEMU VM; every other module gets a systemd-nspawn container host (native speed).
+Each kind is booted once per test session, on first use: `make test` runs the two
+kinds in two pytest processes side by side (`-m "lab and vm"`, `-m "lab and not vm"`).
 
     def test_something(lab):
         lab.run_pyinfra("deploy/host.py")            # the real CLI, output captured
@@ -6,8 +12,9 @@
         host = lab.testinfra_host()                  # testinfra over paramiko, pinned key
         assert host.file("/etc/x").exists
 
-At session start it runs `python -m lab up --fresh --name <name>` (name from
-$GPUSERVE_LAB_NAME, default "pytest"); at the end `python -m lab down`, unless
+On first use it runs `python -m lab up --fresh --kind K --name <name>` (name from
+$GPUSERVE_LAB_NAME, default "pytest"; the VM's is "<name>-vm"); at the end `python -m lab
+down`, unless
 GPUSERVE_LAB_KEEP=1. GPUSERVE_LAB_REUSE=1 skips --fresh (keeps the disk of a
 previous run: faster iteration, less honest). Connection details (ssh_port ...) are
 read from the lab's state file on every access because a test may restart the VM:
@@ -51,7 +58,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if here in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.lab)
-    order = {"test_lab.py": 0, "test_router.py": 1.5, "test_faults.py": 2, "test_fleet.py": 3}
+    order = {"test_lab.py": 0, "test_lab_vm.py": 0, "test_router.py": 1.5,
+             "test_faults.py": 2, "test_fleet.py": 3}
     items.sort(key=lambda it: order.get(Path(str(it.path)).name, 1))
 
 
@@ -82,8 +90,9 @@ def _run_echo(argv: list[str], env: dict, timeout: float | None,
 class Lab:
     """Handle on the session's lab instance (see the module docstring)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, kind: str):
         self.name = name
+        self.kind = kind
         self.inventory = INVENTORY
         self.env = dict(os.environ, GPUSERVE_LAB_NAME=name)
 
@@ -179,6 +188,13 @@ class Lab:
         """Where the serve deploy records this instance's runs (inventory/lab.py)."""
         return instance_dir(self.name) / "results"
 
+    def set_host_driver_version(self, version: str) -> None:
+        """Container hosts: the stand-in host kernel module's version, as
+        /proc/driver/nvidia/version shows it inside (at once, no restart)."""
+        from lab.container_instance import set_driver_version
+
+        set_driver_version(self.name, version)
+
     def boot_id(self) -> str:
         return self.ssh("cat /proc/sys/kernel/random/boot_id", check=True).stdout.strip()
 
@@ -210,16 +226,39 @@ class Lab:
         raise AssertionError(f"lab {self.name!r}: no new boot within {timeout:.0f}s")
 
 
-@pytest.fixture(scope="session")
-def lab() -> Lab:
-    name = os.environ.get("GPUSERVE_LAB_NAME") or "pytest"
-    handle = Lab(name)
-    up = ["up", "--name", name]
+def _boot(name: str, kind: str) -> Lab:
+    handle = Lab(name, kind)
+    up = ["up", "--name", name, "--kind", kind]
     if os.environ.get("GPUSERVE_LAB_REUSE") != "1":
         up.append("--fresh")
     handle.lab_cli(*up)
     # the records this session's deploys write (inventory/lab.py: per instance)
     shutil.rmtree(handle.results_dir, ignore_errors=True)
+    return handle
+
+
+def _session_name() -> str:
+    return os.environ.get("GPUSERVE_LAB_NAME") or "pytest"
+
+
+@pytest.fixture(scope="session")
+def container_lab() -> Lab:
+    handle = _boot(_session_name(), "container")
     yield handle
     if os.environ.get("GPUSERVE_LAB_KEEP") != "1":
-        handle.lab_cli("down", "--name", name, check=False)
+        handle.lab_cli("down", "--name", handle.name, check=False)
+
+
+@pytest.fixture(scope="session")
+def vm_lab() -> Lab:
+    handle = _boot(f"{_session_name()}-vm", "vm")
+    yield handle
+    if os.environ.get("GPUSERVE_LAB_KEEP") != "1":
+        handle.lab_cli("down", "--name", handle.name, check=False)
+
+
+@pytest.fixture(scope="module")
+def lab(request) -> Lab:
+    """The VM for a module marked ``vm``, else the container host."""
+    kind = "vm_lab" if request.node.get_closest_marker("vm") else "container_lab"
+    return request.getfixturevalue(kind)

@@ -21,7 +21,7 @@ import pytest
 
 from gpuserve.host import nccl_env
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.vm]  # the kernel: GRUB, initramfs, reboot
 
 REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

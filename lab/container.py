@@ -1,0 +1,356 @@
+"""Lab hosts as systemd-nspawn containers: the lab image's own root at native speed.
+
+Everything above the kernel (apt, users, venvs, systemd units and their sandboxing,
+journald, sshd, the stand-in servers, the gateway, reboots of userland, faults) runs in a
+container; what needs a kernel (GRUB, the initramfs, modules, IOMMU groups) stays on the
+QEMU VM (lab/qemu.py). Why each part is built the way it is:
+
+- Root: the VM image's ext4 partition, loop-mounted read-only at its 1 MiB offset, is the
+  lower layer of an overlay whose upper layer lives on the host's own disk, an ext4 file
+  of ``DISK_GIB`` (sparse) loop-mounted beside it: one image for every host, and a test
+  that fills the host's disk fills that file, never this machine's disk.
+- Network: a network namespace of the lab's own (``ip netns add``) with slirp4netns on
+  ``tap0``: the addresses of QEMU's user network (guest 10.0.2.100, this machine's
+  loopback as 10.0.2.2, DNS 10.0.2.3), so the mirror URL, the inventory and the tests are
+  the VM's; SSH is a slirp ``hostfwd`` from a free 127.0.0.1 port. The namespace outlives
+  a reboot of the container, so the port stays.
+- Boot: ``systemd-nspawn -b`` under a supervisor (:func:`supervise`) that starts it
+  again when it exits 133, nspawn's status for a reboot inside (systemd's own
+  ``systemd-nspawn@.service`` restarts on it). ``--keep-unit --register=no``: this
+  machine has no systemd manager to ask for a scope.
+- The stand-in host kernel module: ``/proc/driver/nvidia/version`` inside is a read-only
+  bind of a file in the host's upper layer (binds under /proc resolve their source
+  inside the container), holding the format of the real file with the version the lab
+  chose, as on a Proxmox LXC container whose GPUs' driver module is the host's.
+- Stop: SIGTERM to the supervisor halts the container (nspawn passes it on as a
+  shutdown); after the timeout, or after a crash, every process whose root is the
+  host's tree is killed, then the overlay and both loop mounts are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.state import lab_home, pid_alive
+
+DISK_GIB = 8
+# where the image's first partition starts (lab/image.py: PART_START sectors of 512)
+PART_OFFSET = 2048 * 512
+GUEST_ADDRESS = "10.0.2.100"
+TAP = "tap0"
+REBOOT_STATUS = 133
+# the stand-in host module's version file, inside the container's own tree
+DRIVER_DIR = "var/lib/gpuserve-lab/proc-driver-nvidia"
+DEFAULT_DRIVER_VERSION = "580.126.20"
+# NVIDIA's open kernel module as it names itself in /proc/driver/nvidia/version (the
+# layout of that file; the build host and date are the lab's, labelled as composed)
+DRIVER_VERSION_TEXT = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build  "
+    "(gpuserve-lab@stand-in)  composed by the lab\n"
+    "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+# networkd inside: tap0 keeps slirp's static configuration (a DHCP client would race
+# slirp4netns --configure), the fleet's veth is left alone (lab/fleet.py sets it)
+NETWORK_FILES = {
+    "etc/systemd/network/05-lab-container.network":
+        "# The lab container's slirp4netns link (lab/container.py).\n"
+        f"[Match]\nName={TAP}\n\n[Network]\nAddress={GUEST_ADDRESS}/24\n"
+        "Gateway=10.0.2.2\nDNS=10.0.2.3\n",
+    "etc/systemd/network/06-lab-fleet.network":
+        "# The lab fleet's private link, configured by `python -m lab link`.\n"
+        "[Match]\nName=fleet0\n\n[Link]\nUnmanaged=yes\n",
+}
+# the image's fstab names the VM's disk by UUID: nothing to remount in a container
+MASKED = ("systemd-remount-fs.service",)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where one container host keeps its mounts and files (the instance directory)."""
+
+    idir: Path
+
+    @property
+    def lower(self) -> Path:
+        return self.idir / "lower"
+
+    @property
+    def disk_file(self) -> Path:
+        return self.idir / "disk.ext4"
+
+    @property
+    def disk(self) -> Path:
+        return self.idir / "disk"
+
+    @property
+    def root(self) -> Path:
+        return self.idir / "root"
+
+    @property
+    def console_log(self) -> Path:
+        return self.idir / "console.log"
+
+    @property
+    def slirp_socket(self) -> Path:
+        return self.idir / "slirp.sock"
+
+    @property
+    def mountpoints(self) -> tuple[Path, Path, Path]:
+        """In the order they are unmounted."""
+        return (self.root, self.disk, self.lower)
+
+
+def netns_name(name: str, home: Path | None = None) -> str:
+    """The host's network namespace: unique per lab home and instance, so two lab runs
+    side by side (another GPUSERVE_LAB_HOME or GPUSERVE_LAB_NAME) never share one."""
+    digest = hashlib.sha256(str((home or lab_home()).resolve()).encode()).hexdigest()[:8]
+    return f"gpuserve-lab-{digest}-{name}"
+
+
+def nspawn_argv(root: Path, netns: str, machine: str,
+                binds: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """The container's command line (pure: unit-tested without starting anything)."""
+    argv = ["systemd-nspawn", "--boot", f"--directory={root}", f"--machine={machine}",
+            "--register=no", "--keep-unit", f"--network-namespace-path=/run/netns/{netns}",
+            "--resolv-conf=off", "--timezone=off", "--link-journal=no",
+            "--tmpfs=/proc/driver:mode=0555",
+            f"--bind-ro=/{DRIVER_DIR}:/proc/driver/nvidia"]
+    argv += [f"--bind-ro={src}:{dst}" for src, dst in binds]
+    return argv
+
+
+def slirp_argv(netns: str, api_socket: Path) -> list[str]:
+    """slirp4netns on the namespace's tap0 (this machine's loopback is 10.0.2.2 there)."""
+    return ["slirp4netns", "--configure", "--mtu=65520", f"--api-socket={api_socket}",
+            "--netns-type=path", f"/run/netns/{netns}", TAP]
+
+
+def driver_version_text(version: str) -> str:
+    return DRIVER_VERSION_TEXT.format(version=version)
+
+
+def write_host_files(root: Path, driver_version: str) -> None:
+    """What makes the shared image this container host: network files, masks and the
+    stand-in kernel module's version file, written into its upper layer."""
+    for rel, text in NETWORK_FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    for unit in MASKED:
+        link = root / "etc/systemd/system" / unit
+        if not link.is_symlink():
+            link.unlink(missing_ok=True)
+            link.symlink_to("/dev/null")
+    set_driver_version(root, driver_version)
+
+
+def set_driver_version(root: Path, version: str) -> None:
+    """Rewrite the stand-in host module's version file in place (the bind shows it at
+    once, running container or not)."""
+    d = root / DRIVER_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "version").write_text(driver_version_text(version))
+
+
+# -- mounts --------------------------------------------------------------------------
+
+def _mounted(path: Path) -> bool:
+    target = str(path.resolve()) if path.exists() else str(path)
+    with open("/proc/self/mountinfo") as fh:
+        return any(line.split()[4] == target for line in fh)
+
+
+def _run(*argv: str, timeout: float = 120) -> None:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({r.returncode}): "
+                           f"{(r.stderr or r.stdout).strip()[-600:]}")
+
+
+def mount_root(p: Paths, image: Path, fresh: bool) -> None:
+    """The image read-only, the host's disk, the overlay of the two (idempotent)."""
+    for d in p.mountpoints:
+        d.mkdir(parents=True, exist_ok=True)
+    if not _mounted(p.lower):
+        _run("mount", "-t", "ext4", "-o", f"ro,noload,loop,offset={PART_OFFSET}",
+             str(image), str(p.lower))
+    if fresh or not p.disk_file.exists():
+        p.disk_file.unlink(missing_ok=True)
+        with open(p.disk_file, "wb") as fh:
+            fh.truncate(DISK_GIB * 1024**3)
+        _run("mkfs.ext4", "-q", "-F", "-L", "labdisk", str(p.disk_file))
+    if not _mounted(p.disk):
+        _run("mount", "-t", "ext4", "-o", "loop", str(p.disk_file), str(p.disk))
+    for d in ("upper", "work"):
+        (p.disk / d).mkdir(exist_ok=True)
+    if not _mounted(p.root):
+        _run("mount", "-t", "overlay", "overlay", "-o",
+             f"lowerdir={p.lower},upperdir={p.disk}/upper,workdir={p.disk}/work",
+             str(p.root))
+
+
+def unmount_root(p: Paths) -> list[str]:
+    """Remove the overlay and both loop mounts; returns what could not be unmounted
+    (then detached lazily, so nothing stays in the mount table)."""
+    stuck = []
+    for d in p.mountpoints:
+        if not _mounted(d):
+            continue
+        r = subprocess.run(["umount", str(d)], capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            subprocess.run(["umount", "-l", str(d)], capture_output=True, timeout=60)
+            stuck.append(f"{d}: {r.stderr.strip()}")
+    return stuck
+
+
+def processes_in(root: Path) -> list[int]:
+    """Pids whose root directory is the container's tree (its whole userland)."""
+    target = str(root.resolve())
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(entry / "root") == target:
+                    pids.append(int(entry.name))
+    return pids
+
+
+# -- network -------------------------------------------------------------------------
+
+def netns_add(netns: str) -> None:
+    if not Path(f"/run/netns/{netns}").exists():
+        _run("ip", "netns", "add", netns)
+    _run("ip", "-n", netns, "link", "set", "lo", "up")
+
+
+def netns_delete(netns: str) -> None:
+    if Path(f"/run/netns/{netns}").exists():
+        subprocess.run(["ip", "netns", "delete", netns], capture_output=True, timeout=60)
+
+
+def slirp_api(sock: Path, execute: str, arguments: dict | None = None,
+              timeout: float = 10) -> dict:
+    """One request to slirp4netns's API socket (its JSON, like QMP's)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(sock))
+        s.sendall(json.dumps({"execute": execute, "arguments": arguments or {}}).encode())
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    answer = json.loads(data or b"{}")
+    if "error" in answer:
+        raise RuntimeError(f"slirp4netns {execute}: {answer['error']}")
+    return answer
+
+
+def start_slirp(netns: str, p: Paths, timeout: float = 10) -> int:
+    p.slirp_socket.unlink(missing_ok=True)
+    log = open(p.idir / "slirp.log", "ab")  # noqa: SIM115 (the child keeps it)
+    proc = subprocess.Popen(slirp_argv(netns, p.slirp_socket), stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=log, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while not p.slirp_socket.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"slirp4netns did not start: "
+                               f"{(p.idir / 'slirp.log').read_text(errors='replace')[-600:]}")
+        time.sleep(0.05)
+    return proc.pid
+
+
+def add_forward(sock: Path, guest_port: int, host_port: int,
+                guest_address: str = GUEST_ADDRESS) -> int:
+    """A 127.0.0.1 port of this machine to the container's ``guest_port``; returns the
+    forward's id (for :func:`remove_forward`)."""
+    answer = slirp_api(sock, "add_hostfwd", {
+        "proto": "tcp", "host_addr": "127.0.0.1", "host_port": host_port,
+        "guest_addr": guest_address, "guest_port": guest_port})
+    return int(answer["return"]["id"])
+
+
+def remove_forward(sock: Path, forward_id: int) -> None:
+    slirp_api(sock, "remove_hostfwd", {"id": forward_id})
+
+
+# -- the supervisor ------------------------------------------------------------------
+
+def supervise(argv: list[str], log: Path) -> int:
+    """Run the container; again when it exits for a reboot (133); pass SIGTERM on."""
+    child: subprocess.Popen | None = None
+    stopping = False
+
+    def on_term(signum, frame):  # noqa: ARG001
+        nonlocal stopping
+        stopping = True
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    with open(log, "ab", buffering=0) as out:
+        while True:
+            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                     stderr=subprocess.STDOUT)
+            rc = child.wait()
+            out.write(f"\n[lab supervisor: systemd-nspawn exited {rc}]\n".encode())
+            if rc != REBOOT_STATUS or stopping:
+                return rc
+
+
+def start_supervisor(argv: list[str], log: Path) -> int:
+    """The supervisor in a session of its own (it outlives `python -m lab up`)."""
+    proc = subprocess.Popen([sys.executable, "-m", "lab.container", "supervise",
+                             "--log", str(log), "--", *argv],
+                            cwd=Path(__file__).resolve().parent.parent,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    return proc.pid
+
+
+def stop(supervisor_pid: int, root: Path, timeout: float = 60.0) -> str:
+    """Halt the container (SIGTERM to its supervisor), kill what is left after
+    ``timeout``; returns how it ended."""
+    result = "not running"
+    if pid_alive(supervisor_pid):
+        os.kill(supervisor_pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(supervisor_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        result = "halted" if not pid_alive(supervisor_pid) else "killed after the timeout"
+    left = processes_in(root) if root.exists() else []
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if pid_alive(supervisor_pid):
+        os.kill(supervisor_pid, signal.SIGKILL)
+    if left and result == "not running":
+        result = f"killed {len(left)} leftover process(es)"
+    return result
+
+
+def stop_slirp(pid: int | None) -> None:
+    if pid and pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["supervise"] and "--" in args and args[1:2] == ["--log"]:
+        return supervise(args[args.index("--") + 1:], Path(args[2]))
+    print("usage: python -m lab.container supervise --log FILE -- NSPAWN-ARGV",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
