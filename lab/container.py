@@ -146,6 +146,7 @@ def write_host_files(root: Path, driver_version: str) -> None:
         (root / rel).write_text(text)
     for unit in MASKED:
         link = root / "etc/systemd/system" / unit
+        link.parent.mkdir(parents=True, exist_ok=True)
         if not link.is_symlink():
             link.unlink(missing_ok=True)
             link.symlink_to("/dev/null")

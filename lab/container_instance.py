@@ -70,7 +70,7 @@ def up(name: str, fresh: bool = False, timeout: float = 120.0,
         name=name, ssh_port=0, mirror_port=0, pid=0, mirror_pid=0, ssh_key=str(client),
         known_hosts="", image=str(image), overlay=str(paths.disk_file),
         serial_log=str(paths.console_log), qmp_socket=str(paths.slirp_socket),
-        mirror_root=str(source.mirror_root if source else idir / "mirror"),
+        mirror_root=str(source.mirror_root if source else mirror.shared_root()),
         extra={"netns": netns, "root": str(paths.root), "driver_version": version},
         kind="container")
     write_state(st)  # from here on `down` finds and removes what this start made
@@ -114,13 +114,6 @@ def _start(st: InstanceState, paths: container.Paths, hostkey: Path,
     st.ssh_port, st.extra["ssh_forward"] = _forward_ssh(paths.slirp_socket)
     st.known_hosts = str(write_known_hosts(paths.idir / "known_hosts", "127.0.0.1",
                                            st.ssh_port, public_key(hostkey)))
-    if source is None:
-        _say(f"publishing the mirror at {st.mirror_root}")
-        mirror.publish_all(Path(st.mirror_root), warn=_say)
-        st.mirror_pid, st.mirror_port = mirror.start(Path(st.mirror_root), paths.idir)
-    else:
-        st.mirror_pid, st.mirror_port = source.mirror_pid, source.mirror_port
-        st.extra["mirror_borrowed_from"] = source.name
     paths.console_log.write_bytes(b"")
     argv = container.nspawn_argv(paths.root, st.extra["netns"], f"gpuserve-{st.name}")
     # a lab knob for the lab's own tests (a boot that fails), never set by product code
@@ -128,9 +121,19 @@ def _start(st: InstanceState, paths: container.Paths, hostkey: Path,
     t0 = time.monotonic()
     st.pid = container.start_supervisor(argv, paths.console_log)
     write_state(st)
-    _say(f"systemd-nspawn started (supervisor pid {st.pid}; ssh 127.0.0.1:{st.ssh_port}, "
-         f"mirror {st.mirror_url})")
+    _say(f"systemd-nspawn started (supervisor pid {st.pid}; ssh 127.0.0.1:{st.ssh_port})")
+    # the mirror is published while the container boots (a boot that fails says so
+    # first); nothing in the container reads it before a deploy
+    if source is None:
+        _say(f"publishing the mirror at {st.mirror_root}")
+        mirror.publish_shared(warn=_say)
+        st.mirror_pid, st.mirror_port = mirror.start(Path(st.mirror_root), paths.idir)
+    else:
+        st.mirror_pid, st.mirror_port = source.mirror_pid, source.mirror_port
+        st.extra["mirror_borrowed_from"] = source.name
+    write_state(st)
     wait_ssh(st, timeout)
+    _say(f"mirror {st.mirror_url} (pid {st.mirror_pid})")
     _say(f"instance {st.name!r} up: SSH answered {time.monotonic() - t0:.1f}s after start")
 
 

@@ -12,9 +12,13 @@ import subprocess
 import sys
 
 # Debian/Ubuntu package names: QEMU + qemu-img, debootstrap and the Debian keyring it
-# verifies with, disk tools (parted, e2fsprogs), GRUB tooling, ssh client, and what
-# the mirror publishers use (dpkg-dev for dpkg-scanpackages, gnupg for signing).
+# verifies with, disk tools (parted, e2fsprogs), GRUB tooling, ssh client, what the
+# mirror publishers use (dpkg-dev for dpkg-scanpackages, gnupg for signing), and the
+# container hosts' systemd-nspawn, slirp4netns and ip (lab/container.py).
 PACKAGES = (
+    "systemd-container",
+    "slirp4netns",
+    "iproute2",
     "qemu-system-x86",
     "qemu-utils",
     "debootstrap",

@@ -111,7 +111,10 @@ def republish(st: InstanceState, timeout: float) -> InstanceState:
     date with this checkout (each publisher skips by its stamp), restart a dead mirror,
     and check that SSH answers."""
     say(f"republishing the mirror at {st.mirror_root}")
-    mirror.publish_all(Path(st.mirror_root), warn=lambda m: print(m, file=sys.stderr))
+    if Path(st.mirror_root) == mirror.shared_root():
+        mirror.publish_shared(warn=lambda m: print(m, file=sys.stderr))
+    else:  # an instance started before the mirror was shared
+        mirror.publish_all(Path(st.mirror_root), warn=lambda m: print(m, file=sys.stderr))
     if not pid_alive(st.mirror_pid) and not st.extra.get("mirror_borrowed_from"):
         say("mirror was down; restarting it")
         st = _restart_mirror(st)
@@ -136,9 +139,8 @@ def _up_vm(name: str, fresh: bool, memory_mib: int, timeout: float) -> InstanceS
             say("the base image changed since this instance was created; resetting it")
         qemu.create_overlay(base, overlay)
 
-    mirror_root = idir / "mirror"
-    say(f"publishing the mirror at {mirror_root}")
-    mirror.publish_all(mirror_root, warn=lambda m: print(m, file=sys.stderr))
+    say(f"publishing the mirror at {mirror.shared_root()}")
+    mirror_root = mirror.publish_shared(warn=lambda m: print(m, file=sys.stderr))
     mpid, mport = mirror.start(mirror_root, idir)
 
     serial_log = idir / "serial.log"

@@ -9,6 +9,9 @@ publisher module ``lab.<name>.publish(mirror_root: Path)`` before serving; ``loc
 holds the lab's SGLang locks, generated from ``wheels/`` (read on the controller
 through inventory/lab.py's ``sglang_locks_dir``; the guest never needs them).
 
+Every instance of one checkout serves the same published tree (:func:`shared_root`,
+``$GPUSERVE_LAB_HOME/mirrors/<checkout>/``), each through a server process of its own.
+
 Run as ``python -m lab.mirror --root DIR --port-file FILE``: it binds port 0 itself
 and writes the port it got, so there is no window between picking and binding.
 """
@@ -16,7 +19,9 @@ and writes the port it got, so there is no window between picking and binding.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
+import hashlib
 import importlib
 import logging
 import os
@@ -37,6 +42,29 @@ LAYOUT = ("wheels", "cuda/repos/debian12/x86_64", "pypi")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 log = logging.getLogger("lab.mirror")
+
+
+def shared_root() -> Path:
+    """The mirror every instance of this checkout serves: one per lab home and checkout
+    (another checkout may carry other stand-ins), so a new host costs no publishing."""
+    from lab.state import lab_home
+
+    checkout = hashlib.sha256(str(REPO_ROOT).encode()).hexdigest()[:12]
+    return lab_home() / "mirrors" / checkout
+
+
+def publish_shared(warn=print) -> Path:
+    """Bring the shared mirror up to date with this checkout, one publisher run at a time
+    (two `lab up` side by side wait for each other; the second finds nothing to do)."""
+    root = shared_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            publish_all(root, warn=warn)
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+    return root
 
 
 def publish_all(mirror_root: Path, warn=print) -> list[str]:

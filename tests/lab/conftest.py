@@ -53,13 +53,18 @@ def pytest_collection_modifyitems(config, items):
     gateway (test_router.py) goes after the serve modules, in front of the server they
     leave, so it needs no serve deploy of its own. The fleet (test_fleet.py: a clone of
     the session host as a second worker, the gateway on the first) comes after all of
-    them: it moves the host's server onto the fleet's private address."""
+    them: it moves the host's server onto the fleet's private address. In the container
+    tier the container host deploy (test_container_host.py) provisions the host right
+    after the self-test, as deploy/host.py does on a Proxmox LXC container; in the VM
+    tier the reboot through GRUB (test_kernel_cmdline.py) is last, so the host deploy
+    starts from a cold boot."""
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.lab)
-    order = {"test_lab.py": 0, "test_lab_vm.py": 0, "test_router.py": 1.5,
-             "test_faults.py": 2, "test_fleet.py": 3}
+    order = {"test_lab.py": 0, "test_lab_vm.py": 0, "test_container_host.py": 0.5,
+             "test_router.py": 1.5, "test_faults.py": 2, "test_fleet.py": 3,
+             "test_kernel_cmdline.py": 4}
     items.sort(key=lambda it: order.get(Path(str(it.path)).name, 1))
 
 

@@ -2,13 +2,15 @@
 ACS, the vIOMMU, a kernel command line changed by update-grub and a reboot), and the
 self-tests of test_lab.py that hold for both kinds, run here on the VM.
 
-The first module of the VM tier (see conftest.py).
+The first module of the VM tier (see conftest.py). ``lab down``/``up`` and the status
+are the container tier's (test_lab.py); the reboot through GRUB is test_kernel_cmdline.py,
+last in the tier, so the host deploy before it starts from a cold boot with the IOMMU
+off.
 """
 
 from __future__ import annotations
 
 import re
-import secrets
 
 import pytest
 from test_lab import (  # noqa: F401  (collected again here, on the VM)
@@ -17,12 +19,9 @@ from test_lab import (  # noqa: F401  (collected again here, on the VM)
     test_lab_keys_are_private,
     test_pyinfra_connects_through_the_lab_inventory,
     test_sshd_offers_only_the_pinned_host_key,
-    test_status_down_and_up_again_keep_the_disk,
     test_systemd_is_running,
     test_testinfra_host_sees_debian_12,
 )
-
-from lab.state import pid_alive
 
 pytestmark = [pytest.mark.lab, pytest.mark.vm]
 
@@ -63,36 +62,3 @@ def test_iommu_state_follows_the_kernel_command_line(lab):
         assert int(groups) >= 4
     else:
         assert int(groups) == 0, "the base image must boot with the IOMMU off"
-
-
-def test_cmdline_change_via_update_grub_survives_a_reboot(lab):
-    """What the host deploy does: edit /etc/default/grub, update-grub, reboot.
-
-    Adding intel_iommu=on after the base image's intel_iommu=off turns the IOMMU on
-    (the kernel honours the last value), so the groups appear. Afterwards both files are
-    put back as they were (/etc/default/grub and the grub.cfg saved before the change):
-    the restore is housekeeping, not the subject, and a second update-grub cost ~40 s
-    under TCG. The last test's cold boot then starts with the IOMMU off.
-    """
-    probe = f"gpuserve_lab_probe={secrets.token_hex(4)}"
-    pid = lab.state.pid
-    lab.ssh("cp -p /etc/default/grub /root/grub.lab-test && "
-            "cp -p /boot/grub/grub.cfg /root/grub.cfg.lab-test && "
-            "sed -i 's/^GRUB_CMDLINE_LINUX_DEFAULT=\"\\(.*\\)\"/"
-            f"GRUB_CMDLINE_LINUX_DEFAULT=\"\\1 {probe} intel_iommu=on\"/' /etc/default/grub && "
-            "update-grub", check=True)
-    try:
-        seconds = lab.reboot()
-        print(f"lab: reboot took {seconds:.0f}s")
-        r = lab.ssh("cat /proc/cmdline; ls /sys/kernel/iommu_groups | wc -l", check=True)
-        cmdline, groups = r.stdout.splitlines()
-        assert probe in cmdline
-        assert int(groups) >= 4, "intel_iommu=on after a reboot must give IOMMU groups"
-        assert lab.state.pid == pid and pid_alive(pid), "reboot must keep the QEMU process"
-    finally:
-        lab.ssh("cp -p /root/grub.lab-test /etc/default/grub && "
-                "cp -p /root/grub.cfg.lab-test /boot/grub/grub.cfg && sync", check=True)
-    restored = lab.ssh("cat /etc/default/grub /boot/grub/grub.cfg", check=True).stdout
-    assert probe not in restored
-
-

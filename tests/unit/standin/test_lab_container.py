@@ -1,0 +1,96 @@
+"""The container lab host's command lines, names and per-host files (pure parts), and its
+supervisor, which boots again on nspawn's reboot status and stops on anything else."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from lab import container
+from lab.deps import PACKAGES
+from lab.state import InstanceState, read_state, write_state
+
+
+def _opt(argv: list[str], prefix: str) -> list[str]:
+    return [a.split("=", 1)[1] for a in argv if a.startswith(prefix + "=")]
+
+
+def test_nspawn_boots_systemd_in_the_lab_namespace_without_a_manager():
+    argv = container.nspawn_argv(Path("/i/root"), "ns-a", "gpuserve-a",
+                                 binds=(("/srv/m", "/models"),))
+    assert argv[0] == "systemd-nspawn" and "--boot" in argv
+    assert _opt(argv, "--directory") == ["/i/root"]
+    # this machine has no systemd manager: no scope, no registration
+    assert "--keep-unit" in argv and "--register=no" in argv
+    assert _opt(argv, "--network-namespace-path") == ["/run/netns/ns-a"]
+    # the stand-in host module: a read-only bind whose source is inside the container
+    assert f"/{container.DRIVER_DIR}:/proc/driver/nvidia" in _opt(argv, "--bind-ro")
+    assert "/srv/m:/models" in _opt(argv, "--bind-ro")
+    # the image's own resolv.conf and zone (10.0.2.3, UTC) stay
+    assert "--resolv-conf=off" in argv and "--timezone=off" in argv
+
+
+def test_slirp_gives_the_namespace_qemus_user_network():
+    argv = container.slirp_argv("ns-a", Path("/i/slirp.sock"))
+    assert argv[0] == "slirp4netns" and "--configure" in argv
+    assert "--disable-host-loopback" not in argv  # 10.0.2.2 is this machine's loopback
+    assert argv[-2:] == ["/run/netns/ns-a", "tap0"] and "--netns-type=path" in argv
+
+
+def test_namespace_names_differ_by_instance_and_by_lab_home(tmp_path):
+    a = container.netns_name("pytest", tmp_path / "one")
+    assert a != container.netns_name("pytest-2", tmp_path / "one")
+    assert a != container.netns_name("pytest", tmp_path / "two")
+    assert a == container.netns_name("pytest", tmp_path / "one")
+
+
+def test_host_files_mask_remount_keep_tap0_static_and_write_the_module_version(tmp_path):
+    container.write_host_files(tmp_path, "590.48.01")
+    masked = tmp_path / "etc/systemd/system/systemd-remount-fs.service"
+    assert masked.is_symlink() and os.readlink(masked) == "/dev/null"
+    net = (tmp_path / "etc/systemd/network/05-lab-container.network").read_text()
+    assert "Name=tap0" in net and "Address=10.0.2.100/24" in net and "DHCP" not in net
+    assert "Unmanaged=yes" in (tmp_path / "etc/systemd/network/06-lab-fleet.network").read_text()
+    version = (tmp_path / container.DRIVER_DIR / "version").read_text()
+    assert version.startswith("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  "
+                              "590.48.01  ")
+    container.set_driver_version(tmp_path, "575.57.08")
+    assert "  575.57.08  " in (tmp_path / container.DRIVER_DIR / "version").read_text()
+    container.write_host_files(tmp_path, "590.48.01")  # again: idempotent
+    assert os.readlink(masked) == "/dev/null"
+
+
+def test_supervisor_boots_again_after_a_reboot_and_stops_otherwise(tmp_path):
+    """A stand-in for nspawn that "reboots" twice (exit 133), then halts (exit 0)."""
+    count = tmp_path / "count"
+    script = (f"import pathlib,sys; p=pathlib.Path({str(count)!r}); "
+              "n=int(p.read_text()) if p.exists() else 0; p.write_text(str(n+1)); "
+              "print('boot', n+1); sys.exit(133 if n < 2 else 0)")
+    log = tmp_path / "console.log"
+    assert container.supervise([sys.executable, "-c", script], log) == 0
+    text = log.read_text()
+    assert count.read_text() == "3"
+    assert text.count("systemd-nspawn exited 133") == 2 and "exited 0" in text
+
+
+def test_supervisor_passes_a_failure_status_on(tmp_path):
+    log = tmp_path / "console.log"
+    rc = container.supervise([sys.executable, "-c",
+                              "import sys; print('Failed to stat /x'); sys.exit(1)"], log)
+    assert rc == 1 and "Failed to stat /x" in log.read_text()
+
+
+def test_state_kind_defaults_to_vm_for_state_files_written_before_it(tmp_path):
+    st = InstanceState(name="old", ssh_port=1, mirror_port=2, pid=3, mirror_pid=4,
+                       ssh_key="k", known_hosts="h", image="i", overlay="o", serial_log="s",
+                       qmp_socket="q", mirror_root="m")
+    path = write_state(st, tmp_path)
+    text = path.read_text().replace('"kind": "vm",', "")
+    path.write_text(text)
+    assert read_state("old", tmp_path).kind == "vm"
+
+
+def test_lab_deps_cover_the_container_tools():
+    for pkg in ("systemd-container", "slirp4netns", "iproute2"):
+        assert pkg in PACKAGES
