@@ -1,8 +1,14 @@
 """What a no-op run over N hosts costs the controller, beside the same run over one host.
 
-    python -m lab up --name NAME                       # a lab host that is provisioned
+    python -m lab up --name NAME --kind container|vm   # a lab host that is provisioned
     .venv/bin/python bench/fleet_noop.py --name NAME [--hosts 1,8,32] [--runs 3]
                                          [--deploy host|exec|both]
+
+On a container lab host (``--kind container``) every one of the N hosts is a container
+of its own: clones of NAME (``python -m lab up --name NAME-fleet-NN --clone-from NAME``:
+its disk copied with the filesystem frozen, its own network namespace, slirp4netns and
+SSH port), each with its own host data from inventory/lab.py; the clones are taken down
+at the end (``--keep`` leaves them). On the VM, as follows:
 
 The N hosts are cheap SSH endpoints, all in ONE lab VM: the bench starts N extra sshd
 processes in the guest (``/usr/sbin/sshd -p PORT -o PidFile=/run/sshd-PORT.pid``, the
@@ -55,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 from lab.keys import HOST_KEY, known_hosts_line, public_key  # noqa: E402
 from lab.sshutil import run_in  # noqa: E402
-from lab.state import instance_name, keys_dir  # noqa: E402
+from lab.state import instance_name, keys_dir, read_state  # noqa: E402
 
 PYINFRA = str(ROOT / ".venv" / "bin" / "pyinfra")
 FIRST_GUEST_PORT = 2201
@@ -205,6 +211,95 @@ def measure(kind: str, inventory: Path, runs: int, env: dict[str, str],
     return sample
 
 
+def clone_names(name: str, n: int) -> list[str]:
+    """NAME itself, then NAME-fleet-02 .. NAME-fleet-NN."""
+    return [name] + [f"{name}-fleet-{i:02d}" for i in range(2, n + 1)]
+
+
+def containers_inventory_text(datas: list[dict],
+                              connect_timeout: float = CONNECT_TIMEOUT) -> str:
+    """A pyinfra inventory (Python) with one container host per entry of ``datas`` (each
+    host's own lab host data, literal)."""
+    timeouts = {k: connect_timeout for k in ("timeout", "banner_timeout", "auth_timeout")}
+    lines = ['"""Temporary inventory written by bench/fleet_noop.py: a container lab host '
+             'each."""', "", f"{GROUP} = ["]
+    for host, data in zip(host_names(len(datas)), datas, strict=True):
+        lines.append(f"    ({host!r}, {{**{data!r}, "
+                     f"'ssh_paramiko_connect_kwargs': {timeouts!r}}}),")
+    lines.append("]")
+    return "\n".join(lines) + "\n"
+
+
+def lab_cli(*args: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=900)
+    if r.returncode != 0:
+        raise SystemExit(f"python -m lab {shlex.join(args)} failed:\n{r.stderr[-2000:]}")
+
+
+def run_containers(args: argparse.Namespace, name: str, kinds: list[str],
+                   env: dict[str, str]) -> tuple[dict[str, dict[int, Sample]], float | None,
+                                                 str]:
+    """Every host its own container: clone NAME up to the largest N, measure, take the
+    clones down (unless --keep)."""
+    names = clone_names(name, max(args.hosts))
+    samples: dict[str, dict[int, Sample]] = {k: {} for k in kinds}
+    first, stopped = None, ""
+    t0 = time.monotonic()
+    try:
+        for clone in names[1:]:
+            lab_cli("up", "--name", clone, "--kind", "container", "--clone-from", name)
+        print(f"  ({len(names) - 1} clones of {name} up in {time.monotonic() - t0:.0f} s)",
+              file=sys.stderr, flush=True)
+        datas = [lab_host_data(n) for n in names]
+        with tempfile.TemporaryDirectory(prefix="fleet-noop-") as tmp:
+            for n in args.hosts:
+                inventory = Path(tmp) / f"fleet_noop_{n}.py"
+                inventory.write_text(containers_inventory_text(datas[:n],
+                                                               args.connect_timeout))
+                if first is None and "host" in kinds:
+                    first, _, out, rc = timed([PYINFRA, "-y", str(inventory),
+                                               *COMMANDS["host"]], env, args.timeout)
+                    if rc != 0:
+                        raise SystemExit(f"deploy/host.py failed ({rc}):\n{out[-3000:]}")
+                stopped = _measure_all(kinds, inventory, n, args, env, samples)
+                if stopped:
+                    break
+    finally:
+        if not args.keep:
+            for clone in names[1:]:
+                subprocess.run([sys.executable, "-m", "lab", "down", "--name", clone],
+                               cwd=ROOT, capture_output=True, timeout=300)
+    return samples, first, stopped
+
+
+def _measure_all(kinds: list[str], inventory: Path, n: int, args: argparse.Namespace,
+                 env: dict[str, str], samples: dict[str, dict[int, Sample]]) -> str:
+    for kind in kinds:
+        try:
+            samples[kind][n] = measure(kind, inventory, args.runs, env, args.timeout)
+        except SystemExit as exc:  # keep what was measured at smaller N
+            return f"stopped at N={n} ({kind}): {exc}"
+        s = samples[kind][n]
+        print(f"  ({kind}, {n} hosts: wall {s.wall_median:.2f} s, "
+              f"CPU {s.cpu_median:.2f} s)", file=sys.stderr, flush=True)
+    return ""
+
+
+def print_results(kinds: list[str], args: argparse.Namespace,
+                  samples: dict[str, dict[int, Sample]], first: float | None,
+                  stopped: str) -> None:
+    if first is not None:
+        print(f"(first deploy run at N={args.hosts[0]} discarded: {first:.1f} s)")
+    for kind in kinds:
+        if samples[kind]:
+            print()
+            print(table(LABELS[kind], args.runs, samples[kind]))
+    if stopped:
+        print(f"\n{stopped[-3000:]}")
+        sys.exit(1)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hosts", type=parse_hosts, default=[1, 8, 32],
@@ -216,9 +311,23 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=600, help="seconds per pyinfra run")
     p.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT,
                    help="paramiko's connect, banner and auth timeouts (seconds)")
+    p.add_argument("--keep", action="store_true",
+                   help="container hosts: leave the clones running at the end")
     args = p.parse_args()
     name = instance_name(args.name)
     kinds = ["host", "exec"] if args.deploy == "both" else [args.deploy]
+    st = read_state(name)
+    if st is None:
+        raise SystemExit(f"lab instance {name!r} is not running: `python -m lab up` first")
+    if st.kind == "container":
+        env = dict(os.environ, GPUSERVE_LAB_NAME=name)
+        samples, first, stopped = run_containers(args, name, kinds, env)
+        print(f"lab instance {name} and its clones: each of the N hosts is a container of "
+              "its own (systemd-nspawn,")
+        print("native speed); the CPU columns are the controller's own (user+sys of the "
+              "pyinfra process and its children).")
+        print_results(kinds, args, samples, first, stopped)
+        return
 
     from lab import fleet
 
@@ -265,15 +374,7 @@ def main() -> None:
           "the CPU")
     print("columns are the controller's own (user+sys of the pyinfra process and its "
           "children).")
-    if first is not None:
-        print(f"(first deploy run at N={args.hosts[0]} discarded: {first:.1f} s)")
-    for kind in kinds:
-        if samples[kind]:
-            print()
-            print(table(LABELS[kind], args.runs, samples[kind]))
-    if stopped:
-        print(f"\n{stopped[-3000:]}")
-        sys.exit(1)
+    print_results(kinds, args, samples, first, stopped)
 
 
 if __name__ == "__main__":

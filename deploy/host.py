@@ -9,6 +9,11 @@ took effect), and its choice rewrites nccl.env and host.json, which this deploy 
 a second deploy would make two writers of one file and a host that is "provisioned"
 before anyone measured it. ``gates: off`` in host data skips it.
 
+On a container host (``systemd-detect-virt --container``: a Proxmox LXC container, say)
+the kernel is the container host's: the deploy installs the userspace driver of exactly
+its kernel module's version and skips the kernel's steps, saying why for each
+(roles/nvidia_driver/userspace.py, gpuserve/host/container.py).
+
 Host data is validated first (roles/host_plan.py, the same code ``gpuserve check``
 runs without connecting) so a bad value stops the run with
 ``<inventory>: <key>: ...`` before any host is changed; the keys and their defaults are
@@ -19,10 +24,12 @@ from __future__ import annotations
 
 from pyinfra import host
 
+from gpuserve.facts.host import Container
 from roles import cuda_toolkit, gpu_gates, kernel, nccl, nvidia_driver
 from roles.host_plan import plan_host
 from roles.inventory import inventory_source, run_deploy
-from roles.prefetch import defer, prefetch
+from roles.nvidia_driver import userspace
+from roles.prefetch import defer, fact, prefetch
 
 
 def main() -> None:
@@ -35,6 +42,14 @@ def main() -> None:
     # the measuring tools' build stamps are named after the NCCL this batch found: they
     # join the driver role's second batch instead of costing a command each
     defer(gpu_gates.stamp_reads(settings.gates))
+    container = fact(Container)
+    if container:
+        plan, url, sha256 = userspace.prepare(settings.repo_url, container)
+        userspace.install_userspace_driver(plan=plan, url=url, sha256=sha256,
+                                           container_kind=container,
+                                           contrib=settings.debian_contrib)
+        provision_userspace(settings, plan.branch)
+        return
     params = settings.kernel.params(*kernel.platform())
 
     kernel.configure_kernel(params=params)
@@ -54,6 +69,18 @@ def main() -> None:
         allow_reboot=settings.kernel.allow_reboot,
         reboot_timeout=settings.kernel.reboot_timeout,
     )
+    measure(settings)
+
+
+def provision_userspace(settings, branch: int) -> None:
+    """A container host's steps after its driver: the CUDA lane (checked against the
+    branch of the host's kernel module), NCCL, the measurement."""
+    cuda_toolkit.install_cuda_toolkit(lane=settings.cuda_lane, branch=branch)
+    nccl.configure_nccl(overrides=settings.nccl_overrides)
+    measure(settings)
+
+
+def measure(settings) -> None:
     gpu_gates.measure_gpu_gates(settings=settings.gates,
                                 nccl_overrides=settings.nccl_overrides,
                                 results_dir=settings.results_dir)

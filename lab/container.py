@@ -224,6 +224,24 @@ def processes_in(root: Path) -> list[int]:
     return pids
 
 
+# -- limits --------------------------------------------------------------------------
+
+# systemd as PID 1 takes several inotify instances of the machine's per-user budget
+# (fs.inotify.max_user_instances, 128 by default): the 17th container failed to boot
+# with "Failed to create control group inotify object: Too many open files"
+INOTIFY_INSTANCES = 8192
+
+
+def raise_inotify_limit(log=print) -> None:
+    """Enough inotify instances for many containers (raised, never lowered)."""
+    path = Path("/proc/sys/fs/inotify/max_user_instances")
+    with contextlib.suppress(OSError, ValueError):
+        if int(path.read_text()) < INOTIFY_INSTANCES:
+            path.write_text(f"{INOTIFY_INSTANCES}\n")
+            log(f"raised fs.inotify.max_user_instances to {INOTIFY_INSTANCES} (systemd in "
+                "each container takes several)")
+
+
 # -- network -------------------------------------------------------------------------
 
 def netns_add(netns: str) -> None:

@@ -64,6 +64,7 @@ def up(name: str, fresh: bool = False, timeout: float = 120.0,
     version = driver_version or (source.extra.get("driver_version") if source else None) \
         or container.DEFAULT_DRIVER_VERSION
     container.write_host_files(paths.root, version)
+    container.raise_inotify_limit(_say)
     netns = container.netns_name(name)
     container.netns_add(netns)
     st = InstanceState(

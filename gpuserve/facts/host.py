@@ -13,6 +13,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from gpuserve.facts.base import ParsedFact
+from gpuserve.host import container
 from gpuserve.parsers import (
     bootloader,
     cpuinfo,
@@ -64,6 +65,30 @@ class Virtualization(ParsedFact[str | None]):
 
     def parse(self, output: list[str]) -> str | None:
         return systemd_detect_virt.parse_detect_virt(output)
+
+
+class Container(ParsedFact[str | None]):
+    """``systemd-detect-virt --container``: "lxc", "systemd-nspawn", ...; None outside a
+    container (it prints "none" and exits 1) or without the tool."""
+
+    def command(self) -> str:
+        return "systemd-detect-virt --container 2>/dev/null || true"
+
+    def parse(self, output: list[str]) -> str | None:
+        return container.parse_container(output)
+
+
+class NvidiaModuleVersion(ParsedFact[str | None]):
+    """The loaded NVIDIA kernel module's version, as a container sees its host's:
+    /proc/driver/nvidia/version, else nvidia-smi's driver_version; None when neither."""
+
+    def command(self) -> str:
+        return ("cat /proc/driver/nvidia/version 2>/dev/null || "
+                "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null "
+                "| head -n 1 || true")
+
+    def parse(self, output: list[str]) -> str | None:
+        return container.parse_module_version(output)
 
 
 class CpuVendor(ParsedFact[str | None]):

@@ -173,6 +173,10 @@ def packages(spec: dict, public_key: bytes) -> list[_Deb]:
                  .replace("@DRIVER_VERSION@", version), 0o755)
             .add("/usr/lib/gpuserve-lab/nvidia-smi", smi, 0o755)
         )
+        # compute-only userspace (what a container host installs: its kernel module is
+        # its host's); the stand-in's userspace is nvidia-driver's nvidia-smi
+        debs.append(_Deb("nvidia-driver-cuda", v, depends=f"nvidia-driver (= {v})",
+                         description="NVIDIA driver, compute-only userspace (lab stand-in)"))
         debs.append(
             _Deb("nvidia-kernel-open-dkms", v, provides="nvidia-kernel-dkms-any",
                  conflicts="nvidia-kernel-dkms", description="NVIDIA open kernel modules "

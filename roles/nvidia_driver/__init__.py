@@ -91,6 +91,7 @@ def fact_reads() -> list[Read]:
             Read.of(Command, command=passthrough.SYSFS_PCI_COMMAND),
             Read.of(_host_facts().SecureBoot), Read.of(_gpu_facts().NvidiaGpus),
             Read.of(_host_facts().NouveauLoaded), Read.of(DebVersion, package="cuda-keyring"),
+            Read.of(_host_facts().Container), Read.of(_host_facts().NvidiaModuleVersion),
             Read.of(AptSources), *(Read.of(FileContents, path=p) for p in DEBIAN_SOURCES)]
 
 
@@ -172,10 +173,9 @@ def debian_contrib():
         host.noop("Debian sources already enable contrib (or have no main component)")
 
 
-def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contrib: bool,
-            keyring_sha256: str):
-    """Repository, keyring (checked against ``keyring_sha256``), branch pin and
-    flavour meta-package."""
+def add_repository(repo_url: str, contrib: bool, keyring_sha256: str) -> list:
+    """Debian contrib, the keyring (checked against ``keyring_sha256``) and the deb822
+    source of the repository; returns the operations whose change needs an apt update."""
     changes = []
     distro = (fact(LinuxDistribution) or {}).get("name") or ""
     if contrib and distro.lower().startswith("debian"):
@@ -204,6 +204,14 @@ def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contr
                 signed_by=KEYRING_PATH,
             )
         )
+    return changes
+
+
+def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contrib: bool,
+            keyring_sha256: str):
+    """Repository, keyring (checked against ``keyring_sha256``), branch pin and
+    flavour meta-package."""
+    changes = add_repository(repo_url, contrib, keyring_sha256)
     apt.update(
         name="apt-get update after repository changes",
         _if=[lambda: managed.changed(*changes)],
@@ -296,23 +304,10 @@ def activate(dropin_changed: bool | None) -> None:
                           steps=tuple(steps))
 
 
-@deploy("NVIDIA driver")
-def install_nvidia_driver(
-    repo_url: str | None,
-    branch: int,
-    flavour: str = "open",
-    mok_enrolled: bool = False,
-    install_headers: bool = True,
-    contrib: bool = True,
-    persistence: bool = True,
-    keyring_sha256: str | None = None,
-):
-    """Install the pinned NVIDIA driver; refuses (raises) before changing anything.
-
-    ``keyring_sha256`` None: host data ``nvidia_keyring_sha256``, else the digest
-    published for the host's distribution; none known is an InputError."""
-    preflight(flavour, mok_enrolled)
-    plan = driver.driver_plan(branch, flavour)
+def repository(repo_url: str | None, keyring_sha256: str | None) -> tuple[str, str]:
+    """(base URL, cuda-keyring sha256): as given, else NVIDIA's for the host's
+    distribution. ``keyring_sha256`` None: host data ``nvidia_keyring_sha256``, else the
+    digest published for the distribution; none known is an InputError."""
     source = inventory_source()
     given = keyring.validate_sha256(
         keyring_sha256 or host.data.get("nvidia_keyring_sha256"), source)
@@ -324,7 +319,25 @@ def install_nvidia_driver(
                          "sha256 is chosen by distribution; set nvidia_keyring_sha256 (and "
                          "nvidia_repo_url) for this host") from None
     sha256 = given or keyring.expected_sha256(None, nvidia_default, source)
-    url = repo_url or nvidia_default
+    return repo_url or nvidia_default, sha256
+
+
+@deploy("NVIDIA driver")
+def install_nvidia_driver(
+    repo_url: str | None,
+    branch: int,
+    flavour: str = "open",
+    mok_enrolled: bool = False,
+    install_headers: bool = True,
+    contrib: bool = True,
+    persistence: bool = True,
+    keyring_sha256: str | None = None,
+):
+    """Install the pinned NVIDIA driver; refuses (raises) before changing anything
+    (``keyring_sha256``: see :func:`repository`)."""
+    preflight(flavour, mok_enrolled)
+    plan = driver.driver_plan(branch, flavour)
+    url, sha256 = repository(repo_url, keyring_sha256)
     logger.info(
         f"{host.name}: NVIDIA driver {flavour} {branch} from {url}: {', '.join(plan.packages)}"
     )
