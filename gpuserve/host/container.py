@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from gpuserve.errors import InputError
+from gpuserve.parsers.nvidia_driver import parse_proc_version
 
 # NVIDIA's CUDA repository, compute-only (headless) userspace: the driver's CUDA and NVML
 # libraries, nvidia-smi and the persistence daemon, without a kernel module package
@@ -38,26 +39,29 @@ SKIPPED = (
     ("reboot for the kernel", "a container's reboot does not change the kernel"),
 )
 
-_NVRM = re.compile(r"^NVRM version: NVIDIA UNIX .*?Kernel Module(?: for \S+)?\s+"
-                   r"(\d+\.\d+(?:\.\d+)?)\s")
+# What systemd-detect-virt prints inside a container (systemd's src/basic/virt.c,
+# container names; without --vm it names the container, not a VM below it): a container
+# shares its host's kernel, so its GPUs' P2P is its host's, not a guest's.
+CONTAINER_NAMES = frozenset({"openvz", "lxc", "lxc-libvirt", "systemd-nspawn", "docker",
+                             "podman", "rkt", "wsl", "proot", "pouch"})
+
 _VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
 
 
 def parse_container(output: list[str]) -> str | None:
     """``systemd-detect-virt --container``: "lxc", "systemd-nspawn", "docker" ...; None
-    outside a container (it prints "none") or without the tool."""
+    outside a container (it prints "none"), without the tool, or for anything that is
+    not one of systemd's container names."""
     value = next((ln.strip() for ln in output if ln.strip()), "")
-    return value if value and value != "none" and " " not in value else None
+    return value if value in CONTAINER_NAMES else None
 
 
 def parse_module_version(output: list[str]) -> str | None:
     """The kernel module's version: the ``NVRM version:`` line of
     /proc/driver/nvidia/version (open or proprietary module), else a bare version line
     (what ``nvidia-smi --query-gpu=driver_version`` prints). None when neither is there."""
-    for line in output:
-        found = _NVRM.match(line.strip() + " ")
-        if found:
-            return found.group(1)
+    if any(line.startswith("NVRM version:") for line in output):
+        return parse_proc_version(output)["version"]  # ParseError on an odd banner
     for line in output:
         if _VERSION.match(line.strip()):
             return line.strip()

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
+from gpuserve.host.container import CONTAINER_NAMES
 
 _NVLINK = re.compile(r"^NV\d+$")
 
@@ -227,7 +228,8 @@ class HostFacts:
     def is_vm(self) -> bool | None:
         if self.virtualization is None:
             return None
-        return self.virtualization not in ("none", "")
+        return (self.virtualization not in ("none", "")
+                and self.virtualization not in CONTAINER_NAMES)
 
     @property
     def sm_majors(self) -> set[int]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
+from gpuserve.host.container import CONTAINER_NAMES
 
 NCCL_ENV_PATH = "/etc/gpuserve/nccl.env"
 HOST_JSON_PATH = "/etc/gpuserve/host.json"
@@ -79,7 +80,10 @@ def combined_verdict(*matrices: Any) -> str | None:
 
 
 def is_vm(virtualization: str | None) -> bool:
-    return bool(virtualization) and virtualization not in ("none", "")
+    """A VM guest: virtualized, and not a container (which shares its host's kernel and
+    the host's P2P: gpuserve/host/container.py)."""
+    return (bool(virtualization) and virtualization not in ("none", "")
+            and virtualization not in CONTAINER_NAMES)
 
 
 @dataclass

@@ -4,7 +4,10 @@
 
 Expectations come from the host's own inventory data, validated and defaulted exactly
 as deploy/host.py does (gpuserve.host.host_data + the roles' DEFAULTS), and the outputs are
-read with gpuserve's parsers, so the suite checks what the deploy promised.
+read with gpuserve's parsers, so the suite checks what the deploy promised. On a
+container host (a Proxmox LXC container, say) the kernel is its host's: instead of the
+kernel parameters, modules and persistence mode, the suite checks that the userspace
+driver is exactly the loaded kernel module's version.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 
 import pytest
 
-from gpuserve.host import boot, nccl_env
+from gpuserve.host import boot, container, nccl_env
 from gpuserve.host.host_data import HostSettings, host_settings
 from gpuserve.measure import gate_runs
 from gpuserve.parsers import cpuinfo, cuda, nvidia_driver, nvidia_smi, proc_modules
@@ -40,6 +43,20 @@ def kernel_params(gpu_host, expected) -> list[str]:
     return expected.kernel.params(vendor, tables)
 
 
+@pytest.fixture(scope="module")
+def container_kind(gpu_host) -> str | None:
+    """"lxc", "systemd-nspawn", ... on a container host, else None."""
+    return container.parse_container(
+        gpu_host.check_output("systemd-detect-virt --container || true").splitlines())
+
+
+@pytest.fixture
+def not_a_container(container_kind) -> None:
+    if container_kind:
+        pytest.skip(f"container host ({container_kind}): the kernel, its parameters, "
+                    "modules and persistence mode are its host's")
+
+
 def _smi_gpus(gpu_host):
     result = gpu_host.run(nvidia_smi.QUERY_COMMAND)
     assert result.rc == 0, f"nvidia-smi failed: {result.stdout}{result.stderr}"
@@ -48,7 +65,20 @@ def _smi_gpus(gpu_host):
     return gpus
 
 
-def test_driver_present_with_expected_flavour_and_branch(gpu_host, expected):
+def test_container_userspace_matches_the_kernel_module(gpu_host, container_kind):
+    """In a container the module is its host's: NVML needs the userspace of exactly its
+    version ("Driver/library version mismatch" otherwise)."""
+    if not container_kind:
+        pytest.skip("not a container host: the driver test checks module and userspace")
+    proc = gpu_host.file("/proc/driver/nvidia/version")
+    assert proc.exists, "no /proc/driver/nvidia/version: the module is not visible inside"
+    module = nvidia_driver.parse_proc_version(proc.content_string)["version"]
+    assert {g["driver_version"] for g in _smi_gpus(gpu_host)} == {module}
+    installed = gpu_host.run(f"dpkg-query -W -f '${{Version}}' {container.USERSPACE_PACKAGE}")
+    assert installed.rc == 0 and installed.stdout.split("-")[0] == module, installed.stdout
+
+
+def test_driver_present_with_expected_flavour_and_branch(gpu_host, expected, not_a_container):
     installed = nvidia_driver.parse_dpkg_installed(gpu_host.check_output(DPKG))
     proc = gpu_host.file("/proc/driver/nvidia/version")
     if proc.exists:  # the loaded module is the truth
@@ -72,7 +102,7 @@ def test_cuda_lane(gpu_host, expected):
     assert cuda.parse_nvcc_version(nvcc) == lane
 
 
-def test_persistence_on(gpu_host, expected):
+def test_persistence_on(gpu_host, expected, not_a_container):
     if not expected.persistence:
         pytest.skip("nvidia_persistenced is off in host data")
     service = gpu_host.service("nvidia-persistenced")
@@ -80,7 +110,7 @@ def test_persistence_on(gpu_host, expected):
     assert {g["persistence_mode"] for g in _smi_gpus(gpu_host)} == {"Enabled"}
 
 
-def test_iommu_on(gpu_host, kernel_params):
+def test_iommu_on(gpu_host, kernel_params, not_a_container):
     cmdline = gpu_host.file("/proc/cmdline").content_string
     assert boot.missing_params(cmdline, kernel_params) == []
     groups = int(gpu_host.check_output(
@@ -88,7 +118,7 @@ def test_iommu_on(gpu_host, kernel_params):
     assert groups > 0, "no IOMMU groups: the IOMMU is off"
 
 
-def test_nouveau_absent(gpu_host):
+def test_nouveau_absent(gpu_host, not_a_container):
     modules = proc_modules.parse_proc_modules(gpu_host.file("/proc/modules").content_string)
     assert "nouveau" not in modules
     assert gpu_host.file("/etc/modprobe.d/blacklist-nouveau.conf").contains("^blacklist nouveau")
@@ -114,7 +144,7 @@ def test_p2p_verdict_consistent_with_nccl_env(gpu_host, expected):
     assert doc["disable_custom_all_reduce"] is want.disable_custom_all_reduce
 
 
-def test_reboot_not_pending(gpu_host, kernel_params):
+def test_reboot_not_pending(gpu_host, kernel_params, not_a_container):
     cmdline = gpu_host.file("/proc/cmdline").content_string
     missing = boot.missing_params(cmdline, kernel_params)
     assert not missing, f"reboot pending: the running kernel lacks {' '.join(missing)}"
