@@ -122,6 +122,9 @@ def nspawn_argv(root: Path, netns: str, machine: str,
     argv = ["systemd-nspawn", "--boot", f"--directory={root}", f"--machine={machine}",
             "--register=no", "--keep-unit", f"--network-namespace-path=/run/netns/{netns}",
             "--resolv-conf=off", "--timezone=off", "--link-journal=no",
+            # root may manage its own network namespace, as on a host (`ss -K` cuts a
+            # connection in the faults' tests; nspawn drops the capability by default)
+            "--capability=CAP_NET_ADMIN",
             "--tmpfs=/proc/driver:mode=0555",
             f"--bind-ro=/{DRIVER_DIR}:/proc/driver/nvidia"]
     argv += [f"--bind-ro={src}:{dst}" for src, dst in binds]

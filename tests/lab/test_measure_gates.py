@@ -1,5 +1,8 @@
 """The measuring stage of deploy/host.py (roles/gpu_gates) on the lab host.
 
+On the container lab host: its stand-ins need no kernel, and a container host measures
+as any host does (test_container_host.py provisioned it just before).
+
 The lab's nccl-tests and cuda-samples are stand-in source archives on the mirror
 (lab/gate_tools) whose builds print recorded, composed outputs of the lab's boxes. One
 module-scoped sequence: the reference box (a KVM guest without P2P) measures P2P off
@@ -23,7 +26,7 @@ import pytest
 
 from gpuserve.host import nccl_env
 
-pytestmark = [pytest.mark.lab, pytest.mark.vm]  # the kernel: GRUB, initramfs, reboot
+pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

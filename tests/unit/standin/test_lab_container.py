@@ -23,6 +23,8 @@ def test_nspawn_boots_systemd_in_the_lab_namespace_without_a_manager():
     assert _opt(argv, "--directory") == ["/i/root"]
     # this machine has no systemd manager: no scope, no registration
     assert "--keep-unit" in argv and "--register=no" in argv
+    # root manages its own namespace (ss -K in the faults tests)
+    assert "--capability=CAP_NET_ADMIN" in argv
     assert _opt(argv, "--network-namespace-path") == ["/run/netns/ns-a"]
     # the stand-in host module: a read-only bind whose source is inside the container
     assert f"/{container.DRIVER_DIR}:/proc/driver/nvidia" in _opt(argv, "--bind-ro")
