@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -182,6 +183,7 @@ def test_two_container_hosts_share_no_address_or_port(lab):
     finally:
         lab.lab_cli("down", "--name", other, check=False)
     assert _mounts_under(Path(b.overlay).parent) == []
+    shutil.rmtree(Path(b.overlay).parent)  # its disk file: kept by `down`, not needed
 
 
 def test_a_container_that_cannot_boot_is_reported_and_leaves_no_mount(lab, tmp_path):
@@ -200,3 +202,4 @@ def test_a_container_that_cannot_boot_is_reported_and_leaves_no_mount(lab, tmp_p
     assert read_state(name) is None
     assert _mounts_under(instance_dir(name)) == []
     assert not Path(f"/run/netns/{netns_name(name)}").exists()
+    shutil.rmtree(instance_dir(name), ignore_errors=True)
