@@ -534,6 +534,24 @@ def _vm_without_p2p(ctx: Context) -> str | None:
     return None
 
 
+@rule("vm-allreduce-container-alternative")
+def _vm_container_alternative(ctx: Context) -> str | None:
+    """An all-reduce-bound layout (tp over GPUs, no expert parallelism) in a VM without
+    P2P: the same GPUs in a container on that hypervisor keep the bare-metal P2P."""
+    tp, ep = ctx.profile.parallel.tp, ctx.profile.parallel.ep
+    if not (ctx.facts.is_vm and ctx.p2p in ("none", "partial") and tp > 1 and ep == 1):
+        return None
+    measured = _measured(ctx)
+    figures = ""
+    if measured is not None and measured.all_reduce_busbw_gbs:
+        size = measured.all_reduce_size_bytes
+        at = f" at {size} bytes" if size else ""
+        figures = (f"; measured in this VM: all-reduce busbw {measured.all_reduce_busbw_gbs:g}"
+                   f" GB/s{at}" + (f" (record {measured.record})" if measured.record else ""))
+    return (f"tp {tp} without expert parallelism: every layer all-reduces over host memory "
+            f"(virtualization {ctx.facts.virtualization}, P2P {ctx.p2p}){figures}")
+
+
 @rule("iommu-p2p-bare-metal")
 def _iommu_p2p(ctx: Context) -> str | None:
     k = ctx.facts.kernel

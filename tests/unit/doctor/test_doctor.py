@@ -358,3 +358,24 @@ def test_cli_unknown_explicit_version_is_bad_input(capsys):
     assert main(["doctor", "--profile", "glm5-nvfp4-tp8", "--facts", ref,
                  "--sglang-version", "0.4"]) == 2
     assert "--sglang-version: sglang_version: no flag catalog" in capsys.readouterr().err
+
+
+def test_vm_allreduce_container_alternative():
+    rule = "vm-allreduce-container-alternative"
+    assert rule in fired("glm5-nvfp4-tp8", facts(REF))  # tp8, no EP, KVM without P2P
+    assert rule not in fired("glm5-nvfp4-tp8", facts(BARE))
+    assert rule not in fired("glm5-nvfp4-tp8-ep8", facts(REF))  # all-to-all, not all-reduce
+
+    def in_lxc(doc):
+        doc["virtualization"] = "lxc"  # a container: the host's own P2P, no guest
+
+    assert rule not in fired("glm5-nvfp4-tp8", facts(REF, in_lxc))
+
+    def measured(doc):
+        doc["measured"] = {"state": "measured", "p2p": False, "p2p_result": "not_measured",
+                           "all_reduce_busbw_gbs": 25.81, "all_reduce_size_bytes": 2147483648,
+                           "record": "results/gpu1/20261203T154119Z-measure-gates.json"}
+
+    found = {f.id: f for f in diagnose(load_profile("glm5-nvfp4-tp8"), facts(REF, measured))}
+    assert "all-reduce busbw 25.81 GB/s at 2147483648 bytes" in found[rule].evidence
+    assert "LXC container" in found[rule].fix
