@@ -1,10 +1,13 @@
-"""Prepare a Proxmox VE host for GPU passthrough: IOMMU, vfio-pci, the VM's config.
+"""Prepare a Proxmox VE host to give its GPUs to a guest: a VM through passthrough
+(IOMMU, vfio-pci, the VM's config) or an LXC container sharing the host's driver (the
+container's device cgroup and bind mounts only).
 
     pyinfra inventory/proxmox.py deploy/hypervisor.py --dry
     pyinfra inventory/proxmox.py deploy/hypervisor.py
 
 Host data is validated first (gpuserve.host.host_data); GPU addresses, vfio ids and the
-MMIO window default to what the host's sysfs shows (roles.proxmox.DEFAULTS).
+MMIO window default to what the host's sysfs shows (roles.proxmox.DEFAULTS);
+``proxmox_ctid`` instead of ``proxmox_vmid`` takes the container path.
 """
 
 from __future__ import annotations
@@ -12,11 +15,16 @@ from __future__ import annotations
 from gpuserve.host.host_data import hypervisor_settings
 from roles import kernel, proxmox
 from roles.inventory import host_data, inventory_source, run_deploy
+from roles.proxmox import container
 
 
 def main() -> None:
     source = inventory_source()
     settings = hypervisor_settings(host_data(kernel.DEFAULTS, proxmox.DEFAULTS), source)
+    if settings.ctid is not None:
+        container.check(settings.ctid, source)
+        container.configure_container(ctid=settings.ctid, restart=settings.restart_vm)
+        return
     gpus, vfio_ids, mmio_mb = proxmox.resolve(
         source, settings.gpus, settings.vfio_ids, settings.mmio_window_mb
     )

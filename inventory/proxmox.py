@@ -5,7 +5,9 @@
 
 Binds the GPUs to vfio-pci, turns the IOMMU on and configures VM ``proxmox_vmid``
 through ``qm`` (q35, OVMF, cpu host, hostpciN pcie=1 with explicit .0 functions, the
-64-bit MMIO window, the P2P clique args), setting only what differs. Keys are
+64-bit MMIO window, the P2P clique args), setting only what differs. With
+``proxmox_ctid`` instead, an LXC container gets the GPUs' device nodes bound in and the
+host keeps its NVIDIA driver (no IOMMU, no vfio-pci). Keys are
 documented in roles/kernel and roles/proxmox DEFAULTS. Keep host-key checking on.
 """
 
@@ -19,6 +21,7 @@ proxmox = [
             "ssh_known_hosts_file": "~/.ssh/known_hosts",
             "ssh_strict_host_key_checking": "yes",
             "proxmox_vmid": 101,  # the guest inventory/gpu.py describes
+            # or "proxmox_ctid": 120 (and no proxmox_vmid): an LXC container instead
             # None = every NVIDIA GPU the host's sysfs shows (in address order); or list
             # them: ["0000:01:00.0", "0000:21:00.0", ...] (explicit .0 function).
             "proxmox_gpus": None,

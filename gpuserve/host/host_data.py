@@ -131,7 +131,8 @@ def host_settings(data: dict[str, Any], src: str) -> HostSettings:
 @dataclass
 class HypervisorSettings:
     kernel: KernelSettings
-    vmid: int
+    vmid: int | None
+    ctid: int | None
     gpus: list[str] | None
     vfio_ids: list[str] | None
     mmio_window_mb: int | None
@@ -140,12 +141,21 @@ class HypervisorSettings:
 
 
 def hypervisor_settings(data: dict[str, Any], src: str) -> HypervisorSettings:
-    """Validated settings for deploy/hypervisor.py; raises InputError naming the key."""
-    vmid = data.get("proxmox_vmid")
-    if isinstance(vmid, bool) or not isinstance(vmid, int) or not 100 <= vmid <= 999999999:
-        # Proxmox VMIDs are 100..999999999 (qm.adoc, "vmid").
-        raise InputError(src, "proxmox_vmid", f"must be a Proxmox VM id (100..999999999), "
-                         f"got {vmid!r}")
+    """Validated settings for deploy/hypervisor.py; raises InputError naming the key.
+    Exactly one guest: a VM (``proxmox_vmid``, passthrough) or an LXC container
+    (``proxmox_ctid``, the host's driver shared)."""
+    vmid, ctid = data.get("proxmox_vmid"), data.get("proxmox_ctid")
+    if vmid is not None and ctid is not None:
+        raise InputError(src, "proxmox_ctid", f"give proxmox_vmid (a VM, GPUs passed through) "
+                         f"or proxmox_ctid (an LXC container), not both: got {vmid!r} and {ctid!r}")
+    key, guest = ("proxmox_ctid", ctid) if ctid is not None else ("proxmox_vmid", vmid)
+    if isinstance(guest, bool) or not isinstance(guest, int) or not 100 <= guest <= 999999999:
+        # Proxmox guest ids (VMs and containers share them) are 100..999999999 (pve-docs,
+        # qm.adoc and pct.adoc, "vmid").
+        kind = "container" if key == "proxmox_ctid" else "VM"
+        raise InputError(src, key, f"must be a Proxmox {kind} id (100..999999999), got "
+                         f"{guest!r}" + ("" if ctid is not None else
+                                         "; or set proxmox_ctid for an LXC container"))
     gpus = data.get("proxmox_gpus")
     if gpus is not None and (
         not isinstance(gpus, list)
@@ -169,6 +179,7 @@ def hypervisor_settings(data: dict[str, Any], src: str) -> HypervisorSettings:
     return HypervisorSettings(
         kernel=kernel_settings(data, src),
         vmid=vmid,
+        ctid=ctid,
         gpus=gpus,
         vfio_ids=ids,
         mmio_window_mb=mmio,

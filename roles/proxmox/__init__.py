@@ -24,8 +24,11 @@ from gpuserve.host import passthrough
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 DEFAULTS = {
-    # The VM that receives the GPUs (required).
+    # The VM that receives the GPUs through vfio-pci passthrough (this or proxmox_ctid).
     "proxmox_vmid": None,
+    # Or the LXC container (pct) given the GPUs while the host's driver keeps them:
+    # device cgroup and bind mounts only, no IOMMU, no vfio-pci (roles.proxmox.container).
+    "proxmox_ctid": None,
     # Full PCI function addresses of the GPUs, e.g. ["0000:01:00.0"]. None: every
     # NVIDIA VGA/3D function found in sysfs, in address order.
     "proxmox_gpus": None,
@@ -37,7 +40,8 @@ DEFAULTS = {
     # x-nv-gpudirect-clique id given to every GPU (0-15), None to leave it out. Only put
     # GPUs in one clique when the host path between them really supports P2P.
     "proxmox_gpudirect_clique": 0,
-    # Stop and start the VM when its config changed so the change takes effect.
+    # Restart the VM (qm stop/start) or container (pct reboot) when its config changed
+    # so the change takes effect.
     "proxmox_restart_vm": False,
 }
 

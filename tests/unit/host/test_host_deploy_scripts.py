@@ -82,3 +82,12 @@ def test_hypervisor_requires_vmid_and_gpus(tmp_path):
     assert r.returncode != 0
     assert "proxmox_gpus: no NVIDIA GPU found in sysfs" in out
     assert "Traceback" not in out and "Beginning operation run" not in out
+
+
+def test_hypervisor_container_without_the_hosts_driver_stops_before_any_operation(tmp_path):
+    r = run(tmp_path, "deploy/hypervisor.py", {"proxmox_ctid": 120}, "-y")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert ("fakeinv.py: proxmox_ctid: container 120 on @fake/gpu1: no /dev/nvidiactl and "
+            "/dev/nvidiaN (major 195) on the Proxmox host") in out
+    assert "Traceback" not in out and "Beginning operation run" not in out
