@@ -68,8 +68,9 @@ from gpuserve.facts.host import InstallTarget, ModelCheckpoint
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.locks import Lock
+from gpuserve.serve.plan import candidate_locks, checkpoint_path, plan_serve
 from roles import checks as checks_role
-from roles.checks import check_service, install_check_scripts
+from roles.checks import check_service, install_check_scripts, serving_probe_read
 from roles.inventory import group_members, inventory_source, run_deploy
 from roles.prefetch import Read, fact, prefetch, reader
 from roles.router.rolling import (
@@ -83,12 +84,6 @@ from roles.router.rolling import (
 )
 from roles.service import UNIT_NAME, UNIT_PATH, configure_service, planned_steps
 from roles.service.rollback import RollbackSpec, keep_last_good
-from roles.service.serve_plan import (
-    candidate_locks,
-    checkpoint_path,
-    plan_serve,
-    serving_probe_read,
-)
 from roles.sglang import install_sglang, prune_venvs
 
 # the unit files whose venv a prune keeps: the live one and the last good one

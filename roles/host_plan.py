@@ -13,10 +13,10 @@ import dataclasses
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
+from gpuserve.host import keyring, mirrors
 from gpuserve.host.host_data import HostSettings, host_settings
 from gpuserve.measure import gate_runs
 from roles import cuda_toolkit, gpu_gates, kernel, nccl, nvidia_driver
-from roles.nvidia_driver import keyring, mirrors
 
 
 def defaults() -> dict:

@@ -235,9 +235,9 @@ def misspelt_keys(data: dict, source: str) -> None:
     _import_repository()
     from pyinfra.api.connectors import get_all_connectors
 
+    from gpuserve.serve.plan import defaults as serve_defaults
     from roles.host_plan import defaults as host_defaults
     from roles.router.plan import defaults as router_defaults
-    from roles.service.serve_plan import defaults as serve_defaults
 
     ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults()})
     known = set(ours)
@@ -308,7 +308,7 @@ def check_serve(name: str, data: dict, source: str,
     from gpuserve.launch.lock_choice import PreflightError, choose_lock
     from gpuserve.launch.locks import load_locks
     from gpuserve.launch.profiles import load_profile
-    from roles.service.serve_plan import plan_serve
+    from gpuserve.serve.plan import plan_serve
 
     members = (groups or {}).get
     plan = plan_serve(data, source, host_runtime=lambda home: unknown_runtime(name),

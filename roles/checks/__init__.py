@@ -35,11 +35,12 @@ import json
 import shlex
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyinfra import host, logger, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 
+from gpuserve.errors import InputError
+from gpuserve.launch.profiles import load_profile
 from gpuserve.measure.health import (
     Decision,
     ProbeError,
@@ -52,11 +53,20 @@ from gpuserve.measure.health import (
 from gpuserve.measure.results import RecordSpec, smoke_record, write_record
 from gpuserve.measure.smoke import SmokeError, parse_smoke_output, smoke_line
 from gpuserve.paths import SCRIPTS_DIR
+from gpuserve.serve import install as sglang
+from gpuserve.serve import service
+from gpuserve.serve.checks import (  # DEFAULTS and REPO_ROOT: re-exported
+    DEFAULTS,  # noqa: F401
+    REPO_ROOT,  # noqa: F401
+    BenchPlan,
+    results_root,
+)
+from gpuserve.serve.plan import _data_and_profile_ref
+from gpuserve.serve.render import SERVICE_ENV_PATH, profile_line
 from roles import managed
-from roles.checks.bench import BenchPlan, throughput_checks
+from roles.checks.bench import throughput_checks
 from roles.failure import fail_host
 from roles.prefetch import Read, changed_so_far, prefetched
-from roles.service.render import SERVICE_ENV_PATH, profile_line
 from roles.service.rollback import (
     RollbackSpec,
     read_state,
@@ -64,25 +74,6 @@ from roles.service.rollback import (
     rollback_decision,
     rollback_outcome,
 )
-
-DEFAULTS = {
-    # seconds to wait for /health == 200 after a (re)start before failing the host
-    "health_timeout": 900,
-    # controller directory for result records (results/<host>/<time>-smoke-<profile>.json,
-    # see gpuserve/measure/results.py); relative to the repository root; "" records nothing
-    "results_dir": "results",
-    # throughput checks (roles/checks/bench.py): auto = when the served configuration is
-    # new to the host, always, or off
-    "bench": "auto",
-    # a missed throughput gate: report (keep serving) or rollback; None = the profile's
-    # bench.on_regression, else report
-    "on_regression": None,
-    # memory fit from the checkpoint's headers + the doctor's rules, before any change
-    # (roles/service/preflight.py): enforce, warn or off
-    "preflight": "enforce",
-}
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = "sglang_probe.py"
 SMOKE = "sglang_smoke.py"
@@ -141,6 +132,30 @@ def serving_probe(script: str, unit: str, profile_name: str, smoke: SmokeRequest
     for a new lock or changed settings, still does, and the gate then probes again)."""
     return Read.of(SglangProbe, script=script, unit=unit, port=smoke.port, smoke=smoke,
                    only_profile=profile_name)
+
+
+def serving_probe_read(host_data: dict, source: str, home: str) -> Read | None:
+    """The health gate's first probe with its smoke completion, as the deploy's checks
+    will ask for it (roles/checks ``serving_probe``), known before any host read, so
+    that a rerun with nothing to do proves health and a completion in its first batch.
+    None for a multi-node profile (only node 0 serves HTTP, which only the plan knows)
+    or bad input (:func:`plan_serve` then raises the error, in its own order). A guess
+    that differs from the plan costs nothing but the read: the gate looks it up by the
+    plan's own request and probes afresh when it is not there."""
+    data, ref = _data_and_profile_ref(host_data)
+    if ref is None:
+        return None
+    try:
+        profile = load_profile(ref)
+    except InputError:
+        return None
+    if profile.parallel.nnodes > 1:
+        return None
+    smoke = SmokeRequest(port=profile.server.port,
+                         model=profile.model.served_name or profile.model.path,
+                         config=service.CONFIG_PATH if data["sglang_api_key"] else "")
+    return serving_probe(f"{sglang.bin_dir(home)}/{PROBE}", service.UNIT_NAME,
+                         profile.name, smoke)
 
 
 class SglangSmoke(FactBase):
@@ -305,12 +320,6 @@ def roll_back(rollback: RollbackSpec, port: int, script: str, timeout: float,
     why = after_error if after is None else after.message
     return [rollback_outcome(rollback.profile_name, choice.target, after_s, why),
             *(f"    {line}" for line in after_tail)]
-
-
-def results_root(results_dir: str) -> Path:
-    """``results_dir`` as a controller path: relative ones start at the repository root."""
-    path = Path(results_dir).expanduser()
-    return path if path.is_absolute() else REPO_ROOT / path
 
 
 @operation(is_idempotent=True)

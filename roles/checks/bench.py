@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from dataclasses import dataclass
 
 from pyinfra import host, logger, state
 from pyinfra.api import FactBase, StringCommand, operation
@@ -36,7 +35,6 @@ from pyinfra.api import FactBase, StringCommand, operation
 from gpuserve.errors import InputError
 from gpuserve.facts.base import print_file
 from gpuserve.measure.bench import (
-    BenchSpec,
     RunStatus,
     Scenario,
     client_argv,
@@ -55,31 +53,10 @@ from gpuserve.measure.results import (
     utc_now,
     write_record,
 )
+from gpuserve.serve.checks import BenchPlan, mark_path, results_root
 from roles.failure import fail_host
 from roles.prefetch import Read, fact_if_unchanged
 from roles.service.rollback import RollbackSpec
-
-
-@dataclass(frozen=True)
-class BenchPlan:
-    """Everything the throughput checks need, decided at prepare time (serve_plan)."""
-
-    mode: str  # auto | always | off
-    spec: BenchSpec
-    fingerprint: str  # run_fingerprint(launch hash, lock, scenarios)
-    on_regression: str  # report | rollback
-    profile: str
-    python: str  # the SGLang venv's interpreter
-    user: str  # the service user the client runs as
-    port: int
-    served_name: str
-    tokenizer: str  # the model directory
-    config_path: str  # the server's --config file (API key), "" when none
-    runs_dir: str  # <home>/bench: one directory per run
-    mark_path: str
-
-    def __repr__(self) -> str:  # operation arguments are logged: keep it short
-        return f"BenchPlan({self.profile}, {self.mode})"
 
 
 class BenchMark(FactBase):
@@ -112,8 +89,6 @@ def _script_command(script: str, *args: str) -> StringCommand:
 
 
 def _results_for(record: RecordSpec | None) -> list:
-    from roles.checks import results_root
-
     if record is None:
         return []
     directory = results_root(record.results_dir) / safe_name(host.name)
@@ -160,7 +135,7 @@ def throughput_checks(plan: BenchPlan, script: str, record: RecordSpec | None,
         logger.info(f"{host.name}: bench: skipped, this configuration was measured and "
                     f"passed already (--data bench=always measures again)")
         return
-    from roles.checks import results_root, roll_back  # shared with the health gate
+    from roles.checks import roll_back  # shared with the health gate
 
     history = _results_for(record)
     yield StringCommand(f"install -d -m 755 {shlex.quote(plan.runs_dir)}")
@@ -230,11 +205,6 @@ def throughput_checks(plan: BenchPlan, script: str, record: RecordSpec | None,
         outcome = [f"not rolled back (on_regression: {plan.on_regression}): profile "
                    f"{plan.profile} keeps serving"]
     yield fail_host(failed, misses, outcome)
-
-
-def mark_path(home: str) -> str:
-    """Where the host keeps the configuration it last measured and passed."""
-    return f"{home}/bench/last-pass.json"
 
 
 def reads(home: str) -> list[Read]:

@@ -26,11 +26,10 @@ from pyinfra.facts.server import Arch, Command, KernelVersion, LinuxDistribution
 from pyinfra.operations import apt, files, server
 
 from gpuserve.errors import InputError
-from gpuserve.host import driver, passthrough
+from gpuserve.host import driver, keyring, passthrough
 from gpuserve.host.unit_state import LiveUnit
 from roles import managed
 from roles.inventory import inventory_source
-from roles.nvidia_driver import keyring
 from roles.prefetch import Read, fact, prefetch
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"

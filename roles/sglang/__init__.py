@@ -20,10 +20,8 @@ a compromised server cannot rewrite its own code. Packages come from PyPI, a mir
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Callable
-from urllib.parse import urlparse
 
 from pyinfra import host, logger, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
@@ -42,55 +40,39 @@ from gpuserve.launch.venvs import (
 )
 from gpuserve.launch.verify import judge
 from gpuserve.paths import SCRIPTS_DIR
+from gpuserve.serve.install import (
+    DEFAULTS,
+    PIP_CONFIG,
+    bin_dir,
+    pip_args,
+    pip_config_text,
+    state_dir,
+    strip_credentials,
+    validate_home,
+    validate_keep,
+    validate_pip_url,
+    validate_pip_urls,
+    validate_user,
+)
 from roles import managed
 from roles.failure import fail_host
 from roles.inventory import inventory_source
-from roles.nvidia_driver import mirrors
 from roles.prefetch import Read, fact, fact_if_unchanged
 
-DEFAULTS = {
-    # Exact SGLang version to install (a lock must exist for it, local part allowed:
-    # "0.5.23", "0.5.23+lab"); None: the newest lock the profile and the host allow.
-    "sglang_version": None,
-    # A directory of locks generated with tools/gen_lock.py (e.g. for another index),
-    # searched before the shipped ones in gpuserve/data/locks/.
-    "sglang_locks_dir": None,
-    # pip --index-url (None: PyPI, or no index at all when pip_find_links is set)
-    "pip_index_url": None,
-    # pip --find-links (a local wheel mirror or wheelhouse, e.g. https://mirror/wheels/)
-    "pip_find_links": None,
-    # URL prefixes of plain-http mirrors the inventory vouches for (e.g.
-    # ["http://10.0.2.2:8000/"]); any other pip URL must be https (pip gets
-    # --trusted-host only for these). Shared with the host deploy (nvidia_repo_url).
-    "trusted_mirrors": [],
-    # the system user and group the server runs as
-    "sglang_user": "sglang",
-    # root of everything gpuserve installs: venvs/, locks/, cache/ (the service's HOME), bin/
-    "sglang_home": "/opt/gpuserve",
-    # verified venvs to keep (besides those the live and the last good unit name)
-    "keep_venvs": 2,
-}
+__all__ = ["account_is_ours", "ACCOUNT_MARK", "account_reads", "bin_dir", "check_account",
+           "clear_leftovers", "DEFAULTS", "directories", "ere_literal", "install_sglang",
+           "LEGACY_MARKS", "locked_venv", "NOLOGIN", "parse_account", "pip_args", "PIP_CONFIG",
+           "pip_config_text", "prune_reads", "prune_venvs", "PruneState", "reads",
+           "ServiceAccount", "state_dir", "strip_credentials", "validate_home", "validate_keep",
+           "validate_pip_url", "validate_pip_urls", "validate_user", "VenvReport", "VenvVerified",
+           "VERIFY", "verify_venv"]
 
-_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 VERIFY = "sglang_verify.py"
 #: The GECOS comment of every account gpuserve creates: the mark that lets a later deploy
 #: tell its own service account from one it must never touch.
 ACCOUNT_MARK = "gpuserve service account"
 #: The comment earlier gpuserve versions gave the account (accepted, and rewritten).
 LEGACY_MARKS = ("gpuserve SGLang server",)
-
-
-def validate_user(user: object, source: str) -> str:
-    """Host data ``sglang_user``: a valid name, never root (checked again on the host:
-    :func:`check_account` refuses any existing account gpuserve did not create)."""
-    if not isinstance(user, str) or not _USER.fullmatch(user):
-        raise InputError(source, "sglang_user", f"{user!r:.80} is not a valid system user name")
-    if user == "root":
-        raise InputError(source, "sglang_user", "root cannot run the server: the deploy would "
-                         "change its home and shell (locking out SSH) and the server would "
-                         "run with every privilege; leave sglang_user unset (sglang) or name "
-                         "an account that does not exist yet, which gpuserve creates")
-    return user
 
 
 def check_account(existing: dict | None, group_exists: bool, user: str, source: str) -> None:
@@ -125,115 +107,6 @@ def check_account(existing: dict | None, group_exists: bool, user: str, source: 
                          "gain its privileges; name an account that does not exist yet, or "
                          f"remove the group (groupdel {user}) if an interrupted deploy "
                          "left it")
-
-
-def validate_home(home: object, source: str) -> str:
-    if not isinstance(home, str) or not home.startswith("/") or home.rstrip("/") in ("", "/"):
-        raise InputError(source, "sglang_home", f"{home!r} must be an absolute directory")
-    if any(c in home for c in " \t\n'\"$%\\`"):
-        raise InputError(source, "sglang_home", f"{home!r} must not contain spaces or quotes")
-    if any(part in (".", "..") for part in home.split("/")):
-        raise InputError(source, "sglang_home", f"{home!r} must not contain . or .. "
-                         "components (give the real directory)")
-    return home.rstrip("/")
-
-
-def validate_keep(keep: object, source: str) -> int:
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise InputError(source, "keep_venvs", f"must be a whole number >= 1, got {keep!r}")
-    return keep
-
-
-def bin_dir(home: str) -> str:
-    """Where the host scripts live (root-owned): the redactor, the checks' scripts."""
-    return f"{home}/bin"
-
-
-def state_dir(home: str) -> str:
-    """The service user's HOME and its only writable place (model/JIT caches)."""
-    return f"{home}/cache"
-
-
-# Credentials in a mirror URL (https://user:pass@mirror/simple) must stay off the pip
-# command line (``ps``, ``pyinfra -vvv``): they go into a pip config file, 0600 root, that
-# exists only while pip runs (PIP_CONFIG_FILE; loaded after the host's own pip.conf).
-PIP_CONFIG = "pip-credentials.conf"
-_PIP_KEYS = {"pip_index_url": "index-url", "pip_find_links": "find-links"}
-
-
-def _has_credentials(url: str) -> bool:
-    return "@" in urlparse(url).netloc
-
-
-def validate_pip_url(url: str | None, field: str, source: str) -> str | None:
-    """``url`` (host data ``pip_index_url`` / ``pip_find_links``) unchanged, or InputError.
-
-    Credentials are refused over plain ``http://`` (they would cross the network in
-    clear) and when a config file line cannot carry them (whitespace, control
-    characters). Messages name the field, never the URL (it holds a password)."""
-    if url is None or not _has_credentials(url):
-        return url
-    parsed = urlparse(url)
-    if parsed.scheme != "https":
-        raise InputError(source, field, "a mirror URL with credentials (user:password@) must "
-                         "use https://: over http they cross the network in clear (the URL "
-                         "is not shown)")
-    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
-        raise InputError(source, field, "a mirror URL with credentials must not contain "
-                         "whitespace or control characters (the URL is not shown)")
-    return url
-
-
-def validate_pip_urls(index_url: str | None, find_links: str | None, trusted: object,
-                      source: str) -> tuple[str, ...]:
-    """Prepare-time check of the pip URLs (plan_serve and install_sglang): credentials
-    only over https, and https unless ``trusted_mirrors`` marks the mirror trusted (a
-    find-links directory on the host itself, file:// or a path, crosses no network).
-    Returns the validated ``trusted_mirrors``."""
-    prefixes = mirrors.validate_trusted_mirrors(trusted, source)
-    for field, url in (("pip_index_url", index_url), ("pip_find_links", find_links)):
-        validate_pip_url(url, field, source)
-        mirrors.require_https(url, field, prefixes, source,
-                              allow_file=field == "pip_find_links")
-    return prefixes
-
-
-def strip_credentials(url: str) -> str:
-    """``url`` without its ``user:password@`` part (for anything that is shown)."""
-    parsed = urlparse(url)
-    return parsed._replace(netloc=parsed.netloc.rpartition("@")[2]).geturl()
-
-
-def pip_config_text(index_url: str | None, find_links: str | None,
-                    source: str = "host data") -> str | None:
-    """The pip config file carrying the URLs that hold credentials; None when none do."""
-    lines = []
-    for field, url in (("pip_index_url", index_url), ("pip_find_links", find_links)):
-        if url and validate_pip_url(url, field, source) and _has_credentials(url):
-            lines.append(f"{_PIP_KEYS[field]} = {url}\n")
-    return "[global]\n" + "".join(lines) if lines else None
-
-
-def pip_args(index_url: str | None, find_links: str | None,
-             source: str = "host data", trusted: tuple[str, ...] = ()) -> list[str]:
-    """pip's index options for the command line. A URL with credentials is left out
-    (:func:`pip_config_text` carries it); only credential-free URLs are shown. A plain
-    http URL must lie under a ``trusted`` prefix (else InputError); only such a mirror's
-    host gets ``--trusted-host`` (pip would otherwise refuse it, rightly)."""
-    validate_pip_urls(index_url, find_links, list(trusted), source)
-    args: list[str] = []
-    if index_url:
-        if not _has_credentials(index_url):
-            args += ["--index-url", index_url]
-    elif find_links:
-        args.append("--no-index")
-    if find_links and not _has_credentials(find_links):
-        args += ["--find-links", find_links]
-    for url in (index_url, find_links):
-        parsed = urlparse(url or "")
-        if parsed.scheme == "http" and parsed.hostname and parsed.hostname not in args:
-            args += ["--trusted-host", parsed.hostname]
-    return args
 
 
 class ServiceAccount(FactBase):

@@ -150,7 +150,7 @@ def test_systemd_splits_the_rendered_args_into_the_same_words(lab) -> None:
     """The server's arguments pass through two of systemd's parsers (the
     EnvironmentFile's quoting, then the splitting of ``$GPUSERVE_SGLANG_ARGS``): a transient unit
     on the guest's real systemd, given the rendered file, gets exactly these words."""
-    from roles.service.render import render_env_file
+    from gpuserve.serve.render import render_env_file
 
     words = ["--x", 'a "quoted" word', "has  space", "50%", "$HOME", "${HOME}", "back\\slash",
              '{"decode": {"max_bs": 256}}', "", "it's", "`x`", "\u00fc", "--y"]

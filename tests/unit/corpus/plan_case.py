@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from gpuserve.errors import GpuserveError, InputError  # noqa: E402
 from gpuserve.launch.lock_choice import HostRuntime  # noqa: E402
-from roles.service.serve_plan import plan_serve  # noqa: E402
+from gpuserve.serve.plan import plan_serve  # noqa: E402
 
 #: The 8-GPU R580 host of tests/unit/serve/test_serve_plan.py.
 RUNTIME = dict(name="gpu1", python="3.11.2", glibc="2.36", driver="580.126.20",

@@ -14,7 +14,7 @@ from gpuserve.errors import InputError
 from gpuserve.fleet.multinode import Member, place_node
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.profiles import load_profile
-from roles.service.serve_plan import plan_serve
+from gpuserve.serve.plan import plan_serve
 
 REPO = Path(__file__).resolve().parents[3]
 TWO = REPO / "tests/fixtures/profiles/two-nodes.yaml"

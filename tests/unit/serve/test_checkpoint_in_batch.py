@@ -15,9 +15,9 @@ import pytest
 
 from gpuserve.facts.host import CHECKPOINT_JSON_FILES, CHECKPOINT_SCAN_CACHE, ModelCheckpoint
 from gpuserve.paths import SCRIPTS_DIR
+from gpuserve.serve.plan import checkpoint_path
 from roles.managed import PathState
 from roles.prefetch import Read, _command_text, batch_script, split_output
-from roles.service.serve_plan import checkpoint_path
 from tests.checkpoints import compose_record
 
 REPO = Path(__file__).resolve().parents[3]

@@ -17,7 +17,7 @@ import pytest
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.paths import SCRIPTS_DIR
-from roles.service.serve_plan import plan_serve
+from gpuserve.serve.plan import plan_serve
 
 sys.path.insert(0, str(SCRIPTS_DIR))
 import sglang_bench  # noqa: E402

@@ -272,8 +272,8 @@ def test_the_batch_probe_runs_only_on_the_env_file_of_its_profile(tmp_path) -> N
     """The guard of :func:`serving_probe` is the profile line the EnvironmentFile
     template renders, so a switch's batch makes no completion on the server it
     replaces."""
+    from gpuserve.serve.render import SERVICE_ENV_PATH, render_env_file
     from roles.checks import SglangProbe, serving_probe
-    from roles.service.render import SERVICE_ENV_PATH, render_env_file
 
     request = SmokeRequest(port=30000, model="glm-5")
     read = serving_probe("/bin/echo", "gpuserve-sglang.service", "glm5-nvfp4-tp8", request)

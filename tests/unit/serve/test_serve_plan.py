@@ -14,7 +14,8 @@ import pytest
 
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
-from roles.service.serve_plan import candidate_locks, plan_serve, serving_probe_read
+from gpuserve.serve.plan import candidate_locks, plan_serve
+from roles.checks import serving_probe_read
 from roles.sglang import pip_args
 
 REPO = Path(__file__).resolve().parents[3]

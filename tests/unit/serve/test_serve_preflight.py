@@ -15,7 +15,7 @@ import pytest
 from gpuserve.errors import InputError
 from gpuserve.facts.host import ModelCheckpoint
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
-from roles.service.serve_plan import plan_serve
+from gpuserve.serve.plan import plan_serve
 from tests.checkpoints import compose_record
 
 REPO = Path(__file__).resolve().parents[3]

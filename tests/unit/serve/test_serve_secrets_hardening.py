@@ -29,10 +29,10 @@ from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.locks import available_locks
 from gpuserve.measure.results import ResultRecord
+from gpuserve.serve.plan import plan_serve
+from gpuserve.serve.secret import MIN_SECRET_LENGTH, validate_secret
 from roles.managed import write_secret_command
 from roles.service import plan_service
-from roles.service.secret import MIN_SECRET_LENGTH, validate_secret
-from roles.service.serve_plan import plan_serve
 from roles.sglang import (
     PIP_CONFIG,
     locked_venv,

@@ -43,12 +43,12 @@ from gpuserve.measure.bench import (
 )
 from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_catalog
 from gpuserve.measure.results import RecordSpec, launch_hash, record_spec
-from roles import checks, service, sglang
-from roles.checks.bench import BenchPlan
-from roles.checks.bench import mark_path as bench_mark_path
-from roles.prefetch import Read
-from roles.service.preflight import PreflightReport, run_preflight
-from roles.service.preflight import validate_mode as validate_preflight
+from gpuserve.serve import checks, service
+from gpuserve.serve import install as sglang
+from gpuserve.serve.checks import BenchPlan
+from gpuserve.serve.checks import mark_path as bench_mark_path
+from gpuserve.serve.preflight import PreflightReport, run_preflight
+from gpuserve.serve.preflight import validate_mode as validate_preflight
 
 
 @dataclass(frozen=True)
@@ -293,30 +293,6 @@ def candidate_locks(host_data: dict, source: str) -> list[Lock]:
                             pinned=optional_str(data, "sglang_version", source))
     except InputError:
         return []
-
-
-def serving_probe_read(host_data: dict, source: str, home: str) -> Read | None:
-    """The health gate's first probe with its smoke completion, as the deploy's checks
-    will ask for it (roles/checks ``serving_probe``), known before any host read, so
-    that a rerun with nothing to do proves health and a completion in its first batch.
-    None for a multi-node profile (only node 0 serves HTTP, which only the plan knows)
-    or bad input (:func:`plan_serve` then raises the error, in its own order). A guess
-    that differs from the plan costs nothing but the read: the gate looks it up by the
-    plan's own request and probes afresh when it is not there."""
-    data, ref = _data_and_profile_ref(host_data)
-    if ref is None:
-        return None
-    try:
-        profile = load_profile(ref)
-    except InputError:
-        return None
-    if profile.parallel.nnodes > 1:
-        return None
-    smoke = checks.SmokeRequest(port=profile.server.port,
-                                model=profile.model.served_name or profile.model.path,
-                                config=service.CONFIG_PATH if data["sglang_api_key"] else "")
-    return checks.serving_probe(f"{sglang.bin_dir(home)}/{checks.PROBE}", service.UNIT_NAME,
-                                profile.name, smoke)
 
 
 def profile_hash(profile) -> str:

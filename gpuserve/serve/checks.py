@@ -1,0 +1,63 @@
+"""The serve deploy's checks, as decided at prepare time: their host data, where the
+controller keeps result records, and the throughput checks' plan. Pure: roles/checks
+runs the health gate, the smoke completion and the throughput checks from these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuserve.measure.bench import BenchSpec
+
+DEFAULTS = {
+    # seconds to wait for /health == 200 after a (re)start before failing the host
+    "health_timeout": 900,
+    # controller directory for result records (results/<host>/<time>-smoke-<profile>.json,
+    # see gpuserve/measure/results.py); relative to the repository root; "" records nothing
+    "results_dir": "results",
+    # throughput checks (roles/checks/bench.py): auto = when the served configuration is
+    # new to the host, always, or off
+    "bench": "auto",
+    # a missed throughput gate: report (keep serving) or rollback; None = the profile's
+    # bench.on_regression, else report
+    "on_regression": None,
+    # memory fit from the checkpoint's headers + the doctor's rules, before any change
+    # (roles/service/preflight.py): enforce, warn or off
+    "preflight": "enforce",
+}
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def results_root(results_dir: str) -> Path:
+    """``results_dir`` as a controller path: relative ones start at the repository root."""
+    path = Path(results_dir).expanduser()
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """Everything the throughput checks need, decided at prepare time (serve_plan)."""
+
+    mode: str  # auto | always | off
+    spec: BenchSpec
+    fingerprint: str  # run_fingerprint(launch hash, lock, scenarios)
+    on_regression: str  # report | rollback
+    profile: str
+    python: str  # the SGLang venv's interpreter
+    user: str  # the service user the client runs as
+    port: int
+    served_name: str
+    tokenizer: str  # the model directory
+    config_path: str  # the server's --config file (API key), "" when none
+    runs_dir: str  # <home>/bench: one directory per run
+    mark_path: str
+
+    def __repr__(self) -> str:  # operation arguments are logged: keep it short
+        return f"BenchPlan({self.profile}, {self.mode})"
+
+
+def mark_path(home: str) -> str:
+    """Where the host keeps the configuration it last measured and passed."""
+    return f"{home}/bench/last-pass.json"
