@@ -25,8 +25,8 @@ from __future__ import annotations
 from pyinfra import host
 
 from gpuserve.facts.host import Container
+from gpuserve.host.plan import plan_host
 from roles import cuda_toolkit, gpu_gates, kernel, nccl, nvidia_driver
-from roles.host_plan import plan_host
 from roles.inventory import inventory_source, run_deploy
 from roles.nvidia_driver import userspace
 from roles.prefetch import defer, fact, prefetch

@@ -235,8 +235,8 @@ def misspelt_keys(data: dict, source: str) -> None:
     _import_repository()
     from pyinfra.api.connectors import get_all_connectors
 
+    from gpuserve.host.plan import defaults as host_defaults
     from gpuserve.serve.plan import defaults as serve_defaults
-    from roles.host_plan import defaults as host_defaults
     from roles.router.plan import defaults as router_defaults
 
     ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults()})
@@ -360,7 +360,7 @@ def check_serve(name: str, data: dict, source: str,
 def check_host_deploy(name: str, data: dict, source: str) -> Result:
     """deploy/host.py's plan_host (its only prepare-time check of host data)."""
     _import_repository()
-    from roles.host_plan import plan_host
+    from gpuserve.host.plan import plan_host
 
     s = plan_host(data, source)
     summary = (f"driver branch {s.branch} ({s.flavour}), CUDA {s.cuda_lane}, "

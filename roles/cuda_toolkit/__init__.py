@@ -15,16 +15,14 @@ from pyinfra import host
 from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.facts.server import Command
 
+from gpuserve.host import defaults as host_defaults
 from gpuserve.host import driver
 from roles import managed
 from roles.prefetch import Read, fact, fact_if_unchanged
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
-DEFAULTS = {
-    # CUDA toolkit lane to install: "12.8", "12.9" or "13.0" (gpuserve/data/host/nvidia.yaml).
-    "cuda_lane": "13.0",
-}
+DEFAULTS = host_defaults.CUDA_TOOLKIT
 
 
 def _gpu_facts():

@@ -35,6 +35,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Command
 
+from gpuserve.host import defaults as host_defaults
 from gpuserve.host import nccl_env
 from gpuserve.measure import gate_runs, gates
 from gpuserve.measure.results import safe_name
@@ -42,21 +43,7 @@ from roles import managed
 from roles.failure import fail_host
 from roles.prefetch import Read, fact, fact_if_unchanged
 
-DEFAULTS = {
-    # Measuring stage after provisioning: "auto" (measure where nvidia-smi lists two or
-    # more GPUs), "on" (and fail a host with fewer), "off".
-    "gates": "auto",
-    # Seconds one tool run may take before it is killed and counted as a hang.
-    "gates_timeout": 600,
-    # Measure again although nothing the last measurement depends on changed.
-    "gates_remeasure": False,
-    # Per tool ("nccl-tests", "cuda-samples"): {url: mirror of the pinned source} or
-    # {url: archive, sha256: its digest} (gpuserve/data/gates/sources.yaml).
-    "gates_sources": {},
-    # nccl-tests collectives: [all_reduce, all_gather, alltoall]; default: all_reduce, plus
-    # all_gather and alltoall when host data's profile serves EP (gate_runs.gate_collectives)
-    "gates_collectives": None,
-}
+DEFAULTS = host_defaults.GPU_GATES
 
 BUILD_PACKAGES = ["build-essential", "cmake"]
 SYSTEM_NCCL_PACKAGES = ["libnccl2", "libnccl-dev"]

@@ -17,22 +17,10 @@ from pyinfra.facts.files import File, FileContents
 from pyinfra.operations import files, server
 
 from gpuserve.host import boot
+from gpuserve.host import defaults as host_defaults
 from roles.prefetch import Read, fact, fact_if_unchanged
 
-DEFAULTS = {
-    # Add iommu=pt: host-owned devices bypass DMA translation; NVIDIA documents P2P copies
-    # through a translating IOMMU as unsupported on PCIe bare metal.
-    "iommu_passthrough": True,
-    # Add pci=noacs: stop ACS redirecting peer TLPs to the root complex (NVIDIA/nccl#2079).
-    "pci_noacs": False,
-    # Further kernel parameters the host must boot with (list of "k" or "k=v").
-    "kernel_extra_params": [],
-    # Reboot the host when the running kernel lacks the configured parameters (or nouveau
-    # is still loaded). Off: the deploy reports "REBOOT PENDING" and changes nothing else.
-    "allow_reboot": False,
-    # Seconds to wait for the host to come back after a reboot.
-    "reboot_timeout": 900,
-}
+DEFAULTS = host_defaults.KERNEL
 
 
 def _host_facts():

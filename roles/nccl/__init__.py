@@ -19,16 +19,13 @@ from pyinfra.api import deploy, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
+from gpuserve.host import defaults as host_defaults
 from gpuserve.host import nccl_env
 from gpuserve.measure.gate_runs import MEASURED_JSON, read_measured
 from roles import managed
 from roles.prefetch import Read, fact_if_unchanged
 
-DEFAULTS = {
-    # Overrides of the derived NCCL env, e.g. {"NCCL_DEBUG": "INFO"}; "" removes a key
-    # (e.g. {"NCCL_P2P_DISABLE": ""} to keep P2P on in a VM with a P2P clique).
-    "nccl_env": {},
-}
+DEFAULTS = host_defaults.NCCL
 
 
 def _facts():

@@ -26,6 +26,7 @@ from pyinfra.facts.server import Arch, Command, KernelVersion, LinuxDistribution
 from pyinfra.operations import apt, files, server
 
 from gpuserve.errors import InputError
+from gpuserve.host import defaults as host_defaults
 from gpuserve.host import driver, keyring, passthrough
 from gpuserve.host.unit_state import LiveUnit
 from roles import managed
@@ -37,31 +38,7 @@ KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
 KEYRING_VERSION = "1.1-1"
 KEYRING_PATH = "/usr/share/keyrings/cuda-archive-keyring.gpg"
 
-DEFAULTS = {
-    # Base URL of NVIDIA's CUDA repository for this distribution (the directory holding
-    # Packages and cuda-keyring_1.1-1_all.deb). None: NVIDIA's own,
-    # https://developer.download.nvidia.com/compute/cuda/repos/<distro>/<arch>/.
-    "nvidia_repo_url": None,
-    # sha256 of cuda-keyring_1.1-1_all.deb as that repository serves it. None: the value
-    # published for the host's distribution (gpuserve/data/host/nvidia.yaml); a mirror
-    # that builds its own keyring, or a distribution the table lacks, must set it.
-    "nvidia_keyring_sha256": None,
-    # URL prefixes (e.g. "http://10.0.2.2:8000/") whose plain-http URLs host data may
-    # use; every other URL must be https (roles/nvidia_driver/mirrors.py).
-    "trusted_mirrors": [],
-    # Driver branch to lock (580: versioned metas; 590+: nvidia-driver-pinning-<branch>).
-    "nvidia_driver_branch": 580,
-    # Kernel-module flavour: "open" (required on Blackwell) or "proprietary".
-    "nvidia_driver_flavour": "open",
-    # Secure Boot is on and a MOK is enrolled, so signed DKMS modules will load.
-    "nvidia_secure_boot_mok_enrolled": False,
-    # Install linux-headers for the running kernel (DKMS builds the modules against them).
-    "nvidia_install_headers": True,
-    # On Debian, add the contrib component to the distribution's sources.
-    "nvidia_debian_contrib": True,
-    # Run nvidia-persistenced in persistence mode.
-    "nvidia_persistenced": True,
-}
+DEFAULTS = host_defaults.NVIDIA_DRIVER
 
 
 def _gpu_facts():

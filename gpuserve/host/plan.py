@@ -13,17 +13,18 @@ import dataclasses
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
+from gpuserve.host import defaults as host_defaults
 from gpuserve.host import keyring, mirrors
 from gpuserve.host.host_data import HostSettings, host_settings
 from gpuserve.measure import gate_runs
-from roles import cuda_toolkit, gpu_gates, kernel, nccl, nvidia_driver
 
 
 def defaults() -> dict:
     """Every host-data key deploy/host.py reads, with its documented default."""
     merged: dict = {}
-    for layer in (kernel.DEFAULTS, nvidia_driver.DEFAULTS, cuda_toolkit.DEFAULTS,
-                  nccl.DEFAULTS, gpu_gates.DEFAULTS, {"results_dir": "results"}):
+    for layer in (host_defaults.KERNEL, host_defaults.NVIDIA_DRIVER,
+                  host_defaults.CUDA_TOOLKIT, host_defaults.NCCL, host_defaults.GPU_GATES,
+                  {"results_dir": "results"}):
         merged.update(layer)
     return merged
 

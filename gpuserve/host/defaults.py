@@ -1,0 +1,83 @@
+"""The host deploy's host data and defaults, one dict per role (roles/kernel,
+roles/nvidia_driver, roles/cuda_toolkit, roles/nccl, roles/gpu_gates export each as
+their ``DEFAULTS``); each key's comment documents it. Read by :mod:`gpuserve.host.plan`.
+"""
+
+from __future__ import annotations
+
+#: roles/kernel
+KERNEL = {
+    # Add iommu=pt: host-owned devices bypass DMA translation; NVIDIA documents P2P copies
+    # through a translating IOMMU as unsupported on PCIe bare metal.
+    "iommu_passthrough": True,
+    # Add pci=noacs: stop ACS redirecting peer TLPs to the root complex (NVIDIA/nccl#2079).
+    "pci_noacs": False,
+    # Further kernel parameters the host must boot with (list of "k" or "k=v").
+    "kernel_extra_params": [],
+    # Reboot the host when the running kernel lacks the configured parameters (or nouveau
+    # is still loaded). Off: the deploy reports "REBOOT PENDING" and changes nothing else.
+    "allow_reboot": False,
+    # Seconds to wait for the host to come back after a reboot.
+    "reboot_timeout": 900,
+}
+
+
+#: roles/nvidia_driver
+NVIDIA_DRIVER = {
+    # Base URL of NVIDIA's CUDA repository for this distribution (the directory holding
+    # Packages and cuda-keyring_1.1-1_all.deb). None: NVIDIA's own,
+    # https://developer.download.nvidia.com/compute/cuda/repos/<distro>/<arch>/.
+    "nvidia_repo_url": None,
+    # sha256 of cuda-keyring_1.1-1_all.deb as that repository serves it. None: the value
+    # published for the host's distribution (gpuserve/data/host/nvidia.yaml); a mirror
+    # that builds its own keyring, or a distribution the table lacks, must set it.
+    "nvidia_keyring_sha256": None,
+    # URL prefixes (e.g. "http://10.0.2.2:8000/") whose plain-http URLs host data may
+    # use; every other URL must be https (roles/nvidia_driver/mirrors.py).
+    "trusted_mirrors": [],
+    # Driver branch to lock (580: versioned metas; 590+: nvidia-driver-pinning-<branch>).
+    "nvidia_driver_branch": 580,
+    # Kernel-module flavour: "open" (required on Blackwell) or "proprietary".
+    "nvidia_driver_flavour": "open",
+    # Secure Boot is on and a MOK is enrolled, so signed DKMS modules will load.
+    "nvidia_secure_boot_mok_enrolled": False,
+    # Install linux-headers for the running kernel (DKMS builds the modules against them).
+    "nvidia_install_headers": True,
+    # On Debian, add the contrib component to the distribution's sources.
+    "nvidia_debian_contrib": True,
+    # Run nvidia-persistenced in persistence mode.
+    "nvidia_persistenced": True,
+}
+
+
+#: roles/cuda_toolkit
+CUDA_TOOLKIT = {
+    # CUDA toolkit lane to install: "12.8", "12.9" or "13.0" (gpuserve/data/host/nvidia.yaml).
+    "cuda_lane": "13.0",
+}
+
+
+#: roles/nccl
+NCCL = {
+    # Overrides of the derived NCCL env, e.g. {"NCCL_DEBUG": "INFO"}; "" removes a key
+    # (e.g. {"NCCL_P2P_DISABLE": ""} to keep P2P on in a VM with a P2P clique).
+    "nccl_env": {},
+}
+
+
+#: roles/gpu_gates
+GPU_GATES = {
+    # Measuring stage after provisioning: "auto" (measure where nvidia-smi lists two or
+    # more GPUs), "on" (and fail a host with fewer), "off".
+    "gates": "auto",
+    # Seconds one tool run may take before it is killed and counted as a hang.
+    "gates_timeout": 600,
+    # Measure again although nothing the last measurement depends on changed.
+    "gates_remeasure": False,
+    # Per tool ("nccl-tests", "cuda-samples"): {url: mirror of the pinned source} or
+    # {url: archive, sha256: its digest} (gpuserve/data/gates/sources.yaml).
+    "gates_sources": {},
+    # nccl-tests collectives: [all_reduce, all_gather, alltoall]; default: all_reduce, plus
+    # all_gather and alltoall when host data's profile serves EP (gate_runs.gate_collectives)
+    "gates_collectives": None,
+}
