@@ -24,11 +24,11 @@ from pyinfra import host, inventory, logger
 
 from gpuserve.errors import InputError
 from gpuserve.facts.host import InstallTarget
+from gpuserve.fleet.router_plan import DEFAULTS, is_router_host, plan_router
 from gpuserve.launch.lock_choice import PreflightError
 from roles import router as router_role
 from roles.inventory import group_members, inventory_source, run_deploy
 from roles.prefetch import fact, prefetch
-from roles.router.plan import DEFAULTS, is_router_host, plan_router
 
 
 def main() -> None:

@@ -235,9 +235,9 @@ def misspelt_keys(data: dict, source: str) -> None:
     _import_repository()
     from pyinfra.api.connectors import get_all_connectors
 
+    from gpuserve.fleet.router_plan import defaults as router_defaults
     from gpuserve.host.plan import defaults as host_defaults
     from gpuserve.serve.plan import defaults as serve_defaults
-    from roles.router.plan import defaults as router_defaults
 
     ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults()})
     known = set(ours)
@@ -375,7 +375,7 @@ def check_host_deploy(name: str, data: dict, source: str) -> Result:
 
 def _is_router_host(data: dict) -> bool:
     _import_repository()
-    from roles.router.plan import is_router_host
+    from gpuserve.fleet.router_plan import is_router_host
 
     return is_router_host(data)
 
@@ -385,7 +385,7 @@ def check_router(name: str, data: dict, source: str,
     """deploy/router.py's plan_router (the router host's data and every host of its
     workers group), with the host's Python unknown: every smg lock is a candidate."""
     _import_repository()
-    from roles.router.plan import plan_router
+    from gpuserve.fleet.router_plan import plan_router
 
     plan = plan_router(data, source, host_name=name, group_members=(groups or {}).get)
     served = [w for w in plan.workers if not w.drained]

@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
 def router_plans(hosts: list[tuple[str, dict]], groups: dict, source: str,
                  override: str | None) -> list[tuple[st.GatewayTarget, str]]:
     """(target, API key) per router host, through the gateway deploy's own plan."""
-    from roles.router.plan import is_router_host, plan_router
+    from gpuserve.fleet.router_plan import is_router_host, plan_router
 
     routers = [(name, data) for name, data in hosts if is_router_host(data)]
     if not routers:
@@ -229,7 +229,7 @@ def _why(exc: BaseException, timeout: float) -> str:
 
 def host_status(name: str, data: dict, source: str, groups: dict,
                 answers: list[st.GatewayAnswer]) -> st.HostStatus:
-    from roles.router.plan import is_router_host
+    from gpuserve.fleet.router_plan import is_router_host
 
     row = st.HostStatus(host=name, views=st.views_of(name, answers))
     if is_router_host(data):
@@ -262,7 +262,7 @@ def _plan(row: st.HostStatus, name: str, data: dict, source: str, groups: dict) 
 
 def _records(row: st.HostStatus, name: str, data: dict, source: str) -> None:
     """The last run under the results directory the serve deploy writes for the host."""
-    from roles.checks import DEFAULTS, results_root
+    from gpuserve.serve.checks import DEFAULTS, results_root
 
     try:
         directory = validate_results_dir(data.get("results_dir", DEFAULTS["results_dir"]),

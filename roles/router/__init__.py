@@ -31,13 +31,7 @@ from pyinfra.operations import server
 
 from gpuserve.errors import InputError
 from gpuserve.facts.host import InstallTarget
-from gpuserve.paths import SCRIPTS_DIR
-from roles import managed
-from roles import sglang as sglang_role
-from roles.failure import fail_host
-from roles.inventory import inventory_source
-from roles.prefetch import Read, fact
-from roles.router.plan import (
+from gpuserve.fleet.router_plan import (
     CONFIG_DIR,
     DEFAULTS,
     KEY_PATH,
@@ -50,6 +44,12 @@ from roles.router.plan import (
     manifest_text,
     render_unit,
 )
+from gpuserve.paths import SCRIPTS_DIR
+from roles import managed
+from roles import sglang as sglang_role
+from roles.failure import fail_host
+from roles.inventory import inventory_source
+from roles.prefetch import Read, fact
 from roles.service import activation_steps
 from roles.sglang import NOLOGIN, ServiceAccount, VenvVerified, locked_venv
 

@@ -45,12 +45,7 @@ from pyinfra.context import ctx_inventory, ctx_state
 
 from gpuserve.errors import InputError
 from gpuserve.fleet.rolling import GatewayWorker, normal_url, parse_workers, take_out_refusal
-from gpuserve.launch.lock_choice import PreflightError
-from roles import failure, managed
-from roles.checks import IDLE, SglangProbe
-from roles.checks import PROBE as HEALTH_PROBE
-from roles.inventory import group_members
-from roles.router.plan import (
+from gpuserve.fleet.router_plan import (
     KEY_PATH,
     MANIFEST_PATH,
     PROBE,
@@ -59,7 +54,12 @@ from roles.router.plan import (
     manifest_text,
     plan_router,
 )
-from roles.router.plan import UNIT_NAME as ROUTER_UNIT
+from gpuserve.fleet.router_plan import UNIT_NAME as ROUTER_UNIT
+from gpuserve.launch.lock_choice import PreflightError
+from roles import failure, managed
+from roles.checks import IDLE, SglangProbe
+from roles.checks import PROBE as HEALTH_PROBE
+from roles.inventory import group_members
 from roles.service import UNIT_NAME
 from roles.service.rollback import RollbackSpec, ServiceConfigState, parse_state, state_command
 

@@ -15,10 +15,7 @@ import pytest
 from gpuserve.commands.check import check_host
 from gpuserve.errors import InputError
 from gpuserve.fleet.multinode import Member
-from gpuserve.launch.lock_choice import PreflightError
-from gpuserve.launch.locks import app_locks, load_app_lock
-from gpuserve.paths import SCRIPTS_DIR
-from roles.router.plan import (
+from gpuserve.fleet.router_plan import (
     KEY_PATH,
     MANIFEST_PATH,
     choose_app_lock,
@@ -26,6 +23,9 @@ from roles.router.plan import (
     plan_router,
     render_unit,
 )
+from gpuserve.launch.lock_choice import PreflightError
+from gpuserve.launch.locks import app_locks, load_app_lock
+from gpuserve.paths import SCRIPTS_DIR
 
 KEY = "router-key-0123456789abcdef"
 SRC = "inventory/fleet.py"

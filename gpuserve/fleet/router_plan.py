@@ -28,11 +28,11 @@ from gpuserve.fleet.multinode import Member, place_node
 from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.launch.locks import AppLock, app_locks
 from gpuserve.launch.profiles import load_profile, profile_ref_problem
+from gpuserve.serve import install as sglang
 from gpuserve.serve.plan import optional_str
 from gpuserve.serve.render import exec_start, systemd_quote
 from gpuserve.serve.secret import validate_secret
-from roles import sglang
-from roles.service import listen_host
+from gpuserve.serve.service import listen_host
 
 PACKAGE = "smg"
 
