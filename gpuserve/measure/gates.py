@@ -24,6 +24,7 @@ from typing import Any
 from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.host.hostfacts import HostFacts
+from gpuserve.measure.record_files import safe_name, write_new_file
 from gpuserve.parsers.nccl_tests import NcclTestsResult
 from gpuserve.parsers.p2p_bandwidth import P2PBandwidthReport, off_diagonal
 from gpuserve.paths import DATA_DIR
@@ -840,16 +841,12 @@ def validate_measure_record(doc: Any, file: str | Path) -> dict[str, Any]:
 
 
 def measure_record_path(results_dir: str | Path, doc: Mapping[str, Any]) -> Path:
-    from gpuserve.measure.results import safe_name
-
     stamp = str(doc["timestamp"]).replace("-", "").replace(":", "")
     return Path(results_dir) / safe_name(str(doc["host"])) / f"{stamp}-measure-gates.json"
 
 
 def write_measure_record(results_dir: str | Path, doc: Mapping[str, Any]) -> Path:
     """One file per run, never overwritten, written then renamed (like results.py)."""
-    from gpuserve.measure.results import write_new_file
-
     text = json.dumps(validate_measure_record(dict(doc), "<record>"), sort_keys=True) + "\n"
     return write_new_file(measure_record_path(results_dir, doc), text)
 

@@ -64,8 +64,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -74,6 +72,7 @@ from pathlib import Path
 from gpuserve import __version__, safeload
 from gpuserve.errors import InputError
 from gpuserve.launch.secrets import is_secret_env_name, split_secret_args
+from gpuserve.measure.record_files import safe_name, write_new_file
 from gpuserve.measure.smoke import SmokeResult
 
 SCHEMA = "gpuserve.result/2"
@@ -107,7 +106,6 @@ GATE_KEYS = ("passed", "misses", "checked")
 # values, of any length, scrubbed from every other string.
 # Secret *flags* are judged by gpuserve.launch.secrets: resolved like SGLang's parser
 # (--api-k is --api-key), so --max-total-tokens and --tokenizer-path stay in the hash.
-_UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._@+-]")
 _REDACTED = "<redacted>"
 
 
@@ -403,12 +401,6 @@ def last_good(records: list[ResultRecord], host: str, profile: str,
     return max(pool, key=lambda t: t[:2])[2] if pool else None
 
 
-def safe_name(text: str) -> str:
-    """A path component from a host or profile name (no separators, never . or ..)."""
-    name = _UNSAFE_PATH_CHARS.sub("_", text) or "_"
-    return "_" + name if name.startswith(".") else name
-
-
 def record_path(results_dir: str | Path, record: ResultRecord) -> Path:
     stamp = (record.timestamp or utc_now()).replace("-", "").replace(":", "")
     name = f"{stamp}-{record.kind}-{safe_name(record.profile or 'unknown')}"
@@ -425,30 +417,6 @@ def write_record(results_dir: str | Path, record: ResultRecord) -> Path:
     """
     text = record.to_json() + "\n"  # before touching the disk: a bad record writes nothing
     return write_new_file(record_path(results_dir, record), text)
-
-
-def write_new_file(path: Path, text: str) -> Path:
-    """Write ``text`` as a new file at ``path`` (``-2``, ``-3`` ... when it exists: records
-    are append-only), via a hidden temporary file renamed into place, so a reader never
-    sees half a file; when writing fails (a full disk) the temporary file is removed and
-    the error raised, naming the record it was for (a failed ``write`` carries no file
-    name, and "No space left on device" alone does not say what was lost). Returns the
-    path written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    final, n = path, 1
-    while final.exists():
-        n += 1
-        final = path.with_name(f"{path.stem}-{n}{path.suffix}")
-    tmp = final.with_name(f".{final.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, final)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        if e.errno is None:
-            raise
-        raise OSError(e.errno, e.strerror, str(final)) from e
-    return final
 
 
 # ----------------------------------------------------------------------------- readers
