@@ -30,8 +30,7 @@ import subprocess
 import sys
 import time
 
-from sglang_probe import server_host
-from sglang_smoke import api_key_from_config
+from sglang_probe import api_key_from_config, server_host
 
 PROGRESS = re.compile(r"(\d+)/(\d+) \[")
 TAIL_LINES = 15

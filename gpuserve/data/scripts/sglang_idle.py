@@ -20,8 +20,11 @@ import json
 import re
 import time
 
-from sglang_probe import http_request, server_host  # uploaded beside this script
-from sglang_smoke import api_key_from_config
+from sglang_probe import (  # uploaded beside this script
+    api_key_from_config,
+    http_request,
+    server_host,
+)
 
 _METRIC = re.compile(r"^sglang:(num_running_reqs|num_queue_reqs)\{[^}]*\}\s+([0-9.eE+-]+)\s*$")
 

@@ -181,6 +181,54 @@ def last_exit(unit, n_restarts):
     return None
 
 
+def api_key_from_config(path):
+    """Read `api-key:` from the YAML file gpuserve writes (one `key: "json string"` a line)."""
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() in ("api-key", "api_key"):
+                    value = value.strip()
+                    return json.loads(value) if value.startswith('"') else value
+    except OSError:
+        return None
+    return None
+
+
+def complete(port, model, max_tokens=64, config="", prompt="The capital of France is",
+             endpoint="/v1/completions", timeout=300.0):
+    """One completion request; the JSON-able result the controller judges."""
+    if endpoint == "/v1/completions":
+        # ignore_eos is an SGLang extension of the OpenAI request: generate exactly
+        # max_tokens so the speed figure always covers the same amount of decoding.
+        payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
+                   "temperature": 0, "ignore_eos": True}
+    else:
+        payload = {"text": prompt, "sampling_params": {
+            "max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True}}
+    headers = {"Content-Type": "application/json"}
+    key = api_key_from_config(config)
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    host = server_host(port)  # where the server listens (a private listen_address)
+    out = {"endpoint": endpoint, "status": None, "elapsed_s": None, "body": None}
+    start = time.monotonic()
+    try:
+        out["status"], raw = http_request(host, port, endpoint, timeout,
+                                          body=json.dumps(payload).encode(), headers=headers)
+    except Exception as e:
+        raw = b""
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["elapsed_s"] = time.monotonic() - start
+    try:
+        out["body"] = json.loads(raw.decode("utf-8", "replace")) if raw else None
+    except ValueError:
+        out["body"] = raw.decode("utf-8", "replace")[:500]
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--unit", required=True)
@@ -239,7 +287,6 @@ def main():
           flush=True)
     if healthy and serves_http and args.smoke_model:
         try:
-            from sglang_smoke import complete  # uploaded beside this script
             smoke = complete(args.port, args.smoke_model, args.smoke_max_tokens,
                              args.smoke_config)
         except Exception as e:  # the smoke check reports it; the gate has passed
