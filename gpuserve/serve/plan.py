@@ -21,7 +21,7 @@ from gpuserve.errors import InputError
 from gpuserve.fleet.multinode import Member, NodePlacement, place_node
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
 from gpuserve.launch.catalog import available_versions, load_catalog
-from gpuserve.launch.dialect import render_launch
+from gpuserve.launch.dialect import Launch, render_launch
 from gpuserve.launch.lock_choice import (
     HostRuntime,
     PreflightError,
@@ -32,7 +32,7 @@ from gpuserve.launch.lock_choice import (
     wanted_locks,
 )
 from gpuserve.launch.locks import Lock, catalog_mismatch, load_locks
-from gpuserve.launch.profiles import load_profile, profile_ref_problem
+from gpuserve.launch.profiles import Profile, load_profile, profile_ref_problem
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.launch.venvs import venv_path
 from gpuserve.measure.bench import (
@@ -113,6 +113,21 @@ def optional_str(data: dict, key: str, source: str) -> str | None:
     return value
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """The host data :func:`plan_serve` checks before it opens any file."""
+
+    profile_ref: str
+    pinned: str | None
+    locks_dir: str | None
+    user: str
+    home: str
+    keep: int
+    index_url: str | None
+    find_links: str | None
+    timeout: float
+
+
 def plan_serve(
     host_data: dict,
     source: str,
@@ -132,11 +147,51 @@ def plan_serve(
     ``checkpoint(path)`` (the checkpoint scan's JSON) and ``host_facts()`` (the doctor's
     host-facts document) feed the preflight (roles/service/preflight.py); None skips it.
     """
+    data = _checked_data(host_data, source)
+    settings = _settings(data, source)
+    profile, placement = _placed_profile(settings.profile_ref, data["sglang_nodes_group"],
+                                         source, host_name, group_members)
+    locks = load_locks(settings.locks_dir, source=source, field="sglang_locks_dir")
+    runtime = host_runtime(settings.home)
+    lock, version = _chosen_lock(locks, settings, runtime, profile)
+    checks_report = run_preflight(
+        validate_preflight(data["preflight"], source), host=runtime.name, profile=profile,
+        version=version, gpus=list(runtime.gpu_list), checkpoint=checkpoint,
+        host_facts=host_facts)
+    mismatch = catalog_mismatch(lock, load_catalog(version).source)
+    if mismatch:
+        raise InputError(lock.path, "packages (sglang)", mismatch)
+    launch = render_launch(profile, version)
+    args = list(launch.args)
+    # the nodes' socket interface: after the profile's env, before host data's extra env
+    launch_env = {**launch.env, **(placement.env if placement else {})}
+    _refuse_unsafe_args(args, launch, profile, version)
+    host_json_lines = host_record()
+    host_comm = communication(host_json_lines)
+    args = _with_host_flags(args, host_json_lines, version)
+    plan = _service_plan(data, source, settings, profile, lock, version, runtime, args,
+                         launch_env)
+    # the listen address and hardening choices are printed with the preflight's warnings
+    checks_report.warnings.extend(plan.warnings)
+    record, bench = _record_and_bench(data, source, settings, profile, lock, version, runtime,
+                                      host_comm, plan, args, launch_env)
+    return ServePlan(lock, version, settings.user, settings.home, settings.index_url,
+                     settings.find_links, float(settings.timeout), settings.keep,
+                     runtime.gpus, plan, record, bench, checks_report, placement)
+
+
+def _checked_data(host_data: dict, source: str) -> dict:
+    """Host data over :func:`defaults`, every value bounded (gpuserve/safeload.py)."""
     data = defaults()
     data.update({k: v for k, v in host_data.items() if k in data})
     for key, value in data.items():  # before any message repeats a value
         safeload.check_value(value, source, key)
+    return data
 
+
+def _settings(data: dict, source: str) -> _Settings:
+    """The profile reference, lock pin, account, home, pip URLs and health timeout,
+    checked in this order before any file is opened."""
     profile_ref = data["profile"]
     if not profile_ref or not isinstance(profile_ref, str):
         raise InputError(source, "profile",
@@ -163,9 +218,16 @@ def plan_serve(
     ):
         raise InputError(source, "health_timeout", "must be a finite number of seconds in "
                          f"(0, {MAX_HEALTH_TIMEOUT}], got {timeout!r:.40}")
+    return _Settings(profile_ref, pinned, locks_dir, user, home, keep, index_url, find_links,
+                     timeout)
 
+
+def _placed_profile(profile_ref: str, group: object, source: str, host_name: str,
+                    group_members: Callable[[str], list[Member] | None]
+                    ) -> tuple[Profile, NodePlacement | None]:
+    """The profile, with this host's rank and the dist-init address set when it is one
+    node of a multi-node launch (gpuserve/fleet/multinode.py)."""
     profile = load_profile(profile_ref)
-    group = data["sglang_nodes_group"]
     placement = place_node(
         nnodes=profile.parallel.nnodes, dist_init_port=profile.parallel.dist_init_port,
         profile_source=str(profile.source), group=group,
@@ -175,26 +237,26 @@ def plan_serve(
         profile = dataclasses.replace(profile, parallel=dataclasses.replace(
             profile.parallel, node_rank=placement.rank,
             dist_init_addr=placement.dist_init_addr))
-    locks = load_locks(locks_dir, source=source, field="sglang_locks_dir")
-    runtime = host_runtime(home)
+    return profile, placement
+
+
+def _chosen_lock(locks: list[Lock], settings: _Settings, runtime: HostRuntime,
+                 profile: Profile) -> tuple[Lock, str]:
+    """The lock for this host and profile, and the SGLang release it renders for;
+    ``PreflightError`` when the host cannot run it."""
     # a profile without sglang_versions renders for every release with a flag catalog
     lock = choose_lock(locks, runtime, versions=profile.sglang_versions or available_versions(),
-                       pinned=pinned, profile=profile.name)
+                       pinned=settings.pinned, profile=profile.name)
     problems = preflight(lock, runtime)
     if problems:
         raise PreflightError("; ".join(problems) + "; nothing on the host was changed")
-    version = public_version(lock.sglang)
-    checks_report = run_preflight(
-        validate_preflight(data["preflight"], source), host=runtime.name, profile=profile,
-        version=version, gpus=list(runtime.gpu_list), checkpoint=checkpoint,
-        host_facts=host_facts)
-    mismatch = catalog_mismatch(lock, load_catalog(version).source)
-    if mismatch:
-        raise InputError(lock.path, "packages (sglang)", mismatch)
-    launch = render_launch(profile, version)
-    args = list(launch.args)
-    # the nodes' socket interface: after the profile's env, before host data's extra env
-    launch_env = {**launch.env, **(placement.env if placement else {})}
+    return lock, public_version(lock.sglang)
+
+
+def _refuse_unsafe_args(args: list[str], launch: Launch, profile: Profile,
+                        version: str) -> None:
+    """Refuse a server argument that carries a secret or a control character, naming
+    the profile field that produced it."""
     for hit in secret_flags(args, load_catalog(version)):
         # resolved like SGLang's parser (--api-k is --api-key): the server's arguments
         # reach ps and the journal
@@ -209,8 +271,12 @@ def plan_serve(
                          "extra_args")
             raise profile.error(owner, f"{arg!r} contains a control character, which a "
                                        "systemd command line cannot carry")
-    host_json_lines = host_record()
-    host_comm = communication(host_json_lines)
+
+
+def _with_host_flags(args: list[str], host_json_lines: list[str] | None,
+                     version: str) -> list[str]:
+    """``args`` plus the flags the host's communication requires (host.json) that the
+    profile does not set, checked against the version's catalog."""
     host_flags = [f for f in sglang_flags_for_host(host_json_lines, HOST_JSON_PATH)
                   if f not in args]
     if host_flags:
@@ -218,9 +284,17 @@ def plan_serve(
         load_catalog(version).validate(
             args, source=HOST_JSON_PATH, field="disable_custom_all_reduce"
         )
+    return args
+
+
+def _service_plan(data: dict, source: str, settings: _Settings, profile: Profile, lock: Lock,
+                  version: str, runtime: HostRuntime, args: list[str],
+                  launch_env: dict[str, str]) -> service.ServicePlan:
+    """The unit, EnvironmentFile and --config file of this launch (roles/service)."""
+    home = settings.home
     served = profile.model.served_name or profile.model.path
-    plan = service.plan_service(
-        args=args, env=launch_env, venv=venv_path(home, lock), user=user,
+    return service.plan_service(
+        args=args, env=launch_env, venv=venv_path(home, lock), user=settings.user,
         state_dir=sglang.state_dir(home), bin_dir=sglang.bin_dir(home), profile_name=profile.name,
         profile_source=str(profile.source), sglang_version=version,
         model_path=profile.model.path, port=profile.server.port, served_name=served,
@@ -230,8 +304,15 @@ def plan_serve(
         listen_address=data["listen_address"], hardening_off=data["unit_hardening_off"],
         profile_sets_host=profile.is_set("server.host"),
     )
-    # the listen address and hardening choices are printed with the preflight's warnings
-    checks_report.warnings.extend(plan.warnings)
+
+
+def _record_and_bench(data: dict, source: str, settings: _Settings, profile: Profile,
+                      lock: Lock, version: str, runtime: HostRuntime, host_comm: dict,
+                      plan: service.ServicePlan, args: list[str], launch_env: dict[str, str]
+                      ) -> tuple[RecordSpec | None, BenchPlan | None]:
+    """Where the smoke check records, and the throughput checks, of the launch the unit
+    really runs (its ``--host`` last)."""
+    served = profile.model.served_name or profile.model.path
     extra_env = data["sglang_extra_env"] or {}
     args = service.with_host(args, plan.host)  # what the unit really runs (--host last)
     record = record_spec(data["results_dir"], source, profile=profile.name, args=args,
@@ -239,12 +320,11 @@ def plan_serve(
                          sglang_version=version, model=profile.model.path, served_name=served,
                          profile_hash=profile_hash(profile), lock=lock.name,
                          context=run_context(runtime, lock, host_comm))
-    bench = _bench_plan(data, source, profile=profile, lock=lock, user=user, home=home,
-                        service_plan=plan, version=version,
+    bench = _bench_plan(data, source, profile=profile, lock=lock, user=settings.user,
+                        home=settings.home, service_plan=plan, version=version,
                         launch=launch_hash(args, {**launch_env, **{
                             k: str(v) for k, v in extra_env.items()}}))
-    return ServePlan(lock, version, user, home, index_url, find_links, float(timeout), keep,
-                     runtime.gpus, plan, record, bench, checks_report, placement)
+    return record, bench
 
 
 def _data_and_profile_ref(host_data: dict) -> tuple[dict, str | None]:
