@@ -269,6 +269,38 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
     data.update({k: v for k, v in host_data.items() if k in data})
     for key, value in data.items():  # before any message repeats a value
         safeload.check_value(value, source, key)
+    group, members = _workers_group(data, source, group_members)
+    api_key = validate_secret(data["router_api_key"], "router_api_key", source)
+    if api_key is None:
+        raise InputError(source, "router_api_key", "required: the gateway's API (requests, "
+                         "and the worker admin routes) must not be open to anyone who reaches "
+                         "it")
+    listen, prometheus, port, prom_port, policy = _listeners(data, source)
+    numbers = _numbers(data, source)
+    user, home, index_url, find_links, trusted = _install_settings(data, host_data, source)
+    ports = {"router_port": port, "router_prometheus_port": prom_port}
+    workers, warnings = _workers(members, group, host_name=host_name, ports=ports,
+                                 api_key=api_key, source=source, group_members=group_members)
+    candidates = _lock_candidates(data, source)
+    lock = choose_app_lock(candidates, python, glibc, host_name) if python else None
+    args = _smg_args(listen, port, prometheus, prom_port, policy, numbers)
+    return RouterPlan(group=group, workers=tuple(workers), lock=lock,
+                      locks=tuple(sorted(candidates, key=lambda lk: lk.name)), user=user,
+                      home=home, index_url=index_url, find_links=find_links, trusted=trusted,
+                      listen=listen, port=port, prometheus=prometheus,
+                      prometheus_port=prom_port,
+                      ready_timeout=float(numbers["router_ready_timeout"]), args=tuple(args),
+                      max_unavailable=numbers["router_max_unavailable"],
+                      drain_timeout=float(numbers["router_drain_timeout"]),
+                      idle_timeout=float(numbers["router_idle_timeout"]),
+                      drain_grace=float(numbers["router_drain_grace"]),
+                      api_key=api_key, warnings=tuple(warnings))
+
+
+def _workers_group(data: dict, source: str,
+                   group_members: Callable[[str], list[Member] | None]
+                   ) -> tuple[str, list[Member]]:
+    """Host data ``router_workers_group`` and its hosts (there must be some)."""
     group = data["router_workers_group"]
     if not isinstance(group, str) or not group:
         raise InputError(source, "router_workers_group", "required on a router host: the "
@@ -277,11 +309,11 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
     if not members:
         raise InputError(source, "router_workers_group", f"no inventory group {group!r:.60} "
                          "with hosts: a gateway without workers serves nothing")
-    api_key = validate_secret(data["router_api_key"], "router_api_key", source)
-    if api_key is None:
-        raise InputError(source, "router_api_key", "required: the gateway's API (requests, "
-                         "and the worker admin routes) must not be open to anyone who reaches "
-                         "it")
+    return group, members
+
+
+def _listeners(data: dict, source: str) -> tuple[str, str, int, int, str]:
+    """Where the gateway and its metrics listen, and its policy."""
     listen = _ip(data["router_listen_address"], source, "router_listen_address")
     prometheus = _ip(data["router_prometheus_address"] or listen, source,
                      "router_prometheus_address")
@@ -293,7 +325,13 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
     if policy not in POLICIES:
         raise InputError(source, "router_policy", f"{policy!r:.40} is not one of smg's "
                          f"policies: {', '.join(POLICIES)}")
-    numbers = {k: _int(data, k, source, lo, hi) for k, lo, hi in (
+    return listen, prometheus, port, prom_port, policy
+
+
+def _numbers(data: dict, source: str) -> dict[str, int]:
+    """The health checks', discovery's and rolling switch's whole numbers, each in its
+    range."""
+    return {k: _int(data, k, source, lo, hi) for k, lo, hi in (
         ("router_health_check_interval", 1, 3600), ("router_health_check_timeout", 1, 600),
         ("router_health_failure_threshold", 1, 100), ("router_health_success_threshold", 1, 100),
         ("router_worker_startup_timeout", 1, 86_400),
@@ -301,6 +339,12 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
         ("router_discovery_interval", 1, 3600), ("router_ready_timeout", 0, 3600),
         ("router_max_unavailable", 1, 10_000), ("router_drain_timeout", 1, 3600),
         ("router_idle_timeout", 0, 86_400), ("router_drain_grace", 0, 3600))}
+
+
+def _install_settings(data: dict, host_data: dict, source: str
+                      ) -> tuple[str, str, str | None, str | None, tuple[str, ...]]:
+    """smg's account, home and pip URLs (the serve deploy's checks, under this deploy's
+    keys; the pip URLs fall back to the host's own)."""
     user = _renamed(sglang.validate_user, data["router_user"], source, "sglang_user",
                     "router_user")
     home = _renamed(sglang.validate_home, data["router_home"], source, "sglang_home",
@@ -311,8 +355,14 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
         host_data, "pip_find_links", source)
     trusted = sglang.validate_pip_urls(index_url, find_links,
                                        host_data.get("trusted_mirrors", []), source)
+    return user, home, index_url, find_links, trusted
 
-    ports = {"router_port": port, "router_prometheus_port": prom_port}
+
+def _workers(members: list[Member], group: str, *, host_name: str, ports: dict[str, int],
+             api_key: str, source: str,
+             group_members: Callable[[str], list[Member] | None]
+             ) -> tuple[list[Worker], list[str]]:
+    """The manifest's workers (distinct addresses), and a warning when all are drained."""
     workers: list[Worker] = []
     seen: dict[str, str] = {}
     for member in members:
@@ -330,7 +380,12 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
     if not any(not w.drained for w in workers):
         warnings.append(f"every worker of group {group} is drained (router_drain): the "
                         "gateway serves nothing until one comes back")
+    return workers, warnings
 
+
+def _lock_candidates(data: dict, source: str) -> list[AppLock]:
+    """The smg locks of ``router_locks_dir`` (first) and the shipped ones, limited to
+    ``router_version`` when set; InputError when none is left."""
     locks_dir = optional_str(data, "router_locks_dir", source)
     locks: dict[str, AppLock] = {}
     if locks_dir is not None:
@@ -346,9 +401,13 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
         raise InputError(source, "router_version" if pinned else "router_locks_dir",
                          f"no {PACKAGE} lock{' for ' + pinned if pinned else ''} (have: "
                          f"{', '.join(sorted(locks)) or 'none'})")
-    lock = choose_app_lock(candidates, python, glibc, host_name) if python else None
+    return candidates
 
-    args = [
+
+def _smg_args(listen: str, port: int, prometheus: str, prom_port: int, policy: str,
+              numbers: dict[str, int]) -> list[str]:
+    """``smg launch``'s arguments (never the key)."""
+    return [
         "--host", listen, "--port", str(port),
         "--discovery-provider", "file", "--discovery-file", MANIFEST_PATH,
         "--discovery-check-interval-secs", str(numbers["router_discovery_interval"]),
@@ -365,17 +424,6 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
         # no network from the hosts: never fetch a tokenizer from huggingface.co (fleet.md 8)
         "--disable-tokenizer-autoload",
     ]
-    return RouterPlan(group=group, workers=tuple(workers), lock=lock,
-                      locks=tuple(sorted(candidates, key=lambda lk: lk.name)), user=user,
-                      home=home, index_url=index_url, find_links=find_links, trusted=trusted,
-                      listen=listen, port=port, prometheus=prometheus,
-                      prometheus_port=prom_port,
-                      ready_timeout=float(numbers["router_ready_timeout"]), args=tuple(args),
-                      max_unavailable=numbers["router_max_unavailable"],
-                      drain_timeout=float(numbers["router_drain_timeout"]),
-                      idle_timeout=float(numbers["router_idle_timeout"]),
-                      drain_grace=float(numbers["router_drain_grace"]),
-                      api_key=api_key, warnings=tuple(warnings))
 
 
 def choose_app_lock(locks: list[AppLock], python: str, glibc: str | None,
