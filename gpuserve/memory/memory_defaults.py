@@ -116,6 +116,57 @@ def prefill_capture_sizes(max_bs: int) -> list[int]:
     return [s for s in sizes if s <= max_bs]
 
 
+def _reserve_breakdown(
+    gpu_memory_mib: float | None, *, tp: int, pp: int, attn_dp: int, use_mla: bool, cps: int,
+    max_prefill_tokens: int, max_bs: int, prefill_max: int, decode_graph: bool,
+    prefill_graph: bool, prefill_graph_breakable: bool, moe_a2a_backend: str,
+    post_capture_kv_sizing: bool,
+) -> dict[str, float]:
+    """The MiB SGLang reserves outside the static pool when it picks mem_fraction_static
+    itself, by cause (handle_gpu_memory_settings' reserved_mem)."""
+    breakdown: dict[str, float] = {}
+    if post_capture_kv_sizing and not use_mla:
+        # SGLANG_ENABLE_POST_CAPTURE_KV_SIZING: only the floor + parallel slack.
+        breakdown["floor"] = 1536
+        breakdown["parallel"] = tp * pp / 8 * 1024
+    else:
+        activation_tokens = max(cps, 2048) if cps > 0 else max(max_prefill_tokens, 2048)
+        breakdown["constant"] = 512
+        breakdown["activations"] = activation_tokens * 1.5
+        breakdown["parallel"] = tp * pp / 8 * 1024
+        breakdown["cuda_graphs"] = _graph_reserve_mb(
+            max_bs, attn_dp=attn_dp, use_mla=use_mla, prefill_max=prefill_max,
+            decode_graph=decode_graph, prefill_graph=prefill_graph,
+            prefill_graph_breakable=prefill_graph_breakable, moe_a2a_backend=moe_a2a_backend)
+        subtotal = sum(breakdown.values())
+        if gpu_memory_mib is not None and gpu_memory_mib > 60 * 1024 and subtotal < 10240:
+            breakdown["floor_10GiB"] = 10240 - subtotal
+        if decode_graph and moe_a2a_backend in _DEEPEP:
+            breakdown["deepep_buffers"] = 2048
+    return breakdown
+
+
+def _graph_reserve_mb(max_bs: int, *, attn_dp: int, use_mla: bool, prefill_max: int,
+                      decode_graph: bool, prefill_graph: bool, prefill_graph_breakable: bool,
+                      moe_a2a_backend: str) -> float:
+    """reserve_for_graph_mb: the MiB the decode and prefill CUDA graphs are given."""
+    graphs = 0.0
+    if decode_graph:
+        graphs += max_bs * 2
+    if attn_dp > 1:
+        graphs += max_bs * attn_dp * 3
+        if max_bs > 300:
+            graphs += max_bs * attn_dp * 1.5
+    if prefill_graph:
+        if use_mla:
+            graphs += 1.5 * 1024
+        else:
+            graphs += len(prefill_capture_sizes(prefill_max)) * 8
+        if prefill_graph_breakable and moe_a2a_backend in _DEEPEP:
+            graphs += 1024
+    return graphs
+
+
 def memory_defaults(
     gpu_memory_mib: float | None,
     *,
@@ -166,36 +217,12 @@ def memory_defaults(
         mfs, is_default, reserved = mem_fraction_static, False, 0.0
     else:
         is_default = True
-        if post_capture_kv_sizing and not use_mla:
-            # SGLANG_ENABLE_POST_CAPTURE_KV_SIZING: only the floor + parallel slack.
-            breakdown["floor"] = 1536
-            breakdown["parallel"] = tp * pp / 8 * 1024
-        else:
-            activation_tokens = max(cps, 2048) if cps > 0 else max(max_prefill_tokens, 2048)
-            breakdown["constant"] = 512
-            breakdown["activations"] = activation_tokens * 1.5
-            breakdown["parallel"] = tp * pp / 8 * 1024
-            # reserve_for_graph_mb
-            graphs = 0.0
-            if decode_graph:
-                graphs += max_bs * 2
-            if attn_dp > 1:
-                graphs += max_bs * attn_dp * 3
-                if max_bs > 300:
-                    graphs += max_bs * attn_dp * 1.5
-            if prefill_graph:
-                if use_mla:
-                    graphs += 1.5 * 1024
-                else:
-                    graphs += len(prefill_capture_sizes(prefill_max)) * 8
-                if prefill_graph_breakable and moe_a2a_backend in _DEEPEP:
-                    graphs += 1024
-            breakdown["cuda_graphs"] = graphs
-            subtotal = sum(breakdown.values())
-            if gpu_memory_mib is not None and gpu_memory_mib > 60 * 1024 and subtotal < 10240:
-                breakdown["floor_10GiB"] = 10240 - subtotal
-            if decode_graph and moe_a2a_backend in _DEEPEP:
-                breakdown["deepep_buffers"] = 2048
+        breakdown = _reserve_breakdown(
+            gpu_memory_mib, tp=tp, pp=pp, attn_dp=attn_dp, use_mla=use_mla, cps=cps,
+            max_prefill_tokens=max_prefill_tokens, max_bs=max_bs, prefill_max=prefill_max,
+            decode_graph=decode_graph, prefill_graph=prefill_graph,
+            prefill_graph_breakable=prefill_graph_breakable, moe_a2a_backend=moe_a2a_backend,
+            post_capture_kv_sizing=post_capture_kv_sizing)
         reserved = sum(breakdown.values())
         if gpu_memory_mib is None:
             mfs = 0.88 if version == "0.5.19" else 0.95
