@@ -221,74 +221,95 @@ def parse_log(text: str, source: str = "<log>") -> StartupLog:
             if not hit:
                 continue
             seen_lines += 1
-            g = hit.groups()
-            if kind == "load_begin":
-                _rank(log, rank).load_begin_avail = float(g[0])
-            elif kind == "load_end":
-                rl = _rank(log, rank)
-                rl.load_end_avail = float(g[1])
-                rl.weights_usage = _f(g[2])
-                t = re.search(r"type=(\w+)", hit.group("body"))
-                q = re.search(r"(quant=[^,]+(?:, fmt=[^,]+)?)", hit.group("body"))
-                log.load_type = t.group(1) if t else log.load_type
-                log.quant = q.group(1) if q else log.quant
-            elif kind == "kv":
-                rl = _rank(log, rank)
-                size = (float(g[3]) + float(g[4])) if g[3] is not None else float(g[5])
-                if rl.kv_gib is None:
-                    rl.kv_gib = size
-                    rl.kv_dtype = hit.group("dtype")
-                    rl.kv_tokens = int(hit.group("tokens")) if hit.group("tokens") else None
-                else:
-                    rl.draft_kv_gib = (rl.draft_kv_gib or 0.0) + size
-            elif kind == "pool_end":
-                if _rank(log, rank).pool_end_avail is None:
-                    _rank(log, rank).pool_end_avail = float(g[0])
-            elif kind == "graph_end":
-                tail = body[hit.end() :]
-                usage, avail = _GRAPH_USAGE.search(tail), _GRAPH_AVAIL.search(tail)
-                if usage:
-                    _rank(log, rank).graph_usage += float(usage.group(1))
-                if avail:
-                    _rank(log, rank).graph_end_avail = float(avail.group(1))
-            elif kind == "init_dist_end":
-                pass  # a progress line (memory NCCL took), not an error
-            elif kind in ("graph_begin", "capturing"):
-                _rank(log, rank).last_capture_avail = float(g[-1])
-            elif kind == "scheduler":
-                log.scheduler = {
-                    "max_total_num_tokens": int(hit.group("tokens")),
-                    "chunked_prefill_size": int(hit.group("cps")),
-                    "max_running_requests": int(hit.group("mrr")),
-                    "context_len": int(hit.group("ctx")),
-                }
-                if g[-1] is not None:
-                    log.scheduler["available_gpu_mem"] = float(g[-1])
-            elif kind == "ready":
-                log.ready = True
-            else:
-                err: dict = {"kind": kind, "line": lineno, "rank": rank, "text": body.strip()}
-                if kind == "err_no_kv":
-                    err.update(mfs=_f(g[0]), suggested=_f(g[1]), min_viable=_f(g[2]))
-                elif kind == "err_not_enough":
-                    err.update(mfs=_f(g[0]))
-                elif kind == "err_unbalanced":
-                    err.update(pre=_f(g[0]), local=_f(g[1]))
-                elif kind == "err_oom":
-                    tried, free = _f(g[0]), _f(g[2])
-                    if tried is not None and hit.group("unit") == "MiB":
-                        tried /= 1024
-                    if free is not None and hit.group("unit2") == "MiB":
-                        free /= 1024
-                    err.update(tried_gib=tried, free_gib=free)
-                if not any(e["kind"] == kind and e["text"] == err["text"] for e in log.errors):
-                    log.errors.append(err)
+            if not _take_figure(log, kind, hit, rank, body):
+                _take_error(log, kind, hit, rank, body, lineno)
             break
     if not seen_lines:
         raise InputError(source, "log", "no SGLang startup lines found (is this a server log?)", 1)
-    log.ranks = {
+    log.ranks = _ranks_with_figures(log.ranks)
+    return log
+
+
+def _take_figure(log: StartupLog, kind: str, hit: re.Match, rank: str, body: str) -> bool:
+    """A progress line's figures into ``log`` (its rank's, or the scheduler's); False
+    when ``kind`` is an error's."""
+    g = hit.groups()
+    if kind == "load_begin":
+        _rank(log, rank).load_begin_avail = float(g[0])
+    elif kind == "load_end":
+        rl = _rank(log, rank)
+        rl.load_end_avail = float(g[1])
+        rl.weights_usage = _f(g[2])
+        t = re.search(r"type=(\w+)", hit.group("body"))
+        q = re.search(r"(quant=[^,]+(?:, fmt=[^,]+)?)", hit.group("body"))
+        log.load_type = t.group(1) if t else log.load_type
+        log.quant = q.group(1) if q else log.quant
+    elif kind == "kv":
+        rl = _rank(log, rank)
+        size = (float(g[3]) + float(g[4])) if g[3] is not None else float(g[5])
+        if rl.kv_gib is None:
+            rl.kv_gib = size
+            rl.kv_dtype = hit.group("dtype")
+            rl.kv_tokens = int(hit.group("tokens")) if hit.group("tokens") else None
+        else:
+            rl.draft_kv_gib = (rl.draft_kv_gib or 0.0) + size
+    elif kind == "pool_end":
+        if _rank(log, rank).pool_end_avail is None:
+            _rank(log, rank).pool_end_avail = float(g[0])
+    elif kind == "graph_end":
+        tail = body[hit.end() :]
+        usage, avail = _GRAPH_USAGE.search(tail), _GRAPH_AVAIL.search(tail)
+        if usage:
+            _rank(log, rank).graph_usage += float(usage.group(1))
+        if avail:
+            _rank(log, rank).graph_end_avail = float(avail.group(1))
+    elif kind == "init_dist_end":
+        pass  # a progress line (memory NCCL took), not an error
+    elif kind in ("graph_begin", "capturing"):
+        _rank(log, rank).last_capture_avail = float(g[-1])
+    elif kind == "scheduler":
+        log.scheduler = {
+            "max_total_num_tokens": int(hit.group("tokens")),
+            "chunked_prefill_size": int(hit.group("cps")),
+            "max_running_requests": int(hit.group("mrr")),
+            "context_len": int(hit.group("ctx")),
+        }
+        if g[-1] is not None:
+            log.scheduler["available_gpu_mem"] = float(g[-1])
+    elif kind == "ready":
+        log.ready = True
+    else:
+        return False
+    return True
+
+
+def _take_error(log: StartupLog, kind: str, hit: re.Match, rank: str, body: str,
+                lineno: int) -> None:
+    """A memory error line into ``log.errors`` with its figures (once per text)."""
+    g = hit.groups()
+    err: dict = {"kind": kind, "line": lineno, "rank": rank, "text": body.strip()}
+    if kind == "err_no_kv":
+        err.update(mfs=_f(g[0]), suggested=_f(g[1]), min_viable=_f(g[2]))
+    elif kind == "err_not_enough":
+        err.update(mfs=_f(g[0]))
+    elif kind == "err_unbalanced":
+        err.update(pre=_f(g[0]), local=_f(g[1]))
+    elif kind == "err_oom":
+        tried, free = _f(g[0]), _f(g[2])
+        if tried is not None and hit.group("unit") == "MiB":
+            tried /= 1024
+        if free is not None and hit.group("unit2") == "MiB":
+            free /= 1024
+        err.update(tried_gib=tried, free_gib=free)
+    if not any(e["kind"] == kind and e["text"] == err["text"] for e in log.errors):
+        log.errors.append(err)
+
+
+def _ranks_with_figures(ranks: dict[str, RankLog]) -> dict[str, RankLog]:
+    """The ranks that reported a memory figure (a rank seen only in other lines is none)."""
+    return {
         k: v
-        for k, v in log.ranks.items()
+        for k, v in ranks.items()
         if any(
             getattr(v, a) is not None
             for a in (
@@ -300,7 +321,6 @@ def parse_log(text: str, source: str = "<log>") -> StartupLog:
             )
         )
     }
-    return log
 
 
 def read_log(path: str | Path) -> StartupLog:
