@@ -280,45 +280,52 @@ def weights_per_gpu(arch: ModelArch, layout: Layout) -> list[WeightPart]:
 
     draft = draft_layers(arch, layout) if uses_builtin_mtp(arch, layout) else 0
     if draft:
-        # One decoder layer per MTP step plus eh_proj (2h -> h); embedding and lm_head are
-        # shared with the target (speculative EAGLE worker set_embed_and_head).
-        per_layer = (
+        parts.append(_draft_part(arch, parts, mods, draft, moe=moe, dense=dense))
+    return parts
+
+
+def _draft_part(arch: ModelArch, parts: list[WeightPart], mods: dict, draft: int, *,
+                moe: int, dense: int) -> WeightPart:
+    """The checkpoint's own MTP layers used as the draft: ``draft`` layers, each the size
+    of one target layer (from the target's ``parts``) plus its eh_proj."""
+    h = arch.hidden_size
+    n = arch.num_layers
+    # One decoder layer per MTP step plus eh_proj (2h -> h); embedding and lm_head are
+    # shared with the target (speculative EAGLE worker set_embed_and_head).
+    per_layer = (
+        sum(
+            p.params_per_gpu * p.bytes_per_param
+            for p in parts
+            if p.name.startswith(("attention", "DSA", "norms"))
+        )
+        / n
+    )
+    if arch.is_moe:
+        per_layer += (
             sum(
                 p.params_per_gpu * p.bytes_per_param
                 for p in parts
-                if p.name.startswith(("attention", "DSA", "norms"))
+                if p.name.startswith(("routed", "router", "shared"))
             )
-            / n
+            / moe
         )
-        if arch.is_moe:
-            per_layer += (
-                sum(
-                    p.params_per_gpu * p.bytes_per_param
-                    for p in parts
-                    if p.name.startswith(("routed", "router", "shared"))
-                )
-                / moe
+    elif dense:
+        per_layer += (
+            sum(
+                p.params_per_gpu * p.bytes_per_param
+                for p in parts
+                if p.name.startswith("dense")
             )
-        elif dense:
-            per_layer += (
-                sum(
-                    p.params_per_gpu * p.bytes_per_param
-                    for p in parts
-                    if p.name.startswith("dense")
-                )
-                / dense
-            )
-        bpp = _bytes_per_param(arch, "mtp", mods.get("mtp", "mtp"))
-        eh = 2 * h * h * arch.dtype_bytes
-        parts.append(
-            WeightPart(
-                f"draft/MTP layers x{draft}",
-                (per_layer + eh) * draft / bpp,
-                bpp,
-                "like one target layer",
-            )
+            / dense
         )
-    return parts
+    bpp = _bytes_per_param(arch, "mtp", mods.get("mtp", "mtp"))
+    eh = 2 * h * h * arch.dtype_bytes
+    return WeightPart(
+        f"draft/MTP layers x{draft}",
+        (per_layer + eh) * draft / bpp,
+        bpp,
+        "like one target layer",
+    )
 
 
 def uses_builtin_mtp(arch: ModelArch, layout: Layout) -> bool:
@@ -643,13 +650,9 @@ def predict(
         page_size=page_size,
         context_length=context_length,
     )
-    explanation = _budget_lines(s, version)
-    explanation += _record_notes(arch, layout, draft_weights_gib)
-    if weight_parts is not None and record is not None:
-        explanation += record_disagreement(record, layout, s.weights - draft_weights_gib)
-    verdict, verdict_lines = _verdict(problems, s)
-    explanation += verdict_lines
-    changes = _changes_for_verdict(arch, layout, s, verdict)
+    verdict, explanation, changes = _judged(
+        arch, layout, s, problems, version=version, draft_weights_gib=draft_weights_gib,
+        record=record if weight_parts is not None else None)
     plan = _plan(
         arch,
         layout,
@@ -666,6 +669,22 @@ def predict(
     if weight_parts is not None:
         plan.weights_from = weights_from or "checkpoint"
     return plan
+
+
+def _judged(arch: ModelArch, layout: Layout, s: _Sizing, problems: list[str], *,
+            version: str, draft_weights_gib: float, record: ModelArch | None
+            ) -> tuple[str, list[str], list[str]]:
+    """The verdict on a sized launch, the lines that explain it (the budget, the record's
+    notes, its disagreement with the checkpoint's weights when ``record`` is given) and
+    the changes that would fix it."""
+    explanation = _budget_lines(s, version)
+    explanation += _record_notes(arch, layout, draft_weights_gib)
+    if record is not None:
+        explanation += record_disagreement(record, layout, s.weights - draft_weights_gib)
+    verdict, verdict_lines = _verdict(problems, s)
+    explanation += verdict_lines
+    changes = _changes_for_verdict(arch, layout, s, verdict)
+    return verdict, explanation, changes
 
 
 def record_disagreement(record: ModelArch, layout: Layout, weights_gib: float) -> list[str]:
