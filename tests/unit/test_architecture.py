@@ -1,0 +1,186 @@
+"""The shape rules of docs/architecture.md, checked on the source (ast, nothing imported):
+
+- imports run one way, deploy -> roles -> gpuserve: no gpuserve module imports roles/,
+  lab/ or deploy/, and no roles/ or deploy/ module imports lab/ or deploy/ (imports
+  inside functions count too);
+- no import circle among gpuserve's modules, among roles' modules, nor among the host
+  scripts under gpuserve/data/scripts (uploaded side by side, they import each other by
+  bare name);
+- no function over 80 lines in gpuserve/, roles/ or deploy/.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_FUNCTION_LINES = 80
+UPWARD = {"roles", "lab", "deploy"}
+
+
+def _sources(base: str) -> list[Path]:
+    return sorted((REPO / base).rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imported(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, str, list[str]]]:
+    """(line, module, names) of every import in ``tree``, at any depth, relative ones
+    resolved against ``module``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:
+                base = module.split(".")
+                if not is_package:
+                    base = base[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join([*base, target] if target else base)
+            found.append((node.lineno, target, [a.name for a in node.names]))
+    return found
+
+
+def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules of the same set it imports (``from pkg import mod`` is an
+    edge to ``pkg.mod`` when that is a module, else to ``pkg``)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        edges = set()
+        for _, target, names in _imported(tree, name, path.name == "__init__.py"):
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in modules]
+            if subs:
+                edges.update(subs)
+            elif target in modules:
+                edges.add(target)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan), each
+    reported as one circle through it."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_circle(graph, set(c)) for c in components]
+
+
+def _circle(graph: dict[str, set[str]], members: set[str]) -> list[str]:
+    """One import circle inside a strongly connected component: a -> b -> ... -> a."""
+    start = min(members)
+    path, seen = [start], {start}
+    while True:
+        nxt = sorted(graph[path[-1]] & members)
+        back = [n for n in nxt if n == start]
+        if back and len(path) > 1:
+            return [*path, start]
+        fresh = [n for n in nxt if n not in seen]
+        if not fresh:  # closes on an earlier module: report from there
+            loop = next(n for n in nxt if n in seen)
+            return [*path[path.index(loop):], loop]
+        path.append(fresh[0])
+        seen.add(fresh[0])
+
+
+def _package_modules(base: str) -> dict[str, Path]:
+    return {_module_name(p): p for p in _sources(base)}
+
+
+def test_gpuserve_imports_nothing_above_it():
+    found = []
+    for path in _sources("gpuserve"):
+        tree = ast.parse(path.read_text(), str(path))
+        for line, target, _ in _imported(tree, _module_name(path), path.name == "__init__.py"):
+            if target.split(".")[0] in UPWARD:
+                found.append(f"{path.relative_to(REPO)}:{line}: imports {target}")
+    assert not found, "gpuserve/ must not import roles/, lab/ or deploy/:\n" + "\n".join(found)
+
+
+def test_roles_and_deploy_import_no_lab():
+    found = []
+    for base in ("roles", "deploy"):
+        for path in _sources(base):
+            tree = ast.parse(path.read_text(), str(path))
+            for line, target, _ in _imported(tree, _module_name(path),
+                                             path.name == "__init__.py"):
+                if target.split(".")[0] in {"lab", "deploy"}:
+                    found.append(f"{path.relative_to(REPO)}:{line}: imports {target}")
+    assert not found, "roles/ and deploy/ must not import lab/ or deploy/:\n" + "\n".join(found)
+
+
+def test_no_import_circle_in_gpuserve():
+    cycles = _cycles(_graph(_package_modules("gpuserve")))
+    assert not cycles, "import circles in gpuserve/:\n" + "\n".join(
+        " -> ".join(c) for c in cycles)
+
+
+def test_no_import_circle_in_roles():
+    cycles = _cycles(_graph(_package_modules("roles")))
+    assert not cycles, "import circles in roles/:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_import_circle_among_host_scripts():
+    scripts = {p.stem: p for p in sorted((REPO / "gpuserve/data/scripts").glob("*.py"))}
+    cycles = _cycles(_graph(scripts))
+    assert not cycles, "import circles among gpuserve/data/scripts:\n" + "\n".join(
+        " -> ".join(c) for c in cycles)
+
+
+def test_no_function_over_80_lines():
+    long = []
+    for base in ("gpuserve", "roles", "deploy"):
+        for path in _sources(base):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > MAX_FUNCTION_LINES:
+                        long.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.name} "
+                                    f"({lines} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def test_the_checks_find_what_they_look_for():
+    """The scanners themselves: a circle, a lazy upward import, a relative import."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c", "a"]]
+    tree = ast.parse("def f():\n    from roles.x import y\nfrom . import z\n")
+    assert _imported(tree, "gpuserve.pkg.mod", False) == [
+        (3, "gpuserve.pkg", ["z"]), (2, "roles.x", ["y"])]
