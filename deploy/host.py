@@ -14,7 +14,7 @@ the kernel is the container host's: the deploy installs the userspace driver of 
 its kernel module's version and skips the kernel's steps, saying why for each
 (roles/nvidia_driver/userspace.py, gpuserve/host/container.py).
 
-Host data is validated first (roles/host_plan.py, the same code ``gpuserve check``
+Host data is validated first (gpuserve/host/plan.py, the same code ``gpuserve check``
 runs without connecting) so a bad value stops the run with
 ``<inventory>: <key>: ...`` before any host is changed; the keys and their defaults are
 documented in each role's DEFAULTS.

@@ -5,7 +5,7 @@
 
 Acts on the hosts whose data sets ``router_workers_group`` (the router hosts); every
 other host of the inventory is left alone. Order: (1) validate the router host's data
-and every host of its workers group (roles/router/plan.py: addresses, ports, keys,
+and every host of its workers group (gpuserve/fleet/router_plan.py: addresses, ports, keys,
 profiles; ``InputError`` naming the inventory file and field, before any change; the
 same code ``gpuserve check`` runs), choose the smg lock for the host's Python and glibc,
 (2) the service account and smg's hash-checked, verified venv, (3) the manifest, the
@@ -14,7 +14,7 @@ the unit, the key or the launcher changed, never for the worker list (smg reread
 manifest), (4) wait for ``/liveness`` and for the workers to be ready (a worker still
 loading is a warning: smg keeps retrying it).
 
-Host data keys and defaults: ``roles/router/plan.DEFAULTS``. Workers are served by
+Host data keys and defaults: ``gpuserve/fleet/router_plan.DEFAULTS``. Workers are served by
 deploy/serve.py; this deploy does not touch them.
 """
 

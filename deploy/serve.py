@@ -7,8 +7,8 @@ Order: (1) validate host data, choose the lock (``gpuserve/data/locks/``, or
 ``sglang_locks_dir``) from the profile's ``sglang_versions`` and the host's driver,
 Python and glibc, preflight the host against it (disk, CUDA toolkit major; then the
 memory fit from the checkpoint's safetensors headers and the doctor's rules:
-``roles/service/preflight.py``), and render
-the profile for the lock's SGLang (``roles/service/serve_plan.py``; bad input raises
+``gpuserve/serve/preflight.py``), and render
+the profile for the lock's SGLang (``gpuserve/serve/plan.py``; bad input raises
 ``InputError`` naming file and field, an unfit host ``PreflightError`` naming host,
 lock and fix, at prepare time, before any operation exists), (2) service user and the
 lock's own venv, hash-checked and verified as the service user (``roles/sglang``),

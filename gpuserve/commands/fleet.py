@@ -5,12 +5,12 @@ Per host of a pyinfra inventory (loaded as ``gpuserve check`` loads it: group da
 ``--data`` as pyinfra applies them):
 
 - **profile, sglang**: what the serve deploy would give it, from ``gpuserve check``'s own
-  run of the deploy's prepare-time plan (``roles.service.serve_plan.plan_serve``, host
+  run of the deploy's prepare-time plan (``gpuserve.serve.plan.plan_serve``, host
   facts unknown): the profile and the SGLang release(s) of the locks some host could
   pick (newest first; one when host data pins ``sglang_version``). The host's driver,
   Python and glibc choose among them; they are not read here.
 - **gateway, health**: the view of the gateway on the router host (host data
-  ``router_workers_group``; ``roles.router.plan.plan_router`` gives its workers group and
+  ``router_workers_group``; ``gpuserve.fleet.router_plan.plan_router`` gives its workers group and
   each worker's URL): ``GET /workers`` with the router host's ``router_api_key`` as a
   Bearer token, parsed strictly by ``gpuserve.fleet.rolling.parse_workers``. A host is
   ``ready``, ``draining``, ``pending``, ``unhealthy`` (smg's ``not_ready``/``failed``,

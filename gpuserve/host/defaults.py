@@ -33,7 +33,7 @@ NVIDIA_DRIVER = {
     # that builds its own keyring, or a distribution the table lacks, must set it.
     "nvidia_keyring_sha256": None,
     # URL prefixes (e.g. "http://10.0.2.2:8000/") whose plain-http URLs host data may
-    # use; every other URL must be https (roles/nvidia_driver/mirrors.py).
+    # use; every other URL must be https (gpuserve/host/mirrors.py).
     "trusted_mirrors": [],
     # Driver branch to lock (580: versioned metas; 590+: nvidia-driver-pinning-<branch>).
     "nvidia_driver_branch": 580,

@@ -527,5 +527,5 @@ def check_against_catalog(lock: Lock, catalog_source_sha: str) -> str | None:
             f"{filename or 'a wheel'} with sha256 {wanted}")
 
 
-# The name roles/service/serve_plan.py uses.
+# The name gpuserve/serve/plan.py uses.
 catalog_mismatch = check_against_catalog

@@ -23,7 +23,7 @@ DEFAULTS = {
     # bench.on_regression, else report
     "on_regression": None,
     # memory fit from the checkpoint's headers + the doctor's rules, before any change
-    # (roles/service/preflight.py): enforce, warn or off
+    # (gpuserve/serve/preflight.py): enforce, warn or off
     "preflight": "enforce",
 }
 
@@ -38,7 +38,7 @@ def results_root(results_dir: str) -> Path:
 
 @dataclass(frozen=True)
 class BenchPlan:
-    """Everything the throughput checks need, decided at prepare time (serve_plan)."""
+    """Everything the throughput checks need, decided at prepare time (gpuserve/serve/plan.py)."""
 
     mode: str  # auto | always | off
     spec: BenchSpec

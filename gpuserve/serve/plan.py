@@ -145,7 +145,7 @@ def plan_serve(
     when absent); flags the host's communication requires (no P2P ->
     ``--disable-custom-all-reduce``) are added when the profile does not set them.
     ``checkpoint(path)`` (the checkpoint scan's JSON) and ``host_facts()`` (the doctor's
-    host-facts document) feed the preflight (roles/service/preflight.py); None skips it.
+    host-facts document) feed the preflight (gpuserve/serve/preflight.py); None skips it.
     """
     data = _checked_data(host_data, source)
     settings = _settings(data, source)

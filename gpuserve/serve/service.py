@@ -36,7 +36,7 @@ DEFAULTS = {
     # sglang_api_key is set, else 127.0.0.1 only (see listen_host)
     "listen_address": None,
     # hardening directives of the unit to switch off on this host, e.g. ["ProtectProc"]
-    # (roles/service/render.HARDENING; for a host where one breaks the server)
+    # (gpuserve/serve/render.HARDENING; for a host where one breaks the server)
     "unit_hardening_off": [],
 }
 

@@ -1,7 +1,7 @@
 """NVIDIA driver from NVIDIA's CUDA apt repository, pinned to a branch, open modules.
 
 install: Debian contrib, the cuda-keyring package (sha256-checked before dpkg sees it:
-roles/nvidia_driver/keyring.py) and a deb822 source for the
+gpuserve/host/keyring.py) and a deb822 source for the
 repository (base URL from host data so a local mirror works), the branch pin and the
 flavour meta-package. configure: nouveau blacklisted (initramfs rebuilt), persistence
 daemon in persistence mode. activate: nvidia-persistenced enabled and running.
