@@ -22,6 +22,7 @@ from pyinfra.api import deploy
 from gpuserve.errors import InputError
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.launch.catalog import load_catalog
+from gpuserve.launch.exec_limits import args_problem
 from gpuserve.launch.profiles import ARGS_VAR, RESERVED_ENV_MESSAGE
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.paths import SCRIPTS_DIR
@@ -31,6 +32,7 @@ from roles.service.render import (
     SERVICE_ENV_PATH,
     SYSTEM_UNIT_DIR,
     UnitSpec,
+    args_value,
     env_line,
     render_config,
     render_env_file,
@@ -91,8 +93,10 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
                  extra_env: object, hf_token: object, api_key: object,
                  data_source: str, cuda_home: str | None = None,
                  lock_name: str = "", listen_address: object = None,
-                 hardening_off: object = None, profile_sets_host: bool = True) -> ServicePlan:
-    """Render the three files; every input problem is an ``InputError`` here."""
+                 hardening_off: object = None, profile_sets_host: bool = True,
+                 arg_field: Callable[[str], str] = lambda arg: "extra_args") -> ServicePlan:
+    """Render the three files; every input problem is an ``InputError`` here
+    (``arg_field(arg)``: the profile field an argument came from, for its messages)."""
     for hit in secret_flags(args, _catalog_or_none(sglang_version)):
         # resolved like SGLang's parser: --api-k is --api-key (the message names the
         # option only, never the value)
@@ -142,6 +146,10 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
         launcher = [f"{venv}/bin/python", f"{bin_dir}/{REDACT_SCRIPT}", CONFIG_PATH, "--",
                     *launcher]
 
+    # the kernel refuses one argv or environment string over 128 KiB (exec_limits)
+    problem = args_problem(args, f"{ARGS_VAR}={args_value(args)}", arg_field)
+    if problem:
+        raise InputError(profile_source, *problem)
     unit_text = render_unit(UnitSpec(
         user=user, group=user, state_dir=state_dir, env_file=ENV_PATH, launcher=launcher,
         sglang_version=sglang_version, model_path=model_path, lock_name=lock_name,

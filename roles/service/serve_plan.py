@@ -11,6 +11,7 @@ with plain dicts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from gpuserve.errors import InputError
 from gpuserve.fleet.multinode import Member, NodePlacement, place_node
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
 from gpuserve.launch.catalog import available_versions, load_catalog
-from gpuserve.launch.dialect import render_launch
+from gpuserve.launch.dialect import Launch, render_launch
 from gpuserve.launch.lock_choice import (
     HostRuntime,
     PreflightError,
@@ -32,7 +33,7 @@ from gpuserve.launch.lock_choice import (
     wanted_locks,
 )
 from gpuserve.launch.locks import Lock, catalog_mismatch, load_locks
-from gpuserve.launch.profiles import load_profile, profile_ref_problem
+from gpuserve.launch.profiles import Profile, load_profile, profile_ref_problem
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.launch.venvs import venv_path
 from gpuserve.measure.bench import (
@@ -229,6 +230,7 @@ def plan_serve(
         cuda_home=cuda_home(runtime, lock), lock_name=lock.name,
         listen_address=data["listen_address"], hardening_off=data["unit_hardening_off"],
         profile_sets_host=profile.is_set("server.host"),
+        arg_field=functools.partial(_arg_field, launch, profile),
     )
     # the listen address and hardening choices are printed with the preflight's warnings
     checks_report.warnings.extend(plan.warnings)
@@ -245,6 +247,14 @@ def plan_serve(
                             k: str(v) for k, v in extra_env.items()}}))
     return ServePlan(lock, version, user, home, index_url, find_links, float(timeout), keep,
                      runtime.gpus, plan, record, bench, checks_report, placement)
+
+
+def _arg_field(launch: Launch, profile: Profile, arg: str) -> str:
+    """The profile field an argument came from (``extra_args[3]`` for an extra one)."""
+    owner = launch.field_of(arg)
+    if owner == "extra_args" and arg in profile.extra_args:
+        return f"extra_args[{profile.extra_args.index(arg)}]"
+    return owner
 
 
 def _data_and_profile_ref(host_data: dict) -> tuple[dict, str | None]:
