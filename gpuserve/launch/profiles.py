@@ -13,6 +13,7 @@ are the type schema, so the table in the docs and this module cannot drift apart
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import re
 import types
@@ -530,6 +531,9 @@ def _check_cross_fields(p: Profile) -> None:
                       "node 0 serves HTTP there")
     if not 0 < p.server.port < 65536:
         raise p.error("server.port", "must be in 1..65535")
+    problem = host_problem(p.server.host)
+    if problem:
+        raise p.error("server.host", problem)
 
     mem = p.memory
     if mem.mem_fraction_static is not None and not 0 < mem.mem_fraction_static < 1:
@@ -575,6 +579,27 @@ def _check_cross_fields(p: Profile) -> None:
         if is_secret_env_name(key):
             raise p.error(f"env.{key}", "looks like a secret: set it in host data (hf_token / "
                           "sglang_api_key / sglang_extra_env), not in a committed profile")
+
+
+#: One hostname label (RFC 1123 section 2.1): letters, digits and inner hyphens.
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` is neither an IP address nor a hostname (RFC 1123), else None.
+
+    Why: ``server.host`` becomes the server's ``--host`` and is printed by ``gpuserve
+    check`` and the deploy (``listens on 0.0.0.0; rm -rf /:30000`` was accepted)."""
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    if name and len(name) <= 253 and all(_LABEL.fullmatch(x) for x in name.split(".")):
+        return None
+    return (f"{host!r:.80} is neither an IP address nor a hostname (letters, digits and "
+            "'-' in dot-separated labels of at most 63 characters; RFC 1123)")
 
 
 def _check_name(path: Path) -> None:
