@@ -26,6 +26,7 @@ import yaml
 
 from gpuserve import paths, safeload
 from gpuserve.errors import InputError
+from gpuserve.launch.env_names import reserved_env
 from gpuserve.launch.secrets import is_secret_env_name
 from gpuserve.measure.bench import BenchSpec, parse_bench
 
@@ -37,10 +38,6 @@ PROFILES_DIR = paths.PROFILES_DIR
 # judged by gpuserve.launch.secrets (one rule for every place that asks).
 #: ``Profile.name`` (the file stem) goes into the unit, the env file and record names.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-#: The server's EnvironmentFile variable that carries its arguments (the unit's
-#: ExecStart= expands it: roles/service/render.py); no env of a profile or host may set it.
-ARGS_VAR = "GPUSERVE_SGLANG_ARGS"
-RESERVED_ENV_MESSAGE = "is reserved: the unit passes the profile's server arguments in it"
 
 
 @dataclass(frozen=True)
@@ -574,8 +571,9 @@ def _check_cross_fields(p: Profile) -> None:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             # systemd's EnvironmentFile= (and a shell) cannot carry it
             raise p.error(f"env.{key}", "not a valid environment variable name")
-        if key == ARGS_VAR:
-            raise p.error(f"env.{key}", RESERVED_ENV_MESSAGE)
+        reserved = reserved_env(key)
+        if reserved:
+            raise p.error(f"env.{key}", reserved)
         if is_secret_env_name(key):
             raise p.error(f"env.{key}", "looks like a secret: set it in host data (hf_token / "
                           "sglang_api_key / sglang_extra_env), not in a committed profile")

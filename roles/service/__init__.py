@@ -22,8 +22,8 @@ from pyinfra.api import deploy
 from gpuserve.errors import InputError
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.launch.catalog import load_catalog
+from gpuserve.launch.env_names import ARGS_VAR, reserved_env
 from gpuserve.launch.exec_limits import args_problem
-from gpuserve.launch.profiles import ARGS_VAR, RESERVED_ENV_MESSAGE
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.paths import SCRIPTS_DIR
 from roles import managed
@@ -115,8 +115,9 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
     for source, field_name, pairs in ((profile_source, "env", env),
                                       (data_source, "sglang_extra_env", extra_env)):
         for key, value in pairs.items():
-            if key == ARGS_VAR:
-                raise InputError(source, f"{field_name}.{key}", RESERVED_ENV_MESSAGE)
+            reserved = reserved_env(key) if isinstance(key, str) else None
+            if reserved:
+                raise InputError(source, f"{field_name}.{key}", reserved)
             merged[key] = env_line(key, value, source, field_name)
     if hf_token:
         if "\n" in hf_token:

@@ -22,8 +22,8 @@ import jinja2
 
 from gpuserve.errors import InputError
 from gpuserve.host.nccl_env import NCCL_ENV_PATH
+from gpuserve.launch.env_names import ARGS_VAR
 from gpuserve.launch.exec_limits import env_problem
-from gpuserve.launch.profiles import ARGS_VAR
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
