@@ -7,6 +7,10 @@ lines. ``compare`` escaped its rows (issue 10), but ``check`` printed host names
 ``doctor`` a host's own hostname and every error message a profile's unknown key raw.
 ``gpuserve.cli.main`` now routes all output through :class:`EscapingWriter`, so no
 command can forget; ``--json`` is unaffected (``json.dumps`` escapes them already).
+The writer keeps ``\n`` (the commands' own line breaks), so a value that may hold one
+(a host or file name) is escaped with :func:`printable` where it is formatted: check's
+report, compare's notes and skipped files, doctor's host line, every error message.
+Every other line break (CR, VT, FF, NEL, U+2028, U+2029) is escaped by the writer.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from pathlib import Path
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.fleet.multinode import Member
 from gpuserve.paths import PACKAGE_DIR
+from gpuserve.terminal import printable
 
 DEPLOYS = ("serve", "host", "router")
 
@@ -427,13 +428,14 @@ def _count(n: int, word: str) -> str:
 def format_results(results: list[Result], deploys: tuple[str, ...]) -> str:
     """One line per host and deploy, warnings indented under it, then what was not
     checked (so a green run is never mistaken for a checked host)."""
-    width = max(len(r.host) for r in results)
+    # every value escaped here: a line break in a host name must not forge a report line
+    width = max(len(printable(r.host)) for r in results)
     lines = []
     for r in results:
         status = "ok" if r.ok else "FAIL"
-        lines.append(f"{r.host:<{width}}  {r.deploy:<5}  {status:<4}  "
-                     f"{r.summary if r.ok else r.error}")
-        lines += [f"{'':<{width}}  {'':<5}  warn  {w}" for w in r.warnings]
+        lines.append(f"{printable(r.host):<{width}}  {r.deploy:<5}  {status:<4}  "
+                     f"{printable((r.summary if r.ok else r.error) or '')}")
+        lines += [f"{'':<{width}}  {'':<5}  warn  {printable(w)}" for w in r.warnings]
     failed = sum(not r.ok for r in results)
     hosts = len({r.host for r in results})
     lines.append(f"# {_count(hosts, 'host')}, {_count(len(results), 'check')}, "
