@@ -173,6 +173,9 @@ def load_hosts(inventory: str, overrides: dict, group_data: list[str] | None = N
                       for g, members in loaded.groups.items()}
     except GpuserveError:
         raise
+    except SystemExit as exc:
+        # sys.exit(0) in an inventory printed nothing and exited 0: "every host passed"
+        raise _exit_error(inventory, exc) from None
     except Exception as exc:  # noqa: BLE001 - any error in user code names its file
         raise _load_error(inventory, exc) from None
     if not hosts:
@@ -252,6 +255,20 @@ def misspelt_keys(data: dict, source: str) -> None:
             raise InputError(source, key, f"unknown host-data key; did you mean {near[0]}? "
                              "(the deploys ignore unknown keys, so this one would take "
                              "no effect)")
+
+
+def _exit_error(inventory: str, exc: SystemExit) -> InputError:
+    """An inventory (or a group data file, or code they import) called ``sys.exit``:
+    name the inventory, and where it exited when that is another file."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where, line = (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb else (inventory, None)
+    same = Path(where).resolve() == Path(inventory).resolve()
+    also = "" if same else f" (in {where}:{line})"
+    return InputError(inventory, None, f"could not be loaded: it raised SystemExit"
+                      f"({exc.code!r:.40}) while loading{also}; nothing was checked",
+                      line if same else None)
 
 
 def _load_error(inventory: str, exc: Exception) -> InputError:
