@@ -46,3 +46,25 @@ class EscapingWriter:
 
     def __getattr__(self, name: str):  # flush, isatty, encoding, fileno ...
         return getattr(self.stream, name)
+
+
+def escaped_key(text: str) -> str:
+    """``text`` with every character that is not printable ASCII escaped (``m\\u043edel``).
+
+    Why: a key with a lookalike letter (``mоdel``, Cyrillic о) printed raw reads as
+    ``model`` in "unknown key", which sends the reader looking for the wrong mistake."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(c if c.isascii() and c.isprintable()
+                   else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def non_ascii_note(text: str, most: int = 3) -> str:
+    """``": it has U+043E CYRILLIC SMALL LETTER O, not ASCII"`` for a key with characters
+    outside printable ASCII, else ``""`` (the names say which letter only looks right)."""
+    odd = list(dict.fromkeys(c for c in text if not (c.isascii() and c.isprintable())))
+    if not odd:
+        return ""
+    named = ", ".join(f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in odd[:most])
+    more = f" and {len(odd) - most} more" if len(odd) > most else ""
+    return f": it has {named}{more}, not ASCII"

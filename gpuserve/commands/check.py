@@ -39,7 +39,7 @@ from pathlib import Path
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.fleet.multinode import Member
 from gpuserve.paths import PACKAGE_DIR
-from gpuserve.terminal import printable
+from gpuserve.terminal import escaped_key, non_ascii_note, printable
 
 DEPLOYS = ("serve", "host", "router")
 
@@ -252,7 +252,8 @@ def misspelt_keys(data: dict, source: str) -> None:
             continue
         near = difflib.get_close_matches(key, ours, n=1, cutoff=0.85)
         if near:
-            raise InputError(source, key, f"unknown host-data key; did you mean {near[0]}? "
+            raise InputError(source, escaped_key(key), f"unknown host-data key"
+                             f"{non_ascii_note(key)}; did you mean {near[0]}? "
                              "(the deploys ignore unknown keys, so this one would take "
                              "no effect)")
 

@@ -29,6 +29,7 @@ from gpuserve.errors import InputError
 from gpuserve.launch.env_names import reserved_env
 from gpuserve.launch.secrets import is_secret_env_name
 from gpuserve.measure.bench import BenchSpec, parse_bench
+from gpuserve.terminal import escaped_key, non_ascii_note
 
 PROFILES_DIR = paths.PROFILES_DIR
 
@@ -185,7 +186,7 @@ class Profile:
     def error(self, dotted: str, message: str) -> InputError:
         """An InputError pointing at the file and line that set ``dotted``."""
         origin = self.where(dotted)
-        return InputError(origin.file, dotted, message, origin.line)
+        return InputError(origin.file, escaped_key(dotted), message, origin.line)
 
     @property
     def gpus(self) -> int:
@@ -435,9 +436,8 @@ def _yaml_type(value: Any) -> str:
 
 def _unknown(key: str, valid: typing.Iterable[str], dotted: str, locs: dict, src: Path):
     origin = locs.get(dotted) or Origin(str(src), None)
-    return InputError(
-        origin.file, dotted, f"unknown key (valid: {', '.join(sorted(valid))})", origin.line
-    )
+    return InputError(origin.file, escaped_key(dotted), f"unknown key{non_ascii_note(key)} "
+                      f"(valid: {', '.join(sorted(valid))})", origin.line)
 
 
 def _build(src: Path, data: dict[str, Any], locs: dict[str, Origin]) -> Profile:
@@ -473,7 +473,7 @@ def _error_at(locs: dict[str, Origin], src: Path):
             shorter = re.sub(r"(\[\d+\]|\.[^.\[]*)$", "", probe)
             probe = "" if shorter == probe else shorter
         origin = locs.get(probe) or Origin(str(src), None)
-        return InputError(origin.file, dotted, message, origin.line)
+        return InputError(origin.file, escaped_key(dotted), message, origin.line)
 
     return error
 
@@ -570,7 +570,8 @@ def _check_cross_fields(p: Profile) -> None:
     for key in p.env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             # systemd's EnvironmentFile= (and a shell) cannot carry it
-            raise p.error(f"env.{key}", "not a valid environment variable name")
+            raise p.error(f"env.{key}", "not a valid environment variable name"
+                          f"{non_ascii_note(key)}")
         reserved = reserved_env(key)
         if reserved:
             raise p.error(f"env.{key}", reserved)

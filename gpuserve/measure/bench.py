@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuserve.errors import InputError
+from gpuserve.terminal import escaped_key, non_ascii_note
 
 ON_REGRESSION = ("report", "rollback")
 BENCH_MODES = ("auto", "always", "off")
@@ -144,7 +145,8 @@ def parse_bench(raw: Any, error: ErrorAt, max_running_requests: int | None = Non
              "timeout")
     for key in raw:
         if key not in known:
-            raise error(f"bench.{key}", f"unknown key (valid: {', '.join(sorted(known))})")
+            raise error(f"bench.{escaped_key(str(key))}", f"unknown key"
+                        f"{non_ascii_note(str(key))} (valid: {', '.join(sorted(known))})")
     scenarios = _scenarios(raw.get("scenarios"), error)
     named = len(scenarios)
     scenarios += _sweep(raw.get("sweep"), scenarios, error)
@@ -205,7 +207,8 @@ def _scenarios(raw: Any, error: ErrorAt) -> list[Scenario]:
             raise error(at, f"must be a mapping, got {type(settings).__name__}")
         for key in settings:
             if key not in SCENARIO_KEYS:
-                raise error(f"{at}.{key}", f"unknown key (valid: {', '.join(SCENARIO_KEYS)})")
+                raise error(f"{at}.{escaped_key(str(key))}", f"unknown key"
+                            f"{non_ascii_note(str(key))} (valid: {', '.join(SCENARIO_KEYS)})")
         base = defaults.get(name, DEFAULT_SCENARIOS[-1])
         values = {k: settings.get(k, getattr(base, k)) for k in SCENARIO_KEYS}
         values["concurrency"] = _count(values["concurrency"], f"{at}.concurrency", error,
