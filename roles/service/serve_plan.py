@@ -180,7 +180,7 @@ def plan_serve(
     runtime = host_runtime(home)
     # a profile without sglang_versions renders for every release with a flag catalog
     lock = choose_lock(locks, runtime, versions=profile.sglang_versions or available_versions(),
-                       pinned=pinned, profile=profile.name)
+                       pinned=pinned, profile=profile.name, source=source)
     problems = preflight(lock, runtime)
     if problems:
         raise PreflightError("; ".join(problems) + "; nothing on the host was changed")

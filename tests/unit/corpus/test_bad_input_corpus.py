@@ -135,7 +135,7 @@ def run_case(case: dict[str, Any], tmp: Path) -> tuple[int, str]:
             argv.append(arg)
     else:
         payload = {"data": _substitute(case["data"], subst),
-                   "host_json": case.get("host_json")}
+                   "host_json": case.get("host_json"), "host_facts": case.get("host_facts")}
         if "host_json" in case and path is not None:
             payload["host_json"] = path.read_text(encoding="utf-8")
         argv = [sys.executable, str(REPO / "tests/unit/corpus/plan_case.py"),
