@@ -14,7 +14,7 @@ import sys
 
 from gpuserve import __version__, commands
 from gpuserve.errors import GpuserveError
-from gpuserve.terminal import EscapingWriter
+from gpuserve.terminal import EscapingWriter, printable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +51,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except GpuserveError as exc:
-        print(f"gpuserve: error: {exc}", file=sys.stderr)
+        # one line: a line break in a file name or value must not forge more lines
+        print(f"gpuserve: error: {printable(str(exc))}", file=sys.stderr)
         return 2
 
 

@@ -136,6 +136,7 @@ class BoundedLoader(yaml.SafeLoader):
         self._aliases = 0
         self._sizes: dict[int, int] = {}
         self._heights: dict[int, int] = {}
+        self._path: list[str | None] = []  # the dotted field being composed
 
     def _refuse(self, message: str, mark: Any) -> InputError:
         return InputError(self.file, None, message, mark.line + 1 if mark else None)
@@ -156,19 +157,36 @@ class BoundedLoader(yaml.SafeLoader):
             if self._depth + self._heights[id(node)] > self.limits.max_depth:
                 raise self._refuse(self._deep(), event.start_mark)
             return node
-        mark = self.peek_event().start_mark
+        event = self.peek_event()
+        mark = event.start_mark
         self._depth += 1
         if self._depth > self.limits.max_depth:
             raise self._refuse(self._deep(), mark)
+        self._path.append(_step(index))
+        if getattr(event, "tag", None) is not None:
+            raise self._tagged(event.tag, mark)
         before = self._nodes
         self._charge(1, mark)
         node = super().compose_node(parent, index)
+        self._path.pop()
         self._depth -= 1
         self._sizes[id(node)] = self._nodes - before
         self._heights[id(node)] = 1 + max(
             (self._heights.get(id(child), 1) for child in _children(node)), default=0
         )
         return node
+
+    def _tagged(self, tag: str, mark: Any) -> InputError:
+        """Every explicit tag is refused, on scalars, mappings and lists alike.
+
+        Why: on a scalar SafeLoader refused an unknown tag, but on a mapping or a list
+        (``extra_args: !!python/object/apply:os.system [...]``) the profile reader, which
+        walks nodes, silently dropped it. No format of ours needs a tag."""
+        shown = tag.replace("tag:yaml.org,2002:", "!!")
+        field = ".".join(p for p in self._path if p is not None).replace(".[", "[")
+        return InputError(self.file, field or None, f"invalid YAML: tag {shown[:80]} is not "
+                          "allowed (gpuserve's loader has no constructor for any tag: no "
+                          "document of ours uses them)", mark.line + 1)
 
     def _charge(self, nodes: int, mark: Any) -> None:
         self._nodes += nodes
@@ -202,6 +220,16 @@ class BoundedLoader(yaml.SafeLoader):
 
 BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
 BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
+
+
+def _step(index: Any) -> str | None:
+    """One step of the dotted field: a mapping value's key, ``[i]`` in a list, or None
+    for the root and for a key itself (``compose_node``'s ``index`` argument)."""
+    if isinstance(index, yaml.ScalarNode):
+        return str(index.value)[:80]
+    if isinstance(index, int) and not isinstance(index, bool):
+        return f"[{index}]"
+    return None
 
 
 def _children(node: Any) -> list[Any]:

@@ -39,6 +39,7 @@ from pathlib import Path
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.fleet.multinode import Member
 from gpuserve.paths import PACKAGE_DIR
+from gpuserve.terminal import escaped_key, non_ascii_note, printable
 
 DEPLOYS = ("serve", "host", "router")
 
@@ -172,6 +173,9 @@ def load_hosts(inventory: str, overrides: dict, group_data: list[str] | None = N
                       for g, members in loaded.groups.items()}
     except GpuserveError:
         raise
+    except SystemExit as exc:
+        # sys.exit(0) in an inventory printed nothing and exited 0: "every host passed"
+        raise _exit_error(inventory, exc) from None
     except Exception as exc:  # noqa: BLE001 - any error in user code names its file
         raise _load_error(inventory, exc) from None
     if not hosts:
@@ -248,9 +252,24 @@ def misspelt_keys(data: dict, source: str) -> None:
             continue
         near = difflib.get_close_matches(key, ours, n=1, cutoff=0.85)
         if near:
-            raise InputError(source, key, f"unknown host-data key; did you mean {near[0]}? "
+            raise InputError(source, escaped_key(key), f"unknown host-data key"
+                             f"{non_ascii_note(key)}; did you mean {near[0]}? "
                              "(the deploys ignore unknown keys, so this one would take "
                              "no effect)")
+
+
+def _exit_error(inventory: str, exc: SystemExit) -> InputError:
+    """An inventory (or a group data file, or code they import) called ``sys.exit``:
+    name the inventory, and where it exited when that is another file."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where, line = (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb else (inventory, None)
+    same = Path(where).resolve() == Path(inventory).resolve()
+    also = "" if same else f" (in {where}:{line})"
+    return InputError(inventory, None, f"could not be loaded: it raised SystemExit"
+                      f"({exc.code!r:.40}) while loading{also}; nothing was checked",
+                      line if same else None)
 
 
 def _load_error(inventory: str, exc: Exception) -> InputError:
@@ -427,13 +446,14 @@ def _count(n: int, word: str) -> str:
 def format_results(results: list[Result], deploys: tuple[str, ...]) -> str:
     """One line per host and deploy, warnings indented under it, then what was not
     checked (so a green run is never mistaken for a checked host)."""
-    width = max(len(r.host) for r in results)
+    # every value escaped here: a line break in a host name must not forge a report line
+    width = max(len(printable(r.host)) for r in results)
     lines = []
     for r in results:
         status = "ok" if r.ok else "FAIL"
-        lines.append(f"{r.host:<{width}}  {r.deploy:<5}  {status:<4}  "
-                     f"{r.summary if r.ok else r.error}")
-        lines += [f"{'':<{width}}  {'':<5}  warn  {w}" for w in r.warnings]
+        lines.append(f"{printable(r.host):<{width}}  {r.deploy:<5}  {status:<4}  "
+                     f"{printable((r.summary if r.ok else r.error) or '')}")
+        lines += [f"{'':<{width}}  {'':<5}  warn  {printable(w)}" for w in r.warnings]
     failed = sum(not r.ok for r in results)
     hosts = len({r.host for r in results})
     lines.append(f"# {_count(hosts, 'host')}, {_count(len(results), 'check')}, "

@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**doc, "skipped": skipped}, indent=2, allow_nan=False))
     else:
-        lines = [*text.split("\n"), *(f"skipped {s}" for s in skipped)]
+        lines = [*text.split("\n"), *(f"skipped {printable(s)}" for s in skipped)]
         print("\n".join(printable(line) for line in lines))
     if args.plot:
         from gpuserve.measure.plot import write_plot
@@ -184,7 +184,8 @@ class Notes:
     def profile(self, r: ResultRecord) -> str:
         if not r.note:
             return r.profile or "-"
-        self.lines.append(f"[{len(self.lines) + 1}] {r.source}: {r.note}")
+        self.lines.append(f"[{len(self.lines) + 1}] {printable(str(r.source))}: "
+                          f"{printable(str(r.note))}")
         return f"{r.profile or '-'} [{len(self.lines)}]"
 
 
@@ -219,7 +220,7 @@ def format_latest(rows: list[cmp.LatestRow], baseline: str, hidden_smoke: int = 
                       fmt(r.figures.get("p99_ttft_ms")), r.sglang_version or "-",
                       *_versus(row), gate_cell(r)))
     lines = table(LATEST, cells, RIGHT)
-    lines += ["", f"baseline: {baseline} (default: the oldest record's profile; "
+    lines += ["", f"baseline: {printable(baseline)} (default: the oldest record's profile; "
               "--baseline to choose)",
               "tok/s%, TTFT%, ITL%: the latest run against the baseline's latest good run "
               "(gate not failed) of the same workload on the same host; n/a: there is none"]
@@ -310,5 +311,5 @@ def format_gates(rows: list[cmp.GateRow], history: bool = False) -> str:
               "chosen path (EP hosts)"]
     failing = [r for r in rows if r.failed]
     for r in failing:
-        lines.append(f"{r.host} {r.timestamp}: {', '.join(r.failed)}")
+        lines.append(printable(f"{r.host} {r.timestamp}: {', '.join(r.failed)}"))
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from gpuserve.errors import InputError
 from gpuserve.host.hostfacts import HostFacts
 from gpuserve.launch.catalog import load_catalog
 from gpuserve.launch.profiles import load_profile
+from gpuserve.terminal import printable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
             "findings": [f.to_dict() for f in findings],
         }, indent=2))
     else:
-        print(f"# doctor: profile {profile.name}, host {facts.hostname or args.facts}, "
+        host = printable(str(facts.hostname or args.facts))  # one line, whatever the host says
+        print(f"# doctor: profile {profile.name}, host {host}, "
               f"SGLang {version}")
         print(format_table(findings))
         print(unknown_line(facts, args.facts))

@@ -27,6 +27,7 @@ from gpuserve.memory.models import load_record, resolve_model
 from gpuserve.memory.planner import GIB, Layout, kv_cell, predict, resolve_kv_dtype, weights_per_gpu
 from gpuserve.memory.preflight import launch_settings
 from gpuserve.memory.startup_log import diagnose, read_log
+from gpuserve.terminal import printable
 
 
 def finite_float(text: str) -> float:
@@ -129,7 +130,7 @@ def _run_log(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"log": log.to_dict(), "diagnosis": d.to_dict()}, indent=2))
         return 0
-    print(f"log {args.log}: {d.outcome}")
+    print(f"log {printable(args.log)}: {d.outcome}")
     rows = [
         ("free before weights (GiB)", d.pre_load_free_gib),
         ("free after weights (GiB)", d.avail_after_weights_gib),

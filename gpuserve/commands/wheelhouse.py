@@ -85,13 +85,31 @@ def fetch(url: str, dest: Path, sha256: str) -> None:
     tmp.replace(dest)
 
 
+def prepare_dir(target: Path, create: bool) -> None:
+    """Refuse a DIR that is a file or lies below one, then create it (unless ``create``
+    is false: ``--check`` only reads).
+
+    Why: ``mkdir`` raised FileExistsError/NotADirectoryError tracebacks, and it ran
+    before the arguments were validated, so a bad ``--lock`` still left DIR behind."""
+    for path in (target, *target.parents):
+        if path.exists() and not path.is_dir():
+            what = "exists" if path == target else f"lies below {path}, which exists"
+            raise InputError(str(target), "DIR", f"{what} and is not a directory")
+    if create:
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(str(target), "DIR", f"cannot create: "
+                             f"{exc.strerror or exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     target = Path(args.dir)
-    if not args.check:
-        target.mkdir(parents=True, exist_ok=True)
+    locks = select_locks(args)  # every argument checked before DIR is created
+    prepare_dir(target, create=not args.check)
     missing: list[str] = []
     total = 0
-    for lock in select_locks(args):
+    for lock in locks:
         print(f"lock {lock.name}: {len(lock.packages)} wheels, "
               f"{lock.download_bytes / 1024**3:.2f} GiB")
         for index, pkg in enumerate(lock.packages, 1):

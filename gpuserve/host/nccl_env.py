@@ -24,6 +24,7 @@ from typing import Any
 from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.host.container import CONTAINER_NAMES
+from gpuserve.launch.env_names import reserved_env
 
 NCCL_ENV_PATH = "/etc/gpuserve/nccl.env"
 HOST_JSON_PATH = "/etc/gpuserve/host.json"
@@ -109,6 +110,9 @@ def validate_overrides(overrides: Any) -> dict[str, str]:
     for key, value in overrides.items():
         if not isinstance(key, str) or not _NAME.match(key):
             raise ValueError(f"{key!r} is not an NCCL_/CUDA_/SGLANG_/TORCH_ variable name")
+        reserved = reserved_env(key)
+        if reserved:  # CUDA_HOME: the same rule as the server's own EnvironmentFile
+            raise ValueError(f"{key} {reserved}")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ValueError(f"{key}: value must be a string or number, got {value!r}")
         text = str(value)

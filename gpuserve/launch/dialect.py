@@ -39,6 +39,11 @@ class Launch:
     env: dict[str, str]
     by_field: dict[str, list[str]] = field(default_factory=dict)
 
+    def field_of(self, item: str, default: str = "extra_args") -> str:
+        """The profile field that produced ``item`` (an argument or env name)."""
+        return next((name for name, items in self.by_field.items() if item in items),
+                    default)
+
     def has_flag(self, flag: str) -> bool:
         return flag in self.args
 

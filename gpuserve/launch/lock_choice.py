@@ -84,14 +84,16 @@ def wanted_locks(locks: Iterable[Lock], *, versions: Sequence[str] | None,
 
 
 def choose_lock(locks: Iterable[Lock], host: HostRuntime, *, versions: Sequence[str] | None,
-                pinned: str | None, profile: str) -> Lock:
+                pinned: str | None, profile: str, source: str | None = None) -> Lock:
     """The newest lock the profile renders for and the host can run, or a refusal.
 
     ``versions`` are the profile's ``sglang_versions`` (None: any catalog), ``pinned``
-    the host's ``sglang_version`` (an exact version, local part allowed)."""
+    the host's ``sglang_version`` (an exact version, local part allowed), set in the
+    inventory ``source`` (named in the refusal, so the pin can be found)."""
     wanted = wanted_locks(locks, versions=versions, pinned=pinned)
     if not wanted:
-        what = f"sglang_version {pinned}" if pinned else f"profile {profile}"
+        where = f" pinned in {source}" if source else ""
+        what = f"sglang_version {pinned}{where}" if pinned else f"profile {profile}"
         raise PreflightError(
             f"{host.name}: no lock for {what} (SGLang {', '.join(versions or ['any'])}); "
             "generate one with tools/gen_lock.py and point sglang_locks_dir at it")

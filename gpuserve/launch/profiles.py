@@ -13,6 +13,7 @@ are the type schema, so the table in the docs and this module cannot drift apart
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import re
 import types
@@ -25,8 +26,10 @@ import yaml
 
 from gpuserve import paths, safeload
 from gpuserve.errors import InputError
+from gpuserve.launch.env_names import reserved_env
 from gpuserve.launch.secrets import is_secret_env_name
 from gpuserve.measure.bench import BenchSpec, parse_bench
+from gpuserve.terminal import escaped_key, non_ascii_note
 
 PROFILES_DIR = paths.PROFILES_DIR
 
@@ -36,10 +39,6 @@ PROFILES_DIR = paths.PROFILES_DIR
 # judged by gpuserve.launch.secrets (one rule for every place that asks).
 #: ``Profile.name`` (the file stem) goes into the unit, the env file and record names.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-#: The server's EnvironmentFile variable that carries its arguments (the unit's
-#: ExecStart= expands it: roles/service/render.py); no env of a profile or host may set it.
-ARGS_VAR = "GPUSERVE_SGLANG_ARGS"
-RESERVED_ENV_MESSAGE = "is reserved: the unit passes the profile's server arguments in it"
 
 
 @dataclass(frozen=True)
@@ -187,7 +186,7 @@ class Profile:
     def error(self, dotted: str, message: str) -> InputError:
         """An InputError pointing at the file and line that set ``dotted``."""
         origin = self.where(dotted)
-        return InputError(origin.file, dotted, message, origin.line)
+        return InputError(origin.file, escaped_key(dotted), message, origin.line)
 
     @property
     def gpus(self) -> int:
@@ -437,9 +436,8 @@ def _yaml_type(value: Any) -> str:
 
 def _unknown(key: str, valid: typing.Iterable[str], dotted: str, locs: dict, src: Path):
     origin = locs.get(dotted) or Origin(str(src), None)
-    return InputError(
-        origin.file, dotted, f"unknown key (valid: {', '.join(sorted(valid))})", origin.line
-    )
+    return InputError(origin.file, escaped_key(dotted), f"unknown key{non_ascii_note(key)} "
+                      f"(valid: {', '.join(sorted(valid))})", origin.line)
 
 
 def _build(src: Path, data: dict[str, Any], locs: dict[str, Origin]) -> Profile:
@@ -475,7 +473,7 @@ def _error_at(locs: dict[str, Origin], src: Path):
             shorter = re.sub(r"(\[\d+\]|\.[^.\[]*)$", "", probe)
             probe = "" if shorter == probe else shorter
         origin = locs.get(probe) or Origin(str(src), None)
-        return InputError(origin.file, dotted, message, origin.line)
+        return InputError(origin.file, escaped_key(dotted), message, origin.line)
 
     return error
 
@@ -530,6 +528,9 @@ def _check_cross_fields(p: Profile) -> None:
                       "node 0 serves HTTP there")
     if not 0 < p.server.port < 65536:
         raise p.error("server.port", "must be in 1..65535")
+    problem = host_problem(p.server.host)
+    if problem:
+        raise p.error("server.host", problem)
 
     mem = p.memory
     if mem.mem_fraction_static is not None and not 0 < mem.mem_fraction_static < 1:
@@ -566,15 +567,43 @@ def _check_cross_fields(p: Profile) -> None:
             raise p.error(f"speculative.{name}", "must be at least 1")
 
     _check_secret_args(p)
+    _check_env_names(p)
+
+
+def _check_env_names(p: Profile) -> None:
+    """The profile's env names: valid, not reserved by the unit, not a secret's."""
     for key in p.env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             # systemd's EnvironmentFile= (and a shell) cannot carry it
-            raise p.error(f"env.{key}", "not a valid environment variable name")
-        if key == ARGS_VAR:
-            raise p.error(f"env.{key}", RESERVED_ENV_MESSAGE)
+            raise p.error(f"env.{key}", "not a valid environment variable name"
+                          f"{non_ascii_note(key)}")
+        reserved = reserved_env(key)
+        if reserved:
+            raise p.error(f"env.{key}", reserved)
         if is_secret_env_name(key):
             raise p.error(f"env.{key}", "looks like a secret: set it in host data (hf_token / "
                           "sglang_api_key / sglang_extra_env), not in a committed profile")
+
+
+#: One hostname label (RFC 1123 section 2.1): letters, digits and inner hyphens.
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` is neither an IP address nor a hostname (RFC 1123), else None.
+
+    Why: ``server.host`` becomes the server's ``--host`` and is printed by ``gpuserve
+    check`` and the deploy (``listens on 0.0.0.0; rm -rf /:30000`` was accepted)."""
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    if name and len(name) <= 253 and all(_LABEL.fullmatch(x) for x in name.split(".")):
+        return None
+    return (f"{host!r:.80} is neither an IP address nor a hostname (letters, digits and "
+            "'-' in dot-separated labels of at most 63 characters; RFC 1123)")
 
 
 def _check_name(path: Path) -> None:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuserve.errors import InputError
+from gpuserve.terminal import escaped_key, non_ascii_note
 
 ON_REGRESSION = ("report", "rollback")
 BENCH_MODES = ("auto", "always", "off")
@@ -63,6 +64,10 @@ _EXPECT = re.compile(r"^\s*(>=|<=)?\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\
 SCENARIO_KEYS = ("concurrency", "prompts", "input_len", "output_len", "warmup")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 MAX_PROMPTS = 100_000
+#: Scenarios a profile may run, named and sweep levels together. Every changed deploy
+#: runs each one (tens of seconds to minutes apiece: warm-up, then the prompts), so 64
+#: is already an hour's run; a doubling sweep from 1 to 4096 needs 13.
+MAX_SCENARIOS = 64
 MAX_LEN = 1_048_576
 
 
@@ -140,9 +145,16 @@ def parse_bench(raw: Any, error: ErrorAt, max_running_requests: int | None = Non
              "timeout")
     for key in raw:
         if key not in known:
-            raise error(f"bench.{key}", f"unknown key (valid: {', '.join(sorted(known))})")
+            raise error(f"bench.{escaped_key(str(key))}", f"unknown key"
+                        f"{non_ascii_note(str(key))} (valid: {', '.join(sorted(known))})")
     scenarios = _scenarios(raw.get("scenarios"), error)
+    named = len(scenarios)
     scenarios += _sweep(raw.get("sweep"), scenarios, error)
+    if len(scenarios) > MAX_SCENARIOS:
+        raise error("bench.scenarios" if named > MAX_SCENARIOS else "bench.sweep",
+                    f"{len(scenarios)} scenarios ({named} named, {len(scenarios) - named} "
+                    f"sweep levels): at most {MAX_SCENARIOS}, because every changed deploy "
+                    "runs each one")
     if max_running_requests is not None:
         for s in scenarios:
             if s.concurrency > max_running_requests:
@@ -195,7 +207,8 @@ def _scenarios(raw: Any, error: ErrorAt) -> list[Scenario]:
             raise error(at, f"must be a mapping, got {type(settings).__name__}")
         for key in settings:
             if key not in SCENARIO_KEYS:
-                raise error(f"{at}.{key}", f"unknown key (valid: {', '.join(SCENARIO_KEYS)})")
+                raise error(f"{at}.{escaped_key(str(key))}", f"unknown key"
+                            f"{non_ascii_note(str(key))} (valid: {', '.join(SCENARIO_KEYS)})")
         base = defaults.get(name, DEFAULT_SCENARIOS[-1])
         values = {k: settings.get(k, getattr(base, k)) for k in SCENARIO_KEYS}
         values["concurrency"] = _count(values["concurrency"], f"{at}.concurrency", error,

@@ -53,7 +53,12 @@ def validate_user(user: object, source: str) -> str:
 def validate_home(home: object, source: str) -> str:
     if not isinstance(home, str) or not home.startswith("/") or home.rstrip("/") in ("", "/"):
         raise InputError(source, "sglang_home", f"{home!r} must be an absolute directory")
-    if any(c in home for c in " \t\n'\"$%\\`"):
+    bad = next((c for c in home if not c.isprintable() or c in " '\"$%\\`"), None)
+    if bad is not None and not bad.isprintable():
+        # a CR or another control character reached systemd_quote as a bare ValueError
+        raise InputError(source, "sglang_home", f"{home!r} must not contain control or "
+                         f"format characters (U+{ord(bad):04X})")
+    if bad is not None:
         raise InputError(source, "sglang_home", f"{home!r} must not contain spaces or quotes")
     if any(part in (".", "..") for part in home.split("/")):
         raise InputError(source, "sglang_home", f"{home!r} must not contain . or .. "

@@ -11,6 +11,7 @@ with plain dicts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -153,7 +154,7 @@ def plan_serve(
                                          source, host_name, group_members)
     locks = load_locks(settings.locks_dir, source=source, field="sglang_locks_dir")
     runtime = host_runtime(settings.home)
-    lock, version = _chosen_lock(locks, settings, runtime, profile)
+    lock, version = _chosen_lock(locks, settings, runtime, profile, source)
     checks_report = run_preflight(
         validate_preflight(data["preflight"], source), host=runtime.name, profile=profile,
         version=version, gpus=list(runtime.gpu_list), checkpoint=checkpoint,
@@ -169,7 +170,7 @@ def plan_serve(
     host_json_lines = host_record()
     host_comm = communication(host_json_lines)
     args = _with_host_flags(args, host_json_lines, version)
-    plan = _service_plan(data, source, settings, profile, lock, version, runtime, args,
+    plan = _service_plan(data, source, settings, profile, lock, version, runtime, launch, args,
                          launch_env)
     # the listen address and hardening choices are printed with the preflight's warnings
     checks_report.warnings.extend(plan.warnings)
@@ -241,12 +242,12 @@ def _placed_profile(profile_ref: str, group: object, source: str, host_name: str
 
 
 def _chosen_lock(locks: list[Lock], settings: _Settings, runtime: HostRuntime,
-                 profile: Profile) -> tuple[Lock, str]:
+                 profile: Profile, source: str) -> tuple[Lock, str]:
     """The lock for this host and profile, and the SGLang release it renders for;
     ``PreflightError`` when the host cannot run it."""
     # a profile without sglang_versions renders for every release with a flag catalog
     lock = choose_lock(locks, runtime, versions=profile.sglang_versions or available_versions(),
-                       pinned=settings.pinned, profile=profile.name)
+                       pinned=settings.pinned, profile=profile.name, source=source)
     problems = preflight(lock, runtime)
     if problems:
         raise PreflightError("; ".join(problems) + "; nothing on the host was changed")
@@ -288,7 +289,7 @@ def _with_host_flags(args: list[str], host_json_lines: list[str] | None,
 
 
 def _service_plan(data: dict, source: str, settings: _Settings, profile: Profile, lock: Lock,
-                  version: str, runtime: HostRuntime, args: list[str],
+                  version: str, runtime: HostRuntime, launch: Launch, args: list[str],
                   launch_env: dict[str, str]) -> service.ServicePlan:
     """The unit, EnvironmentFile and --config file of this launch (roles/service)."""
     home = settings.home
@@ -303,6 +304,7 @@ def _service_plan(data: dict, source: str, settings: _Settings, profile: Profile
         cuda_home=cuda_home(runtime, lock), lock_name=lock.name,
         listen_address=data["listen_address"], hardening_off=data["unit_hardening_off"],
         profile_sets_host=profile.is_set("server.host"),
+        arg_field=functools.partial(_arg_field, launch, profile),
     )
 
 
@@ -325,6 +327,14 @@ def _record_and_bench(data: dict, source: str, settings: _Settings, profile: Pro
                         launch=launch_hash(args, {**launch_env, **{
                             k: str(v) for k, v in extra_env.items()}}))
     return record, bench
+
+
+def _arg_field(launch: Launch, profile: Profile, arg: str) -> str:
+    """The profile field an argument came from (``extra_args[3]`` for an extra one)."""
+    owner = launch.field_of(arg)
+    if owner == "extra_args" and arg in profile.extra_args:
+        return f"extra_args[{profile.extra_args.index(arg)}]"
+    return owner
 
 
 def _data_and_profile_ref(host_data: dict) -> tuple[dict, str | None]:

@@ -65,8 +65,8 @@ def run_preflight(mode: str, *, host: str, profile, version: str, gpus: list[dic
     _doctor(report, refusals, profile=profile, version=version, host_facts=host_facts)
     if refusals and mode == "enforce":
         raise PreflightError(f"{host}: preflight: " + "; ".join(refusals)
-                             + "; nothing on the host was changed (host data preflight: warn "
-                             "or off to deploy anyway)")
+                             + f"; profile file: {profile.source}; nothing on the host was changed "
+                             "(host data preflight: warn or off to deploy anyway)")
     report.warnings += [f"preflight: {r}" for r in refusals]
     return report
 

@@ -22,7 +22,8 @@ import jinja2
 
 from gpuserve.errors import InputError
 from gpuserve.host.nccl_env import NCCL_ENV_PATH
-from gpuserve.launch.profiles import ARGS_VAR
+from gpuserve.launch.env_names import ARGS_VAR
+from gpuserve.launch.exec_limits import env_problem
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
@@ -110,6 +111,9 @@ def env_line(key: str, value: str, source: str, field_name: str) -> tuple[str, s
     value = str(value)
     if "\n" in value or "\r" in value or "\0" in value:
         raise InputError(source, f"{field_name}.{key}", "value must be a single line")
+    problem = env_problem(key, value)
+    if problem:
+        raise InputError(source, f"{field_name}.{key}", problem)
     if _SAFE_ENV_VALUE.match(value):
         return key, value
     escaped = "".join("\\" + c if c in '"\\`$' else c for c in value)

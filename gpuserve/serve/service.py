@@ -7,16 +7,19 @@ Pure (no pyinfra): :func:`plan_service` decides at prepare time and raises
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuserve.errors import InputError
 from gpuserve.launch.catalog import load_catalog
-from gpuserve.launch.profiles import ARGS_VAR, RESERVED_ENV_MESSAGE
+from gpuserve.launch.env_names import ARGS_VAR, reserved_env
+from gpuserve.launch.exec_limits import args_problem
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.serve.render import (
     SERVICE_ENV_PATH,
     SYSTEM_UNIT_DIR,
     UnitSpec,
+    args_value,
     env_line,
     render_config,
     render_env_file,
@@ -77,8 +80,10 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
                  extra_env: object, hf_token: object, api_key: object,
                  data_source: str, cuda_home: str | None = None,
                  lock_name: str = "", listen_address: object = None,
-                 hardening_off: object = None, profile_sets_host: bool = True) -> ServicePlan:
-    """Render the three files; every input problem is an ``InputError`` here."""
+                 hardening_off: object = None, profile_sets_host: bool = True,
+                 arg_field: Callable[[str], str] = lambda arg: "extra_args") -> ServicePlan:
+    """Render the three files; every input problem is an ``InputError`` here
+    (``arg_field(arg)``: the profile field an argument came from, for its messages)."""
     for hit in secret_flags(args, _catalog_or_none(sglang_version)):
         # resolved like SGLang's parser: --api-k is --api-key (the message names the
         # option only, never the value)
@@ -97,8 +102,9 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
     for source, field_name, pairs in ((profile_source, "env", env),
                                       (data_source, "sglang_extra_env", extra_env)):
         for key, value in pairs.items():
-            if key == ARGS_VAR:
-                raise InputError(source, f"{field_name}.{key}", RESERVED_ENV_MESSAGE)
+            reserved = reserved_env(key) if isinstance(key, str) else None
+            if reserved:
+                raise InputError(source, f"{field_name}.{key}", reserved)
             merged[key] = env_line(key, value, source, field_name)
     if hf_token:
         if "\n" in hf_token:
@@ -128,6 +134,10 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
         launcher = [f"{venv}/bin/python", f"{bin_dir}/{REDACT_SCRIPT}", CONFIG_PATH, "--",
                     *launcher]
 
+    # the kernel refuses one argv or environment string over 128 KiB (exec_limits)
+    problem = args_problem(args, f"{ARGS_VAR}={args_value(args)}", arg_field)
+    if problem:
+        raise InputError(profile_source, *problem)
     unit_text = render_unit(UnitSpec(
         user=user, group=user, state_dir=state_dir, env_file=ENV_PATH, launcher=launcher,
         sglang_version=sglang_version, model_path=model_path, lock_name=lock_name,

@@ -27,10 +27,12 @@ RUNTIME = dict(name="gpu1", python="3.11.2", glibc="2.36", driver="580.126.20",
 
 def main(case: dict) -> int:
     host_json = case.get("host_json")
+    facts = case.get("host_facts")  # a host-facts document: the preflight's doctor runs
     try:
         plan_serve(case["data"], case.get("source", "inventory/gpu.py"),
                    lambda home: HostRuntime(**RUNTIME),
-                   host_record=lambda: None if host_json is None else host_json.splitlines())
+                   host_record=lambda: None if host_json is None else host_json.splitlines(),
+                   host_facts=None if facts is None else lambda: facts)
     except GpuserveError as exc:
         fields = {"file": getattr(exc, "file", None), "field": getattr(exc, "field", None)}
         if not isinstance(exc, InputError):

@@ -134,7 +134,8 @@ def run_case(case: dict[str, Any], tmp: Path) -> tuple[int, str]:
                 arg = arg.replace(key, value)
             argv.append(arg)
     else:
-        payload = {"data": case["data"], "host_json": case.get("host_json")}
+        payload = {"data": _substitute(case["data"], subst),
+                   "host_json": case.get("host_json"), "host_facts": case.get("host_facts")}
         if "host_json" in case and path is not None:
             payload["host_json"] = path.read_text(encoding="utf-8")
         argv = [sys.executable, str(REPO / "tests/unit/corpus/plan_case.py"),
@@ -144,6 +145,19 @@ def run_case(case: dict[str, Any], tmp: Path) -> tuple[int, str]:
                           errors="replace", timeout=TIMEOUT_S, preexec_fn=_limit_memory,
                           check=False)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def _substitute(data: Any, subst: dict[str, str]) -> Any:
+    """Host data with ``{input}``, ``{tmp}`` and ``{repo}`` expanded in its strings (a
+    profile written as the case's input, ``profile: '{input}'``)."""
+    if isinstance(data, dict):
+        return {k: _substitute(v, subst) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_substitute(v, subst) for v in data]
+    if isinstance(data, str):
+        for key, value in subst.items():
+            data = data.replace(key, value)
+    return data
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])

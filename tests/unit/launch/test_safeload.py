@@ -128,3 +128,17 @@ def test_json_line_given_by_the_caller_is_kept() -> None:
     with pytest.raises(InputError) as info:
         safeload.loads_json("[NaN]", "r.jsonl", line=7)
     assert info.value.line == 7
+
+
+@pytest.mark.parametrize("text, field, line", [
+    ("a: !!python/object/apply:os.system [echo]\n", "a", 1),     # a list: was dropped
+    ("a:\n  b: !!map {c: 1}\n", "a.b", 2),                        # a mapping: was dropped
+    ("a: [1, !!str 2]\n", "a[1]", 1),                             # even a standard tag
+    ("!custom {a: 1}\n", None, 1),                                # the root
+])
+def test_a_tag_on_any_node_is_refused_naming_its_field(text: str, field: str | None,
+                                                       line: int) -> None:
+    with pytest.raises(InputError) as caught:
+        safeload.load_yaml(text, "f.yaml")
+    assert caught.value.field == field and caught.value.line == line
+    assert "is not allowed" in caught.value.message

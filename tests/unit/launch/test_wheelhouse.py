@@ -93,3 +93,10 @@ def test_bad_lock_names_file_and_package(tmp_path: Path, capsys, change, field) 
     lock.write_text(json.dumps(data))
     assert main(["wheelhouse", "--lock", str(lock), str(tmp_path / "h")]) == 2
     assert f"gpuserve: error: {lock}: {field}: " in capsys.readouterr().err
+
+
+def test_bad_arguments_are_refused_before_dir_is_created(tmp_path: Path, capsys) -> None:
+    house = tmp_path / "house"
+    assert main(["wheelhouse", "--lock", str(tmp_path / "nope.json"), str(house)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert not house.exists()

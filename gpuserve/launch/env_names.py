@@ -1,0 +1,52 @@
+"""Environment names no profile ``env``, host data ``sglang_extra_env`` or ``nccl_env``
+may set: one rule for every place that writes the server's EnvironmentFiles.
+
+Why: systemd lets an EnvironmentFile= override the unit's own Environment= lines, so a
+name set there wins over what the unit chose. The unit runs code only from the
+root-owned venv (``WorkingDirectory=/``, ``PYTHONSAFEPATH=1``, the venv first on
+``PATH``); a profile's ``PYTHONPATH``, ``LD_PRELOAD`` or empty ``PYTHONSAFEPATH`` would
+load code from the service's own writable cache instead. Refused, by name:
+
+- the server's arguments variable (:data:`ARGS_VAR`), which the unit expands;
+- every ``LD_*`` name and ``GCONV_PATH``: glibc's dynamic loader (``LD_PRELOAD``,
+  ``LD_LIBRARY_PATH``, ``LD_AUDIT``, ...) and iconv load shared objects from them;
+- Python's code-locating variables: ``PYTHONPATH``, ``PYTHONHOME``,
+  ``PYTHONPLATLIBDIR``, ``PYTHONUSERBASE`` (where modules are found),
+  ``PYTHONSAFEPATH`` (empty puts the working directory back on ``sys.path``),
+  ``PYTHONSTARTUP``/``PYTHONINSPECT`` (run a file, or read code from stdin),
+  ``PYTHONPYCACHEPREFIX`` (bytecode read from another tree), ``PYTHONBREAKPOINT``
+  (imports a callable by name);
+- what the unit sets for run-time kernel builds: ``PATH``, ``CUDA_HOME``, ``CUDA_PATH``
+  (where the JIT compilers are found and run).
+"""
+
+from __future__ import annotations
+
+#: The server's EnvironmentFile variable that carries its arguments (the unit's
+#: ExecStart= expands it: roles/service/render.py).
+ARGS_VAR = "GPUSERVE_SGLANG_ARGS"
+RESERVED_ENV_MESSAGE = "is reserved: the unit passes the profile's server arguments in it"
+
+_LOADER = "the dynamic loader loads shared objects from it"
+_PYTHON = "it changes where Python finds and runs code"
+_BUILDS = "the unit sets it for run-time kernel builds, which find and run their compilers there"
+
+#: name -> why it is refused (the ``LD_`` prefix is refused as a whole).
+CODE_LOADING_ENV: dict[str, str] = {
+    "GCONV_PATH": _LOADER,
+    **dict.fromkeys(("PYTHONPATH", "PYTHONHOME", "PYTHONPLATLIBDIR", "PYTHONUSERBASE",
+                     "PYTHONSAFEPATH", "PYTHONSTARTUP", "PYTHONINSPECT",
+                     "PYTHONPYCACHEPREFIX", "PYTHONBREAKPOINT"), _PYTHON),
+    **dict.fromkeys(("PATH", "CUDA_HOME", "CUDA_PATH"), _BUILDS),
+}
+
+
+def reserved_env(name: str) -> str | None:
+    """Why ``name`` may not be set in the server's environment, else None."""
+    if name == ARGS_VAR:
+        return RESERVED_ENV_MESSAGE
+    why = _LOADER if name.startswith("LD_") else CODE_LOADING_ENV.get(name)
+    if why is None:
+        return None
+    return (f"is reserved: {why}, and the EnvironmentFile wins over the unit's own "
+            "setting; the server runs code only from the root-owned venv")
