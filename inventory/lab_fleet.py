@@ -1,5 +1,5 @@
-"""pyinfra inventory for the lab fleet: two running lab instances as GPU hosts behind
-SGLang's gateway on the first (issue 11's rolling switch and multi-node launches).
+"""pyinfra inventory for the lab fleet: running lab instances as GPU hosts behind
+SGLang's gateway on the first (rolling switches and multi-node launches).
 
     python -m lab up                                   # instance A (served already)
     python -m lab up --name A-2 --clone-from A         # B: a copy of A's disk
@@ -7,7 +7,7 @@ SGLang's gateway on the first (issue 11's rolling switch and multi-node launches
     pyinfra -y inventory/lab_fleet.py deploy/router.py
     pyinfra -y --serial inventory/lab_fleet.py deploy/serve.py --data profile=NAME
 
-Instances: $GPUSERVE_LAB_FLEET ("A,B"), default "<GPUSERVE_LAB_NAME>,<same>-2". Each
+Instances: $GPUSERVE_LAB_FLEET ("A,B" or more, in rank order), default "<GPUSERVE_LAB_NAME>,<same>-2". Each
 host has the lab host's data (inventory/lab.py) and its private address on the lab's
 socket network (lab/fleet.py) as ``private_address`` and ``listen_address``; only the
 first is the gateway's host. $GPUSERVE_LAB_FLEET_FAIL="HOST=MODE" makes the SGLang

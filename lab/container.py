@@ -22,9 +22,17 @@ QEMU VM (lab/qemu.py). Why each part is built the way it is:
   bind of a file in the host's upper layer (binds under /proc resolve their source
   inside the container), holding the format of the real file with the version the lab
   chose, as on a Proxmox LXC container whose GPUs' driver module is the host's.
+- Cgroups: nspawn with ``--keep-unit`` puts the container under the cgroup it was
+  started in (``<cgroup>/payload``); each host's nspawn starts in a cgroup of its own
+  (:func:`host_cgroups`, named like its network namespace). In one shared cgroup two
+  hosts' systemd managed the same ``/payload/system.slice/<unit>`` directories: a
+  restart in one host failed to kill its server ("Failed to kill control group ...:
+  Input/output error") and left it listening, with the other host's processes in the
+  same cgroup.
 - Stop: SIGTERM to the supervisor halts the container (nspawn passes it on as a
   shutdown); after the timeout, or after a crash, every process whose root is the
-  host's tree is killed, then the overlay and both loop mounts are removed.
+  host's tree is killed, then the overlay and both loop mounts and the host's cgroups
+  are removed.
 """
 
 from __future__ import annotations
@@ -303,10 +311,58 @@ def remove_forward(sock: Path, forward_id: int) -> None:
     slirp_api(sock, "remove_hostfwd", {"id": forward_id})
 
 
+# -- cgroups ---------------------------------------------------------------------------
+
+def cgroup_roots(mountinfo: str | None = None) -> list[Path]:
+    """The hierarchies systemd manages units in: every cgroup2 mount and the v1
+    ``name=systemd`` one (a hybrid machine has both)."""
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    roots = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        fstype, _, options = line.split(" - ", 1)[1].split()[:3]
+        if fstype == "cgroup2" or (fstype == "cgroup" and "name=systemd" in options.split(",")):
+            roots.append(Path(fields[4]))
+    return roots
+
+
+def host_cgroups(name: str, roots: list[Path] | None = None) -> list[Path]:
+    """Where one host's nspawn runs in each hierarchy (``name``: its netns name, unique
+    per lab home and instance)."""
+    return [root / "gpuserve-lab" / name for root in (cgroup_roots() if roots is None
+                                                      else roots)]
+
+
+def enter_cgroups(cgroups: list[Path]) -> None:
+    """Move the calling process into each cgroup (made when absent)."""
+    for cg in cgroups:
+        cg.mkdir(parents=True, exist_ok=True)
+        (cg / "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+
+def remove_cgroups(cgroups: list[Path]) -> None:
+    """Remove the host's cgroups, deepest first (nspawn's ``payload`` and ``supervisor``
+    and what the container's systemd made under them); a cgroup still holding a process
+    stays."""
+    for cg in cgroups:
+        if not cg.is_dir():
+            continue
+        for d in sorted((p for p in cg.rglob("*") if p.is_dir()),
+                        key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        with contextlib.suppress(OSError):
+            cg.rmdir()
+
+
 # -- the supervisor ------------------------------------------------------------------
 
-def supervise(argv: list[str], log: Path) -> int:
-    """Run the container; again when it exits for a reboot (133); pass SIGTERM on."""
+def supervise(argv: list[str], log: Path, cgroups: list[Path] | None = None) -> int:
+    """Run the container (in ``cgroups``, when given); again when it exits for a reboot
+    (133); pass SIGTERM on."""
     child: subprocess.Popen | None = None
     stopping = False
 
@@ -321,17 +377,20 @@ def supervise(argv: list[str], log: Path) -> int:
     with open(log, "ab", buffering=0) as out:
         while True:
             child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT,
+                                     preexec_fn=(lambda: enter_cgroups(cgroups))
+                                     if cgroups else None)
             rc = child.wait()
             out.write(f"\n[lab supervisor: systemd-nspawn exited {rc}]\n".encode())
             if rc != REBOOT_STATUS or stopping:
                 return rc
 
 
-def start_supervisor(argv: list[str], log: Path) -> int:
-    """The supervisor in a session of its own (it outlives `python -m lab up`)."""
+def start_supervisor(argv: list[str], log: Path, cgroup_name: str) -> int:
+    """The supervisor in a session of its own (it outlives `python -m lab up`); its
+    nspawn runs in the host's own cgroups (:func:`host_cgroups`)."""
     proc = subprocess.Popen([sys.executable, "-m", "lab.container", "supervise",
-                             "--log", str(log), "--", *argv],
+                             "--log", str(log), "--cgroup", cgroup_name, "--", *argv],
                             cwd=Path(__file__).resolve().parent.parent,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -367,9 +426,10 @@ def stop_slirp(pid: int | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["supervise"] and "--" in args and args[1:2] == ["--log"]:
-        return supervise(args[args.index("--") + 1:], Path(args[2]))
-    print("usage: python -m lab.container supervise --log FILE -- NSPAWN-ARGV",
+    if args[:1] == ["supervise"] and "--" in args and args[1:2] == ["--log"] \
+            and args[3:4] == ["--cgroup"]:
+        return supervise(args[args.index("--") + 1:], Path(args[2]), host_cgroups(args[4]))
+    print("usage: python -m lab.container supervise --log FILE --cgroup NAME -- NSPAWN-ARGV",
           file=sys.stderr)
     return 2
 

@@ -107,6 +107,20 @@ def _copy_disk(source: InstanceState, paths: container.Paths) -> None:
     finally:
         subprocess.run(["fsfreeze", "-u", str(frozen)], check=False, timeout=60)
     _say(f"cloned {source.name}'s disk in {time.monotonic() - t0:.1f}s")
+    check_disk(paths.disk_file)
+
+
+def check_disk(disk_file: Path) -> None:
+    """e2fsck the copy before its first mount: a clone once failed on CI with "Structure
+    needs cleaning" under its overlay, so a copy is checked (and repaired, saying so)
+    rather than trusted; one that cannot be repaired stops the clone."""
+    r = subprocess.run(["e2fsck", "-f", "-y", str(disk_file)], capture_output=True,
+                       text=True, timeout=300)
+    if r.returncode in (1, 2):
+        _say(f"e2fsck repaired the cloned disk:\n{r.stdout.strip()[-1500:]}")
+    elif r.returncode != 0:
+        raise RuntimeError(f"e2fsck {disk_file} exited {r.returncode}: "
+                           f"{(r.stdout + r.stderr).strip()[-1500:]}")
 
 
 def _start(st: InstanceState, paths: container.Paths, hostkey: Path,
@@ -120,7 +134,7 @@ def _start(st: InstanceState, paths: container.Paths, hostkey: Path,
     # a lab knob for the lab's own tests (a boot that fails), never set by product code
     argv += shlex.split(os.environ.get("GPUSERVE_LAB_NSPAWN_ARGS", ""))
     t0 = time.monotonic()
-    st.pid = container.start_supervisor(argv, paths.console_log)
+    st.pid = container.start_supervisor(argv, paths.console_log, st.extra["netns"])
     write_state(st)
     _say(f"systemd-nspawn started (supervisor pid {st.pid}; ssh 127.0.0.1:{st.ssh_port})")
     # the mirror is published while the container boots (a boot that fails says so
@@ -134,6 +148,7 @@ def _start(st: InstanceState, paths: container.Paths, hostkey: Path,
         st.extra["mirror_borrowed_from"] = source.name
     write_state(st)
     wait_ssh(st, timeout)
+    wait_booted(st, timeout)
     _say(f"mirror {st.mirror_url} (pid {st.mirror_pid})")
     _say(f"instance {st.name!r} up: SSH answered {time.monotonic() - t0:.1f}s after start")
 
@@ -148,6 +163,20 @@ def _forward_ssh(sock: Path) -> tuple[int, int]:
             if attempt == 4:
                 raise
     raise AssertionError("unreachable")
+
+
+def wait_booted(st: InstanceState, timeout: float) -> None:
+    """Until the container's boot is done (``systemctl is-system-running --wait``): sshd
+    answers before units that wait for network-online.target (the SGLang service) have
+    started, and a deploy then would race the boot's own start of the old server."""
+    state = run_in(st, "systemctl is-system-running --wait", timeout=timeout,
+                   check=False).strip()
+    if state not in ("running", "degraded"):
+        raise RuntimeError(f"the container's boot ended {state or 'without a state'!r}")
+    if state == "degraded":
+        failed = run_in(st, "systemctl --failed --no-legend --plain", timeout=30,
+                        check=False)
+        _say(f"boot finished degraded; failed units:\n{failed.strip()}")
 
 
 def wait_ssh(st: InstanceState, timeout: float, what: str = "boot") -> float:
@@ -187,7 +216,9 @@ def down(name: str, timeout: float = 60.0) -> str:
     if not borrowed and st.mirror_pid:
         mirror.stop(st.mirror_pid)
     stuck = container.unmount_root(paths)
-    container.netns_delete(st.extra.get("netns") or container.netns_name(name))
+    netns = st.extra.get("netns") or container.netns_name(name)
+    container.remove_cgroups(container.host_cgroups(netns))
+    container.netns_delete(netns)
     clear_state(name)
     _say(f"{name!r}: {result}; mounts removed"
          + (f" (lazily: {'; '.join(stuck)})" if stuck else "")

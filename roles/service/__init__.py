@@ -103,6 +103,10 @@ def planned_steps(plan: ServicePlan) -> list[str]:
                             unit_changed=UNIT_PATH in changed)
 
 
+#: systemd's ActiveState values of a unit whose server may be running
+LIVE_STATES = ("active", "activating", "reloading")
+
+
 @deploy("Configure the SGLang service")
 def configure_service(plan: ServicePlan, before_restart: Callable[[], None] | None = None
                       ) -> None:
@@ -113,7 +117,8 @@ def configure_service(plan: ServicePlan, before_restart: Callable[[], None] | No
     ``before_restart``: called (at prepare time, before the first file operation) when
     the activation will restart a live server, so its operations run first."""
     steps = planned_steps(plan)
-    if before_restart is not None and "restart" in steps:
+    live = managed.unit_state(UNIT_NAME, MANAGED_FILES).active in LIVE_STATES
+    if before_restart is not None and "restart" in steps and live:
         before_restart()
     managed.directory(name=f"{CONFIG_DIR} (root, readable by {plan.group} only)",
                       path=CONFIG_DIR, user="root", group=plan.group, mode="750")
@@ -140,19 +145,21 @@ def activation_steps(live: LiveUnit, files_changed: bool, unit_changed: bool) ->
     (every start counts towards StartLimitBurst, so a few redeploys in an hour or a
     fixed profile after a crash loop would be refused with "Start request repeated too
     quickly"); ``restart`` when a running server must pick up changed files (or runs an
-    older configuration than its files: :class:`roles.managed.UnitState`), else ``start`` when it is
-    not running; ``enable`` when it is not enabled."""
-    live_states = ("active", "activating", "reloading")
+    older configuration than its files: :class:`roles.managed.UnitState`), and also when
+    files changed while it was not running: a start queued at boot (the unit waits for
+    network-online.target) may run the old files after they were read and before they
+    are rewritten, and ``start`` would leave that server running, ``restart`` replaces
+    it; else ``start`` when it is not running; ``enable`` when it is not enabled."""
     steps = []
     if unit_changed or live.need_reload:
         steps.append("daemon-reload")
-    if live.active == "failed" or ((files_changed or live.stale) and live.active in live_states):
+    if live.active == "failed" or ((files_changed or live.stale) and live.active in LIVE_STATES):
         steps.append("reset-failed")
-    if live.active in live_states:
+    if live.active in LIVE_STATES:
         if files_changed or live.stale:
             steps.append("restart")
     else:
-        steps.append("start")
+        steps.append("restart" if files_changed else "start")
     if live.enabled != "enabled":
         steps.append("enable")
     return steps

@@ -1,16 +1,17 @@
-"""Two lab hosts behind SGLang's gateway: a rolling profile switch with a client
-streaming requests through the gateway the whole time (issue 11).
+"""Three lab hosts behind SGLang's gateway: a rolling profile switch with a client
+streaming requests through the gateway the whole time, one host out at a time
+(``router_max_unavailable`` 1), never the last ready one.
 
-The second host is a clone of the session's served host (lab/fleet.py: a point-in-time
-copy of its disk, booted as a second instance with its own SSH port), joined to it by a
-private socket network (10.77.0.1 and 10.77.0.2). The gateway runs on the first host
-(test_router.py installed it, and stopped it at its end); inventory/lab_fleet.py lists
-both hosts as its workers.
+The second and third hosts are clones of the session's served host (lab/fleet.py: a
+point-in-time copy of its disk, booted as an instance of its own with its own SSH
+port), joined to it by a private network (10.77.0.1-3). The gateway runs on the first
+host (test_router.py installed it, and stopped it at its end); inventory/lab_fleet.py
+lists every host as its workers.
 The client runs on this machine against the gateway's port forwarded to 127.0.0.1, one
 request at a time, bounded in count and time; every request must succeed.
 
 Runs last (conftest): it changes where the first host's server listens, and takes the
-second instance down at the end.
+other instances down at the end.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ FLEET_INVENTORY = "inventory/lab_fleet.py"
 KEY = "lab-router-key-not-a-secret-0001"  # inventory/lab.py: the lab's own, not a secret
 SWITCH_TO = "glm5-nvfp4-tp8-eagle3"
 BACK_TO = "glm5-nvfp4-tp8"
-HOSTS = ("lab-gpu", "lab-gpu-2")
-URLS = {"lab-gpu": "http://10.77.0.1:30000", "lab-gpu-2": "http://10.77.0.2:30000"}
+HOSTS = ("lab-gpu", "lab-gpu-2", "lab-gpu-3")
+URLS = {h: f"http://10.77.0.{i + 1}:30000" for i, h in enumerate(HOSTS)}
 
 
 @dataclass
@@ -84,9 +85,9 @@ class Client:
 
 
 class Fleet:
-    def __init__(self, lab, second: str, gateway_port: int):
-        self.lab, self.second, self.gateway_port = lab, second, gateway_port
-        self.env = dict(lab.env, GPUSERVE_LAB_FLEET=f"{lab.name},{second}")
+    def __init__(self, lab, others: list[str], gateway_port: int):
+        self.lab, self.others, self.gateway_port = lab, others, gateway_port
+        self.env = dict(lab.env, GPUSERVE_LAB_FLEET=",".join([lab.name, *others]))
 
     def pyinfra(self, *args: str, fail: str = "", check: bool = True):
         """pyinfra over the fleet inventory: ``args`` are its options and deploy (so
@@ -106,7 +107,8 @@ class Fleet:
     def ssh(self, host: str, cmd: str, check: bool = True) -> str:
         if host == HOSTS[0]:
             return self.lab.ssh(cmd, check=check).stdout
-        r = self.lab.lab_cli("ssh", "--name", self.second, "--", cmd, check=check, timeout=120)
+        other = self.others[HOSTS.index(host) - 1]
+        r = self.lab.lab_cli("ssh", "--name", other, "--", cmd, check=check, timeout=120)
         return r.stdout
 
     def profile(self, host: str) -> str:
@@ -133,29 +135,32 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(lab):
-    second = f"{lab.name}-2"
-    lab.lab_cli("up", "--name", second, "--clone-from", lab.name, timeout=900)
+    others = [f"{lab.name}-{i}" for i in range(2, len(HOSTS) + 1)]
     try:
-        lab.lab_cli("link", lab.name, second)
+        for other in others:
+            lab.lab_cli("up", "--name", other, "--clone-from", lab.name, timeout=900)
+        lab.lab_cli("link", lab.name, *others)
         port = int(lab.lab_cli("forward", "--name", lab.name, "30080")
                    .stdout.strip().splitlines()[-1])
-        f = Fleet(lab, second, port)
-        # Both servers listen on 127.0.0.1 (the clone like its source); the gateway is
-        # installed but stopped (test_router.py's end). The serve deploy moves them onto
-        # their private addresses one at a time: a stopped gateway routes nothing, so
-        # each restarts undrained (a fleet's first deploy, before its gateway exists,
-        # goes the same way); the router deploy then starts the gateway with both.
+        f = Fleet(lab, others, port)
+        # Every server listens where its source's did (the clones like their source);
+        # the gateway is installed but stopped (test_router.py's end). The serve deploy
+        # moves them onto their private addresses one at a time: a stopped gateway routes
+        # nothing, so each restarts undrained (a fleet's first deploy, before its
+        # gateway exists, goes the same way); the router deploy then starts the gateway
+        # with all of them.
         r = f.pyinfra("--serial", "deploy/serve.py", "--data", "bench=off")
         for host in HOSTS:
             assert (f"{host}: gateway: gpuserve-router.service on {HOSTS[0]} is inactive: "
                     "no traffic through it to drain, switching") in r.stdout
         r = f.pyinfra("deploy/router.py")
-        assert "2/2 workers ready" in r.stdout
+        assert f"{len(HOSTS)}/{len(HOSTS)} workers ready" in r.stdout
         seen = f.wait_ready()
         assert all(seen.get(u) == "ready" for u in URLS.values()), seen
         yield f
     finally:
-        lab.lab_cli("down", "--name", second, check=False)
+        for other in others:
+            lab.lab_cli("down", "--name", other, check=False)
         lab.lab_cli("unlink", "--name", lab.name, check=False)
 
 
@@ -176,11 +181,12 @@ def test_rolling_switch_fails_no_request(fleet) -> None:
     assert client.failures == [], client.failures[:10]
     assert client.ok >= 20, client.ok
     out = r.stdout
-    # one host at a time: the first is back in the gateway before the second leaves it
-    back_first = out.index("lab-gpu: gateway: back in")
-    out_second = out.index("lab-gpu-2: gateway: out of")
-    assert out.index("lab-gpu: gateway: out of") < back_first < out_second
-    assert "lab-gpu-2: gateway: back in" in out
+    # one host at a time (max_unavailable 1): each is back in the gateway before the
+    # next leaves it
+    marks = []
+    for h in HOSTS:
+        marks += [out.index(f"{h}: gateway: out of"), out.index(f"{h}: gateway: back in")]
+    assert marks == sorted(marks), marks
     assert {h: fleet.profile(h) for h in HOSTS} == {h: SWITCH_TO for h in HOSTS}
     seen = fleet.wait_ready(30)
     assert all(seen.get(u) == "ready" for u in URLS.values()), seen
@@ -192,7 +198,7 @@ def test_rolling_switch_fails_no_request(fleet) -> None:
     assert status.returncode == 0, status.stdout[-3000:]
     doc = json.loads(status.stdout[status.stdout.index("{"):])
     views = {h["host"]: [v["view"] for v in h["gateway"]] for h in doc["hosts"]}
-    assert views == {"lab-gpu": ["ready"], "lab-gpu-2": ["ready"]}, views
+    assert views == {h: ["ready"] for h in HOSTS}, views
     assert {h["host"]: h["profile"] for h in doc["hosts"]} == {h: SWITCH_TO for h in HOSTS}
     assert KEY not in status.stdout
 
@@ -213,8 +219,12 @@ def test_second_host_failing_is_rolled_back_and_put_back_and_the_first_keeps_the
     assert (f"the host was rolled back to profile {SWITCH_TO}, which is healthy again"
             in out), out[-4000:]
     assert "gateway: lab-gpu-2 is back in lab-gpu's list and ready" in out, out[-4000:]
+    # the host after the failed one is not switched at all
+    assert ("rolling switch: not switched: lab-gpu-2 failed first behind the gateway on "
+            "lab-gpu; lab-gpu-3 was not changed and keeps its current profile") in out
     assert {h: fleet.profile(h) for h in HOSTS} == {"lab-gpu": BACK_TO,
-                                                     "lab-gpu-2": SWITCH_TO}
+                                                     "lab-gpu-2": SWITCH_TO,
+                                                     "lab-gpu-3": SWITCH_TO}
     seen = fleet.wait_ready(60)
     assert all(seen.get(u) == "ready" for u in URLS.values()), seen
 
@@ -224,15 +234,18 @@ TWO_NODES = "tests/fixtures/profiles/two-nodes.yaml"  # glm5-nvfp4-tp8 as TP16 o
 
 def test_multi_node_profile_starts_across_both_hosts_and_only_node_0_is_a_worker(
         fleet) -> None:
-    # one engine over both hosts: they restart together (no --serial: node 0 waits for
-    # node 1), and neither is a rolling switch (node 1 serves no HTTP, node 0 has no
-    # other worker to take its requests)
+    # one engine over two hosts (the fleet's first two: inventory/lab_fleet.py's group
+    # is the node group): they restart together (no --serial: node 0 waits for node 1),
+    # and neither is a rolling switch (node 1 serves no HTTP, node 0 has no other
+    # worker to take its requests)
+    fleet = Fleet(fleet.lab, fleet.others[:1], fleet.gateway_port)
     r = fleet.pyinfra("deploy/serve.py", "--data", f"profile={TWO_NODES}", "--data",
                       "bench=off", "--data", "health_timeout=300")
     assert "take http" not in r.stdout
     # the server's arguments: $GPUSERVE_SGLANG_ARGS in the EnvironmentFile
-    units = {h: fleet.ssh(h, f"grep ^GPUSERVE_SGLANG_ARGS= {ENV_PATH}") for h in HOSTS}
-    for rank, h in enumerate(HOSTS):
+    pair = HOSTS[:2]
+    units = {h: fleet.ssh(h, f"grep ^GPUSERVE_SGLANG_ARGS= {ENV_PATH}") for h in pair}
+    for rank, h in enumerate(pair):
         assert re.search(r"--nnodes['\s]+2\b", units[h]), units[h]
         # node 0 is SGLang's default rank: the rendered launch leaves it out
         ranked = re.search(r"--node-rank['\s]+(\d+)", units[h])

@@ -423,12 +423,20 @@ def test_failing_verification_removes_the_venv_and_fails_the_host(caplog) -> Non
          ["daemon-reload", "reset-failed", "restart"]),
         # only the env changed: no daemon-reload
         ("active", "enabled", True, False, False, (), ["reset-failed", "restart"]),
-        # a crash loop, fixed profile: clear the start limit, then start
-        ("failed", "enabled", True, True, False, (), ["daemon-reload", "reset-failed", "start"]),
+        # a crash loop, fixed profile: clear the start limit, then (re)start: a server
+        # systemd started again meanwhile runs the old files
+        ("failed", "enabled", True, True, False, (),
+         ["daemon-reload", "reset-failed", "restart"]),
         # failed with nothing changed: clear and start again
         ("failed", "enabled", False, False, False, (), ["reset-failed", "start"]),
-        # first deploy: nothing to clear on an inactive unit, start and enable
-        ("inactive", "", True, True, False, (), ["daemon-reload", "start", "enable"]),
+        # first deploy: nothing to clear on an inactive unit, (re)start and enable
+        ("inactive", "", True, True, False, (), ["daemon-reload", "restart", "enable"]),
+        # files changed while a start queued at boot had not run yet (the unit waits for
+        # network-online.target): restart, so a server the boot starts meanwhile with the
+        # old files is replaced (start would leave it running)
+        ("inactive", "enabled", True, False, False, (), ["restart"]),
+        # stopped by hand, nothing changed: start
+        ("inactive", "enabled", False, False, False, (), ["start"]),
         # a deploy cut off after writing the env file: the server is older than its file
         ("active", "enabled", False, False, False, ("/etc/gpuserve/sglang.env",),
          ["reset-failed", "restart"]),

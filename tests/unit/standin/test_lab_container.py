@@ -96,3 +96,44 @@ def test_state_kind_defaults_to_vm_for_state_files_written_before_it(tmp_path):
 def test_lab_deps_cover_the_container_tools():
     for pkg in ("systemd-container", "slirp4netns", "iproute2"):
         assert pkg in PACKAGES
+
+
+# /proc/self/mountinfo's cgroup lines on the lab's machine kind (a hybrid: v1
+# controllers, v1 name=systemd and the unified v2 hierarchy), then Debian 12's default
+# (v2 only, with optional fields before the separator)
+MOUNTINFO = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+MOUNTINFO_V2 = ("30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - "
+                "cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n")
+
+
+def test_each_host_gets_cgroups_of_its_own_in_the_hierarchies_systemd_uses():
+    assert container.cgroup_roots(MOUNTINFO) == [Path("/sys/fs/cgroup/systemd"),
+                                                 Path("/sys/fs/cgroup/unified")]
+    assert container.cgroup_roots(MOUNTINFO_V2) == [Path("/sys/fs/cgroup")]
+    roots = container.cgroup_roots(MOUNTINFO)
+    a = container.host_cgroups(container.netns_name("a"), roots)
+    b = container.host_cgroups(container.netns_name("b"), roots)
+    assert a[0].parent == Path("/sys/fs/cgroup/systemd/gpuserve-lab") and not set(a) & set(b)
+
+
+def test_supervisor_starts_nspawn_in_the_hosts_cgroups_and_down_removes_them(tmp_path):
+    """Plain directories stand in for the cgroups: the child writes its own pid into
+    each one's cgroup.procs before it runs (what moves it there on a real hierarchy)."""
+    cgroups = [tmp_path / "systemd" / "gpuserve-lab" / "h", tmp_path / "unified" / "h"]
+    log = tmp_path / "console.log"
+    rc = container.supervise([sys.executable, "-c", "import os; print('pid', os.getpid())"],
+                             log, cgroups)
+    pid = log.read_text().split("pid ")[1].split()[0]
+    assert rc == 0 and all((cg / "cgroup.procs").read_text() == f"{pid}\n" for cg in cgroups)
+    for cg in cgroups:  # nspawn's own children, and what the container's systemd made
+        (cg / "cgroup.procs").unlink()  # a real cgroup's files go with its directory
+        (cg / "payload" / "system.slice" / "x.service").mkdir(parents=True)
+        (cg / "supervisor").mkdir()
+    container.remove_cgroups(cgroups)
+    assert not any(cg.exists() for cg in cgroups)
