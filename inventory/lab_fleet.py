@@ -7,12 +7,13 @@ SGLang's gateway on the first (rolling switches and multi-node launches).
     pyinfra -y inventory/lab_fleet.py deploy/router.py
     pyinfra -y --serial inventory/lab_fleet.py deploy/serve.py --data profile=NAME
 
-Instances: $GPUSERVE_LAB_FLEET ("A,B" or more, in rank order), default "<GPUSERVE_LAB_NAME>,<same>-2". Each
-host has the lab host's data (inventory/lab.py) and its private address on the lab's
-socket network (lab/fleet.py) as ``private_address`` and ``listen_address``; only the
-first is the gateway's host. $GPUSERVE_LAB_FLEET_FAIL="HOST=MODE" makes the SGLang
-stand-in on that host fail at start (GPUSERVE_LAB_STANDIN_FAIL: oom or crash): the
-fleet test's failing second host. Lab knobs only; product code never reads them.
+Instances: $GPUSERVE_LAB_FLEET ("A,B" or more, in rank order), default
+"<GPUSERVE_LAB_NAME>,<same>-2". Each host has the lab host's data (inventory/lab.py) and
+its private address on the lab's socket network (lab/fleet.py) as ``private_address``
+and ``listen_address``; only the first is the gateway's host.
+$GPUSERVE_LAB_FLEET_FAIL="HOST=MODE" makes the SGLang stand-in on that host fail at
+start (GPUSERVE_LAB_STANDIN_FAIL: oom or crash): the fleet test's failing second host.
+Lab knobs only; product code never reads them.
 """
 
 from __future__ import annotations
