@@ -2,12 +2,12 @@
 pyinfra inventory, without connecting to any host.
 
 Why: pyinfra connects to every host before it loads a deploy file, so a typo in a
-profile or in host data is otherwise reported after SSH to the whole fleet. This
-command loads the inventory with pyinfra's own loader (group data files and ``--data``
-apply exactly as for ``pyinfra INVENTORY deploy/serve.py --data k=v``) and runs the same
-functions the deploys run at prepare time (``roles.service.serve_plan.plan_serve``,
-``roles.host_plan.plan_host``), with every host fact unknown. The deploys keep their
-own checks; this is a lint, not a substitute.
+profile or in host data is otherwise reported after SSH to the whole fleet. This command
+loads the inventory with pyinfra's own loader (group data files and ``--data`` apply
+exactly as for ``pyinfra INVENTORY deploy/serve.py --data k=v``) and runs the same
+functions the deploys run at prepare time (``gpuserve.serve.plan.plan_serve``,
+``gpuserve.host.plan.plan_host``, ``gpuserve.fleet.router_plan``), with every host fact
+unknown. The deploys keep their own checks; this is a lint, not a substitute.
 
 What a host alone can say (driver, Python, glibc, disk, CUDA toolkit, the checkpoint's
 memory fit, the doctor's rules, ``/etc/gpuserve/host.json``, the service account, the
@@ -19,9 +19,11 @@ an older or other-Python lock shows up as a warning naming that lock.
 Exit status: 0 when every host passes, 1 when any host fails a check, 2 for bad usage
 or an inventory that cannot be loaded (``inventory/lab.py`` without a running lab).
 
-Unlike the rest of ``gpuserve/`` this command imports pyinfra's CLI loader and the
-repository's ``roles/`` (lazily, inside functions): running the deploys' own code is its
-whole point, and ``gpuserve plan|doctor|render`` must not pay for those imports.
+Unlike the rest of ``gpuserve/`` this command imports pyinfra's CLI loader (lazily,
+inside functions) and puts the repository on ``sys.path`` (an inventory may import its
+code): loading inventories as the deploys do is its whole point, and
+``gpuserve plan|doctor|render`` must not pay for those imports. The plans it runs live in
+``gpuserve/``; it imports no ``roles/``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ load code from the service's own writable cache instead. Refused, by name:
 from __future__ import annotations
 
 #: The server's EnvironmentFile variable that carries its arguments (the unit's
-#: ExecStart= expands it: roles/service/render.py).
+#: ExecStart= expands it: gpuserve/serve/render.py).
 ARGS_VAR = "GPUSERVE_SGLANG_ARGS"
 RESERVED_ENV_MESSAGE = "is reserved: the unit passes the profile's server arguments in it"
 

@@ -3,7 +3,7 @@
 Why: the kernel's ``execve`` refuses any single argument or environment string longer
 than ``MAX_ARG_STRLEN`` (32 pages, 131,072 bytes with its terminating NUL;
 include/uapi/linux/binfmts.h) with E2BIG. The server's arguments travel in one
-EnvironmentFile variable (``GPUSERVE_SGLANG_ARGS``, roles/service/render.py), so 16,000
+EnvironmentFile variable (``GPUSERVE_SGLANG_ARGS``, gpuserve/serve/render.py), so 16,000
 ``extra_args`` or one 140,000-character ``--chat-template`` passed every check and then
 the unit could not start, after the host was changed. The total of argv and environment
 is bounded too (``ARG_MAX``, a quarter of the stack limit: 2 MiB by default), but with

@@ -291,7 +291,7 @@ def _with_host_flags(args: list[str], host_json_lines: list[str] | None,
 def _service_plan(data: dict, source: str, settings: _Settings, profile: Profile, lock: Lock,
                   version: str, runtime: HostRuntime, launch: Launch, args: list[str],
                   launch_env: dict[str, str]) -> service.ServicePlan:
-    """The unit, EnvironmentFile and --config file of this launch (roles/service)."""
+    """The unit, EnvironmentFile and --config file of this launch (gpuserve/serve/service.py)."""
     home = settings.home
     served = profile.model.served_name or profile.model.path
     return service.plan_service(

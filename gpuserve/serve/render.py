@@ -186,9 +186,9 @@ class UnitSpec:
         return "yes"
 
 
-#: Where the server's unit file lives (roles/service ``UNIT_PATH``).
+#: Where the server's unit file lives (gpuserve/serve/service.py ``UNIT_PATH``).
 SYSTEM_UNIT_DIR = "/etc/systemd/system"
-#: The server's EnvironmentFile (roles/service ``ENV_PATH``): profile env, secrets and
+#: The server's EnvironmentFile (gpuserve/serve/service.py ``ENV_PATH``): profile env, secrets and
 #: the server's arguments; root-only.
 SERVICE_ENV_PATH = "/etc/gpuserve/sglang.env"
 

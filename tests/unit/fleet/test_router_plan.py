@@ -1,4 +1,4 @@
-"""The gateway deploy's plan (roles/router/plan.py): manifest, unit, refusals, lock.
+"""The gateway deploy's plan (gpuserve/fleet/router_plan.py): manifest, unit, refusals, lock.
 
 Everything here runs at prepare time, before any host changes, and again in
 ``gpuserve check`` (through the same ``plan_router``)."""

@@ -1,4 +1,4 @@
-"""The serve deploy's preflight (roles/service/preflight.py) through plan_serve: memory
+"""The serve deploy's preflight (gpuserve/serve/preflight.py) through plan_serve: memory
 fit from a real-format checkpoint's headers (composed by tools/compose_checkpoint.py,
 scanned by the very command the ModelCheckpoint fact runs on a host), and the doctor's
 rules on a recorded host-facts document; refusals before any operation exists."""
