@@ -119,6 +119,7 @@ def stop_sshd_script(ports: list[int]) -> str:
 class Sample:
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    hosts_cpu: list[float] = field(default_factory=list)  # container hosts only
 
     @property
     def wall_median(self) -> float:
@@ -138,6 +139,8 @@ def table(label: str, runs: int, samples: dict[int, Sample]) -> str:
            f"  {'hosts':>5}  {'wall s':>7} {'(min-max)':<15} {f'x N={base_n}':>7}  "
            f"{'CPU s':>6}  {f'x N={base_n}':>7}  {'CPU/host s':>10}  "
            f"{'CPU/extra host s':>16}"]
+    if base.hosts_cpu:
+        out[-1] += f"  {'hosts CPU s':>11}"
     for n in sorted(samples):
         s = samples[n]
         spread = f"({min(s.wall):.2f}-{max(s.wall):.2f})"
@@ -146,8 +149,35 @@ def table(label: str, runs: int, samples: dict[int, Sample]) -> str:
         extra = (f"{(s.cpu_median - base.cpu_median) / (n - base_n):16.3f}" if n > base_n
                  else f"{'-':>16}")
         out.append(f"  {n:>5}  {s.wall_median:7.2f} {spread:<15} {wall_x:6.1f}x  "
-                   f"{s.cpu_median:6.2f}  {cpu_x:6.1f}x  {s.cpu_median / n:10.3f}  {extra}")
+                   f"{s.cpu_median:6.2f}  {cpu_x:6.1f}x  {s.cpu_median / n:10.3f}  {extra}"
+                   + (f"  {statistics.median(s.hosts_cpu):11.2f}" if s.hosts_cpu else ""))
     return "\n".join(out)
+
+
+def hosts_cpu_seconds(names: list[str]) -> float:
+    """CPU seconds the container lab hosts ``names`` have used: their cgroups' (cgroup2
+    ``cpu.stat`` usage_usec: systemd, sshd, the deploy's commands) and their
+    slirp4netns processes' (user-mode networking outside the cgroups; /proc/PID/stat).
+    They run on this same machine, so beside the controller's CPU they say whether a
+    run's wall time is the controller's or the hosts' work on the shared cores."""
+    from lab import container
+
+    total = 0.0
+    for name in names:
+        st = read_state(name)
+        netns = (st.extra.get("netns") if st else None) or container.netns_name(name)
+        for cg in container.host_cgroups(netns):
+            stat = cg / "cpu.stat"
+            if stat.exists():
+                usage = dict(line.split() for line in stat.read_text().splitlines())
+                total += int(usage.get("usage_usec", 0)) / 1e6
+        pid = st.extra.get("slirp_pid") if st else None
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
 
 
 def parse_hosts(text: str) -> list[int]:
@@ -195,11 +225,15 @@ def lab_host_data(name: str) -> dict:
 
 
 def measure(kind: str, inventory: Path, runs: int, env: dict[str, str],
-            timeout: float) -> Sample:
+            timeout: float, hosts: list[str] | None = None) -> Sample:
+    """``runs`` timed runs; with ``hosts`` (container lab hosts), their CPU too."""
     argv = [PYINFRA, "-y", str(inventory), *COMMANDS[kind]]
     sample = Sample()
     for _ in range(runs):
+        hosts_before = hosts_cpu_seconds(hosts) if hosts else 0.0
         wall, cpu, out, rc = timed(argv, env, timeout)
+        if hosts:
+            sample.hosts_cpu.append(hosts_cpu_seconds(hosts) - hosts_before)
         # a deploy's "[host] Success" is a change (exec reports its command that way)
         if rc != 0 or (kind == "host" and re.search(r"\] (Success|Error)\b", out)):
             hosts = [ln.strip() for ln in out.splitlines()
@@ -262,7 +296,7 @@ def run_containers(args: argparse.Namespace, name: str, kinds: list[str],
                                                *COMMANDS["host"]], env, args.timeout)
                     if rc != 0:
                         raise SystemExit(f"deploy/host.py failed ({rc}):\n{out[-3000:]}")
-                stopped = _measure_all(kinds, inventory, n, args, env, samples)
+                stopped = _measure_all(kinds, inventory, n, args, env, samples, names[:n])
                 if stopped:
                     break
     finally:
@@ -274,10 +308,11 @@ def run_containers(args: argparse.Namespace, name: str, kinds: list[str],
 
 
 def _measure_all(kinds: list[str], inventory: Path, n: int, args: argparse.Namespace,
-                 env: dict[str, str], samples: dict[str, dict[int, Sample]]) -> str:
+                 env: dict[str, str], samples: dict[str, dict[int, Sample]],
+                 hosts: list[str]) -> str:
     for kind in kinds:
         try:
-            samples[kind][n] = measure(kind, inventory, args.runs, env, args.timeout)
+            samples[kind][n] = measure(kind, inventory, args.runs, env, args.timeout, hosts)
         except SystemExit as exc:  # keep what was measured at smaller N
             return f"stopped at N={n} ({kind}): {exc}"
         s = samples[kind][n]
@@ -325,7 +360,9 @@ def main() -> None:
         print(f"lab instance {name} and its clones: each of the N hosts is a container of "
               "its own (systemd-nspawn,")
         print("native speed); the CPU columns are the controller's own (user+sys of the "
-              "pyinfra process and its children).")
+              "pyinfra process and its children),")
+        print("'hosts CPU s' the N hosts' own (their cgroups and slirp4netns), on the same "
+              f"{os.cpu_count()} cores.")
         print_results(kinds, args, samples, first, stopped)
         return
 

@@ -99,3 +99,19 @@ def test_parse_hosts():
     for bad in ("0,2", "a", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             bench.parse_hosts(bad)
+
+
+def test_table_shows_the_container_hosts_own_cpu_beside_the_controllers():
+    samples = {1: bench.Sample(wall=[0.7], cpu=[0.5], hosts_cpu=[0.2]),
+               32: bench.Sample(wall=[4.0], cpu=[1.6], hosts_cpu=[5.1])}
+    lines = bench.table("deploy/host.py (no-op rerun)", 1, samples).splitlines()
+    assert lines[1].rstrip().endswith("hosts CPU s")
+    assert lines[2].split()[-1] == "0.20" and lines[3].split()[-1] == "5.10"
+    # a VM's table (one guest: no per-host CPU) keeps its columns
+    vm = {1: bench.Sample(wall=[0.7], cpu=[0.5])}
+    assert "hosts CPU" not in bench.table("x", 1, vm)
+
+
+def test_hosts_cpu_of_instances_that_are_not_running_is_zero(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUSERVE_LAB_HOME", str(tmp_path))
+    assert bench.hosts_cpu_seconds(["no-such-instance"]) == 0.0
