@@ -30,9 +30,10 @@ QEMU VM (lab/qemu.py). Why each part is built the way it is:
   Input/output error") and left it listening, with the other host's processes in the
   same cgroup.
 - Stop: SIGTERM to the supervisor halts the container (nspawn passes it on as a
-  shutdown); after the timeout, or after a crash, every process whose root is the
-  host's tree is killed, then the overlay and both loop mounts and the host's cgroups
-  are removed.
+  shutdown); after the timeout, or after a crash, every process in the host's cgroups
+  or whose root is the host's tree is killed, then the overlay and both loop mounts and
+  the host's cgroups are removed. An ``up`` first removes whatever an earlier host of
+  its name left when it was never taken down (:func:`clear_leftovers`).
 """
 
 from __future__ import annotations
@@ -223,6 +224,43 @@ def unmount_root(p: Paths) -> list[str]:
     return stuck
 
 
+def clear_leftovers(p: Paths, netns: str) -> list[str]:
+    """Before a host is started again: what an earlier host of this name left behind
+    when it was not taken down (a crash, a killed ``up``, a lost state file): its
+    processes, network namespace (with its slirp4netns), cgroups, mounts and loop
+    devices. Mounting over stale mounts reused them, and a clone's copy then rewrote a
+    disk file still mounted there: the clone failed with "Structure needs cleaning" or a
+    read-only overlay. Returns what it removed."""
+    removed = []
+    cgroups = host_cgroups(netns)
+    if killed := kill_cgroups(cgroups):
+        removed.append(f"{killed} process(es) in its cgroups")
+    procs = processes_in(p.root) if p.root.exists() else []
+    if Path(f"/run/netns/{netns}").exists():
+        r = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True,
+                           timeout=60)
+        procs += [int(x) for x in r.stdout.split() if x.isdigit()]
+    for pid in sorted(set(procs)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if procs:
+        removed.append(f"{len(set(procs))} process(es)")
+        time.sleep(0.5)
+    removed += [f"{d} (mounted)" for d in p.mountpoints if _mounted(d)]
+    removed += [f"{s} (not unmounted, detached)" for s in unmount_root(p)]
+    remove_cgroups(cgroups)
+    if Path(f"/run/netns/{netns}").exists():
+        netns_delete(netns)
+        removed.append(f"network namespace {netns}")
+    r = subprocess.run(["losetup", "--associated", str(p.disk_file)], capture_output=True,
+                       text=True, timeout=60)
+    for line in r.stdout.splitlines():
+        device = line.split(":", 1)[0]
+        subprocess.run(["losetup", "--detach", device], capture_output=True, timeout=60)
+        removed.append(f"{device} (loop device of {p.disk_file.name})")
+    return removed
+
+
 def processes_in(root: Path) -> list[int]:
     """Pids whose root directory is the container's tree (its whole userland)."""
     target = str(root.resolve())
@@ -343,6 +381,31 @@ def enter_cgroups(cgroups: list[Path]) -> None:
         (cg / "cgroup.procs").write_text(f"{os.getpid()}\n")
 
 
+def cgroup_pids(cgroups: list[Path]) -> set[int]:
+    """Every process in the host's cgroups and below (the container's whole userland,
+    whatever its root now resolves to)."""
+    pids: set[int] = set()
+    for cg in cgroups:
+        if cg.is_dir():
+            for procs in cg.rglob("cgroup.procs"):
+                with contextlib.suppress(OSError):
+                    pids.update(int(x) for x in procs.read_text().split())
+    return pids
+
+
+def kill_cgroups(cgroups: list[Path], timeout: float = 10.0) -> int:
+    """SIGKILL every process in the host's cgroups, until none is left or ``timeout``;
+    returns how many there were."""
+    first = cgroup_pids(cgroups)
+    deadline = time.monotonic() + timeout
+    while (pids := cgroup_pids(cgroups)) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+    return len(first)
+
+
 def remove_cgroups(cgroups: list[Path]) -> None:
     """Remove the host's cgroups, deepest first (nspawn's ``payload`` and ``supervisor``
     and what the container's systemd made under them); a cgroup still holding a process
@@ -397,9 +460,11 @@ def start_supervisor(argv: list[str], log: Path, cgroup_name: str) -> int:
     return proc.pid
 
 
-def stop(supervisor_pid: int, root: Path, timeout: float = 60.0) -> str:
+def stop(supervisor_pid: int, root: Path, timeout: float = 60.0,
+         cgroups: list[Path] | None = None) -> str:
     """Halt the container (SIGTERM to its supervisor), kill what is left after
-    ``timeout``; returns how it ended."""
+    ``timeout`` (what is in the host's ``cgroups``, and what runs in its tree); returns
+    how it ended."""
     result = "not running"
     if pid_alive(supervisor_pid):
         os.kill(supervisor_pid, signal.SIGTERM)
@@ -407,14 +472,15 @@ def stop(supervisor_pid: int, root: Path, timeout: float = 60.0) -> str:
         while pid_alive(supervisor_pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         result = "halted" if not pid_alive(supervisor_pid) else "killed after the timeout"
+    killed = kill_cgroups(cgroups) if cgroups else 0
     left = processes_in(root) if root.exists() else []
     for pid in left:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     if pid_alive(supervisor_pid):
         os.kill(supervisor_pid, signal.SIGKILL)
-    if left and result == "not running":
-        result = f"killed {len(left)} leftover process(es)"
+    if (left or killed) and result == "not running":
+        result = f"killed {len(left) + killed} leftover process(es)"
     return result
 
 

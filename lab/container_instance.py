@@ -58,12 +58,18 @@ def up(name: str, fresh: bool = False, timeout: float = 120.0,
     idir = instance_dir(name)
     idir.mkdir(parents=True, exist_ok=True)
     paths = container.Paths(idir)
+    if left := container.clear_leftovers(paths, container.netns_name(name)):
+        _say(f"removed what an earlier {name!r} left behind: {'; '.join(left)}")
     if source is not None:
         _copy_disk(source, paths)
-    container.mount_root(paths, image, fresh=fresh and source is None)
     version = driver_version or (source.extra.get("driver_version") if source else None) \
         or container.DEFAULT_DRIVER_VERSION
-    container.write_host_files(paths.root, version)
+    try:
+        container.mount_root(paths, image, fresh=fresh and source is None)
+        container.write_host_files(paths.root, version)
+    except BaseException:
+        container.unmount_root(paths)
+        raise
     container.raise_inotify_limit(_say)
     netns = container.netns_name(name)
     container.netns_add(netns)
@@ -100,20 +106,23 @@ def _copy_disk(source: InstanceState, paths: container.Paths) -> None:
     src_disk = Path(source.overlay)
     frozen = container.Paths(src_disk.parent).disk
     paths.idir.mkdir(parents=True, exist_ok=True)
+    # a new file renamed into place: a disk file is never rewritten under a mount
+    partial = paths.disk_file.with_name(paths.disk_file.name + ".partial")
     subprocess.run(["fsfreeze", "-f", str(frozen)], check=True, timeout=60)
     try:
-        subprocess.run(["cp", "--sparse=always", str(src_disk), str(paths.disk_file)],
+        partial.unlink(missing_ok=True)
+        subprocess.run(["cp", "--sparse=always", str(src_disk), str(partial)],
                        check=True, timeout=600)
     finally:
         subprocess.run(["fsfreeze", "-u", str(frozen)], check=False, timeout=60)
+    check_disk(partial)
+    partial.replace(paths.disk_file)
     _say(f"cloned {source.name}'s disk in {time.monotonic() - t0:.1f}s")
-    check_disk(paths.disk_file)
 
 
 def check_disk(disk_file: Path) -> None:
-    """e2fsck the copy before its first mount: a clone once failed on CI with "Structure
-    needs cleaning" under its overlay, so a copy is checked (and repaired, saying so)
-    rather than trusted; one that cannot be repaired stops the clone."""
+    """e2fsck the copy before its first mount (repaired, saying so, or refused): a copy
+    is checked rather than trusted."""
     r = subprocess.run(["e2fsck", "-f", "-y", str(disk_file)], capture_output=True,
                        text=True, timeout=300)
     if r.returncode in (1, 2):
@@ -210,13 +219,13 @@ def down(name: str, timeout: float = 60.0) -> str:
 
     paths = container.Paths(instance_dir(name))
     fleet.unlink_container(st)
-    result = container.stop(st.pid, paths.root, timeout)
+    netns = st.extra.get("netns") or container.netns_name(name)
+    result = container.stop(st.pid, paths.root, timeout, container.host_cgroups(netns))
     container.stop_slirp(st.extra.get("slirp_pid"))
     borrowed = st.extra.get("mirror_borrowed_from")
     if not borrowed and st.mirror_pid:
         mirror.stop(st.mirror_pid)
     stuck = container.unmount_root(paths)
-    netns = st.extra.get("netns") or container.netns_name(name)
     container.remove_cgroups(container.host_cgroups(netns))
     container.netns_delete(netns)
     clear_state(name)

@@ -9,9 +9,11 @@ order-independent facts only (another module may have deployed already).
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -203,3 +205,38 @@ def test_a_container_that_cannot_boot_is_reported_and_leaves_no_mount(lab, tmp_p
     assert _mounts_under(instance_dir(name)) == []
     assert not Path(f"/run/netns/{netns_name(name)}").exists()
     shutil.rmtree(instance_dir(name), ignore_errors=True)
+
+
+def test_a_host_whose_lab_process_died_is_cleaned_up_by_the_next_up(lab):
+    """A host killed with its state file lost (a crashed or killed `up`, a lost
+    controller) leaves processes, mounts, a namespace and cgroups; the next `up` of that
+    name removes them before it mounts anything (mounting over stale mounts once made a
+    clone's copy rewrite a disk file still mounted: "Structure needs cleaning"), then
+    boots a working host, and `down` leaves nothing behind."""
+    from lab import container
+    from lab.state import instance_dir, read_state, state_path
+
+    name = f"{lab.name}-crashed"
+    lab.lab_cli("up", "--name", name, "--kind", "container", "--fresh")
+    st = read_state(name)
+    cgroups = container.host_cgroups(st.extra["netns"])
+    try:
+        os.kill(st.pid, signal.SIGKILL)  # the supervisor, then nspawn: the container's
+        subprocess.run(["pkill", "-KILL", "-f", f"--machine=gpuserve-{name}( |$)"])
+        state_path(name).unlink()  # own systemd lives on, orphaned, in its cgroups
+        assert container.cgroup_pids(cgroups), "the orphaned container should still run"
+        r = lab.lab_cli("up", "--name", name, "--kind", "container")
+        assert f"removed what an earlier '{name}' left behind" in r.stdout, r.stdout
+        assert "in its cgroups" in r.stdout and "(mounted)" in r.stdout, r.stdout
+        token = secrets.token_hex(4)
+        lab.lab_cli("ssh", "--name", name, "--", f"echo {token} > /root/who")
+        out = lab.lab_cli("ssh", "--name", name, "--", "cat /root/who").stdout
+        assert token in out
+    finally:
+        lab.lab_cli("down", "--name", name, check=False)
+    idir = instance_dir(name)
+    assert _mounts_under(idir) == [] and not container.cgroup_pids(cgroups)
+    loops = subprocess.run(["losetup", "--associated", str(idir / "disk.ext4")],
+                           capture_output=True, text=True).stdout
+    assert loops == "" and not Path(f"/run/netns/{st.extra['netns']}").exists()
+    shutil.rmtree(idir)

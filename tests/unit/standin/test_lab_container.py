@@ -137,3 +137,22 @@ def test_supervisor_starts_nspawn_in_the_hosts_cgroups_and_down_removes_them(tmp
         (cg / "supervisor").mkdir()
     container.remove_cgroups(cgroups)
     assert not any(cg.exists() for cg in cgroups)
+
+
+def test_what_runs_in_a_hosts_cgroups_is_found_and_killed(tmp_path):
+    """A plain directory tree stands in for the cgroups: a process listed in a nested
+    cgroup.procs (as the container's own systemd lists its units' processes) is found
+    and killed, whatever its root directory is."""
+    import subprocess
+
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        unit = tmp_path / "h" / "payload" / "system.slice" / "x.service"
+        unit.mkdir(parents=True)
+        (unit / "cgroup.procs").write_text(f"{proc.pid}\n")
+        cgroups = [tmp_path / "h"]
+        assert container.cgroup_pids(cgroups) == {proc.pid}
+        assert container.kill_cgroups(cgroups, timeout=0.2) == 1
+        assert proc.wait(timeout=5) == -9
+    finally:
+        proc.kill()
