@@ -281,21 +281,24 @@ def run_containers(args: argparse.Namespace, name: str, kinds: list[str],
     first, stopped = None, ""
     t0 = time.monotonic()
     try:
-        for clone in names[1:]:
-            lab_cli("up", "--name", clone, "--kind", "container", "--clone-from", name)
-        print(f"  ({len(names) - 1} clones of {name} up in {time.monotonic() - t0:.0f} s)",
-              file=sys.stderr, flush=True)
-        datas = [lab_host_data(n) for n in names]
         with tempfile.TemporaryDirectory(prefix="fleet-noop-") as tmp:
+            if "host" in kinds:  # before cloning: the clones start from a no-op state
+                inventory = Path(tmp) / "fleet_noop_source.py"
+                inventory.write_text(containers_inventory_text([lab_host_data(name)],
+                                                               args.connect_timeout))
+                first, _, out, rc = timed([PYINFRA, "-y", str(inventory),
+                                           *COMMANDS["host"]], env, args.timeout)
+                if rc != 0:
+                    raise SystemExit(f"deploy/host.py failed ({rc}):\n{out[-3000:]}")
+            for clone in names[1:]:
+                lab_cli("up", "--name", clone, "--kind", "container", "--clone-from", name)
+            print(f"  ({len(names) - 1} clones of {name} up in "
+                  f"{time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+            datas = [lab_host_data(n) for n in names]
             for n in args.hosts:
                 inventory = Path(tmp) / f"fleet_noop_{n}.py"
                 inventory.write_text(containers_inventory_text(datas[:n],
                                                                args.connect_timeout))
-                if first is None and "host" in kinds:
-                    first, _, out, rc = timed([PYINFRA, "-y", str(inventory),
-                                               *COMMANDS["host"]], env, args.timeout)
-                    if rc != 0:
-                        raise SystemExit(f"deploy/host.py failed ({rc}):\n{out[-3000:]}")
                 stopped = _measure_all(kinds, inventory, n, args, env, samples, names[:n])
                 if stopped:
                     break
@@ -325,7 +328,8 @@ def print_results(kinds: list[str], args: argparse.Namespace,
                   samples: dict[str, dict[int, Sample]], first: float | None,
                   stopped: str) -> None:
     if first is not None:
-        print(f"(first deploy run at N={args.hosts[0]} discarded: {first:.1f} s)")
+        print(f"(first deploy run discarded: {first:.1f} s; on the VM at N={args.hosts[0]}, "
+              "on containers on the source before it is cloned)")
     for kind in kinds:
         if samples[kind]:
             print()
