@@ -33,3 +33,16 @@ class InputError(GpuserveError):
         if self.field:
             return f"{where}: {self.field}: {self.message}"
         return f"{where}: {self.message}"
+
+
+def one_of(value: object, source: str | Path | None, key: str, choices: tuple[str, ...],
+           default: str) -> str:
+    """A host-data mode: ``default`` when unset or empty, ``"off"`` for False, else one
+    of ``choices`` (InputError naming ``key`` otherwise)."""
+    if value is None or value == "":
+        return default
+    if value is False and "off" in choices:
+        return "off"
+    if value not in choices:
+        raise InputError(source, key, f"must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)

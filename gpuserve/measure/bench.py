@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuserve.errors import InputError
+from gpuserve.errors import InputError, one_of
 from gpuserve.terminal import escaped_key, non_ascii_note
 
 ON_REGRESSION = ("report", "rollback")
@@ -310,14 +310,7 @@ def _tolerance(raw: Any, error: ErrorAt) -> float | None:
 def validate_mode(value: Any, source: str) -> str:
     """Host data ``bench``: ``auto`` (run when the served configuration changed since
     the host's last benchmarked one), ``always``, or ``off``."""
-    if value is None or value == "":
-        return "auto"
-    if value is False:
-        return "off"
-    if value not in BENCH_MODES:
-        raise InputError(source, "bench", f"must be one of {', '.join(BENCH_MODES)}, "
-                         f"got {value!r}")
-    return value
+    return one_of(value, source, "bench", BENCH_MODES, "auto")
 
 
 def validate_on_regression(value: Any, source: str) -> str | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuserve.doctor.rules import diagnose
-from gpuserve.errors import InputError
+from gpuserve.errors import InputError, one_of
 from gpuserve.host.hostfacts import HostFacts
 from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.memory.checkpoint import parse_scan
@@ -32,14 +32,8 @@ MODES = ("enforce", "warn", "off")
 
 
 def validate_mode(value: Any, source: str) -> str:
-    if value is None or value == "":
-        return "enforce"
-    if value is False:
-        return "off"
-    if value not in MODES:
-        raise InputError(source, "preflight", f"must be one of {', '.join(MODES)}, "
-                         f"got {value!r}")
-    return value
+    """Host data ``preflight``: ``enforce`` (refuse), ``warn`` or ``off``."""
+    return one_of(value, source, "preflight", MODES, "enforce")
 
 
 @dataclass
