@@ -99,13 +99,23 @@ def vm_config(vmid: int, gpus: list[str], mmio_mb: int | None, clique: int | Non
         logger.warning(f"{host.name}: VM {vmid} has no efidisk0: add one, e.g. "
                        f"qm set {int(vmid)} --efidisk0 <storage>:1,efitype=4m")
     yield StringCommand(passthrough.qm_set_command(vmid, changes))
-    status = host.get_fact(Command, command=f"qm status {int(vmid)}") or ""
-    if "running" in status:
-        if restart:
-            yield StringCommand(f"qm stop {int(vmid)} && qm start {int(vmid)}")
-        else:
-            logger.warning(f"{host.name}: VM {vmid} is running: its new config applies at "
-                           "its next start (or set proxmox_restart_vm=True)")
+    yield from restart_if_running(f"VM {vmid}", f"qm status {int(vmid)}",
+                                  f"qm stop {int(vmid)} && qm start {int(vmid)}", restart)
+
+
+def restart_if_running(guest: str, status_command: str, restart_command: str,
+                       restart: bool):
+    """After a guest's config changed: restart it when it runs and ``restart`` is set,
+    else say that the change waits for its next start (a VM's or container's config is
+    read when it starts)."""
+    status = host.get_fact(Command, command=status_command) or ""
+    if "running" not in status:
+        return
+    if restart:
+        yield StringCommand(restart_command)
+    else:
+        logger.warning(f"{host.name}: {guest} is running: its new config applies at its "
+                       "next start (or set proxmox_restart_vm=True)")
 
 
 @deploy("vfio-pci binding")

@@ -17,6 +17,7 @@ from pyinfra.facts.server import Command
 
 from gpuserve.errors import InputError
 from gpuserve.host import lxc
+from roles.proxmox import restart_if_running
 
 ABSENT = "__gpuserve_absent__"
 
@@ -62,13 +63,8 @@ def container_config(ctid: int, restart: bool = False):
         return
     logger.info(f"{host.name}: container {ctid}: binding {len(nodes)} NVIDIA device node(s)")
     yield write_command(lxc.config_path(ctid), merged)
-    status = host.get_fact(Command, command=f"pct status {int(ctid)}") or ""
-    if "running" in status:
-        if restart:
-            yield StringCommand(f"pct reboot {int(ctid)}")
-        else:
-            logger.warning(f"{host.name}: container {ctid} is running: its new config applies "
-                           "at its next start (or set proxmox_restart_vm=True)")
+    yield from restart_if_running(f"container {ctid}", f"pct status {int(ctid)}",
+                                  f"pct reboot {int(ctid)}", restart)
 
 
 @deploy("Proxmox LXC container for the host's GPUs")
