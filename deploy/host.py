@@ -26,10 +26,10 @@ from pyinfra import host
 
 from gpuserve.facts.host import Container
 from gpuserve.host.plan import plan_host
-from roles import cuda_toolkit, gpu_gates, kernel, nccl, nvidia_driver
-from roles.inventory import inventory_source, run_deploy
-from roles.nvidia_driver import userspace
-from roles.prefetch import defer, fact, prefetch
+from gpuserve.roles import cuda_toolkit, gpu_gates, kernel, nccl, nvidia_driver
+from gpuserve.roles.inventory import inventory_source, run_deploy
+from gpuserve.roles.nvidia_driver import userspace
+from gpuserve.roles.prefetch import defer, fact, prefetch
 
 
 def main() -> None:

@@ -6,16 +6,16 @@ container's device cgroup and bind mounts only).
     pyinfra inventory/proxmox.py deploy/hypervisor.py
 
 Host data is validated first (gpuserve.host.host_data); GPU addresses, vfio ids and the
-MMIO window default to what the host's sysfs shows (roles.proxmox.DEFAULTS);
+MMIO window default to what the host's sysfs shows (gpuserve.roles.proxmox.DEFAULTS);
 ``proxmox_ctid`` instead of ``proxmox_vmid`` takes the container path.
 """
 
 from __future__ import annotations
 
 from gpuserve.host.host_data import hypervisor_settings
-from roles import kernel, proxmox
-from roles.inventory import host_data, inventory_source, run_deploy
-from roles.proxmox import container
+from gpuserve.roles import kernel, proxmox
+from gpuserve.roles.inventory import host_data, inventory_source, run_deploy
+from gpuserve.roles.proxmox import container
 
 
 def main() -> None:

@@ -26,9 +26,9 @@ from gpuserve.errors import InputError
 from gpuserve.facts.host import InstallTarget
 from gpuserve.fleet.router_plan import DEFAULTS, is_router_host, plan_router
 from gpuserve.launch.lock_choice import PreflightError
-from roles import router as router_role
-from roles.inventory import group_members, inventory_source, run_deploy
-from roles.prefetch import fact, prefetch
+from gpuserve.roles import router as router_role
+from gpuserve.roles.inventory import group_members, inventory_source, run_deploy
+from gpuserve.roles.prefetch import fact, prefetch
 
 
 def main() -> None:

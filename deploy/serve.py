@@ -59,21 +59,20 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.facts.files import FileContents
 
-import roles.checks.bench as bench_role
-import roles.service as service_role
-import roles.service.rollback as rollback_role
-import roles.sglang as sglang_role
+import gpuserve.roles.checks.bench as bench_role
+import gpuserve.roles.service as service_role
+import gpuserve.roles.service.rollback as rollback_role
+import gpuserve.roles.sglang as sglang_role
 from gpuserve.facts.document import HostFactsDocument, host_facts_document
 from gpuserve.facts.host import InstallTarget, ModelCheckpoint
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.locks import Lock
-from gpuserve.serve.plan import candidate_locks, checkpoint_path, plan_serve
-from roles import checks as checks_role
-from roles.checks import check_service, install_check_scripts, serving_probe_read
-from roles.inventory import group_members, inventory_source, run_deploy
-from roles.prefetch import Read, fact, prefetch, reader
-from roles.router.rolling import (
+from gpuserve.roles import checks as checks_role
+from gpuserve.roles.checks import check_service, install_check_scripts, serving_probe_read
+from gpuserve.roles.inventory import group_members, inventory_source, run_deploy
+from gpuserve.roles.prefetch import Read, fact, prefetch, reader
+from gpuserve.roles.router.rolling import (
     Switching,
     gateway_of,
     plan_rollout,
@@ -82,9 +81,10 @@ from roles.router.rolling import (
     rollout_guard,
     take_out,
 )
-from roles.service import UNIT_NAME, UNIT_PATH, configure_service, planned_steps
-from roles.service.rollback import RollbackSpec, keep_last_good
-from roles.sglang import install_sglang, prune_venvs
+from gpuserve.roles.service import UNIT_NAME, UNIT_PATH, configure_service, planned_steps
+from gpuserve.roles.service.rollback import RollbackSpec, keep_last_good
+from gpuserve.roles.sglang import install_sglang, prune_venvs
+from gpuserve.serve.plan import candidate_locks, checkpoint_path, plan_serve
 
 # the unit files whose venv a prune keeps: the live one and the last good one
 UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
