@@ -1,4 +1,4 @@
-"""The serve deploy reads the checkpoint scan in its first batch (deploy/serve.py
+"""The serve deploy reads the checkpoint scan in its first batch (roles/deploys/serve.py
 host_reads, gpuserve/serve/plan.checkpoint_path): the path is known from the
 profile before any host read, and inside the batch the scan's heredoc must give exactly
 what the fact's own command gives."""

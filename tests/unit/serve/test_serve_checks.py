@@ -1,6 +1,6 @@
 """Serve checks and secret files through pyinfra's real execution path (@fake connector).
 
-What is asserted is the contract deploy/serve.py documents: a passing check runs its
+What is asserted is the contract docs/deploys.md documents: a passing check runs its
 probe but counts as *no change*; a failing check fails the host with the reason; a
 secret file's contents never appear in a command line or in the log, even with --diff.
 """
