@@ -1,18 +1,20 @@
 """What every deploy script needs from pyinfra's inventory, in one place.
 
-``deploy/*.py`` stay thin: they merge host data over the roles' documented DEFAULTS,
-name the inventory file in error messages, and turn gpuserve's input errors into one
-clean pyinfra error line (no traceback) raised at prepare time, before any operation
-has run on any host.
+The deploys (``gpuserve.roles.deploys``, which ``deploy/*.py`` call) merge host data over
+the roles' documented DEFAULTS, name the inventory file in error messages, and turn
+gpuserve's input errors into one clean pyinfra error line (no traceback) raised at
+prepare time, before any operation has run on any host.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from pyinfra import host, inventory
+from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 
 from gpuserve.errors import GpuserveError
@@ -46,9 +48,22 @@ def group_members(name: str) -> list[Member] | None:
     return [Member(h.name, h.data.dict()) for h in hosts]
 
 
-def run_deploy(main: Callable[[], None]) -> None:
-    """Run a deploy script's ``main``; a GpuserveError becomes one pyinfra error line."""
-    try:
-        main()
-    except GpuserveError as exc:
-        raise PyinfraError(f"gpuserve: error: {exc}") from None
+def packaged_deploy(func: Callable[..., None]) -> Callable[..., None]:
+    """``@deploy`` for the deploys a pyinfra project calls (``gpuserve.roles.deploys``).
+
+    A GpuserveError becomes one pyinfra error line (no traceback), raised at prepare
+    time before any operation has run. The deploy's own name is left empty: pyinfra puts
+    an enclosing deploy's name before every operation's (``Serve SGLang | Install SGLang
+    | ...``), and the output, which the lab tests and users read, names the roles alone.
+    """
+
+    @functools.wraps(func)
+    def guarded(*args, **kwargs) -> None:
+        try:
+            func(*args, **kwargs)
+        except GpuserveError as exc:
+            raise PyinfraError(f"gpuserve: error: {exc}") from None
+
+    wrapped = deploy()(guarded)
+    guarded.deploy_name = ""  # read by pyinfra when the deploy is called
+    return wrapped

@@ -31,7 +31,7 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt
 
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state
-from roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 
 
 @dataclass(frozen=True)

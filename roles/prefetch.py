@@ -124,7 +124,7 @@ def prefetch(reads: Iterable[Read]) -> None:
     """Run ``reads`` on the current host in one command and keep their values.
 
     A fact class with ``group_command(kwargs_list)``/``group_process(kwargs_list,
-    output)`` has all its reads run as one command (e.g. roles.managed.PathState: one
+    output)`` has all its reads run as one command (e.g. gpuserve.roles.managed.PathState: one
     ``stat`` for every path). A read whose command fails (non-zero exit) is not kept:
     :func:`fact` then runs it on its own, so a failing fact behaves exactly as without
     the prefetch. Reads given to :func:`defer` before join this batch."""

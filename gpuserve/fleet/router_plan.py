@@ -28,6 +28,7 @@ from gpuserve.fleet.multinode import Member, place_node
 from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.launch.locks import AppLock, app_locks
 from gpuserve.launch.profiles import load_profile, profile_ref_problem
+from gpuserve.paths import TEMPLATES_DIR
 from gpuserve.serve import install as sglang
 from gpuserve.serve.plan import optional_str
 from gpuserve.serve.render import exec_start, systemd_quote
@@ -101,7 +102,7 @@ MANIFEST_PATH = f"{CONFIG_DIR}/workers.json"
 KEY_PATH = f"{CONFIG_DIR}/api-key"
 LAUNCHER = "smg_launch.py"
 PROBE = "smg_probe.py"
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = TEMPLATES_DIR  # templates/ of the checkout, or gpuserve/templates installed
 
 
 @dataclass(frozen=True)

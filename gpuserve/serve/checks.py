@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuserve.measure.bench import BenchSpec
+from gpuserve.paths import PROJECT_ROOT
 
 DEFAULTS = {
     # seconds to wait for /health == 200 after a (re)start before failing the host
     "health_timeout": 900,
     # controller directory for result records (results/<host>/<time>-smoke-<profile>.json,
-    # see gpuserve/measure/results.py); relative to the repository root; "" records nothing
+    # see gpuserve/measure/results.py); relative to the repository root, or to the current
+    # working directory when gpuserve runs installed from the wheel; "" records nothing
     "results_dir": "results",
     # throughput checks (roles/checks/bench.py): auto = when the served configuration is
     # new to the host, always, or off
@@ -27,13 +29,12 @@ DEFAULTS = {
     "preflight": "enforce",
 }
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
 def results_root(results_dir: str) -> Path:
-    """``results_dir`` as a controller path: relative ones start at the repository root."""
+    """``results_dir`` as a controller path: relative ones start at the repository root
+    in a checkout; installed from the wheel, at the current working directory (the user's
+    pyinfra project: ``gpuserve.paths.PROJECT_ROOT``)."""
     path = Path(results_dir).expanduser()
-    return path if path.is_absolute() else REPO_ROOT / path
+    return path if path.is_absolute() else PROJECT_ROOT / path
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import jinja2
 
@@ -24,8 +24,9 @@ from gpuserve.errors import InputError
 from gpuserve.host.nccl_env import NCCL_ENV_PATH
 from gpuserve.launch.env_names import ARGS_VAR
 from gpuserve.launch.exec_limits import env_problem
+from gpuserve.paths import TEMPLATES_DIR
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = TEMPLATES_DIR  # templates/ of the checkout, or gpuserve/templates installed
 
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

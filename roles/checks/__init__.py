@@ -63,27 +63,26 @@ from gpuserve.measure.results import (
 )
 from gpuserve.measure.smoke import SmokeError, parse_smoke_output, smoke_line
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.serve import install as sglang
-from gpuserve.serve import service
-from gpuserve.serve.checks import (  # DEFAULTS and REPO_ROOT: re-exported
-    DEFAULTS,  # noqa: F401
-    REPO_ROOT,  # noqa: F401
-    BenchPlan,
-    results_root,
-)
-from gpuserve.serve.plan import _data_and_profile_ref
-from gpuserve.serve.render import SERVICE_ENV_PATH, profile_line
-from roles import managed
-from roles.checks.bench import BenchMark, _poll, _results_for, _script_command
-from roles.failure import fail_host
-from roles.prefetch import Read, changed_so_far, fact_if_unchanged, prefetched
-from roles.service.rollback import (
+from gpuserve.roles import managed
+from gpuserve.roles.checks.bench import BenchMark, _poll, _results_for, _script_command
+from gpuserve.roles.failure import fail_host
+from gpuserve.roles.prefetch import Read, changed_so_far, fact_if_unchanged, prefetched
+from gpuserve.roles.service.rollback import (
     RollbackSpec,
     read_state,
     restore_script,
     rollback_decision,
     rollback_outcome,
 )
+from gpuserve.serve import install as sglang
+from gpuserve.serve import service
+from gpuserve.serve.checks import (  # DEFAULTS: re-exported
+    DEFAULTS,  # noqa: F401
+    BenchPlan,
+    results_root,
+)
+from gpuserve.serve.plan import _data_and_profile_ref
+from gpuserve.serve.render import SERVICE_ENV_PATH, profile_line
 
 PROBE = "sglang_probe.py"
 SMOKE = "sglang_smoke.py"

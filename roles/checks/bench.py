@@ -45,8 +45,8 @@ from gpuserve.measure.results import (
     read_results,
     safe_name,
 )
+from gpuserve.roles.prefetch import Read
 from gpuserve.serve.checks import mark_path, results_root
-from roles.prefetch import Read
 
 
 class BenchMark(FactBase):

@@ -9,18 +9,17 @@ the SGLang release (12.x -> 0.5.19, 13.x -> 0.5.23).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyinfra import host
 from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.facts.server import Command
 
 from gpuserve.host import defaults as host_defaults
 from gpuserve.host import driver
-from roles import managed
-from roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.paths import TEMPLATES_DIR
+from gpuserve.roles import managed
+from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = TEMPLATES_DIR  # templates/ of the checkout, or gpuserve/templates installed
 
 DEFAULTS = host_defaults.CUDA_TOOLKIT
 

@@ -39,9 +39,9 @@ from gpuserve.host import defaults as host_defaults
 from gpuserve.host import nccl_env
 from gpuserve.measure import gate_runs, gates
 from gpuserve.measure.results import safe_name
-from roles import managed
-from roles.failure import fail_host
-from roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.roles import managed
+from gpuserve.roles.failure import fail_host
+from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 
 DEFAULTS = host_defaults.GPU_GATES
 
@@ -138,7 +138,7 @@ def build_tool(tool: str, settings: gate_runs.GateSettings):
 
 
 def _results_root(results_dir: str):
-    from roles.checks import results_root
+    from gpuserve.roles.checks import results_root
 
     return results_root(results_dir)
 
@@ -215,7 +215,7 @@ def measure(settings: gate_runs.GateSettings, nccl_overrides: dict[str, str],
 def _write_files(overrides: dict[str, str], choice: dict | None, measured: str | None):
     """measured.json (when given), then nccl.env and host.json as roles/nccl renders them
     from this choice; each only where the host's file differs."""
-    from roles import nccl
+    from gpuserve.roles import nccl
 
     wanted = []
     if measured is not None:

@@ -18,7 +18,7 @@ from pyinfra.operations import files, server
 
 from gpuserve.host import boot
 from gpuserve.host import defaults as host_defaults
-from roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 
 DEFAULTS = host_defaults.KERNEL
 

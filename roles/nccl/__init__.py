@@ -22,8 +22,8 @@ from pyinfra.operations import files
 from gpuserve.host import defaults as host_defaults
 from gpuserve.host import nccl_env
 from gpuserve.measure.gate_runs import MEASURED_JSON, read_measured
-from roles import managed
-from roles.prefetch import Read, fact_if_unchanged
+from gpuserve.roles import managed
+from gpuserve.roles.prefetch import Read, fact_if_unchanged
 
 DEFAULTS = host_defaults.NCCL
 

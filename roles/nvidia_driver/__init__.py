@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import shlex
 from io import StringIO
-from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import FactBase, deploy, operation
@@ -29,11 +28,12 @@ from gpuserve.errors import InputError
 from gpuserve.host import defaults as host_defaults
 from gpuserve.host import driver, keyring, passthrough
 from gpuserve.host.unit_state import LiveUnit
-from roles import managed
-from roles.inventory import inventory_source
-from roles.prefetch import Read, fact, prefetch
+from gpuserve.paths import TEMPLATES_DIR
+from gpuserve.roles import managed
+from gpuserve.roles.inventory import inventory_source
+from gpuserve.roles.prefetch import Read, fact, prefetch
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = TEMPLATES_DIR  # templates/ of the checkout, or gpuserve/templates installed
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
 KEYRING_VERSION = "1.1-1"
 KEYRING_PATH = "/usr/share/keyrings/cuda-archive-keyring.gpg"

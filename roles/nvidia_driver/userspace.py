@@ -16,10 +16,10 @@ from pyinfra.api import FactBase, deploy
 from pyinfra.operations import apt
 
 from gpuserve.host import container, driver
-from roles import managed
-from roles.inventory import inventory_source
-from roles.nvidia_driver import DebVersion, add_repository, repository
-from roles.prefetch import Read, fact, prefetch
+from gpuserve.roles import managed
+from gpuserve.roles.inventory import inventory_source
+from gpuserve.roles.nvidia_driver import DebVersion, add_repository, repository
+from gpuserve.roles.prefetch import Read, fact, prefetch
 
 
 def _host_facts():

@@ -5,13 +5,11 @@ modules in /etc/modules, initramfs rebuilt when either changes); the VM's config
 ``qm`` (q35, OVMF, cpu host without hidden=1, hostpciN with pcie=1 and an explicit .0
 function, a 64-bit MMIO window sized for the GPUs' BARs, the P2P clique args).
 The VM step reads ``qm config <vmid>`` first and sets only the keys that differ
-(decisions in gpuserve.host.passthrough). IOMMU parameters come from roles.kernel.
+(decisions in gpuserve.host.passthrough). IOMMU parameters come from gpuserve.roles.kernel.
 Sources: Proxmox VE admin guide, "PCI(e) Passthrough" and qm(1).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, deploy, operation
@@ -20,8 +18,9 @@ from pyinfra.operations import files, server
 
 from gpuserve.errors import InputError
 from gpuserve.host import passthrough
+from gpuserve.paths import TEMPLATES_DIR
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = TEMPLATES_DIR  # templates/ of the checkout, or gpuserve/templates installed
 
 DEFAULTS = {
     # The VM that receives the GPUs through vfio-pci passthrough (this or proxmox_ctid).

@@ -45,13 +45,13 @@ from gpuserve.fleet.router_plan import (
     render_unit,
 )
 from gpuserve.paths import SCRIPTS_DIR
-from roles import managed
-from roles import sglang as sglang_role
-from roles.failure import fail_host
-from roles.inventory import inventory_source
-from roles.prefetch import Read, fact
-from roles.service import activation_steps
-from roles.sglang import NOLOGIN, ServiceAccount, VenvVerified, locked_venv
+from gpuserve.roles import managed
+from gpuserve.roles import sglang as sglang_role
+from gpuserve.roles.failure import fail_host
+from gpuserve.roles.inventory import inventory_source
+from gpuserve.roles.prefetch import Read, fact
+from gpuserve.roles.service import activation_steps
+from gpuserve.roles.sglang import NOLOGIN, ServiceAccount, VenvVerified, locked_venv
 
 __all__ = ["DEFAULTS", "check_router", "configure_router", "install_router", "plan_reads",
            "reads"]

@@ -56,12 +56,17 @@ from gpuserve.fleet.router_plan import (
 )
 from gpuserve.fleet.router_plan import UNIT_NAME as ROUTER_UNIT
 from gpuserve.launch.lock_choice import PreflightError
-from roles import failure, managed
-from roles.checks import IDLE, SglangProbe
-from roles.checks import PROBE as HEALTH_PROBE
-from roles.inventory import group_members
-from roles.service import UNIT_NAME
-from roles.service.rollback import RollbackSpec, ServiceConfigState, parse_state, state_command
+from gpuserve.roles import failure, managed
+from gpuserve.roles.checks import IDLE, SglangProbe
+from gpuserve.roles.checks import PROBE as HEALTH_PROBE
+from gpuserve.roles.inventory import group_members
+from gpuserve.roles.service import UNIT_NAME
+from gpuserve.roles.service.rollback import (
+    RollbackSpec,
+    ServiceConfigState,
+    parse_state,
+    state_command,
+)
 
 
 @dataclass(frozen=True)
@@ -497,5 +502,5 @@ def _answers_health(bin_dir: str, port: int) -> bool:
 
 
 def _fail(host_, message: str, footer: tuple[str, ...] | list[str] = ()) -> bool:
-    """Report like roles.failure.fail_host (with the failure hooks) and fail the host."""
+    """Report like gpuserve.roles.failure.fail_host (with the failure hooks) and fail the host."""
     return failure.fail_report(host_, message, [], footer)

@@ -20,6 +20,8 @@ from pyinfra.api import deploy
 
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import SCRIPTS_DIR
+from gpuserve.roles import managed
+from gpuserve.roles.prefetch import Read
 from gpuserve.serve.service import (
     CONFIG_DIR,
     CONFIG_PATH,
@@ -35,8 +37,6 @@ from gpuserve.serve.service import (
     plan_service,
     with_host,
 )
-from roles import managed
-from roles.prefetch import Read
 
 __all__ = ["CONFIG_DIR", "CONFIG_PATH", "DEFAULTS", "ENV_PATH", "LOOPBACK", "PRIVATE_NETWORKS",
            "REDACT_SCRIPT", "UNIT_NAME", "UNIT_PATH", "ServicePlan", "activation_steps",

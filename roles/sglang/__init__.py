@@ -40,6 +40,10 @@ from gpuserve.launch.venvs import (
 )
 from gpuserve.launch.verify import judge
 from gpuserve.paths import SCRIPTS_DIR
+from gpuserve.roles import managed
+from gpuserve.roles.failure import fail_host
+from gpuserve.roles.inventory import inventory_source
+from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 from gpuserve.serve.install import (
     DEFAULTS,
     PIP_CONFIG,
@@ -54,10 +58,6 @@ from gpuserve.serve.install import (
     validate_pip_urls,
     validate_user,
 )
-from roles import managed
-from roles.failure import fail_host
-from roles.inventory import inventory_source
-from roles.prefetch import Read, fact, fact_if_unchanged
 
 __all__ = ["account_is_ours", "ACCOUNT_MARK", "account_reads", "bin_dir", "check_account",
            "clear_leftovers", "DEFAULTS", "directories", "ere_literal", "install_sglang",

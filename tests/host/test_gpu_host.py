@@ -20,8 +20,8 @@ from gpuserve.host import boot, container, nccl_env
 from gpuserve.host.host_data import HostSettings, host_settings
 from gpuserve.measure import gate_runs
 from gpuserve.parsers import cpuinfo, cuda, nvidia_driver, nvidia_smi, proc_modules
-from roles import cuda_toolkit, kernel, nccl
-from roles import nvidia_driver as nvidia_role
+from gpuserve.roles import cuda_toolkit, kernel, nccl
+from gpuserve.roles import nvidia_driver as nvidia_role
 
 DPKG = "dpkg-query -W -f='${db:Status-Abbrev}\\t${Package}\\t${Version}\\n'"
 

@@ -122,7 +122,7 @@ def test_bare_metal_box_changes_the_nccl_env(lab, provisioned, tmp_path):
         # Back to the reference box, and its NCCL env (only the NCCL role, to stay short).
         lab.ssh("echo rtxpro6000-kvm > /etc/gpuserve-lab/box", check=True)
         restore = tmp_path / "nccl_only.py"
-        restore.write_text("from roles import nccl\n\nnccl.configure_nccl()\n")
+        restore.write_text("from gpuserve.roles import nccl\n\nnccl.configure_nccl()\n")
         lab.run_pyinfra(str(restore))
     again = lab.ssh(f"cat {nccl_env.NCCL_ENV_PATH}", check=True).stdout
     assert nccl_env.parse_env_file(again) == {"NCCL_P2P_DISABLE": "1"}

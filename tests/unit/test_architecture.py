@@ -1,8 +1,10 @@
 """The shape rules of docs/architecture.md, checked on the source (ast, nothing imported):
 
-- imports run one way, deploy -> roles -> gpuserve: no gpuserve module imports roles/,
-  lab/ or deploy/, and no roles/ or deploy/ module imports lab/ or deploy/ (imports
-  inside functions count too);
+- imports run one way, deploy -> roles -> gpuserve: no gpuserve module imports roles/
+  (``gpuserve.roles``, which pyproject.toml maps roles/ to), lab/ or deploy/, and no
+  roles/ or deploy/ module imports lab/ or deploy/ (imports inside functions count too);
+- roles/ has one import path, ``gpuserve.roles``: nothing imports a top-level ``roles``
+  (two names would load every role twice, with two module states);
 - no import circle among gpuserve's modules, among roles' modules, nor among the host
   scripts under gpuserve/data/scripts (uploaded side by side, they import each other by
   bare name);
@@ -17,6 +19,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 MAX_FUNCTION_LINES = 80
 UPWARD = {"roles", "lab", "deploy"}
+# roles/ is the package gpuserve.roles (pyproject.toml's package-dir)
+MAPPED = {"roles": "gpuserve.roles"}
+# every directory of Python the repository has
+EVERYWHERE = ("gpuserve", "roles", "deploy", "tests", "bench", "tools", "lab", "inventory")
 
 
 def _sources(base: str) -> list[Path]:
@@ -27,7 +33,15 @@ def _module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
+    parts[0] = MAPPED.get(parts[0], parts[0])
     return ".".join(parts)
+
+
+def _is_roles(target: str, names: list[str]) -> bool:
+    """An import of gpuserve.roles (``import gpuserve.roles.x``, ``from gpuserve import
+    roles``)."""
+    return (target == "gpuserve.roles" or target.startswith("gpuserve.roles.")
+            or (target == "gpuserve" and "roles" in names))
 
 
 def _imported(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, str, list[str]]]:
@@ -128,10 +142,24 @@ def test_gpuserve_imports_nothing_above_it():
     found = []
     for path in _sources("gpuserve"):
         tree = ast.parse(path.read_text(), str(path))
-        for line, target, _ in _imported(tree, _module_name(path), path.name == "__init__.py"):
-            if target.split(".")[0] in UPWARD:
+        for line, target, names in _imported(tree, _module_name(path),
+                                             path.name == "__init__.py"):
+            if target.split(".")[0] in UPWARD or _is_roles(target, names):
                 found.append(f"{path.relative_to(REPO)}:{line}: imports {target}")
-    assert not found, "gpuserve/ must not import roles/, lab/ or deploy/:\n" + "\n".join(found)
+    assert not found, ("gpuserve/ must not import roles/ (gpuserve.roles), lab/ or deploy/:\n"
+                       + "\n".join(found))
+
+
+def test_roles_are_imported_as_gpuserve_roles_only():
+    found = []
+    for base in EVERYWHERE:
+        for path in _sources(base):
+            tree = ast.parse(path.read_text(), str(path))
+            for line, target, _ in _imported(tree, _module_name(path),
+                                             path.name == "__init__.py"):
+                if target.split(".")[0] == "roles":
+                    found.append(f"{path.relative_to(REPO)}:{line}: imports {target}")
+    assert not found, "import gpuserve.roles, never a top-level roles:\n" + "\n".join(found)
 
 
 def test_roles_and_deploy_import_no_lab():
@@ -184,3 +212,6 @@ def test_the_checks_find_what_they_look_for():
     tree = ast.parse("def f():\n    from roles.x import y\nfrom . import z\n")
     assert _imported(tree, "gpuserve.pkg.mod", False) == [
         (3, "gpuserve.pkg", ["z"]), (2, "roles.x", ["y"])]
+    assert _is_roles("gpuserve.roles.checks", []) and _is_roles("gpuserve", ["roles"])
+    assert not _is_roles("gpuserve.rolesx", []) and not _is_roles("gpuserve", ["paths"])
+    assert _module_name(REPO / "roles/checks/bench.py") == "gpuserve.roles.checks.bench"

@@ -16,7 +16,7 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 from pyinfra.operations import server
 
-from roles import failure
+from gpuserve.roles import failure
 
 
 def _state() -> State:

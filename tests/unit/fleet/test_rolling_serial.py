@@ -12,7 +12,7 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.context import ctx_state
 
 from gpuserve.launch.lock_choice import PreflightError
-from roles.router.rolling import Rollout, Switching, register_restart
+from gpuserve.roles.router.rolling import Rollout, Switching, register_restart
 
 
 def rollout(worker: str, router: str = "gw") -> Rollout:
@@ -65,7 +65,7 @@ def fleet_inventory(**extra: dict) -> Inventory:
 def plan_in(inventory: Inventory, name: str):
     from pyinfra.context import ctx_inventory
 
-    from roles.router.rolling import plan_rollout
+    from gpuserve.roles.router.rolling import plan_rollout
 
     state = State(inventory, Config())
     with ctx_state.use(state), ctx_inventory.use(inventory):
@@ -116,7 +116,7 @@ def test_a_lone_worker_with_another_key_is_not_refused_by_the_serve_deploy() -> 
     router deploy refuses that; a restart of the only worker does not roll)."""
     from pyinfra.context import ctx_inventory
 
-    from roles.router.rolling import gateway_of, plan_rollout
+    from gpuserve.roles.router.rolling import gateway_of, plan_rollout
 
     data = {"profile": "glm5-nvfp4-tp8", "router_workers_group": "gpu",
             "router_api_key": "k" * 20, "sglang_api_key": "other-key-0123456789"}

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 from test_rolling_serial import rollout
 
-import roles.router.rolling as rolling
-from roles.router.rolling import Switching
+import gpuserve.roles.router.rolling as rolling
+from gpuserve.roles.router.rolling import Switching
 
 DOWN = json.dumps({"live": False, "error": "GET /liveness: [Errno 111] Connection refused"})
 

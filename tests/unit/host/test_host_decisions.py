@@ -257,7 +257,7 @@ def test_qm_args_keep_foreign_options_and_resize():
 
 
 def _host_defaults(**kw):
-    from roles import cuda_toolkit, kernel, nccl, nvidia_driver
+    from gpuserve.roles import cuda_toolkit, kernel, nccl, nvidia_driver
 
     data = {**kernel.DEFAULTS, **nvidia_driver.DEFAULTS, **cuda_toolkit.DEFAULTS, **nccl.DEFAULTS}
     data.update(kw)
@@ -292,7 +292,7 @@ def test_host_settings_errors_name_file_and_field(key, value, needle):
 
 
 def test_hypervisor_settings():
-    from roles import kernel, proxmox
+    from gpuserve.roles import kernel, proxmox
 
     base = {**kernel.DEFAULTS, **proxmox.DEFAULTS}
     with pytest.raises(InputError, match="proxmox_vmid"):

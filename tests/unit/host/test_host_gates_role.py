@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from gpuserve.measure import gate_runs, gates
-from roles import gpu_gates
+from gpuserve.roles import gpu_gates
 from tests.unit.host.test_host_deploy_scripts import MIRROR, run
 from tests.unit.host.test_host_roles import P2P_OK, plan, runs, uploads
 
@@ -62,7 +62,7 @@ def test_build_without_any_nccl_fails_the_host_naming_what_is_missing():
 
 
 def test_nccl_env_follows_the_measured_choice_over_the_driver_verdict():
-    from roles import nccl
+    from gpuserve.roles import nccl
 
     choice = gates.choose_nccl_env("ok", gates.Hang("all_reduce_perf", 30.0),
                                    gates.Measurement(25.8, 2147483648, 35.0)).to_dict()

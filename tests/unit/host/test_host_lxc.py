@@ -61,7 +61,7 @@ def test_merge_adds_only_missing_lines_before_snapshots():
 
 
 def test_settings_take_a_vm_or_a_container_not_both():
-    from roles import kernel, proxmox
+    from gpuserve.roles import kernel, proxmox
 
     base = {**kernel.DEFAULTS, **proxmox.DEFAULTS}
     ct = hypervisor_settings({**base, "proxmox_ctid": 120}, "inv.py")
@@ -78,7 +78,7 @@ def responses(config: str, status: str = "status: stopped") -> dict:
 
 
 def test_role_writes_the_missing_lines_and_reruns_change_nothing():
-    from roles.proxmox import container
+    from gpuserve.roles.proxmox import container
 
     ops = plan(container.configure_container, responses(CONFIG), ctid=120)
     assert uploads(ops) == {"/etc/pve/lxc/120.conf": CONFIG + "".join(f"{ln}\n" for ln in WANT)}
@@ -89,7 +89,7 @@ def test_role_writes_the_missing_lines_and_reruns_change_nothing():
 
 
 def test_role_reboots_a_running_container_only_when_asked():
-    from roles.proxmox import container
+    from gpuserve.roles.proxmox import container
 
     running = responses(CONFIG, "status: running")
     assert runs(plan(container.configure_container, running, ctid=120)) == []

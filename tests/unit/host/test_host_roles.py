@@ -66,7 +66,7 @@ PBT_UEFI = "pbt: 2F6A-1B2C is configured with: uefi (versions: 6.8.12-4-pve)"
 
 
 def test_systemd_boot_host_gets_kernel_cmdline_and_proxmox_boot_tool():
-    from roles import kernel
+    from gpuserve.roles import kernel
 
     ops = plan(kernel.configure_kernel, {
         "proxmox-boot-tool status": [PBT_UEFI],
@@ -80,7 +80,7 @@ def test_systemd_boot_host_gets_kernel_cmdline_and_proxmox_boot_tool():
 
 
 def test_grub_host_edits_default_grub_and_runs_update_grub():
-    from roles import kernel
+    from gpuserve.roles import kernel
 
     grub = ['GRUB_DEFAULT=0', 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"', 'GRUB_CMDLINE_LINUX=""']
     ops = plan(kernel.configure_kernel, {
@@ -103,7 +103,7 @@ def test_grub_host_edits_default_grub_and_runs_update_grub():
     ("BOOT_IMAGE=/vmlinuz root=/dev/vda1 ro quiet intel_iommu=on iommu=pt", True, False),
 ])
 def test_reboot_only_when_pending_and_allowed(running, allow, expect_reboot):
-    from roles import kernel
+    from gpuserve.roles import kernel
 
     ops = plan(kernel.activate_kernel, {"cat /proc/cmdline": [running]},
                params=["intel_iommu=on", "iommu=pt"], allow_reboot=allow)
@@ -123,7 +123,7 @@ OS_RELEASE_DEBIAN12 = {
 
 
 def _driver_plan(responses, **kwargs):
-    from roles import nvidia_driver
+    from gpuserve.roles import nvidia_driver
 
     args = dict(repo_url="http://10.0.2.2:8080/cuda/repos/debian12/x86_64/", branch=580)
     args.update(kwargs)
@@ -174,7 +174,7 @@ def test_driver_stops_on_secure_boot_with_mok_instructions():
 
 
 def test_cuda_lane_refused_for_old_installed_driver():
-    from roles import cuda_toolkit
+    from gpuserve.roles import cuda_toolkit
 
     dpkg = ["##gpuserve-section:dpkg##", "ii\tnvidia-kernel-open-dkms\t575.57.08-1"]
     with pytest.raises(HostRefusal, match="580.65.06"):
@@ -191,7 +191,7 @@ P2P_OK = [" \tGPU0\tGPU1\t", " GPU0\tX\tOK\t", " GPU1\tOK\tX\t"]
 
 
 def test_nccl_env_in_vm_disables_p2p_and_records_custom_all_reduce():
-    from roles import nccl
+    from gpuserve.roles import nccl
 
     ops = plan(nccl.configure_nccl, {"systemd-detect-virt": ["kvm"],
                                      "topo -p2p": P2P_CNS})
@@ -202,7 +202,7 @@ def test_nccl_env_in_vm_disables_p2p_and_records_custom_all_reduce():
 
 
 def test_nccl_env_bare_metal_p2p_ok_and_overrides():
-    from roles import nccl
+    from gpuserve.roles import nccl
 
     ops = plan(nccl.configure_nccl, {"systemd-detect-virt": ["none"], "topo -p2p": P2P_OK},
                overrides={"NCCL_DEBUG": "WARN"})
@@ -215,7 +215,7 @@ def test_nccl_env_bare_metal_p2p_ok_and_overrides():
 def test_nccl_env_leaves_the_serve_deploys_config_dir_alone():
     """/etc/gpuserve is 0750 root:sglang once served (it holds the secrets): the host
     deploy writes its files there without loosening the directory again."""
-    from roles import nccl
+    from gpuserve.roles import nccl
 
     served = re.compile(r"test -e /etc/gpuserve \|\|")
     ops = plan(nccl.configure_nccl, {
@@ -240,7 +240,7 @@ QM_CURRENT = [
 
 
 def test_hypervisor_sets_only_differing_qm_keys():
-    from roles import proxmox
+    from gpuserve.roles import proxmox
 
     responses = {"qm config 101": QM_CURRENT, "qm status": ["status: stopped"]}
     gpus = ["0000:01:00.0", "0000:02:00.0"]
@@ -262,7 +262,7 @@ def test_hypervisor_sets_only_differing_qm_keys():
 
 
 def test_vfio_binding_writes_ids_modules_and_initramfs():
-    from roles import proxmox
+    from gpuserve.roles import proxmox
 
     ops = plan(proxmox.bind_vfio, {}, vfio_ids=["10de:2bb5"])
     assert "options vfio-pci ids=10de:2bb5" in uploads(ops)["/etc/modprobe.d/vfio.conf"]
@@ -318,7 +318,7 @@ def test_keyring_refused_without_a_known_digest():
 
     ubuntu2004 = {LinuxDistribution().command(): [
         "/etc/os-release", "ID=ubuntu", 'VERSION_ID="20.04"', "---"]}
-    from roles import nvidia_driver
+    from gpuserve.roles import nvidia_driver
 
     with pytest.raises(InputError) as info:
         plan(nvidia_driver.install_nvidia_driver, ubuntu2004, repo_url=None, branch=580)

@@ -18,7 +18,8 @@ from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
 from gpuserve.measure.results import read_results, record_spec
-from roles.checks import DEFAULTS, REPO_ROOT, results_root, smoke_completion
+from gpuserve.paths import PROJECT_ROOT
+from gpuserve.roles.checks import DEFAULTS, results_root, smoke_completion
 
 SECRET = "hf_Sup3rSecretToken"
 
@@ -103,6 +104,6 @@ def test_recording_off_and_default_location(tmp_path: Path) -> None:
     assert record_spec("", "inventory/gpu.py", profile="p", args=[], env={},
                        sglang_version="0.5.23", model="m", served_name="m") is None
     assert DEFAULTS["results_dir"] == "results"
-    assert results_root("results") == REPO_ROOT / "results"
-    assert (REPO_ROOT / "pyproject.toml").is_file()
+    assert results_root("results") == PROJECT_ROOT / "results"
+    assert (PROJECT_ROOT / "pyproject.toml").is_file()  # a checkout: the repository root
     assert results_root(str(tmp_path)) == tmp_path

@@ -1,4 +1,4 @@
-"""The serve deploy reads the checkpoint scan in its first batch (deploy/serve.py
+"""The serve deploy reads the checkpoint scan in its first batch (roles/deploys/serve.py
 host_reads, gpuserve/serve/plan.checkpoint_path): the path is known from the
 profile before any host read, and inside the batch the scan's heredoc must give exactly
 what the fact's own command gives."""
@@ -15,9 +15,9 @@ import pytest
 
 from gpuserve.facts.host import CHECKPOINT_JSON_FILES, CHECKPOINT_SCAN_CACHE, ModelCheckpoint
 from gpuserve.paths import SCRIPTS_DIR
+from gpuserve.roles.managed import PathState
+from gpuserve.roles.prefetch import Read, _command_text, batch_script, split_output
 from gpuserve.serve.plan import checkpoint_path
-from roles.managed import PathState
-from roles.prefetch import Read, _command_text, batch_script, split_output
 from tests.checkpoints import compose_record
 
 REPO = Path(__file__).resolve().parents[3]

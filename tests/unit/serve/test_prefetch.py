@@ -14,9 +14,9 @@ import pytest
 from pyinfra.facts.files import FileContents
 
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state, utc_timestamp
-from roles.managed import DebInstalled, PathInfo, PathState, UnitState, parse_path_states
-from roles.prefetch import Read, _command_text, _Group, batch_script, split_output
-from roles.sglang import STAMP, ServiceAccount, VenvVerified, parse_account
+from gpuserve.roles.managed import DebInstalled, PathInfo, PathState, UnitState, parse_path_states
+from gpuserve.roles.prefetch import Read, _command_text, _Group, batch_script, split_output
+from gpuserve.roles.sglang import STAMP, ServiceAccount, VenvVerified, parse_account
 
 
 def sh(script: str) -> list[str]:
@@ -106,7 +106,7 @@ def test_no_output_is_the_fact_default_as_in_pyinfra(monkeypatch) -> None:
     """pyinfra's File fact has no output for a missing path and cannot process []."""
     from pyinfra.facts.files import File
 
-    import roles.prefetch as prefetch_mod
+    import gpuserve.roles.prefetch as prefetch_mod
 
     class FakeHost:
         name = "h"
@@ -125,7 +125,7 @@ def test_no_output_is_the_fact_default_as_in_pyinfra(monkeypatch) -> None:
 def test_deferred_reads_join_the_next_batch(monkeypatch, tmp_path: Path) -> None:
     """defer() runs nothing; the next prefetch runs the deferred reads in its one
     command, with its own reads."""
-    import roles.prefetch as prefetch_mod
+    import gpuserve.roles.prefetch as prefetch_mod
 
     (tmp_path / "later").write_text("deferred")
     scripts: list[str] = []
@@ -316,7 +316,7 @@ def test_deb_installed() -> None:
 def test_write_changed_writes_only_the_files_that_differ(monkeypatch) -> None:
     """managed.write_changed (nccl.env/host.json, measured.json): one command per file
     whose prefetched state differs, none for one that matches; returns whether any."""
-    from roles import managed
+    from gpuserve.roles import managed
 
     same = managed.PathInfo("file", 0o644, "root", "root", managed.sha1("kept\n"))
     states = {"/etc/gpuserve/a": same, "/etc/gpuserve/b": managed.PathInfo("absent"),
@@ -445,7 +445,7 @@ def test_prune_state_reads_units_and_venvs_in_one_command(tmp_path: Path) -> Non
     """The prune decides from one read (after a change, one fresh command, not two): the
     units' ExecStart lines and the venv listing, each kind parsed as before."""
     from gpuserve.launch.venvs import parse_listing, referenced_venvs, venvs_to_prune
-    from roles.sglang import PruneState
+    from gpuserve.roles.sglang import PruneState
 
     home = tmp_path / "home"
     venvs = {name: home / "venvs" / name for name in ("0.5.1-aaa", "0.5.2-bbb", "0.5.3-ccc",

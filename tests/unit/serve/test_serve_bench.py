@@ -21,8 +21,8 @@ from pyinfra.api.operations import run_ops
 
 from gpuserve.measure.bench import BenchSpec, Scenario, parse_expectation
 from gpuserve.measure.results import RecordSpec, read_results
+from gpuserve.roles.checks import throughput_checks
 from gpuserve.serve.checks import BenchPlan
-from roles.checks import throughput_checks
 
 FIXTURE = (Path(__file__).resolve().parents[2] / "fixtures" / "bench"
            / "sglang-serving-composed.jsonl")

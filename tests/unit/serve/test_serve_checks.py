@@ -1,6 +1,6 @@
 """Serve checks and secret files through pyinfra's real execution path (@fake connector).
 
-What is asserted is the contract deploy/serve.py documents: a passing check runs its
+What is asserted is the contract docs/deploys.md documents: a passing check runs its
 probe but counts as *no change*; a failing check fails the host with the reason; a
 secret file's contents never appear in a command line or in the log, even with --diff.
 """
@@ -22,8 +22,8 @@ from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
 from gpuserve.launch.locks import available_locks
-from roles import managed
-from roles.checks import SmokeRequest, smoke_completion, wait_healthy
+from gpuserve.roles import managed
+from gpuserve.roles.checks import SmokeRequest, smoke_completion, wait_healthy
 
 
 def run(op, responses: dict, diff: bool = False, **kwargs):
@@ -193,8 +193,8 @@ def run_gate_from_batch(batch: str | None, responses: dict, change_first: bool =
     operation that changed the host."""
     from pyinfra.operations import server
 
-    import roles.prefetch as prefetch_mod
-    from roles.checks import serving_probe
+    import gpuserve.roles.prefetch as prefetch_mod
+    from gpuserve.roles.checks import serving_probe
 
     inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
     state = State(inv, Config())
@@ -248,7 +248,7 @@ def test_a_batch_probe_that_proves_nothing_is_probed_again(batch) -> None:
 def test_a_batch_probe_older_than_its_limit_is_probed_again() -> None:
     """Across a fleet a host's gate may run minutes after its batch (pyinfra runs each
     operation on every host first): an old answer proves nothing about now."""
-    from roles.checks import BATCH_PROBE_MAX_AGE
+    from gpuserve.roles.checks import BATCH_PROBE_MAX_AGE
 
     batch = probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)
     fresh = probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)
@@ -272,8 +272,8 @@ def test_the_batch_probe_runs_only_on_the_env_file_of_its_profile(tmp_path) -> N
     """The guard of :func:`serving_probe` is the profile line the EnvironmentFile
     template renders, so a switch's batch makes no completion on the server it
     replaces."""
+    from gpuserve.roles.checks import SglangProbe, serving_probe
     from gpuserve.serve.render import SERVICE_ENV_PATH, render_env_file
-    from roles.checks import SglangProbe, serving_probe
 
     request = SmokeRequest(port=30000, model="glm-5")
     read = serving_probe("/bin/echo", "gpuserve-sglang.service", "glm5-nvfp4-tp8", request)
@@ -334,7 +334,7 @@ REPORT = {"python": "3.11.2", "sglang": "0.5.23", "torch": "2.14.1+cu130", "torc
 
 
 def test_verified_venv_of_the_lock_is_no_change() -> None:
-    from roles.sglang import locked_venv
+    from gpuserve.roles.sglang import locked_venv
 
     meta, cmds = run(locked_venv, {".gpuserve-verified": LOCK.hash}, **BUILD)
     assert meta.did_succeed() and not meta.did_change()
@@ -343,7 +343,7 @@ def test_verified_venv_of_the_lock_is_no_change() -> None:
 
 @pytest.mark.parametrize("stamp", ["", "0123456789ab"])
 def test_missing_or_other_stamp_rebuilds_from_nothing_with_hashes(stamp: str) -> None:
-    from roles.sglang import locked_venv
+    from gpuserve.roles.sglang import locked_venv
 
     meta, cmds = run(locked_venv, {".gpuserve-verified": stamp}, **BUILD)
     assert meta.did_change()
@@ -351,7 +351,7 @@ def test_missing_or_other_stamp_rebuilds_from_nothing_with_hashes(stamp: str) ->
               f'cut -d \' \' -f 4); rm -rf {VENV}; echo "gpuserve: building {VENV} failed (exit '
               '$status, ${free:-?} MiB free on its filesystem); the unfinished venv was '
               'removed" >&2; exit $status; }; }')
-    from roles.sglang import clear_leftovers
+    from gpuserve.roles.sglang import clear_leftovers
 
     assert cmds[-3] == f"{clear_leftovers(VENV)}python3 -m venv {VENV} || {failed}"
     assert cmds[-2] == (f"{VENV}/bin/pip install --disable-pip-version-check --no-input "
@@ -366,7 +366,7 @@ def test_a_failed_install_removes_the_unfinished_venv(tmp_path, credentials: boo
     """pip fails (here: no pip in the venv; on a host, a full disk or a bad hash): the
     step's own shell removes the half-built venv and says so, with pip's exit status,
     so a failed deploy does not leave it holding the disk."""
-    from roles.sglang import locked_venv
+    from gpuserve.roles.sglang import locked_venv
 
     venv = tmp_path / "venvs" / "0.5.23-abc"
     (venv / "lib").mkdir(parents=True)
@@ -386,7 +386,7 @@ def test_a_failed_install_removes_the_unfinished_venv(tmp_path, credentials: boo
 
 
 def test_passing_verification_runs_as_the_service_user_and_stamps(caplog) -> None:
-    from roles.sglang import verify_venv
+    from gpuserve.roles.sglang import verify_venv
 
     with caplog.at_level(logging.INFO, logger="pyinfra"):
         meta, cmds = run(verify_venv, {".gpuserve-verified": "", "sglang_verify.py":
@@ -400,7 +400,7 @@ def test_passing_verification_runs_as_the_service_user_and_stamps(caplog) -> Non
 
 
 def test_failing_verification_removes_the_venv_and_fails_the_host(caplog) -> None:
-    from roles.sglang import verify_venv
+    from gpuserve.roles.sglang import verify_venv
 
     bad = dict(REPORT, cuda_available=False, devices=[])
     with caplog.at_level(logging.INFO, logger="pyinfra"):
@@ -449,7 +449,7 @@ def test_failing_verification_removes_the_venv_and_fails_the_host(caplog) -> Non
 )
 def test_activation_steps(active, enabled, files, unit, reload, newer, steps) -> None:
     from gpuserve.host.unit_state import LiveUnit
-    from roles.service import activation_steps
+    from gpuserve.roles.service import activation_steps
 
     live = LiveUnit(active=active, enabled=enabled, need_reload=reload, newer=newer)
     assert activation_steps(live, files_changed=files, unit_changed=unit) == steps
@@ -463,7 +463,7 @@ def test_leftover_build_of_a_cut_off_deploy_is_stopped_before_the_rebuild(tmp_pa
     import sys
     import time
 
-    from roles.sglang import clear_leftovers
+    from gpuserve.roles.sglang import clear_leftovers
 
     venv = str(tmp_path / "venvs" / "0.5.19+lab-abc")
     (tmp_path / "venvs" / "0.5.19+lab-abc" / "lib").mkdir(parents=True)

@@ -14,9 +14,9 @@ import pytest
 
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
+from gpuserve.roles.checks import serving_probe_read
+from gpuserve.roles.sglang import pip_args
 from gpuserve.serve.plan import candidate_locks, plan_serve
-from roles.checks import serving_probe_read
-from roles.sglang import pip_args
 
 REPO = Path(__file__).resolve().parents[3]
 PYINFRA = Path(sys.executable).with_name("pyinfra")
@@ -319,7 +319,7 @@ def _install_commands(trusted: list[str], find_links: str) -> list[str]:
     from pyinfra.context import ctx_host, ctx_state
 
     from gpuserve.launch.locks import available_locks
-    from roles.sglang import install_sglang
+    from gpuserve.roles.sglang import install_sglang
 
     lock = next(lk for lk in available_locks() if lk.name == "sglang-0.5.23-cu13-py311")
     responses = {"uname -s": ["Linux"], "useradd": ["/usr/sbin/useradd"],
@@ -392,8 +392,8 @@ def test_the_batch_probe_is_the_one_the_gate_asks_for(data) -> None:
     """Issue 10: the first batch reads the gate's first probe with its smoke, guessed
     from host data and profile before any host read; the gate looks it up by the plan's
     own request, so the guess must equal it (else every rerun probes again)."""
-    from roles.checks import PROBE, SmokeRequest, serving_probe
-    from roles.service import UNIT_NAME
+    from gpuserve.roles.checks import PROBE, SmokeRequest, serving_probe
+    from gpuserve.roles.service import UNIT_NAME
 
     plan = plan_serve(data, "inventory/gpu.py", R580 if "deepseek" not in data["profile"]
                       else runtime(python="3.12.3", glibc="2.39"))

@@ -8,6 +8,7 @@ import pytest
 from systemd_words import env_value, server_argv, split_variable
 
 from gpuserve.errors import InputError
+from gpuserve.roles.service import CONFIG_PATH, ENV_PATH, plan_service
 from gpuserve.serve.render import (
     ARGS_VAR,
     UnitSpec,
@@ -19,7 +20,6 @@ from gpuserve.serve.render import (
     render_unit,
     systemd_quote,
 )
-from roles.service import CONFIG_PATH, ENV_PATH, plan_service
 
 
 def unquote_systemd(text: str) -> list[str]:

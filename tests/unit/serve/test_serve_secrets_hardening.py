@@ -29,11 +29,9 @@ from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.locks import available_locks
 from gpuserve.measure.results import ResultRecord
-from gpuserve.serve.plan import plan_serve
-from gpuserve.serve.secret import MIN_SECRET_LENGTH, validate_secret
-from roles.managed import write_secret_command
-from roles.service import plan_service
-from roles.sglang import (
+from gpuserve.roles.managed import write_secret_command
+from gpuserve.roles.service import plan_service
+from gpuserve.roles.sglang import (
     PIP_CONFIG,
     locked_venv,
     pip_args,
@@ -41,6 +39,8 @@ from roles.sglang import (
     strip_credentials,
     validate_pip_url,
 )
+from gpuserve.serve.plan import plan_serve
+from gpuserve.serve.secret import MIN_SECRET_LENGTH, validate_secret
 
 REPO = Path(__file__).resolve().parents[3]
 REDACT = REPO / "gpuserve" / "data" / "scripts" / "sglang_redact.py"

@@ -7,7 +7,7 @@ import pytest
 from pyinfra.facts.server import Groups, Users
 
 from gpuserve.errors import InputError
-from roles.sglang import ACCOUNT_MARK, check_account, validate_user
+from gpuserve.roles.sglang import ACCOUNT_MARK, check_account, validate_user
 
 SOURCE = "inventory/gpu.py"
 # /etc/passwd lines as on Debian 12, read through pyinfra's own Users fact (the one

@@ -21,10 +21,10 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
-import roles.checks
+import gpuserve.roles.checks
 from gpuserve.measure.health import Probe
-from roles.checks import wait_healthy
-from roles.service.rollback import (
+from gpuserve.roles.checks import wait_healthy
+from gpuserve.roles.service.rollback import (
     ConfigState,
     RollbackSpec,
     keep_last_good,
@@ -219,7 +219,7 @@ def probes(monkeypatch):
     def fake_parse(_stdout):
         return seq.pop(0) if len(seq) > 1 else seq[0]
 
-    monkeypatch.setattr(roles.checks, "parse_probe", fake_parse)
+    monkeypatch.setattr(gpuserve.roles.checks, "parse_probe", fake_parse)
     return seq
 
 
@@ -268,7 +268,7 @@ def test_healthy_gate_reads_no_rollback_state(probes) -> None:
 
 
 def test_outcome_names_both_profiles_or_the_previous_configuration() -> None:
-    from roles.service.rollback import rollback_outcome
+    from gpuserve.roles.service.rollback import rollback_outcome
 
     assert rollback_outcome("new", "old", 8, None) == (
         "rolled back: profile new failed, the host was rolled back to profile old, which is "
@@ -283,7 +283,7 @@ def test_prune_keeps_what_the_units_name_and_deletes_nothing_when_its_read_fails
     """The venvs a rollback needs are never pruned: the live and the last good unit name
     them. One read gives both kinds of line; no output is no venv; a failed read deletes
     nothing."""
-    from roles.sglang import prune_venvs
+    from gpuserve.roles.sglang import prune_venvs
 
     home = "/opt/gpuserve"
     units = ("/etc/systemd/system/gpuserve-sglang.service", SPEC.saved("unit"))

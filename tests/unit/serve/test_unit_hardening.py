@@ -13,9 +13,9 @@ from systemd_words import server_argv
 
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime
+from gpuserve.roles.service import listen_host, plan_service, with_host
 from gpuserve.serve.plan import plan_serve
 from gpuserve.serve.render import HARDENING, validate_hardening_off
-from roles.service import listen_host, plan_service, with_host
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.yaml"))

@@ -1,0 +1,83 @@
+"""The host deploy: kernel parameters, NVIDIA driver, CUDA lane, NCCL env, reboot, and
+the measured GPU gates last. Why the gates run here, and the container host's path:
+docs/deploys.md. Called by deploy/host.py, or by a pyinfra project's own deploy file.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+
+from gpuserve.facts.host import Container
+from gpuserve.host.host_data import HostSettings
+from gpuserve.host.plan import plan_host
+from gpuserve.roles import cuda_toolkit, gpu_gates, kernel, nccl, nvidia_driver
+from gpuserve.roles.inventory import inventory_source, packaged_deploy
+from gpuserve.roles.nvidia_driver import userspace
+from gpuserve.roles.prefetch import defer, fact, prefetch
+
+
+@packaged_deploy
+def provision_gpu_host() -> None:
+    """Provision this GPU host from ``host.data`` (the keys of the DEFAULTS of
+    gpuserve.roles.kernel, nvidia_driver, cuda_toolkit, nccl and gpu_gates; ``gates:
+    off`` skips the measurement). Host data is validated first (``plan_host``, what
+    ``gpuserve check`` runs), so a bad value stops the run with ``<inventory>: <key>:
+    ...`` before any host is changed. On a container host only the userspace driver of
+    the kernel module's version is installed and the kernel's steps are skipped."""
+    settings = plan_host(host.data.dict(), inventory_source())  # also run by gpuserve check
+    # every read of the roles below in one remote command (roles/prefetch.py); the driver
+    # role adds its files and packages once it knows the repository
+    prefetch([*kernel.reads(), *nvidia_driver.fact_reads(),
+              *cuda_toolkit.reads(settings.cuda_lane), *nccl.reads(),
+              *gpu_gates.reads(settings.gates)])
+    # the measuring tools' build stamps are named after the NCCL this batch found: they
+    # join the driver role's second batch instead of costing a command each
+    defer(gpu_gates.stamp_reads(settings.gates))
+    container = fact(Container)
+    if container:
+        plan, url, sha256 = userspace.prepare(settings.repo_url, container)
+        userspace.install_userspace_driver(plan=plan, url=url, sha256=sha256,
+                                           container_kind=container,
+                                           contrib=settings.debian_contrib)
+        provision_userspace(settings, plan.branch)
+        return
+    provision_kernel_host(settings)
+
+
+def provision_kernel_host(settings: HostSettings) -> None:
+    """A host with a kernel of its own: parameters, driver, CUDA lane, NCCL, the reboot
+    the parameters need, the measurement."""
+    params = settings.kernel.params(*kernel.platform())
+
+    kernel.configure_kernel(params=params)
+    nvidia_driver.install_nvidia_driver(
+        repo_url=settings.repo_url,
+        branch=settings.branch,
+        flavour=settings.flavour,
+        mok_enrolled=settings.mok_enrolled,
+        install_headers=settings.install_headers,
+        contrib=settings.debian_contrib,
+        persistence=settings.persistence,
+    )
+    cuda_toolkit.install_cuda_toolkit(lane=settings.cuda_lane, branch=settings.branch)
+    nccl.configure_nccl(overrides=settings.nccl_overrides)
+    kernel.activate_kernel(
+        params=params,
+        allow_reboot=settings.kernel.allow_reboot,
+        reboot_timeout=settings.kernel.reboot_timeout,
+    )
+    measure(settings)
+
+
+def provision_userspace(settings: HostSettings, branch: int) -> None:
+    """A container host's steps after its driver: the CUDA lane (checked against the
+    branch of the host's kernel module), NCCL, the measurement."""
+    cuda_toolkit.install_cuda_toolkit(lane=settings.cuda_lane, branch=branch)
+    nccl.configure_nccl(overrides=settings.nccl_overrides)
+    measure(settings)
+
+
+def measure(settings: HostSettings) -> None:
+    gpu_gates.measure_gpu_gates(settings=settings.gates,
+                                nccl_overrides=settings.nccl_overrides,
+                                results_dir=settings.results_dir)

@@ -1,0 +1,52 @@
+"""The gateway deploy: the SGLang hosts of an inventory group put behind SGLang's
+gateway (smg). Its order of steps: docs/deploys.md. Called by deploy/router.py, or by a
+pyinfra project's own deploy file.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, inventory, logger
+
+from gpuserve.errors import InputError
+from gpuserve.facts.host import InstallTarget
+from gpuserve.fleet.router_plan import DEFAULTS, is_router_host, plan_router
+from gpuserve.launch.lock_choice import PreflightError
+from gpuserve.roles import router as router_role
+from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
+from gpuserve.roles.prefetch import fact, prefetch
+
+
+@packaged_deploy
+def sglang_gateway() -> None:
+    """On a router host (host data ``router_workers_group`` names the inventory group
+    of its workers): smg's locked venv, manifest, API key and unit, then its checks.
+    Every other host is skipped with a line saying so; an inventory without a router
+    host is refused. Keys and defaults: ``gpuserve.fleet.router_plan.DEFAULTS``. The
+    workers are served by :func:`gpuserve.roles.deploys.serve_sglang`, not here."""
+    data = host.data.dict()
+    if not is_router_host(data):
+        if not any(is_router_host(h.data.dict()) for h in inventory):
+            raise InputError(inventory_source(), "router_workers_group",
+                             "no host of this inventory sets it: name, on the router host, "
+                             "the inventory group whose hosts serve SGLang behind the gateway")
+        logger.info(f"{host.name}: not a router host (no router_workers_group); skipped")
+        return
+    home = data.get("router_home", DEFAULTS["router_home"])
+    user = data.get("router_user", DEFAULTS["router_user"])
+    # the plan validates both before anything is read with them
+    plan_router(data, inventory_source(), host_name=host.name, group_members=group_members)
+    prefetch(router_role.plan_reads(home, user))
+    target = fact(InstallTarget, path=home)
+    if not target["python"]:
+        raise PreflightError(f"{host.name}: no python3 on the host (smg's venv needs one); "
+                             "nothing on the host was changed")
+    plan = plan_router(data, inventory_source(), host_name=host.name,
+                       group_members=group_members, python=target["python"],
+                       glibc=target["glibc"])
+    for line in plan.warnings:
+        logger.warning(f"{host.name}: {line}")
+    prefetch(router_role.reads(plan))
+    router_role.install_router(plan=plan)
+    router_role.configure_router(plan=plan)
+    router_role.check_router(name=f"gateway answers on port {plan.port}, workers ready",
+                             plan=plan)

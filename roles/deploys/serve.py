@@ -1,0 +1,165 @@
+"""The serve deploy: a launch profile served with SGLang on the host, and proved.
+
+What it does, in order, and how switching profiles, rollback, reruns and secrets work:
+docs/deploys.md. Called by deploy/serve.py, or by a pyinfra project's own deploy file.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.facts.files import FileContents
+
+import gpuserve.roles.checks.bench as bench_role
+import gpuserve.roles.service as service_role
+import gpuserve.roles.service.rollback as rollback_role
+import gpuserve.roles.sglang as sglang_role
+from gpuserve.facts.document import HostFactsDocument, host_facts_document
+from gpuserve.facts.host import InstallTarget, ModelCheckpoint
+from gpuserve.host.nccl_env import HOST_JSON_PATH
+from gpuserve.launch.lock_choice import HostRuntime
+from gpuserve.launch.locks import Lock
+from gpuserve.roles import checks as checks_role
+from gpuserve.roles.checks import check_service, install_check_scripts, serving_probe_read
+from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
+from gpuserve.roles.prefetch import Read, fact, prefetch, reader
+from gpuserve.roles.router.rolling import (
+    Switching,
+    gateway_of,
+    plan_rollout,
+    put_back,
+    register_restart,
+    rollout_guard,
+    take_out,
+)
+from gpuserve.roles.service import UNIT_NAME, UNIT_PATH, configure_service, planned_steps
+from gpuserve.roles.service.rollback import RollbackSpec, keep_last_good
+from gpuserve.roles.sglang import install_sglang, prune_venvs
+from gpuserve.serve.plan import ServePlan, candidate_locks, checkpoint_path, plan_serve
+
+# the unit files whose venv a prune keeps: the live one and the last good one
+UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
+
+
+def host_reads(home: str, user: str, checkpoint: str | None) -> list[Read]:
+    """What the plan reads from the host before any change (one prefetch), the
+    checkpoint scan of the profile's model directory included."""
+    return [Read.of(InstallTarget, path=home), Read.of(FileContents, path=HOST_JSON_PATH),
+            Read.of(HostFactsDocument, sglang_python=""), *sglang_role.account_reads(user),
+            *([Read.of(ModelCheckpoint, path=checkpoint)] if checkpoint else [])]
+
+
+def role_reads(user: str, home: str, locks: list[Lock], serving: Read | None = None
+               ) -> list[Read]:
+    """What the roles below read once the plan exists, as far as it is known before:
+    paths under ``sglang_home``, the service's state, the venv of every lock the plan
+    may choose (``locks``) and, given ``serving``, the health gate's first probe with
+    its smoke completion. Read in the first batch, so that a rerun with nothing to do
+    needs no second one (nor a probe of its own); the second prefetch reads only what
+    this missed, the probe never (the gate probes when it must)."""
+    bin_dir = sglang_role.bin_dir(home)
+    return [*(read for lock in locks for read in sglang_role.reads(user, home, lock)),
+            *service_role.reads(bin_dir), *checks_role.reads(bin_dir),
+            *bench_role.reads(home), *rollback_role.reads(RollbackSpec(profile_name="")),
+            *sglang_role.prune_reads(home, UNIT_PATHS), *([serving] if serving else [])]
+
+
+def host_runtime(home: str) -> HostRuntime:
+    """The facts the lock choice and the preflight need, read before any change.
+
+    GPUs, driver and CUDA toolkit come from the doctor's host-facts document, which runs
+    the same commands through the same parsers as the NvidiaGpus, NvidiaDriver and
+    CudaToolkit facts: reading them again cost a rerun three more tool runs."""
+    target = fact(InstallTarget, path=home)
+    document = fact(HostFactsDocument, sglang_python="")
+    gpus = document["gpus"] or []
+    driver = next((g["driver_version"] for g in gpus if g.get("driver_version")), None)
+    if driver is None:
+        driver = document["driver"]["version"]
+    return HostRuntime(name=host.name, python=target["python"], glibc=target["glibc"],
+                       driver=driver, cuda_toolkit=document["cuda"]["toolkit"],
+                       free_bytes=target["free_bytes"], gpus=len(gpus),
+                       gpu_list=tuple(dict(g) for g in gpus))
+
+
+@packaged_deploy
+def serve_sglang() -> None:
+    """Serve host data's ``profile`` with SGLang on this host and prove it (health gate,
+    smoke completion, throughput checks), keeping a last good configuration to roll
+    back to. Reads ``host.data``: ``profile`` (required; a name in ``profiles/`` or a
+    path) and the keys of ``gpuserve.roles.sglang.DEFAULTS``,
+    ``gpuserve.roles.service.DEFAULTS`` and ``gpuserve.roles.checks.DEFAULTS``.
+    Bad input stops the host before any operation, naming file and field."""
+    plan = plan_and_read()
+    rollback = RollbackSpec(profile_name=plan.service.profile_name, unit=UNIT_NAME)
+    prefetch(role_reads(plan.user, plan.home, [plan.lock]))  # nothing, unless missed
+    serve(plan, rollback)
+
+
+def plan_and_read() -> ServePlan:
+    """The first batch of reads and the plan (``gpuserve/serve/plan.py``).
+
+    Reads run as one batched command (roles/prefetch.py): what the plan needs, and what
+    every role below reads, for every lock the plan may choose; a second batch, once the
+    plan names the lock and paths, reads only what the first could not know."""
+    home = sglang_role.validate_home(
+        host.data.get("sglang_home", sglang_role.DEFAULTS["sglang_home"]), inventory_source())
+    user = host.data.get("sglang_user", sglang_role.DEFAULTS["sglang_user"])
+    user = sglang_role.validate_user(user, inventory_source())
+    data, source = host.data.dict(), inventory_source()
+    prefetch([*host_reads(home, user, checkpoint_path(data, source)),
+              *role_reads(user, home, candidate_locks(data, source),
+                          serving_probe_read(data, source, home))])
+    plan = plan_serve(
+        data,
+        source,
+        host_runtime=host_runtime,
+        host_record=lambda: fact(FileContents, path=HOST_JSON_PATH),
+        checkpoint=lambda path: fact(ModelCheckpoint, path=path),
+        host_facts=lambda: host_facts_document(reader()),
+        host_name=host.name,
+        group_members=group_members,
+    )
+    for line in plan.preflight.info:
+        logger.info(f"{host.name}: {line}")
+    for line in plan.preflight.warnings:
+        logger.warning(f"{host.name}: {line}")
+    return plan
+
+
+def serve(plan: ServePlan, rollback: RollbackSpec) -> None:
+    """The operations: install, configure (behind SGLang's gateway a restart is a
+    rolling switch: roles/router/rolling.py), check, keep the last good one, prune."""
+    router = gateway_of(host.name, inventory_source())
+    switching = Switching()
+    if router is not None:
+        rollout_guard(name=f"rolling switch behind the gateway on {router}: no earlier "
+                           "worker failed", router=router, switching=switching)
+
+    def take_out_first() -> None:
+        rollout = plan_rollout(host.name, inventory_source()) if router else None
+        if rollout is None:
+            return
+        register_restart(rollout, switching)
+        take_out(name=f"take {rollout.url} out of the gateway on {rollout.router}, wait "
+                      "until it is dropped and idle", rollout=rollout, switching=switching,
+                 bin_dir=plan.bin_dir, port=plan.service.port, config=plan.config_path)
+
+    install_sglang(user=plan.user, home=plan.home, lock=plan.lock,
+                   index_url=plan.index_url, find_links=plan.find_links,
+                   expect_gpus=plan.expect_gpus)
+    install_check_scripts(bin_dir=plan.bin_dir)
+    # decided before the service's operations exist, from the batch's read
+    service_changed = bool(planned_steps(plan.service))
+    configure_service(plan=plan.service, before_restart=take_out_first)
+    check_service(unit=UNIT_NAME, port=plan.service.port, served_name=plan.service.served_name,
+                  profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
+                  health_timeout=plan.health_timeout, config_path=plan.config_path,
+                  record=plan.record, rollback=rollback, bench=plan.bench,
+                  serves_http=plan.node is None or plan.node.is_head)
+    if switching.rollout is not None:
+        put_back(name=f"put {switching.rollout.url} back into the gateway on {router}, "
+                      "wait until it is ready", rollout=switching.rollout, switching=switching)
+    keep_last_good(name="keep this configuration as the last good one (root-only copies)",
+                   spec=rollback, service_changed=service_changed)
+    prune_venvs(name=f"prune venvs beyond keep_venvs={plan.keep_venvs}", home=plan.home,
+                keep=plan.keep_venvs, unit_paths=UNIT_PATHS)
