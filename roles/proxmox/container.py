@@ -17,7 +17,7 @@ from pyinfra.facts.server import Command
 
 from gpuserve.errors import InputError
 from gpuserve.host import lxc
-from roles.proxmox import restart_if_running
+from gpuserve.roles.proxmox import restart_if_running
 
 ABSENT = "__gpuserve_absent__"
 
