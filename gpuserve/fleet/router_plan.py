@@ -40,15 +40,18 @@ PACKAGE = "smg"
 DEFAULTS = {
     # On the router host: the inventory group whose hosts serve SGLang behind the gateway
     # (deploy/router.py acts only on hosts that set it).
+    # accepts: str (an inventory group) or None
     "router_workers_group": None,
     # The gateway's API key (secret, at least 16 characters): clients send it as a Bearer
     # token; smg also sends it to the workers, so a worker with sglang_api_key must have
     # the same one. A root-only file on the host, never on a command line.
+    # accepts: str (16+ characters) or None
     "router_api_key": None,
     # where clients reach the gateway
     "router_listen_address": "0.0.0.0",
     "router_port": 30080,
     # smg's Prometheus /metrics listener (None: the gateway's listen address)
+    # accepts: str (an IP address) or None
     "router_prometheus_address": None,
     "router_prometheus_port": 29000,
     # smg --policy
@@ -66,14 +69,18 @@ DEFAULTS = {
     # how long the deploy waits for the workers to show "ready" before it only warns
     "router_ready_timeout": 60,
     # smg release to install (a lock smg-<V>-py<XY>.json must exist); None: the newest
+    # accepts: str or None
     "router_version": None,
     # a directory of smg locks generated with tools/gen_lock.py --package smg
+    # accepts: str (a directory) or None
     "router_locks_dir": None,
     # the system account smg runs as, and the root of its venvs, locks and scripts
     "router_user": "smg",
     "router_home": "/opt/gpuserve-router",
     # pip index / find-links for smg (None: pip_index_url / pip_find_links, else PyPI)
+    # accepts: str (a URL) or None
     "router_pip_index_url": None,
+    # accepts: str (a URL or directory) or None
     "router_pip_find_links": None,
     # A rolling switch (pyinfra --serial deploy/serve.py across the workers group,
     # roles/router/rolling.py): at most this many workers out of the gateway at once

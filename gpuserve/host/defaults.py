@@ -13,6 +13,7 @@ KERNEL = {
     # Add pci=noacs: stop ACS redirecting peer TLPs to the root complex (NVIDIA/nccl#2079).
     "pci_noacs": False,
     # Further kernel parameters the host must boot with (list of "k" or "k=v").
+    # accepts: list[str]
     "kernel_extra_params": [],
     # Reboot the host when the running kernel lacks the configured parameters (or nouveau
     # is still loaded). Off: the deploy reports "REBOOT PENDING" and changes nothing else.
@@ -27,13 +28,16 @@ NVIDIA_DRIVER = {
     # Base URL of NVIDIA's CUDA repository for this distribution (the directory holding
     # Packages and cuda-keyring_1.1-1_all.deb). None: NVIDIA's own,
     # https://developer.download.nvidia.com/compute/cuda/repos/<distro>/<arch>/.
+    # accepts: str (a URL) or None
     "nvidia_repo_url": None,
     # sha256 of cuda-keyring_1.1-1_all.deb as that repository serves it. None: the value
     # published for the host's distribution (gpuserve/data/host/nvidia.yaml); a mirror
     # that builds its own keyring, or a distribution the table lacks, must set it.
+    # accepts: str (64 hex digits) or None
     "nvidia_keyring_sha256": None,
     # URL prefixes (e.g. "http://10.0.2.2:8000/") whose plain-http URLs host data may
     # use; every other URL must be https (gpuserve/host/mirrors.py).
+    # accepts: list[str]
     "trusted_mirrors": [],
     # Driver branch to lock (580: versioned metas; 590+: nvidia-driver-pinning-<branch>).
     "nvidia_driver_branch": 580,
@@ -61,6 +65,7 @@ CUDA_TOOLKIT = {
 NCCL = {
     # Overrides of the derived NCCL env, e.g. {"NCCL_DEBUG": "INFO"}; "" removes a key
     # (e.g. {"NCCL_P2P_DISABLE": ""} to keep P2P on in a VM with a P2P clique).
+    # accepts: dict[str, str]
     "nccl_env": {},
 }
 
@@ -69,15 +74,19 @@ NCCL = {
 GPU_GATES = {
     # Measuring stage after provisioning: "auto" (measure where nvidia-smi lists two or
     # more GPUs), "on" (and fail a host with fewer), "off".
+    # accepts: str: auto, on or off (true/false: on/off)
     "gates": "auto",
     # Seconds one tool run may take before it is killed and counted as a hang.
+    # accepts: int or float (seconds)
     "gates_timeout": 600,
     # Measure again although nothing the last measurement depends on changed.
     "gates_remeasure": False,
     # Per tool ("nccl-tests", "cuda-samples"): {url: mirror of the pinned source} or
     # {url: archive, sha256: its digest} (gpuserve/data/gates/sources.yaml).
+    # accepts: dict[str, dict[str, str]]
     "gates_sources": {},
     # nccl-tests collectives: [all_reduce, all_gather, alltoall]; default: all_reduce, plus
     # all_gather and alltoall when host data's profile serves EP (gate_runs.gate_collectives)
+    # accepts: list[str] or None
     "gates_collectives": None,
 }

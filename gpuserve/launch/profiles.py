@@ -54,93 +54,152 @@ class Origin:
 
 @dataclass(frozen=True)
 class ModelSection:
+    # the model: a local directory on the host or a Hugging Face hub id (required)
     path: str = ""
+    # the model name clients send in requests (default: SGLang's, the path)
     served_name: str | None = None
+    # a model record in gpuserve/data/models/ for the memory planner and the preflight
+    # (not passed to SGLang)
     arch: str | None = None
+    # let SGLang run the model repository's own Python code
     trust_remote_code: bool = False
+    # SGLang's quantization method (e.g. modelopt_fp4); default: from the checkpoint
     quantization: str | None = None
 
 
 @dataclass(frozen=True)
 class ServerSection:
-    # SGLang's own default host is 127.0.0.1; a served box is polled from elsewhere.
+    # the address the server listens on when host data gives an API key (else 127.0.0.1:
+    # see host data listen_address); SGLang's own default is 127.0.0.1, a served box is
+    # polled from elsewhere
     host: str = "0.0.0.0"
+    # the HTTP port the server listens on (1..65535)
     port: int = 30000
 
 
 @dataclass(frozen=True)
 class ParallelSection:
+    # tensor-parallel size: GPUs one copy of the model spans (across all nodes)
     tp: int = 1
+    # expert-parallel size for MoE layers; must divide tp
     ep: int = 1
+    # data-parallel replicas (GPUs used: tp x dp)
     dp: int = 1
+    # data-parallel attention within the tp group (at most tp, must divide it)
     attention_dp: int = 1
+    # nodes of one launch; over 1, the hosts of host data sglang_nodes_group in rank order
     nnodes: int = 1
     # With nnodes > 1, rank and dist-init address come from the inventory group
     # (gpuserve/fleet/multinode.py); a profile sets only the port node 0 listens on.
+    # (So this node's rank is never set in a profile.)
     node_rank: int = 0
+    # node 0's address:port, set by gpuserve from the group, never in a profile
     dist_init_addr: str | None = None
+    # the port node 0 listens on for the other nodes (the port of --dist-init-addr)
     dist_init_port: int = 20000
 
 
 @dataclass(frozen=True)
 class MemorySection:
+    # fraction of GPU memory for weights and KV cache, in (0, 1); "auto" or unset:
+    # SGLang's choice
     mem_fraction_static: float | None = None  # None = SGLang's auto choice ("auto" in YAML)
+    # largest decode batch captured as a CUDA graph
     cuda_graph_max_bs: int | None = None
+    # tokens per prefill chunk; -1 turns chunking off
     chunked_prefill_size: int | None = None
+    # the model's maximum context length, overriding its config
     context_length: int | None = None
+    # KV cache data type (e.g. fp8_e4m3); default: the model's
     kv_cache_dtype: str | None = None
+    # most requests decoded at once (bench scenarios' concurrency may not exceed it)
     max_running_requests: int | None = None
 
 
 @dataclass(frozen=True)
 class MoeSection:
+    # MoE all-to-all backend (e.g. deepep); adds all-gather/all-to-all to the host's
+    # measured gates
     a2a_backend: str | None = None
+    # MoE kernel backend
     runner_backend: str | None = None
+    # extra expert replicas for expert-parallel load balance (0 or more)
     num_redundant_experts: int | None = None
+    # keep shared experts out of the fused MoE kernel
     disable_shared_experts_fusion: bool = False
 
 
 @dataclass(frozen=True)
 class AttentionSection:
+    # attention kernel backend for prefill and decode
     backend: str | None = None
+    # attention backend for prefill only
     prefill_backend: str | None = None
+    # attention backend for decode only
     decode_backend: str | None = None
+    # sparse-attention (DSA/NSA) backend for prefill
     dsa_prefill_backend: str | None = None
+    # sparse-attention (DSA/NSA) backend for decode
     dsa_decode_backend: str | None = None
 
 
 @dataclass(frozen=True)
 class SpeculativeSection:
+    # speculative decoding algorithm (e.g. EAGLE3, NEXTN); the other fields need it
     algorithm: str | None = None
+    # the draft model's directory or hub id
     draft_model: str | None = None
+    # draft steps per verification (num_steps, eagle_topk, num_draft_tokens: all three
+    # or none, when SGLang picks them)
     num_steps: int | None = None
+    # candidates kept per draft step
     eagle_topk: int | None = None
+    # draft tokens verified per step
     num_draft_tokens: int | None = None
 
 
 @dataclass(frozen=True)
 class CommunicationSection:
+    # use NCCL's all-reduce instead of SGLang's custom kernel (the host deploy's
+    # measurement may set it too)
     disable_custom_all_reduce: bool = False
+    # SGLang's PCIe IPC all-reduce (an environment switch; versions before 0.5.23 lack it)
     pcie_ipc_allreduce: bool = False
 
 
 SECTIONS: dict[str, type] = {
+    # what to serve
     "model": ModelSection,
+    # where the server listens
     "server": ServerSection,
+    # how the model is split over GPUs and nodes
     "parallel": ParallelSection,
+    # GPU memory, CUDA graphs, batch and context limits
     "memory": MemorySection,
+    # mixture-of-experts kernels and expert parallelism
     "moe": MoeSection,
+    # attention kernel backends
     "attention": AttentionSection,
+    # speculative decoding
     "speculative": SpeculativeSection,
+    # all-reduce between the GPUs
     "communication": CommunicationSection,
 }
 TOP_LEVEL: dict[str, Any] = {
+    # a parent profile (path relative to this file), deep-merged under this one; null in
+    # this file removes a parent's value
     "extends": str,
+    # one line about the profile
     "description": str | None,
+    # the SGLang releases this profile must render for (default: every catalog)
     "sglang_versions": list[str],
+    # environment of the server (NCCL_*, SGLANG_*, ...); no secrets: those come from host
+    # data
     "env": dict[str, str],
+    # further SGLang flags, validated against the version's flag catalog; no secret flags
     "extra_args": list[str],
-    "bench": BenchSpec,  # parsed by gpuserve.measure.bench.parse_bench
+    # the throughput checks the serve deploy runs after its smoke completion
+    "bench": BenchSpec,  # gpuserve.measure.bench.parse_bench
 }
 
 

@@ -61,7 +61,49 @@ _UNITS = {"tok/s": ("tok/s", 1.0), "tokens/s": ("tok/s", 1.0), "req/s": ("req/s"
           "ms": ("ms", 1.0), "s": ("ms", 1000.0)}
 _EXPECT = re.compile(r"^\s*(>=|<=)?\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*(\S+)\s*$")
 
-SCENARIO_KEYS = ("concurrency", "prompts", "input_len", "output_len", "warmup")
+#: The keys of the profile's ``bench`` mapping (docs/reference/profile.md is generated
+#: from the comments).
+BENCH_KEYS = (
+    # scenarios by name, each a mapping of the keys below (default: single and batch;
+    # a scenario named like a default takes that one's values for the keys it omits)
+    # accepts: mapping of name to mapping
+    "scenarios",
+    # concurrencies: one closed-loop scenario cN each, with the batch scenario's lengths
+    # and 2 x N prompts
+    # accepts: list[int]
+    "sweep",
+    # per scenario, SGLang figures to gate on: {figure: "[>=|<=] NUMBER UNIT"}, e.g.
+    # output_throughput: ">= 1200 tok/s", median_ttft_ms: "<= 800 ms"
+    # accepts: mapping of scenario to mapping of figure to str
+    "expect",
+    # how far output_throughput may fall below the last good run's, e.g. "10%"
+    # accepts: str or number (a percentage in [0, 100))
+    "regression_tolerance",
+    # a missed gate: report (keep serving) or rollback; host data on_regression overrides it
+    # accepts: str: report or rollback
+    "on_regression",
+    # seconds one scenario's client may run (default 1800, at most 86400)
+    # accepts: int or float
+    "timeout",
+)
+#: The keys of one ``bench.scenarios`` entry.
+SCENARIO_KEYS = (
+    # requests in flight at once (1..4096)
+    # accepts: int
+    "concurrency",
+    # requests in all (at least concurrency, at most 100000)
+    # accepts: int
+    "prompts",
+    # prompt tokens per request (random tokens, fixed length)
+    # accepts: int
+    "input_len",
+    # output tokens per request
+    # accepts: int
+    "output_len",
+    # requests sent before the measured run (0..1000)
+    # accepts: int
+    "warmup",
+)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 MAX_PROMPTS = 100_000
 #: Scenarios a profile may run, named and sweep levels together. Every changed deploy
@@ -141,12 +183,10 @@ def parse_bench(raw: Any, error: ErrorAt, max_running_requests: int | None = Non
         return BenchSpec()
     if not isinstance(raw, Mapping):
         raise error("bench", f"must be a mapping, got {type(raw).__name__}")
-    known = ("scenarios", "sweep", "expect", "regression_tolerance", "on_regression",
-             "timeout")
     for key in raw:
-        if key not in known:
+        if key not in BENCH_KEYS:
             raise error(f"bench.{escaped_key(str(key))}", f"unknown key"
-                        f"{non_ascii_note(str(key))} (valid: {', '.join(sorted(known))})")
+                        f"{non_ascii_note(str(key))} (valid: {', '.join(sorted(BENCH_KEYS))})")
     scenarios = _scenarios(raw.get("scenarios"), error)
     named = len(scenarios)
     scenarios += _sweep(raw.get("sweep"), scenarios, error)

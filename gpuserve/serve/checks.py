@@ -13,19 +13,24 @@ from gpuserve.paths import PROJECT_ROOT
 
 DEFAULTS = {
     # seconds to wait for /health == 200 after a (re)start before failing the host
+    # accepts: int or float (seconds, at most 86400)
     "health_timeout": 900,
     # controller directory for result records (results/<host>/<time>-smoke-<profile>.json,
     # see gpuserve/measure/results.py); relative to the repository root, or to the current
     # working directory when gpuserve runs installed from the wheel; "" records nothing
+    # accepts: str (a path; "" turns recording off)
     "results_dir": "results",
     # throughput checks (roles/checks/bench.py): auto = when the served configuration is
     # new to the host, always, or off
+    # accepts: str: auto, always or off
     "bench": "auto",
     # a missed throughput gate: report (keep serving) or rollback; None = the profile's
     # bench.on_regression, else report
+    # accepts: str (report or rollback) or None
     "on_regression": None,
     # memory fit from the checkpoint's headers + the doctor's rules, before any change
     # (gpuserve/serve/preflight.py): enforce, warn or off
+    # accepts: str: enforce, warn or off
     "preflight": "enforce",
 }
 

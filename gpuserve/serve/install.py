@@ -14,17 +14,22 @@ from gpuserve.host import mirrors
 DEFAULTS = {
     # Exact SGLang version to install (a lock must exist for it, local part allowed:
     # "0.5.23", "0.5.23+lab"); None: the newest lock the profile and the host allow.
+    # accepts: str or None
     "sglang_version": None,
     # A directory of locks generated with tools/gen_lock.py (e.g. for another index),
     # searched before the shipped ones in gpuserve/data/locks/.
+    # accepts: str (a directory) or None
     "sglang_locks_dir": None,
     # pip --index-url (None: PyPI, or no index at all when pip_find_links is set)
+    # accepts: str (a URL) or None
     "pip_index_url": None,
     # pip --find-links (a local wheel mirror or wheelhouse, e.g. https://mirror/wheels/)
+    # accepts: str (a URL or directory) or None
     "pip_find_links": None,
     # URL prefixes of plain-http mirrors the inventory vouches for (e.g.
     # ["http://10.0.2.2:8000/"]); any other pip URL must be https (pip gets
     # --trusted-host only for these). Shared with the host deploy (nvidia_repo_url).
+    # accepts: list[str]
     "trusted_mirrors": [],
     # the system user and group the server runs as
     "sglang_user": "sglang",

@@ -89,16 +89,25 @@ MAX_HEALTH_TIMEOUT = 86_400
 #: Host data of multi-node launches (gpuserve/fleet/multinode.py).
 FLEET_DEFAULTS = {
     # the inventory group whose hosts run a profile with parallel.nnodes > 1, in rank order
+    # accepts: str (an inventory group) or None
     "sglang_nodes_group": None,
     # the address the nodes reach each other on (node 0's is the dist-init address)
+    # accepts: str (an IP address) or None
     "private_address": None,
     # one network interface for NCCL's and Gloo's sockets (NCCL/GLOO_SOCKET_IFNAME)
+    # accepts: str (an interface name) or None
     "nccl_socket_ifname": None,
 }
 
 
 def defaults() -> dict:
-    merged: dict = {"profile": None, **FLEET_DEFAULTS}
+    merged: dict = {
+        # the launch profile to serve: a name in profiles/ or a YAML file's path (required;
+        # deploy/host.py reads it too: an EP profile adds collectives to the measurement)
+        # accepts: str
+        "profile": None,
+        **FLEET_DEFAULTS,
+    }
     for layer in (sglang.DEFAULTS, service.DEFAULTS, checks.DEFAULTS):
         merged.update(layer)
     return merged

@@ -30,16 +30,21 @@ from gpuserve.serve.secret import validate_secret
 
 DEFAULTS = {
     # extra environment for the server (dict), added after the profile's env
+    # accepts: dict[str, str]
     "sglang_extra_env": {},
     # Hugging Face token (secret): EnvironmentFile only (mode 0600, root)
+    # accepts: str (16+ characters) or None
     "hf_token": None,
     # SGLang --api-key (secret): --config YAML only (mode 0600, service user)
+    # accepts: str (16+ characters) or None
     "sglang_api_key": None,
     # the address the server listens on (an IP). Unset: the profile's server.host when
     # sglang_api_key is set, else 127.0.0.1 only (see listen_host)
+    # accepts: str (an IP address) or None
     "listen_address": None,
     # hardening directives of the unit to switch off on this host, e.g. ["ProtectProc"]
     # (gpuserve/serve/render.HARDENING; for a host where one breaks the server)
+    # accepts: list[str]
     "unit_hardening_off": [],
 }
 
