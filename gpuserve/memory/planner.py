@@ -866,8 +866,15 @@ def _pre_load_free(
 ) -> float:
     """Free memory when weights start loading (SGLang's ``pre``): the measured figure when
     there is one, else memory.total less the init overhead (CUDA context, NCCL, cuBLAS;
-    gpus.yaml)."""
+    gpus.yaml). A measured figure above the card's memory.total is refused: it cannot be
+    free, and it planned KV pools no card holds (200 GiB on an H200: 1.35M tokens)."""
     if pre_load_free_gib is not None:
+        if pre_load_free_gib > gpu_memory_mib / 1024:
+            raise InputError(
+                "--pre-load-free-gib", "pre_load_free_gib",
+                f"{pre_load_free_gib:g} GiB free before weights is more than the GPU holds "
+                f"(memory.total {gpu_memory_mib:g} MiB = {gpu_memory_mib / 1024:.2f} GiB); "
+                "give the 'Load weight begin. avail mem' figure of a startup log")
         return pre_load_free_gib
     return gpu_memory_mib / 1024 - init_overhead_gib
 
