@@ -770,6 +770,7 @@ def _launch_defaults(
         max_running_requests=max_running_requests,
         moe_a2a_backend=layout.moe_a2a_backend,
         speculative=bool(layout.speculative),
+        speculative_algorithm=layout.speculative,
     )
     defaults = memory_defaults(gpu_memory_mib, mem_fraction_static=mem_fraction_static, **settings)
     # The reserve SGLang's heuristic would keep for graphs + activations at these settings,
