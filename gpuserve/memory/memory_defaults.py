@@ -203,6 +203,18 @@ def _server_args_hook_breakdown(
     return breakdown
 
 
+def _default_fraction(gpu_memory_mib: float | None, version: str, settings: dict,
+                      speculative_algorithm: str | None) -> tuple[float, dict[str, float]]:
+    """SGLang's own mem_fraction_static, (G - R) / G to 3 places, and R by cause."""
+    if version in _SERVER_ARGS_HOOK:
+        breakdown = _server_args_hook_breakdown(gpu_memory_mib, settings, speculative_algorithm)
+    else:
+        breakdown = _reserve_breakdown(gpu_memory_mib, **settings)
+    if gpu_memory_mib is None:
+        return (0.88 if version in _OLD_RULES else 0.95), breakdown
+    return round((gpu_memory_mib - sum(breakdown.values())) / gpu_memory_mib, 3), breakdown
+
+
 def memory_defaults(
     gpu_memory_mib: float | None,
     *,
@@ -263,17 +275,9 @@ def memory_defaults(
             decode_graph=decode_graph, prefill_graph=prefill_graph,
             prefill_graph_breakable=prefill_graph_breakable, moe_a2a_backend=moe_a2a_backend,
             post_capture_kv_sizing=post_capture_kv_sizing)
-        if version in _SERVER_ARGS_HOOK:
-            breakdown = _server_args_hook_breakdown(
-                gpu_memory_mib, settings,
-                speculative_algorithm or ("EAGLE" if speculative else None))
-        else:
-            breakdown = _reserve_breakdown(gpu_memory_mib, **settings)
+        spec = speculative_algorithm or ("EAGLE" if speculative else None)
+        mfs, breakdown = _default_fraction(gpu_memory_mib, version, settings, spec)
         reserved = sum(breakdown.values())
-        if gpu_memory_mib is None:
-            mfs = 0.88 if version in _OLD_RULES else 0.95
-        else:
-            mfs = round((gpu_memory_mib - reserved) / gpu_memory_mib, 3)
 
     per_dp = cps // attn_dp if (attn_dp > 1 and cps > 0) else cps
     return MemoryDefaults(
