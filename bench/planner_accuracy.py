@@ -15,7 +15,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpuserve.host.gpus import get_gpu, known_gpus  # noqa: E402
+from gpuserve.memory.memory_defaults import KNOWN_VERSIONS, memory_defaults  # noqa: E402
 from gpuserve.memory.planner_cases import evaluate, format_table  # noqa: E402
+
+
+def defaults_table() -> str:
+    """SGLang's default mem_fraction_static per version (every version with memory rules,
+    i.e. every shipped lock's) for each GPU of gpus.yaml, GQA TP1 / TP8 and MLA TP8."""
+    head = f"{'GPU':14} {'MiB':>7}  " + "  ".join(f"{v:>20}" for v in KNOWN_VERSIONS)
+    lines = ["default mem_fraction_static (GQA tp1 / GQA tp8 / MLA tp8)", head]
+    for key in known_gpus():
+        mib = get_gpu(key).memory_total_mib
+        cells = []
+        for v in KNOWN_VERSIONS:
+            mfs = [memory_defaults(mib, tp=tp, use_mla=mla, version=v).mem_fraction_static
+                   for tp, mla in ((1, False), (8, False), (8, True))]
+            cells.append(f"{' / '.join(f'{m:.3f}' for m in mfs):>20}")
+        lines.append(f"{key:14} {mib:>7}  " + "  ".join(cells))
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -34,6 +52,7 @@ def main() -> int:
         errs = [abs(e) for r in results for e in r.errors(what)]
         if errs:
             print(f"{what}: {len(errs)} checked, worst {max(errs):.1%} (bound {bound:.0%})")
+    print("\n" + defaults_table())
     return 0
 
 

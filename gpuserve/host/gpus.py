@@ -27,6 +27,8 @@ class GpuSpec:
     compute_capability: str
     init_overhead_gib: float
     sources: tuple[str, ...] = ()
+    datasheet_gb: float = 0.0  # the vendor's capacity in decimal GB (not nvidia-smi's MiB)
+    datasheet: str = ""  # the vendor page that states it
 
     @property
     def memory_total_gib(self) -> float:
@@ -53,7 +55,12 @@ def _catalog() -> dict[str, GpuSpec]:
             compute_capability=str(rec["compute_capability"]),
             init_overhead_gib=float(rec["init_overhead_gib"]),
             sources=tuple(rec.get("sources", ())),
+            datasheet_gb=float(rec.get("datasheet_gb") or 0),
+            datasheet=str(rec.get("datasheet") or ""),
         )
+        if not spec.datasheet.startswith("https://") or spec.datasheet_gb <= 0:
+            raise InputError(GPUS_FILE, f"gpus.{key}.datasheet",
+                             "every GPU needs datasheet_gb and the vendor's https:// page")
         for alias in [key, rec["name"], *rec.get("aliases", [])]:
             out[_norm(alias)] = spec
     return out

@@ -13,13 +13,28 @@ Differences between the two versions that matter here (0.5.19 vs 0.5.23):
   * MLA prefill-graph max_bs defaults to 2048 (0.5.23: min(8192, cps)); the reserve for MLA
     prefill graphs is a flat 1.5 GiB in both, so mfs is unaffected.
 The notes' "aiter x0.85 for context > 8k" rule is not in memory_hook.py of either wheel.
+
+0.5.10.post1 (the CUDA 12 lane; sglang-0.5.10.post1-py3-none-any.whl, sha256 a854a68b...,
+the flag catalog's wheel) has the same rules inside ``srt/server_args.py``
+(``ServerArgs._handle_gpu_memory_settings``, lines 1141-1336); its differences from 0.5.19:
+  * tiers, unknown-memory mfs 0.88 and the MLA prefill-graph max 2048 as in 0.5.19
+    (lines 1165-1228, 1327, 1245-1246); no --max-running-requests cap on decode max_bs;
+  * the prefill graphs are the piecewise CUDA graphs, switched off under speculative decoding,
+    attention-DP, pp > 1 and any --moe-a2a-backend (``_handle_piecewise_cuda_graph``, lines
+    1078-1102), so their reserve goes with them (lines 1305-1311);
+  * no deepep buffer reserve and no post-capture KV sizing;
+  * speculative decoding adds 4 GiB (EAGLE/EAGLE3/NEXTN...) or 6 GiB (STANDALONE), NGRAM
+    nothing, after the 10 GiB floor (lines 1313-1322).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-KNOWN_VERSIONS = ("0.5.19", "0.5.23")
+KNOWN_VERSIONS = ("0.5.10.post1", "0.5.19", "0.5.23")
+# Versions whose tiers, unknown-memory fraction and MLA prefill max are 0.5.19's.
+_OLD_RULES = ("0.5.10.post1", "0.5.19")
+_SERVER_ARGS_HOOK = ("0.5.10.post1",)  # the hook still in server_args.py
 DEFAULT_VERSION = "0.5.23"
 # moe_a2a_backend values whose buffers memory_hook reserves for (only deepep).
 _DEEPEP = ("deepep",)
@@ -68,7 +83,7 @@ def capacity_defaults(
     if g < 20 * 1024:
         return 2048, 8
     if g < 35 * 1024:
-        if version == "0.5.19":
+        if version in _OLD_RULES:
             return 2048, (24 if tp < 4 else 80)
         return 4096, (48 if tp < 4 else 160)
     if g < 60 * 1024:
@@ -167,6 +182,39 @@ def _graph_reserve_mb(max_bs: int, *, attn_dp: int, use_mla: bool, prefill_max: 
     return graphs
 
 
+def _server_args_hook_breakdown(
+    gpu_memory_mib: float | None, settings: dict, speculative_algorithm: str | None
+) -> dict[str, float]:
+    """0.5.10.post1's reserve (server_args.py::_handle_gpu_memory_settings, 1281-1322): the
+    same terms without deepep's or post-capture sizing, the piecewise (prefill) graphs off
+    where _handle_piecewise_cuda_graph (1078-1102) turns them off, and the draft's 4/6 GiB
+    added after the 10 GiB floor."""
+    piecewise_off = (
+        speculative_algorithm is not None or settings["attn_dp"] > 1 or settings["pp"] > 1
+        or settings["moe_a2a_backend"] != "none"
+    )
+    breakdown = _reserve_breakdown(gpu_memory_mib, **{
+        **settings, "prefill_graph": settings["prefill_graph"] and not piecewise_off,
+        "moe_a2a_backend": "none", "post_capture_kv_sizing": False})
+    if speculative_algorithm == "STANDALONE":
+        breakdown["speculative"] = 6 * 1024  # "standalone draft model and cuda graphs"
+    elif speculative_algorithm not in (None, "NGRAM"):
+        breakdown["speculative"] = 4 * 1024  # "eagle draft models and cuda graphs"
+    return breakdown
+
+
+def _default_fraction(gpu_memory_mib: float | None, version: str, settings: dict,
+                      speculative_algorithm: str | None) -> tuple[float, dict[str, float]]:
+    """SGLang's own mem_fraction_static, (G - R) / G to 3 places, and R by cause."""
+    if version in _SERVER_ARGS_HOOK:
+        breakdown = _server_args_hook_breakdown(gpu_memory_mib, settings, speculative_algorithm)
+    else:
+        breakdown = _reserve_breakdown(gpu_memory_mib, **settings)
+    if gpu_memory_mib is None:
+        return (0.88 if version in _OLD_RULES else 0.95), breakdown
+    return round((gpu_memory_mib - sum(breakdown.values())) / gpu_memory_mib, 3), breakdown
+
+
 def memory_defaults(
     gpu_memory_mib: float | None,
     *,
@@ -186,48 +234,50 @@ def memory_defaults(
     moe_a2a_backend: str = "none",
     speculative: bool = False,
     post_capture_kv_sizing: bool = False,
+    speculative_algorithm: str | None = None,
 ) -> MemoryDefaults:
     """Reproduce handle_gpu_memory_settings for a plain (non-PD, non-VLM, CUDA) launch.
 
     ``gpu_memory_mib`` is nvidia-smi's memory.total (min over GPUs). Explicit values
     (chunked_prefill_size, decode_max_bs, mem_fraction_static) win, as in SGLang.
     In 0.5.19 attention-DP is ``--enable-dp-attention --dp-size N``; pass N as attn_dp.
+    ``speculative_algorithm`` (EAGLE, NEXTN, STANDALONE, NGRAM...) matters to 0.5.10.post1
+    only, whose reserve grows with it; ``speculative`` alone counts as EAGLE there.
     """
     _check_version(version)
     default_cps, default_bs = capacity_defaults(gpu_memory_mib, tp, version)
     cps = chunked_prefill_size if chunked_prefill_size is not None else default_cps
     max_bs = decode_max_bs if decode_max_bs is not None else default_bs
     if (
-        version != "0.5.19"
+        version not in _OLD_RULES
         and decode_max_bs is None
         and max_running_requests is not None
         and max_bs > max_running_requests
     ):
         max_bs = max_running_requests
+    speculative = speculative or bool(speculative_algorithm)
     captures = tuple(decode_capture_sizes(max_bs, speculative))
 
     # Prefill graph max_bs as the hook sets it, even when chunking is off (cps = -1): the
     # reserve below still counts the MLA prefill graphs then, as SGLang does.
     prefill_max = cps
     if use_mla:
-        prefill_max = 2048 if version == "0.5.19" else min(8192, cps)
+        prefill_max = 2048 if version in _OLD_RULES else min(8192, cps)
 
     breakdown: dict[str, float] = {}
     if mem_fraction_static is not None:
         mfs, is_default, reserved = mem_fraction_static, False, 0.0
     else:
         is_default = True
-        breakdown = _reserve_breakdown(
-            gpu_memory_mib, tp=tp, pp=pp, attn_dp=attn_dp, use_mla=use_mla, cps=cps,
+        settings = dict(
+            tp=tp, pp=pp, attn_dp=attn_dp, use_mla=use_mla, cps=cps,
             max_prefill_tokens=max_prefill_tokens, max_bs=max_bs, prefill_max=prefill_max,
             decode_graph=decode_graph, prefill_graph=prefill_graph,
             prefill_graph_breakable=prefill_graph_breakable, moe_a2a_backend=moe_a2a_backend,
             post_capture_kv_sizing=post_capture_kv_sizing)
+        spec = speculative_algorithm or ("EAGLE" if speculative else None)
+        mfs, breakdown = _default_fraction(gpu_memory_mib, version, settings, spec)
         reserved = sum(breakdown.values())
-        if gpu_memory_mib is None:
-            mfs = 0.88 if version == "0.5.19" else 0.95
-        else:
-            mfs = round((gpu_memory_mib - reserved) / gpu_memory_mib, 3)
 
     per_dp = cps // attn_dp if (attn_dp > 1 and cps > 0) else cps
     return MemoryDefaults(

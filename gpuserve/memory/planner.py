@@ -96,6 +96,8 @@ class Layout:
             errs.append(f"ep ({self.ep}) must divide tp ({self.tp}): tp = ep x moe_dp x moe_tp")
         if self.tp % self.attn_dp:
             errs.append(f"attn_dp ({self.attn_dp}) must divide tp ({self.tp})")
+        if arch is not None:
+            errs += heads_problems(arch, self)
         if self.moe_a2a_backend in A2A_FORCE_EP and self.ep != self.tp:
             errs.append(
                 f"--moe-a2a-backend {self.moe_a2a_backend} forces ep_size = tp_size ({self.tp})"
@@ -120,6 +122,36 @@ class Layout:
                     f"{total} experts (routed + redundant) do not split evenly over ep={self.ep}"
                 )
         return errs
+
+
+def heads_problems(arch: ModelArch, layout: Layout) -> list[str]:
+    """The attention heads that do not split over the attention TP group, as SGLang 0.5.23
+    asserts when it builds the attention layers (sglang/srt/models/llama.py:183
+    ``total_num_heads % tp_size == 0``; 186-193: KV heads divide tp_size, or tp_size is a
+    multiple of them when they are fewer (replicated); MLA: models/deepseek_v2.py:2057
+    ``num_heads % attn_tp_size == 0``). The group is tp / attention-DP
+    (arg_groups/parallel_hook.py:163 requires tp_size divisible by attn_dp_size).
+
+    The vocabulary needs no check: VocabParallelEmbedding pads it to a multiple of the TP
+    size when it does not divide (layers/vocab_parallel_embedding.py:272-274)."""
+    attn_tp = layout.attn_tp
+    if attn_tp <= 1 or layout.tp % layout.attn_dp:
+        return []
+    where = f"--tp {layout.tp} (tp_size)" + (
+        f" / --attn-dp {layout.attn_dp} = attention TP {attn_tp}" if layout.attn_dp > 1 else "")
+    heads, kv = arch.num_attention_heads, arch.num_kv_heads
+    errs = []
+    if heads % attn_tp:
+        errs.append(
+            f"{where}: {arch.name}'s num_attention_heads {heads} do not split over {attn_tp} "
+            f"ranks ({heads} % {attn_tp} = {heads % attn_tp}); SGLang refuses to load it")
+    if not arch.is_mla and kv and (kv % attn_tp if kv >= attn_tp else attn_tp % kv):
+        rule = f"{kv} % {attn_tp} = {kv % attn_tp}" if kv >= attn_tp else \
+            f"{attn_tp} is not a multiple of {kv}"
+        errs.append(
+            f"{where}: {arch.name}'s num_key_value_heads {kv} do not split over {attn_tp} "
+            f"ranks ({rule}); SGLang refuses to load it")
+    return errs
 
 
 # ------------------------------------------------------------------------- weights
@@ -738,6 +770,7 @@ def _launch_defaults(
         max_running_requests=max_running_requests,
         moe_a2a_backend=layout.moe_a2a_backend,
         speculative=bool(layout.speculative),
+        speculative_algorithm=layout.speculative,
     )
     defaults = memory_defaults(gpu_memory_mib, mem_fraction_static=mem_fraction_static, **settings)
     # The reserve SGLang's heuristic would keep for graphs + activations at these settings,
@@ -834,8 +867,15 @@ def _pre_load_free(
 ) -> float:
     """Free memory when weights start loading (SGLang's ``pre``): the measured figure when
     there is one, else memory.total less the init overhead (CUDA context, NCCL, cuBLAS;
-    gpus.yaml)."""
+    gpus.yaml). A measured figure above the card's memory.total is refused: it cannot be
+    free, and it planned KV pools no card holds (200 GiB on an H200: 1.35M tokens)."""
     if pre_load_free_gib is not None:
+        if pre_load_free_gib > gpu_memory_mib / 1024:
+            raise InputError(
+                "--pre-load-free-gib", "pre_load_free_gib",
+                f"{pre_load_free_gib:g} GiB free before weights is more than the GPU holds "
+                f"(memory.total {gpu_memory_mib:g} MiB = {gpu_memory_mib / 1024:.2f} GiB); "
+                "give the 'Load weight begin. avail mem' figure of a startup log")
         return pre_load_free_gib
     return gpu_memory_mib / 1024 - init_overhead_gib
 

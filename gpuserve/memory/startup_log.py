@@ -25,6 +25,22 @@ from gpuserve.errors import InputError
 GIB = 1 << 30
 _NUM = r"(-?\d+(?:\.\d+)?)"
 _PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?P<ranks>(?: [A-Z]+\d+)*)\]\s?")
+# What a log collector puts before SGLang's own line, stripped so that the rank prefix
+# above is read as in the raw log (a wrapped line read raw merged every rank into one):
+#  * journalctl(1) output modes (https://www.freedesktop.org/software/systemd/man/latest/
+#    journalctl.html, --output): short "Mon DD HH:MM:SS", short-precise (with
+#    microseconds), short-iso / short-iso-precise (ISO 8601 with the zone), short-full
+#    ("Day YYYY-MM-DD HH:MM:SS TZ"), then "host identifier[pid]: ";
+#  * docker logs --timestamps (https://docs.docker.com/reference/cli/docker/container/logs/):
+#    an RFC3339Nano timestamp and one space.
+_ISO_TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)"
+_JOURNAL = re.compile(
+    r"^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
+    rf"|{_ISO_TS}"
+    r"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [A-Za-z+\-\d]+)"
+    r" [^\s\[]\S* [^\s\[:]+(?:\[\d+\])?: "
+)
+_DOCKER = re.compile(rf"^{_ISO_TS} ")
 
 _PATTERNS: dict[str, re.Pattern[str]] = {
     "init_dist_end": re.compile(rf"Init torch distributed ends\. mem usage={_NUM} GB"),
@@ -205,6 +221,7 @@ def parse_log(text: str, source: str = "<log>") -> StartupLog:
         line = raw.rstrip()
         if not line or line.startswith("#"):
             continue
+        line = _unwrapped(line)
         m = _PREFIX.match(line)
         rank = (m.group("ranks").strip() or "rank0") if m else "rank0"
         body = line[m.end() :] if m else line
@@ -228,6 +245,12 @@ def parse_log(text: str, source: str = "<log>") -> StartupLog:
         raise InputError(source, "log", "no SGLang startup lines found (is this a server log?)", 1)
     log.ranks = _ranks_with_figures(log.ranks)
     return log
+
+
+def _unwrapped(line: str) -> str:
+    """The line as SGLang printed it, without a journald or ``docker logs -t`` prefix."""
+    wrapper = _JOURNAL.match(line) or _DOCKER.match(line)
+    return line[wrapper.end() :] if wrapper else line
 
 
 def _take_figure(log: StartupLog, kind: str, hit: re.Match, rank: str, body: str) -> bool:
