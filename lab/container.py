@@ -236,6 +236,7 @@ def clear_leftovers(p: Paths, netns: str) -> list[str]:
     if killed := kill_cgroups(cgroups):
         removed.append(f"{killed} process(es) in its cgroups")
     procs = processes_in(p.root) if p.root.exists() else []
+    procs += processes_naming(p.idir)  # its slirp4netns and mirror, outside its cgroups
     if Path(f"/run/netns/{netns}").exists():
         r = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True,
                            timeout=60)
@@ -259,6 +260,20 @@ def clear_leftovers(p: Paths, netns: str) -> list[str]:
         subprocess.run(["losetup", "--detach", device], capture_output=True, timeout=60)
         removed.append(f"{device} (loop device of {p.disk_file.name})")
     return removed
+
+
+def processes_naming(directory: Path) -> list[int]:
+    """Pids whose command line names a path inside ``directory`` (an instance's
+    slirp4netns and mirror name their socket and port file there)."""
+    prefix = f"{directory.resolve()}/".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if any(arg.startswith(prefix) or b"=" + prefix in arg
+                       for arg in (entry / "cmdline").read_bytes().split(b"\0")):
+                    pids.append(int(entry.name))
+    return pids
 
 
 def processes_in(root: Path) -> list[int]:

@@ -236,6 +236,7 @@ def test_a_host_whose_lab_process_died_is_cleaned_up_by_the_next_up(lab):
         lab.lab_cli("down", "--name", name, check=False)
     idir = instance_dir(name)
     assert _mounts_under(idir) == [] and not container.cgroup_pids(cgroups)
+    assert container.processes_naming(idir) == []  # both incarnations' slirp and mirror
     loops = subprocess.run(["losetup", "--associated", str(idir / "disk.ext4")],
                            capture_output=True, text=True).stdout
     assert loops == "" and not Path(f"/run/netns/{st.extra['netns']}").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 from lab import container
@@ -156,3 +157,30 @@ def test_what_runs_in_a_hosts_cgroups_is_found_and_killed(tmp_path):
         assert proc.wait(timeout=5) == -9
     finally:
         proc.kill()
+
+
+def test_processes_naming_an_instance_directory_are_found(tmp_path):
+    """An orphaned slirp4netns or mirror names its socket or port file in the instance
+    directory (``--api-socket=DIR/slirp.sock``, ``--port-file DIR/mirror.port``)."""
+    import subprocess
+
+    idir = tmp_path / "inst"
+    idir.mkdir()
+    wait = [sys.executable, "-c", "import time; time.sleep(60)"]
+    procs = [subprocess.Popen([*wait, f"--api-socket={idir}/slirp.sock"]),
+             subprocess.Popen([*wait, f"{idir}/mirror.port"]),
+             subprocess.Popen([*wait, f"{tmp_path}/other/x"])]
+    try:
+        for proc in procs:  # until each has exec'd (a fresh fork shows its parent's argv)
+            cmdline = Path(f"/proc/{proc.pid}/cmdline")
+            for _ in range(300):
+                if b"time.sleep(60)" in cmdline.read_bytes():
+                    break
+                time.sleep(0.01)
+        found = container.processes_naming(idir)
+        assert procs[0].pid in found and procs[1].pid in found
+        assert procs[2].pid not in found
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
