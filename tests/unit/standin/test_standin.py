@@ -209,11 +209,13 @@ def test_server_lifecycle_auth_streaming_and_metrics(site23, tmp_path):
     cfg = tmp_path / "serve.yaml"
     cfg.write_text("api-key: lab-secret-key\nenable-metrics: true\n")
     cfg.chmod(0o600)
+    log = tmp_path / "server.log"
+    sink = log.open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "sglang.launch_server", "--model-path", "/models/tiny",
          "--host", "127.0.0.1", "--port", str(port), "--config", str(cfg)],
         env=_env(site23, LOAD_SECONDS="0.3", WARMUP_SECONDS="1.5", DECODE_TPS="400"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=sink, stderr=subprocess.STDOUT, text=True)
     try:
         codes = []
         deadline = time.monotonic() + 20
@@ -268,8 +270,15 @@ def test_server_lifecycle_auth_streaming_and_metrics(site23, tmp_path):
         assert 'sglang:generation_tokens_total{engine_type="unified",is_streaming="false",' \
                'model_name="/models/tiny"} 8.0' in metrics
     finally:
+        # The decode line comes from a logger thread each decode-log-interval steps:
+        # wait for it (bounded) rather than race the stop against it.
+        deadline = time.monotonic() + 10
+        while "Decode batch" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
         proc.terminate()
-        out, _ = proc.communicate(timeout=10)
+        proc.wait(timeout=10)
+        sink.close()
+    out = log.read_text()
     assert "lab-secret-key" not in " ".join(proc.args)  # the key travelled in the file
     assert "Load weight begin. avail mem=" in out
     assert "The server is fired up and ready to roll!" in out
