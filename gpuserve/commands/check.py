@@ -20,8 +20,8 @@ Exit status: 0 when every host passes, 1 when any host fails a check, 2 for bad 
 or an inventory that cannot be loaded (``inventory/lab.py`` without a running lab).
 
 Unlike the rest of ``gpuserve/`` this command imports pyinfra's CLI loader (lazily,
-inside functions) and puts the repository on ``sys.path`` (an inventory may import its
-code): loading inventories as the deploys do is its whole point, and
+inside functions) and puts the current directory on ``sys.path`` (an inventory may
+import its project's code): loading inventories as the deploys do is its whole point, and
 ``gpuserve plan|doctor|render`` must not pay for those imports. The plans it runs live in
 ``gpuserve/``; it imports no ``roles/``.
 """
@@ -40,7 +40,6 @@ from pathlib import Path
 
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.fleet.multinode import Member
-from gpuserve.paths import PACKAGE_DIR
 from gpuserve.terminal import escaped_key, non_ascii_note, printable
 
 DEPLOYS = ("serve", "host", "router")
@@ -155,7 +154,6 @@ def load_hosts(inventory: str, overrides: dict, group_data: list[str] | None = N
     for path in group_data or []:
         if not Path(path).exists():
             raise InputError(path, "--group-data", "no such file or directory")
-    _import_repository()
     from pyinfra.api.state import State
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory
@@ -238,7 +236,6 @@ def misspelt_keys(data: dict, source: str) -> None:
     one are the user's own data and stay allowed."""
     import difflib
 
-    _import_repository()
     from pyinfra.api.connectors import get_all_connectors
 
     from gpuserve.fleet.router_plan import defaults as router_defaults
@@ -288,16 +285,6 @@ def _load_error(inventory: str, exc: Exception) -> InputError:
     return InputError(inventory, None, f"could not be loaded: {message}")
 
 
-def _import_repository() -> None:
-    """``roles/`` lives beside the package in the repository, not in the wheel."""
-    repo = PACKAGE_DIR.parent
-    if not (repo / "roles" / "__init__.py").is_file():
-        raise GpuserveError("gpuserve check runs the deploys' own code: run it from a "
-                            "checkout of the repository (roles/ not found)")
-    if str(repo) not in sys.path:
-        sys.path.append(str(repo))
-
-
 def check_host(name: str, data: dict, source: str, deploy: str,
                groups: dict[str, list[Member]] | None = None) -> Result:
     """One host, one deploy; a GpuserveError is the host's failure, not the command's."""
@@ -324,7 +311,6 @@ def check_serve(name: str, data: dict, source: str,
                 groups: dict[str, list[Member]] | None = None) -> Result:
     """deploy/serve.py's plan_serve with host facts unknown, then once per other lock a
     host could pick (as if it had picked it)."""
-    _import_repository()
     from gpuserve.launch.catalog import available_versions
     from gpuserve.launch.lock_choice import PreflightError, choose_lock
     from gpuserve.launch.locks import load_locks
@@ -380,7 +366,6 @@ def check_serve(name: str, data: dict, source: str,
 
 def check_host_deploy(name: str, data: dict, source: str) -> Result:
     """deploy/host.py's plan_host (its only prepare-time check of host data)."""
-    _import_repository()
     from gpuserve.host.plan import plan_host
 
     s = plan_host(data, source)
@@ -395,7 +380,6 @@ def check_host_deploy(name: str, data: dict, source: str) -> Result:
 
 
 def _is_router_host(data: dict) -> bool:
-    _import_repository()
     from gpuserve.fleet.router_plan import is_router_host
 
     return is_router_host(data)
@@ -405,7 +389,6 @@ def check_router(name: str, data: dict, source: str,
                  groups: dict[str, list[Member]] | None = None) -> Result:
     """deploy/router.py's plan_router (the router host's data and every host of its
     workers group), with the host's Python unknown: every smg lock is a candidate."""
-    _import_repository()
     from gpuserve.fleet.router_plan import plan_router
 
     plan = plan_router(data, source, host_name=name, group_members=(groups or {}).get)

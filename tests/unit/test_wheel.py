@@ -17,7 +17,8 @@ two lines calls ``gpuserve.roles.deploys.serve_sglang`` with a bare profile name
 resolves to the project's own ``profiles/``; the plan renders the unit from the packaged
 template and names the packaged host scripts. A second run with an unknown profile
 shows the deploy's refusal (one ``gpuserve: error:`` line naming the project's
-profiles/). About 3 s.
+profiles/), and ``gpuserve check`` of the project's inventory passes from the wheel
+alone. About 4 s.
 """
 
 from __future__ import annotations
@@ -155,3 +156,9 @@ def test_the_wheel_serves_sglang_from_a_users_project(tmp_path: Path) -> None:
     assert ("gpuserve: error: profiles/no-such-profile.yaml: no such profile (known: "
             in out and "glm5-nvfp4-tp8" in out), out
     assert "Traceback" not in out and "Beginning operation run" not in out
+
+    # gpuserve check runs the deploys' prepare-time plans from the wheel alone
+    r = run([str(python.parent / "gpuserve"), "check", "hosts.py"], cwd=project)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "@fake/gpu1" in out and "glm5-nvfp4-tp8" in out and "Traceback" not in out, out
