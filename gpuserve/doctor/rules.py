@@ -629,28 +629,16 @@ def _ep_experts_divisible(ctx: Context) -> str | None:
 @rule("tp-heads-divisible")
 def _tp_heads_divisible(ctx: Context) -> str | None:
     """SGLang shards attention heads over the attention TP group (tp / attention_dp); a
-    remainder aborts the model load on every rank."""
+    remainder aborts the model load on every rank. The planner's own check, so the
+    doctor and the plan never disagree."""
+    from gpuserve.memory.planner import Layout, heads_problems
+
     p, record = ctx.profile, ctx.arch
     if record is None:
         return None
-    attn_tp = p.parallel.tp // max(p.parallel.attention_dp, 1)
-    if attn_tp <= 1:
-        return None
-    heads, kv = record.num_attention_heads, record.num_kv_heads
-    where = f"attention tp {attn_tp}" + (
-        f" (tp {p.parallel.tp} / attention_dp {p.parallel.attention_dp})"
-        if p.parallel.attention_dp > 1 else "")
-    problems = []
-    if heads % attn_tp:
-        problems.append(f"num_attention_heads {heads} % {attn_tp} = {heads % attn_tp}")
-    if not record.is_mla and kv:
-        if kv >= attn_tp and kv % attn_tp:
-            problems.append(f"num_key_value_heads {kv} % {attn_tp} = {kv % attn_tp}")
-        elif kv < attn_tp and attn_tp % kv:
-            problems.append(f"{attn_tp} is not a multiple of num_key_value_heads {kv}")
-    if not problems:
-        return None
-    return f"{where}, model.arch {p.model.arch}: {'; '.join(problems)}"
+    layout = Layout(tp=p.parallel.tp, attn_dp=max(p.parallel.attention_dp, 1))
+    problems = heads_problems(record, layout)
+    return "; ".join(problems) or None
 
 
 @rule("decode-graph-bs-dsa")

@@ -38,8 +38,9 @@ def test_heads_not_dividing_tp_is_an_error():
     found = findings(FIXTURES / "profiles" / "doctor-tp-heads-llama70b-tp6.yaml")
     assert set(found) == {"tp-heads-divisible"}
     evidence = found["tp-heads-divisible"]
-    assert "num_attention_heads 64 % 6 = 4" in evidence
-    assert "num_key_value_heads 8 % 6 = 2" in evidence
+    # the planner's own words (gpuserve.memory.planner.heads_problems): one check
+    assert "num_attention_heads 64 do not split over 6 ranks (64 % 6 = 4)" in evidence
+    assert "num_key_value_heads 8 do not split over 6 ranks (8 % 6 = 2)" in evidence
 
 
 def test_attention_dp_shards_heads_over_attention_tp_only():
