@@ -20,7 +20,7 @@ from pathlib import PurePosixPath
 
 import jinja2
 
-from gpuserve.errors import InputError
+from gpuserve.errors import GpuserveError, InputError
 from gpuserve.host.nccl_env import NCCL_ENV_PATH
 from gpuserve.launch.env_names import ARGS_VAR
 from gpuserve.launch.exec_limits import env_problem
@@ -47,8 +47,11 @@ HARDENING = (
 
 
 def _refuse_control_characters(word: str) -> None:
+    """A last guard: profile and host data validation refuse control characters with
+    the file and field first, so reaching this is a gap in that validation."""
     if any(ord(c) < 32 or ord(c) == 127 for c in word):
-        raise ValueError(f"control character in argument {word!r}")
+        raise GpuserveError(f"launch argument {word!r} contains a control character, "
+                            "which a systemd unit cannot carry")
 
 
 def systemd_quote(word: str) -> str:

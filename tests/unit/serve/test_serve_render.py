@@ -7,7 +7,7 @@ import shlex
 import pytest
 from systemd_words import env_value, server_argv, split_variable
 
-from gpuserve.errors import InputError
+from gpuserve.errors import GpuserveError, InputError
 from gpuserve.roles.service import CONFIG_PATH, ENV_PATH, plan_service
 from gpuserve.serve.render import (
     ARGS_VAR,
@@ -43,7 +43,8 @@ def test_systemd_quote_round_trips(word: str) -> None:
 
 
 def test_systemd_quote_refuses_control_characters() -> None:
-    with pytest.raises(ValueError):
+    # a gpuserve error (one clear line from the CLI and the deploys), not a traceback
+    with pytest.raises(GpuserveError, match="contains a control character"):
         systemd_quote("a\nb")
 
 
