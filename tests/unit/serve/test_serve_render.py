@@ -76,7 +76,7 @@ def test_no_env_file_line_ends_in_a_backslash() -> None:
 
 
 def test_args_value_refuses_control_characters() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(GpuserveError, match="contains a control character"):
         args_value(["a\nb"])
 
 
