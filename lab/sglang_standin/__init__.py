@@ -54,7 +54,7 @@ def standin_versions() -> list[str]:
     """``0.5.19+lab``, ``0.5.23+lab``: one per committed flag catalog that the lab's CUDA
     stack stand-ins cover (a row in lab/torch_standin/versions.yaml). The CUDA 12 release
     0.5.10.post1 has a catalog and PyPI locks but no lab stand-in: the lab's stack is
-    CUDA 13 only (README, "What the lab stands in for")."""
+    CUDA 13 only (docs/lab.md)."""
     covered = torch_standin.covered_sglang_versions()
     return [f"{v}+{LOCAL}" for v in available_versions() if v in covered]
 

@@ -10,7 +10,7 @@ to the argument list *in-process*, calling smg's own parser and launcher (what
 ``smg launch`` does: ``smg.launch_router.parse_router_args`` and ``launch_router``).
 No process is ever started with the key in its argv.
 
-What remains (documented in the README): the key lives in the router's memory, in
+What remains (docs/fleet.md, "The key"): the key lives in the router's memory, in
 ``$CREDENTIALS_DIRECTORY`` (readable by the service user while it runs), and smg sends
 it as ``Authorization: Bearer`` to the workers.
 """
