@@ -89,9 +89,8 @@ class ParallelSection:
     attention_dp: int = 1
     # nodes of one launch; over 1, the hosts of host data sglang_nodes_group in rank order
     nnodes: int = 1
-    # With nnodes > 1, rank and dist-init address come from the inventory group
-    # (gpuserve/fleet/multinode.py); a profile sets only the port node 0 listens on.
-    # (So this node's rank is never set in a profile.)
+    # this host's rank, set by gpuserve from the inventory group's order
+    # (gpuserve/fleet/multinode.py), never in a profile
     node_rank: int = 0
     # node 0's address:port, set by gpuserve from the group, never in a profile
     dist_init_addr: str | None = None
