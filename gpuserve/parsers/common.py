@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 # nvidia-smi prints these in place of a value it cannot report.
@@ -24,6 +25,16 @@ def as_lines(text: str | Iterable[str]) -> list[str]:
     if isinstance(text, str):
         return text.splitlines()
     return [line.rstrip("\n") for line in text]
+
+
+# SGR escapes (``ESC [ ... m``): nvidia-smi 580.159 underlines the header row of
+# ``topo -m`` and ``topo -p2p`` even when its output is not a terminal.
+_SGR_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def strip_sgr(line: str) -> str:
+    """The line without terminal colour/underline escapes."""
+    return _SGR_RE.sub("", line)
 
 
 def na_to_none(value: str) -> str | None:

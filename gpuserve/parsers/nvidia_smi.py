@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
-from gpuserve.parsers.common import ParseError, as_lines, na_to_none
+from gpuserve.parsers.common import ParseError, as_lines, na_to_none, strip_sgr
 
 # The query the facts run; the order is the column order of a header-less CSV.
 QUERY_FIELDS: tuple[str, ...] = (
@@ -342,8 +342,9 @@ class Topology:
 
 
 def parse_topo_matrix(text: str | Iterable[str]) -> Topology:
-    """Parse ``nvidia-smi topo -m`` (cells separated by tabs or runs of spaces)."""
-    lines = as_lines(text)
+    """Parse ``nvidia-smi topo -m`` (cells separated by tabs or runs of spaces; the
+    header's underline escapes dropped)."""
+    lines = [strip_sgr(line) for line in as_lines(text)]
     header: list[str] | None = None
     rows: dict[str, list[str]] = {}
     affinities: dict[str, list[str]] = {}
@@ -433,10 +434,11 @@ class P2PMatrix:
 
 
 def parse_p2p_matrix(text: str | Iterable[str]) -> P2PMatrix:
-    """Parse the matrix printed by ``nvidia-smi topo -p2p r|w|n|a|p`` (legend ignored)."""
+    """Parse the matrix printed by ``nvidia-smi topo -p2p r|w|n|a|p`` (legend ignored,
+    the header's underline escapes dropped)."""
     gpus: list[str] | None = None
     rows: dict[str, list[str]] = {}
-    for line_no, raw in enumerate(as_lines(text), start=1):
+    for line_no, raw in enumerate((strip_sgr(line) for line in as_lines(text)), start=1):
         tokens = raw.split()
         if not tokens:
             continue

@@ -243,3 +243,18 @@ def test_document_sglang_python_is_quoted():
     assert "'/opt/sg lang/bin/python; reboot'" in raw
     assert marker("sglang") in raw
     assert marker("sglang") not in HostFactsDocument().command().get_raw_value()
+
+
+def test_host_facts_document_from_a_real_h200():
+    # gpuserve's own gather script run on a real H200 (fixture .source): every section
+    # parses, with nvidia-smi 580.159's underlined topo headers and a /proc/modules
+    # without unload support; absent tools (lspci, systemd-detect-virt) give null.
+    doc = HostFactsDocument().process(lines("hostfacts_h200_single.txt"))
+    (gpu,) = doc["gpus"]
+    assert (gpu["name"], gpu["memory_total_mib"], gpu["compute_cap"]) == (
+        "NVIDIA H200", 143771, "9.0")
+    assert doc["driver"] == {"version": "580.159.04", "flavour": "open"}
+    assert doc["cuda"] == {"toolkit": "13.0"}
+    assert doc["topology"]["links"] == [["X"]] and doc["topology"]["p2p_read"] == [["X"]]
+    assert doc["kernel"]["nouveau_loaded"] is False and doc["kernel"]["iommu"] == "off"
+    assert doc["virtualization"] is None and doc["cpu_vendor"] == "intel"

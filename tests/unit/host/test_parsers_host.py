@@ -6,6 +6,7 @@ inputs written inline below are labelled "composed" where they are not quoted ou
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,11 @@ def test_every_fixture_names_its_source():
         text = sidecar.read_text()
         if text.startswith("COMPOSED"):
             continue  # a labelled composed case; its sidecar says what format it follows
+        if text.startswith("REAL capture, verbatim, "):
+            # captured here on a lent GPU machine: dated, and naming how
+            assert re.match(r"REAL capture, verbatim, \d{4}-\d{2}-\d{2}: ", text), sidecar.name
+            assert "collect-gpu-facts.sh" in text, sidecar.name
+            continue
         assert any(ref in text for ref in ("http", "gpuhost.md", "lab-notes.md")), sidecar.name
         assert "erbatim" in text or "Real line" in text, sidecar.name
 
@@ -54,6 +60,13 @@ def test_every_fixture_names_its_source():
 def test_proc_version_open():
     banner = parse_proc_version(fixture("proc_driver_nvidia_version_open_composed.txt"))
     assert banner == {"version": "590.48.01", "flavour": "open"}
+
+
+def test_proc_version_open_real_h200():
+    # real capture: the open module built by nixbld (the "(nixbld@)" builder field)
+    banner = parse_proc_version(fixture("proc_driver_nvidia_version_open_h200.txt"))
+    assert banner == {"version": "580.159.04", "flavour": "open"}
+    assert parse_nvcc_version(fixture("nvcc_version_13_0_h200.txt")) == "13.0"
 
 
 def test_proc_version_proprietary():
@@ -290,6 +303,12 @@ def test_proc_modules():
     assert "nouveau" in modules
     assert modules["nvidia"]["used_by"] == ["nvidia_uvm", "nvidia_modeset"]
     assert modules["nvidia"]["refcount"] == 2
+    # real capture (H200 microVM, 2026-12-04): a kernel without CONFIG_MODULE_UNLOAD
+    # prints "- -" for refcount and users
+    real = parse_proc_modules("nvidia_uvm 1875968 - - Live 0xffffffffc080c000 (O)\n"
+                              "nvidia 14299136 - - Live 0xffffffffc0400000 (O)\n")
+    assert real["nvidia"] == {"size": 14299136, "refcount": None, "used_by": [],
+                              "state": "Live"}
     with pytest.raises(ParseError) as err:
         parse_proc_modules(text + "garbage\n")
     assert err.value.line_no == 4

@@ -264,3 +264,27 @@ def test_p2p_garbage_names_the_line(text, line_no):
     with pytest.raises(ParseError) as err:
         parse_p2p_matrix(text)
     assert err.value.line_no == line_no
+
+
+# ------------------------------------------------- real captures on an H200 (2026-12-04)
+
+
+def test_topo_header_underlined_by_nvidia_smi_580_159():
+    # nvidia-smi 580.159.04 wraps the header row in ESC[4m ... ESC[0m even off a
+    # terminal: the escapes are dropped, the single GPU and its affinities kept.
+    text = fixture("topo_m_h200_single_sgr.txt")
+    assert "\x1b[4m" in text
+    topo = parse_topo_matrix(text)
+    assert topo.gpus == ["GPU0"] and topo.links == [["X"]]
+    assert (topo.cpu_affinity, topo.numa_affinity, topo.gpu_numa_id) == (["0-15"], ["0"], [None])
+
+
+def test_p2p_header_underlined_by_nvidia_smi_580_159():
+    m = parse_p2p_matrix(fixture("topo_p2p_r_h200_single_sgr.txt"))
+    assert m.gpus == ["GPU0"] and m.cells == [["X"]]
+
+
+def test_query_h200_with_units_header():
+    (gpu,) = parse_query_gpu(fixture("smi_query_h200_580_159.txt"))
+    assert gpu["name"] == "NVIDIA H200" and gpu["memory_total_mib"] == 143771
+    assert gpu["driver_version"] == "580.159.04" and gpu["compute_cap"] == "9.0"
