@@ -69,6 +69,21 @@ def section(name):
     return wrap
 
 
+def eager_and_graph(step, reps=8):
+    """Median seconds of ``step`` run eagerly and replayed as a captured CUDA graph
+    (warmed on a side stream first, as torch's capture requires)."""
+    eager = timed(step, reps=reps, warm=2)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        step()
+    return eager, timed(g.replay, reps=reps, warm=2)
+
+
 @section("memory")
 def _memory():
     free0, total = torch.cuda.mem_get_info()  # initialises the context
@@ -109,19 +124,9 @@ def _decode():
         def step(x=x):
             for w in ws:
                 torch.matmul(x, w)
-        eager = timed(step, reps=8, warm=2)
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            step()
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            step()
-        graph = timed(g.replay, reps=8, warm=2)
+        eager, graph = eager_and_graph(step)
         rows.append({"batch": b, "eager_s": eager, "graph_s": graph,
                      "flops": 2 * b * k * m * layers})
-        del g
     # small layers: where launch overhead, not bandwidth, dominates (eager vs graph)
     small = [torch.empty(2048, 2048, device="cuda", dtype=torch.bfloat16) for _ in range(200)]
     xs = torch.randn(1, 2048, device="cuda", dtype=torch.bfloat16)
@@ -129,16 +134,7 @@ def _decode():
     def small_step():
         for w in small:
             torch.matmul(xs, w)
-    eager_small = timed(small_step, reps=8)
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        small_step()
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
-        small_step()
-    graph_small = timed(g.replay, reps=8)
+    eager_small, graph_small = eager_and_graph(small_step)
     return {"layers": layers, "k": k, "m": m, "weight_bytes": wbytes, "rows": rows,
             "small_200x2048x2048_b1": {"eager_s": eager_small, "graph_s": graph_small}}
 
