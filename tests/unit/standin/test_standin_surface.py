@@ -178,9 +178,11 @@ def test_ep_at_mfs_078_fails_at_start_with_sglangs_value_error(site, model_dir, 
 
 
 def test_surface_start_failure_rule_dies_with_its_text(site, model_dir, tmp_path):
+    # the surface by name: the wheel bundles lab/surfaces/*.yaml
     r = subprocess.run(_argv(model_dir, _free_port(), *BASE, "--dsa-decode-backend",
                              "trtllm"),
-                       env=_env(site), capture_output=True, text=True, timeout=30)
+                       env=_env(site, SURFACE="field-notes"), capture_output=True, text=True,
+                       timeout=30)
     assert r.returncode != 0
     assert ("RuntimeError: Assertion error (/deepgemm/csrc/apis/attention.hpp:219): "
             "Unsupported architecture") in r.stderr
