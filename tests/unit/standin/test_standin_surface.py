@@ -241,3 +241,8 @@ def test_concurrency_and_admission_follow_the_surface(site, model_dir, tmp_path)
         tpot = 1000 / ev.per_stream_tps
         assert 0.95 * tpot < line["median_tpot_ms"] < 1.2 * tpot, line
     assert lines[2]["median_ttft_ms"] > 3 * lines[None]["median_ttft_ms"]
+    # SGLang's decode line shows the two running and the two waiting
+    decode = [line for line in (tmp_path / "mrr2.log").read_text().splitlines()
+              if "Decode batch, #running-req: " in line]
+    assert any("#running-req: 2," in d and d.endswith("#queue-req: 2") for d in decode), decode
+    assert all(", cuda graph: True, " in d for d in decode)
