@@ -257,6 +257,9 @@ def test_true_optimum_of_the_shipped_surfaces():
     assert single.launch["speculative_algorithm"] == "EAGLE3"
     assert single.launch["speculative_num_steps"] == 4
     assert single.launch["speculative_eagle_topk"] == 1
+    assert all(launch.get("speculative_num_steps") == 4 for launch in single.near)
+    nxt = next(r for r in single.ranking if r[0] < single.value * 0.98)
+    assert nxt[0] < 0.95 * single.value
 
     thr = surface.true_optimum(h200, space, "throughput", concurrencies=tuple(levels))
     assert thr.launch.get("enable_dp_attention") and "speculative_algorithm" not in thr.launch
