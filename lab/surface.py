@@ -270,6 +270,8 @@ def parse_yaml(text: str) -> Any:
 
 @dataclass
 class Fail:
+    """A rule's failure: how and when the launch dies, with which SGLang text."""
+
     phase: str                  # "start": dies before listening; "serve": after N requests
     exception: str = "RuntimeError"
     message: str = ""
@@ -281,6 +283,8 @@ class Fail:
 
 @dataclass
 class Rule:
+    """One validated ``rules`` entry: a launch matcher and its effects."""
+
     name: str
     when: dict
     set: dict
@@ -292,6 +296,8 @@ class Rule:
 
 @dataclass
 class Surface:
+    """A loaded surface file (``load``): the box, the base metrics and the rules."""
+
     path: str
     name: str
     description: str
@@ -378,6 +384,8 @@ class Surface:
 
 @dataclass
 class Startup:
+    """What ``Surface.start`` decided: the stand-in's whole start-up in one record."""
+
     launch: dict
     plan: Any
     metrics: dict
@@ -834,6 +842,8 @@ def catalog_dests() -> frozenset | None:
 
 @dataclass
 class Optimum:
+    """``true_optimum``'s answer: the best launch and how the others compare."""
+
     objective: str
     launch: dict | None           # as given
     value: float                  # tok/s
