@@ -347,8 +347,9 @@ class Surface:
         p = sim.plan(args, shape, box)
         if launch.get("speculative_algorithm") in SPEC_CAPPED and \
                 getattr(args, "max_running_requests", None) is None:
-            # speculative_hook.py: EAGLE/EAGLE3/STANDALONE cap running requests at 48
-            p.max_running_requests = min(48, p.max_running_requests or 48)
+            # speculative_hook.py: EAGLE/EAGLE3/STANDALONE set max_running_requests=48,
+            # which resolve_max_num_reqs then divides among the attention-DP workers
+            p.max_running_requests = min(max(1, 48 // p.attn_dp), p.max_running_requests or 48)
         error = p.errors[0] if p.errors else sim.capture_error(p)
         start_fails = [f for f in fails if f.phase == "start"]
         if error is None and start_fails:
