@@ -86,6 +86,8 @@ def test_yaml_subset_errors_name_the_line(tmp_path, text, where):
     (MINIMAL.replace("decode_tps: 50", "decode_tps: 50, speed: 1"), "base.speed",
      "unknown key"),
     (MINIMAL + "hardware: {gpus: 8}\n", "hardware.gpus", "unknown key"),
+    (MINIMAL + "box: h100-pcie\n", "box", "no lab box 'h100-pcie'"),
+    (MINIMAL + "box: [a]\n", "box", "must be a lab box name"),
     (MINIMAL + "model: {layers: 8}\n", "model.layers", "unknown key"),
     (MINIMAL + "rules: {a: 1}\n", "rules", "must be a list"),
     (MINIMAL + "rules:\n  - when: {tp_size: 8}\n", "rules[0]", "has no effect"),
