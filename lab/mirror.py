@@ -37,7 +37,9 @@ from pathlib import Path
 # lab.locks:publish_pypi downloads the real PyPI wheels of the gateway's (smg) lock into
 # pypi/, each checked against the lock's sha256.
 # lab.hub.publish composes the Hub stand-in's repositories into hub/ (lab/hub/README.md).
-PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.nvidia_repo", "lab.locks",
+# lab.locks:publish_hub_client puts the real huggingface-hub closure into wheels/ first.
+PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.locks:publish_hub_client",
+              "lab.nvidia_repo", "lab.locks",
               "lab.gate_tools", "lab.locks:publish_pypi", "lab.hub.publish")
 LAYOUT = ("wheels", "cuda/repos/debian12/x86_64", "pypi", "hub")
 REPO_ROOT = Path(__file__).resolve().parent.parent
