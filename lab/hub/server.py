@@ -62,7 +62,8 @@ class Fault:
     """A one-shot (``times``) misbehaviour of resolve GETs of ``repo``/``file``:
     ``cut`` closes the connection once the body reached byte ``after`` (absolute);
     ``corrupt`` serves bytes ``offset``.. ``offset+16`` inverted; ``bare404`` answers
-    any request for the repository (or that file) 404 without X-Error-Code."""
+    any request for the repository (or that file) 404 without X-Error-Code; ``status``
+    answers it ``status`` (e.g. 503, or 429 with ``Retry-After: 1``), a Hub in trouble."""
 
     kind: str
     repo: str
@@ -70,6 +71,7 @@ class Fault:
     times: int = 1
     after: int = 0
     offset: int | None = None
+    status: int = 503
 
     def matches(self, repo: str, file: str | None) -> bool:
         return self.repo == repo and (self.file is None or self.file == file)
@@ -221,6 +223,8 @@ def _json(h: BaseHTTPRequestHandler, doc, status: int = 200, extra: dict | None 
 
 def _error(h: BaseHTTPRequestHandler, err: HubError, head: bool = False) -> int:
     headers = {"Content-Type": "application/json; charset=utf-8"}
+    if err.status == 429:
+        headers["Retry-After"] = "1"
     if err.code:
         headers["X-Error-Code"] = err.code
         headers["X-Error-Message"] = err.message
@@ -291,8 +295,13 @@ def _api(hub: Hub, h, method: str, sub: str, query: str, served: Served) -> int:
 
 
 def _bare404(hub: Hub, repo_id: str, file: str | None) -> None:
-    if hub.state.take_fault(("bare404",), repo_id, file) is not None:
+    """The request-wide faults: a 404 without X-Error-Code, or another status."""
+    fault = hub.state.take_fault(("bare404", "status"), repo_id, file)
+    if fault is None:
+        return
+    if fault.kind == "bare404":
         raise HubError(404, None, "Not Found")
+    raise HubError(fault.status, None, f"lab fault: status {fault.status}")
 
 
 def _model_info(hub: Hub, repo: Repo, commit: Commit, blobs: bool) -> dict:
@@ -507,8 +516,9 @@ def _control(hub: Hub, h, method: str, what: str, query: str) -> int:
             st.requests.clear()
     elif what == "faults":
         fault = Fault(**body)
-        if fault.kind not in ("cut", "corrupt", "bare404"):
-            raise HubError(400, None, f"fault kind {fault.kind!r}: cut, corrupt or bare404")
+        if fault.kind not in ("cut", "corrupt", "bare404", "status"):
+            raise HubError(400, None, f"fault kind {fault.kind!r}: cut, corrupt, bare404 or "
+                           "status")
         with st.lock:
             st.faults.append(fault)
     elif what == "faults/clear":

@@ -115,6 +115,12 @@ class LabHub:
         self.control("faults", {"kind": "bare404", "repo": repo, "file": file,
                                 "times": times})
 
+    def status(self, repo: str, status: int, file: str | None = None, times: int = 1) -> None:
+        """The next ``times`` requests for ``repo`` (or ``file``) are answered ``status``
+        (503, or 429 with ``Retry-After: 1``): a Hub in trouble."""
+        self.control("faults", {"kind": "status", "repo": repo, "file": file,
+                                "status": status, "times": times})
+
     def move_branch(self, repo: str, commit: str, branch: str = "main") -> None:
         """Point ``branch`` at another of the repository's commits (the branch moved)."""
         self.control("refs", {"repo": repo, "branch": branch, "commit": commit})

@@ -288,3 +288,35 @@ def test_the_lab_mirror_serves_the_hub_under_hub(hub_root, tmp_path):
             urllib.request.urlopen(static, timeout=10)
     finally:
         mirror.stop(pid)
+
+
+def test_ranges_as_the_hub_answers_them(hub, hub_root):
+    data = served_bytes(hub_root, TINY, "config.json")
+    url = f"{hub.url}/{TINY}/resolve/main/config.json"
+
+    def get(spec: str):
+        req = urllib.request.Request(url, headers={"Range": spec})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, resp.headers.get("Content-Range"), resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.headers.get("Content-Range"), b""
+
+    assert get("bytes=-10") == (206, f"bytes {len(data) - 10}-{len(data) - 1}/{len(data)}",
+                                data[-10:])
+    assert get("bytes=5-9") == (206, f"bytes 5-9/{len(data)}", data[5:10])
+    assert get("bytes=5-999999") == (206, f"bytes 5-{len(data) - 1}/{len(data)}", data[5:])
+    assert get(f"bytes={len(data)}-") == (416, f"bytes */{len(data)}", b"")
+
+
+def test_a_hub_in_trouble_answers_the_status_asked_for(hub):
+    control(hub, "faults", {"kind": "status", "repo": TINY, "status": 503, "times": 1})
+    with pytest.raises(HfHubHTTPError) as exc:
+        api(hub).model_info(TINY)
+    assert exc.value.response.status_code == 503
+    control(hub, "faults", {"kind": "status", "repo": TINY, "status": 429, "times": 1})
+    with pytest.raises(HfHubHTTPError) as exc:  # paginate's first call is not retried
+        api(hub).list_repo_files(TINY)
+    assert exc.value.response.status_code == 429
+    assert exc.value.response.headers["Retry-After"] == "1"
+    assert api(hub).list_repo_files(TINY)  # once only
