@@ -90,6 +90,7 @@ class Served:
     status: int
     bytes: int = 0
     fault: str | None = None
+    auth: bool = False  # an Authorization header came with it
 
 
 @dataclass
@@ -100,6 +101,10 @@ class HubState:
     requests: list[Served] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     refs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # set: LFS files answer 302 to http://<cdn_host>:<port><prefix>/_cdn/... as the Hub
+    # answers with its CDN (another host, so the client keeps the 302's metadata and
+    # sends no token there); None: served directly
+    cdn_host: str | None = None
 
     def record(self, served: Served) -> None:
         with self.lock:
@@ -122,11 +127,13 @@ class HubState:
             reqs = [asdict(r) for r in self.requests]
         files: dict[str, dict] = {}
         for r in reqs:
-            if r["kind"] != "resolve" or r["file"] is None:
+            if r["kind"] not in ("resolve", "cdn") or r["file"] is None:
                 continue
             f = files.setdefault(f"{r['repo']}/{r['file']}", {
-                "head": 0, "get_full": 0, "get_ranged": 0, "bytes": 0})
-            if r["method"] == "HEAD":
+                "head": 0, "get_full": 0, "get_ranged": 0, "bytes": 0, "redirects": 0})
+            if r["status"] == 302:
+                f["redirects"] += 1
+            elif r["method"] == "HEAD":
                 f["head"] += 1
             elif r["range"]:
                 f["get_ranged"] += 1
@@ -239,9 +246,13 @@ def handle(hub: Hub, h: BaseHTTPRequestHandler, method: str) -> None:
     raw, _, query = h.path.partition("?")
     sub = raw[len(hub.prefix):] or "/"
     served = Served(method=method, kind="other", repo=None, rev=None, file=None,
-                    range=h.headers.get("range"), status=200)
+                    range=h.headers.get("range"), status=200,
+                    auth=bool(h.headers.get("authorization")))
     try:
-        if sub.startswith("/_lab/"):
+        if sub.startswith("/_cdn/"):
+            served.kind = "cdn"
+            served.bytes = _cdn(hub, h, method, sub, served)
+        elif sub.startswith("/_lab/"):
             served.kind = "lab"
             served.bytes = _control(hub, h, method, sub[len("/_lab/"):], query)
         elif sub.startswith("/api/"):
@@ -428,18 +439,65 @@ def _resolve(hub: Hub, h, method: str, sub: str, served: Served) -> int:
     entry = commit.files.get(path)
     if entry is None:
         raise HubError(404, "EntryNotFound", "Entry not found", commit=commit.id)
+    if hub.state.cdn_host and entry.lfs:
+        return _redirect(hub, h, method, repo, commit, entry, served)
+    return _serve_file(hub, h, method, repo, commit, entry, served, hub_headers=True)
+
+
+def _redirect(hub: Hub, h, method: str, repo: Repo, commit: Commit, entry: FileEntry,
+              served: Served) -> int:
+    """The Hub's answer for an LFS file: 302 to its CDN, the file's metadata on the 302."""
+    if method == "HEAD":
+        entry = hub.hashed(repo, commit, entry)
+    port = (h.headers.get("host") or "").rpartition(":")[2] or "80"
+    location = (f"http://{hub.state.cdn_host}:{port}{hub.prefix}/_cdn/{quote(repo.id)}/"
+                f"{commit.id}/{quote(entry.path)}")
+    headers = {"X-Repo-Commit": commit.id, "X-Linked-Size": str(entry.size),
+               "Location": location}
+    if entry.hashed:
+        headers["X-Linked-Etag"] = f'"{entry.etag}"'
+    served.status = 302
+    return _send(h, 302, headers, head=method == "HEAD")
+
+
+def _cdn(hub: Hub, h, method: str, sub: str, served: Served) -> int:
+    """The CDN stand-in: ``/_cdn/{org}/{name}/{commit}/{path}``, no token needed (the
+    real one takes a signed URL)."""
+    segs = sub.split("/")[2:]
+    if len(segs) < 4:
+        raise HubError(404, None, "Not Found")
+    repo_id = f"{unquote(segs[0])}/{unquote(segs[1])}"
+    path = "/".join(unquote(x) for x in segs[3:])
+    served.repo, served.rev, served.file = repo_id, segs[2], path
+    if not (hub.root / repo_id / "repo.json").is_file() or ".." in repo_id:
+        raise HubError(404, None, "Not Found")
+    repo = Repo(hub.root, repo_id)
+    if segs[2] not in repo.commit_ids() or path not in repo.commit(segs[2]).files:
+        raise HubError(404, None, "Not Found")
+    commit = repo.commit(segs[2])
+    return _serve_file(hub, h, method, repo, commit, commit.files[path], served,
+                       hub_headers=False)
+
+
+def _serve_file(hub: Hub, h, method: str, repo: Repo, commit: Commit, entry: FileEntry,
+                served: Served, hub_headers: bool) -> int:
+    """HEAD or (ranged) GET of one file; ``hub_headers``: the Hub's own X- headers (a
+    CDN sends none)."""
+    path = entry.path
     rng = _range(h.headers.get("range"), entry.size) if method == "GET" else None
     if rng is None or method == "HEAD":
         entry = hub.hashed(repo, commit, entry)  # HEAD and full GETs carry the id
-    headers = {"X-Repo-Commit": commit.id, "Accept-Ranges": "bytes",
+    headers = {"Accept-Ranges": "bytes",
                "Content-Type": _content_type(path),
                "Content-Disposition": f"inline; filename*=UTF-8''{quote(path.split('/')[-1])}; "
                                       f"filename=\"{path.split('/')[-1]}\";"}
+    if hub_headers:
+        headers["X-Repo-Commit"] = commit.id
     if entry.hashed:
         headers["ETag"] = f'"{entry.etag}"'
-        if entry.lfs:
+        if entry.lfs and hub_headers:
             headers["X-Linked-Etag"] = f'"{entry.etag}"'
-    if entry.lfs:
+    if entry.lfs and hub_headers:
         headers["X-Linked-Size"] = str(entry.size)
     if method == "HEAD":
         headers["Content-Length"] = str(entry.size)
@@ -511,6 +569,10 @@ def _control(hub: Hub, h, method: str, what: str, query: str) -> int:
             st.requests.clear()
             st.faults.clear()
             st.refs.clear()
+            st.cdn_host = None
+    elif what == "config":
+        with st.lock:
+            st.cdn_host = body.get("cdn_host") or None
     elif what == "stats/reset":
         with st.lock:
             st.requests.clear()

@@ -320,3 +320,24 @@ def test_a_hub_in_trouble_answers_the_status_asked_for(hub):
     assert exc.value.response.status_code == 429
     assert exc.value.response.headers["Retry-After"] == "1"
     assert api(hub).list_repo_files(TINY)  # once only
+
+
+def test_lfs_files_through_a_cdn_redirect_as_the_hub_sends_them(hub, hub_root, tmp_path):
+    """With the CDN knob the Hub answers LFS files 302 to another host (here "localhost"
+    for 127.0.0.1): HEAD metadata comes from the 302, the bytes from the CDN, the token
+    stays on the Hub, header reads follow the redirect with their Range."""
+    control(hub, "config", {"cdn_host": "localhost"})
+    path = hf_hub_download(GATED, SHARD1, endpoint=hub.url, cache_dir=tmp_path, token=TOKEN)
+    assert Path(path).read_bytes() == served_bytes(hub_root, GATED, SHARD1)
+    reqs = [(r["kind"], r["method"], r["status"], r["auth"])
+            for r in control(hub, "stats")["requests"] if r["file"] == SHARD1]
+    assert reqs == [("resolve", "HEAD", 302, True), ("cdn", "GET", 200, False)]
+    control(hub, "stats/reset", {})
+    meta = api(hub).get_safetensors_metadata(TINY)
+    assert meta.parameter_count == sum_params(hub_root, TINY)
+    files = files_served(hub)
+    for shard in sorted(set(meta.weight_map.values())):
+        f = files[f"{TINY}/{shard}"]
+        assert (f["redirects"], f["get_ranged"], f["get_full"]) == (1, 1, 0)
+        assert f["bytes"] == 100_001
+    control(hub, "config", {"cdn_host": None})
