@@ -11,6 +11,7 @@ and the client code that calls each (huggingface_hub 1.x):
 - ``GET /api/models/{repo}/tree/{rev}[/{path}]?recursive=&expand=[&cursor=]``:
   ``list_repo_tree`` (snapshot_download >= 1.22, ``verify_repo_checksums``), paged
   with a ``Link: <...>; rel="next"`` header as ``utils/_pagination.paginate`` follows.
+- ``POST /api/models/{repo}/paths-info/{rev}``: ``get_paths_info`` (HfFileSystem).
 - ``GET /api/models/{repo}/refs``: ``list_repo_refs``.
 - ``HEAD``/``GET /{repo}/resolve/{rev}/{path}`` (``Range`` honoured: 206 +
   ``Content-Range``): ``get_hf_file_metadata`` (``X-Repo-Commit``, ``ETag``,
@@ -30,6 +31,7 @@ moving a branch to another commit.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -298,6 +300,9 @@ def _api(hub: Hub, h, method: str, sub: str, query: str, served: Served) -> int:
         commit = hub.resolve_rev(repo, rev)
         path = "/".join(unquote(s) for s in rest[2:])
         return _tree(hub, h, repo, commit, path, params)
+    if rest[0] == "paths-info" and len(rest) >= 2 and method == "POST":
+        served.rev = unquote(rest[1])
+        return _paths_info(hub, h, repo, hub.resolve_rev(repo, served.rev))
     if rest[0] == "refs":
         branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": c}
                     for b, c in sorted(hub.branches(repo).items())]
@@ -354,6 +359,34 @@ def _last_commit(repo: Repo, commit: Commit, path: str) -> dict:
     return {"id": c.id, "title": c.title, "date": c.date}
 
 
+def _file_json(hub: Hub, repo: Repo, commit: Commit, path: str, expand: bool) -> dict:
+    """One file as the tree and paths-info list it."""
+    entry = hub.hashed(repo, commit, commit.files[path])
+    e: dict = {"type": "file", "oid": entry.oid, "size": entry.size, "path": path}
+    if entry.lfs:
+        e["lfs"] = {"oid": entry.sha256, "size": entry.size, "pointerSize": entry.pointer_size}
+    if expand:
+        e["lastCommit"] = _last_commit(repo, commit, path)
+    return e
+
+
+def _paths_info(hub: Hub, h, repo: Repo, commit: Commit) -> int:
+    """``POST .../paths-info/{rev}`` (form ``paths=...&expand=``): the given paths that
+    exist, files and folders (``HfApi.get_paths_info``, HfFileSystem)."""
+    length = int(h.headers.get("content-length") or 0)
+    form = parse_qs(h.rfile.read(length).decode()) if length else {}
+    expand = form.get("expand", ["False"])[-1].lower() == "true"
+    out = []
+    for path in form.get("paths", []):
+        path = path.strip("/")
+        if path in commit.files:
+            out.append(_file_json(hub, repo, commit, path, expand))
+        elif any(f.startswith(path + "/") for f in commit.files):
+            out.append({"type": "directory", "path": path,
+                        "oid": hashlib.sha1(f"tree\0{commit.id}\0{path}".encode()).hexdigest()})
+    return _json(h, out)
+
+
 def _tree(hub: Hub, h, repo: Repo, commit: Commit, path: str, params: dict) -> int:
     recursive = params.get("recursive") == "true"
     expand = params.get("expand") == "true"
@@ -372,19 +405,10 @@ def _tree(hub: Hub, h, repo: Repo, commit: Commit, path: str, params: dict) -> i
                 dirs.add(base + "/".join(parts[:i]))
         if len(parts) > 1 and not recursive:
             continue
-        entry = hub.hashed(repo, commit, commit.files[fpath])
-        e: dict = {"type": "file", "oid": entry.oid, "size": entry.size, "path": fpath}
-        if entry.lfs:
-            e["lfs"] = {"oid": entry.sha256, "size": entry.size,
-                        "pointerSize": entry.pointer_size}
-        if expand:
-            e["lastCommit"] = _last_commit(repo, commit, fpath)
-        entries.append(e)
+        entries.append(_file_json(hub, repo, commit, fpath, expand))
     if path and not entries and not dirs:
         raise HubError(404, "EntryNotFound", f"{path} does not exist on {commit.id}",
                        commit=commit.id)
-    import hashlib
-
     folders = [{"type": "directory", "path": d,
                 "oid": hashlib.sha1(f"tree\0{commit.id}\0{d}".encode()).hexdigest()}
                for d in sorted(dirs)]

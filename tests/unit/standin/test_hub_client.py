@@ -341,3 +341,11 @@ def test_lfs_files_through_a_cdn_redirect_as_the_hub_sends_them(hub, hub_root, t
         assert (f["redirects"], f["get_ranged"], f["get_full"]) == (1, 1, 0)
         assert f["bytes"] == 100_001
     control(hub, "config", {"cdn_host": None})
+
+
+def test_paths_info_lists_the_paths_asked_for(hub, hub_root):
+    got = api(hub).get_paths_info(TINY, [SHARD1, "config.json", "nope.bin"], expand=True)
+    assert [f.path for f in got] == [SHARD1, "config.json"]
+    assert got[0].lfs.sha256 == hashlib.sha256(served_bytes(hub_root, TINY, SHARD1)).hexdigest()
+    assert got[1].blob_id == store.git_blob_sha1(served_bytes(hub_root, TINY, "config.json"))
+    assert got[0].last_commit.oid == store.Repo(hub_root, TINY).branches["main"]
