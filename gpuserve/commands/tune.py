@@ -29,7 +29,7 @@ from gpuserve.tune.candidates import Candidate, profile_text, scenario_level
 from gpuserve.tune.outcome import FIGURES, Outcome, from_dict
 from gpuserve.tune.report import plot, summary, table, winner_text
 from gpuserve.tune.search import Measurement, run_search
-from gpuserve.tune.session import comm_from, prepare
+from gpuserve.tune.session import comm_from, precheck, prepare
 from gpuserve.tune.snapshot import last_start, parse_snapshot
 from gpuserve.tune.space import OBJECTIVES, load_tune
 
@@ -53,8 +53,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", help="the one inventory host to tune")
     p.add_argument("--leave", default="original", choices=("original", *OBJECTIVES),
                    help="leave the host on its original profile (default) or a winner")
-    p.add_argument("--plan-only", action="store_true",
-                   help="snapshot, check and prune; measure nothing")
     p.add_argument("--pyinfra", default=str(Path(sys.executable).with_name("pyinfra")),
                    help="the pyinfra executable")
     p.set_defaults(func=run)
@@ -111,6 +109,7 @@ class PyinfraExecutor:
     def __init__(self, runner: PyinfraRunner, spec, work: Path, host: str, snapshot_path: Path):
         self.runner, self.spec, self.work, self.host = runner, spec, work, host
         self.snapshot_path = snapshot_path
+        self.good: Path | None = None  # the last candidate file that measured cleanly
 
     def now(self) -> float:
         return time.monotonic()
@@ -118,25 +117,56 @@ class PyinfraExecutor:
     def measure(self, candidate: Candidate, profile, levels, first: bool) -> Measurement:
         path = self.work / "profiles" / f"{candidate.name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(profile_text(self.spec, candidate, path.parent, tuple(levels)))
+        cap = profile.memory.max_running_requests
+        levels = tuple(c for c in levels if cap is None or c <= cap) or tuple(levels[:1])
+        path.write_text(profile_text(self.spec, candidate, path.parent, levels))
         since = utc_now()
         rc, out = self.runner.deploy(SERVE, f"profile={path}")
         if rc != 0:
-            return self._failed(out)
+            m = self._failed(out)
+            if m.status == "failed" and "rolled back to" not in m.reason:
+                self.restore()
+                m.reason += f"; the tune switched the host back to {self.good or 'its own'}"
+            return m
         m = Measurement("ok", load_s=_ready_s(out))
-        for record in self._records(candidate.name, since):
-            level = scenario_level(record.scenario)
-            if level in levels:
-                m.levels[level] = {k: record.figures.get(k) for k in FIGURES}
-                m.records.append(record.source.rsplit(":", 1)[0] if record.source else "")
+        self._take_records(m, candidate.name, since, levels)
         if first and candidate.phase == "incumbent":
             m.after_weights_gib = self._after_weights(path)
+        if m.status == "ok":
+            self.good = path
+        else:
+            self.restore()
+        return m
+
+    def _take_records(self, m: Measurement, name: str, since: str, levels) -> None:
+        """The bench records of this run; a run whose requests did not all complete
+        (the server crashed while serving) is a failure."""
+        for record in self._records(name, since):
+            level = scenario_level(record.scenario)
+            if level not in levels:
+                continue
+            m.levels[level] = {k: record.figures.get(k) for k in FIGURES}
+            m.records.append(record.source.rsplit(":", 1)[0] if record.source else "")
+            done = record.figures.get("completed")
+            asked = max(2, self.spec.prompts_per_level * level)  # bench_section's count
+            if isinstance(done, int | float) and asked and done < asked:
+                m.status = "failed"
+                m.reason = (f"crashed while serving: {int(done)} of {asked} requests "
+                            f"completed at concurrency {level}")
         missing = [c for c in levels if c not in m.levels]
-        if missing:
+        if missing and m.status == "ok":
             m.status, m.reason = "failed", (
                 f"no bench record for concurrency {missing} (results_dir is "
                 f"{self.runner.results}; is bench off in host data?)")
-        return m
+
+    def restore(self) -> None:
+        """Switch back to the last candidate that measured cleanly (else the inventory's
+        profile): the serve deploy rolls back a failed start itself, not a server that
+        dies later, under load."""
+        data = ["bench=off", *([f"profile={self.good}"] if self.good else [])]
+        print(f"tune: switching the host back to {self.good or 'its inventory profile'}",
+              flush=True)
+        self.runner.deploy(SERVE, *data)
 
     def _records(self, profile: str, since: str):
         directory = self.runner.results / safe_name(self.host)
@@ -186,6 +216,7 @@ def _ready_s(out: str) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     spec, raw_knobs = load_tune(args.tune_file)  # bad input: before any host is touched
+    precheck(spec, raw_knobs)
     results = Path(args.results).resolve()
     runner = PyinfraRunner(args, results)
     work = results / ".tune" / spec.name
@@ -209,16 +240,10 @@ def run(args: argparse.Namespace) -> int:
     store_dir = host_dir / f"tune-{spec.name}"
     store = FileStore(store_dir, spec.name)
     executor = PyinfraExecutor(runner, spec, store_dir, snapshot.host, snapshot_path)
-    if args.plan_only:
-        executor.measure = _no_measure  # type: ignore[method-assign]
     tune = run_search(spec, prepared.knobs, prepared.ctx, executor, store)
     _report(tune, prepared, store_dir, args)
     _leave(tune, runner, store_dir, args)
     return 130 if tune.tally.interrupted else 0
-
-
-def _no_measure(candidate, profile, levels, first) -> Measurement:
-    raise KeyboardInterrupt  # --plan-only: stop at the first load
 
 
 def _report(tune, prepared, store_dir: Path, args) -> None:
@@ -240,8 +265,6 @@ def _report(tune, prepared, store_dir: Path, args) -> None:
 
 
 def _leave(tune, runner: PyinfraRunner, store_dir: Path, args) -> None:
-    if args.plan_only:
-        return
     data = ["bench=off"]  # just measured; the records are there
     if args.leave != "original":
         path = store_dir / f"{tune.spec.name}-{args.leave}.yaml"

@@ -44,6 +44,18 @@ def resolve_knobs(spec: TuneSpec, raw: dict[str, Any], incumbent, scan: Checkpoi
     return tuple(knobs)
 
 
+def precheck(spec: TuneSpec, raw: dict[str, Any]) -> None:
+    """Check every listed (not ``auto``) knob value against each SGLang version the
+    incumbent targets, before the host is even read (bad input changes nothing)."""
+    from gpuserve.launch.dialect import target_version
+
+    incumbent = load_profile(spec.incumbent)
+    knobs = tuple(knob_values(str(name), values, spec) for name, values in raw.items()
+                  if values != "auto")
+    for version in incumbent.sglang_versions or [target_version(incumbent)]:
+        check_space(spec, knobs, version)
+
+
 def comm_from(measures: list[dict], host: str, host_facts: dict | None) -> Comm:
     """The host's measured collectives: the latest ``gpuserve.measure/1`` record's small
     all-reduce latency and bus bandwidth, else host facts' measured busbw."""
