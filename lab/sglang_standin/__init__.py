@@ -35,6 +35,19 @@ SRC = HERE / "src"
 LOCAL = "lab"
 
 
+SURFACE_SOURCE = HERE.parent / "surface.py"
+SURFACES_DIR = HERE.parent / "surfaces"
+
+
+def _surface_files() -> dict[str, bytes]:
+    """lab/surface.py verbatim (one implementation for the lab and the server) and the
+    shipped surfaces, so GPUSERVE_LAB_STANDIN_SURFACE can name one (``field-notes``)."""
+    files = {"sglang/_standin/surface.py": SURFACE_SOURCE.read_bytes()}
+    for path in sorted(SURFACES_DIR.glob("*.yaml")):
+        files[f"sglang/_standin/surfaces/{path.name}"] = path.read_bytes()
+    return files
+
+
 def _flagparser_source() -> bytes:
     return (PACKAGE_DIR / "launch" / "flagparser.py").read_bytes()
 
@@ -80,6 +93,7 @@ def _package_files(version: str) -> dict[str, bytes]:
         f"__version_tuple__ = {tuple(int(p) for p in base.split('.'))!r}\n"
     ).encode()
     files["sglang/_standin/flagparser.py"] = _flagparser_source()
+    files.update(_surface_files())
     files["sglang/_standin/flags.json"] = _catalog_bytes(base)
     bench = _bench_catalog_bytes(base)
     if bench is not None:  # python -m sglang.benchmark.serving parses with it

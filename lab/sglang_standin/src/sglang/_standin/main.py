@@ -20,13 +20,24 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
 from sglang._standin import group, logs
+from sglang._standin import surface as surfaces
 from sglang._standin.config import ConfigArgumentMerger
 from sglang._standin.flagparser import build_parser, stderr_warn
 from sglang._standin.server import State, serve
-from sglang._standin.sim import ModelShape, StartupError, capture_oom, env_float, env_str, plan
+from sglang._standin.sim import (
+    ModelShape,
+    Plan,
+    StartupError,
+    capture_oom,
+    env_float,
+    env_str,
+    plan,
+)
 from sglang.version import __version__
 
 
@@ -89,31 +100,49 @@ def _scheduler_info(p) -> dict:
             "context_len": p.context_len}
 
 
-def run(argv: list[str]) -> None:
-    args, merged_argv = parse_args(list(argv))
-    logs.set_level(args.log_level)
-    shape = ModelShape.from_model_path(args.model_path)
-    p = plan(args, shape)
-    resolved = _resolved(args, p)
-    # Like entrypoints/engine.py::_launch_subprocesses, which logs the resolved record
-    # (api_key included: SGLang redacts only watermark secrets).
-    logs.log(f"server_args={resolved}")
+@dataclass
+class Launch:
+    """What the start-up does: the memory plan, the speed model, how it fails."""
 
-    load_s = env_float("LOAD_SECONDS", 1.0)
-    fail = env_str("FAIL").strip().lower()
-    nnodes, node_rank = int(args.nnodes or 1), int(args.node_rank or 0)
-    if nnodes > 1:
-        # every node blocks here until the group has formed (lab/.../group.py)
-        group.join(nnodes, node_rank, args.dist_init_addr, on_lost=lambda why: _die(
-            StartupError("RuntimeError", f"NCCL communicator was aborted: {why}",
-                         [("sglang/srt/managers/scheduler.py", 1480, "run_event_loop")])))
-    # this node's ranks (TP ranks are spread over the nodes in order)
-    per_node = max(1, p.tp // nnodes)
-    ranks = [f"TP{r}" for r in range(node_rank * per_node, (node_rank + 1) * per_node)]
+    plan: Plan
+    perf: surfaces.Perf
+    error: StartupError | None = None     # a surface's start failure or capture OOM
+    crash: surfaces.Fail | None = None    # a surface's crash while serving
+    surface: bool = False
 
+
+def _load_surface(ref: str) -> surfaces.Surface:
+    """GPUSERVE_LAB_STANDIN_SURFACE: a file path, or the name of a bundled surface."""
+    path = Path(ref)
+    if "/" not in ref and not ref.endswith((".yaml", ".yml")):
+        path = Path(str(resources.files("sglang._standin").joinpath("surfaces")
+                        .joinpath(ref + ".yaml")))
+    try:
+        return surfaces.load(path)
+    except surfaces.SurfaceError as e:
+        logs.log(f"sglang lab stand-in: bad performance surface: {e}", level="error")
+        sys.stderr.flush()
+        raise SystemExit(1) from None
+
+
+def _launch(args, shape: ModelShape) -> Launch:
+    ref = env_str("SURFACE").strip()
+    if not ref:
+        perf = surfaces.Perf(decode_tps=env_float("DECODE_TPS", 60.0),
+                             batch_decode_tps=env_float("BATCH_DECODE_TPS", 1500.0),
+                             prefill_tps=env_float("PREFILL_TPS", 8000.0))
+        return Launch(plan=plan(args, shape), perf=perf)
+    st = _load_surface(ref).start(args, shape, speedup=env_float("SURFACE_SPEEDUP", 1.0))
+    error = None if st.plan.errors else st.error
+    return Launch(plan=st.plan, perf=st.perf, error=error, crash=st.crash, surface=True)
+
+
+def _load_phase(p: Plan, shape: ModelShape, args, ranks: list[str], load_s: float) -> None:
     for r in ranks:
         logs.log(f"Load weight begin. avail mem={p.pre_gb:.2f} GB", rank=r)
     _sleep(load_s * 0.6)
+    if p.load_failed:
+        _die(p.errors[0])
     quant = f"quant={args.quantization}, " if args.quantization else ""
     for r in ranks:
         logs.log(f"Load weight end. elapsed={load_s * 0.6:.2f} s, type={shape.architecture}, "
@@ -133,6 +162,11 @@ def run(argv: list[str]) -> None:
         logs.log(f"Memory pool end. avail mem={p.after_pool_gb:.2f} GB", rank=r)
     _sleep(load_s * 0.1)
 
+
+def _capture_phase(launch: Launch, ranks: list[str], load_s: float, fail: str) -> float:
+    """Graph capture; dies like SGLang when it cannot fit (or a surface says it fails
+    here); returns the memory left."""
+    p = launch.plan
     avail = p.after_pool_gb
     if p.prefill_graphs:
         for r in ranks:
@@ -143,23 +177,61 @@ def run(argv: list[str]) -> None:
             logs.log(f"Capture target prefill CUDA graph end. elapsed={load_s * 0.1:.2f} s, "
                      f"mem usage={p.prefill_graph_gb:.2f} GB, avail mem={avail:.2f} GB.",
                      rank=r)
-    if p.decode_graphs:
-        for r in ranks:
-            logs.log(f"Capture target decode CUDA graph begin. backend=full, "
-                     f"num_tokens_per_req=1, avail mem={avail:.2f} GB", rank=r)
-        _sleep(load_s * 0.2)
-        # Capture needs its graphs plus activation scratch inside the free memory.
-        need = p.decode_graph_gb + 0.25
-        if fail == "oom" or need > avail:
-            tried = max(need - avail, 0.0) + 2.0 if fail == "oom" else need
-            _die(capture_oom(p, tried_gb=tried, avail_gb=max(avail - 0.12, 0.0)))
-        avail -= p.decode_graph_gb
-        for r in ranks:
-            logs.log(f"Capture target decode CUDA graph end. bs={p.decode_bs}, "
-                     f"elapsed={load_s * 0.2:.2f} s, mem usage={p.decode_graph_gb:.2f} GB, "
-                     f"avail mem={avail:.2f} GB.", rank=r)
-    elif fail == "oom":
-        _die(capture_oom(p, tried_gb=2.0, avail_gb=max(avail - 0.12, 0.0)))
+    if not p.decode_graphs:
+        if fail == "oom":
+            _die(capture_oom(p, tried_gb=2.0, avail_gb=max(avail - 0.12, 0.0)))
+        if launch.error is not None:
+            _die(launch.error)
+        return avail
+    for r in ranks:
+        logs.log(f"Capture target decode CUDA graph begin. backend=full, "
+                 f"num_tokens_per_req=1, avail mem={avail:.2f} GB", rank=r)
+    _sleep(load_s * 0.2)
+    # Capture needs its graphs plus activation scratch inside the free memory.
+    need = p.decode_graph_gb + 0.25
+    if fail == "oom" or need > avail:
+        tried = max(need - avail, 0.0) + 2.0 if fail == "oom" else need
+        _die(capture_oom(p, tried_gb=tried, avail_gb=max(avail - 0.12, 0.0)))
+    if launch.error is not None:
+        _die(launch.error)
+    avail -= p.decode_graph_gb
+    for r in ranks:
+        logs.log(f"Capture target decode CUDA graph end. bs={p.decode_bs}, "
+                 f"elapsed={load_s * 0.2:.2f} s, mem usage={p.decode_graph_gb:.2f} GB, "
+                 f"avail mem={avail:.2f} GB.", rank=r)
+    return avail
+
+
+def _crash_now(fail: surfaces.Fail) -> None:
+    from sglang._standin import sim
+    _die(surfaces.crash_error(sim, fail))
+
+
+def run(argv: list[str]) -> None:
+    args, merged_argv = parse_args(list(argv))
+    logs.set_level(args.log_level)
+    shape = ModelShape.from_model_path(args.model_path)
+    launch = _launch(args, shape)
+    p = launch.plan
+    resolved = _resolved(args, p)
+    # Like entrypoints/engine.py::_launch_subprocesses, which logs the resolved record
+    # (api_key included: SGLang redacts only watermark secrets).
+    logs.log(f"server_args={resolved}")
+
+    load_s = env_float("LOAD_SECONDS", 1.0)
+    fail = env_str("FAIL").strip().lower()
+    nnodes, node_rank = int(args.nnodes or 1), int(args.node_rank or 0)
+    if nnodes > 1:
+        # every node blocks here until the group has formed (lab/.../group.py)
+        group.join(nnodes, node_rank, args.dist_init_addr, on_lost=lambda why: _die(
+            StartupError("RuntimeError", f"NCCL communicator was aborted: {why}",
+                         [("sglang/srt/managers/scheduler.py", 1480, "run_event_loop")])))
+    # this node's ranks (TP ranks are spread over the nodes in order)
+    per_node = max(1, p.tp // nnodes)
+    ranks = [f"TP{r}" for r in range(node_rank * per_node, (node_rank + 1) * per_node)]
+
+    _load_phase(p, shape, args, ranks, load_s)
+    avail = _capture_phase(launch, ranks, load_s, fail)
     logs.log(f"max_total_num_tokens={p.max_total_num_tokens}, "
              f"chunked_prefill_size={p.chunked_prefill_size}, "
              f"max_prefill_tokens={p.max_prefill_tokens}, "
@@ -174,12 +246,22 @@ def run(argv: list[str]) -> None:
         signal.signal(signal.SIGINT, lambda signum, frame: done.set())
         done.wait()
         return
+    _serve(args, launch, resolved, merged_argv, shape, fail)
 
+
+def _serve(args, launch: Launch, resolved: dict, merged_argv: list[str], shape: ModelShape,
+           fail: str) -> None:
+    p = launch.plan
     info = {**resolved, "launch_command": " ".join(merged_argv), **_scheduler_info(p),
             "_model_type": shape.model_type, "_architectures": [shape.architecture]}
-    state = State(args, info, __version__, decode_tps=env_float("DECODE_TPS", 60.0),
-                  prefill_tps=env_float("PREFILL_TPS", 8000.0),
-                  batch_decode_tps=env_float("BATCH_DECODE_TPS", 1500.0))
+    state = State(args, info, __version__, decode_tps=launch.perf.decode_tps,
+                  prefill_tps=launch.perf.prefill_tps,
+                  batch_decode_tps=launch.perf.batch_decode_tps, perf=launch.perf,
+                  admission=launch.surface)
+    if launch.crash is not None:
+        crash = launch.crash
+        state.crash_after = crash.after_requests
+        state.on_crash = lambda: _crash_now(crash)
     httpd = serve(state, args.host, args.port)
     logs.uvicorn(f"Started server process [{os.getpid()}]")
     logs.uvicorn("Waiting for application startup.")
@@ -196,11 +278,7 @@ def run(argv: list[str]) -> None:
         if fail == "crash":
             _sleep(env_float("CRASH_AFTER_SECONDS", 2.0))
             _die(StartupError(
-                "RuntimeError",
-                "CUDA error: an illegal memory access was encountered\nCUDA kernel errors "
-                "might be asynchronously reported at some other API call, so the stacktrace "
-                "below might be incorrect.\nFor debugging consider passing "
-                "CUDA_LAUNCH_BLOCKING=1",
+                "RuntimeError", surfaces.ILLEGAL_MEMORY_ACCESS,
                 [("sglang/srt/managers/scheduler.py", 1480, "run_event_loop")]))
 
     threading.Thread(target=warmup, name="warmup", daemon=True).start()

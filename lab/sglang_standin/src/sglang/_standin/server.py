@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from sglang._standin import logs
+from sglang._standin.surface import Perf
 
 STARTING, UP, UNHEALTHY = "Starting", "Up", "UnHealthy"
 
@@ -50,15 +51,28 @@ class State:
     """Shared between the startup thread, the HTTP threads and the warmup thread."""
 
     def __init__(self, args, info: dict, version: str, decode_tps: float,
-                 prefill_tps: float, batch_decode_tps: float = 0.0) -> None:
+                 prefill_tps: float, batch_decode_tps: float = 0.0,
+                 perf: Perf | None = None, admission: bool = False) -> None:
         self.args = args
         self.info = info            # /server_info body (resolved args + scheduler info)
         self.version = version
         self.status = STARTING
-        self.decode_tps = decode_tps
-        self.prefill_tps = prefill_tps
-        self.batch_decode_tps = batch_decode_tps  # 0: no cap across requests
+        # the speed model (lab/surface.py::Perf); the knobs alone give today's flat one
+        self.perf = perf or Perf(decode_tps=decode_tps, prefill_tps=prefill_tps,
+                                 batch_decode_tps=batch_decode_tps)
+        self.decode_tps = self.perf.decode_tps
+        self.prefill_tps = self.perf.prefill_tps
+        self.batch_decode_tps = self.perf.batch_decode_tps  # 0: no cap across requests
+        # With a surface, requests wait for a running slot and KV room like SGLang's
+        # scheduler (max_running_requests, max_total_num_tokens); TTFT includes the wait.
+        self.admission = admission
+        self.waiting = 0
+        self.reserved_tokens = 0
+        self.started = 0
+        self.crash_after: int | None = None
+        self.on_crash = None
         self.lock = threading.Lock()
+        self.admit_cond = threading.Condition(self.lock)
         # Prefill is compute-bound: one prompt at a time, so TTFT grows with the queue.
         self.prefill_lock = threading.Lock()
         self.running = 0
@@ -89,19 +103,55 @@ class State:
                 continue
             throughput = generated / period
             self.last_gen_throughput = throughput
+            accept = self.perf.spec_accept_length
+            accept_part = f"accept len: {accept:.2f}, " if accept else ""
             logs.log(f"Decode batch, #running-req: {running}, #token: {used}, "
-                     f"token usage: {used / capacity:.2f}, cuda graph: True, "
-                     f"gen throughput (token/s): {throughput:.2f}, #queue-req: 0",
-                     rank="TP0")
+                     f"token usage: {used / capacity:.2f}, {accept_part}"
+                     f"cuda graph: {not self.perf.eager(running)}, "
+                     f"gen throughput (token/s): {throughput:.2f}, "
+                     f"#queue-req: {self.waiting}", rank="TP0")
 
     def token_interval(self) -> float:
         """Seconds per decode step of one request now: 1/DECODE_TPS while the batch is
         small, stretched so the running requests together stay under BATCH_DECODE_TPS
         (a real server's throughput saturates as the batch grows)."""
-        step = 1.0 / self.decode_tps
-        if self.batch_decode_tps > 0:
-            step = max(step, self.running / self.batch_decode_tps)
-        return step
+        return self.perf.step_seconds(self.running)
+
+    def admit(self, tokens: int) -> int:
+        """Wait (bounded, 600 s) for a running slot and KV room for ``tokens``; returns
+        the tokens reserved. Without admission (no surface) it returns at once."""
+        if not self.admission:
+            return 0
+        cap = self.perf.kv_tokens or tokens
+        need = min(tokens, cap)
+        limit = self.perf.max_running or 1 << 30
+        deadline = time.monotonic() + 600
+        with self.admit_cond:
+            self.waiting += 1
+            try:
+                while (self.running >= limit or self.reserved_tokens + need > cap) and \
+                        time.monotonic() < deadline:
+                    self.admit_cond.wait(timeout=1.0)
+            finally:
+                self.waiting -= 1
+            self.reserved_tokens += need
+        return need
+
+    def release(self, reserved: int) -> None:
+        if not self.admission:
+            return
+        with self.admit_cond:
+            self.reserved_tokens -= reserved
+            self.admit_cond.notify_all()
+
+    def count_start(self) -> None:
+        """Count a started request; a surface's serve failure fires on the Nth."""
+        with self.lock:
+            self.started += 1
+            fire = self.crash_after is not None and self.started == self.crash_after
+        if fire and self.on_crash is not None:
+            # a moment later, so the request is in flight when the process dies
+            threading.Timer(0.05, self.on_crash).start()
 
     @property
     def served_model_name(self) -> str:
@@ -270,7 +320,8 @@ def make_handler(state: State):
             body.update({
                 "startup_time": state.startup_time,
                 "internal_states": [{"last_gen_throughput": state.last_gen_throughput,
-                                     "avg_spec_accept_length": None}],
+                                     "avg_spec_accept_length":
+                                         state.perf.spec_accept_length}],
                 "version": state.version, "frontend": "python",
             })
             self._json(200, body)
@@ -294,6 +345,8 @@ def make_handler(state: State):
             until the next chunk is due (never per token between chunks, never busy).
             """
             start = time.monotonic()
+            state.count_start()
+            reserved = state.admit(prompt_tokens + max_new)
             with state.lock:
                 state.running += 1
                 state.active_tokens += prompt_tokens
@@ -302,6 +355,8 @@ def make_handler(state: State):
             try:
                 with state.prefill_lock:
                     time.sleep(prompt_tokens / state.prefill_tps)
+                if state.perf.ttft_s > 0:
+                    time.sleep(state.perf.ttft_s)
                 ttft = time.monotonic() - start
                 state.ttft.observe(ttft)
                 interval = max(int(stream_interval or 1), 1)
@@ -328,6 +383,7 @@ def make_handler(state: State):
                 with state.lock:
                     state.running -= 1
                     state.active_tokens -= held
+                state.release(reserved)
             e2e = time.monotonic() - start
             with state.lock:
                 state.requests_total += 1

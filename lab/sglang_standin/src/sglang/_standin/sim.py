@@ -99,12 +99,17 @@ class ModelShape:
 
     @classmethod
     def from_model_path(cls, model_path: str) -> ModelShape:
-        shape = cls()
         cfg_file = Path(model_path) / "config.json"
         try:
             cfg = json.loads(cfg_file.read_text())
         except (OSError, ValueError):
-            return shape
+            return cls()
+        return cls.from_config(cfg)
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> ModelShape:
+        """The shape from config.json keys (a surface's ``model:`` uses the same keys)."""
+        shape = cls()
         archs = cfg.get("architectures") or [shape.architecture]
         shape.architecture = archs[0]
         shape.model_type = cfg.get("model_type", shape.model_type)
@@ -127,6 +132,22 @@ def _dtype_bytes(kv_cache_dtype: str) -> tuple[int | float, str]:
     if kv_cache_dtype in ("nvfp4", "fp4_mx_block16"):
         return 0.5, "torch.float4_e2m1fn_x2"
     return 2, "torch.bfloat16"
+
+
+@dataclass
+class Box:
+    """The simulated card: size, what is resident before weights, weights per GPU, and
+    what a captured decode batch size costs (MiB; SGLang reserves 2, capture uses 60%)."""
+
+    gpu_mem_mib: float = 97887.0
+    init_gb: float = 1.6
+    weights_gb: float = 1.5
+    decode_graph_mb_per_bs: float = 1.2
+
+    @classmethod
+    def from_env(cls) -> Box:
+        return cls(gpu_mem_mib=env_float("GPU_MEM_MIB", 97887.0),
+                   init_gb=env_float("INIT_GB", 1.6), weights_gb=env_float("WEIGHTS_GB", 1.5))
 
 
 @dataclass
@@ -159,12 +180,17 @@ class Plan:
     max_running_requests: int = 0
     context_len: int = 0
     max_prefill_tokens: int = 16384
+    dp: int = 1
+    attn_dp: int = 1
+    load_failed: bool = False   # the weights alone do not fit: OOM while loading
     errors: list[StartupError] = field(default_factory=list)
 
 
-def plan(args, shape: ModelShape) -> Plan:
-    """Resolve SGLang's memory settings for ``args`` on the simulated box."""
-    gpu_mem = env_float("GPU_MEM_MIB", 97887.0)
+def plan(args, shape: ModelShape, box: Box | None = None) -> Plan:
+    """Resolve SGLang's memory settings for ``args`` on the simulated box (the
+    GPUSERVE_LAB_STANDIN_* knobs unless a surface gives ``box``)."""
+    box = box or Box.from_env()
+    gpu_mem = box.gpu_mem_mib
     tp = int(args.tp_size or 1)
     pp = int(getattr(args, "pp_size", 1) or 1)
     dp = int(getattr(args, "dp_size", 1) or 1)
@@ -242,8 +268,8 @@ def plan(args, shape: ModelShape) -> Plan:
         cps = cps // attn_dp  # parallel_hook.py divides it after the memory hook ran
 
     # The box: free memory before weights (CUDA context and NCCL already resident).
-    pre = gpu_mem / 1024 - env_float("INIT_GB", 1.6)
-    weights = env_float("WEIGHTS_GB", 1.5)
+    pre = gpu_mem / 1024 - box.init_gb
+    weights = box.weights_gb
     after_weights = pre - weights
 
     e, dtype_name = _dtype_bytes(getattr(args, "kv_cache_dtype", "auto") or "auto")
@@ -261,7 +287,12 @@ def plan(args, shape: ModelShape) -> Plan:
              prefill_bs=prefill_bs, pre_gb=pre, weights_gb=weights,
              after_weights_gb=after_weights, kv_dtype_name=dtype_name, cell_bytes=cell,
              is_mla=shape.is_mla, context_len=int(ctx),
-             max_prefill_tokens=int(getattr(args, "max_prefill_tokens", 16384) or 16384))
+             max_prefill_tokens=int(getattr(args, "max_prefill_tokens", 16384) or 16384),
+             dp=dp, attn_dp=attn_dp)
+    if after_weights <= 0:
+        p.load_failed = True
+        p.errors.append(load_oom(p))
+        return p
 
     # kv_cache_configurator.py::_profile_available_bytes
     rest = after_weights - pre * (1 - mfs)
@@ -296,7 +327,8 @@ def plan(args, shape: ModelShape) -> Plan:
 
     # Graph capture lives in the (1 - mfs) slack; SGLang's reserve is an estimate,
     # the simulated capture uses 60% of it.
-    p.decode_graph_gb = (max_bs * 2 * 0.6 / 1024) if p.decode_graphs else 0.0
+    p.decode_graph_gb = (max_bs * box.decode_graph_mb_per_bs / 1024) if p.decode_graphs \
+        else 0.0
     p.prefill_graph_gb = ((1.5 * 1024 if shape.is_mla else len(prefill_bs) * 8) * 0.6 / 1024
                           if p.prefill_graphs else 0.0)
     p.after_graphs_gb = p.after_pool_gb - p.decode_graph_gb - p.prefill_graph_gb
@@ -329,3 +361,28 @@ def capture_oom(p: Plan, tried_gb: float, avail_gb: float) -> StartupError:
         "Exception",
         f"Capture cuda graph failed: {oom}\n{CUDA_GRAPH_CAPTURE_FAILED_MSG}",
         [("sglang/srt/model_executor/runner/decode_cuda_graph_runner.py", 602, "__init__")])
+
+
+def load_oom(p: Plan) -> StartupError:
+    """torch's OOM while the weights load (they alone exceed the free memory)."""
+    total = p.gpu_mem_mib / 1024
+    free = max(p.pre_gb, 0.0)
+    return StartupError(
+        "torch.OutOfMemoryError",
+        f"CUDA out of memory. Tried to allocate {min(p.weights_gb - free, 2.0) + 0.5:.2f} "
+        f"GiB. GPU 0 has a total capacity of {total:.2f} GiB of which {free * 0.02 * 1024:.2f} "
+        f"MiB is free. Including non-PyTorch memory, this process has {total - free * 0.02:.2f}"
+        " GiB memory in use.",
+        [("sglang/srt/model_loader/loader.py", 612, "load_weights_and_postprocess")])
+
+
+def capture_error(p: Plan) -> StartupError | None:
+    """The decode-graph capture OOM when graphs plus activation scratch (0.25 GiB) do not
+    fit in what the KV pool and the prefill graphs left (the (1 - mfs) slack)."""
+    if not p.decode_graphs:
+        return None
+    avail = p.after_pool_gb - (p.prefill_graph_gb if p.prefill_graphs else 0.0)
+    need = p.decode_graph_gb + 0.25
+    if need <= avail:
+        return None
+    return capture_oom(p, tried_gb=need, avail_gb=max(avail - 0.12, 0.0))

@@ -1,0 +1,221 @@
+"""The stand-in server following a performance surface (lab/surfaces/field-notes.yaml),
+measured with the stand-in's benchmark client, both from the built wheel.
+
+Servers run on 127.0.0.1 on a free port with a short simulated load; the surface's rates
+are sped up (GPUSERVE_LAB_STANDIN_SURFACE_SPEEDUP) so each run takes about a second;
+every client run is a subprocess with a timeout; every wait loop is bounded.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from lab import sglang_standin, surface
+
+REPO = Path(__file__).resolve().parents[3]
+FIELD_NOTES = REPO / "lab" / "surfaces" / "field-notes.yaml"
+SPEEDUP = 4.0
+# The launch the lab serves (profiles/base/glm5-nvfp4.yaml), as flags.
+BASE = ("--tp", "8", "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0.9")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    mirror = tmp_path_factory.mktemp("mirror")
+    sglang_standin.publish(mirror)
+    site = tmp_path_factory.mktemp("site")
+    with zipfile.ZipFile(mirror / "wheels" / sglang_standin.wheel_name("0.5.23+lab")) as zf:
+        zf.extractall(site)
+    return site
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A checkpoint directory with the surface's model shape (GLM-5: MLA) as config.json."""
+    d = tmp_path_factory.mktemp("models") / "glm5"
+    d.mkdir()
+    cfg = dict(surface.load(FIELD_NOTES).model or {})
+    cfg["vocab_size"] = 154880
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(site: Path, **knobs: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GPUSERVE_LAB_STANDIN_") and k not in ("OPENAI_API_KEY",
+                                                                     "API_KEY")}
+    env.update({"PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1",
+                "GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "0.1",
+                "GPUSERVE_LAB_STANDIN_WARMUP_SECONDS": "0.05",
+                "GPUSERVE_LAB_STANDIN_SURFACE": str(FIELD_NOTES),
+                "GPUSERVE_LAB_STANDIN_SURFACE_SPEEDUP": str(SPEEDUP)})
+    env.update({f"GPUSERVE_LAB_STANDIN_{k}": v for k, v in knobs.items()})
+    return env
+
+
+def _argv(model_dir: Path, port: int, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir),
+            "--served-model-name", "glm-5", "--host", "127.0.0.1", "--port", str(port),
+            *flags]
+
+
+@contextmanager
+def _server(site: Path, model_dir: Path, *flags: str, log: Path, **knobs: str
+            ) -> Iterator[int]:
+    port = _free_port()
+    with log.open("w") as out:
+        proc = subprocess.Popen(_argv(model_dir, port, *flags), env=_env(site, **knobs),
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        for _ in range(200):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                break
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                conn.request("GET", "/health")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        else:
+            pytest.fail("stand-in server did not become healthy")
+        assert proc.poll() is None, log.read_text()
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _bench(site: Path, port: int, model_dir: Path, out: Path, *, prompts: int,
+           concurrency: int, output_len: int = 48) -> dict:
+    argv = ["--backend", "sglang", "--base-url", f"http://127.0.0.1:{port}",
+            "--model", "glm-5", "--tokenizer", str(model_dir), "--dataset-name", "random-ids",
+            "--random-input-len", "64", "--random-output-len", str(output_len),
+            "--random-range-ratio", "1.0", "--num-prompts", str(prompts),
+            "--max-concurrency", str(concurrency), "--warmup-requests", "1",
+            "--output-file", str(out), "--disable-tqdm"]
+    r = subprocess.run([sys.executable, "-m", "sglang.benchmark.serving", *argv],
+                       env=_env(site), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(out.read_text().splitlines()[-1])
+
+
+def _server_info(port: int) -> dict:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request("GET", "/server_info")
+    return json.loads(conn.getresponse().read())
+
+
+def _evaluate(*flags_dict: dict, concurrency: int = 1) -> surface.Evaluation:
+    launch = {"tp_size": 8, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.9}
+    for d in flags_dict:
+        launch.update(d)
+    return surface.load(FIELD_NOTES).evaluate(launch, concurrency, input_len=64,
+                                              output_len=48, speedup=SPEEDUP)
+
+
+def test_single_stream_follows_the_surface(site, model_dir, tmp_path):
+    """Graph max bs 128 beats the default 512 at concurrency 1, by the surface's margin,
+    in the benchmark client's own figures; /server_info shows the resolved launch."""
+    results = {}
+    for bs in (512, 128):
+        with _server(site, model_dir, *BASE, "--cuda-graph-max-bs-decode", str(bs),
+                     log=tmp_path / f"bs{bs}.log") as port:
+            results[bs] = _bench(site, port, model_dir, tmp_path / f"bs{bs}.jsonl",
+                                 prompts=3, concurrency=1)
+            info = _server_info(port)
+        assert info["cuda_graph_config"]["decode"]["max_bs"] == bs
+        assert info["mem_fraction_static"] == 0.9
+    want = {bs: _evaluate({"cuda_graph_max_bs": bs}) for bs in (512, 128)}
+    assert want[128].per_stream_tps > want[512].per_stream_tps  # 89.5 vs 82 (x SPEEDUP)
+    for bs, line in results.items():
+        # TPOT is the surface's decode step; output throughput within 15% of the model's
+        tpot = 1000 / want[bs].per_stream_tps
+        assert 0.95 * tpot < line["median_tpot_ms"] < 1.15 * tpot, (bs, line)
+        assert 0.85 * want[bs].output_tps < line["output_throughput"] < 1.1 * want[bs].output_tps
+    assert results[128]["output_throughput"] > 1.04 * results[512]["output_throughput"]
+    assert results[128]["median_tpot_ms"] < 0.96 * results[512]["median_tpot_ms"]
+
+
+def test_ep_at_mfs_078_fails_at_start_with_sglangs_value_error(site, model_dir, tmp_path):
+    """FN-oom's figure: EP8 at mem_fraction_static 0.78 leaves a rest of -4.4 GB."""
+    r = subprocess.run(_argv(model_dir, _free_port(), "--tp", "8", "--ep", "8",
+                             "--mem-fraction-static", "0.78"),
+                       env=_env(site), capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert "mem usage=77.70 GB" in r.stderr  # 72.3 + 5.4 per GPU
+    assert ("ValueError: Loaded weights leave no GPU memory for the KV cache under "
+            "--mem-fraction-static=0.78. Raise --mem-fraction-static above 0.827") in r.stderr
+    assert "Received sigquit from a child process." in r.stderr
+    assert "fired up" not in r.stderr
+    ev = _evaluate({"ep_size": 8, "mem_fraction_static": 0.78})
+    assert ev.failed == "start" and ev.error.startswith("ValueError: Loaded weights")
+    assert round(ev.memory["kv_rest_gb"], 1) == -4.4
+
+
+def test_surface_start_failure_rule_dies_with_its_text(site, model_dir, tmp_path):
+    r = subprocess.run(_argv(model_dir, _free_port(), *BASE, "--dsa-decode-backend",
+                             "trtllm"),
+                       env=_env(site), capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert ("RuntimeError: Assertion error (/deepgemm/csrc/apis/attention.hpp:219): "
+            "Unsupported architecture") in r.stderr
+    assert 'File "sglang/srt/layers/attention/dsa_backend.py", line 402, in ' \
+           "init_forward_metadata" in r.stderr
+    assert "Capture target decode CUDA graph begin" in r.stderr
+    assert "fired up" not in r.stderr
+
+
+def test_crash_rule_kills_the_server_after_it_served(site, model_dir, tmp_path):
+    """EAGLE-3 tree decoding: healthy, serves one request, dies on the second."""
+    log = tmp_path / "crash.log"
+    flags = (*BASE, "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+             "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8")
+    with _server(site, model_dir, *flags, log=log) as port:
+        info = _server_info(port)
+        assert info["max_running_requests"] == 48  # EAGLE caps it when unset
+        body = json.dumps({"text": "a b c", "sampling_params": {"max_new_tokens": 4}})
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("POST", "/generate", body=body)
+        assert conn.getresponse().status == 200
+        with pytest.raises((OSError, http.client.HTTPException)):
+            for _ in range(3):  # the 2nd request dies with the process
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("POST", "/generate", body=body)
+                conn.getresponse().read()
+    text = log.read_text()
+    assert text.index("fired up") < text.index("Scheduler hit an exception")
+    assert "RuntimeError: CUDA error: an illegal memory access was encountered" in text
+
+
+def test_bad_surface_file_refuses_to_start(site, model_dir, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("format: 1\nname: x\ndescription: y\nbase: {decode_tps: 10, speed: 3}\n")
+    r = subprocess.run(_argv(model_dir, _free_port(), *BASE), env=_env(site, SURFACE=str(bad)),
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert f"{bad}: base.speed: unknown key" in r.stderr
