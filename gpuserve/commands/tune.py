@@ -30,7 +30,7 @@ from gpuserve.tune.outcome import FIGURES, Outcome, from_dict
 from gpuserve.tune.report import plot, summary, table, winner_text
 from gpuserve.tune.search import Measurement, run_search
 from gpuserve.tune.session import comm_from, precheck, prepare
-from gpuserve.tune.snapshot import last_start, parse_snapshot
+from gpuserve.tune.snapshot import error_line, last_run, last_start, parse_snapshot
 from gpuserve.tune.space import OBJECTIVES, load_tune
 
 SERVE = "gpuserve.roles.deploys.serve_sglang"
@@ -123,7 +123,7 @@ class PyinfraExecutor:
         since = utc_now()
         rc, out = self.runner.deploy(SERVE, f"profile={path}")
         if rc != 0:
-            m = self._failed(out)
+            m = self._failed(out, path)
             if m.status == "failed" and "rolled back to" not in m.reason:
                 self.restore()
                 m.reason += f"; the tune switched the host back to {self.good or 'its own'}"
@@ -185,21 +185,21 @@ class PyinfraExecutor:
             return None
         return diagnose(parse_log(timing.log, "journal")).avail_after_weights_gib
 
-    def _failed(self, out: str) -> Measurement:
-        reason = next((line.split("] ", 1)[-1].strip() for line in out.splitlines()
-                       if ": health: " in line and ("failed" in line or "stopped" in line
-                                                    or "fatal" in line or "not healthy"
-                                                    in line)), "")
-        if not reason:
-            reason = next((line.strip() for line in out.splitlines()
-                           if "gpuserve: error" in line), "the deploy failed")
-        refused = "Beginning operation run" not in out and "preflight" in reason
+    def _failed(self, out: str, path: Path) -> Measurement:
+        """A failed deploy: its reason, the startup-log diagnosis (from the deploy's
+        journal lines, else from the journal read after it) and the rollback."""
+        reason = _failure_reason(out)
+        refused = "Beginning operation run" not in out and (
+            "preflight" in reason or "gpuserve: error" in reason)
         journal = out.split("last journal lines of", 1)[-1] if "last journal lines of" in \
             out else ""
+        if not journal and not refused:
+            journal = self._journal(path)
         diagnosis = None
         if journal:
             d = diagnose(parse_log(journal, "journal"))
-            diagnosis = {"outcome": d.outcome, "rest_gib": d.rest_gib,
+            diagnosis = {"outcome": d.outcome, "error": error_line(journal),
+                         "rest_gib": d.rest_gib,
                          "avail_after_weights_gib": d.avail_after_weights_gib,
                          "lines": d.lines[:6], "fixes": d.fixes[:3]}
         rolled = re.search(r"the host was rolled back to profile (\S+)", out)
@@ -207,6 +207,25 @@ class PyinfraExecutor:
             reason += f"; rolled back to {rolled.group(1).rstrip(',')}"
         return Measurement("refused" if refused else "failed", reason=reason[:600],
                            diagnosis=diagnosis)
+
+    def _journal(self, path: Path) -> str:
+        """The service journal of the last start, read with the snapshot deploy."""
+        rc, _ = self.runner.deploy(SNAPSHOT, f"profile={path}",
+                                   f"tune_snapshot={self.snapshot_path}")
+        return last_run(parse_snapshot(self.snapshot_path).journal) if rc == 0 else ""
+
+
+_FAILURE = re.compile(r"(?:\] |: )(health|bench|smoke): (.*(?:failed|stopped|fatal|not "
+                      r"healthy|exited|did not finish|wrote no result|ended).*)")
+
+
+def _failure_reason(out: str) -> str:
+    for line in out.splitlines():
+        m = _FAILURE.search(line)
+        if m:
+            return f"{m.group(1)}: {m.group(2).strip()}"
+    return next((line.strip() for line in out.splitlines() if "gpuserve: error" in line),
+                "the deploy failed")
 
 
 def _ready_s(out: str) -> float | None:

@@ -190,7 +190,9 @@ def _calibrate(st: _State) -> None:
 
 
 def _estimate(st: _State, singles: list[Candidate]) -> None:
-    per = (sum(st.per_load_s) / len(st.per_load_s)) if st.per_load_s else st.ctx.load_estimate_s
+    walls = st.per_load_s or [o.numbers["wall_s"] for o in st.outcomes
+                              if isinstance(o.numbers.get("wall_s"), int | float)]
+    per = (sum(walls) / len(walls)) if walls else st.ctx.load_estimate_s
     b = st.spec.budget
     limit = [f"{b.loads} loads" if b.loads else "", _clock(b.wall_s) if b.wall_s else ""]
     st.ctx.log(f"tune: {len(singles)} one-knob candidates and up to "
@@ -264,7 +266,6 @@ def _measure(st: _State, candidate: Candidate) -> None:
     if first.status != "ok":
         outcome.status = "failed"
         st.tally.failed += 1
-        st.say(candidate, f"failed: {first.reason}")
     else:
         stop = _dominated(st, outcome)
         if stop:
@@ -279,6 +280,7 @@ def _measure(st: _State, candidate: Candidate) -> None:
                 outcome.reason = f"sweep incomplete: {rest.reason}"
         st.tally.measured += 1
     st.per_load_s.append(st.executor.now() - t0)
+    outcome.numbers["wall_s"] = round(st.per_load_s[-1], 1)
     st.store.put(outcome)
     st.outcomes.append(outcome)
     st.say(candidate, f"{outcome.status}: " + _result_line(outcome))

@@ -94,6 +94,26 @@ def last_start(journal: str) -> StartTiming | None:
     return found
 
 
+def last_run(journal: str) -> str:
+    """The journal lines of the unit's last start, to the end (a crash under load
+    included)."""
+    lines = journal.splitlines()
+    starts = [i for i, line in enumerate(lines) if _STARTED.search(line)]
+    return "\n".join(lines[starts[-1]:] if starts else lines[-200:])
+
+
+_ERROR = re.compile(r"\b(\w*Error|CUDA error|Not enough memory|out of memory)\b")
+
+
+def error_line(text: str) -> str | None:
+    """The last line naming an exception (SGLang's own text), prefix stripped."""
+    hits = [line for line in text.splitlines() if _ERROR.search(line)]
+    if not hits:
+        return None
+    line = hits[-1]
+    return line.split(": ", 1)[-1].strip()[:300] if _ISO.match(line) else line.strip()[:300]
+
+
 def parse_snapshot(path: str | Path) -> HostSnapshot:
     doc = safeload.load_json_file(path)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
