@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Tune one host: the incumbent, one knob at a time, then "
                        "the best combinations, each through the serve deploy (docs/tune.md).")
     p.add_argument("inventory", help="pyinfra inventory (one host, or use --limit)")
-    p.add_argument("tune_file", help="the tune file (profiles/<name>.tune.yaml)")
+    p.add_argument("tune_file", help="the tune file (profiles/tune/<name>.tune.yaml)")
     p.add_argument("--results", default="results", help="records directory (default: "
                    "results, as the serve deploy's results_dir)")
     p.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",

@@ -143,6 +143,7 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
     st.planned = 1 + len(singles) + _combo_estimate(spec, knobs)
     st.tally.generated = 1 + len(singles)
     try:
+        _estimate(st, singles)  # before any load: the host's own last start time
         _step(st, incumbent)
         _calibrate(st)
         _estimate(st, singles)
@@ -198,7 +199,9 @@ def _estimate(st: _State, singles: list[Candidate]) -> None:
     st.ctx.log(f"tune: {len(singles)} one-knob candidates and up to "
                f"{st.planned - 1 - len(singles)} combinations; budget "
                f"{' and '.join(x for x in limit if x)}; "
-               + (f"about {_clock(per)} per candidate load on this host, so at most "
+               + (f"about {_clock(per)} per candidate on this host ("
+                  + ("measured by this tune" if walls else "its last start, from the journal; "
+                     "benchmarks come on top") + "), so at most "
                   f"{_clock(per * min(st.planned, b.loads or st.planned))}" if per else
                   "no measured load time on this host yet"))
 

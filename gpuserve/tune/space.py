@@ -1,6 +1,6 @@
 """A tune file: which launch settings a tune varies, over which values, judged how.
 
-Why a file of its own beside the profile (``profiles/<name>.tune.yaml``): the profile
+Why a file of its own beside the profiles (``profiles/tune/<name>.tune.yaml``): the profile
 says how a model is served; the tune file says what to try around it, and both are
 data a user reviews. Format (docs/tune.md)::
 
@@ -172,7 +172,7 @@ def _incumbent(raw: Any, src: Path, error) -> Path:
         raise error("incumbent", "required: the profile the tune starts from (a name in "
                     "profiles/ or a path relative to this file)")
     try:
-        path = resolve_profile_path(raw, src.parent)
+        path = resolve_profile_path(raw)  # a bare name: profiles/<name>.yaml, as serve's
     except InputError as e:
         raise error("incumbent", e.message) from e
     if "/" in raw and not Path(raw).is_absolute():

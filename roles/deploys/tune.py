@@ -37,6 +37,14 @@ from gpuserve.tune.snapshot import SCHEMA
 
 JOURNAL_LINES = 4000
 
+#: Host data of the snapshot deploy (besides the serve deploy's keys).
+TUNE_DEFAULTS = {
+    # the controller path gpuserve tune's host snapshot is written to (0600); set by
+    # gpuserve tune for its read-only run, never in an inventory
+    # accepts: str (a path on the controller) or None
+    "tune_snapshot": None,
+}
+
 
 class ServiceJournal(FactBase):
     """The serve unit's last journal lines, ``short-iso-precise`` (text)."""

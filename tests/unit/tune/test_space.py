@@ -31,7 +31,7 @@ def knobs_of(path: Path, version: str = "0.5.23"):
 
 
 def test_shipped_tune_file_parses_and_renders_for_its_version() -> None:
-    spec, raw = load_tune(REPO / "profiles/glm5-nvfp4-tp8.tune.yaml")
+    spec, raw = load_tune(REPO / "profiles/tune/glm5-nvfp4-tp8.tune.yaml")
     precheck(spec, raw)
     assert spec.name == "glm5-nvfp4-tp8" and spec.incumbent == INCUMBENT.resolve()
     assert spec.loads[0] == 1 and spec.objective("goodput").slo == {
