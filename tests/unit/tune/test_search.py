@@ -88,7 +88,8 @@ def tuned(snapshot, tmp_path, body: str, host: FakeHost, store=None):
     lines: list[str] = []
     prepared = prepare(spec, raw, snapshot, comm=Comm(105.6, 9.59), log=lines.append,
                        stamp=lambda: "2026-12-04T00:00:00Z")
-    run = run_search(spec, prepared.knobs, prepared.ctx, host, store or DictStore())
+    run = run_search(spec, prepared.knobs, prepared.ctx, host,
+                     store if store is not None else DictStore())
     return run, lines, prepared
 
 
@@ -225,3 +226,43 @@ def test_load_time_from_the_journal() -> None:
     assert timing is not None and timing.load_s == pytest.approx(41.5)
     assert "Load weight end" in timing.log
     assert last_start(journal.replace("fired up", "still loading")) is None
+
+
+def test_custom_all_reduce_without_measured_p2p_is_pruned(snapshot, tmp_path) -> None:
+    """The reference box has no measured P2P: a candidate turning SGLang's custom
+    all-reduce back on is refused from the host's gates, never loaded."""
+    body = ("knobs:\n  communication.disable_custom_all_reduce: [true, false]\n"
+            "loads: [1, 8]\nobjectives: {single_stream: {}}\n")
+    host = FakeHost()
+    run, _, _ = tuned(snapshot, tmp_path, body, host)
+    pruned = [o for o in run.outcomes if o.status == "pruned"]
+    assert [o.label for o in pruned] == ["communication.disable_custom_all_reduce=off"]
+    assert "P2P was not measured working" in pruned[0].reason
+    assert [label for label, _ in host.calls] == ["incumbent", "incumbent"]
+
+
+def test_auto_values_from_the_model_and_the_host(snapshot, tmp_path) -> None:
+    body = ("knobs:\n  layout: auto\n  memory.cuda_graph_max_bs: auto\n"
+            "loads: [1]\nobjectives: {single_stream: {}}\nbudget: {loads: 1}\n")
+    _, _, prepared = tuned(snapshot, tmp_path, body, FakeHost())
+    knobs = {k.name: k for k in prepared.knobs}
+    layouts = [v.fields for v in knobs["layout"].values]
+    # 8 GPUs; GLM-5: 256 routed experts (EP 4 and 8 divide them), 64 heads (attention DP 8)
+    assert {(f["parallel.ep"], f["parallel.attention_dp"]) for f in layouts} == {
+        (1, 1), (4, 1), (8, 1), (1, 8)}
+    sizes = [int(v.label) for v in knobs["memory.cuda_graph_max_bs"].values]
+    assert 128 in sizes and len(sizes) >= 3 and sizes == sorted(sizes)
+
+
+def test_ctrl_c_stops_between_steps_and_keeps_what_was_measured(snapshot, tmp_path) -> None:
+    class Interrupted(FakeHost):
+        def measure(self, candidate, profile, levels, first):
+            if len(self.calls) >= 3:
+                raise KeyboardInterrupt
+            return super().measure(candidate, profile, levels, first)
+
+    store = DictStore()
+    run, lines, _ = tuned(snapshot, tmp_path, SPACE, Interrupted(), store)
+    assert run.tally.interrupted
+    assert any("interrupted" in line for line in lines)
+    assert run.outcomes[0].label == "incumbent" and run.outcomes[0].candidate in store
