@@ -111,10 +111,14 @@ def _scalar(text: str, where: str) -> Any:
 
 
 def _strip_comment(line: str) -> str:
-    quote = None
+    quote, skip = None, False
     for i, ch in enumerate(line):
-        if quote:
-            if ch == quote:
+        if skip:
+            skip = False
+        elif quote:
+            if ch == quote and quote == "'" and line[i + 1:i + 2] == "'":
+                skip = True  # '' inside a single-quoted scalar
+            elif ch == quote:
                 quote = None
         elif ch in "'\"" and (i == 0 or line[i - 1] in " \t[{,:"):
             quote = ch
@@ -614,10 +618,14 @@ def _evaluation(st: Startup, concurrency: int, input_len: int, output_len: int
     ev.per_stream_tps = 1.0 / step
     ev.total_tps = n / step
     ev.ttft_s = perf.ttft_s + input_len / perf.prefill_tps
-    # Closed loop: each of n slots runs prefill (one prompt at a time across the server)
-    # then output_len - 1 decode steps; bench_serving divides output tokens by duration.
-    cycle = n * input_len / perf.prefill_tps + perf.ttft_s + (output_len - 1) * step
-    ev.output_tps = n * output_len / cycle if cycle > 0 else 0.0
+    # Closed loop: each of n slots runs its prefill then output_len - 1 decode steps;
+    # prefill takes one prompt at a time across the server, so requests/s never exceed
+    # prefill_tps / input_len. bench_serving divides output tokens by the duration.
+    cycle = ev.ttft_s + (output_len - 1) * step
+    rate = n / cycle if cycle > 0 else 0.0
+    if input_len > 0:
+        rate = min(rate, perf.prefill_tps / input_len)
+    ev.output_tps = rate * output_len
     return ev
 
 

@@ -85,6 +85,11 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     ),
     "err_capture": re.compile(r"Capture (?:prefill )?(?:cuda|CUDA) graph failed"),
     "ready": re.compile(r"The server is fired up and ready to roll!"),
+    # Any other exception that ends a traceback ("Scheduler hit an exception: ..."), e.g.
+    # "RuntimeError: Assertion error (...): Unsupported architecture": checked last.
+    "err_exception": re.compile(
+        r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): (?P<msg>\S.*)$"
+    ),
 }
 _GRAPH_USAGE = re.compile(rf"mem usage={_NUM} GB")
 _GRAPH_AVAIL = re.compile(rf"avail mem={_NUM} GB")
@@ -360,7 +365,8 @@ def read_log(path: str | Path) -> StartupLog:
 
 @dataclass
 class Diagnosis:
-    outcome: str  # "ready", "started", "refused-no-kv", "not-enough-memory", "unbalanced", ...
+    outcome: str  # "ready", "started", "refused-no-kv", "not-enough-memory", "unbalanced",
+    # "failed"/"crashed" (another exception before/after ready), ...
     pre_load_free_gib: float | None
     avail_after_weights_gib: float | None
     weights_gib: float | None
@@ -527,9 +533,18 @@ def _explain_outcome(log: StartupLog, f: _Figures) -> tuple[str, list[str], list
         return "not-enough-memory", lines, _refusal_fixes_for(f)
     if log.error("err_oom") or log.error("err_capture"):
         return _explain_oom(log, f)
+    if log.error("err_exception"):
+        return _explain_exception(log, log.error("err_exception"))
     if log.ready or f.tokens:
         return _explain_started(log, f)
     return _explain_incomplete(f)
+
+
+def _explain_exception(log: StartupLog, e: dict) -> tuple[str, list[str], list[str]]:
+    """An exception that is not about memory: it failed before it was ready, or crashed
+    after; the text is SGLang's (a backend, a kernel, a missing module)."""
+    when = "after the server was ready" if log.ready else "during start-up"
+    return ("crashed" if log.ready else "failed"), [f"SGLang stopped {when}: {e['text']}"], []
 
 
 def _refusal_fixes_for(f: _Figures) -> list[str]:

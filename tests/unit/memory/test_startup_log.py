@@ -156,3 +156,26 @@ def test_server_args_dict_form_of_sglang_0_5_x():
     assert log.server_args["mem_fraction_static"] == 0.833
     assert log.server_args["kv_cache_dtype"] == "fp8_e4m3"
     assert log.server_args["tp_size"] == 8
+
+
+def test_other_exception_before_ready_is_a_failure_with_its_text():
+    d = diagnose(read_log(LOGS / "sglang_26087_dsa_unsupported_arch.log"))
+    assert d.outcome == "failed"
+    assert any("during start-up: RuntimeError: Assertion error (/deepgemm/csrc/apis/"
+               "attention.hpp:219): Unsupported architecture" in line for line in d.lines)
+
+
+def test_exception_after_ready_is_a_crash():
+    # the fixture's traceback after SGLang's ready line: a crash while serving
+    text = (LOGS / "sglang_26087_dsa_unsupported_arch.log").read_text().replace(
+        "[2026-05-22 10:14:03 TP0] Scheduler",
+        "[2026-05-22 10:14:01] The server is fired up and ready to roll!\n"
+        "[2026-05-22 10:14:03 TP0] Scheduler")
+    d = diagnose(parse_log(text))
+    assert d.outcome == "crashed"
+    assert any("after the server was ready" in line for line in d.lines)
+
+
+def test_memory_errors_still_win_over_the_generic_exception():
+    d = diagnose(read_log(LOGS / "fieldnote_glm5_ep8.log"))
+    assert d.outcome == "refused-no-kv"

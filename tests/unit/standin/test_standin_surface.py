@@ -26,7 +26,7 @@ from lab import sglang_standin, surface
 
 REPO = Path(__file__).resolve().parents[3]
 FIELD_NOTES = REPO / "lab" / "surfaces" / "field-notes.yaml"
-SPEEDUP = 4.0
+SPEEDUP = 2.0
 # The launch the lab serves (profiles/base/glm5-nvfp4.yaml), as flags.
 BASE = ("--tp", "8", "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0.9")
 
@@ -156,7 +156,7 @@ def test_single_stream_follows_the_surface(site, model_dir, tmp_path):
         # TPOT is the surface's decode step; output throughput within 15% of the model's
         tpot = 1000 / want[bs].per_stream_tps
         assert 0.95 * tpot < line["median_tpot_ms"] < 1.15 * tpot, (bs, line)
-        assert 0.85 * want[bs].output_tps < line["output_throughput"] < 1.1 * want[bs].output_tps
+        assert 0.8 * want[bs].output_tps < line["output_throughput"] < 1.1 * want[bs].output_tps
     assert results[128]["output_throughput"] > 1.04 * results[512]["output_throughput"]
     assert results[128]["median_tpot_ms"] < 0.96 * results[512]["median_tpot_ms"]
 
@@ -178,9 +178,11 @@ def test_ep_at_mfs_078_fails_at_start_with_sglangs_value_error(site, model_dir, 
 
 
 def test_surface_start_failure_rule_dies_with_its_text(site, model_dir, tmp_path):
+    # the surface by name: the wheel bundles lab/surfaces/*.yaml
     r = subprocess.run(_argv(model_dir, _free_port(), *BASE, "--dsa-decode-backend",
                              "trtllm"),
-                       env=_env(site), capture_output=True, text=True, timeout=30)
+                       env=_env(site, SURFACE="field-notes"), capture_output=True, text=True,
+                       timeout=30)
     assert r.returncode != 0
     assert ("RuntimeError: Assertion error (/deepgemm/csrc/apis/attention.hpp:219): "
             "Unsupported architecture") in r.stderr
@@ -219,3 +221,23 @@ def test_bad_surface_file_refuses_to_start(site, model_dir, tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
     assert f"{bad}: base.speed: unknown key" in r.stderr
+
+
+def test_concurrency_and_admission_follow_the_surface(site, model_dir, tmp_path):
+    """Four streams share the batch cap; with --max-running-requests 2 only two decode
+    (each faster) while the others wait in the queue (longer TTFT)."""
+    lines = {}
+    for mrr in (None, 2):
+        flags = (*BASE, "--cuda-graph-max-bs-decode", "128")
+        flags += ("--max-running-requests", str(mrr)) if mrr else ()
+        with _server(site, model_dir, *flags, log=tmp_path / f"mrr{mrr}.log") as port:
+            lines[mrr] = _bench(site, port, model_dir, tmp_path / f"mrr{mrr}.jsonl",
+                                prompts=8, concurrency=4, output_len=32)
+            assert _server_info(port)["max_running_requests"] == (mrr or 2048)
+    free = _evaluate({"cuda_graph_max_bs": 128}, concurrency=4)
+    capped = _evaluate({"cuda_graph_max_bs": 128, "max_running_requests": 2}, concurrency=4)
+    assert (free.running, capped.running) == (4, 2)
+    for line, ev in ((lines[None], free), (lines[2], capped)):
+        tpot = 1000 / ev.per_stream_tps
+        assert 0.95 * tpot < line["median_tpot_ms"] < 1.2 * tpot, line
+    assert lines[2]["median_ttft_ms"] > 3 * lines[None]["median_ttft_ms"]
