@@ -7,9 +7,11 @@ additions a tune can make and a single deploy cannot:
 
 - calibration: after the incumbent started, SGLang's own "avail mem" after weights is
   known for this host and stack; the difference to the planner's figure for the same
-  launch is added to every candidate's predicted KV rest. A candidate whose calibrated
-  rest is at or below zero would die with SGLang's "Not enough memory" and is pruned
-  (the field notes' EP8 at mem_fraction_static 0.78: rest -4.4 GB, fits at 0.83);
+  launch is added to every candidate's predicted KV rest, and decides in place of the
+  planner's own fit verdict (not of a layout it calls invalid). A candidate whose
+  calibrated rest is at or below zero would die with SGLang's "Not enough memory" and
+  is pruned (the field notes' EP8 at mem_fraction_static 0.78: rest -4.4 GB, fits at
+  0.83);
 - the host's measured gates: SGLang's custom all-reduce needs GPU peer access, so a
   candidate that enables it on a host whose P2P was not measured working is pruned.
 
@@ -71,10 +73,12 @@ def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnaps
             "weights_gib": round(plan.weights_gib, 2),
             "mem_fraction_static": round(plan.mem_fraction_static, 3),
             "rest_gib": round(plan.rest_gib, 2)})
-    if not fit.ok:
+    calibrated = calibration_gib is not None and plan is not None and \
+        plan.verdict in ("fits", "tight", "refused", "no-kv")
+    if not fit.ok and not calibrated:
         verdict.pruned = f"memory planner: {fit.message}"
         return
-    if calibration_gib is None or plan is None:
+    if not calibrated:
         return
     rest = plan.rest_gib + calibration_gib
     verdict.numbers["calibrated_rest_gib"] = round(rest, 2)

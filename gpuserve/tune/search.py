@@ -7,10 +7,9 @@ records behind a :class:`Store`, so the same search runs on a GPU box and in a t
 Order: the incumbent first (its start calibrates the memory planner: judge.py), then
 every value of every knob alone, judged on the controller (pruned ones never load) and
 ordered by predicted tok/s, then combinations of the knobs' best values. Each measured
-candidate runs concurrency 1 first; one whose single stream is clearly dominated (below
-``early_stop`` x the best so far, or already missing a goodput SLO at concurrency 1,
-where no load can meet it) stops there, the rest sweep the other load levels in the
-same server. A candidate with an outcome in the store is not measured again.
+candidate runs concurrency 1 first; one that is clearly dominated there stops
+(:func:`_dominated`), the rest sweep the other load levels in the same server. A
+candidate with an outcome in the store is not measured again.
 """
 
 from __future__ import annotations
@@ -303,19 +302,36 @@ def _take(outcome: Outcome, m: Measurement) -> None:
 
 
 def _dominated(st: _State, outcome: Outcome) -> str:
+    """Why ``outcome`` (measured at concurrency 1 only) cannot win, or "".
+
+    Per-stream speed does not rise with load, so at concurrency c a candidate serves at
+    most c x its single stream. With only the single-stream objective, a single stream
+    below ``early_stop`` x the best is enough; with throughput objectives it must also
+    be beaten at every load level by a measured candidate's throughput over that bound
+    (EP8 on the field-notes box is slower alone and faster in a batch); with goodput
+    alone, missing an SLO at concurrency 1, where latency is lowest, is enough."""
     single = outcome.single
     if single is None:
         return ""
+    names = [o.name for o in st.spec.objectives]
     good = st.spec.objective("goodput")
-    if good and [o.name for o in st.spec.objectives] == ["goodput"]:
+    if good and names == ["goodput"]:
         from gpuserve.tune.outcome import meets
 
         if not meets(outcome.levels.get(1, {}), good.slo):
             return "misses the goodput SLO already at concurrency 1, where latency is lowest"
     top = max((o.single for o in st.outcomes if o.single is not None), default=None)
-    if st.spec.early_stop and top and single < st.spec.early_stop * top:
-        return (f"single stream {single:.1f} tok/s is below {st.spec.early_stop:g} x the "
-                f"best so far ({top:.1f})")
+    if not (st.spec.early_stop and top and single < st.spec.early_stop * top):
+        return ""
+    why = (f"single stream {single:.1f} tok/s is below {st.spec.early_stop:g} x the best "
+           f"so far ({top:.1f})")
+    if names == ["single_stream"]:
+        return why
+    rest = st.spec.loads[1:]
+    for other in st.outcomes:
+        if all((other.figure(c) or 0) >= c * single for c in rest):
+            return (f"{why}, and {other.label} already serves more at every load than "
+                    f"{single:.1f} x concurrency, this candidate's ceiling")
     return ""
 
 

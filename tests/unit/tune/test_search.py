@@ -64,6 +64,8 @@ class FakeHost:
             single, cap = single * 0.94, cap * 1.2
         if profile.memory.chunked_prefill_size == 8192:
             cap *= 1.05
+        if profile.memory.chunked_prefill_size == 1024:
+            single = 8.0
         out = {c: {"output_throughput": min(cap, single * c / (1 + 0.1 * (c - 1))),
                    "median_ttft_ms": 300.0 + 10 * c, "p99_itl_ms": 11.0 + c}
                for c in levels}
@@ -127,9 +129,10 @@ def test_field_notes_shape(snapshot, tmp_path) -> None:
     assert not any("mfs=0.78" in label for label, _ in host.calls)
     ep83 = next(o for o in run.outcomes if "mfs=0.83" in o.label)
     assert ep83.status == "measured" and ep83.numbers["calibrated_rest_gib"] > 0
-    # EAGLE-3 stopped at concurrency 1 (54.1 < 0.75 x 89.5): one call, no sweep
+    # EAGLE-3 is slower alone (54.1) but throughput objectives need its sweep: 16 x 54.1
+    # could still beat the incumbent's 225 at concurrency 16
     eagle = next(o for o in run.outcomes if o.label.startswith("speculative="))
-    assert eagle.status == "stopped" and set(eagle.levels) == {1}
+    assert eagle.status == "measured" and set(eagle.levels) == {1, 16, 64}
     # graph max bs 128 (the incumbent's) wins single stream; predictions are beside
     assert run.best("single_stream").label == "incumbent"
     assert by["memory.cuda_graph_max_bs=512"].single == 82.0
@@ -266,3 +269,24 @@ def test_ctrl_c_stops_between_steps_and_keeps_what_was_measured(snapshot, tmp_pa
     assert run.tally.interrupted
     assert any("interrupted" in line for line in lines)
     assert run.outcomes[0].label == "incumbent" and run.outcomes[0].candidate in store
+
+
+def test_early_stop_single_stream_only(snapshot, tmp_path) -> None:
+    """With single stream the only objective, 54.1 < 0.75 x 89.5 stops EAGLE-3 after
+    concurrency 1: one call, no sweep."""
+    body = SPACE.replace("  goodput: {slo: {p99_itl: 60 ms}}\n  pareto: {}\n", "")
+    host = FakeHost()
+    run, _, _ = tuned(snapshot, tmp_path, body, host)
+    eagle = next(o for o in run.outcomes if o.label.startswith("speculative="))
+    assert eagle.status == "stopped" and set(eagle.levels) == {1}
+    assert sum(1 for label, _ in host.calls if label == eagle.label) == 1
+
+
+def test_early_stop_when_dominated_at_every_load(snapshot, tmp_path) -> None:
+    """With throughput objectives a candidate stops only when its ceiling (c x its single
+    stream) is below a measured candidate's throughput at every load level."""
+    body = ("knobs:\n  memory.chunked_prefill_size: [1024, 4096]\nloads: [1, 8]\n"
+            "objectives: {single_stream: {}, pareto: {}}\n")
+    run, _, _ = tuned(snapshot, tmp_path, body, FakeHost())
+    dp = next(o for o in run.outcomes if o.label == "memory.chunked_prefill_size=1024")
+    assert dp.status == "stopped" and "every load" in dp.reason, dp.reason
