@@ -259,9 +259,11 @@ def _measure(st: _State, candidate: Candidate) -> None:
     outcome = Outcome(candidate.name, candidate.phase, candidate.labels(), "measured",
                       gpus=profile.gpus, numbers=dict(verdict.numbers), prediction=pred,
                       timestamp=st.ctx.stamp())
-    st.say(candidate, "loading and measuring concurrency 1")
+    # the incumbent is never stopped early: all its load levels in one run
+    levels = st.spec.loads if candidate.phase == "incumbent" else st.spec.loads[:1]
+    st.say(candidate, f"loading and measuring concurrency {', '.join(map(str, levels))}")
     t0 = st.executor.now()
-    first = st.executor.measure(candidate, profile, st.spec.loads[:1], True)
+    first = st.executor.measure(candidate, profile, levels, True)
     if first.status != "refused":
         st.tally.loads += 1
     _take(outcome, first)
@@ -274,7 +276,7 @@ def _measure(st: _State, candidate: Candidate) -> None:
             outcome.status, outcome.reason = "stopped", stop
             st.tally.stopped += 1
             st.say(candidate, f"stopped early: {stop}")
-        elif len(st.spec.loads) > 1:
+        elif len(levels) < len(st.spec.loads):
             st.say(candidate, f"sweeping concurrency {', '.join(map(str, st.spec.loads[1:]))}")
             rest = st.executor.measure(candidate, profile, st.spec.loads[1:], False)
             _take(outcome, rest)
