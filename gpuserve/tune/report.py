@@ -128,8 +128,8 @@ def summary(run: TuneRun) -> list[str]:
     spec: TuneSpec = run.spec
     lines = [f"tune {spec.name}: {t.generated} candidates generated, {t.pruned} pruned "
              f"before loading, {t.measured} measured ({t.stopped} stopped early), "
-             f"{t.failed} failed to start, {t.reused} from earlier records; {t.loads} "
-             "loads used" + (f"; {t.budget_hit}" if t.budget_hit else "")]
+             f"{t.failed} failed (at start or under load), {t.reused} from earlier "
+             f"records; {t.loads} loads used" + (f"; {t.budget_hit}" if t.budget_hit else "")]
     for objective in spec.objectives:
         top = run.best(objective.name)
         value = score(top, objective.name, spec) if top else None

@@ -8,8 +8,9 @@ roll back the EAGLE-3 tree-decoding candidate that crashes under load and carry 
 leave the host on its inventory profile; a rerun measures nothing. On every other shipped
 surface the same tune file must find that surface's optimum within its budget.
 
-Kept cheap: 3 s simulated loads, 64/16-token requests, two load levels; the tune runs
-about a dozen deploys (docs/tune.md has the lab's figures, bench/tune_surface.py).
+Kept cheap: 3 s simulated loads, 32/32-token requests, two load levels; a tune runs
+about a dozen deploys, some 110 s (docs/tune.md has the lab's figures,
+bench/tune_surface.py).
 """
 
 from __future__ import annotations
