@@ -97,14 +97,22 @@ def test_deprecated_alias_named_on_the_version_that_has_it(tmp_path) -> None:
         knobs_of(path, "0.5.19")
 
 
-def test_bad_tune_file_never_reaches_the_host(tmp_path, capsys) -> None:
+@pytest.mark.parametrize("body", [
+    "knobs:\n  --cuda-graph-max-bs: [128, 256]\n",                      # flag the version lacks
+    "knobs:\n  memory.cuda_graph_max_bs: [128, big]\n",                 # wrong type
+    "knobs: {}\n",                                                      # empty space
+    "knobs:\n  memory.cuda_graph_max_bs: [128]\nobjectives:\n  goodput: {slo: "
+    "{p99_itl: 100 us}}\n",                                             # SLO unit
+    "knobs:\n  memory.cuda_graph_max_bs: [128]\nbudget: {loads: 0}\n",   # zero budget
+])
+def test_bad_tune_file_never_reaches_the_host(tmp_path, capsys, body) -> None:
     """The CLI refuses before running pyinfra at all: --pyinfra points at a program
     that would leave a mark."""
     mark = tmp_path / "pyinfra-ran"
     fake = tmp_path / "pyinfra"
     fake.write_text(f"#!/bin/sh\ntouch {mark}\nexit 1\n")
     fake.chmod(0o755)
-    bad = tune_file(tmp_path, "knobs:\n  memory.cuda_graph_max_bs: [128, big]\n")
+    bad = tune_file(tmp_path, body)
     rc = cli_main(["tune", "inventory.py", str(bad), "--pyinfra", str(fake),
                    "--results", str(tmp_path / "r")])
     assert rc == 2 and not mark.exists()
