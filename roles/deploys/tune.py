@@ -19,7 +19,7 @@ import os
 import shlex
 from pathlib import Path
 
-from pyinfra import host
+from pyinfra import host, state
 from pyinfra.api import FactBase
 from pyinfra.facts.files import FileContents
 
@@ -76,6 +76,10 @@ def tune_snapshot() -> None:
     if not isinstance(target, str) or not target:
         raise InputError(inventory_source(), "tune_snapshot", "required: the controller "
                          "path to write the snapshot to (set by gpuserve tune)")
+    if len(state.activated_hosts) > 1:  # one file, one host: a tune measures one box
+        raise InputError(inventory_source(), "tune_snapshot", f"a tune measures one host, "
+                         f"this run has {len(state.activated_hosts)}: give gpuserve tune "
+                         "--limit HOST")
     plan = plan_and_read()
     data = host.data.dict()
     path = checkpoint_path(data, inventory_source())
