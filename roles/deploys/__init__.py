@@ -1,7 +1,8 @@
-"""The four deploys as ``@deploy`` functions, for ``deploy/*.py`` and for a pyinfra
-project's own deploy file (``pip install gpuserve``; docs/deploys.md). Each reads the
-current host's ``host.data``, validates it before any operation (an error names the
-inventory file and key) and adds its operations under the roles' own names.
+"""The four deploys (and the tuner's read-only ``tune_snapshot``) as ``@deploy``
+functions, for ``deploy/*.py`` and for a pyinfra project's own deploy file (``pip install
+gpuserve``; docs/deploys.md). Each reads the current host's ``host.data``, validates it
+before any operation (an error names the inventory file and key) and adds its operations
+under the roles' own names.
 
     from gpuserve.roles.deploys import serve_sglang
     serve_sglang()
