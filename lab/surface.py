@@ -46,7 +46,8 @@ HARDWARE = {"gpu_mem_mib": 97887.0, "init_gb": 1.6}
 MODEL_KEYS = ("architectures", "model_type", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "head_dim", "hidden_size", "max_position_embeddings",
               "kv_lora_rank", "qk_rope_head_dim")
-TOP_KEYS = ("format", "name", "description", "sources", "hardware", "model", "base", "rules")
+TOP_KEYS = ("format", "name", "description", "sources", "box", "hardware", "model", "base",
+            "rules")
 RULE_KEYS = ("name", "when", "set", "mul", "add", "table", "fail")
 TABLE_KEYS = ("knob", "op", "interpolate", "points", "default")
 FAIL_KEYS = ("phase", "builtin", "exception", "message", "frame", "after_requests")
@@ -270,6 +271,8 @@ def parse_yaml(text: str) -> Any:
 
 @dataclass
 class Fail:
+    """A rule's failure: how and when the launch dies, with which SGLang text."""
+
     phase: str                  # "start": dies before listening; "serve": after N requests
     exception: str = "RuntimeError"
     message: str = ""
@@ -281,6 +284,8 @@ class Fail:
 
 @dataclass
 class Rule:
+    """One validated ``rules`` entry: a launch matcher and its effects."""
+
     name: str
     when: dict
     set: dict
@@ -292,6 +297,8 @@ class Rule:
 
 @dataclass
 class Surface:
+    """A loaded surface file (``load``): the box, the base metrics and the rules."""
+
     path: str
     name: str
     description: str
@@ -300,6 +307,7 @@ class Surface:
     base: dict
     rules: list[Rule]
     launch_keys: frozenset | None = None
+    box: str | None = None    # the lab box (lab/nvidia_repo/boxes/) whose GPUs match
 
     # -- rules ----------------------------------------------------------------
     def apply(self, launch: dict) -> tuple[dict, list[Fail]]:
@@ -341,8 +349,9 @@ class Surface:
         p = sim.plan(args, shape, box)
         if launch.get("speculative_algorithm") in SPEC_CAPPED and \
                 getattr(args, "max_running_requests", None) is None:
-            # speculative_hook.py: EAGLE/EAGLE3/STANDALONE cap running requests at 48
-            p.max_running_requests = min(48, p.max_running_requests or 48)
+            # speculative_hook.py: EAGLE/EAGLE3/STANDALONE set max_running_requests=48,
+            # which resolve_max_num_reqs then divides among the attention-DP workers
+            p.max_running_requests = min(max(1, 48 // p.attn_dp), p.max_running_requests or 48)
         error = p.errors[0] if p.errors else sim.capture_error(p)
         start_fails = [f for f in fails if f.phase == "start"]
         if error is None and start_fails:
@@ -378,6 +387,8 @@ class Surface:
 
 @dataclass
 class Startup:
+    """What ``Surface.start`` decided: the stand-in's whole start-up in one record."""
+
     launch: dict
     plan: Any
     metrics: dict
@@ -777,6 +788,13 @@ def from_data(data: Any, path: str = "<surface>", launch_keys: Any = None) -> Su
     sources = data.get("sources") or []
     if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
         raise SurfaceError(path, "sources", "must be a list of strings")
+    box = data.get("box")
+    if box is not None and (not isinstance(box, str) or not re.fullmatch(r"[\w.-]+", box)):
+        raise SurfaceError(path, "box", f"must be a lab box name, got {box!r}")
+    boxes = Path(__file__).resolve().parent / "nvidia_repo" / "boxes"
+    if box is not None and boxes.is_dir() and not (boxes / box).is_dir():
+        raise SurfaceError(path, "box", f"no lab box {box!r} (lab/nvidia_repo/boxes: "
+                           f"{', '.join(sorted(b.name for b in boxes.iterdir() if b.is_dir()))})")
     hw = _mapping_of(path, "hardware", data.get("hardware") or {}, tuple(HARDWARE))
     hardware = {k: _number(path, f"hardware.{k}", hw.get(k, d), 0.0)
                 for k, d in HARDWARE.items()}
@@ -794,7 +812,7 @@ def from_data(data: Any, path: str = "<surface>", launch_keys: Any = None) -> Su
     return Surface(path=path, name=data["name"], description=data["description"],
                    hardware=hardware, model=model, base=base,
                    rules=[_rule(path, i, r, known) for i, r in enumerate(rules)],
-                   launch_keys=known)
+                   launch_keys=known, box=box)
 
 
 def load(path: str | Path, launch_keys: Any = None) -> Surface:
@@ -834,6 +852,8 @@ def catalog_dests() -> frozenset | None:
 
 @dataclass
 class Optimum:
+    """``true_optimum``'s answer: the best launch and how the others compare."""
+
     objective: str
     launch: dict | None           # as given
     value: float                  # tok/s

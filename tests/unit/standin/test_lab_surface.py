@@ -86,6 +86,8 @@ def test_yaml_subset_errors_name_the_line(tmp_path, text, where):
     (MINIMAL.replace("decode_tps: 50", "decode_tps: 50, speed: 1"), "base.speed",
      "unknown key"),
     (MINIMAL + "hardware: {gpus: 8}\n", "hardware.gpus", "unknown key"),
+    (MINIMAL + "box: h100-pcie\n", "box", "no lab box 'h100-pcie'"),
+    (MINIMAL + "box: [a]\n", "box", "must be a lab box name"),
     (MINIMAL + "model: {layers: 8}\n", "model.layers", "unknown key"),
     (MINIMAL + "rules: {a: 1}\n", "rules", "must be a list"),
     (MINIMAL + "rules:\n  - when: {tp_size: 8}\n", "rules[0]", "has no effect"),
@@ -257,6 +259,9 @@ def test_true_optimum_of_the_shipped_surfaces():
     assert single.launch["speculative_algorithm"] == "EAGLE3"
     assert single.launch["speculative_num_steps"] == 4
     assert single.launch["speculative_eagle_topk"] == 1
+    assert all(launch.get("speculative_num_steps") == 4 for launch in single.near)
+    nxt = next(r for r in single.ranking if r[0] < single.value * 0.98)
+    assert nxt[0] < 0.95 * single.value
 
     thr = surface.true_optimum(h200, space, "throughput", concurrencies=tuple(levels))
     assert thr.launch.get("enable_dp_attention") and "speculative_algorithm" not in thr.launch

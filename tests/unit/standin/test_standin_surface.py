@@ -146,19 +146,20 @@ def test_single_stream_follows_the_surface(site, model_dir, tmp_path):
         with _server(site, model_dir, *BASE, "--cuda-graph-max-bs-decode", str(bs),
                      log=tmp_path / f"bs{bs}.log") as port:
             results[bs] = _bench(site, port, model_dir, tmp_path / f"bs{bs}.jsonl",
-                                 prompts=3, concurrency=1)
+                                 prompts=4, concurrency=1)
             info = _server_info(port)
         assert info["cuda_graph_config"]["decode"]["max_bs"] == bs
         assert info["mem_fraction_static"] == 0.9
     want = {bs: _evaluate({"cuda_graph_max_bs": bs}) for bs in (512, 128)}
     assert want[128].per_stream_tps > want[512].per_stream_tps  # 89.5 vs 82 (x SPEEDUP)
     for bs, line in results.items():
-        # TPOT is the surface's decode step; output throughput within 15% of the model's
+        # the median TPOT is the surface's decode step (medians shrug off a scheduling
+        # hiccup of a busy test machine; the output throughput of 4 requests does not)
         tpot = 1000 / want[bs].per_stream_tps
         assert 0.95 * tpot < line["median_tpot_ms"] < 1.15 * tpot, (bs, line)
-        assert 0.8 * want[bs].output_tps < line["output_throughput"] < 1.1 * want[bs].output_tps
-    assert results[128]["output_throughput"] > 1.04 * results[512]["output_throughput"]
+        assert 0.6 * want[bs].output_tps < line["output_throughput"] < 1.1 * want[bs].output_tps
     assert results[128]["median_tpot_ms"] < 0.96 * results[512]["median_tpot_ms"]
+    assert results[128]["median_itl_ms"] < 0.96 * results[512]["median_itl_ms"]
 
 
 def test_ep_at_mfs_078_fails_at_start_with_sglangs_value_error(site, model_dir, tmp_path):
@@ -241,3 +242,8 @@ def test_concurrency_and_admission_follow_the_surface(site, model_dir, tmp_path)
         tpot = 1000 / ev.per_stream_tps
         assert 0.95 * tpot < line["median_tpot_ms"] < 1.2 * tpot, line
     assert lines[2]["median_ttft_ms"] > 3 * lines[None]["median_ttft_ms"]
+    # SGLang's decode line shows the two running and the two waiting
+    decode = [line for line in (tmp_path / "mrr2.log").read_text().splitlines()
+              if "Decode batch, #running-req: " in line]
+    assert any("#running-req: 2," in d and d.endswith("#queue-req: 2") for d in decode), decode
+    assert all(", cuda graph: True, " in d for d in decode)
