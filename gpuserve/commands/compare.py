@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from gpuserve.errors import InputError
 from gpuserve.measure import compare as cmp
@@ -77,6 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="also show smoke checks (hidden when there are bench runs)")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="also draw throughput vs concurrency and ITL vs throughput")
+    parser.add_argument("--tune", metavar="NAME",
+                        help="only the candidates of tune NAME, side by side, against its "
+                        "incumbent (gpuserve tune; docs/tune.md)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
 
@@ -96,6 +100,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(", ".join(args.paths), None, "no result records to plot "
                          f"(only {len(measures)} gpuserve.measure/1 records)")
     _check_host(args.host, records, measures)
+    legend: list[str] = []
+    if getattr(args, "tune", None):
+        records, legend, incumbent = tune_view(args.paths, args.tune, records)
+        args.baseline = args.baseline or incumbent
+        skipped = [s for s in skipped if "gpuserve.tune-candidate/1" not in s]
     gate_rows = cmp.gate_view(measures, history=args.history, host=args.host)
     doc: dict = {"view": "history" if args.history else "latest"}
     text = ""
@@ -118,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**doc, "skipped": skipped}, indent=2, allow_nan=False))
     else:
-        lines = [*text.split("\n"), *(f"skipped {printable(s)}" for s in skipped)]
+        lines = [*text.split("\n"), *legend, *(f"skipped {printable(s)}" for s in skipped)]
         print("\n".join(printable(line) for line in lines))
     if args.plot:
         from gpuserve.measure.plot import write_plot
@@ -126,6 +135,36 @@ def run(args: argparse.Namespace) -> int:
         path = write_plot(latest, args.plot, title=f"baseline: {baseline}")
         print(f"plot: wrote {path}", file=sys.stderr)
     return 0
+
+
+def tune_view(paths: list[str], tune: str, records: list[ResultRecord]
+              ) -> tuple[list[ResultRecord], list[str], str | None]:
+    """The records of tune ``tune``'s candidates (profile ``<tune>-<12 hex>``), a legend
+    of what each candidate set (from the tune's own records, ``tune-<name>/``), and
+    its incumbent's name (the baseline)."""
+    import re
+
+    from gpuserve.tune.outcome import from_dict
+
+    name = re.compile(rf"^{re.escape(tune)}-[0-9a-f]{{12}}$")
+    mine = [r for r in records if r.profile and name.match(r.profile)]
+    if not mine:
+        raise InputError(", ".join(paths), "--tune", f"no records of tune {tune!r} "
+                         "(candidate profiles are named <tune>-<12 hex>)")
+    legend, incumbent = [], None
+    for path in paths:
+        for doc_path in sorted(Path(path).rglob(f"tune-{tune}/*.json")):
+            try:
+                outcome = from_dict(json.loads(doc_path.read_text()))
+            except (OSError, ValueError):
+                continue
+            if outcome is None:
+                continue
+            if outcome.phase == "incumbent":
+                incumbent = outcome.candidate
+            legend.append(f"{outcome.candidate}: {outcome.label} ({outcome.status}"
+                          + (f": {outcome.reason}" if outcome.reason else "") + ")")
+    return mine, (["", f"tune {tune}:", *legend] if legend else []), incumbent
 
 
 def _check_host(host: str | None, records: list[ResultRecord], measures: list[dict]) -> None:

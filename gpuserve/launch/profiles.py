@@ -308,6 +308,27 @@ def load_profile(name_or_path: str | Path, profiles_dir: Path | None = None) -> 
     return profile
 
 
+def load_profile_with(path: str | Path, overrides: dict[str, Any],
+                      origins: dict[str, Origin], name: str) -> Profile:
+    """The profile at ``path`` with ``overrides`` merged on top as a child file named
+    ``name`` would be (a nested mapping; None removes the parent's value), validated like
+    :func:`load_profile`. ``origins`` (dotted field -> where the override was written, e.g.
+    a tune file's line) makes every error about an override name that place.
+
+    Why: the tuner checks each candidate launch against the version's catalog while
+    parsing its search space, before any candidate file exists (gpuserve/tune/space.py)."""
+    base = Path(path).resolve()
+    if not base.is_file():
+        raise InputError(base, None, "no such profile")
+    data, locs = _resolve(base, ())
+    data, locs = _merge(data, overrides, locs, dict(origins), "")
+    profile = _build(base.with_name(f"{name}.yaml"), data, locs)
+    _check_cross_fields(profile)
+    _check_arch(profile)
+    _check_catalog(profile)
+    return profile
+
+
 def list_profiles(profiles_dir: Path | None = None) -> list[str]:
     """Names of the concrete profiles (``profiles/*.yaml``; ``base/`` holds parents only)."""
     return sorted(p.stem for p in (profiles_dir or PROFILES_DIR).glob("*.yaml"))

@@ -1,7 +1,8 @@
-"""The four deploys as ``@deploy`` functions, for ``deploy/*.py`` and for a pyinfra
-project's own deploy file (``pip install gpuserve``; docs/deploys.md). Each reads the
-current host's ``host.data``, validates it before any operation (an error names the
-inventory file and key) and adds its operations under the roles' own names.
+"""The four deploys (and the tuner's read-only ``tune_snapshot``) as ``@deploy``
+functions, for ``deploy/*.py`` and for a pyinfra project's own deploy file (``pip install
+gpuserve``; docs/deploys.md). Each reads the current host's ``host.data``, validates it
+before any operation (an error names the inventory file and key) and adds its operations
+under the roles' own names.
 
     from gpuserve.roles.deploys import serve_sglang
     serve_sglang()
@@ -11,5 +12,7 @@ from gpuserve.roles.deploys.host import provision_gpu_host
 from gpuserve.roles.deploys.hypervisor import proxmox_hypervisor
 from gpuserve.roles.deploys.router import sglang_gateway
 from gpuserve.roles.deploys.serve import serve_sglang
+from gpuserve.roles.deploys.tune import tune_snapshot
 
-__all__ = ["provision_gpu_host", "proxmox_hypervisor", "serve_sglang", "sglang_gateway"]
+__all__ = ["provision_gpu_host", "proxmox_hypervisor", "serve_sglang", "sglang_gateway",
+           "tune_snapshot"]

@@ -1,0 +1,188 @@
+"""What `gpuserve tune` finds on each shipped lab surface, against the surface's optimum.
+
+    .venv/bin/python bench/tune_surface.py                 # every lab/surfaces/*.yaml
+    .venv/bin/python bench/tune_surface.py --lab           # also one real lab tune (wall time)
+
+For each surface it runs the tuner's own search (gpuserve/tune: the same preparation,
+pruning, calibration, order, early stop and combinations as ``gpuserve tune``) over
+the lab's tune file (tests/fixtures/tune/lab.tune.yaml), answering each load with what
+the SGLang stand-in would do for that launch on that surface (lab/surface.py
+``evaluate``: the launch is rendered for the host's SGLang and parsed by its flag
+catalog, as the stand-in's parser would). It prints candidates generated, pruned and
+measured, loads used, and the best found per objective against ``true_optimum`` over
+every launch of the space. With ``--lab`` it also runs ``gpuserve tune`` on the running
+lab host ($GPUSERVE_LAB_NAME, inventory/lab.py) on the default surface and prints what
+a tune costs there in wall time.
+
+The host is the lab's: the reference box's GPUs and host facts, the composed GLM-5 NVFP4
+checkpoint (the same headers the on-host preflight reads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from gpuserve.launch import catalog  # noqa: E402
+from gpuserve.launch.dialect import render_launch  # noqa: E402
+from gpuserve.memory.checkpoint import _scan_module  # noqa: E402
+from gpuserve.tune.candidates import Candidate  # noqa: E402
+from gpuserve.tune.predict import Comm  # noqa: E402
+from gpuserve.tune.search import Measurement, run_search  # noqa: E402
+from gpuserve.tune.session import prepare  # noqa: E402
+from gpuserve.tune.snapshot import HostSnapshot  # noqa: E402
+from gpuserve.tune.space import candidate_profile, load_tune  # noqa: E402
+from lab import surface as surfaces  # noqa: E402
+from tests.checkpoints import compose_record  # noqa: E402
+
+TUNE = REPO / "tests/fixtures/tune/lab.tune.yaml"
+BOX = REPO / "tests/fixtures/hostfacts/reference-box-kvm.json"
+VERSION = "0.5.23"
+LOAD_S = 3.0  # inventory/lab.py's simulated weight load
+
+
+def launch_of(profile) -> dict:
+    """The server args the stand-in's parser would hold for ``profile`` (dest names)."""
+    launch = render_launch(profile, VERSION)
+    ns = catalog.load_catalog(VERSION).parse(launch.args)
+    return {k: v for k, v in vars(ns).items() if v is not None}
+
+
+class SurfaceHost:
+    """The search's executor: each load answered by ``surface.evaluate``."""
+
+    def __init__(self, surface, spec):
+        self.surface, self.spec, self.t, self.loads = surface, spec, 0.0, 0
+
+    def now(self) -> float:
+        return self.t
+
+    def measure(self, candidate: Candidate, profile, levels, first) -> Measurement:
+        launch = launch_of(profile)
+        self.t += LOAD_S if first else 0.0
+        self.loads += bool(first)
+        m = Measurement("ok")
+        for c in levels:
+            ev = self.surface.evaluate(launch, c, self.spec.input_len, self.spec.output_len)
+            if first and candidate.phase == "incumbent":
+                m.after_weights_gib = ev.memory.get("free_after_weights_gb")
+            if not ev.ok:
+                return Measurement("failed", reason=f"{ev.failed}: {ev.error}"[:200])
+            itl = 1000.0 / ev.per_stream_tps if ev.per_stream_tps else None
+            m.levels[c] = {"output_throughput": ev.output_tps,
+                           "median_ttft_ms": ev.ttft_s * 1000, "p99_ttft_ms": ev.ttft_s * 1000,
+                           "median_itl_ms": itl, "p99_itl_ms": itl}
+            self.t += c * self.spec.prompts_per_level * self.spec.output_len / max(
+                ev.output_tps, 1e-9)
+        return m
+
+
+class Memory(dict):
+    def get(self, name):  # type: ignore[override]
+        return dict.get(self, name)
+
+    def put(self, outcome) -> None:
+        self[outcome.candidate] = outcome
+
+
+def snapshot(tmp: Path) -> HostSnapshot:
+    box = json.loads(BOX.read_text())
+    model = compose_record("glm-5-nvfp4", tmp / "GLM-5-NVFP4", shards=20)
+    return HostSnapshot(host="lab-gpu", sglang_version=VERSION, lock="lab",
+                        gpus=box["gpus"], checkpoint=json.dumps(_scan_module().scan(str(model))),
+                        host_facts=box, host_json=None)
+
+
+def every_launch(spec, knobs) -> list[dict]:
+    """Every combination of the space's values (the optimum's field)."""
+    out = []
+    for values in itertools.product(*(k.values for k in knobs)):
+        choice = {k.name: v for k, v in zip(knobs, values, strict=True)}
+        out.append(launch_of(candidate_profile(spec, choice, "space")))
+    return out
+
+
+def one_surface(path: Path, snap: HostSnapshot) -> dict:
+    surface = surfaces.load(path)
+    spec, raw = load_tune(TUNE)
+    prepared = prepare(spec, raw, snap, comm=Comm(105.6, 9.59), log=lambda line: None,
+                       stamp=lambda: "")
+    host = SurfaceHost(surface, spec)
+    t0 = time.perf_counter()
+    run = run_search(spec, prepared.knobs, prepared.ctx, host, Memory())
+    search_s = time.perf_counter() - t0
+    launches = every_launch(spec, prepared.knobs)
+    rows = {}
+    for objective, figure in (("single_stream", "single_stream"), ("pareto", "throughput")):
+        opt = surfaces.true_optimum(surface, launches, figure, concurrencies=spec.loads,
+                                    input_len=spec.input_len, output_len=spec.output_len,
+                                    metric="output")
+        top = run.best(objective)
+        found = None
+        if top is not None:
+            found = top.single if objective == "single_stream" else max(
+                f["output_throughput"] for f in top.levels.values())
+        rows[objective] = (found, opt.value, top.label if top else "-")
+    t = run.tally
+    return {"surface": path.name, "space": len(launches), "generated": t.generated,
+            "pruned": t.pruned, "measured": t.measured, "failed": t.failed,
+            "stopped": t.stopped, "loads": t.loads, "sim_wall_s": host.t,
+            "search_cpu_s": search_s, "rows": rows}
+
+
+def lab_tune() -> float | None:
+    """One real tune on the running lab host: wall seconds (None when it failed)."""
+    env = dict(os.environ)
+    if not env.get("GPUSERVE_LAB_NAME"):
+        print("--lab: set GPUSERVE_LAB_NAME to a running lab instance (python -m lab up)")
+        return None
+    extra = json.dumps({"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "3",
+                        "GPUSERVE_LAB_STANDIN_SURFACE": "field-notes"})
+    with tempfile.TemporaryDirectory() as results:
+        t0 = time.monotonic()
+        r = subprocess.run([str(REPO / ".venv/bin/gpuserve"), "tune", "inventory/lab.py",
+                            str(TUNE), "--results", results, "--data",
+                            f"sglang_extra_env={extra}"], cwd=REPO, env=env, text=True,
+                           capture_output=True)
+        took = time.monotonic() - t0
+    print(r.stdout[-3000:])
+    return took if r.returncode == 0 else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lab", action="store_true", help="also run one tune on the lab host")
+    args = ap.parse_args()
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        snap = snapshot(Path(tmp))
+        for path in sorted((REPO / "lab/surfaces").glob("*.yaml")):
+            r = one_surface(path, snap)
+            print(f"surface {r['surface']}: space {r['space']} launches; candidates "
+                  f"generated {r['generated']}, pruned {r['pruned']}, measured "
+                  f"{r['measured']} ({r['stopped']} stopped early), failed {r['failed']}; "
+                  f"loads used {r['loads']}; simulated lab time {r['sim_wall_s']:.0f} s of "
+                  f"loads and benchmarks (search CPU {r['search_cpu_s']:.1f} s)")
+            for objective, (found, opt, label) in r["rows"].items():
+                same = found is not None and abs(found - opt) <= 1e-6 * max(opt, 1)
+                ok &= same
+                print(f"  {objective}: best found {found or 0:,.2f} tok/s ({label}); true "
+                      f"optimum {opt:,.2f} tok/s: {'equal' if same else 'DIFFERENT'}")
+    if args.lab:
+        took = lab_tune()
+        print(f"lab tune wall time: {took:.0f} s" if took else "lab tune failed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The tuner: search a host's launch space (docs/tune.md)."""

@@ -1,0 +1,140 @@
+"""Judge a candidate on the controller before any load: prune it, or predict it.
+
+The same code as the serve deploy's on-host preflight (gpuserve/serve/preflight.py):
+the memory planner on the checkpoint's own safetensors headers (check_fit) and the
+doctor's rules on the host-facts document, read once (gpuserve/tune/snapshot.py). Two
+additions a tune can make and a single deploy cannot:
+
+- calibration: after the incumbent started, SGLang's own "avail mem" after weights is
+  known for this host and stack; the difference to the planner's figure for the same
+  launch is added to every candidate's predicted KV rest, and decides in place of the
+  planner's own fit verdict (not of a layout it calls invalid). A candidate whose
+  calibrated rest is at or below zero would die with SGLang's "Not enough memory" and
+  is pruned (the field notes' EP8 at mem_fraction_static 0.78: rest -4.4 GB, fits at
+  0.83);
+- the host's measured gates: SGLang's custom all-reduce needs GPU peer access, so a
+  candidate that enables it on a host whose P2P was not measured working is pruned.
+
+Each pruned candidate carries its reason and the numbers behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuserve.doctor.rules import diagnose
+from gpuserve.host.hostfacts import HostFacts
+from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights
+from gpuserve.memory.preflight import check_fit, launch_settings
+from gpuserve.tune.predict import Comm, Prediction, predict
+from gpuserve.tune.snapshot import HostSnapshot
+
+_EXPERTS = "routed experts"
+
+
+@dataclass
+class Verdict:
+    pruned: str | None = None  # why, or None: measure it
+    numbers: dict = field(default_factory=dict)
+    prediction: Prediction | None = None
+
+
+def avail_after_weights(profile, scan: CheckpointScan, snapshot: HostSnapshot) -> float | None:
+    """The planner's free GiB/GPU after weights for ``profile`` (None: not planned)."""
+    fit = check_fit(profile, scan, snapshot.gpus, snapshot.sglang_version)
+    return fit.plan.avail_after_weights_gib if fit.plan else None
+
+
+def judge(profile, scan: CheckpointScan | None, snapshot: HostSnapshot, *,
+          calibration_gib: float | None, comm: Comm, peak_batch: int) -> Verdict:
+    """Prune ``profile`` (a candidate) or predict it."""
+    verdict = Verdict()
+    if scan is not None and profile.model.path.startswith("/"):
+        _memory(verdict, profile, scan, snapshot, calibration_gib)
+        if verdict.pruned:
+            return verdict
+    _doctor(verdict, profile, snapshot)
+    if verdict.pruned:
+        return verdict
+    _gates(verdict, profile, snapshot)
+    if verdict.pruned:
+        return verdict
+    if scan is not None:
+        verdict.prediction = _predict(profile, scan, snapshot, comm, peak_batch)
+    return verdict
+
+
+def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnapshot,
+            calibration_gib: float | None) -> None:
+    fit = check_fit(profile, scan, snapshot.gpus, snapshot.sglang_version)
+    plan = fit.plan
+    if plan is not None:
+        verdict.numbers.update({
+            "weights_gib": round(plan.weights_gib, 2),
+            "mem_fraction_static": round(plan.mem_fraction_static, 3),
+            "rest_gib": round(plan.rest_gib, 2)})
+    calibrated = calibration_gib is not None and plan is not None and \
+        plan.verdict in ("fits", "tight", "refused", "no-kv")
+    if not fit.ok and not calibrated:
+        verdict.pruned = f"memory planner: {fit.message}"
+        return
+    if not calibrated:
+        return
+    rest = plan.rest_gib + calibration_gib
+    verdict.numbers["calibrated_rest_gib"] = round(rest, 2)
+    verdict.numbers["calibration_gib"] = round(calibration_gib, 2)
+    if rest <= 0:
+        total = plan.pre_load_free_gib
+        after = plan.avail_after_weights_gib + calibration_gib
+        need = 1 - after / total if total else None
+        verdict.pruned = (
+            f"memory, calibrated on this host: {after:.2f} GiB/GPU free after weights "
+            f"(planner {plan.avail_after_weights_gib:.2f} {calibration_gib:+.2f} measured "
+            f"offset), mem_fraction_static {plan.mem_fraction_static:.3f} reserves "
+            f"{total * (1 - plan.mem_fraction_static):.2f} GiB: rest {rest:.2f} GiB, SGLang "
+            "would stop with 'Not enough memory'"
+            + (f"; fits from mem_fraction_static {need:.3f}" if need else ""))
+
+
+def _doctor(verdict: Verdict, profile, snapshot: HostSnapshot) -> None:
+    if not snapshot.host_facts:
+        return
+    facts = HostFacts.from_dict(snapshot.host_facts, f"{snapshot.host}: host facts")
+    errors = [f for f in diagnose(profile, facts, snapshot.sglang_version)
+              if f.severity == "error"]
+    if errors:
+        f = errors[0]
+        verdict.pruned = f"doctor {f.id}: {f.evidence} (fix: {f.fix})"
+
+
+def _gates(verdict: Verdict, profile, snapshot: HostSnapshot) -> None:
+    if profile.parallel.tp <= 1 or profile.communication.disable_custom_all_reduce:
+        return
+    facts = snapshot.host_facts or {}
+    measured = facts.get("measured") if isinstance(facts, dict) else None
+    p2p = measured.get("p2p") if isinstance(measured, dict) else None
+    if p2p is not True:
+        result = measured.get("p2p_result") if isinstance(measured, dict) else None
+        verdict.pruned = ("host gates: custom all-reduce needs GPU peer access, and this "
+                          f"host's P2P was not measured working (p2p_result: "
+                          f"{result or 'not measured'})")
+
+
+def _predict(profile, scan: CheckpointScan, snapshot: HostSnapshot, comm: Comm,
+             peak_batch: int) -> Prediction | None:
+    settings = launch_settings(profile)
+    arch = scan.arch(profile.model.arch or None)
+    parts = checkpoint_weights(scan, settings.layout, arch)
+    expert = sum(p.params_per_gpu * p.bytes_per_param for p in parts
+                 if p.name.startswith(_EXPERTS))
+    dense = sum(p.params_per_gpu * p.bytes_per_param for p in parts
+                if not p.name.startswith(_EXPERTS))
+    active = (arch.num_experts_per_tok / arch.n_routed_experts
+              if arch.n_routed_experts else 1.0)
+    spec = profile.speculative
+    steps = (spec.num_steps or 3) if spec.algorithm else 0
+    return predict(dense_bytes=dense, expert_bytes=expert, experts_active=active,
+                   layers=arch.num_layers, hidden=arch.hidden_size,
+                   tp=profile.parallel.tp, attention_dp=profile.parallel.attention_dp,
+                   ep=profile.parallel.ep, a2a=bool(profile.moe.a2a_backend), spec_steps=steps,
+                   gpu_name=snapshot.gpu_name, comm=comm, peak_batch=peak_batch)

@@ -1,0 +1,371 @@
+"""The search: incumbent, one knob at a time, then the best values combined.
+
+Pure: the loads and benchmarks happen behind an :class:`Executor` (the pyinfra serve
+deploy in ``gpuserve tune``; a performance surface in the lab's bench script), the
+records behind a :class:`Store`, so the same search runs on a GPU box and in a test.
+
+Order: the incumbent first (its start calibrates the memory planner: judge.py), then
+every value of every knob alone, judged on the controller (pruned ones never load) and
+ordered by predicted tok/s, then combinations of the knobs' best values. Each measured
+candidate runs concurrency 1 first; one that is clearly dominated there stops
+(:func:`_dominated`), the rest sweep the other load levels in the same server. A
+candidate with an outcome in the store is not measured again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpuserve.tune.candidates import Candidate, combinations, one_knob
+from gpuserve.tune.outcome import Outcome, best, primary, score
+from gpuserve.tune.predict import Comm
+from gpuserve.tune.space import Knob, TuneSpec
+
+
+@dataclass
+class Measurement:
+    status: str  # "ok", "failed" (start or deploy failed; host rolled back), "refused"
+    levels: dict[int, dict[str, Any]] = field(default_factory=dict)
+    reason: str = ""
+    load_s: float | None = None
+    diagnosis: dict[str, Any] | None = None
+    records: list[str] = field(default_factory=list)
+    after_weights_gib: float | None = None  # SGLang's own figure of this start
+
+
+class Executor(Protocol):
+    def measure(self, candidate: Candidate, profile: Any, levels: tuple[int, ...],
+                first: bool) -> Measurement: ...
+
+    def now(self) -> float: ...
+
+
+class Store(Protocol):
+    def get(self, name: str) -> Outcome | None: ...
+
+    def put(self, outcome: Outcome) -> None: ...
+
+
+@dataclass
+class Context:
+    """What the search needs besides the spec: how to build a candidate's profile, how
+    to judge one, and the host's figures."""
+
+    profile_for: Callable[[Candidate], Any]
+    judge: Callable[[Any, float | None], Any]  # (profile, calibration) -> Verdict
+    planner_after: Callable[[Any], float | None]  # profile -> planned GiB after weights
+    config_key: str
+    incumbent: Any  # the incumbent Profile
+    comm: Comm = field(default_factory=Comm)
+    load_estimate_s: float | None = None  # from the host's last start
+    log: Callable[[str], None] = print
+    stamp: Callable[[], str] = lambda: ""
+
+
+@dataclass
+class Tally:
+    generated: int = 0
+    pruned: int = 0
+    measured: int = 0
+    failed: int = 0
+    stopped: int = 0
+    loads: int = 0
+    reused: int = 0
+    interrupted: bool = False
+    budget_hit: str = ""
+
+
+@dataclass
+class TuneRun:
+    spec: TuneSpec
+    outcomes: list[Outcome]
+    tally: Tally
+    calibration_gib: float | None
+
+    def best(self, objective: str) -> Outcome | None:
+        return best(self.outcomes, objective, self.spec)
+
+
+class _State:
+    def __init__(self, spec: TuneSpec, ctx: Context, executor: Executor, store: Store):
+        self.spec, self.ctx, self.executor, self.store = spec, ctx, executor, store
+        self.outcomes: list[Outcome] = []
+        self.tally = Tally()
+        self.calibration: float | None = None
+        self.start = executor.now()
+        self.planned = 0
+        self.index = 0
+        self.per_load_s: list[float] = []
+        self.verdicts: dict[str, Any] = {}
+
+    def elapsed(self) -> float:
+        return self.executor.now() - self.start
+
+    def best_line(self) -> str:
+        name = primary(self.spec)
+        top = best(self.outcomes, name, self.spec)
+        if top is None:
+            return f"best {name}: none yet"
+        return f"best {name} {score(top, name, self.spec):.1f} tok/s ({top.label})"
+
+    def say(self, candidate: Candidate, phase: str) -> None:
+        self.ctx.log(f"tune: candidate {self.index}/{self.planned} [{candidate.phase}] "
+                     f"{candidate.label}: {phase}; {_clock(self.elapsed())} elapsed; "
+                     f"{self.best_line()}")
+
+    def budget_left(self) -> str:
+        """Why the budget is spent ("" while it is not)."""
+        b = self.spec.budget
+        if b.loads is not None and self.tally.loads >= b.loads:
+            return f"budget of {b.loads} loads spent"
+        if b.wall_s is not None:
+            per = (sum(self.per_load_s) / len(self.per_load_s)) if self.per_load_s else 0
+            if self.elapsed() + per > b.wall_s:
+                return f"wall budget {_clock(b.wall_s)} would be passed"
+        return ""
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else \
+        f"{s // 60}m{s % 60:02d}s"
+
+
+def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: Executor,
+               store: Store) -> TuneRun:
+    """Run the tune; KeyboardInterrupt stops it between steps (``tally.interrupted``)."""
+    st = _State(spec, ctx, executor, store)
+    incumbent = Candidate(_name(spec, {}, ctx), "incumbent", {})
+    singles = one_knob(spec, knobs, ctx.incumbent, ctx.config_key)
+    st.planned = 1 + len(singles) + _combo_estimate(spec, knobs)
+    st.tally.generated = 1 + len(singles)
+    try:
+        _estimate(st, singles)  # before any load: the host's own last start time
+        _step(st, incumbent)
+        _calibrate(st)
+        _estimate(st, singles)
+        for candidate in _ordered(st, singles):
+            _step(st, candidate)
+        combos = combinations(spec, _winners(st, knobs), ctx.config_key,
+                              {o.candidate for o in st.outcomes})
+        st.planned = st.index + len(combos)
+        st.tally.generated += len(combos)
+        for candidate in _ordered(st, combos):
+            _step(st, candidate)
+    except BudgetSpent as e:
+        ctx.log(f"tune: stopping: {e}")
+    except KeyboardInterrupt:
+        st.tally.interrupted = True
+        ctx.log("tune: interrupted; the host keeps the last profile that passed its health "
+                "gate (or the rollback's)")
+    return TuneRun(spec, st.outcomes, st.tally, st.calibration)
+
+
+def _name(spec: TuneSpec, choice: dict, ctx: Context) -> str:
+    from gpuserve.tune.candidates import candidate_name
+
+    return candidate_name(spec, choice, ctx.config_key)
+
+
+def _combo_estimate(spec: TuneSpec, knobs: tuple[Knob, ...]) -> int:
+    k = min(spec.combine, len(knobs))
+    return max(0, 2 ** k - k - 1)
+
+
+def _calibrate(st: _State) -> None:
+    """Measured minus planned free GiB after weights, from the incumbent's start."""
+    first = st.outcomes[0] if st.outcomes else None
+    measured = first.numbers.get("measured_after_weights_gib") if first else None
+    if measured is None:
+        return
+    planned = st.ctx.planner_after(st.ctx.incumbent)
+    if planned is None:
+        return
+    st.calibration = float(measured) - planned
+    st.ctx.log(f"tune: memory calibration from the incumbent's start: SGLang reported "
+               f"{measured:.2f} GiB/GPU free after weights, the planner {planned:.2f}: "
+               f"offset {st.calibration:+.2f} GiB applied to every candidate")
+
+
+def _estimate(st: _State, singles: list[Candidate]) -> None:
+    walls = st.per_load_s or [o.numbers["wall_s"] for o in st.outcomes
+                              if isinstance(o.numbers.get("wall_s"), int | float)]
+    per = (sum(walls) / len(walls)) if walls else st.ctx.load_estimate_s
+    b = st.spec.budget
+    limit = [f"{b.loads} loads" if b.loads else "", _clock(b.wall_s) if b.wall_s else ""]
+    st.ctx.log(f"tune: {len(singles)} one-knob candidates and up to "
+               f"{st.planned - 1 - len(singles)} combinations; budget "
+               f"{' and '.join(x for x in limit if x)}; "
+               + (f"about {_clock(per)} per candidate on this host ("
+                  + ("measured by this tune" if walls else "its last start, from the journal; "
+                     "benchmarks come on top") + "), so at most "
+                  f"{_clock(per * min(st.planned, b.loads or st.planned))}" if per else
+                  "no measured load time on this host yet"))
+
+
+def _ordered(st: _State, candidates: list[Candidate]) -> list[Candidate]:
+    """Judge every candidate (pruned ones are stored now), the rest by prediction."""
+    keep = []
+    for candidate in candidates:
+        if st.store.get(candidate.name) is not None:
+            keep.append((float("inf"), candidate))  # reused: costs nothing, first
+            continue
+        profile = st.ctx.profile_for(candidate)
+        verdict = st.ctx.judge(profile, st.calibration)
+        if verdict.pruned:
+            st.index += 1
+            outcome = Outcome(candidate.name, candidate.phase, candidate.labels(), "pruned",
+                              gpus=profile.gpus, reason=verdict.pruned,
+                              numbers=verdict.numbers, timestamp=st.ctx.stamp())
+            st.store.put(outcome)
+            st.outcomes.append(outcome)
+            st.tally.pruned += 1
+            st.say(candidate, f"pruned before loading: {verdict.pruned}")
+            continue
+        pred = verdict.prediction
+        key = (pred.single_tok_s if primary(st.spec) == "single_stream" else pred.peak_tok_s) \
+            if pred else 0.0
+        st.verdicts[candidate.name] = verdict
+        keep.append((key, candidate))
+    return [c for _, c in sorted(keep, key=lambda t: -t[0])]
+
+
+def _step(st: _State, candidate: Candidate) -> None:
+    st.index += 1
+    stored = st.store.get(candidate.name)
+    if stored is not None:
+        st.outcomes.append(stored)
+        st.tally.reused += 1
+        st.say(candidate, f"recorded earlier ({stored.status}), not measured again")
+        return
+    why = st.budget_left()
+    if why:
+        st.tally.budget_hit = why
+        st.say(candidate, f"skipped: {why}")
+        raise BudgetSpent(why)
+    _measure(st, candidate)
+
+
+class BudgetSpent(Exception):
+    """Leaves the search when the budget is spent."""
+
+
+def _measure(st: _State, candidate: Candidate) -> None:
+    profile = st.ctx.profile_for(candidate)
+    verdict = st.verdicts.get(candidate.name) or st.ctx.judge(profile, st.calibration)
+    pred = verdict.prediction.to_dict() if verdict.prediction else None
+    outcome = Outcome(candidate.name, candidate.phase, candidate.labels(), "measured",
+                      gpus=profile.gpus, numbers=dict(verdict.numbers), prediction=pred,
+                      timestamp=st.ctx.stamp())
+    # the incumbent is never stopped early: all its load levels in one run
+    levels = st.spec.loads if candidate.phase == "incumbent" else st.spec.loads[:1]
+    st.say(candidate, f"loading and measuring concurrency {', '.join(map(str, levels))}")
+    t0 = st.executor.now()
+    first = st.executor.measure(candidate, profile, levels, True)
+    if first.status != "refused":
+        st.tally.loads += 1
+    _take(outcome, first)
+    if first.status != "ok":
+        outcome.status = "failed"
+        st.tally.failed += 1
+    else:
+        stop = _dominated(st, outcome)
+        if stop:
+            outcome.status, outcome.reason = "stopped", stop
+            st.tally.stopped += 1
+            st.say(candidate, f"stopped early: {stop}")
+        elif len(levels) < len(st.spec.loads):
+            st.say(candidate, f"sweeping concurrency {', '.join(map(str, st.spec.loads[1:]))}")
+            rest = st.executor.measure(candidate, profile, st.spec.loads[1:], False)
+            _take(outcome, rest)
+            if rest.status != "ok":
+                outcome.reason = f"sweep incomplete: {rest.reason}"
+        st.tally.measured += 1
+    st.per_load_s.append(st.executor.now() - t0)
+    outcome.numbers["wall_s"] = round(st.per_load_s[-1], 1)
+    st.store.put(outcome)
+    st.outcomes.append(outcome)
+    st.say(candidate, f"{outcome.status}: " + _result_line(outcome))
+
+
+def _take(outcome: Outcome, m: Measurement) -> None:
+    outcome.levels.update(m.levels)
+    outcome.records.extend(m.records)
+    if m.load_s is not None:
+        outcome.load_s = m.load_s
+    if m.diagnosis is not None:
+        outcome.diagnosis = m.diagnosis
+    if m.after_weights_gib is not None:
+        outcome.numbers["measured_after_weights_gib"] = round(m.after_weights_gib, 2)
+    if m.status != "ok" and not outcome.reason:
+        outcome.reason = m.reason
+
+
+def _dominated(st: _State, outcome: Outcome) -> str:
+    """Why ``outcome`` (measured at concurrency 1 only) cannot win, or "".
+
+    Per-stream speed does not rise with load, so at concurrency c a candidate serves at
+    most c x its single stream. With only the single-stream objective, a single stream
+    below ``early_stop`` x the best is enough; with throughput objectives it must also
+    be beaten at every load level by a measured candidate's throughput over that bound
+    (EP8 on the field-notes box is slower alone and faster in a batch); with goodput
+    alone, missing an SLO at concurrency 1, where latency is lowest, is enough."""
+    single = outcome.single
+    if single is None:
+        return ""
+    names = [o.name for o in st.spec.objectives]
+    good = st.spec.objective("goodput")
+    if good and names == ["goodput"]:
+        from gpuserve.tune.outcome import meets
+
+        if not meets(outcome.levels.get(1, {}), good.slo):
+            return "misses the goodput SLO already at concurrency 1, where latency is lowest"
+    top = max((o.single for o in st.outcomes if o.single is not None), default=None)
+    if not (st.spec.early_stop and top and single < st.spec.early_stop * top):
+        return ""
+    why = (f"single stream {single:.1f} tok/s is below {st.spec.early_stop:g} x the best "
+           f"so far ({top:.1f})")
+    if names == ["single_stream"]:
+        return why
+    rest = st.spec.loads[1:]
+    for other in st.outcomes:
+        if all((other.figure(c) or 0) >= c * single for c in rest):
+            return (f"{why}, and {other.label} already serves more at every load than "
+                    f"{single:.1f} x concurrency, this candidate's ceiling")
+    return ""
+
+
+def _result_line(o: Outcome) -> str:
+    parts = []
+    for level, figures in sorted(o.levels.items()):
+        tok = figures.get("output_throughput")
+        if isinstance(tok, int | float):
+            parts.append(f"c{level} {tok:.1f}")
+    pred = o.prediction or {}
+    text = ", ".join(parts) or o.reason or "no figures"
+    if pred.get("single_tok_s") and o.single:
+        text += (f" (predicted single {pred['single_tok_s']:.1f}, measured/predicted "
+                 f"{o.single / pred['single_tok_s']:.2f})")
+    return text
+
+
+def _winners(st: _State, knobs: tuple[Knob, ...]) -> list:
+    """Per knob, its best one-knob value that beat the incumbent, best gain first."""
+    objective = primary(st.spec)
+    base = next((o for o in st.outcomes if o.phase == "incumbent"), None)
+    base_score = score(base, objective, st.spec) if base else None
+    gains = []
+    for knob in knobs:
+        mine = [(score(o, objective, st.spec), o) for o in st.outcomes
+                if o.phase == "one knob" and knob.name in o.choice]
+        mine = [(s, o) for s, o in mine if s is not None]
+        if not mine:
+            continue
+        s, o = max(mine, key=lambda t: t[0])
+        if base_score is None or s > base_score:
+            value = next(v for v in knob.values if v.label == o.choice[knob.name])
+            gains.append((s, knob.name, value))
+    gains.sort(key=lambda t: -t[0])
+    return [(name, value) for _, name, value in gains]

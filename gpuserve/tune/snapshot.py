@@ -1,0 +1,145 @@
+"""What a tune knows about the host before it loads anything: one read of the host.
+
+Why one read: pruning and prediction run on the controller for every candidate, and a
+checkpoint scan, the doctor's host-facts document and the measured gates cost an SSH
+round trip each. ``deploy/tune_snapshot.py`` (gpuserve.roles.deploys.tune_snapshot)
+reads them once with the serve deploy's own plan and writes this document to the
+controller; the tune reads it here.
+
+Document (schema ``gpuserve.tune-snapshot/1``, one JSON object)::
+
+    {"schema": ..., "host": "gpu1", "taken": "2026-12-04T12:00:00Z",
+     "sglang_version": "0.5.23", "lock": "sglang-0.5.23-cu13-py311@<hash>",
+     "gpus": [{"name": ..., "memory_total_mib": ..., ...}], "checkpoint": "<scan JSON>",
+     "host_facts": {...}, "host_json": "<text>", "journal": "<journalctl text>",
+     "profile": "<profile the live unit serves>"}
+
+The journal (``journalctl -u gpuserve-sglang.service -o short-iso-precise``) gives the
+host's own load time (systemd's "Started" line to SGLang's "fired up and ready to roll")
+and SGLang's free-memory figures of that start, which calibrate the memory planner.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpuserve import safeload
+from gpuserve.errors import InputError
+
+SCHEMA = "gpuserve.tune-snapshot/1"
+_ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s")
+_STARTED = re.compile(r"systemd\[1\]: Started gpuserve-sglang\.service")
+_READY = re.compile(r"The server is fired up and ready to roll!")
+_PROFILE = re.compile(r"^# Profile: (\S+)$", re.M)
+
+
+@dataclass(frozen=True)
+class StartTiming:
+    load_s: float  # systemd start to SGLang ready
+    log: str  # the journal lines of that start
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    host: str
+    sglang_version: str
+    lock: str
+    gpus: list[dict]
+    checkpoint: str | None
+    host_facts: dict | None
+    host_json: str | None
+    journal: str = ""
+    profile: str | None = None
+    measures: list[dict] = field(default_factory=list)
+
+    @property
+    def gpu_name(self) -> str:
+        return str(self.gpus[0].get("name")) if self.gpus else "GPU"
+
+    def config_key(self) -> str:
+        """What makes a measurement on this host comparable: the lock, the GPUs and the
+        host's NCCL choice (host.json). Part of each candidate's name."""
+        names = ",".join(sorted({str(g.get("name")) for g in self.gpus}))
+        return f"{self.host}|{self.lock}|{len(self.gpus)}x{names}|{self.host_json or ''}"
+
+
+def _stamp(line: str) -> float | None:
+    m = _ISO.match(line)
+    if not m:
+        return None
+    text = m.group(1)
+    if re.search(r"[+-]\d{4}$", text):
+        text = text[:-2] + ":" + text[-2:]
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def last_start(journal: str) -> StartTiming | None:
+    """The last start that reached "ready" in a ``short-iso-precise`` journal: its load
+    time and its lines (None when no start in the text got there)."""
+    lines = journal.splitlines()
+    found = None
+    start_index = None
+    for index, line in enumerate(lines):
+        if _STARTED.search(line):
+            start_index = index
+        elif _READY.search(line) and start_index is not None:
+            t0, t1 = _stamp(lines[start_index]), _stamp(line)
+            if t0 is not None and t1 is not None and t1 >= t0:
+                found = StartTiming(t1 - t0, "\n".join(lines[start_index:index + 1]))
+            start_index = None
+    return found
+
+
+def last_run(journal: str) -> str:
+    """The journal lines of the unit's last start, to the end (a crash under load
+    included)."""
+    lines = journal.splitlines()
+    starts = [i for i, line in enumerate(lines) if _STARTED.search(line)]
+    return "\n".join(lines[starts[-1]:] if starts else lines[-200:])
+
+
+_ERROR = re.compile(r"\b(\w*Error|CUDA error|Not enough memory|out of memory)\b")
+
+
+def error_line(text: str) -> str | None:
+    """The last line naming an exception (SGLang's own text), prefix stripped."""
+    hits = [line for line in text.splitlines() if _ERROR.search(line)]
+    if not hits:
+        return None
+    line = hits[-1]
+    return line.split(": ", 1)[-1].strip()[:300] if _ISO.match(line) else line.strip()[:300]
+
+
+def parse_snapshot(path: str | Path) -> HostSnapshot:
+    doc = safeload.load_json_file(path)
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise InputError(path, "schema", f"not a {SCHEMA} document")
+
+    def text(key: str, required: bool = False) -> Any:
+        value = doc.get(key)
+        if value is None and not required:
+            return None
+        if not isinstance(value, str):
+            raise InputError(path, key, "must be a string")
+        return value
+
+    gpus = doc.get("gpus")
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+        raise InputError(path, "gpus", "must be a list of objects")
+    facts = doc.get("host_facts")
+    if facts is not None and not isinstance(facts, dict):
+        raise InputError(path, "host_facts", "must be an object")
+    return HostSnapshot(host=text("host", True), sglang_version=text("sglang_version", True),
+                        lock=text("lock", True), gpus=gpus, checkpoint=text("checkpoint"),
+                        host_facts=facts, host_json=text("host_json"),
+                        journal=text("journal") or "", profile=text("profile"))
+
+
+def served_profile(env_file_text: str) -> str | None:
+    """The profile name the serve deploy wrote into the live EnvironmentFile."""
+    m = _PROFILE.search(env_file_text or "")
+    return m.group(1) if m else None

@@ -1,0 +1,484 @@
+"""A tune file: which launch settings a tune varies, over which values, judged how.
+
+Why a file of its own beside the profiles (``profiles/tune/<name>.tune.yaml``): the profile
+says how a model is served; the tune file says what to try around it, and both are
+data a user reviews. Format (docs/tune.md)::
+
+    incumbent: glm5-nvfp4-tp8          # profile name, or a path relative to this file
+    knobs:                             # name -> list of values; one value per candidate
+      memory.cuda_graph_max_bs: [128, 256, 512]   # a profile field
+      memory.mem_fraction_static: [auto, 0.83, 0.90]
+      layout:                          # a bundle: each value sets several fields
+        - {parallel.ep: 1}
+        - {parallel.ep: 8, moe.a2a_backend: flashinfer}
+      speculative:
+        - off                          # every speculative.* field unset
+        - {speculative.algorithm: EAGLE3, speculative.num_steps: 3, ...}
+      --schedule-conservativeness: [0.8, 1.0]      # a raw SGLang flag (extra_args)
+    loads: [1, 16, 64]                 # concurrency levels, swept inside one server
+    requests: {input_len: 1024, output_len: 256, prompts_per_level: 2}
+    objectives:
+      single_stream: {}                # highest output tok/s at concurrency 1
+      goodput: {slo: {median_ttft: 2 s, p99_itl: 100 ms}}
+      pareto: {}                       # tok/s per user against tok/s per GPU
+    budget: {loads: 12, wall: 2 h}     # candidate loads and/or wall time
+    early_stop: 0.75                   # stop a candidate below 0.75 x best single stream
+    combine: 2                         # best values of this many knobs combined
+
+``auto`` as a knob's whole value list asks for defaults from the model and the host
+(gpuserve/tune/defaults.py). Every value is rendered for the host's SGLang version and
+checked with that version's flag catalog here, before any host is touched: a field the
+version lacks, a renamed or deprecated flag, a value of the wrong type are errors naming
+this file, the line and ``knobs.<name>[<index>]``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuserve.errors import InputError
+from gpuserve.launch.profiles import (
+    NAME_PATTERN,
+    SECTIONS,
+    Origin,
+    Profile,
+    _read,
+    load_profile_with,
+    resolve_profile_path,
+)
+
+TOP_KEYS = ("incumbent", "knobs", "loads", "requests", "objectives", "budget",
+            "early_stop", "combine", "description")
+OBJECTIVES = ("single_stream", "goodput", "pareto")
+#: SLO names -> SGLang benchmark figure (milliseconds)
+SLO_FIGURES = {f"{stat}_{metric}": f"{stat}_{metric}_ms"
+               for stat in ("median", "p99", "mean") for metric in ("ttft", "itl", "tpot")}
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]+)\s*$")
+_MS_UNITS = {"ms": 1.0, "s": 1000.0}
+_WALL_UNITS = {"s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
+MAX_KNOB_VALUES = 32
+MAX_LOADS = 16
+DEFAULT_REQUESTS = {"input_len": 1024, "output_len": 256, "prompts_per_level": 2}
+OFF = "off"
+
+
+@dataclass(frozen=True)
+class KnobValue:
+    """One value of a knob: the profile fields it sets (dotted -> value, None unsets) and
+    the extra SGLang arguments it adds; ``label`` is how tables show it."""
+
+    label: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    values: tuple[KnobValue, ...]
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str
+    slo: dict[str, float] = field(default_factory=dict)  # SGLang figure -> limit in ms
+
+
+@dataclass(frozen=True)
+class Budget:
+    loads: int | None = None  # candidate server starts, incumbent included
+    wall_s: float | None = None
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    name: str
+    source: Path
+    incumbent: Path
+    knobs: tuple[Knob, ...]
+    loads: tuple[int, ...]
+    input_len: int
+    output_len: int
+    prompts_per_level: int
+    objectives: tuple[Objective, ...]
+    budget: Budget
+    early_stop: float | None
+    combine: int
+    locations: dict[str, Origin] = field(default_factory=dict, repr=False, compare=False)
+
+    def objective(self, name: str) -> Objective | None:
+        return next((o for o in self.objectives if o.name == name), None)
+
+    def error(self, dotted: str, message: str) -> InputError:
+        origin = self.locations.get(dotted) or Origin(str(self.source), None)
+        return InputError(origin.file, dotted, message, origin.line)
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
+    """Parse a tune file (no catalog check yet: that needs the host's SGLang version,
+    :func:`check_space`). Returns the spec and the raw ``knobs`` mapping, which
+    :func:`resolve_knobs` turns into knobs once host defaults are known."""
+    src = Path(path)
+    if not src.is_file():
+        raise InputError(src, None, "no such tune file")
+    data, locs = _read(src)
+    error = _error_at(locs, src)
+    for key in data:
+        if key not in TOP_KEYS:
+            raise error(str(key), f"unknown key (valid: {', '.join(TOP_KEYS)})")
+    name = src.name.removesuffix(".yaml").removesuffix(".yml").removesuffix(".tune")
+    if not NAME_PATTERN.fullmatch(name) or len(name) > 40:
+        raise InputError(src, None, "a tune file's name (before .tune.yaml) is 1-40 letters, "
+                         "digits, '.', '_', '-'")
+    incumbent = _incumbent(data.get("incumbent"), src, error)
+    knobs = data.get("knobs")
+    if not isinstance(knobs, Mapping) or not knobs:
+        raise error("knobs", "the search space is empty: give at least one knob with "
+                    "values (e.g. memory.cuda_graph_max_bs: [128, 256])")
+    requests = _requests(data.get("requests"), error)
+    spec = TuneSpec(
+        name=name, source=src, incumbent=incumbent, knobs=(),
+        loads=_loads(data.get("loads"), error), objectives=_objectives(data.get("objectives"),
+                                                                        error),
+        budget=_budget(data.get("budget"), error),
+        early_stop=_fraction(data.get("early_stop", 0.75), "early_stop", error),
+        combine=_int(data.get("combine", 2), "combine", error, low=0, high=8),
+        locations=locs, **requests)
+    return spec, dict(knobs)
+
+
+def _error_at(locs: dict[str, Origin], src: Path):
+    def error(dotted: str, message: str) -> InputError:
+        probe = dotted
+        while probe and probe not in locs:
+            shorter = re.sub(r"(\[\d+\]|\.[^.\[]*)$", "", probe)
+            probe = "" if shorter == probe else shorter
+        origin = locs.get(probe) or Origin(str(src), None)
+        return InputError(origin.file, dotted, message, origin.line)
+    return error
+
+
+def _incumbent(raw: Any, src: Path, error) -> Path:
+    if not isinstance(raw, str) or not raw:
+        raise error("incumbent", "required: the profile the tune starts from (a name in "
+                    "profiles/ or a path relative to this file)")
+    try:
+        path = resolve_profile_path(raw)  # a bare name: profiles/<name>.yaml, as serve's
+    except InputError as e:
+        raise error("incumbent", e.message) from e
+    if "/" in raw and not Path(raw).is_absolute():
+        path = src.parent / raw  # a path: relative to the tune file
+    if not path.is_file():
+        raise error("incumbent", f"no such profile: {path}")
+    return path.resolve()
+
+
+def _int(value: Any, at: str, error, *, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(at, f"must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise error(at, f"must be in {low}..{high}, got {value}")
+    return value
+
+
+def _fraction(value: Any, at: str, error) -> float | None:
+    if value is None or value is False:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise error(at, f"must be a fraction in (0, 1) or null, got {value!r}")
+    return float(value)
+
+
+def _loads(raw: Any, error) -> tuple[int, ...]:
+    if raw is None:
+        return (1, 8, 32, 64)
+    if not isinstance(raw, list) or not raw:
+        raise error("loads", "must be a non-empty list of concurrencies, starting at 1")
+    levels = [_int(v, f"loads[{i}]", error, low=1, high=4096) for i, v in enumerate(raw)]
+    if levels[0] != 1:
+        raise error("loads[0]", "the first load level must be 1 (single stream)")
+    if levels != sorted(set(levels)) or len(levels) > MAX_LOADS:
+        raise error("loads", f"must rise strictly, at most {MAX_LOADS} levels")
+    return tuple(levels)
+
+
+def _requests(raw: Any, error) -> dict[str, int]:
+    raw = {} if raw is None else raw
+    if not isinstance(raw, Mapping):
+        raise error("requests", "must be a mapping (input_len, output_len, prompts_per_level)")
+    for key in raw:
+        if key not in DEFAULT_REQUESTS:
+            raise error(f"requests.{key}", f"unknown key (valid: {', '.join(DEFAULT_REQUESTS)})")
+    merged = {**DEFAULT_REQUESTS, **raw}
+    return {"input_len": _int(merged["input_len"], "requests.input_len", error, low=1,
+                              high=1_048_576),
+            "output_len": _int(merged["output_len"], "requests.output_len", error, low=1,
+                               high=1_048_576),
+            "prompts_per_level": _int(merged["prompts_per_level"], "requests.prompts_per_level",
+                                      error, low=1, high=100)}
+
+
+def parse_ms(value: Any, at: str, error) -> float:
+    """``"2 s"`` / ``"150 ms"`` -> milliseconds; a bare number or another unit is an error."""
+    if isinstance(value, bool | int | float):
+        raise error(at, f"give a unit: \"{value} ms\" or \"{value} s\"")
+    m = _DURATION.match(value) if isinstance(value, str) else None
+    if not m or m.group(2) not in _MS_UNITS:
+        raise error(at, f"must be a duration in ms or s (e.g. \"200 ms\", \"2 s\"), "
+                    f"got {value!r}")
+    ms = float(m.group(1)) * _MS_UNITS[m.group(2)]
+    if not math.isfinite(ms) or ms <= 0:
+        raise error(at, f"must be positive, got {value!r}")
+    return ms
+
+
+def _objectives(raw: Any, error) -> tuple[Objective, ...]:
+    if raw is None:
+        return (Objective("single_stream"), Objective("pareto"))
+    if not isinstance(raw, Mapping) or not raw:
+        raise error("objectives", f"must be a non-empty mapping of {', '.join(OBJECTIVES)}")
+    out = []
+    for name, settings in raw.items():
+        at = f"objectives.{name}"
+        if name not in OBJECTIVES:
+            raise error(at, f"unknown objective (valid: {', '.join(OBJECTIVES)})")
+        settings = {} if settings is None else settings
+        if not isinstance(settings, Mapping):
+            raise error(at, "must be a mapping")
+        for key in settings:
+            if key != "slo" or name != "goodput":
+                raise error(f"{at}.{key}", "unknown key" + (" (valid: slo)"
+                                                           if name == "goodput" else ""))
+        slo = {}
+        if name == "goodput":
+            raw_slo = settings.get("slo")
+            if not isinstance(raw_slo, Mapping) or not raw_slo:
+                raise error(f"{at}.slo", "goodput needs SLOs, e.g. {median_ttft: 2 s, "
+                            "p99_itl: 100 ms}")
+            for key, limit in raw_slo.items():
+                if key not in SLO_FIGURES:
+                    raise error(f"{at}.slo.{key}", "unknown SLO (valid: "
+                                f"{', '.join(SLO_FIGURES)})")
+                slo[SLO_FIGURES[key]] = parse_ms(limit, f"{at}.slo.{key}", error)
+        out.append(Objective(name, slo))
+    return tuple(out)
+
+
+def _budget(raw: Any, error) -> Budget:
+    if raw is None:
+        return Budget(loads=12)
+    if not isinstance(raw, Mapping) or not raw:
+        raise error("budget", "must be a mapping with loads and/or wall")
+    for key in raw:
+        if key not in ("loads", "wall"):
+            raise error(f"budget.{key}", "unknown key (valid: loads, wall)")
+    loads = raw.get("loads")
+    if loads is not None:
+        loads = _int(loads, "budget.loads", error, low=1, high=10_000)
+    wall = raw.get("wall")
+    wall_s = None
+    if wall is not None:
+        m = _DURATION.match(wall) if isinstance(wall, str) else None
+        if not m or m.group(2) not in _WALL_UNITS:
+            raise error("budget.wall", f"must be a duration in s, min or h (e.g. \"2 h\"), "
+                        f"got {wall!r}")
+        wall_s = float(m.group(1)) * _WALL_UNITS[m.group(2)]
+        if wall_s <= 0:
+            raise error("budget.wall", f"must be positive, got {wall!r}")
+    return Budget(loads=loads, wall_s=wall_s)
+
+
+# ----------------------------------------------------------------------------- knobs
+
+
+def _section_fields() -> set[str]:
+    import dataclasses
+
+    return {f"{name}.{f.name}" for name, cls in SECTIONS.items()
+            for f in dataclasses.fields(cls)}
+
+
+#: fields a tune may not vary: where the model is and where the server listens
+FIXED_FIELDS = {"model.path", "model.served_name", "model.arch", "server.host", "server.port",
+                "parallel.nnodes", "parallel.node_rank", "parallel.dist_init_addr",
+                "parallel.dist_init_port"}
+
+
+def _label(value: Any) -> str:
+    if value is None:
+        return "auto"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def knob_values(name: str, raw: Any, spec: TuneSpec) -> Knob:
+    """One knob's values (``auto`` already replaced by the caller), checked for shape and
+    field names; the types and the catalog are checked by :func:`check_space`."""
+    at = f"knobs.{name}"
+    origin = spec.locations.get(at) or Origin(str(spec.source), None)
+    if not isinstance(raw, list) or not raw:
+        raise spec.error(at, "must be a non-empty list of values")
+    if len(raw) > MAX_KNOB_VALUES:
+        raise spec.error(at, f"at most {MAX_KNOB_VALUES} values")
+    fields = _section_fields()
+    values: list[KnobValue] = []
+    for index, value in enumerate(raw):
+        vat = f"{at}[{index}]"
+        if name.startswith("--"):
+            values.append(_flag_value(name, value, vat, spec))
+        elif name in fields:
+            if name in FIXED_FIELDS:
+                raise spec.error(at, "a tune does not vary where the model is or where the "
+                                 "server listens")
+            if isinstance(value, Mapping | list):
+                raise spec.error(vat, f"{name} takes a single value, got {type(value).__name__}")
+            value = None if value == "auto" else value
+            values.append(KnobValue(_label(value), {name: value}))
+        else:
+            values.append(_bundle(name, value, vat, fields, spec))
+    values = _short_labels(values)
+    labels = [v.label for v in values]
+    if len(set(labels)) != len(labels):
+        raise spec.error(at, f"values repeat: {labels}")
+    return Knob(name, tuple(values), origin)
+
+
+_SHORT = {"mem_fraction_static": "mfs", "cuda_graph_max_bs": "graph_bs",
+          "max_running_requests": "max_running", "chunked_prefill_size": "chunk"}
+
+
+def _short_labels(values: list[KnobValue]) -> list[KnobValue]:
+    """Bundle labels name only the fields whose values differ between the bundles."""
+    if not any("=" in v.label for v in values):
+        return values
+    keys = {k for v in values for k in v.fields}
+    varying = {k for k in keys if len({repr(v.fields.get(k, "-")) for v in values}) > 1}
+    out = []
+    for v in values:
+        if v.label == OFF or not v.fields:
+            out.append(v)
+            continue
+        shown = [k for k in v.fields if k in varying] or list(v.fields)[:1]
+        text = ",".join(f"{_SHORT.get(k.rsplit('.', 1)[-1], k.rsplit('.', 1)[-1])}="
+                        f"{_label(v.fields[k])}" for k in shown)
+        out.append(KnobValue(text, v.fields, v.extra_args))
+    return out
+
+
+def _flag_value(name: str, value: Any, at: str, spec: TuneSpec) -> KnobValue:
+    if value is None or value == OFF or value is False:  # YAML reads off as false
+        return KnobValue(OFF)
+    if isinstance(value, bool) and value:
+        return KnobValue("on", extra_args=(name,))
+    if isinstance(value, Mapping | list | bool):
+        raise spec.error(at, f"a flag's value is a number or a string, got {value!r}")
+    return KnobValue(str(value), extra_args=(name, str(value)))
+
+
+def _bundle(name: str, value: Any, at: str, fields: set[str], spec: TuneSpec) -> KnobValue:
+    if (value == OFF or value is False) and name in SECTIONS:  # YAML reads off as false
+        unset = {f: None for f in fields if f.startswith(f"{name}.")}
+        return KnobValue(OFF, unset)
+    if not isinstance(value, Mapping) or not value:
+        raise spec.error(at, f"{name!r} is neither a profile field nor a flag (--...), so "
+                         "each value must be a mapping of profile fields, e.g. "
+                         "{parallel.ep: 8, moe.a2a_backend: flashinfer}"
+                         + (f", or {OFF!r}" if name in SECTIONS else ""))
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in fields:
+            raise spec.error(f"{at}.{key}", "not a profile field (e.g. memory.cuda_graph_max_bs)")
+        if key in FIXED_FIELDS:
+            raise spec.error(f"{at}.{key}", "a tune does not vary this field")
+        out[key] = None if item == "auto" else item
+    label = ",".join(f"{k.rsplit('.', 1)[-1]}={_label(v)}" for k, v in out.items())
+    return KnobValue(label, out)
+
+
+def nested(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"memory.x": 1}`` -> ``{"memory": {"x": 1}}`` (a child profile's shape)."""
+    out: dict[str, Any] = {}
+    for dotted, value in fields.items():
+        section, _, key = dotted.partition(".")
+        out.setdefault(section, {})[key] = value
+    return out
+
+
+def candidate_profile(spec: TuneSpec, choice: Mapping[str, KnobValue], name: str,
+                      extra_origins: bool = True) -> Profile:
+    """The incumbent with one value per knob in ``choice`` applied, validated like a
+    profile file (types, cross-field rules, catalogs of its sglang_versions); errors name
+    the tune file's line of the value."""
+    fields: dict[str, Any] = {}
+    origins: dict[str, Origin] = {}
+    extra: list[str] = []
+    for knob_name, value in choice.items():
+        for dotted, item in value.fields.items():
+            fields[dotted] = item
+            origins[dotted] = spec.locations.get(f"knobs.{knob_name}") or Origin(
+                str(spec.source), None)
+        extra.extend(value.extra_args)
+    overrides = nested(fields)
+    if extra:
+        base = _incumbent_extra_args(spec)
+        overrides["extra_args"] = [*base, *extra]
+        origins["extra_args"] = Origin(str(spec.source), None)
+    return load_profile_with(spec.incumbent, overrides, origins if extra_origins else {}, name)
+
+
+def _incumbent_extra_args(spec: TuneSpec) -> list[str]:
+    from gpuserve.launch.profiles import load_profile
+
+    return list(load_profile(spec.incumbent).extra_args)
+
+
+def check_space(spec: TuneSpec, knobs: tuple[Knob, ...], version: str) -> None:
+    """Render every knob value on the incumbent for SGLang ``version`` and check it with
+    that version's flag catalog; InputError naming the tune file and ``knobs.N[i]``."""
+    from gpuserve.launch import catalog
+    from gpuserve.launch.dialect import render_launch
+
+    flags = catalog.load_catalog(catalog.base_version(version))
+    for knob in knobs:
+        if knob.name.startswith("--"):
+            _check_flag(knob, flags, spec)
+        for index, value in enumerate(knob.values):
+            at = f"knobs.{knob.name}[{index}]"
+            try:
+                profile = candidate_profile(spec, {knob.name: value}, "tune-check")
+                render_launch(profile, version)
+            except InputError as e:
+                line = _value_line(spec, knob, index)
+                raise InputError(spec.source, at, f"{value.label}: {e.message}"
+                                 + (f" ({e.field})" if e.field and e.field not in at else ""),
+                                 line) from e
+
+
+def _check_flag(knob: Knob, flags, spec: TuneSpec) -> None:
+    at = f"knobs.{knob.name}"
+    try:
+        option = flags.resolve(knob.name)
+    except InputError as e:
+        raise spec.error(at, f"{e.message}: the host's SGLang lacks this flag") from e
+    if option.action == "DeprecatedAliasStoreAction" or (option.extra or {}).get("new_flag"):
+        new = (option.extra or {}).get("new_flag") or option.name
+        raise spec.error(at, f"{knob.name} is a deprecated alias of {new} in SGLang "
+                         f"{flags.version}: name {new}, or the profile field that renders "
+                         "the right spelling per version (e.g. memory.cuda_graph_max_bs)")
+    if knob.name not in option.flags:
+        raise spec.error(at, f"{knob.name} only abbreviates {option.name}: name it in full")
+
+
+def _value_line(spec: TuneSpec, knob: Knob, index: int) -> int | None:
+    origin = spec.locations.get(f"knobs.{knob.name}[{index}]") or knob.origin
+    return origin.line

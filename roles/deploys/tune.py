@@ -1,0 +1,102 @@
+"""A tune's one read of the host: ``tune_snapshot()``, run by ``gpuserve tune`` first.
+
+It plans the incumbent profile exactly as the serve deploy would (host data, lock,
+on-host preflight: gpuserve/serve/plan.py, so a tune that the host cannot serve stops
+here) and writes what the controller needs to judge every candidate without another
+SSH round trip: GPUs, the checkpoint scan, the doctor's host-facts document, host.json,
+the service's journal (load time, SGLang's own memory figures) and the profile the host
+serves now (gpuserve/tune/snapshot.py). It yields no operation: the host is not changed,
+and pyinfra says "No changes".
+
+Host data: the serve deploy's keys, plus ``tune_snapshot``: the controller path the
+document is written to (0600: the journal is the service's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+from pyinfra import host, state
+from pyinfra.api import FactBase
+from pyinfra.facts.files import FileContents
+
+from gpuserve.errors import InputError
+from gpuserve.facts.document import host_facts_document
+from gpuserve.facts.host import ModelCheckpoint
+from gpuserve.host.nccl_env import HOST_JSON_PATH
+from gpuserve.measure.results import utc_now
+from gpuserve.roles.deploys.serve import host_runtime, plan_and_read
+from gpuserve.roles.inventory import inventory_source, packaged_deploy
+from gpuserve.roles.prefetch import fact, reader
+from gpuserve.serve.plan import checkpoint_path
+from gpuserve.serve.service import ENV_PATH, UNIT_NAME
+from gpuserve.tune.snapshot import SCHEMA
+
+JOURNAL_LINES = 4000
+
+#: Host data of the snapshot deploy (besides the serve deploy's keys).
+TUNE_DEFAULTS = {
+    # the controller path gpuserve tune's host snapshot is written to (0600); set by
+    # gpuserve tune for its read-only run, never in an inventory
+    # accepts: str (a path on the controller) or None
+    "tune_snapshot": None,
+}
+
+
+class ServiceJournal(FactBase):
+    """The serve unit's last journal lines, ``short-iso-precise`` (text)."""
+
+    def command(self, unit: str, lines: int) -> str:
+        return (f"journalctl -u {shlex.quote(unit)} -o short-iso-precise --no-pager "
+                f"-n {int(lines)} 2>/dev/null || true")
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
+
+
+class ServedProfileName(FactBase):
+    """The ``# Profile: NAME`` line of the live EnvironmentFile (only that line: the file
+    holds secrets)."""
+
+    def command(self, path: str) -> str:
+        return f"sed -n 's/^# Profile: //p' {shlex.quote(path)} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        names = [line.strip() for line in output if line.strip()]
+        return names[-1] if names else None
+
+
+@packaged_deploy
+def tune_snapshot() -> None:
+    """Write the tune's host snapshot to host data ``tune_snapshot`` (see module doc)."""
+    target = host.data.get("tune_snapshot")
+    if not isinstance(target, str) or not target:
+        raise InputError(inventory_source(), "tune_snapshot", "required: the controller "
+                         "path to write the snapshot to (set by gpuserve tune)")
+    if len(state.activated_hosts) > 1:  # one file, one host: a tune measures one box
+        raise InputError(inventory_source(), "tune_snapshot", f"a tune measures one host, "
+                         f"this run has {len(state.activated_hosts)}: give gpuserve tune "
+                         "--limit HOST")
+    plan = plan_and_read()
+    data = host.data.dict()
+    path = checkpoint_path(data, inventory_source())
+    host_json = fact(FileContents, path=HOST_JSON_PATH)
+    doc = {
+        "schema": SCHEMA, "host": host.name, "taken": utc_now(),
+        "sglang_version": plan.version, "lock": f"{plan.lock.name}@{plan.lock.hash}",
+        "gpus": [dict(g) for g in host_runtime(plan.home).gpu_list],
+        "checkpoint": fact(ModelCheckpoint, path=path) if path else None,
+        "host_facts": host_facts_document(reader()),
+        "host_json": "\n".join(host_json) if host_json else None,
+        "journal": host.get_fact(ServiceJournal, unit=UNIT_NAME, lines=JOURNAL_LINES),
+        "profile": host.get_fact(ServedProfileName, path=ENV_PATH),
+    }
+    out = Path(target)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(doc, f, default=str)
+    os.replace(out.with_suffix(".tmp"), out)
