@@ -3,8 +3,9 @@
 Decode roofline: one decode step of a batch of ``b`` reads every weight byte a GPU holds
 for the active path once: the dense parts whole, the routed experts only for the experts
 the batch touches (``1 - (1 - k/E)^b`` of them, k experts per token of E). Its time is
-those bytes over the GPU's datasheet memory bandwidth (gpus.yaml
-``memory_bandwidth_gbs``). On top, the all-reduces of one step: two per layer under
+those bytes over the GPU's memory bandwidth: the read bandwidth measured on a real card
+where gpus.yaml has one (``memory_read_measured_gbs``), else the datasheet's
+(``memory_bandwidth_gbs``). On top, the all-reduces of one step: two per layer under
 tensor parallelism (attention output, MLP/MoE output), none for a layer part run
 data-parallel; each costs the host's measured small-message all-reduce latency plus its
 bytes (``b x hidden x 2``) over the measured bus bandwidth (the host deploy's gates:
@@ -54,7 +55,8 @@ class Prediction:
 
 @cache
 def bandwidth_gbs(gpu_name: str) -> float | None:
-    """Datasheet memory bandwidth of ``gpu_name`` (any alias) from gpus.yaml."""
+    """Memory bandwidth of ``gpu_name`` (any alias) from gpus.yaml: measured, else the
+    datasheet's."""
     from gpuserve.host.gpus import _norm
 
     data = safeload.load_yaml_file(DATA_DIR / "gpus.yaml")
@@ -62,7 +64,7 @@ def bandwidth_gbs(gpu_name: str) -> float | None:
     for key, rec in data["gpus"].items():
         names = [key, rec.get("name", ""), *rec.get("aliases", [])]
         if any(_norm(n) == want for n in names) or _norm(rec.get("name", "")) in want:
-            value = rec.get("memory_bandwidth_gbs")
+            value = rec.get("memory_read_measured_gbs") or rec.get("memory_bandwidth_gbs")
             return float(value) if value else None
     return None
 

@@ -291,3 +291,12 @@ def test_early_stop_when_dominated_at_every_load(snapshot, tmp_path) -> None:
     run, _, _ = tuned(snapshot, tmp_path, body, FakeHost())
     dp = next(o for o in run.outcomes if o.label == "memory.chunked_prefill_size=1024")
     assert dp.status == "stopped" and "every load" in dp.reason, dp.reason
+
+
+def test_roofline_uses_the_measured_read_bandwidth_where_gpus_yaml_has_one():
+    from gpuserve.tune.predict import bandwidth_gbs
+
+    # H200: measured 4237 GB/s (bench/results/h200-roofline-2026-12-04.json), not the
+    # datasheet's 4800; a card without a measurement keeps its datasheet figure
+    assert bandwidth_gbs("NVIDIA H200") == 4237.0
+    assert bandwidth_gbs("NVIDIA H100 80GB HBM3") == 3350.0
