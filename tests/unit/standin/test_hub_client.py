@@ -214,7 +214,7 @@ def test_single_file_header_read(hub, hub_root):
     assert f["get_full"] == 0 and f["get_ranged"] == 1 and f["bytes"] == 100_001
 
 
-def test_each_404_raises_the_clients_own_error(hub):
+def test_each_404_raises_the_clients_own_error(hub, tmp_path):
     with pytest.raises(RepositoryNotFoundError):
         api(hub).model_info("gpuserve-lab/Nope")
     with pytest.raises(RepositoryNotFoundError) as exc:
@@ -226,7 +226,7 @@ def test_each_404_raises_the_clients_own_error(hub):
         hf_hub_download(TINY, "config.json", revision="f" * 40, endpoint=hub.url, token=False)
     with pytest.raises(EntryNotFoundError):
         hf_hub_download(TINY, "nope.json", endpoint=hub.url, token=False,
-                        cache_dir=Path("/nonexistent/never-written"))
+                        cache_dir=tmp_path / "never-written")
     assert not api(hub).file_exists(TINY, "model.safetensors")
     with pytest.raises(GatedRepoError):
         api(hub).model_info(GATED)

@@ -157,9 +157,11 @@ def test_two_runs_append_lines_with_the_real_keys(site, server, model_dir, tmp_p
     assert 0.4 * DECODE_TPS < one["output_throughput"] < 1.05 * DECODE_TPS
     assert 0.8 * 1000 / DECODE_TPS < one["median_tpot_ms"] < 2.0 * 1000 / DECODE_TPS
     assert 0.8 < one["concurrency"] < 1.05
-    # Three streams under a cap far above them: about three times the throughput.
-    assert three["output_throughput"] > 2.0 * one["output_throughput"]
+    # Three streams under a cap far above them: three at once, each decoding as fast as
+    # one alone (per-token medians, not wall-clock throughput: on a busy machine the
+    # prefill queue and the client's start-up stretch the run, not the decode rate).
     assert 2.0 < three["concurrency"] < 3.05
+    assert three["median_tpot_ms"] < 1.5 * one["median_tpot_ms"]
 
 
 def test_batch_cap_saturates_throughput(site, model_dir, tmp_path):
