@@ -200,10 +200,19 @@ def read_headers(api, source: HfSource, commit: str, files: tuple[RepoFile, ...]
     quant = _json_file(api, source, commit, "hf_quant_config.json", where) \
         if "hf_quant_config.json" in names else None
     shards = sorted({str(v) for v in index["weight_map"].values()}) if index else [SINGLE]
+    metas = _parse_headers(api, source, commit, shards, where)
+    return scan_document(label, config, quant, index,
+                         {name: (names[name].size, fm) for name, fm in zip(shards, metas,
+                                                                           strict=True)})
+
+
+def scan_document(label: str, config: dict | None, quant: dict | None, index: dict | None,
+                  shards: dict) -> dict:
+    """checkpoint_scan.py's document from huggingface_hub's parsed headers
+    (``{file: (size, SafetensorsFileMetadata)}``): each tensor's dtype, shape and data
+    offsets go through the local scan's own checks and grouping (``scan_headers``)."""
     headers = []
-    for name, fm in zip(shards, _parse_headers(api, source, commit, shards, where),
-                        strict=True):
-        size = names[name].size
+    for name, (size, fm) in sorted(shards.items()):
         header = {t: {"dtype": i.dtype, "shape": list(i.shape),
                       "data_offsets": list(i.data_offsets)} for t, i in fm.tensors.items()}
         end = max((i.data_offsets[1] for i in fm.tensors.values()), default=0)
