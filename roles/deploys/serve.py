@@ -173,7 +173,7 @@ def serve(plan: ServePlan, rollback: RollbackSpec) -> None:
     if plan.weights is not None:  # before the service: the unit points at the revision
         weights_role.fetch_weights(plan=plan.weights, bin_dir=plan.bin_dir,
                                    python=f"{plan.venv}/bin/python",
-                                   token=host.data.get("hf_token"),
+                                   token=lambda: host.data.get("hf_token"),
                                    token_file=f"{state_dir(plan.home)}/hf-token")
     # decided before the service's operations exist, from the batch's read
     service_changed = bool(planned_steps(plan.service))

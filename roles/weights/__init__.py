@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from collections.abc import Callable
 
 from pyinfra import host, logger, state
 from pyinfra.api import StringCommand, deploy, operation
@@ -84,19 +85,21 @@ def download(plan: WeightsPlan, script: str, python: str, token_file: str | None
 
 
 @deploy("Model weights from the Hub")
-def fetch_weights(plan: WeightsPlan, bin_dir: str, python: str, token: str | None,
-                  token_file: str) -> None:
+def fetch_weights(plan: WeightsPlan, bin_dir: str, python: str,
+                  token: Callable[[], str | None], token_file: str) -> None:
     """Fetch, verify and seal ``plan``'s revision unless the host has it complete;
-    ``token`` goes to ``token_file`` (in the service user's own home, 0600)."""
+    ``token()`` (a function: pyinfra never logs the value) goes to ``token_file`` (in
+    the service user's own home, 0600)."""
     if plan.complete:
         return
     managed.directory(name=f"{plan.models_dir} (model revisions)", path=plan.models_dir,
                       user="root", group="root", mode="755")
     managed.directory(name=f"{plan.repo_dir} (revisions of {plan.repo_id})",
                       path=plan.repo_dir, user=plan.user, group=plan.user, mode="755")
-    if token:
+    secret = token()
+    if secret:
         managed.secret(name=f"Hub token for the download ({token_file}, 0600 "
-                            f"{plan.user})", dest=token_file, contents=lambda: token + "\n",
+                            f"{plan.user})", dest=token_file, contents=lambda: secret + "\n",
                        user=plan.user, group=plan.user, mode="600")
     managed.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
                       group="root", mode="755")
@@ -106,4 +109,4 @@ def fetch_weights(plan: WeightsPlan, bin_dir: str, python: str, token: str | Non
     download(name=f"fetch {plan.repo_id}@{plan.commit[:12]}: {plan.to_fetch / gib:.2f} GiB "
                   f"to fetch of {plan.total_bytes / gib:.2f} GiB, verified into "
                   f"{plan.target}", plan=plan, script=f"{bin_dir}/{SCRIPT}", python=python,
-             token_file=token_file if token else None)
+             token_file=token_file if secret else None)
