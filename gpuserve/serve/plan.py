@@ -171,7 +171,7 @@ def plan_serve(
     if profile.model.hf:
         weights_plan, profile, found = _weights(data, source, settings, profile,
                                                 weights_state, remote)
-        if found is not None and found.scan is not None:
+        if weights_plan is not None and found is not None and found.scan is not None:
             checkpoint = _remote_first(weights_plan.target, found.scan_json(), checkpoint)
     checks_report = run_preflight(
         validate_preflight(data["preflight"], source), host=runtime.name, profile=profile,
@@ -204,8 +204,9 @@ def _weights(data: dict, source: str, settings: _Settings, profile: Profile,
              weights_state, remote):
     """The weights step's plan (gpuserve/serve/weights.py) for a ``model.hf`` profile."""
     if weights_state is None or remote is None:
-        raise InputError(str(profile.source), "model.hf", "this deploy cannot fetch Hub "
-                         "weights (no weights reader given)")
+        # no host and no Hub to read (gpuserve check): the host data is checked only
+        weights.check_data(data, source, settings.home)
+        return None, profile, None
     want = validate_preflight(data["preflight"], source) != "off"
     return weights.plan_weights(data, source, profile, home=settings.home,
                                 user=settings.user, host_state=weights_state,

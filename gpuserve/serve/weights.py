@@ -137,6 +137,16 @@ def where_of(profile: Profile, source: str, endpoint: str | None) -> Where:
     return Where(label, "model.hf", source, "hf_endpoint", endpoint)
 
 
+def check_data(data: dict, source: str, home: str) -> None:
+    """The weights step's host data, checked without reading the host or the Hub."""
+    models_dir_of(data, source, home)
+    endpoint_of(data, source)
+    validate_secret(data.get("hf_token"), "hf_token", source)
+    timeout_of(data, source)
+    if not isinstance(data.get("hf_revision_update", False), bool):
+        raise InputError(source, "hf_revision_update", "must be true or false")
+
+
 def plan_weights(data: dict, source: str, profile: Profile, *, home: str, user: str,
                  host_state: Callable[[str, str, str], str | None],
                  remote: Callable[..., RemoteCheckpoint], want_headers: bool
@@ -147,13 +157,11 @@ def plan_weights(data: dict, source: str, profile: Profile, *, home: str, user: 
     headers=)`` gpuserve.memory.remote.read_remote."""
     hf = profile.model.source
     assert hf is not None
+    check_data(data, source, home)
     models_dir = models_dir_of(data, source, home)
     endpoint = endpoint_of(data, source)
     token = validate_secret(data.get("hf_token"), "hf_token", source)
-    update = data.get("hf_revision_update", False)
-    if not isinstance(update, bool):
-        raise InputError(source, "hf_revision_update", f"must be true or false, got "
-                         f"{update!r:.40}")
+    update = bool(data.get("hf_revision_update", False))
     timeout = timeout_of(data, source)
     where = where_of(profile, source, endpoint)
     ref = None if hf.pinned else hf.ref_record(models_dir)
