@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import math
 from typing import Any
 
@@ -341,7 +342,8 @@ def remote_scan(spec: str, endpoint: str | None) -> Any:
     where = Where("--hf", "hf", "--hf-endpoint", "hf_endpoint", endpoint)
     found = read_remote(parse_source(spec, True), where, os.environ.get("HF_TOKEN") or None)
     print(f"{found.source.repo_id}@{found.commit}: {len(found.files)} files, "
-          f"{found.total_bytes:,} bytes; weights planned from the safetensors headers only")
+          f"{found.total_bytes:,} bytes; weights planned from the safetensors headers only",
+          file=sys.stderr)
     return parse_scan(found.scan_json(), f"hf:{found.source.repo_id}@{found.commit}")
 
 

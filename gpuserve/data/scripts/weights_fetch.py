@@ -329,7 +329,9 @@ def start(args):
             os.unlink(os.path.join(args.run_dir, name))
     env = {"PATH": os.path.dirname(args.python) + ":/usr/local/bin:/usr/bin:/bin",
            "HOME": args.run_dir, "HF_HOME": os.path.join(args.run_dir, "hf"),
-           "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+           "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
+           # progress is the status file's; tqdm's bars would fill run.err for hours
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     argv = [args.python, os.path.abspath(__file__), *rest,
             "--status", os.path.join(args.run_dir, "status.json")]
