@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import math
+import sys
 from typing import Any
 
 from gpuserve.errors import InputError
