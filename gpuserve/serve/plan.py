@@ -404,15 +404,30 @@ def checkpoint_path(host_data: dict, source: str) -> str | None:
             return None
         profile = load_profile(ref)
         path = profile.model.path
-        hf = profile.model.source
-        if hf is not None:
-            if not hf.pinned:
-                return None
-            home = sglang.validate_home(data["sglang_home"], source)
-            path = hf.revision_dir(weights.models_dir_of(data, source, home), hf.revision)
+        if profile.model.hf:
+            target = weights_target(host_data, source)
+            return target[0] if target else None
     except InputError:
         return None
     return path if path.startswith("/") else None
+
+
+def weights_target(host_data: dict, source: str) -> tuple[str, str] | None:
+    """(revision directory, models_dir) of a profile pinned to a Hub commit, known
+    before any host read, so that the deploy reads its state in the first batch; None
+    otherwise (a path, a floating revision, bad input: plan_serve says why)."""
+    data, ref = _data_and_profile_ref(host_data)
+    if ref is None:
+        return None
+    try:
+        hf = load_profile(ref).model.source
+        if hf is None or not hf.pinned:
+            return None
+        home = sglang.validate_home(data["sglang_home"], source)
+        models_dir = weights.models_dir_of(data, source, home)
+    except InputError:
+        return None
+    return hf.revision_dir(models_dir, hf.revision), models_dir
 
 
 def candidate_locks(host_data: dict, source: str) -> list[Lock]:

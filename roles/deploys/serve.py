@@ -37,19 +37,25 @@ from gpuserve.roles.service import UNIT_NAME, UNIT_PATH, configure_service, plan
 from gpuserve.roles.service.rollback import RollbackSpec, keep_last_good
 from gpuserve.roles.sglang import install_sglang, prune_venvs
 from gpuserve.serve.install import state_dir
-from gpuserve.serve.plan import ServePlan, candidate_locks, checkpoint_path, plan_serve
+from gpuserve.serve.plan import (
+    ServePlan,
+    candidate_locks,
+    checkpoint_path,
+    plan_serve,
+    weights_target,
+)
 
 # the unit files whose venv a prune keeps: the live one and the last good one
 UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
 
 
-def host_reads(home: str, user: str, checkpoint: str | None, models_dir: str = ""
-               ) -> list[Read]:
+def host_reads(home: str, user: str, checkpoint: str | None,
+               weights: tuple[str, str] | None = None) -> list[Read]:
     """What the plan reads from the host before any change (one prefetch), the
-    checkpoint scan of the profile's model directory included (and, for a pinned
-    ``model.hf`` revision, the state of its directory)."""
-    hf = ([Read.of(WeightsState, target=checkpoint, ref="", models_dir=models_dir)]
-          if checkpoint and models_dir and checkpoint.startswith(models_dir + "/") else [])
+    checkpoint scan of the profile's model directory included (and, for a profile
+    pinned to a Hub commit, the state of the revision's directory: ``weights``)."""
+    hf = ([Read.of(WeightsState, target=weights[0], ref="", models_dir=weights[1])]
+          if weights else [])
     return [Read.of(InstallTarget, path=home), Read.of(FileContents, path=HOST_JSON_PATH),
             Read.of(HostFactsDocument, sglang_python=""), *sglang_role.account_reads(user),
             *([Read.of(ModelCheckpoint, path=checkpoint)] if checkpoint else []), *hf]
@@ -114,7 +120,7 @@ def plan_and_read() -> ServePlan:
     user = sglang_role.validate_user(user, inventory_source())
     data, source = host.data.dict(), inventory_source()
     prefetch([*host_reads(home, user, checkpoint_path(data, source),
-                          _models_dir(data, source, home)),
+                          weights_target(data, source)),
               *role_reads(user, home, candidate_locks(data, source),
                           serving_probe_read(data, source, home))])
     plan = plan_serve(
@@ -135,17 +141,6 @@ def plan_and_read() -> ServePlan:
     for line in plan.preflight.warnings:
         logger.warning(f"{host.name}: {line}")
     return plan
-
-
-def _models_dir(data: dict, source: str, home: str) -> str:
-    """Host data models_dir as the plan reads it ("" when it is bad: the plan says why)."""
-    from gpuserve.errors import InputError
-    from gpuserve.serve.weights import models_dir_of
-
-    try:
-        return models_dir_of(data, source, home)
-    except InputError:
-        return ""
 
 
 def serve(plan: ServePlan, rollback: RollbackSpec) -> None:
