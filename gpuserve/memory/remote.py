@@ -239,10 +239,18 @@ def _parse_headers(api, source: HfSource, commit: str, shards: list[str], where:
 
     with ThreadPoolExecutor(max_workers=PARALLEL_HEADERS) as pool:
         results = list(pool.map(one, shards))
+    label = f"hf:{source.repo_id}@{commit}"
     for name, (_, error) in zip(shards, results, strict=True):
-        if error is not None:
-            with hub_errors(where, source, name):
-                raise error
+        if error is None:
+            continue
+        response = getattr(error, "response", None)
+        if getattr(response, "status_code", None) == 416:
+            # the header's own range lies past the end of the file
+            raise InputError(f"{label}/{name}", "header", "truncated: the file ends before "
+                             "the header its first 8 bytes announce (HTTP 416 for the "
+                             "header's range)") from None
+        with hub_errors(where, source, name):
+            raise error
     return [meta for meta, _ in results]
 
 
