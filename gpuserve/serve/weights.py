@@ -32,6 +32,11 @@ DEFAULTS = {
     # Plain http only for a mirror listed in trusted_mirrors; no credentials (hf_token)
     # accepts: str (an http(s) URL) or None
     "hf_endpoint": None,
+    # the endpoint the controller reads the file list and headers from at prepare time,
+    # when it cannot reach the host's hf_endpoint under that URL (a mirror on the host's
+    # network); None: hf_endpoint. Both must serve the same commits
+    # accepts: str (an http(s) URL) or None
+    "hf_plan_endpoint": None,
     # where model.hf revisions live on the host: <models_dir>/<org>--<name>/<commit>/
     # (None: <sglang_home>/models)
     # accepts: str (an absolute path) or None
@@ -83,22 +88,22 @@ def models_dir_of(data: dict, source: str, home: str) -> str:
     return value.rstrip("/") or "/"
 
 
-def endpoint_of(data: dict, source: str) -> str | None:
-    """Host data ``hf_endpoint``: an http(s) URL without credentials; http only for a
-    mirror in ``trusted_mirrors``."""
-    value = data.get("hf_endpoint")
+def endpoint_of(data: dict, source: str, key: str = "hf_endpoint") -> str | None:
+    """Host data ``hf_endpoint`` (or ``hf_plan_endpoint``): an http(s) URL without
+    credentials; http only for a mirror in ``trusted_mirrors``."""
+    value = data.get(key)
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise InputError(source, "hf_endpoint", f"must be a string, got {value!r:.60}")
+        raise InputError(source, key, f"must be a string, got {value!r:.60}")
     parsed = urlparse(value)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise InputError(source, "hf_endpoint", f"must be an http(s) URL, got {value!r:.80}")
+        raise InputError(source, key, f"must be an http(s) URL, got {value!r:.80}")
     if "@" in parsed.netloc:
-        raise InputError(source, "hf_endpoint", "must not carry credentials: set hf_token "
+        raise InputError(source, key, "must not carry credentials: set hf_token "
                          "(the URL is not shown)")
     prefixes = mirrors.validate_trusted_mirrors(data.get("trusted_mirrors") or [], source)
-    mirrors.require_https(value, "hf_endpoint", prefixes, source)
+    mirrors.require_https(value, key, prefixes, source)
     return value.rstrip("/")
 
 
@@ -131,16 +136,22 @@ class HostWeights:
                    doc.get("recorded") if isinstance(doc.get("recorded"), str) else None)
 
 
-def where_of(profile: Profile, source: str, endpoint: str | None) -> Where:
+def where_of(profile: Profile, source: str, data: dict) -> Where:
+    """Whom the Hub's errors name: the profile's model.hf, and the endpoint key the
+    controller read (hf_plan_endpoint when set, else hf_endpoint)."""
     origin = profile.where("model.hf")
     label = f"{origin.file}:{origin.line}" if origin.line else origin.file
-    return Where(label, "model.hf", source, "hf_endpoint", endpoint)
+    plan = endpoint_of(data, source, "hf_plan_endpoint")
+    if plan is not None:
+        return Where(label, "model.hf", source, "hf_plan_endpoint", plan)
+    return Where(label, "model.hf", source, "hf_endpoint", endpoint_of(data, source))
 
 
 def check_data(data: dict, source: str, home: str) -> None:
     """The weights step's host data, checked without reading the host or the Hub."""
     models_dir_of(data, source, home)
     endpoint_of(data, source)
+    endpoint_of(data, source, "hf_plan_endpoint")
     validate_secret(data.get("hf_token"), "hf_token", source)
     timeout_of(data, source)
     if not isinstance(data.get("hf_revision_update", False), bool):
@@ -163,7 +174,7 @@ def plan_weights(data: dict, source: str, profile: Profile, *, home: str, user: 
     token = validate_secret(data.get("hf_token"), "hf_token", source)
     update = bool(data.get("hf_revision_update", False))
     timeout = timeout_of(data, source)
-    where = where_of(profile, source, endpoint)
+    where = where_of(profile, source, data)
     ref = None if hf.pinned else hf.ref_record(models_dir)
     found: RemoteCheckpoint | None = None
     commit = hf.revision

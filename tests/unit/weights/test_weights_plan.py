@@ -127,3 +127,16 @@ def test_progress_line_has_bytes_rate_and_eta():
                                               "bytes": GIB, "total": 4 * GIB,
                                               "rate": 100 * (1 << 20), "eta_s": 30.7})
     assert line == "gpu1: weights: org/name: 1.00 GiB of 4.00 GiB (25%), 100.0 MiB/s, ETA 31 s"
+
+
+def test_plan_endpoint_is_what_the_controller_reads_and_errors_name(tmp_path):
+    seen = []
+
+    def hub(source, where, token, headers=True):
+        seen.append((where.endpoint, where.endpoint_field))
+        return RemoteCheckpoint(source, COMMIT, FILES, None)
+
+    plan, *_ = _plan(_profile(tmp_path, f"org/name@{COMMIT}"), _state(False, 100 * GIB),
+                     hub, hf_endpoint="https://mirror.lan", hf_plan_endpoint="https://hub.io/")
+    assert seen == [("https://hub.io", "hf_plan_endpoint")]
+    assert plan.endpoint == "https://mirror.lan"  # the host fetches from its own
