@@ -29,12 +29,14 @@ from gpuserve.serve.secret import validate_secret
 DEFAULTS = {
     # the Hub (or a mirror answering like it: docs/weights.md) model.hf sources are read
     # from and fetched from, e.g. https://hf-mirror.internal; None: https://huggingface.co.
-    # Plain http only for a mirror listed in trusted_mirrors; no credentials (hf_token)
+    # Plain http only for a mirror listed in trusted_mirrors (or on loopback); no
+    # credentials (hf_token)
     # accepts: str (an http(s) URL) or None
     "hf_endpoint": None,
     # the endpoint the controller reads the file list and headers from at prepare time,
     # when it cannot reach the host's hf_endpoint under that URL (a mirror on the host's
-    # network); None: hf_endpoint. Both must serve the same commits
+    # network, or on the controller's own loopback); None: hf_endpoint. Both must serve
+    # the same commits
     # accepts: str (an http(s) URL) or None
     "hf_plan_endpoint": None,
     # where model.hf revisions live on the host: <models_dir>/<org>--<name>/<commit>/
@@ -103,8 +105,13 @@ def endpoint_of(data: dict, source: str, key: str = "hf_endpoint") -> str | None
         raise InputError(source, key, "must not carry credentials: set hf_token "
                          "(the URL is not shown)")
     prefixes = mirrors.validate_trusted_mirrors(data.get("trusted_mirrors") or [], source)
-    mirrors.require_https(value, key, prefixes, source)
+    if parsed.hostname not in LOOPBACK:  # over loopback nothing crosses a network
+        mirrors.require_https(value, key, prefixes, source)
     return value.rstrip("/")
+
+
+#: Hosts of an endpoint on the machine itself (plain http allowed: no network crossed).
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def timeout_of(data: dict, source: str) -> float:

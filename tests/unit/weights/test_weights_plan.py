@@ -140,3 +140,9 @@ def test_plan_endpoint_is_what_the_controller_reads_and_errors_name(tmp_path):
                      hub, hf_endpoint="https://mirror.lan", hf_plan_endpoint="https://hub.io/")
     assert seen == [("https://hub.io", "hf_plan_endpoint")]
     assert plan.endpoint == "https://mirror.lan"  # the host fetches from its own
+
+
+def test_http_on_loopback_crosses_no_network(tmp_path):
+    plan, *_ = _plan(_profile(tmp_path, f"org/name@{COMMIT}"), _state(True, 0), Hub(),
+                     hf_endpoint="http://127.0.0.1:8080/hub")
+    assert plan.endpoint == "http://127.0.0.1:8080/hub"
