@@ -91,7 +91,10 @@ def host_data_for(name: str) -> dict:
     if keyring is None:
         print(f"inventory/lab.py: warning: no lab cuda-keyring under {st.mirror_root}; run "
               "`python -m lab up` again (it republishes the mirror)", file=sys.stderr)
-    fields = {"mirror": st.mirror_url, "locks": str(locks), "keyring_sha256": keyring or "",
+    # {hub}: the Hub stand-in (lab/hub) as the guest sees it, a host's HF_ENDPOINT;
+    # {hub_local}: the same from this controller
+    fields = {"mirror": st.mirror_url, "hub": st.hub_url, "hub_local": st.hub_local_url,
+              "locks": str(locks), "keyring_sha256": keyring or "",
               "nccl_tests_sha256": archive_sha256(st.mirror_root, "nccl-tests-lab.tar.gz") or "",
               "cuda_samples_sha256":
                   archive_sha256(st.mirror_root, "cuda-samples-lab.tar.gz") or ""}

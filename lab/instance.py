@@ -277,6 +277,8 @@ def status(name: str) -> dict:
         mirror_alive=pid_alive(st.mirror_pid),
         ssh_answers=alive and ssh_ok(st.ssh_port, st.ssh_key, st.known_hosts, timeout=10),
         mirror_url=st.mirror_url,
+        hub_url=st.hub_url,
+        hub_local_url=st.hub_local_url,
     )
     info["state"] = ("running" if info["ssh_answers"] else
                      "booting or unresponsive" if alive else "dead (stale state)")

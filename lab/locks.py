@@ -15,6 +15,14 @@ this controller (once: kept under ``~/.cache/gpuserve/lab/pypi``), checks each s
 against the lock before it is kept, and puts them in ``<mirror>/pypi/``, which the lab
 inventory gives the router deploy as its find-links. The guest never reaches PyPI.
 
+The Hub client (``wheels/``): real SGLang depends on huggingface_hub, and the weights step
+runs its download with the SGLang venv's python. :func:`publish_hub_client` takes
+``huggingface-hub`` and its dependency closure for the guest (Requires-Dist of each
+wheel, markers evaluated for Debian 12's CPython 3.11 on x86_64) at the versions the real
+lock ``gpuserve/data/locks/sglang-0.5.23-cu13-py311.json`` pins, downloads them once into
+the same cache (sha256-checked against that lock) and puts them beside the stand-ins in
+``<mirror>/wheels``, so the lab locks below include the real client.
+
 The tool resolves with ``--find-links <mirror>/wheels`` and ``--index-url`` set to the
 same directory, which holds no project pages: pip finds every candidate through
 find-links and never reaches PyPI. The lock's ``url`` fields are those controller
@@ -44,6 +52,15 @@ GUEST_GLIBC = "2.36"
 PYPI_SUBDIR = "pypi"
 #: Packages published from PyPI for real (their committed locks, for the guest's Python).
 PYPI_PACKAGES = ("smg",)
+#: The real SGLang lock whose huggingface-hub closure goes into wheels/ (the guest's Python).
+HUB_CLIENT_LOCK = "sglang-0.5.23-cu13-py311.json"
+HUB_CLIENT = "huggingface-hub"
+#: The guest's marker environment (Debian 12: CPython 3.11.2 on x86_64 Linux).
+GUEST_MARKERS = {"python_version": GUEST_PYTHON, "python_full_version": "3.11.2",
+                 "platform_machine": "x86_64", "sys_platform": "linux",
+                 "platform_system": "Linux", "os_name": "posix",
+                 "implementation_name": "cpython", "platform_python_implementation": "CPython",
+                 "extra": ""}
 
 
 def locks_dir(mirror_root: Path | str) -> Path:
@@ -137,6 +154,70 @@ def publish_pypi(mirror_root: Path, locks_dir: Path | None = None) -> list[str]:
                     shutil.copyfile(cached, tmp)
                     tmp.replace(target)
                 names.append(pkg.filename)
+    return names
+
+
+def _wheel_requires(path: Path) -> list[str]:
+    """The names a wheel requires on the guest (Requires-Dist, markers evaluated)."""
+    import zipfile
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    with zipfile.ZipFile(path) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        text = zf.read(meta).decode()
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = Requirement(line.split(":", 1)[1].strip())
+        if req.marker is None or req.marker.evaluate(GUEST_MARKERS):
+            out.append(canonicalize_name(req.name))
+    return out
+
+
+def hub_client_wheels(lock_path: Path | None = None) -> list[tuple[Path, str]]:
+    """(cached wheel, sha256) of huggingface-hub and its closure, pinned by the real lock;
+    downloaded once (sha256-checked)."""
+    import json
+
+    from packaging.utils import canonicalize_name
+
+    from gpuserve.paths import PACKAGE_DIR
+
+    lock_path = lock_path or PACKAGE_DIR / "data" / "locks" / HUB_CLIENT_LOCK
+    packages = {canonicalize_name(p["name"]): p
+                for p in json.loads(lock_path.read_text())["packages"]}
+    todo, seen, out = [HUB_CLIENT], set(), []
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        pkg = packages.get(name)
+        if pkg is None:
+            raise RuntimeError(f"{lock_path.name}: no {name}, which the {HUB_CLIENT} closure "
+                               "needs on the guest")
+        cached = fetch_wheel(pkg["url"], pkg["sha256"], pypi_cache() / pkg["filename"])
+        out.append((cached, pkg["sha256"]))
+        todo.extend(_wheel_requires(cached))
+    return sorted(out)
+
+
+def publish_hub_client(mirror_root: Path) -> list[str]:
+    """Put the real huggingface-hub wheel and its closure into ``mirror_root/wheels``
+    (before the lab locks are generated); returns the file names."""
+    out = Path(mirror_root) / "wheels"
+    out.mkdir(parents=True, exist_ok=True)
+    names = []
+    for cached, sha256 in hub_client_wheels():
+        target = out / cached.name
+        if not (target.exists() and _sha256(target) == sha256):
+            tmp = target.with_name(f".{target.name}.new")
+            shutil.copyfile(cached, tmp)
+            tmp.replace(target)
+        names.append(cached.name)
     return names
 
 

@@ -36,9 +36,12 @@ from pathlib import Path
 # "module:function" names a publisher other than the module's ``publish``.
 # lab.locks:publish_pypi downloads the real PyPI wheels of the gateway's (smg) lock into
 # pypi/, each checked against the lock's sha256.
-PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.nvidia_repo", "lab.locks",
-              "lab.gate_tools", "lab.locks:publish_pypi")
-LAYOUT = ("wheels", "cuda/repos/debian12/x86_64", "pypi")
+# lab.hub.publish composes the Hub stand-in's repositories into hub/ (lab/hub/README.md).
+# lab.locks:publish_hub_client puts the real huggingface-hub closure into wheels/ first.
+PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.locks:publish_hub_client",
+              "lab.nvidia_repo", "lab.locks",
+              "lab.gate_tools", "lab.locks:publish_pypi", "lab.hub.publish")
+LAYOUT = ("wheels", "cuda/repos/debian12/x86_64", "pypi", "hub")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 log = logging.getLogger("lab.mirror")
@@ -101,12 +104,48 @@ def publish_all(mirror_root: Path, warn=print) -> list[str]:
 
 
 class _Handler(SimpleHTTPRequestHandler):
+    """Static files, except ``/hub/...``: the Hub stand-in (lab.hub.server) over ``hub/``."""
+
+    hub = None  # a lab.hub.server.Hub, set by serve()
+
+    def _hub_path(self) -> bool:
+        from lab.hub import PREFIX
+
+        path = self.path.partition("?")[0]
+        return self.hub is not None and (path == PREFIX or path.startswith(PREFIX + "/"))
+
+    def do_GET(self) -> None:  # noqa: N802 (stdlib name)
+        if self._hub_path():
+            from lab.hub.server import handle
+
+            return handle(self.hub, self, "GET")
+        return super().do_GET()
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        if self._hub_path():
+            from lab.hub.server import handle
+
+            return handle(self.hub, self, "HEAD")
+        return super().do_HEAD()
+
+    def do_POST(self) -> None:  # noqa: N802 (the Hub stand-in's /hub/_lab/ knobs)
+        if self._hub_path():
+            from lab.hub.server import handle
+
+            return handle(self.hub, self, "POST")
+        self.send_error(405)
+
     def log_message(self, format: str, *args) -> None:  # noqa: A002 (stdlib signature)
         log.info("%s %s", self.address_string(), format % args)
 
 
 def serve(root: Path, port_file: Path, host: str = "127.0.0.1", port: int = 0) -> None:
-    handler = functools.partial(_Handler, directory=str(root))
+    from lab.hub import PREFIX
+    from lab.hub.server import Hub
+
+    hub = Hub(root / "hub", prefix=PREFIX)
+    handler = functools.partial(type("MirrorHandler", (_Handler,), {"hub": hub}),
+                                directory=str(root))
     httpd = ThreadingHTTPServer((host, port), handler)
     httpd.daemon_threads = True
     tmp = port_file.with_suffix(".tmp")

@@ -81,6 +81,17 @@ class InstanceState:
         user network and on a container's slirp4netns alike."""
         return f"http://10.0.2.2:{self.mirror_port}/"
 
+    @property
+    def hub_url(self) -> str:
+        """The Hub stand-in (lab/hub) as the guest sees it: a lab host's ``HF_ENDPOINT``."""
+        return f"http://10.0.2.2:{self.mirror_port}/hub"
+
+    @property
+    def hub_local_url(self) -> str:
+        """The same Hub stand-in from this machine (its loopback): controller-side reads
+        and the lab's knobs (``<url>/_lab/...``)."""
+        return f"http://127.0.0.1:{self.mirror_port}/hub"
+
 
 def state_path(name: str, home: Path | None = None) -> Path:
     return instance_dir(name, home) / "state.json"

@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import json
 import math
+import random
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,8 +188,11 @@ def _split(items: list[Tensor], shards: int) -> list[list[Tensor]]:
     return [s for s in out if s]
 
 
-def write_shard(path: Path, items: list[Tensor]) -> int:
-    """Write one shard's header and truncate the file to its full (sparse) size."""
+def write_shard(path: Path, items: list[Tensor], fill: str = "sparse") -> int:
+    """Write one shard's header, then its data: ``sparse`` truncates the file to its full
+    size (a hole, no byte written); ``pattern`` writes deterministic pseudo-random bytes
+    seeded by the file name (a small checkpoint that is really downloaded, so a copy
+    that never wrote its data cannot pass for it)."""
     header: dict = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, dtype, shape in items:
@@ -200,6 +204,15 @@ def write_shard(path: Path, items: list[Tensor]) -> int:
     with open(path, "wb") as f:
         f.write(len(raw).to_bytes(8, "little"))
         f.write(raw)
+        if fill == "pattern":
+            rng = random.Random(path.name)
+            left = offset
+            while left:
+                n = min(left, 1 << 20)
+                f.write(rng.randbytes(n))
+                left -= n
+        elif fill != "sparse":
+            raise ValueError(f"compose: fill {fill!r}: use sparse or pattern")
         f.truncate(8 + len(raw) + offset)
     return offset
 
@@ -211,6 +224,7 @@ def compose(
     quant: dict | None = None,
     shards: int = 1,
     source: str = "",
+    fill: str = "sparse",
 ) -> dict:
     """Write the composed checkpoint into ``out``; returns the index document."""
     hf_quant = quant if quant and "quantization" in quant else None
@@ -227,19 +241,21 @@ def compose(
     total = 0
     for i, part in enumerate(parts, 1):
         name = f"model-{i:05d}-of-{len(parts):05d}.safetensors"
-        total += write_shard(out / name, part)
+        total += write_shard(out / name, part, fill)
         weight_map.update({t[0]: name for t in part})
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     if hf_quant is not None:
         (out / "hf_quant_config.json").write_text(json.dumps(hf_quant, indent=2) + "\n")
+    data = ("every\ndata byte is a hole" if fill == "sparse" else
+            "the data\nare pseudo-random filler bytes, not trained weights")
     (out / "COMPOSED.md").write_text(
         "# Composed checkpoint (no weights)\n\n"
         f"Written by tools/compose_checkpoint.py from {source or 'a config.json'}.\n"
-        f"{len(items)} tensors in {len(parts)} shards, {total} bytes of sparse data: the\n"
-        "headers carry the real tensor names, dtypes and shapes the config implies; every\n"
-        "data byte is a hole. Not a download: do not serve it expecting output.\n"
+        f"{len(items)} tensors in {len(parts)} shards, {total} bytes of {fill} data: the\n"
+        f"headers carry the real tensor names, dtypes and shapes the config implies; {data}.\n"
+        "Not a trained model: do not serve it expecting output.\n"
     )
     return index
 
@@ -268,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--shards", type=int, default=1)
     p.add_argument("--layers", type=int, help="keep only this many decoder layers (tiny tests)")
+    p.add_argument("--fill", choices=("sparse", "pattern"), default="sparse",
+                   help="data bytes: holes (default) or deterministic pseudo-random filler")
     a = p.parse_args(argv)
     if a.record:
         config, quant, source = load_record_inputs(a.record)
@@ -278,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         source = str(a.config)
     if a.layers:
         config = {**config, "num_hidden_layers": a.layers}
-    index = compose(config, a.out, quant=quant, shards=a.shards, source=source)
+    index = compose(config, a.out, quant=quant, shards=a.shards, source=source, fill=a.fill)
     print(f"{a.out}: {len(index['weight_map'])} tensors, {index['metadata']['total_size']:,} B")
     return 0
 

@@ -67,7 +67,10 @@ def requirements(version: str) -> list[str]:
     """``torch==2.14.1+lab``, ``sglang-kernel==0.4.10+lab`` for ``0.5.23+lab``: the pins of
     the real release, on the lab's stand-ins (lab/torch_standin/versions.yaml)."""
     return [f"torch=={torch_standin.torch_for_sglang(version)}",
-            f"sglang-kernel=={torch_standin.kernel_for_sglang(version)}"]
+            f"sglang-kernel=={torch_standin.kernel_for_sglang(version)}",
+            # real SGLang downloads through huggingface_hub; the lab mirror carries the real
+            # wheel and its closure (lab/locks.py, publish_hub_client)
+            "huggingface_hub"]
 
 
 def _package_files(version: str) -> dict[str, bytes]:

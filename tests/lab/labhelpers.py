@@ -49,3 +49,79 @@ def served_profile(lab) -> str:
 def venvs(lab) -> list[str]:
     out = lab.ssh("ls -1d /opt/gpuserve/venvs/*/ 2>/dev/null").stdout
     return sorted(line.rstrip("/") for line in out.split())
+
+
+class LabHub:
+    """The lab instance's Hub stand-in (lab/hub), for lab tests.
+
+    ``url``: what a lab host's ``HF_ENDPOINT`` (host data ``hf_endpoint``) is,
+    ``http://10.0.2.2:<mirror port>/hub``; ``local_url``: the same from this machine.
+    The knobs and counters are the stand-in's ``/_lab/`` endpoints (lab/hub/README.md).
+    """
+
+    def __init__(self, lab) -> None:
+        self.lab = lab
+
+    @property
+    def url(self) -> str:
+        return self.lab.state.hub_url
+
+    @property
+    def local_url(self) -> str:
+        return self.lab.state.hub_local_url
+
+    def control(self, what: str, body: dict | None = None):
+        """GET (no body) or POST ``<local_url>/_lab/<what>``; the JSON answer."""
+        import json
+        import urllib.request
+
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.local_url}/_lab/{what}", data=data,
+                                     method="GET" if body is None else "POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+
+    def reset(self) -> None:
+        """Forget counters, pending faults and branch moves."""
+        self.control("reset", {})
+
+    def repos(self) -> dict:
+        """repo id -> {access, branches, commits, purpose}."""
+        return self.control("repos")
+
+    def main_commit(self, repo: str) -> str:
+        return self.repos()[repo]["branches"]["main"]
+
+    def stats(self) -> dict:
+        """{"requests": [...each request...], "files": {"<repo>/<file>": {"head",
+        "get_full", "get_ranged", "bytes"}}} since the last reset."""
+        return self.control("stats")
+
+    def cut(self, repo: str, file: str, after: int, times: int = 1) -> None:
+        """The next GET of ``file`` stops after byte ``after`` (connection closed); the
+        client resumes with a Range from its last whole 10 MiB chunk."""
+        self.control("faults", {"kind": "cut", "repo": repo, "file": file, "after": after,
+                                "times": times})
+
+    def corrupt(self, repo: str, file: str, offset: int | None = None, times: int = 1) -> None:
+        """The next GET of ``file`` serves 16 bytes inverted at ``offset`` (default: the
+        middle of the file); the size stays right, the sha256 does not."""
+        self.control("faults", {"kind": "corrupt", "repo": repo, "file": file,
+                                "offset": offset, "times": times})
+
+    def bare404(self, repo: str, file: str | None = None, times: int = 1) -> None:
+        """The next ``times`` requests for ``repo`` (or ``file``) get 404 without
+        X-Error-Code, like a proxy or a mirror that is not a Hub."""
+        self.control("faults", {"kind": "bare404", "repo": repo, "file": file,
+                                "times": times})
+
+    def move_branch(self, repo: str, commit: str, branch: str = "main") -> None:
+        """Point ``branch`` at another of the repository's commits (the branch moved)."""
+        self.control("refs", {"repo": repo, "branch": branch, "commit": commit})
+
+
+def lab_hub(lab) -> LabHub:
+    """The Hub stand-in of the ``lab`` fixture's instance, counters and faults reset."""
+    hub = LabHub(lab)
+    hub.reset()
+    return hub

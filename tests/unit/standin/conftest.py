@@ -30,10 +30,21 @@ def offline_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def standin_mirror(tmp_path_factory) -> Path:
-    """A mirror root whose ``wheels/`` holds every stand-in wheel (torch stack, sglang)."""
+    """A mirror root whose ``wheels/`` holds every stand-in wheel (torch stack, sglang)
+    and the real huggingface-hub closure the sglang stand-in requires (from the lab's
+    download cache; fetched from PyPI once, as `python -m lab up` does)."""
+    import urllib.error
+
+    from lab import locks
+
     root = tmp_path_factory.mktemp("standin-mirror")
     torch_standin.publish(root)
     sglang_standin.publish(root)
+    try:
+        locks.publish_hub_client(root)
+    except (urllib.error.URLError, OSError) as exc:
+        pytest.skip(f"the real huggingface-hub wheels are neither cached under "
+                    f"{locks.pypi_cache()} nor downloadable here: {exc}")
     return root
 
 

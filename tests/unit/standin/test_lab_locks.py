@@ -33,6 +33,17 @@ pytestmark = pytest.mark.skipif(not lab_locks_mod.GEN_LOCK.exists(),
                                 reason="tools/gen_lock.py is not there")
 
 
+def hub_client_versions() -> dict[str, str]:
+    """The real huggingface-hub closure the mirror carries: versions of the real lock."""
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    out = {}
+    for wheel, _ in lab_locks_mod.hub_client_wheels():
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+        out[canonicalize_name(name)] = str(version)
+    return out
+
+
 def _load(path: Path):
     from gpuserve.launch.locks import load_lock
 
@@ -57,7 +68,9 @@ def test_lock_loads_and_pins_every_mirror_wheel_by_hash(lab_locks, standin_mirro
     assert lock.glibc_min == "2.28" and lock.supports(python="3.11", glibc="2.36") is None
     assert lock.external == ()
     versions = {p.name: p.version for p in lock.packages}
-    assert versions == {"sglang": version, "nvidia-cuda-runtime": "13.0.96+lab", **want}
+    assert versions == {"sglang": version, "nvidia-cuda-runtime": "13.0.96+lab", **want,
+                        **hub_client_versions()}
+    assert versions["huggingface-hub"] == "1.33.0"  # the real client, as the real lock pins
     wheels = standin_mirror / "wheels"
     for pkg in lock.packages:
         assert not pkg.external and pkg.sha256, pkg
@@ -163,8 +176,9 @@ def test_lock_installs_hash_checked_from_the_mirror_wheels(lab_locks, standin_mi
     assert done.returncode == 0, done.stderr
     check = pip("check")
     assert check.returncode == 0, check.stdout + check.stderr
-    got = subprocess.run([py, "-c", "import importlib.metadata as m, torch; print(m.version("
-                          "'sglang'), m.version('sglang-kernel'), torch.__version__, "
-                          "torch.version.cuda)"], capture_output=True, text=True, check=True,
+    got = subprocess.run([py, "-c", "import importlib.metadata as m, torch, huggingface_hub; "
+                          "print(m.version('sglang'), m.version('sglang-kernel'), "
+                          "torch.__version__, torch.version.cuda, huggingface_hub.__version__)"],
+                         capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin"})
-    assert got.stdout.split() == ["0.5.23+lab", "0.4.10+lab", "2.14.1+lab", "13.0"]
+    assert got.stdout.split() == ["0.5.23+lab", "0.4.10+lab", "2.14.1+lab", "13.0", "1.33.0"]

@@ -55,7 +55,10 @@ print(json.dumps(out))
 
 
 def test_publish_writes_the_stack(wheels):
-    names = sorted(p.name for p in wheels.glob("*.whl"))
+    from lab import locks
+
+    hub_client = {w.name for w, _ in locks.hub_client_wheels()}  # real PyPI wheels
+    names = sorted(p.name for p in wheels.glob("*.whl") if p.name not in hub_client)
     assert names == [
         "nvidia_cuda_runtime-13.0.96+lab-py3-none-any.whl",
         "sglang-0.5.19+lab-py3-none-any.whl",
@@ -138,7 +141,8 @@ def test_sglang_standin_pins_its_torch_and_kernel(wheels, sglang, torch, kernel)
     with zipfile.ZipFile(wheels / sglang_standin.wheel_name(sglang)) as zf:
         meta = zf.read(f"sglang-{sglang}.dist-info/METADATA").decode()
     assert [ln for ln in meta.splitlines() if ln.startswith("Requires-Dist:")] == [
-        f"Requires-Dist: torch=={torch}", f"Requires-Dist: sglang-kernel=={kernel}"]
+        f"Requires-Dist: torch=={torch}", f"Requires-Dist: sglang-kernel=={kernel}",
+        "Requires-Dist: huggingface_hub"]  # like the real wheel: the Hub client
     assert torch_standin.torch_for_sglang(sglang) == torch
     assert torch_standin.kernel_for_sglang(sglang) == kernel
 
@@ -232,8 +236,11 @@ def test_pip_resolves_sglang_with_its_torch_from_the_mirror_wheels(wheels, tmp_p
     assert out.returncode == 0, out.stderr
     got = {i["metadata"]["name"]: i["metadata"]["version"]
            for i in json.loads(report.read_text())["install"]}
+    hub = {k: got.pop(k) for k in list(got) if k not in (
+        "sglang", "torch", "sglang-kernel", "nvidia-cuda-runtime")}
     assert got == {"sglang": "0.5.23+lab", "torch": "2.14.1+lab",
                    "sglang-kernel": "0.4.10+lab", "nvidia-cuda-runtime": "13.0.96+lab"}
+    assert hub["huggingface_hub"] == "1.33.0" and "httpx" in hub  # the real client's closure
 
 
 # -- the module, on the lab boxes ---------------------------------------------------
