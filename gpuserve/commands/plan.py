@@ -340,10 +340,11 @@ def remote_scan(spec: str, endpoint: str | None) -> Any:
         raise InputError("--hf", "hf", problem)
     endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
     where = Where("--hf", "hf", "--hf-endpoint", "hf_endpoint", endpoint)
-    found = read_remote(parse_source(spec, True), where, os.environ.get("HF_TOKEN") or None)
-    print(f"{found.source.repo_id}@{found.commit}: {len(found.files)} files, "
-          f"{found.total_bytes:,} bytes; weights planned from the safetensors headers only",
-          file=sys.stderr)
+    found = read_remote(parse_source(spec, True), where, os.environ.get("HF_TOKEN") or None,
+                        headers=True, files=False)
+    shards = len((found.scan or {}).get("files") or [])
+    print(f"{found.source.repo_id}@{found.commit}: weights planned from the safetensors "
+          f"headers of {shards} files only (no weights fetched)", file=sys.stderr)
     return parse_scan(found.scan_json(), f"hf:{found.source.repo_id}@{found.commit}")
 
 

@@ -176,47 +176,53 @@ def _json_file(api, source: HfSource, commit: str, name: str, where: Where) -> d
     return doc
 
 
-def read_headers(api, source: HfSource, commit: str, files: tuple[RepoFile, ...],
-                 where: Where) -> dict:
-    """The scan document of the revision from its config and safetensors headers only."""
-    names = {f.path: f for f in files}
+def _optional_json(api, source: HfSource, commit: str, name: str, where: Where) -> dict | None:
+    """A small JSON file of the revision, None when the repository has none."""
+    return _json_file(api, source, commit, name, where) \
+        if _exists(api, source, commit, name, where) else None
+
+
+def _exists(api, source: HfSource, commit: str, name: str, where: Where) -> bool:
+    with hub_errors(where, source, name):
+        return bool(api.file_exists(source.repo_id, name, revision=commit))
+
+
+def read_headers(api, source: HfSource, commit: str, where: Where) -> dict:
+    """The scan document of the revision from its config and safetensors headers only:
+    as huggingface_hub's get_safetensors_metadata finds them (``model.safetensors``, else
+    the index and the shards it names), each header one ranged GET. No file list and no
+    weight is read: a misfit is refused for the price of the headers."""
     label = f"hf:{source.repo_id}@{commit}"
-    if SINGLE not in names and INDEX not in names:
-        raise InputError(where.source_file, where.source_field, f"{source.repo_id}@{commit} "
-                         f"has neither {SINGLE} nor {INDEX}: gpuserve serves safetensors "
-                         "checkpoints only")
-    index = _json_file(api, source, commit, INDEX, where) if INDEX in names else None
-    if index is not None:
+    index = None
+    if not _exists(api, source, commit, SINGLE, where):
+        if not _exists(api, source, commit, INDEX, where):
+            raise InputError(where.source_file, where.source_field, f"{source.repo_id}@"
+                             f"{commit} has neither {SINGLE} nor {INDEX}: gpuserve serves "
+                             "safetensors checkpoints only")
+        index = _json_file(api, source, commit, INDEX, where)
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise InputError(f"{label}/{INDEX}", "weight_map", "missing or empty")
-        missing = sorted({str(v) for v in weight_map.values()} - set(names))
-        if missing:
-            raise InputError(f"{label}/{INDEX}", "weight_map", f"names shard "
-                             f"{missing[0]!r:.120}, which the repository does not have at "
-                             f"this revision ({len(missing)} missing)")
-    config = _json_file(api, source, commit, "config.json", where) \
-        if "config.json" in names else None
-    quant = _json_file(api, source, commit, "hf_quant_config.json", where) \
-        if "hf_quant_config.json" in names else None
+    config = _optional_json(api, source, commit, "config.json", where)
+    quant = _optional_json(api, source, commit, "hf_quant_config.json", where)
     shards = sorted({str(v) for v in index["weight_map"].values()}) if index else [SINGLE]
-    metas = _parse_headers(api, source, commit, shards, where)
-    return scan_document(label, config, quant, index,
-                         {name: (names[name].size, fm) for name, fm in zip(shards, metas,
-                                                                           strict=True)})
+    metas = _parse_headers(api, source, commit, shards, where, index is not None)
+    return scan_document(label, config, quant, index, dict(zip(shards, metas, strict=True)))
 
 
 def scan_document(label: str, config: dict | None, quant: dict | None, index: dict | None,
                   shards: dict) -> dict:
     """checkpoint_scan.py's document from huggingface_hub's parsed headers
-    (``{file: (size, SafetensorsFileMetadata)}``): each tensor's dtype, shape and data
-    offsets go through the local scan's own checks and grouping (``scan_headers``)."""
+    (``{file: SafetensorsFileMetadata}``): each tensor's dtype, shape and data offsets go
+    through the local scan's own checks and grouping (``scan_headers``). A ranged read
+    does not give a file's size: each file counts as its 8-byte length and its data
+    (its header's bytes are not counted)."""
     headers = []
-    for name, (size, fm) in sorted(shards.items()):
+    for name, fm in sorted(shards.items()):
         header = {t: {"dtype": i.dtype, "shape": list(i.shape),
                       "data_offsets": list(i.data_offsets)} for t, i in fm.tensors.items()}
         end = max((i.data_offsets[1] for i in fm.tensors.values()), default=0)
-        headers.append((name, size, header, max(size - 8 - end, 0)))
+        headers.append((name, 8 + end, header, 0))
     return _scan_module().scan_headers(label, config, quant, index, headers)
 
 
@@ -224,11 +230,14 @@ def scan_document(label: str, config: dict | None, quant: dict | None, index: di
 PARALLEL_HEADERS = 8
 
 
-def _parse_headers(api, source: HfSource, commit: str, shards: list[str], where: Where):
+def _parse_headers(api, source: HfSource, commit: str, shards: list[str], where: Where,
+                   indexed: bool):
     """Each shard's header (huggingface_hub's parse_safetensors_file_metadata: one ranged
     GET of 100 KB, a second only for a larger header), the first failure in shard order
-    raised naming its shard."""
+    raised naming its shard (or the index, for a shard the repository does not have)."""
     from concurrent.futures import ThreadPoolExecutor
+
+    from huggingface_hub import errors
 
     def one(name: str):
         try:
@@ -243,6 +252,9 @@ def _parse_headers(api, source: HfSource, commit: str, shards: list[str], where:
     for name, (_, error) in zip(shards, results, strict=True):
         if error is None:
             continue
+        if indexed and isinstance(error, errors.RemoteEntryNotFoundError):
+            raise InputError(f"{label}/{INDEX}", "weight_map", f"names shard {name!r:.120}, "
+                             "which the repository does not have at this revision") from None
         response = getattr(error, "response", None)
         if getattr(response, "status_code", None) == 416:
             # the header's own range lies past the end of the file
@@ -254,11 +266,12 @@ def _parse_headers(api, source: HfSource, commit: str, shards: list[str], where:
     return [meta for meta, _ in results]
 
 
-def read_remote(source: HfSource, where: Where, token: str | None,
-                headers: bool = True) -> RemoteCheckpoint:
-    """Resolve, list and (``headers``) read the header of every shard of ``source``."""
+def read_remote(source: HfSource, where: Where, token: str | None, headers: bool = True,
+                files: bool = True) -> RemoteCheckpoint:
+    """Resolve ``source``; read every shard's header (``headers``) and the file list
+    with sizes and hashes (``files``)."""
     api = hub_api(where.endpoint, token)
     commit = resolve_commit(api, source, where)
-    files = list_files(api, source, commit, where)
-    scan = read_headers(api, source, commit, files, where) if headers else None
-    return RemoteCheckpoint(source, commit, files, scan)
+    scan = read_headers(api, source, commit, where) if headers else None
+    listed = list_files(api, source, commit, where) if files else ()
+    return RemoteCheckpoint(source, commit, listed, scan)

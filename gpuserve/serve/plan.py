@@ -167,16 +167,18 @@ def plan_serve(
     locks = load_locks(settings.locks_dir, source=source, field="sglang_locks_dir")
     runtime = host_runtime(settings.home)
     lock, version = _chosen_lock(locks, settings, runtime, profile, source)
-    weights_plan = None
-    if profile.model.hf:
-        weights_plan, profile, found = _weights(data, source, settings, profile,
-                                                weights_state, remote)
-        if weights_plan is not None and found is not None and found.scan is not None:
-            checkpoint = _remote_first(weights_plan.target, found.scan_json(), checkpoint)
+    step = _weights(data, source, settings, profile, weights_state, remote) \
+        if profile.model.hf else None
+    if step is not None:
+        profile = step.profile
+        if step.found is not None and step.found.scan is not None:
+            checkpoint = _remote_first(step.plan.target, step.found.scan_json(), checkpoint)
     checks_report = run_preflight(
         validate_preflight(data["preflight"], source), host=runtime.name, profile=profile,
         version=version, gpus=list(runtime.gpu_list), checkpoint=checkpoint,
         host_facts=host_facts)
+    # after the memory fit: a profile that cannot fit costs its headers, not a file list
+    weights_plan = step.finish() if step is not None else None
     mismatch = catalog_mismatch(lock, load_catalog(version).source)
     if mismatch:
         raise InputError(lock.path, "packages (sglang)", mismatch)
@@ -201,12 +203,12 @@ def plan_serve(
 
 
 def _weights(data: dict, source: str, settings: _Settings, profile: Profile,
-             weights_state, remote):
+             weights_state, remote) -> weights.WeightsStep | None:
     """The weights step's plan (gpuserve/serve/weights.py) for a ``model.hf`` profile."""
     if weights_state is None or remote is None:
         # no host and no Hub to read (gpuserve check): the host data is checked only
         weights.check_data(data, source, settings.home)
-        return None, profile, None
+        return None
     want = validate_preflight(data["preflight"], source) != "off"
     return weights.plan_weights(data, source, profile, home=settings.home,
                                 user=settings.user, host_state=weights_state,

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.host import mirrors
+from gpuserve.launch.hf_source import HfSource
 from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.launch.profiles import Profile
 from gpuserve.memory.remote import RemoteCheckpoint, Where
@@ -165,14 +166,41 @@ def check_data(data: dict, source: str, home: str) -> None:
         raise InputError(source, "hf_revision_update", "must be true or false")
 
 
+@dataclass(frozen=True)
+class WeightsStep:
+    """What :func:`plan_weights` found before the preflight; :meth:`finish` (after the
+    memory fit passed) lists the revision's files and checks the disk."""
+
+    plan: WeightsPlan
+    profile: Profile  # pointed at the revision directory
+    found: RemoteCheckpoint | None  # read from the Hub (None: complete, nothing read)
+    free_bytes: int
+    staged_bytes: int
+    where: Where
+    token: str | None
+    remote: Callable[..., RemoteCheckpoint]
+
+    def finish(self) -> WeightsPlan:
+        """The plan with the bytes to fetch; PreflightError when the disk is too small.
+        The file list is read only now: a profile that cannot fit costs its headers."""
+        if self.plan.complete:
+            return self.plan
+        pinned = HfSource(self.plan.repo_id, self.plan.commit)
+        listed = self.remote(pinned, self.where, self.token, headers=False, files=True)
+        total = listed.total_bytes
+        plan = dataclasses.replace(self.plan, total_bytes=total, files=len(listed.files),
+                                   to_fetch=max(total - self.staged_bytes, 0))
+        check_disk(plan, self.free_bytes, self.where)
+        return plan
+
+
 def plan_weights(data: dict, source: str, profile: Profile, *, home: str, user: str,
                  host_state: Callable[[str, str, str], str | None],
-                 remote: Callable[..., RemoteCheckpoint], want_headers: bool
-                 ) -> tuple[WeightsPlan, Profile, RemoteCheckpoint | None]:
-    """The plan, the profile pointed at the revision directory, and what was read from
-    the Hub (None when the directory is complete: nothing read). ``host_state(target,
-    ref, models_dir)`` is the WeightsState fact; ``remote(source, where, token,
-    headers=)`` gpuserve.memory.remote.read_remote."""
+                 remote: Callable[..., RemoteCheckpoint], want_headers: bool) -> WeightsStep:
+    """The commit, the host's state of its directory and, unless complete, the Hub's
+    headers for the preflight (``want_headers``). ``host_state(target, ref,
+    models_dir)`` is the WeightsState fact; ``remote(source, where, token, headers=,
+    files=)`` gpuserve.memory.remote.read_remote."""
     hf = profile.model.source
     assert hf is not None
     check_data(data, source, home)
@@ -180,14 +208,11 @@ def plan_weights(data: dict, source: str, profile: Profile, *, home: str, user: 
     endpoint = endpoint_of(data, source)
     token = validate_secret(data.get("hf_token"), "hf_token", source)
     update = bool(data.get("hf_revision_update", False))
-    timeout = timeout_of(data, source)
     where = where_of(profile, source, data)
     ref = None if hf.pinned else hf.ref_record(models_dir)
-    found: RemoteCheckpoint | None = None
     commit = hf.revision
     if not hf.pinned:
-        found = remote(hf, where, token, headers=False)
-        commit = found.commit
+        commit = remote(hf, where, token, headers=False, files=False).commit
     target = hf.revision_dir(models_dir, commit)
     state = HostWeights.parse(host_state(target, ref or "", models_dir),
                               f"{target} (weights state)")
@@ -196,17 +221,15 @@ def plan_weights(data: dict, source: str, profile: Profile, *, home: str, user: 
             f"{where.source_file}: model.hf: {hf.spec} now resolves to {commit}, but this "
             f"host recorded {state.recorded} ({ref}); pin a commit, or deploy with --data "
             "hf_revision_update=true to fetch the new one; nothing on the host was changed")
-    if not state.complete and (found is None or (want_headers and found.scan is None)):
-        found = remote(hf, where, token, headers=want_headers)
-    total = found.total_bytes if found else 0
-    to_fetch = 0 if state.complete else max(total - state.staged_bytes, 0)
+    found = None
+    if not state.complete and want_headers:
+        found = remote(HfSource(hf.repo_id, commit), where, token, headers=True, files=False)
     plan = WeightsPlan(hf.repo_id, commit, target, hf.repo_dir(models_dir), models_dir,
-                       endpoint, state.complete, total, to_fetch,
-                       len(found.files) if found else 0, user, timeout, bool(token), ref)
-    if not state.complete:
-        check_disk(plan, state.free_bytes, where)
+                       endpoint, state.complete, 0, 0, 0, user, timeout_of(data, source),
+                       bool(token), ref)
     model = dataclasses.replace(profile.model, path=target)
-    return plan, dataclasses.replace(profile, model=model), None if state.complete else found
+    return WeightsStep(plan, dataclasses.replace(profile, model=model), found,
+                       state.free_bytes, state.staged_bytes, where, token, remote)
 
 
 #: Bytes kept free beyond the download (the host script's DISK_RESERVE).

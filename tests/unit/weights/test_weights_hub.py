@@ -16,13 +16,12 @@ import pytest
 hf = pytest.importorskip("huggingface_hub")
 hub_mod = pytest.importorskip("lab.hub.server")
 
-from lab.hub import publish  # noqa: E402
-
 from gpuserve.cli import main  # noqa: E402
 from gpuserve.commands.weights import fetch_module  # noqa: E402
 from gpuserve.errors import InputError  # noqa: E402
 from gpuserve.launch.hf_source import HfSource  # noqa: E402
 from gpuserve.memory.remote import Where, read_remote  # noqa: E402
+from lab.hub import publish  # noqa: E402
 
 TINY = "gpuserve-lab/Tiny-Llama-3L"
 SHARD2 = "model-00002-of-00003.safetensors"
@@ -71,7 +70,12 @@ def test_plan_hf_reads_headers_only_and_equals_the_downloaded_checkpoint(hub, tm
                  "--gpus", "2xH200", "--tp", "2", "--json"]) == 0
     remote = json.loads(capsys.readouterr().out)
     stats = shard_gets(hub)
+    # huggingface_hub's own order: a HEAD finds no model.safetensors, then the index
+    assert stats.pop("model.safetensors") == {"head": 1, "get_full": 0, "get_ranged": 0,
+                                              "bytes": 0}
     assert len(stats) == 3 and all(s["get_full"] == 0 for s in stats.values())
+    assert all(s["head"] == 0 for s in stats.values())  # a shard's HEAD would hash it
+    assert not [r for r in control(hub, "stats")["requests"] if r["kind"] == "tree"]
     assert all(s["bytes"] <= 100_001 * s["get_ranged"] for s in stats.values())
     # the same checkpoint downloaded and verified, then planned from the local headers
     assert main(["weights", "--hf", f"{TINY}@{commit}", "--hf-endpoint", hub.url,

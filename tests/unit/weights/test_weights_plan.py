@@ -35,9 +35,10 @@ class Hub:
         self.calls: list[tuple[str, bool]] = []
         self.commit = commit
 
-    def __call__(self, source, where, token, headers=True):
-        self.calls.append((source.spec, headers))
-        return RemoteCheckpoint(source, self.commit, FILES, {"schema": "x"} if headers else None)
+    def __call__(self, source, where, token, headers=True, files=True):
+        self.calls.append((source.spec, headers, files))
+        return RemoteCheckpoint(source, self.commit, FILES if files else (),
+                                {"schema": "x"} if headers else None)
 
 
 def _profile(tmp_path: Path, hf: str, floating: bool = False):
@@ -54,10 +55,9 @@ def _plan(profile, state: str, hub: Hub, **data):
         seen.append((target, ref, models_dir))
         return state
 
-    plan, prof, found = plan_weights(data, "inventory.py", profile, home="/opt/gpuserve",
-                                     user="sglang", host_state=host_state, remote=hub,
-                                     want_headers=True)
-    return plan, prof, found, seen
+    step = plan_weights(data, "inventory.py", profile, home="/opt/gpuserve", user="sglang",
+                        host_state=host_state, remote=hub, want_headers=True)
+    return step.finish(), step.profile, step.found, seen
 
 
 def test_complete_revision_makes_no_hub_call(tmp_path):
@@ -74,7 +74,9 @@ def test_incomplete_revision_reads_headers_and_counts_staged_bytes(tmp_path):
     plan, _, found, _ = _plan(_profile(tmp_path, f"org/name@{COMMIT}"),
                               _state(False, 100 * GIB, staged=GIB), hub,
                               models_dir="/srv/models")
-    assert hub.calls == [(f"org/name@{COMMIT}", True)] and found.scan is not None
+    # headers first (for the preflight), the file list only after
+    assert hub.calls == [(f"org/name@{COMMIT}", True, False),
+                         (f"org/name@{COMMIT}", False, True)] and found.scan is not None
     assert plan.to_fetch == 3 * GIB + 700 - GIB and plan.total_bytes == 3 * GIB + 700
     assert plan.target == f"/srv/models/org--name/{COMMIT}"
 
@@ -132,13 +134,13 @@ def test_progress_line_has_bytes_rate_and_eta():
 def test_plan_endpoint_is_what_the_controller_reads_and_errors_name(tmp_path):
     seen = []
 
-    def hub(source, where, token, headers=True):
+    def hub(source, where, token, headers=True, files=True):
         seen.append((where.endpoint, where.endpoint_field))
         return RemoteCheckpoint(source, COMMIT, FILES, None)
 
     plan, *_ = _plan(_profile(tmp_path, f"org/name@{COMMIT}"), _state(False, 100 * GIB),
                      hub, hf_endpoint="https://mirror.lan", hf_plan_endpoint="https://hub.io/")
-    assert seen == [("https://hub.io", "hf_plan_endpoint")]
+    assert seen == [("https://hub.io", "hf_plan_endpoint")] * 2
     assert plan.endpoint == "https://mirror.lan"  # the host fetches from its own
 
 

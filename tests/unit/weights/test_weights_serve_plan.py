@@ -40,7 +40,7 @@ def glm5(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def remote_doc(glm5) -> dict:
     meta = hf.get_local_safetensors_metadata(glm5)
-    shards = {n: ((glm5 / n).stat().st_size, fm) for n, fm in meta.files_metadata.items()}
+    shards = dict(meta.files_metadata)
     index = json.loads((glm5 / "model.safetensors.index.json").read_text())
     quant = glm5 / "hf_quant_config.json"
     return scan_document(f"hf:zai-org/GLM-5-NVFP4@{COMMIT}",
@@ -63,11 +63,11 @@ class Reads:
         self.hub: list[bool] = []
         self.scanned: list[str] = []
 
-    def remote(self, source, where, token, headers=True):
-        self.hub.append(headers)
+    def remote(self, source, where, token, headers=True, files=True):
+        self.hub.append("headers" if headers else "files")
         size = sum(f.stat().st_size for f in self.glm5.iterdir())
-        return RemoteCheckpoint(source, COMMIT, (RepoFile("all", size, "0" * 64, "0" * 40),),
-                                self.doc if headers else None)
+        listed = (RepoFile("all", size, "0" * 64, "0" * 40),) if files else ()
+        return RemoteCheckpoint(source, COMMIT, listed, self.doc if headers else None)
 
     def state(self, target, ref, models_dir):
         return json.dumps({"schema": "gpuserve.weights/1", "complete": self.complete,
@@ -94,7 +94,8 @@ def test_first_deploy_plans_from_the_hub_headers_and_points_the_unit_at_the_revi
         tmp_path, remote_doc, glm5):
     reads = Reads(remote_doc, glm5, complete=False)
     plan = _plan(tmp_path, reads)
-    assert reads.hub == [True] and reads.scanned == []  # nothing on the host to scan yet
+    # headers for the preflight, then the file list; nothing on the host to scan yet
+    assert reads.hub == ["headers", "files"] and reads.scanned == []
     info = "\n".join(plan.preflight.info)
     assert f"weights 55.35 GiB/GPU from the checkpoint (hf:zai-org/GLM-5-NVFP4@{COMMIT}" in info
     assert plan.weights is not None and plan.weights.target == TARGET
@@ -108,7 +109,7 @@ def test_a_profile_that_cannot_fit_is_refused_from_the_headers(tmp_path, remote_
     with pytest.raises(PreflightError) as e:
         _plan(tmp_path, reads, mfs=0.5)
     assert "does not fit" in str(e.value) and "nothing on the host was changed" in str(e.value)
-    assert reads.hub == [True]
+    assert reads.hub == ["headers"]  # refused before the file list is even read
 
 
 def test_disk_too_small_is_refused_before_any_change(tmp_path, remote_doc, glm5):
