@@ -56,7 +56,7 @@ def download(plan: WeightsPlan, script: str, python: str, token_file: str | None
         argv += ["--ref", plan.ref_record]
     yield StringCommand(" ".join(shlex.quote(a) for a in argv))
     start = time.monotonic()
-    last = -REPORT_S
+    last, phase = -REPORT_S, None
     while True:
         doc = _status(script, plan.run_dir)
         if doc.get("state") == "done":
@@ -78,9 +78,10 @@ def download(plan: WeightsPlan, script: str, python: str, token_file: str | None
                             "(host data weights_timeout); the download keeps running on the "
                             "host and a rerun picks it up", [])
             return
-        if elapsed - last >= REPORT_S and doc.get("state") == "running":
+        if doc.get("state") == "running" and (elapsed - last >= REPORT_S
+                                              or doc.get("phase") != phase):
             logger.info(progress_line(host.name, plan.repo_id, doc))
-            last = elapsed
+            last, phase = elapsed, doc.get("phase")
         time.sleep(POLL_S)
 
 

@@ -91,7 +91,7 @@ def test_a_profile_that_cannot_fit_is_refused_from_the_headers(lab, hub, profile
     rc, out = serve(lab, hub, profiles["big"], group_data)
     assert rc != 0
     assert "profile big-hf-tp1 does not fit" in out
-    assert f"from the checkpoint (hf:{BIG}@" in out
+    assert f"GiB/GPU of checkpoint weights (from hf:{BIG}@" in out
     assert "nothing on the host was changed" in out
     stats = shard_stats(hub, BIG)
     stats.pop("model.safetensors", None)  # the client's HEAD that finds none
@@ -120,8 +120,11 @@ def test_a_disk_too_small_is_refused_before_the_download(lab, hub, profiles, gro
 @pytest.fixture(scope="module")
 def first_deploy(lab, hub, profiles, group_data):
     hub.reset()
-    hub.cut(TINY, SHARD2, after=CHUNK + 2000)  # past the client's first 10 MiB piece
-    hub.corrupt(TINY, SHARD1, offset=4096)
+    # Each fault acts on the file's next GETs: the first is the controller's header read
+    # (bytes 0-100000: the cut lies beyond it, the corrupted bytes are data, not header),
+    # the second the host's download.
+    hub.cut(TINY, SHARD2, after=CHUNK + 2000, times=2)  # past the client's first 10 MiB
+    hub.corrupt(TINY, SHARD1, offset=4096, times=2)
     rc, out = serve(lab, hub, profiles["tiny"], group_data)
     return rc, out, hub.stats()
 
