@@ -76,6 +76,7 @@ class WeightsPlan:
     timeout: float
     has_token: bool
     ref_record: str | None  # where a floating revision's commit is recorded
+    record: bool = False  # write the commit there (new, or a move accepted)
 
     @property
     def run_dir(self) -> str:
@@ -226,7 +227,7 @@ def plan_weights(data: dict, source: str, profile: Profile, *, home: str, user: 
         found = remote(HfSource(hf.repo_id, commit), where, token, headers=True, files=False)
     plan = WeightsPlan(hf.repo_id, commit, target, hf.repo_dir(models_dir), models_dir,
                        endpoint, state.complete, 0, 0, 0, user, timeout_of(data, source),
-                       bool(token), ref)
+                       bool(token), ref, record=bool(ref) and state.recorded != commit)
     model = dataclasses.replace(profile.model, path=target)
     return WeightsStep(plan, dataclasses.replace(profile, model=model), found,
                        state.free_bytes, state.staged_bytes, where, token, remote)

@@ -14,6 +14,7 @@ marker is present yields no operation at all. docs/weights.md.
 from __future__ import annotations
 
 import json
+import posixpath
 import shlex
 import time
 from collections.abc import Callable
@@ -52,8 +53,6 @@ def download(plan: WeightsPlan, script: str, python: str, token_file: str | None
         argv += ["--endpoint", plan.endpoint]
     if token_file:
         argv += ["--token-file", token_file]
-    if plan.ref_record:
-        argv += ["--ref", plan.ref_record]
     yield StringCommand(" ".join(shlex.quote(a) for a in argv))
     start = time.monotonic()
     last, phase = -REPORT_S, None
@@ -90,9 +89,21 @@ def fetch_weights(plan: WeightsPlan, bin_dir: str, python: str,
                   token: Callable[[], str | None], token_file: str) -> None:
     """Fetch, verify and seal ``plan``'s revision unless the host has it complete;
     ``token()`` (a function: pyinfra never logs the value) goes to ``token_file`` (in
-    the service user's own home, 0600)."""
-    if plan.complete:
-        return
+    the service user's own home, 0600). A floating revision's commit is recorded after
+    (its first resolution, or a move host data accepted), even when nothing was fetched."""
+    if not plan.complete:
+        _fetch(plan, bin_dir, python, token, token_file)
+    if plan.ref_record and plan.record:
+        refs = posixpath.dirname(plan.ref_record)
+        managed.directory(name=f"{refs} (branches resolved on this host)", path=refs,
+                          user=plan.user, group=plan.user, mode="755")
+        managed.put(name=f"record {plan.ref_record} = {plan.commit}", dest=plan.ref_record,
+                    text=plan.commit + "\n", user=plan.user, group=plan.user, mode="644")
+
+
+def _fetch(plan: WeightsPlan, bin_dir: str, python: str, token: Callable[[], str | None],
+           token_file: str) -> None:
+    """The directories, the token file, the host script, then the download itself."""
     managed.directory(name=f"{plan.models_dir} (model revisions)", path=plan.models_dir,
                       user="root", group="root", mode="755")
     managed.directory(name=f"{plan.repo_dir} (revisions of {plan.repo_id})",

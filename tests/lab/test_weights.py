@@ -165,6 +165,35 @@ def test_rerun_downloads_nothing_and_asks_the_hub_nothing(lab, hub, profiles, gr
     assert "Model weights" not in out or "fetch gpuserve-lab" not in out
 
 
+def test_a_floating_branch_is_recorded_and_a_move_refused_unless_asked(
+        lab, hub, group_data, first_deploy, tmp_path):
+    """``@main`` with allow_floating_revision: resolved once and recorded on the host
+    (its commit is already there: nothing fetched); after the branch moves, refused with
+    both commits and no change; with hf_revision_update=true the new commit is fetched."""
+    first, later = hub.repos()[TINY]["commits"][:2]
+    assert hub.main_commit(TINY) == first
+    floating = tmp_path / "tiny-main.yaml"
+    floating.write_text(f"model:\n  hf: {TINY}@main\n  allow_floating_revision: true\n"
+                        "parallel:\n  tp: 1\n")
+    ref = f"{MODELS}/gpuserve-lab--Tiny-Llama-3L/refs/main"
+    hub.reset()
+    rc, out = serve(lab, hub, floating, group_data, "bench=off")
+    assert rc == 0, out[-3000:]
+    assert lab.ssh(f"cat {ref}", check=True).stdout.strip() == first
+    assert all(s["get_full"] == 0 for s in shard_stats(hub, TINY).values())
+    hub.move_branch(TINY, later)
+    before = fingerprint(lab)
+    rc, out = serve(lab, hub, floating, group_data, "bench=off")
+    assert rc != 0 and f"now resolves to {later}" in out and first in out
+    assert "hf_revision_update=true" in out and fingerprint(lab) == before
+    rc, out = serve(lab, hub, floating, group_data, "bench=off", "hf_revision_update=true")
+    assert rc == 0, out[-3000:]
+    assert lab.ssh(f"cat {ref}", check=True).stdout.strip() == later
+    assert lab.ssh(f"test -f {MODELS}/gpuserve-lab--Tiny-Llama-3L/{later}/"
+                   ".gpuserve-complete.json").returncode == 0
+    hub.move_branch(TINY, first)
+
+
 def test_plan_hf_reads_headers_only_and_equals_the_files(lab, hub):
     """``gpuserve plan --hf`` against the stand-in: the 80-shard GLM-5 NVFP4 planned
     from its headers equals the plan from the very files the stand-in serves."""

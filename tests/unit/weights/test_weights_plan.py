@@ -99,6 +99,7 @@ def test_floating_branch_resolved_then_moved_is_refused_unless_asked(tmp_path):
     plan, _, _, seen = _plan(prof, _state(False, 100 * GIB, recorded=COMMIT), Hub(MOVED),
                              hf_revision_update=True)
     assert plan.commit == MOVED and plan.ref_record == "/opt/gpuserve/models/org--name/refs/main"
+    assert plan.record  # the accepted move is recorded
     assert seen[0][1] == plan.ref_record
 
 
@@ -148,3 +149,11 @@ def test_http_on_loopback_crosses_no_network(tmp_path):
     plan, *_ = _plan(_profile(tmp_path, f"org/name@{COMMIT}"), _state(True, 0), Hub(),
                      hf_endpoint="http://127.0.0.1:8080/hub")
     assert plan.endpoint == "http://127.0.0.1:8080/hub"
+
+
+def test_floating_branch_is_recorded_once(tmp_path):
+    prof = _profile(tmp_path, "org/name@main", floating=True)
+    first, *_ = _plan(prof, _state(True, 0), Hub())  # complete already: recorded anyway
+    assert first.complete and first.record and first.commit == COMMIT
+    again, *_ = _plan(prof, _state(True, 0, recorded=COMMIT), Hub())
+    assert not again.record
