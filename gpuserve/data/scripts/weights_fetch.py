@@ -322,6 +322,10 @@ def run(args):
 def start(args):
     """Start ``run`` detached as ``--user`` (root calls this); print the pid."""
     user = pwd.getpwnam(args.user)
+    running = _running(args.run_dir)
+    if running:  # an earlier deploy's download (past its timeout) still runs: attach
+        print(json.dumps({"started": False, "pid": running}))
+        return 0
     os.makedirs(args.run_dir, mode=0o700, exist_ok=True)
     os.chown(args.run_dir, user.pw_uid, user.pw_gid)
     for name in ("status.json", "rc", "run.err"):
@@ -350,6 +354,22 @@ def start(args):
     _write(os.path.join(args.run_dir, "pid"), str(proc.pid))
     print(json.dumps({"started": True, "pid": proc.pid}))
     return 0
+
+
+def _running(run_dir):
+    """The pid of this run directory's download while it still runs, else None."""
+    try:
+        with open(os.path.join(run_dir, "pid"), encoding="utf-8") as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    if os.path.exists(os.path.join(run_dir, "rc")):
+        return None
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return None
+    return pid
 
 
 def _q(text):

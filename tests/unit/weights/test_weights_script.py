@@ -93,3 +93,12 @@ def test_status_of_a_run_that_exited_without_a_word(tmp_path, capsys):
     wf.main(["status", "--run-dir", str(tmp_path)])
     doc = json.loads(capsys.readouterr().out)
     assert doc["state"] == "failed" and "ImportError: huggingface_hub" in doc["tail"][-1]
+
+
+def test_start_attaches_to_a_download_still_running(tmp_path, capsys):
+    (tmp_path / "pid").write_text(str(os.getpid()))  # alive, and no rc yet
+    wf.main(["start", "--run-dir", str(tmp_path), "--user", "root", "--python",
+             "/nonexistent/python", "--", "run"])
+    assert json.loads(capsys.readouterr().out) == {"started": False, "pid": os.getpid()}
+    (tmp_path / "rc").write_text("0\n")
+    assert wf._running(str(tmp_path)) is None
