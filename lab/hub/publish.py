@@ -142,6 +142,7 @@ def build_repo(root: Path, repo_id: str, cat: dict) -> bool:
         return False
     if "from" in spec:
         build_repo(root, spec["from"], cat)
+    final, repo_dir = repo_dir, root / ".build" / repo_id  # built aside, swapped in whole
     if repo_dir.exists():
         shutil.rmtree(repo_dir)
     repo_dir.mkdir(parents=True)
@@ -180,6 +181,14 @@ def build_repo(root: Path, repo_id: str, cat: dict) -> bool:
     if spec.get("token"):
         meta["token_sha256"] = store.token_digest(spec["token"])
     store.write_repo_json(repo_dir, meta)
+    # a server answering meanwhile sees the old repository or the new one, never half
+    old = root / ".build" / f"{repo_id}.old"
+    if final.exists():
+        final.rename(old)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    repo_dir.rename(final)
+    if old.exists():
+        shutil.rmtree(old)
     return True
 
 

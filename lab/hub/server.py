@@ -11,6 +11,7 @@ and the client code that calls each (huggingface_hub 1.x):
 - ``GET /api/models/{repo}/tree/{rev}[/{path}]?recursive=&expand=[&cursor=]``:
   ``list_repo_tree`` (snapshot_download >= 1.22, ``verify_repo_checksums``), paged
   with a ``Link: <...>; rel="next"`` header as ``utils/_pagination.paginate`` follows.
+- ``POST /api/models/{repo}/paths-info/{rev}``: ``get_paths_info`` (HfFileSystem).
 - ``GET /api/models/{repo}/refs``: ``list_repo_refs``.
 - ``HEAD``/``GET /{repo}/resolve/{rev}/{path}`` (``Range`` honoured: 206 +
   ``Content-Range``): ``get_hf_file_metadata`` (``X-Repo-Commit``, ``ETag``,
@@ -30,6 +31,7 @@ moving a branch to another commit.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -62,7 +64,8 @@ class Fault:
     """A one-shot (``times``) misbehaviour of resolve GETs of ``repo``/``file``:
     ``cut`` closes the connection once the body reached byte ``after`` (absolute);
     ``corrupt`` serves bytes ``offset``.. ``offset+16`` inverted; ``bare404`` answers
-    any request for the repository (or that file) 404 without X-Error-Code."""
+    any request for the repository (or that file) 404 without X-Error-Code; ``status``
+    answers it ``status`` (e.g. 503, or 429 with ``Retry-After: 1``), a Hub in trouble."""
 
     kind: str
     repo: str
@@ -70,6 +73,7 @@ class Fault:
     times: int = 1
     after: int = 0
     offset: int | None = None
+    status: int = 503
 
     def matches(self, repo: str, file: str | None) -> bool:
         return self.repo == repo and (self.file is None or self.file == file)
@@ -88,6 +92,7 @@ class Served:
     status: int
     bytes: int = 0
     fault: str | None = None
+    auth: bool = False  # an Authorization header came with it
 
 
 @dataclass
@@ -98,6 +103,10 @@ class HubState:
     requests: list[Served] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     refs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # set: LFS files answer 302 to http://<cdn_host>:<port><prefix>/_cdn/... as the Hub
+    # answers with its CDN (another host, so the client keeps the 302's metadata and
+    # sends no token there); None: served directly
+    cdn_host: str | None = None
 
     def record(self, served: Served) -> None:
         with self.lock:
@@ -120,11 +129,13 @@ class HubState:
             reqs = [asdict(r) for r in self.requests]
         files: dict[str, dict] = {}
         for r in reqs:
-            if r["kind"] != "resolve" or r["file"] is None:
+            if r["kind"] not in ("resolve", "cdn") or r["file"] is None:
                 continue
             f = files.setdefault(f"{r['repo']}/{r['file']}", {
-                "head": 0, "get_full": 0, "get_ranged": 0, "bytes": 0})
-            if r["method"] == "HEAD":
+                "head": 0, "get_full": 0, "get_ranged": 0, "bytes": 0, "redirects": 0})
+            if r["status"] == 302:
+                f["redirects"] += 1
+            elif r["method"] == "HEAD":
                 f["head"] += 1
             elif r["range"]:
                 f["get_ranged"] += 1
@@ -221,6 +232,8 @@ def _json(h: BaseHTTPRequestHandler, doc, status: int = 200, extra: dict | None 
 
 def _error(h: BaseHTTPRequestHandler, err: HubError, head: bool = False) -> int:
     headers = {"Content-Type": "application/json; charset=utf-8"}
+    if err.status == 429:
+        headers["Retry-After"] = "1"
     if err.code:
         headers["X-Error-Code"] = err.code
         headers["X-Error-Message"] = err.message
@@ -235,9 +248,13 @@ def handle(hub: Hub, h: BaseHTTPRequestHandler, method: str) -> None:
     raw, _, query = h.path.partition("?")
     sub = raw[len(hub.prefix):] or "/"
     served = Served(method=method, kind="other", repo=None, rev=None, file=None,
-                    range=h.headers.get("range"), status=200)
+                    range=h.headers.get("range"), status=200,
+                    auth=bool(h.headers.get("authorization")))
     try:
-        if sub.startswith("/_lab/"):
+        if sub.startswith("/_cdn/"):
+            served.kind = "cdn"
+            served.bytes = _cdn(hub, h, method, sub, served)
+        elif sub.startswith("/_lab/"):
             served.kind = "lab"
             served.bytes = _control(hub, h, method, sub[len("/_lab/"):], query)
         elif sub.startswith("/api/"):
@@ -283,6 +300,9 @@ def _api(hub: Hub, h, method: str, sub: str, query: str, served: Served) -> int:
         commit = hub.resolve_rev(repo, rev)
         path = "/".join(unquote(s) for s in rest[2:])
         return _tree(hub, h, repo, commit, path, params)
+    if rest[0] == "paths-info" and len(rest) >= 2 and method == "POST":
+        served.rev = unquote(rest[1])
+        return _paths_info(hub, h, repo, hub.resolve_rev(repo, served.rev))
     if rest[0] == "refs":
         branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": c}
                     for b, c in sorted(hub.branches(repo).items())]
@@ -291,8 +311,13 @@ def _api(hub: Hub, h, method: str, sub: str, query: str, served: Served) -> int:
 
 
 def _bare404(hub: Hub, repo_id: str, file: str | None) -> None:
-    if hub.state.take_fault(("bare404",), repo_id, file) is not None:
+    """The request-wide faults: a 404 without X-Error-Code, or another status."""
+    fault = hub.state.take_fault(("bare404", "status"), repo_id, file)
+    if fault is None:
+        return
+    if fault.kind == "bare404":
         raise HubError(404, None, "Not Found")
+    raise HubError(fault.status, None, f"lab fault: status {fault.status}")
 
 
 def _model_info(hub: Hub, repo: Repo, commit: Commit, blobs: bool) -> dict:
@@ -334,6 +359,34 @@ def _last_commit(repo: Repo, commit: Commit, path: str) -> dict:
     return {"id": c.id, "title": c.title, "date": c.date}
 
 
+def _file_json(hub: Hub, repo: Repo, commit: Commit, path: str, expand: bool) -> dict:
+    """One file as the tree and paths-info list it."""
+    entry = hub.hashed(repo, commit, commit.files[path])
+    e: dict = {"type": "file", "oid": entry.oid, "size": entry.size, "path": path}
+    if entry.lfs:
+        e["lfs"] = {"oid": entry.sha256, "size": entry.size, "pointerSize": entry.pointer_size}
+    if expand:
+        e["lastCommit"] = _last_commit(repo, commit, path)
+    return e
+
+
+def _paths_info(hub: Hub, h, repo: Repo, commit: Commit) -> int:
+    """``POST .../paths-info/{rev}`` (form ``paths=...&expand=``): the given paths that
+    exist, files and folders (``HfApi.get_paths_info``, HfFileSystem)."""
+    length = int(h.headers.get("content-length") or 0)
+    form = parse_qs(h.rfile.read(length).decode()) if length else {}
+    expand = form.get("expand", ["False"])[-1].lower() == "true"
+    out = []
+    for path in form.get("paths", []):
+        path = path.strip("/")
+        if path in commit.files:
+            out.append(_file_json(hub, repo, commit, path, expand))
+        elif any(f.startswith(path + "/") for f in commit.files):
+            out.append({"type": "directory", "path": path,
+                        "oid": hashlib.sha1(f"tree\0{commit.id}\0{path}".encode()).hexdigest()})
+    return _json(h, out)
+
+
 def _tree(hub: Hub, h, repo: Repo, commit: Commit, path: str, params: dict) -> int:
     recursive = params.get("recursive") == "true"
     expand = params.get("expand") == "true"
@@ -352,19 +405,10 @@ def _tree(hub: Hub, h, repo: Repo, commit: Commit, path: str, params: dict) -> i
                 dirs.add(base + "/".join(parts[:i]))
         if len(parts) > 1 and not recursive:
             continue
-        entry = hub.hashed(repo, commit, commit.files[fpath])
-        e: dict = {"type": "file", "oid": entry.oid, "size": entry.size, "path": fpath}
-        if entry.lfs:
-            e["lfs"] = {"oid": entry.sha256, "size": entry.size,
-                        "pointerSize": entry.pointer_size}
-        if expand:
-            e["lastCommit"] = _last_commit(repo, commit, fpath)
-        entries.append(e)
+        entries.append(_file_json(hub, repo, commit, fpath, expand))
     if path and not entries and not dirs:
         raise HubError(404, "EntryNotFound", f"{path} does not exist on {commit.id}",
                        commit=commit.id)
-    import hashlib
-
     folders = [{"type": "directory", "path": d,
                 "oid": hashlib.sha1(f"tree\0{commit.id}\0{d}".encode()).hexdigest()}
                for d in sorted(dirs)]
@@ -419,18 +463,65 @@ def _resolve(hub: Hub, h, method: str, sub: str, served: Served) -> int:
     entry = commit.files.get(path)
     if entry is None:
         raise HubError(404, "EntryNotFound", "Entry not found", commit=commit.id)
+    if hub.state.cdn_host and entry.lfs:
+        return _redirect(hub, h, method, repo, commit, entry, served)
+    return _serve_file(hub, h, method, repo, commit, entry, served, hub_headers=True)
+
+
+def _redirect(hub: Hub, h, method: str, repo: Repo, commit: Commit, entry: FileEntry,
+              served: Served) -> int:
+    """The Hub's answer for an LFS file: 302 to its CDN, the file's metadata on the 302."""
+    if method == "HEAD":
+        entry = hub.hashed(repo, commit, entry)
+    port = (h.headers.get("host") or "").rpartition(":")[2] or "80"
+    location = (f"http://{hub.state.cdn_host}:{port}{hub.prefix}/_cdn/{quote(repo.id)}/"
+                f"{commit.id}/{quote(entry.path)}")
+    headers = {"X-Repo-Commit": commit.id, "X-Linked-Size": str(entry.size),
+               "Location": location}
+    if entry.hashed:
+        headers["X-Linked-Etag"] = f'"{entry.etag}"'
+    served.status = 302
+    return _send(h, 302, headers, head=method == "HEAD")
+
+
+def _cdn(hub: Hub, h, method: str, sub: str, served: Served) -> int:
+    """The CDN stand-in: ``/_cdn/{org}/{name}/{commit}/{path}``, no token needed (the
+    real one takes a signed URL)."""
+    segs = sub.split("/")[2:]
+    if len(segs) < 4:
+        raise HubError(404, None, "Not Found")
+    repo_id = f"{unquote(segs[0])}/{unquote(segs[1])}"
+    path = "/".join(unquote(x) for x in segs[3:])
+    served.repo, served.rev, served.file = repo_id, segs[2], path
+    if not (hub.root / repo_id / "repo.json").is_file() or ".." in repo_id:
+        raise HubError(404, None, "Not Found")
+    repo = Repo(hub.root, repo_id)
+    if segs[2] not in repo.commit_ids() or path not in repo.commit(segs[2]).files:
+        raise HubError(404, None, "Not Found")
+    commit = repo.commit(segs[2])
+    return _serve_file(hub, h, method, repo, commit, commit.files[path], served,
+                       hub_headers=False)
+
+
+def _serve_file(hub: Hub, h, method: str, repo: Repo, commit: Commit, entry: FileEntry,
+                served: Served, hub_headers: bool) -> int:
+    """HEAD or (ranged) GET of one file; ``hub_headers``: the Hub's own X- headers (a
+    CDN sends none)."""
+    path = entry.path
     rng = _range(h.headers.get("range"), entry.size) if method == "GET" else None
     if rng is None or method == "HEAD":
         entry = hub.hashed(repo, commit, entry)  # HEAD and full GETs carry the id
-    headers = {"X-Repo-Commit": commit.id, "Accept-Ranges": "bytes",
+    headers = {"Accept-Ranges": "bytes",
                "Content-Type": _content_type(path),
                "Content-Disposition": f"inline; filename*=UTF-8''{quote(path.split('/')[-1])}; "
                                       f"filename=\"{path.split('/')[-1]}\";"}
+    if hub_headers:
+        headers["X-Repo-Commit"] = commit.id
     if entry.hashed:
         headers["ETag"] = f'"{entry.etag}"'
-        if entry.lfs:
+        if entry.lfs and hub_headers:
             headers["X-Linked-Etag"] = f'"{entry.etag}"'
-    if entry.lfs:
+    if entry.lfs and hub_headers:
         headers["X-Linked-Size"] = str(entry.size)
     if method == "HEAD":
         headers["Content-Length"] = str(entry.size)
@@ -502,13 +593,18 @@ def _control(hub: Hub, h, method: str, what: str, query: str) -> int:
             st.requests.clear()
             st.faults.clear()
             st.refs.clear()
+            st.cdn_host = None
+    elif what == "config":
+        with st.lock:
+            st.cdn_host = body.get("cdn_host") or None
     elif what == "stats/reset":
         with st.lock:
             st.requests.clear()
     elif what == "faults":
         fault = Fault(**body)
-        if fault.kind not in ("cut", "corrupt", "bare404"):
-            raise HubError(400, None, f"fault kind {fault.kind!r}: cut, corrupt or bare404")
+        if fault.kind not in ("cut", "corrupt", "bare404", "status"):
+            raise HubError(400, None, f"fault kind {fault.kind!r}: cut, corrupt, bare404 or "
+                           "status")
         with st.lock:
             st.faults.append(fault)
     elif what == "faults/clear":

@@ -185,8 +185,8 @@ class Repo:
             return entry
         src = self.file_path(commit_id, entry.path)
         if log:
-            log(f"hub: hashing {self.id}@{commit_id[:12]}/{entry.path} ({entry.size:,} B, "
-                "sparse) for its ETag: first request that needs it")
+            log(f"hub: hashing {self.id}@{commit_id[:12]}/{entry.path} ({entry.size:,} B) "
+                "for its ETag: first request that needs it")
         if entry.lfs:
             entry.sha256 = sha256_file(src)
         else:

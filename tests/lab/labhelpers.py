@@ -115,6 +115,22 @@ class LabHub:
         self.control("faults", {"kind": "bare404", "repo": repo, "file": file,
                                 "times": times})
 
+    def status(self, repo: str, status: int, file: str | None = None, times: int = 1) -> None:
+        """The next ``times`` requests for ``repo`` (or ``file``) are answered ``status``
+        (503, or 429 with ``Retry-After: 1``): a Hub in trouble."""
+        self.control("faults", {"kind": "status", "repo": repo, "file": file,
+                                "status": status, "times": times})
+
+    def cdn(self, host: str | None = "gpuserve-lab-cdn") -> None:
+        """LFS files answered 302 to ``http://<host>:<port>/hub/_cdn/...`` as the Hub sends
+        them to its CDN (another host: the client keeps the 302's metadata and sends no
+        token there); the lab host resolves ``host`` to 10.0.2.2 (/etc/hosts). ``None``:
+        served directly again (also after :meth:`reset`)."""
+        if host:
+            self.lab.ssh(f"grep -q ' {host}$' /etc/hosts || echo '10.0.2.2 {host}' "
+                         ">> /etc/hosts", check=True)
+        self.control("config", {"cdn_host": host})
+
     def move_branch(self, repo: str, commit: str, branch: str = "main") -> None:
         """Point ``branch`` at another of the repository's commits (the branch moved)."""
         self.control("refs", {"repo": repo, "branch": branch, "commit": commit})

@@ -173,6 +173,8 @@ def test_sharded_header_read_fetches_headers_only(hub, hub_root):
             header = struct.unpack("<Q", fh.read(8))[0]
         assert f["get_full"] == 0 and f["head"] == 0 and f["get_ranged"] in (1, 2)
         assert f["bytes"] <= 100_001 + header + 8
+    # most GLM-5 headers are over the client's first 100 kB read: a second ranged GET
+    assert sum(stats[f"{GLM}/{s}"]["get_ranged"] == 2 for s in shards) == 75
     total = sum(f["bytes"] for f in stats.values())
     assert total < 60_000_000 < sum(
         e.size for e in store.Repo(hub_root, GLM).commit(meta_commit(hub_root, GLM)).files.values()
@@ -286,3 +288,64 @@ def test_the_lab_mirror_serves_the_hub_under_hub(hub_root, tmp_path):
             urllib.request.urlopen(static, timeout=10)
     finally:
         mirror.stop(pid)
+
+
+def test_ranges_as_the_hub_answers_them(hub, hub_root):
+    data = served_bytes(hub_root, TINY, "config.json")
+    url = f"{hub.url}/{TINY}/resolve/main/config.json"
+
+    def get(spec: str):
+        req = urllib.request.Request(url, headers={"Range": spec})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, resp.headers.get("Content-Range"), resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.headers.get("Content-Range"), b""
+
+    assert get("bytes=-10") == (206, f"bytes {len(data) - 10}-{len(data) - 1}/{len(data)}",
+                                data[-10:])
+    assert get("bytes=5-9") == (206, f"bytes 5-9/{len(data)}", data[5:10])
+    assert get("bytes=5-999999") == (206, f"bytes 5-{len(data) - 1}/{len(data)}", data[5:])
+    assert get(f"bytes={len(data)}-") == (416, f"bytes */{len(data)}", b"")
+
+
+def test_a_hub_in_trouble_answers_the_status_asked_for(hub):
+    control(hub, "faults", {"kind": "status", "repo": TINY, "status": 503, "times": 1})
+    with pytest.raises(HfHubHTTPError) as exc:
+        api(hub).model_info(TINY)
+    assert exc.value.response.status_code == 503
+    control(hub, "faults", {"kind": "status", "repo": TINY, "status": 429, "times": 1})
+    with pytest.raises(HfHubHTTPError) as exc:  # paginate's first call is not retried
+        api(hub).list_repo_files(TINY)
+    assert exc.value.response.status_code == 429
+    assert exc.value.response.headers["Retry-After"] == "1"
+    assert api(hub).list_repo_files(TINY)  # once only
+
+
+def test_lfs_files_through_a_cdn_redirect_as_the_hub_sends_them(hub, hub_root, tmp_path):
+    """With the CDN knob the Hub answers LFS files 302 to another host (here "localhost"
+    for 127.0.0.1): HEAD metadata comes from the 302, the bytes from the CDN, the token
+    stays on the Hub, header reads follow the redirect with their Range."""
+    control(hub, "config", {"cdn_host": "localhost"})
+    path = hf_hub_download(GATED, SHARD1, endpoint=hub.url, cache_dir=tmp_path, token=TOKEN)
+    assert Path(path).read_bytes() == served_bytes(hub_root, GATED, SHARD1)
+    reqs = [(r["kind"], r["method"], r["status"], r["auth"])
+            for r in control(hub, "stats")["requests"] if r["file"] == SHARD1]
+    assert reqs == [("resolve", "HEAD", 302, True), ("cdn", "GET", 200, False)]
+    control(hub, "stats/reset", {})
+    meta = api(hub).get_safetensors_metadata(TINY)
+    assert meta.parameter_count == sum_params(hub_root, TINY)
+    files = files_served(hub)
+    for shard in sorted(set(meta.weight_map.values())):
+        f = files[f"{TINY}/{shard}"]
+        assert (f["redirects"], f["get_ranged"], f["get_full"]) == (1, 1, 0)
+        assert f["bytes"] == 100_001
+    control(hub, "config", {"cdn_host": None})
+
+
+def test_paths_info_lists_the_paths_asked_for(hub, hub_root):
+    got = api(hub).get_paths_info(TINY, [SHARD1, "config.json", "nope.bin"], expand=True)
+    assert [f.path for f in got] == [SHARD1, "config.json"]
+    assert got[0].lfs.sha256 == hashlib.sha256(served_bytes(hub_root, TINY, SHARD1)).hexdigest()
+    assert got[1].blob_id == store.git_blob_sha1(served_bytes(hub_root, TINY, "config.json"))
+    assert got[0].last_commit.oid == store.Repo(hub_root, TINY).branches["main"]

@@ -182,3 +182,22 @@ def test_lock_installs_hash_checked_from_the_mirror_wheels(lab_locks, standin_mi
                          capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin"})
     assert got.stdout.split() == ["0.5.23+lab", "0.4.10+lab", "2.14.1+lab", "13.0", "1.33.0"]
+
+
+def test_hub_client_wheels_are_the_real_locks_closure_and_a_rerun_copies_nothing(
+        standin_mirror, tmp_path):
+    from gpuserve.paths import PACKAGE_DIR
+
+    real = json.loads((PACKAGE_DIR / "data" / "locks" / lab_locks_mod.HUB_CLIENT_LOCK
+                       ).read_text())
+    by_file = {p["filename"]: p["sha256"] for p in real["packages"]}
+    names = lab_locks_mod.publish_hub_client(tmp_path)
+    assert "huggingface_hub-1.33.0-py3-none-any.whl" in names
+    assert any(n.startswith("hf_xet-") for n in names) and any(n.startswith("httpx-")
+                                                              for n in names)
+    for name in names:  # every one the real lock's file, byte for byte
+        data = (tmp_path / "wheels" / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == by_file[name]
+    stamps = {n: (tmp_path / "wheels" / n).stat().st_mtime_ns for n in names}
+    assert lab_locks_mod.publish_hub_client(tmp_path) == names
+    assert stamps == {n: (tmp_path / "wheels" / n).stat().st_mtime_ns for n in names}
