@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from typing import Any
 
 from gpuserve.errors import InputError
@@ -58,6 +59,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="model_dir",
         help="a local checkpoint: plan with the weights its safetensors headers hold",
     )
+    p.add_argument(
+        "--hf",
+        help="a Hub checkpoint, org/name@revision: plan with the weights its safetensors "
+        "headers hold, read remotely (about 100 KB a shard, no weights fetched; the token "
+        "comes from $HF_TOKEN)",
+    )
+    p.add_argument("--hf-endpoint", dest="hf_endpoint",
+                   help="the Hub or a mirror (default: $HF_ENDPOINT, else huggingface.co)")
     p.add_argument("--gpus", help="COUNTxGPU, e.g. 8xRTX-PRO-6000, 8xH200")
     p.add_argument("--profile", help="launch profile (name or path); CLI flags override it")
     p.add_argument("--log", help="diagnose this SGLang startup log instead of predicting")
@@ -257,6 +266,8 @@ def _run_predict(args: argparse.Namespace) -> int:
         raise InputError("--gpus", "gpus", "give the GPUs, e.g. --gpus 8xRTX-PRO-6000")
     count, gpu = parse_gpus(args.gpus)
     scan = scan_directory(args.model_dir) if args.model_dir else None
+    if getattr(args, "hf", None):
+        scan = remote_scan(args.hf, args.hf_endpoint)
     if scan is not None:
         arch = scan.arch()
         record_name = args.model or (prof.model.arch if prof else None)
@@ -313,6 +324,28 @@ def _arch_from_args(args: argparse.Namespace, prof: Any) -> Any:
         field = "model.arch" if prof.model.arch else "model.path"
         raise prof.error(field, f"{exc.message}; set model.arch to a record, or pass "
                          "--model") from None
+
+
+def remote_scan(spec: str, endpoint: str | None) -> Any:
+    """The scan of a Hub checkpoint from its headers (gpuserve/memory/remote.py): the
+    same document a local directory gives, so the same planner path follows."""
+    import os
+
+    from gpuserve.launch.hf_source import parse_source, source_problem
+    from gpuserve.memory.checkpoint import parse_scan
+    from gpuserve.memory.remote import Where, read_remote
+
+    problem = source_problem(spec, allow_floating=True)
+    if problem:
+        raise InputError("--hf", "hf", problem)
+    endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
+    where = Where("--hf", "hf", "--hf-endpoint", "hf_endpoint", endpoint)
+    found = read_remote(parse_source(spec, True), where, os.environ.get("HF_TOKEN") or None,
+                        headers=True, files=False)
+    shards = len((found.scan or {}).get("files") or [])
+    print(f"{found.source.repo_id}@{found.commit}: weights planned from the safetensors "
+          f"headers of {shards} files only (no weights fetched)", file=sys.stderr)
+    return parse_scan(found.scan_json(), f"hf:{found.source.repo_id}@{found.commit}")
 
 
 def _profile_version(prof: Any) -> str | None:

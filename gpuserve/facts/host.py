@@ -249,3 +249,34 @@ class ModelCheckpoint(FactBase[str]):
 
     def process(self, output: list[str]) -> str:
         return "\n".join(output)
+
+
+class WeightsState(FactBase[str]):
+    """``weights_fetch.py state``: whether a Hub revision's directory is complete (its
+    marker, every listed file at its size), the free bytes at the models directory, the
+    bytes already staged and the commit a floating revision was recorded as (JSON text
+    for gpuserve.serve.weights). Stdlib only, run with the host's python3 from a heredoc,
+    so it reads before anything is uploaded: a rerun with the revision present makes no
+    Hub call at all."""
+
+    def command(self, target: str, ref: str = "", models_dir: str = "") -> str:
+        script = (SCRIPTS_DIR / "weights_fetch.py").read_text(encoding="utf-8")
+        marker = "GPUSERVE_WEIGHTS_STATE_EOF"
+        assert marker not in script
+        q = shlex.quote
+        extra = (f" --ref {q(ref)}" if ref else "") + (
+            f" --models-dir {q(models_dir)}" if models_dir else "")
+        return f"python3 - state --target {q(target)}{extra} <<'{marker}'\n{script}\n{marker}"
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
+
+
+class WeightsFetchStatus(FactBase[str]):
+    """``weights_fetch.py status``: the background download's last status line."""
+
+    def command(self, script: str, run_dir: str) -> str:
+        return f"python3 {shlex.quote(script)} status --run-dir {shlex.quote(run_dir)}"
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)

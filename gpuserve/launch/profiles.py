@@ -27,6 +27,7 @@ import yaml
 from gpuserve import paths, safeload
 from gpuserve.errors import InputError
 from gpuserve.launch.env_names import reserved_env
+from gpuserve.launch.hf_source import TOKEN_SHAPE, HfSource, parse_source, source_problem
 from gpuserve.launch.secrets import is_secret_env_name
 from gpuserve.measure.bench import BenchSpec, parse_bench
 from gpuserve.terminal import escaped_key, non_ascii_note
@@ -54,8 +55,15 @@ class Origin:
 
 @dataclass(frozen=True)
 class ModelSection:
-    # the model: a local directory on the host or a Hugging Face hub id (required)
+    # the model: a local (or NFS) directory on the host, or a Hugging Face hub id that
+    # must already be in the service's cache (SGLang runs offline); this or model.hf
     path: str = ""
+    # a Hub repository pinned to a commit, org/name@<40-hex commit>: the serve deploy
+    # plans from its safetensors headers, fetches and verifies it (docs/weights.md)
+    hf: str | None = None
+    # let model.hf name a branch or tag: resolved once and recorded on the host; a later
+    # move is refused unless host data hf_revision_update is true
+    allow_floating_revision: bool = False
     # the model name clients send in requests (default: SGLang's, the path)
     served_name: str | None = None
     # a model record in gpuserve/data/models/ for the memory planner and the preflight
@@ -65,6 +73,11 @@ class ModelSection:
     trust_remote_code: bool = False
     # SGLang's quantization method (e.g. modelopt_fp4); default: from the checkpoint
     quantization: str | None = None
+
+    @property
+    def source(self) -> HfSource | None:
+        """The Hub source of ``hf`` (checked at load), None for a path."""
+        return parse_source(self.hf, self.allow_floating_revision) if self.hf else None
 
 
 @dataclass(frozen=True)
@@ -521,6 +534,7 @@ def _unknown(key: str, valid: typing.Iterable[str], dotted: str, locs: dict, src
 
 def _build(src: Path, data: dict[str, Any], locs: dict[str, Origin]) -> Profile:
     kwargs: dict[str, Any] = {"name": src.stem, "source": src, "locations": locs}
+    _refuse_tokens(data, locs, src)  # first: an unknown key's message would echo nothing
     for key, value in data.items():
         if key in SECTIONS:
             kwargs[key] = _build_section(SECTIONS[key], key, value, locs, src)
@@ -531,15 +545,65 @@ def _build(src: Path, data: dict[str, Any], locs: dict[str, Origin]) -> Profile:
         else:
             valid = [*SECTIONS, *TOP_LEVEL]
             raise _unknown(key, valid, key, locs, src)
-    if "model" not in kwargs or not kwargs["model"].path:
-        origin = locs.get("model") or Origin(str(src), None)
-        raise InputError(origin.file, "model.path", "required (local directory or hub id)",
-                         origin.line)
+    kwargs["model"] = _model_source(kwargs.get("model"), locs, src)
     if "bench" in data:
         memory = kwargs.get("memory") or MemorySection()
         kwargs["bench"] = parse_bench(data["bench"], _error_at(locs, src),
                                       memory.max_running_requests)
     return Profile(**kwargs)
+
+
+#: Keys that would carry a Hub token in a profile (refused with where it belongs).
+TOKEN_KEYS = ("token", "hf_token", "use_auth_token", "api_key")
+
+
+def _refuse_tokens(data: Any, locs: dict[str, Origin], src: Path, dotted: str = "") -> None:
+    """A Hub token anywhere in a profile (a committed, world-readable file) is refused,
+    naming the field: tokens belong in host data ``hf_token`` (a 0600 file on the host)."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            child = f"{dotted}.{key}" if dotted else str(key)
+            if dotted == "model" and key in TOKEN_KEYS:
+                origin = locs.get(child) or Origin(str(src), None)
+                raise InputError(origin.file, child, "a token in a profile file is refused: "
+                                 "set host data hf_token (kept in a 0600 file on the host, "
+                                 "never on a command line)", origin.line)
+            _refuse_tokens(value, locs, src, child)
+    elif isinstance(data, list):
+        for index, item in enumerate(data):
+            _refuse_tokens(item, locs, src, f"{dotted}[{index}]")
+    elif isinstance(data, str) and TOKEN_SHAPE.search(data):
+        origin = locs.get(dotted) or Origin(str(src), None)
+        raise InputError(origin.file, escaped_key(dotted), "holds what looks like a Hugging "
+                         "Face token: a profile is a committed file; set host data hf_token "
+                         "(the value is not shown)", origin.line)
+
+
+def _model_source(model: ModelSection | None, locs: dict[str, Origin],
+                  src: Path) -> ModelSection:
+    """``model.path`` or ``model.hf`` (exactly one); a Hub source is checked here, and
+    its repository id stands in for the path until the serve deploy knows the revision's
+    directory on the host (and names the served model unless ``served_name`` does)."""
+    origin = locs.get("model") or Origin(str(src), None)
+    if model is None or not (model.path or model.hf):
+        raise InputError(origin.file, "model.path", "required: a local directory or hub id "
+                         "(model.path), or a pinned Hub source (model.hf: org/name@<commit>)",
+                         origin.line)
+    if model.hf is None:
+        if model.allow_floating_revision:
+            at = locs.get("model.allow_floating_revision") or origin
+            raise InputError(at.file, "model.allow_floating_revision", "applies to model.hf "
+                             "only (model.path is used as given)", at.line)
+        return model
+    at = locs.get("model.hf") or origin
+    if model.path:
+        raise InputError(at.file, "model.hf", "set model.hf or model.path, not both (the "
+                         "deploy points --model-path at the fetched revision)", at.line)
+    problem = source_problem(model.hf, model.allow_floating_revision)
+    if problem:
+        raise InputError(at.file, "model.hf", problem, at.line)
+    repo = model.hf.partition("@")[0]
+    return dataclasses.replace(model, path=repo, served_name=model.served_name or repo)
 
 
 def _error_at(locs: dict[str, Origin], src: Path):

@@ -184,7 +184,7 @@ def check_fit(
         message = (
             f"profile {profile.name} does not fit on {len(gpus)}x {name}: {plan.verdict}; "
             f"predicted rest for KV {plan.rest_gib:.2f} GiB/GPU with {plan.weights_gib:.2f} "
-            f"GiB/GPU of checkpoint weights"
+            f"GiB/GPU of checkpoint weights (from {scan.directory})"
             + (f" ({why[0]})" if why else "")
             + (f"; {plan.changes[0]}" if plan.changes else "")
         )

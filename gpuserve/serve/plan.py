@@ -44,7 +44,7 @@ from gpuserve.measure.bench import (
 )
 from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_catalog
 from gpuserve.measure.results import RecordSpec, launch_hash, record_spec
-from gpuserve.serve import checks, service
+from gpuserve.serve import checks, service, weights
 from gpuserve.serve import install as sglang
 from gpuserve.serve.checks import BenchPlan
 from gpuserve.serve.checks import mark_path as bench_mark_path
@@ -68,6 +68,7 @@ class ServePlan:
     bench: BenchPlan | None = None  # the throughput checks (None: off)
     preflight: PreflightReport | None = None  # what the preflight printed (it raised errors)
     node: NodePlacement | None = None  # this host's part in a multi-node launch
+    weights: weights.WeightsPlan | None = None  # a model.hf profile's fetch (roles/weights)
 
     @property
     def venv(self) -> str:
@@ -108,7 +109,7 @@ def defaults() -> dict:
         "profile": None,
         **FLEET_DEFAULTS,
     }
-    for layer in (sglang.DEFAULTS, service.DEFAULTS, checks.DEFAULTS):
+    for layer in (sglang.DEFAULTS, service.DEFAULTS, checks.DEFAULTS, weights.DEFAULTS):
         merged.update(layer)
     return merged
 
@@ -147,6 +148,8 @@ def plan_serve(
     host_facts: Callable[[], dict | None] | None = None,
     host_name: str = "",
     group_members: Callable[[str], list[Member] | None] = lambda group: None,
+    weights_state: Callable[[str, str, str], str | None] | None = None,
+    remote: Callable | None = None,
 ) -> ServePlan:
     """Validate ``host_data`` (merged over :func:`defaults`), choose the lock, preflight
     the host against it, and render the launch for the lock's SGLang.
@@ -164,10 +167,18 @@ def plan_serve(
     locks = load_locks(settings.locks_dir, source=source, field="sglang_locks_dir")
     runtime = host_runtime(settings.home)
     lock, version = _chosen_lock(locks, settings, runtime, profile, source)
+    step = _weights(data, source, settings, profile, weights_state, remote) \
+        if profile.model.hf else None
+    if step is not None:
+        profile = step.profile
+        if step.found is not None and step.found.scan is not None:
+            checkpoint = _remote_first(step.plan.target, step.found.scan_json(), checkpoint)
     checks_report = run_preflight(
         validate_preflight(data["preflight"], source), host=runtime.name, profile=profile,
         version=version, gpus=list(runtime.gpu_list), checkpoint=checkpoint,
         host_facts=host_facts)
+    # after the memory fit: a profile that cannot fit costs its headers, not a file list
+    weights_plan = step.finish() if step is not None else None
     mismatch = catalog_mismatch(lock, load_catalog(version).source)
     if mismatch:
         raise InputError(lock.path, "packages (sglang)", mismatch)
@@ -187,7 +198,31 @@ def plan_serve(
                                       host_comm, plan, args, launch_env)
     return ServePlan(lock, version, settings.user, settings.home, settings.index_url,
                      settings.find_links, float(settings.timeout), settings.keep,
-                     runtime.gpus, plan, record, bench, checks_report, placement)
+                     runtime.gpus, plan, record, bench, checks_report, placement,
+                     weights_plan)
+
+
+def _weights(data: dict, source: str, settings: _Settings, profile: Profile,
+             weights_state, remote) -> weights.WeightsStep | None:
+    """The weights step's plan (gpuserve/serve/weights.py) for a ``model.hf`` profile."""
+    if weights_state is None or remote is None:
+        # no host and no Hub to read (gpuserve check): the host data is checked only
+        weights.check_data(data, source, settings.home)
+        return None
+    want = validate_preflight(data["preflight"], source) != "off"
+    return weights.plan_weights(data, source, profile, home=settings.home,
+                                user=settings.user, host_state=weights_state,
+                                remote=remote, want_headers=want)
+
+
+def _remote_first(target: str, scan_json: str, checkpoint):
+    """The preflight's checkpoint reader: the Hub's headers for the revision directory
+    not fetched yet (the very scan document a local directory gives), else the host's."""
+    def read(path: str) -> str | None:
+        if path == target:
+            return scan_json
+        return checkpoint(path) if checkpoint is not None else None
+    return read
 
 
 def _checked_data(host_data: dict, source: str) -> dict:
@@ -369,10 +404,32 @@ def checkpoint_path(host_data: dict, source: str) -> str | None:
     try:
         if validate_preflight(data["preflight"], source) == "off":
             return None
-        path = load_profile(ref).model.path
+        profile = load_profile(ref)
+        path = profile.model.path
+        if profile.model.hf:
+            target = weights_target(host_data, source)
+            return target[0] if target else None
     except InputError:
         return None
     return path if path.startswith("/") else None
+
+
+def weights_target(host_data: dict, source: str) -> tuple[str, str] | None:
+    """(revision directory, models_dir) of a profile pinned to a Hub commit, known
+    before any host read, so that the deploy reads its state in the first batch; None
+    otherwise (a path, a floating revision, bad input: plan_serve says why)."""
+    data, ref = _data_and_profile_ref(host_data)
+    if ref is None:
+        return None
+    try:
+        hf = load_profile(ref).model.source
+        if hf is None or not hf.pinned:
+            return None
+        home = sglang.validate_home(data["sglang_home"], source)
+        models_dir = weights.models_dir_of(data, source, home)
+    except InputError:
+        return None
+    return hf.revision_dir(models_dir, hf.revision), models_dir
 
 
 def candidate_locks(host_data: dict, source: str) -> list[Lock]:

@@ -72,7 +72,10 @@ def _memory(report: PreflightReport, refusals: list[str], *, host: str, profile,
         return
     if not path.startswith("/"):
         report.warnings.append(f"preflight: model.path {path!r} is not a local directory "
-                               "(a hub id): memory not checked against a checkpoint")
+                               "(a hub id): memory not checked against a checkpoint, and "
+                               "the service runs offline (HF_HUB_OFFLINE=1), so it must be "
+                               "in the service's cache already; model.hf: org/name@<commit> "
+                               "has the deploy fetch and verify it (docs/weights.md)")
         return
     if not gpus:
         report.warnings.append("preflight: no GPU visible on the host yet (nvidia-smi "

@@ -13,11 +13,13 @@ import gpuserve.roles.checks.bench as bench_role
 import gpuserve.roles.service as service_role
 import gpuserve.roles.service.rollback as rollback_role
 import gpuserve.roles.sglang as sglang_role
+import gpuserve.roles.weights as weights_role
 from gpuserve.facts.document import HostFactsDocument, host_facts_document
-from gpuserve.facts.host import InstallTarget, ModelCheckpoint
+from gpuserve.facts.host import InstallTarget, ModelCheckpoint, WeightsState
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.locks import Lock
+from gpuserve.memory.remote import read_remote
 from gpuserve.roles import checks as checks_role
 from gpuserve.roles.checks import check_service, install_check_scripts, serving_probe_read
 from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
@@ -34,18 +36,29 @@ from gpuserve.roles.router.rolling import (
 from gpuserve.roles.service import UNIT_NAME, UNIT_PATH, configure_service, planned_steps
 from gpuserve.roles.service.rollback import RollbackSpec, keep_last_good
 from gpuserve.roles.sglang import install_sglang, prune_venvs
-from gpuserve.serve.plan import ServePlan, candidate_locks, checkpoint_path, plan_serve
+from gpuserve.serve.install import state_dir
+from gpuserve.serve.plan import (
+    ServePlan,
+    candidate_locks,
+    checkpoint_path,
+    plan_serve,
+    weights_target,
+)
 
 # the unit files whose venv a prune keeps: the live one and the last good one
 UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
 
 
-def host_reads(home: str, user: str, checkpoint: str | None) -> list[Read]:
+def host_reads(home: str, user: str, checkpoint: str | None,
+               weights: tuple[str, str] | None = None) -> list[Read]:
     """What the plan reads from the host before any change (one prefetch), the
-    checkpoint scan of the profile's model directory included."""
+    checkpoint scan of the profile's model directory included (and, for a profile
+    pinned to a Hub commit, the state of the revision's directory: ``weights``)."""
+    hf = ([Read.of(WeightsState, target=weights[0], ref="", models_dir=weights[1])]
+          if weights else [])
     return [Read.of(InstallTarget, path=home), Read.of(FileContents, path=HOST_JSON_PATH),
             Read.of(HostFactsDocument, sglang_python=""), *sglang_role.account_reads(user),
-            *([Read.of(ModelCheckpoint, path=checkpoint)] if checkpoint else [])]
+            *([Read.of(ModelCheckpoint, path=checkpoint)] if checkpoint else []), *hf]
 
 
 def role_reads(user: str, home: str, locks: list[Lock], serving: Read | None = None
@@ -106,7 +119,8 @@ def plan_and_read() -> ServePlan:
     user = host.data.get("sglang_user", sglang_role.DEFAULTS["sglang_user"])
     user = sglang_role.validate_user(user, inventory_source())
     data, source = host.data.dict(), inventory_source()
-    prefetch([*host_reads(home, user, checkpoint_path(data, source)),
+    prefetch([*host_reads(home, user, checkpoint_path(data, source),
+                          weights_target(data, source)),
               *role_reads(user, home, candidate_locks(data, source),
                           serving_probe_read(data, source, home))])
     plan = plan_serve(
@@ -118,6 +132,9 @@ def plan_and_read() -> ServePlan:
         host_facts=lambda: host_facts_document(reader()),
         host_name=host.name,
         group_members=group_members,
+        weights_state=lambda target, ref, models_dir: fact(
+            WeightsState, target=target, ref=ref, models_dir=models_dir),
+        remote=read_remote,
     )
     for line in plan.preflight.info:
         logger.info(f"{host.name}: {line}")
@@ -148,6 +165,11 @@ def serve(plan: ServePlan, rollback: RollbackSpec) -> None:
                    index_url=plan.index_url, find_links=plan.find_links,
                    expect_gpus=plan.expect_gpus)
     install_check_scripts(bin_dir=plan.bin_dir)
+    if plan.weights is not None:  # before the service: the unit points at the revision
+        weights_role.fetch_weights(plan=plan.weights, bin_dir=plan.bin_dir,
+                                   python=f"{plan.venv}/bin/python",
+                                   token=lambda: host.data.get("hf_token"),
+                                   token_file=f"{state_dir(plan.home)}/hf-token")
     # decided before the service's operations exist, from the batch's read
     service_changed = bool(planned_steps(plan.service))
     configure_service(plan=plan.service, before_restart=take_out_first)

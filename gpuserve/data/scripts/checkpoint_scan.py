@@ -131,6 +131,13 @@ def scan_file(path, groups, order):
     """Add one file's tensors to ``groups`` ({(pattern, dtype): [count, bytes, shape]})."""
     size = os.path.getsize(path)
     header, n = read_header(path, size)
+    return add_header(os.path.basename(path), size, header, n, groups, order)
+
+
+def add_header(name_of_file, size, header, n, groups, order):
+    """Add one parsed header's tensors to ``groups``; the file's entry of "files".
+    Shared by the local scan and the Hub's (gpuserve.memory.remote), so both describe a
+    checkpoint with the same records."""
     data_size = size - 8 - n
     count = 0
     for name, info in header.items():
@@ -146,7 +153,28 @@ def scan_file(path, groups, order):
             g[0] += 1
             g[1] += nbytes
         count += 1
-    return {"name": os.path.basename(path), "size": size, "tensors": count, "header_bytes": n}
+    return {"name": name_of_file, "size": size, "tensors": count, "header_bytes": n}
+
+
+def scan_headers(label, config, quant, index, headers):
+    """The scan document of a checkpoint read elsewhere (the Hub): ``headers`` is a list
+    of (file name, file size, header dict, header length); ``index`` the index JSON or
+    None. Errors name the file as the local scan does."""
+    doc = {"schema": SCHEMA, "dir": label, "config": config, "hf_quant_config": quant,
+           "index_total_size": None, "files": [], "tensors": [], "errors": []}
+    meta = (index or {}).get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("total_size"), int):
+        doc["index_total_size"] = meta["total_size"]
+    if config is None:
+        doc["errors"].append({"file": "config.json", "field": None, "error": "missing"})
+    groups, order = {}, []
+    for name, size, header, n in headers:
+        try:
+            doc["files"].append(add_header(name, size, header, n, groups, order))
+        except ValueError as exc:
+            doc["errors"].append({"file": name, "field": "header", "error": str(exc)})
+    doc["tensors"] = [[k[0], k[1], groups[k][0], groups[k][1], groups[k][2]] for k in order]
+    return doc
 
 
 def _json_file(path, errors):

@@ -1,0 +1,85 @@
+"""``gpuserve weights``: fetch and verify a Hub revision for an air-gapped host.
+
+Like ``gpuserve wheelhouse`` for the lock: run on a connected machine, it fills
+``DIR/<org>--<name>/<commit>/`` with the very code the serve deploy runs on a host
+(gpuserve/data/scripts/weights_fetch.py: resumable download, every file checked against
+the Hub's sha256 or git sha1, the completion marker, read-only files). Copy the tree to
+the host's models_dir (``rsync -a DIR/ host:/opt/gpuserve/models/``) and the serve
+deploy finds the revision complete and fetches nothing; or point a profile's
+``model.path`` at the copied directory. docs/weights.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+from functools import cache
+from types import ModuleType
+
+from gpuserve.errors import GpuserveError, InputError
+from gpuserve.launch.hf_source import parse_source, source_problem
+from gpuserve.memory.remote import Where, hub_api, hub_errors, resolve_commit
+from gpuserve.paths import SCRIPTS_DIR
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "weights",
+        help="fetch and verify a Hub revision into a directory, for an air-gapped host",
+        description="Fetch org/name@revision into DIR/<org>--<name>/<commit>/, verify every "
+        "file against the Hub's hashes and seal it (the layout of the host's models_dir). "
+        "The token comes from $HF_TOKEN.",
+    )
+    parser.add_argument("--hf", required=True, help="org/name@<commit> (a branch is "
+                        "resolved and the commit printed)")
+    parser.add_argument("--hf-endpoint", dest="hf_endpoint",
+                        help="the Hub or a mirror (default: $HF_ENDPOINT, else huggingface.co)")
+    parser.add_argument("dir", metavar="DIR", help="the models directory to fill")
+    parser.set_defaults(func=run)
+
+
+@cache
+def fetch_module() -> ModuleType:
+    """The host script, imported: the copy is made by the code the deploy runs."""
+    spec = importlib.util.spec_from_file_location("gpuserve_weights_fetch",
+                                                  SCRIPTS_DIR / "weights_fetch.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = source_problem(args.hf, allow_floating=True)
+    if problem:
+        raise InputError("--hf", "hf", problem)
+    source = parse_source(args.hf, True)
+    endpoint = args.hf_endpoint or os.environ.get("HF_ENDPOINT") or None
+    token = os.environ.get("HF_TOKEN") or None
+    where = Where("--hf", "hf", "--hf-endpoint", "hf_endpoint", endpoint)
+    commit = resolve_commit(hub_api(endpoint, token), source, where)
+    target = source.revision_dir(os.path.abspath(args.dir), commit)
+    os.makedirs(source.repo_dir(os.path.abspath(args.dir)), exist_ok=True)
+    module = fetch_module()
+
+    def report(doc: dict) -> None:
+        if doc.get("phase") in ("plan", "verify", "refetch"):
+            print(f"weights: {doc.get('phase')}: {doc.get('bytes', 0):,} of "
+                  f"{doc.get('total', 0):,} bytes present"
+                  + (f"; fetched again: {', '.join(doc['bad'])}" if doc.get("bad") else ""))
+        elif doc.get("phase") == "download":
+            rate = float(doc.get("rate") or 0) / (1 << 20)
+            print(f"weights: {doc['bytes']:,} of {doc['total']:,} bytes, {rate:.1f} MiB/s")
+
+    try:
+        with hub_errors(where, source):
+            marker = module.fetch(source.repo_id, commit, target, endpoint=endpoint,
+                                  token=token, report=report)
+    except module.Refused as e:
+        raise GpuserveError(f"weights: {e}") from None
+    print(f"{source.repo_id}@{commit}: {len(marker['files'])} files, "
+          f"{marker['total_bytes']:,} bytes, verified ({marker['verified']}): {target}")
+    print(f"copy to the host: rsync -a {os.path.abspath(args.dir)}/ "
+          "HOST:/opt/gpuserve/models/  (host data models_dir)")
+    return 0

@@ -1,0 +1,216 @@
+"""Weights from the lab's Hub stand-in (lab/hub) onto the container host, end to end:
+the real pyinfra CLI runs deploy/serve.py with ``model.hf`` profiles, the controller and
+the host use the real huggingface_hub client, the stand-in's counters show what crossed
+the wire.
+
+Order (module-scoped, one host): a profile that cannot fit is refused from the remote
+headers before any download and any host change; a models directory too small is
+refused before the download; the first deploy of one that fits downloads (one shard's
+transfer cut in the middle and resumed, another served corrupted once and fetched
+again), verifies, seals and serves it; a rerun downloads nothing and makes no Hub
+request at all. And ``gpuserve plan --hf`` against the stand-in plans the 80-shard GLM-5
+checkpoint from its headers exactly as from its files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from labhelpers import healthy, lab_hub
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = "gpuserve-lab/Tiny-Llama-3L"
+BIG = "gpuserve-lab/Llama-3.1-70B"
+GLM = "gpuserve-lab/GLM-5-NVFP4"
+SHARD1 = "model-00001-of-00003.safetensors"
+SHARD2 = "model-00002-of-00003.safetensors"
+HF_TOKEN = "hf_labWeightsTokenNeverOnArgv0123"
+UNIT = "gpuserve-sglang.service"
+MODELS = "/opt/gpuserve/models"
+TINY_MODELS = "/srv/tiny-disk/models"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+CHUNK = 10 * 1024 * 1024  # huggingface_hub's DOWNLOAD_CHUNK_SIZE
+
+
+@pytest.fixture(scope="module")
+def hub(lab):
+    return lab_hub(lab)
+
+
+@pytest.fixture(scope="module")
+def profiles(hub, tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("weights-profiles")
+    tiny, big = hub.main_commit(TINY), hub.main_commit(BIG)
+    (d / "tiny-hf.yaml").write_text(
+        "description: the lab Hub's small checkpoint, fetched by the deploy\n"
+        f"model:\n  hf: {TINY}@{tiny}\nparallel:\n  tp: 1\n")
+    (d / "big-hf-tp1.yaml").write_text(
+        "description: Llama-3.1-70B BF16 on one lab GPU, cannot fit\n"
+        f"model:\n  hf: {BIG}@{big}\nparallel:\n  tp: 1\n")
+    return {"tiny": d / "tiny-hf.yaml", "big": d / "big-hf-tp1.yaml"}
+
+
+@pytest.fixture(scope="module")
+def group_data(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("weights-group-data")
+    (d / "all.py").write_text(f"hf_token = {HF_TOKEN!r}\n")
+    return d
+
+
+def serve(lab, hub, profile: Path, group_data: Path, *data: str) -> tuple[int, str]:
+    r = lab.run_pyinfra("deploy/serve.py", "--data", f"profile={profile}",
+                        "--data", f"hf_endpoint={hub.url}",
+                        "--data", f"hf_plan_endpoint={hub.local_url}",
+                        *[a for kv in data for a in ("--data", kv)],
+                        "--group-data", str(group_data), check=False)
+    return r.returncode, ANSI.sub("", r.stdout)
+
+
+def fingerprint(lab) -> str:
+    return lab.ssh("ls -la --time-style=full-iso /etc/systemd/system /etc/gpuserve "
+                   f"/opt/gpuserve {MODELS} 2>&1; systemctl show -p InvocationID {UNIT}",
+                   check=True).stdout
+
+
+def shard_stats(hub, repo: str) -> dict[str, dict]:
+    return {k.rsplit("/", 1)[1]: v for k, v in hub.stats()["files"].items()
+            if k.startswith(repo + "/") and k.endswith(".safetensors")}
+
+
+def test_a_profile_that_cannot_fit_is_refused_from_the_headers(lab, hub, profiles,
+                                                               group_data):
+    hub.reset()
+    before = fingerprint(lab)
+    rc, out = serve(lab, hub, profiles["big"], group_data)
+    assert rc != 0
+    assert "profile big-hf-tp1 does not fit" in out
+    assert f"GiB/GPU of checkpoint weights (from hf:{BIG}@" in out
+    assert "nothing on the host was changed" in out
+    stats = shard_stats(hub, BIG)
+    stats.pop("model.safetensors", None)  # the client's HEAD that finds none
+    assert not [r for r in hub.stats()["requests"] if r["kind"] == "tree"]
+    assert len(stats) == 30  # every shard's header was read ...
+    assert all(s["get_full"] == 0 for s in stats.values())  # ... and no shard fetched
+    assert all(s["bytes"] <= 100_001 * max(s["get_ranged"], 1) for s in stats.values())
+    assert fingerprint(lab) == before
+    assert HF_TOKEN not in out
+
+
+def test_a_disk_too_small_is_refused_before_the_download(lab, hub, profiles, group_data):
+    lab.ssh("mkdir -p /srv/tiny-disk && (mountpoint -q /srv/tiny-disk || "
+            "mount -t tmpfs -o size=4m tmpfs /srv/tiny-disk)", check=True)
+    hub.reset()
+    before = fingerprint(lab)
+    rc, out = serve(lab, hub, profiles["tiny"], group_data, f"models_dir={TINY_MODELS}")
+    assert rc != 0
+    assert f"disk: {TINY_MODELS} has" in out and "nothing was downloaded" in out
+    assert all(s["get_full"] == 0 for s in shard_stats(hub, TINY).values())
+    assert fingerprint(lab) == before
+    assert lab.ssh(f"test -e {TINY_MODELS}").returncode != 0
+    lab.ssh("umount /srv/tiny-disk", check=False)
+
+
+@pytest.fixture(scope="module")
+def first_deploy(lab, hub, profiles, group_data):
+    hub.reset()
+    # Each fault acts on the file's next GETs: the first is the controller's header read
+    # (bytes 0-100000: the cut lies beyond it, the corrupted bytes are data, not header),
+    # the second the host's download.
+    hub.cut(TINY, SHARD2, after=CHUNK + 2000, times=2)  # past the client's first 10 MiB
+    hub.corrupt(TINY, SHARD1, offset=4096, times=2)
+    rc, out = serve(lab, hub, profiles["tiny"], group_data)
+    return rc, out, hub.stats()
+
+
+def test_first_deploy_downloads_verifies_and_serves(lab, hub, first_deploy):
+    rc, out, stats = first_deploy
+    assert rc == 0, out[-3000:]
+    commit = hub.main_commit(TINY)
+    target = f"{MODELS}/gpuserve-lab--Tiny-Llama-3L/{commit}"
+    assert re.search(rf"weights: {TINY}@{commit[:12]} verified \(\d+ files", out)
+    assert f"fetched again after a hash mismatch: {SHARD1}" in out
+    for line in re.findall(r"weights: gpuserve-lab/Tiny-Llama-3L: [\d.]+ GiB of .*", out):
+        assert re.search(r"GiB of [\d.]+ GiB \(\d+%\), [\d.]+ MiB/s", line)
+    files = {k.rsplit("/", 1)[1]: v for k, v in stats["files"].items()}
+    assert files[SHARD2]["get_ranged"] >= 1  # the cut transfer resumed with a Range
+    assert files[SHARD1]["get_full"] == 2  # corrupted once, fetched again
+    assert healthy(lab)
+    marker = json.loads(lab.ssh(f"cat {target}/.gpuserve-complete.json", check=True).stdout)
+    assert marker["commit"] == commit and marker["refetched"] == [SHARD1]
+    assert lab.ssh(f"test -e {target}.partial").returncode != 0
+    owner = lab.ssh(f"stat -c '%U %a' {target}/{SHARD1}", check=True).stdout.split()
+    assert owner == ["sglang", "444"]
+    unit = lab.ssh(f"systemctl cat {UNIT}; cat /etc/gpuserve/sglang.env", check=True).stdout
+    assert "HF_HUB_OFFLINE=1" in unit and f"--model-path {target}" in unit
+    token = lab.ssh("stat -c '%U %a' /opt/gpuserve/cache/hf-token", check=True).stdout.split()
+    assert token == ["sglang", "600"]
+    assert HF_TOKEN not in out
+    journal = lab.ssh("journalctl --no-pager -o cat -n 2000; ps -eo args", check=True).stdout
+    assert HF_TOKEN not in journal
+
+
+def test_rerun_downloads_nothing_and_asks_the_hub_nothing(lab, hub, profiles, group_data,
+                                                          first_deploy):
+    hub.reset()
+    rc, out = serve(lab, hub, profiles["tiny"], group_data)
+    assert rc == 0, out[-3000:]
+    assert hub.stats()["requests"] == []
+    assert "Model weights" not in out or "fetch gpuserve-lab" not in out
+
+
+def test_a_floating_branch_is_recorded_and_a_move_refused_unless_asked(
+        lab, hub, group_data, first_deploy, tmp_path):
+    """``@main`` with allow_floating_revision: resolved once and recorded on the host
+    (its commit is already there: nothing fetched); after the branch moves, refused with
+    both commits and no change; with hf_revision_update=true the new commit is fetched."""
+    first, later = hub.repos()[TINY]["commits"][:2]
+    assert hub.main_commit(TINY) == first
+    floating = tmp_path / "tiny-main.yaml"
+    floating.write_text(f"model:\n  hf: {TINY}@main\n  allow_floating_revision: true\n"
+                        "parallel:\n  tp: 1\n")
+    ref = f"{MODELS}/gpuserve-lab--Tiny-Llama-3L/refs/main"
+    hub.reset()
+    rc, out = serve(lab, hub, floating, group_data, "bench=off")
+    assert rc == 0, out[-3000:]
+    assert lab.ssh(f"cat {ref}", check=True).stdout.strip() == first
+    assert all(s["get_full"] == 0 for s in shard_stats(hub, TINY).values())
+    hub.move_branch(TINY, later)
+    before = fingerprint(lab)
+    rc, out = serve(lab, hub, floating, group_data, "bench=off")
+    assert rc != 0 and f"now resolves to {later}" in out and first in out
+    assert "hf_revision_update=true" in out and fingerprint(lab) == before
+    rc, out = serve(lab, hub, floating, group_data, "bench=off", "hf_revision_update=true")
+    assert rc == 0, out[-3000:]
+    assert lab.ssh(f"cat {ref}", check=True).stdout.strip() == later
+    assert lab.ssh(f"test -f {MODELS}/gpuserve-lab--Tiny-Llama-3L/{later}/"
+                   ".gpuserve-complete.json").returncode == 0
+    hub.move_branch(TINY, first)
+
+
+def test_plan_hf_reads_headers_only_and_equals_the_files(lab, hub):
+    """``gpuserve plan --hf`` against the stand-in: the 80-shard GLM-5 NVFP4 planned
+    from its headers equals the plan from the very files the stand-in serves."""
+    commit = hub.main_commit(GLM)
+    hub.reset()
+    args = ["--gpus", "8xRTX-PRO-6000", "--tp", "8", "--json"]
+    remote = subprocess.run([sys.executable, "-m", "gpuserve", "plan", "--hf",
+                             f"{GLM}@{commit}", "--hf-endpoint", hub.local_url, *args],
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert remote.returncode == 0, remote.stderr[-2000:]
+    stats = shard_stats(hub, GLM)
+    stats.pop("model.safetensors", None)
+    assert len(stats) == 80 and all(s["get_full"] == 0 for s in stats.values())
+    files = Path(lab.state.mirror_root) / "hub" / GLM / "commits" / commit
+    local = subprocess.run([sys.executable, "-m", "gpuserve", "plan", "--model-dir",
+                            str(files), *args], capture_output=True, text=True,
+                           timeout=300, cwd=REPO)
+    assert local.returncode == 0, local.stderr[-2000:]
+    r, lo = json.loads(remote.stdout), json.loads(local.stdout)
+    assert r["weights"] == lo["weights"] and r["weights_gib"] == lo["weights_gib"] > 0
