@@ -128,29 +128,8 @@ def _strip_comment(line: str) -> str:
     return line.rstrip()
 
 
-def _split_top(text: str, sep: str) -> list[str]:
-    """Split on ``sep`` outside quotes and brackets."""
-    parts, depth, quote, cur = [], 0, None, ""
-    for ch in text:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        elif ch == sep and depth == 0:
-            parts.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    parts.append(cur)
-    return parts
-
-
-def _key_split(text: str) -> tuple[str, str] | None:
-    """``key: rest`` -> (key, rest) when ``text`` starts a mapping entry."""
+def _top_level(text: str):
+    """(index, character) of each character outside quotes and brackets."""
     quote, depth = None, 0
     for i, ch in enumerate(text):
         if quote:
@@ -161,7 +140,25 @@ def _key_split(text: str) -> tuple[str, str] | None:
             depth += 1
         elif ch in "]}":
             depth -= 1
-        elif ch == ":" and depth == 0 and (i + 1 == len(text) or text[i + 1] in " \t"):
+        elif depth == 0:
+            yield i, ch
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split on ``sep`` outside quotes and brackets."""
+    parts, start = [], 0
+    for i, ch in _top_level(text):
+        if ch == sep:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _key_split(text: str) -> tuple[str, str] | None:
+    """``key: rest`` -> (key, rest) when ``text`` starts a mapping entry."""
+    for i, ch in _top_level(text):
+        if ch == ":" and (i + 1 == len(text) or text[i + 1] in " \t"):
             return text[:i].strip(), text[i + 1:].strip()
     return None
 

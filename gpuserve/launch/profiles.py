@@ -548,7 +548,7 @@ def _build(src: Path, data: dict[str, Any], locs: dict[str, Origin]) -> Profile:
     kwargs["model"] = _model_source(kwargs.get("model"), locs, src)
     if "bench" in data:
         memory = kwargs.get("memory") or MemorySection()
-        kwargs["bench"] = parse_bench(data["bench"], _error_at(locs, src),
+        kwargs["bench"] = parse_bench(data["bench"], error_at(locs, src),
                                       memory.max_running_requests)
     return Profile(**kwargs)
 
@@ -606,7 +606,7 @@ def _model_source(model: ModelSection | None, locs: dict[str, Origin],
     return dataclasses.replace(model, path=repo, served_name=model.served_name or repo)
 
 
-def _error_at(locs: dict[str, Origin], src: Path):
+def error_at(locs: dict[str, Origin], src: Path):
     """``error(dotted, message)`` naming the file and line that set ``dotted`` (or the
     nearest enclosing key that has a location)."""
 

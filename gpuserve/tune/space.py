@@ -48,6 +48,7 @@ from gpuserve.launch.profiles import (
     Origin,
     Profile,
     _read,
+    error_at,
     load_profile_with,
     resolve_profile_path,
 )
@@ -131,7 +132,7 @@ def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
     if not src.is_file():
         raise InputError(src, None, "no such tune file")
     data, locs = _read(src)
-    error = _error_at(locs, src)
+    error = error_at(locs, src)
     for key in data:
         if key not in TOP_KEYS:
             raise error(str(key), f"unknown key (valid: {', '.join(TOP_KEYS)})")
@@ -154,17 +155,6 @@ def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
         combine=_int(data.get("combine", 2), "combine", error, low=0, high=8),
         locations=locs, **requests)
     return spec, dict(knobs)
-
-
-def _error_at(locs: dict[str, Origin], src: Path):
-    def error(dotted: str, message: str) -> InputError:
-        probe = dotted
-        while probe and probe not in locs:
-            shorter = re.sub(r"(\[\d+\]|\.[^.\[]*)$", "", probe)
-            probe = "" if shorter == probe else shorter
-        origin = locs.get(probe) or Origin(str(src), None)
-        return InputError(origin.file, dotted, message, origin.line)
-    return error
 
 
 def _incumbent(raw: Any, src: Path, error) -> Path:

@@ -661,3 +661,17 @@ class HubServer:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def control(base_url: str, what: str, body: dict | None = None, timeout: float = 30):
+    """The lab's own knobs of a running stand-in: GET (no body) or POST
+    ``<base_url>/_lab/<what>``, its JSON answer (faults, counters, branch moves)."""
+    import json
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{base_url}/_lab/{what}", data=data,
+                                 method="GET" if body is None else "POST")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+

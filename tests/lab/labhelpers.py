@@ -72,14 +72,9 @@ class LabHub:
 
     def control(self, what: str, body: dict | None = None):
         """GET (no body) or POST ``<local_url>/_lab/<what>``; the JSON answer."""
-        import json
-        import urllib.request
+        from lab.hub.server import control
 
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"{self.local_url}/_lab/{what}", data=data,
-                                     method="GET" if body is None else "POST")
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read())
+        return control(self.local_url, what, body)
 
     def reset(self) -> None:
         """Forget counters, pending faults and branch moves."""

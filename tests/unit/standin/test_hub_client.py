@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.hub.server import control as lab_control
+
 hf = pytest.importorskip("huggingface_hub")
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download  # noqa: E402
 from huggingface_hub.errors import (  # noqa: E402
@@ -53,11 +55,7 @@ def hub(hub_root):
 
 
 def control(hub, what: str, body: dict | None = None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{hub.url}/_lab/{what}", data=data,
-                                 method="GET" if body is None else "POST")
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
+    return lab_control(hub.url, what, body, timeout=10)
 
 
 def files_served(hub) -> dict:

@@ -8,10 +8,11 @@ index naming a missing shard, a truncated header, a bare 404). The stand-in's co
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from lab.hub.server import control as lab_control
 
 hf = pytest.importorskip("huggingface_hub")
 hub_mod = pytest.importorskip("lab.hub.server")
@@ -43,11 +44,7 @@ def hub(hub_root):
 
 
 def control(hub, what: str, body: dict | None = None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{hub.url}/_lab/{what}", data=data,
-                                 method="GET" if body is None else "POST")
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
+    return lab_control(hub.url, what, body, timeout=10)
 
 
 def main_commit(hub, repo: str = TINY) -> str:
