@@ -23,6 +23,32 @@ OFFLINE_ENV = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.
 
 
 @pytest.fixture(scope="session")
+def sglang_wheels(tmp_path_factory) -> Path:
+    """A ``wheels/`` directory holding every SGLang stand-in wheel (one publish per run)."""
+    mirror = tmp_path_factory.mktemp("sglang-mirror")
+    sglang_standin.publish(mirror)
+    return mirror / "wheels"
+
+
+def standin_site(wheels: Path, version: str, tmp_path_factory) -> Path:
+    """The stand-in wheel of ``version`` unpacked: a directory to put on PYTHONPATH."""
+    site = tmp_path_factory.mktemp("site-" + version.replace("+", "-"))
+    with zipfile.ZipFile(wheels / sglang_standin.wheel_name(version)) as zf:
+        zf.extractall(site)
+    return site
+
+
+@pytest.fixture(scope="session")
+def site23(sglang_wheels, tmp_path_factory) -> Path:
+    return standin_site(sglang_wheels, "0.5.23+lab", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def site19(sglang_wheels, tmp_path_factory) -> Path:
+    return standin_site(sglang_wheels, "0.5.19+lab", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def offline_env() -> dict[str, str]:
     """Environment that sends any HTTP(S) attempt to a closed local port."""
     return dict(OFFLINE_ENV)

@@ -32,30 +32,6 @@ REPO = Path(__file__).resolve().parents[3]
 GIB_PER_MIB = 1 / 1024
 
 
-@pytest.fixture(scope="module")
-def wheels(tmp_path_factory) -> Path:
-    mirror = tmp_path_factory.mktemp("mirror")
-    sglang_standin.publish(mirror)
-    return mirror / "wheels"
-
-
-def _site(wheels: Path, version: str, tmp_path_factory) -> Path:
-    site = tmp_path_factory.mktemp(f"site-{version}")
-    with zipfile.ZipFile(wheels / sglang_standin.wheel_name(version)) as zf:
-        zf.extractall(site)
-    return site
-
-
-@pytest.fixture(scope="module")
-def site23(wheels, tmp_path_factory) -> Path:
-    return _site(wheels, "0.5.23+lab", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def site19(wheels, tmp_path_factory) -> Path:
-    return _site(wheels, "0.5.19+lab", tmp_path_factory)
-
-
 def _env(site: Path, **knobs: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSERVE_LAB_STANDIN_")}
     env["PYTHONPATH"] = str(site)
@@ -92,12 +68,14 @@ def _get(port: int, path: str, headers: dict | None = None, body: dict | None = 
 # -- the wheel -------------------------------------------------------------------
 
 
-def test_publish_writes_one_wheel_per_catalog(wheels):
+def test_publish_writes_one_wheel_per_catalog(sglang_wheels):
+    wheels = sglang_wheels
     names = sorted(p.name for p in wheels.glob("*.whl"))
     assert names == ["sglang-0.5.19+lab-py3-none-any.whl", "sglang-0.5.23+lab-py3-none-any.whl"]
 
 
-def test_wheel_metadata_entry_points_and_record(wheels):
+def test_wheel_metadata_entry_points_and_record(sglang_wheels):
+    wheels = sglang_wheels
     path = wheels / "sglang-0.5.23+lab-py3-none-any.whl"
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()

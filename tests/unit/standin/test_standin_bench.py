@@ -9,33 +9,24 @@ from __future__ import annotations
 import http.client
 import json
 import math
-import os
 import re
-import socket
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from standin_server import free_port, healthy_server, standin_env
 
 from gpuserve.measure.bench_catalog import load_bench_catalog
-from lab import sglang_standin
 
 DECODE_TPS = 400.0
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    mirror = tmp_path_factory.mktemp("mirror")
-    sglang_standin.publish(mirror)
-    site = tmp_path_factory.mktemp("site")
-    with zipfile.ZipFile(mirror / "wheels" / sglang_standin.wheel_name("0.5.23+lab")) as zf:
-        zf.extractall(site)
-    return site
+def site(site23) -> Path:
+    return site23
 
 
 @pytest.fixture(scope="module")
@@ -47,55 +38,13 @@ def model_dir(tmp_path_factory) -> Path:
     return d
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env(site: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GPUSERVE_LAB_STANDIN_") and k not in ("OPENAI_API_KEY",
-                                                                     "API_KEY")}
-    env.update({"PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1",
-                "GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "0.1",
-                "GPUSERVE_LAB_STANDIN_WARMUP_SECONDS": "0.05"})
-    env.update(extra)
-    return env
+    return standin_env(site, **extra)
 
 
-@contextmanager
-def _server(site: Path, model_dir: Path, *args: str, **knobs: str) -> Iterator[int]:
-    port = _free_port()
-    env = _env(site, **{f"GPUSERVE_LAB_STANDIN_{k}": v for k, v in knobs.items()})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir),
-         "--served-model-name", "qwen", "--host", "127.0.0.1", "--port", str(port), *args],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        for _ in range(200):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                break
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        else:
-            pytest.fail("stand-in server did not become healthy")
-        assert proc.poll() is None, "stand-in server exited"
-        yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+def _server(site: Path, model_dir: Path, *args: str, **knobs: str):
+    return healthy_server(model_dir, "qwen", args, _env(
+        site, **{f"GPUSERVE_LAB_STANDIN_{k}": v for k, v in knobs.items()}))
 
 
 @pytest.fixture(scope="module")
@@ -262,7 +211,7 @@ def test_offline_tokenizer_must_be_a_local_dir(site, server, tmp_path):
 
 
 def test_unreachable_server_exits_non_zero(site, model_dir, tmp_path):
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     argv = _argv(port, model_dir, tmp_path / "x.jsonl",
                  extra=("--ready-check-timeout-sec", "1"))
     started = time.monotonic()
@@ -282,17 +231,12 @@ def test_unsimulated_dataset_is_refused(site, server, model_dir, tmp_path):
     assert "--dataset-name sharegpt is not simulated" in r.stderr
 
 
-def test_every_version_runs_the_deploy_argv(tmp_path_factory, model_dir, tmp_path):
+def test_every_version_runs_the_deploy_argv(site19, site23, model_dir, tmp_path):
     """Each stand-in wheel's client (its own version's catalog) completes the argv the
     serve deploy builds (gpuserve.measure.bench.client_argv); 0.5.19 lacks --goodput."""
     from gpuserve.measure.bench import Scenario, client_argv
 
-    mirror = tmp_path_factory.mktemp("mirror-all")
-    sglang_standin.publish(mirror)
-    for version in ("0.5.19+lab", "0.5.23+lab"):
-        site = tmp_path_factory.mktemp("site-" + version.replace("+", "-"))
-        with zipfile.ZipFile(mirror / "wheels" / sglang_standin.wheel_name(version)) as zf:
-            zf.extractall(site)
+    for version, site in (("0.5.19+lab", site19), ("0.5.23+lab", site23)):
         out = tmp_path / f"{version}.jsonl"
         with _server(site, model_dir, DECODE_TPS="400", BATCH_DECODE_TPS="4000") as port:
             argv = client_argv(Scenario("s", concurrency=2, prompts=2, input_len=16,

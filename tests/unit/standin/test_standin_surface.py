@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
-import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from standin_server import free_port, healthy_server, launch_argv, standin_env
 
-from lab import sglang_standin, surface
+from lab import surface
 
 REPO = Path(__file__).resolve().parents[3]
 FIELD_NOTES = REPO / "lab" / "surfaces" / "field-notes.yaml"
@@ -32,13 +27,8 @@ BASE = ("--tp", "8", "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    mirror = tmp_path_factory.mktemp("mirror")
-    sglang_standin.publish(mirror)
-    site = tmp_path_factory.mktemp("site")
-    with zipfile.ZipFile(mirror / "wheels" / sglang_standin.wheel_name("0.5.23+lab")) as zf:
-        zf.extractall(site)
-    return site
+def site(site23) -> Path:
+    return site23
 
 
 @pytest.fixture(scope="module")
@@ -52,62 +42,19 @@ def model_dir(tmp_path_factory) -> Path:
     return d
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env(site: Path, **knobs: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GPUSERVE_LAB_STANDIN_") and k not in ("OPENAI_API_KEY",
-                                                                     "API_KEY")}
-    env.update({"PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1",
-                "GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "0.1",
-                "GPUSERVE_LAB_STANDIN_WARMUP_SECONDS": "0.05",
-                "GPUSERVE_LAB_STANDIN_SURFACE": str(FIELD_NOTES),
-                "GPUSERVE_LAB_STANDIN_SURFACE_SPEEDUP": str(SPEEDUP)})
+    env = standin_env(site, GPUSERVE_LAB_STANDIN_SURFACE=str(FIELD_NOTES),
+                      GPUSERVE_LAB_STANDIN_SURFACE_SPEEDUP=str(SPEEDUP))
     env.update({f"GPUSERVE_LAB_STANDIN_{k}": v for k, v in knobs.items()})
     return env
 
 
 def _argv(model_dir: Path, port: int, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir),
-            "--served-model-name", "glm-5", "--host", "127.0.0.1", "--port", str(port),
-            *flags]
+    return launch_argv(model_dir, "glm-5", port, flags)
 
 
-@contextmanager
-def _server(site: Path, model_dir: Path, *flags: str, log: Path, **knobs: str
-            ) -> Iterator[int]:
-    port = _free_port()
-    with log.open("w") as out:
-        proc = subprocess.Popen(_argv(model_dir, port, *flags), env=_env(site, **knobs),
-                                stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 20
-        for _ in range(200):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                break
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        else:
-            pytest.fail("stand-in server did not become healthy")
-        assert proc.poll() is None, log.read_text()
-        yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+def _server(site: Path, model_dir: Path, *flags: str, log: Path, **knobs: str):
+    return healthy_server(model_dir, "glm-5", flags, _env(site, **knobs), log=log)
 
 
 def _bench(site: Path, port: int, model_dir: Path, out: Path, *, prompts: int,
@@ -164,7 +111,7 @@ def test_single_stream_follows_the_surface(site, model_dir, tmp_path):
 
 def test_ep_at_mfs_078_fails_at_start_with_sglangs_value_error(site, model_dir, tmp_path):
     """FN-oom's figure: EP8 at mem_fraction_static 0.78 leaves a rest of -4.4 GB."""
-    r = subprocess.run(_argv(model_dir, _free_port(), "--tp", "8", "--ep", "8",
+    r = subprocess.run(_argv(model_dir, free_port(), "--tp", "8", "--ep", "8",
                              "--mem-fraction-static", "0.78"),
                        env=_env(site), capture_output=True, text=True, timeout=30)
     assert r.returncode != 0
@@ -180,7 +127,7 @@ def test_ep_at_mfs_078_fails_at_start_with_sglangs_value_error(site, model_dir, 
 
 def test_surface_start_failure_rule_dies_with_its_text(site, model_dir, tmp_path):
     # the surface by name: the wheel bundles lab/surfaces/*.yaml
-    r = subprocess.run(_argv(model_dir, _free_port(), *BASE, "--dsa-decode-backend",
+    r = subprocess.run(_argv(model_dir, free_port(), *BASE, "--dsa-decode-backend",
                              "trtllm"),
                        env=_env(site, SURFACE="field-notes"), capture_output=True, text=True,
                        timeout=30)
@@ -218,7 +165,7 @@ def test_crash_rule_kills_the_server_after_it_served(site, model_dir, tmp_path):
 def test_bad_surface_file_refuses_to_start(site, model_dir, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("format: 1\nname: x\ndescription: y\nbase: {decode_tps: 10, speed: 3}\n")
-    r = subprocess.run(_argv(model_dir, _free_port(), *BASE), env=_env(site, SURFACE=str(bad)),
+    r = subprocess.run(_argv(model_dir, free_port(), *BASE), env=_env(site, SURFACE=str(bad)),
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
     assert f"{bad}: base.speed: unknown key" in r.stderr
