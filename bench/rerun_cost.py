@@ -24,7 +24,7 @@ For each deploy it prints, over ``--runs`` runs (medians, and min-max):
   server generates (its own time, from the smoke record the deploy writes), and the
   rest (reads, file writes, the health gate's polling, the last-good copy, the prune).
 
-The issue's goals (issue 10): at most 15 remote commands and 3 times ``exec -- true``
+The goals: at most 15 remote commands and 3 times ``exec -- true``
 for a no-op rerun, at most 5 s added to a switch. On the lab host every process costs
 tens of milliseconds (QEMU without KVM), so the ratios are the figures to compare, and
 a busy machine (another VM, a test run) inflates everything: run it on a quiet one.

@@ -3,7 +3,7 @@
 Why one module: records, facts documents, inventories and profiles are files anyone can
 edit, and host facts come from the hosts themselves. ESC[2J, a carriage return or a bidi
 override printed raw clears or rewrites the reader's terminal and can hide or fake
-lines. ``compare`` escaped its rows (issue 10), but ``check`` printed host names,
+lines. ``compare`` escaped its rows, but ``check`` printed host names,
 ``doctor`` a host's own hostname and every error message a profile's unknown key raw.
 ``gpuserve.cli.main`` now routes all output through :class:`EscapingWriter`, so no
 command can forget; ``--json`` is unaffected (``json.dumps`` escapes them already).

@@ -3,8 +3,8 @@
 Why: pyinfra 3.10 runs one remote command per fact read (``pyinfra/api/facts.py``,
 ``_get_fact``: no cache), and its file operations read two or three facts per file, at
 prepare time and again at execute time. A no-op rerun of the serve deploy thus ran 57
-commands on the lab host and took 19 times a bare ``pyinfra ... exec -- true``
-(issue 10). Here the reads a deploy is about to make are declared up front
+commands on the lab host and took 19 times a bare ``pyinfra ... exec -- true``.
+Here the reads a deploy is about to make are declared up front
 (:func:`prefetch`), run as one ``sh`` script with a marker after each fact's output,
 and each fact's own ``process`` parses its slice, so the values are exactly what
 ``host.get_fact`` would have returned.

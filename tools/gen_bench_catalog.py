@@ -289,7 +289,7 @@ def introspect(src: str, deps: str, out: str) -> None:
                          f"{len(mismatches)} probes")
 
 
-# The argv the serve deploy builds (gpuserve serve, issue 8), with and without extras.
+# The argv the serve deploy builds (gpuserve serve), with and without extras.
 DEPLOY_ARGV = ["--backend", "sglang", "--base-url", "http://127.0.0.1:30000",
                "--model", "served", "--tokenizer", "/models/m", "--dataset-name",
                "random-ids", "--random-input-len", "1024", "--random-output-len", "256",

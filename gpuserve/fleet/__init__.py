@@ -1,1 +1,1 @@
-"""Fleets: several GPU hosts as one service (multi-node launches; issue 11)."""
+"""Fleets: several GPU hosts as one service (multi-node launches)."""

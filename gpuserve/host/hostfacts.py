@@ -172,7 +172,7 @@ P2P_RESULTS = ("ok", "hung", "slower", "not_measured")
 
 @dataclass(frozen=True)
 class Measured:
-    """Optional: what the last measuring run found (gpuserve.measure.gates, issue 9).
+    """Optional: what the last measuring run found (gpuserve.measure.gates).
 
     The driver's ``topo -p2p`` verdict is what the driver claims; this is what the box
     did. ``p2p``: the NCCL env was chosen with P2P on (P2P measured working and faster);

@@ -1,4 +1,4 @@
-"""What the measuring stage runs on a host, and what it makes of the output (issue 9).
+"""What the measuring stage runs on a host, and what it makes of the output.
 
 Why a module of its own: ``gates.py`` judges figures; this module says *what runs on the
 host* (the build and measure scripts, as text) and turns what came back into a choice, a

@@ -1,4 +1,4 @@
-"""Measured GPU gates (issue 9 groundwork): pinned tool sources, expectations, decisions.
+"""Measured GPU gates: pinned tool sources, expectations, decisions.
 
 Why: the driver's P2P report (``nvidia-smi topo -p2p``) and what the box does differ (a
 VM without P2P, RTX PRO 6000 hosts whose P2P transport hangs, custom all-reduce over

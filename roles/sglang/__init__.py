@@ -298,7 +298,7 @@ def prune_venvs(home: str, keep: int, unit_paths: tuple[str, ...]):
     """Delete venvs beyond the ``keep`` newest verified ones; never one a unit names."""
     if not state.is_executing:
         return
-    # after a change, one fresh read (not one per kind of line: issue 10's switch)
+    # after a change, one fresh read (not one per kind of line: a switch)
     seen = fact_if_unchanged(PruneState, home=home, paths=unit_paths)
     doomed = venvs_to_prune(parse_listing(seen["listing"], home),
                             referenced_venvs(seen["units"], home), keep)

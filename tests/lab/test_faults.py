@@ -1,6 +1,6 @@
 """Faults on the lab host: what a served host does when things go wrong, end to end.
 
-Issue 10, "faults in the lab". One module-scoped deployed state (glm5-nvfp4-tp8 with
+One module-scoped deployed state (glm5-nvfp4-tp8 with
 the secrets of test_serve.py, the lab's default lock) is shared by every test, and the
 tests run in file order, each leaving the host healthy for the next:
 

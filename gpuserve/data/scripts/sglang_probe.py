@@ -243,7 +243,7 @@ def main():
     p.add_argument("--wait", type=float, default=0.0)
     # Then one smoke completion, when (and only when) the server is healthy: a second
     # JSON line (sglang_smoke.py's). The health gate asks for it so that a healthy
-    # server costs one command and one Python start for both checks (issue 10).
+    # server costs one command and one Python start for both checks.
     p.add_argument("--smoke-model", default="")
     p.add_argument("--smoke-max-tokens", type=int, default=64)
     p.add_argument("--smoke-config", default="")

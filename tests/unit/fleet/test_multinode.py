@@ -1,4 +1,4 @@
-"""Multi-node launches (issue 11): rank and dist-init address from the inventory group,
+"""Multi-node launches: rank and dist-init address from the inventory group,
 the NCCL/Gloo socket interface from host data, and every bad group refused before any
 host changes, naming the inventory file and field. Through plan_serve, as the deploy
 calls it, and the flags checked by the 0.5.23 catalog like every other flag."""

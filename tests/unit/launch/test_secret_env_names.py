@@ -1,7 +1,7 @@
 """Secret env names: one judge (gpuserve.launch.secrets.is_secret_env_name) for profiles,
 ``gpuserve render``, the launch hash and result records.
 
-Regression for issue 10's leftover: a profile env key with "TOKEN" anywhere in it
+Regression: a profile env key with "TOKEN" anywhere in it
 (``SGLANG_MAX_TOKENS_PER_BATCH``) was refused as a secret by a substring match, and the
 launch hash and records dropped such settings, so two different launches hashed alike.
 """

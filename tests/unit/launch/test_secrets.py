@@ -1,6 +1,6 @@
 """Secret launch flags: resolved like SGLang's parser, judged by the resolved option.
 
-Regression tests for issue 10: ``--api-k sk-...`` (an argparse abbreviation) passed both
+Regression tests: ``--api-k sk-...`` (an argparse abbreviation) passed both
 secret filters, while ``--max-total-tokens`` and ``--tokenizer-path`` were refused as
 secrets because their names contain "token".
 """

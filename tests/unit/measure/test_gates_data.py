@@ -1,5 +1,5 @@
 """gpuserve/data/gates: the shipped pins and expectations load, and bad data is refused
-with an error naming the file and the field (issue 9, "Bad input")."""
+with an error naming the file and the field."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ def scan_runner(directory: Path, tmp_path: Path):
 
 
 def test_a_rerun_prints_the_kept_scan_without_starting_python(tmp_path) -> None:
-    """Issue 10: the shell compares the files' stat with the stamp of the last clean
+    """The shell compares the files' stat with the stamp of the last clean
     scan and prints its output; Python runs again only when a file changed."""
     ckpt = compose_record("qwen3-30b-a3b", tmp_path / "Qwen3-30B-A3B", shards=2)
     sh = scan_runner(ckpt, tmp_path)

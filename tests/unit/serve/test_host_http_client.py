@@ -133,7 +133,7 @@ def _probe(server, env, *extra) -> list[str]:
 
 
 def test_a_healthy_probe_makes_the_smoke_completion_too(server, tmp_path) -> None:
-    """Issue 10: the gate's probe and the smoke in one command and one Python start."""
+    """The gate's probe and the smoke in one command and one Python start."""
     config = tmp_path / "sglang-secrets.yaml"
     config.write_text('api-key: "sk-smoke-0123456789abcdef"\n')
     lines = _probe(server, _fake_systemctl(tmp_path, "active"), "--smoke-model", "glm-5",

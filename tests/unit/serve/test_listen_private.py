@@ -1,7 +1,7 @@
 """A private ``listen_address`` without an API key is served, and the deploy's checks
 reach it: the host scripts find where the server listens in /proc/net/tcp{,6}.
 
-Issue 10: "listening address and API key chosen safely by default (loopback or a named
+Wanted: "listening address and API key chosen safely by default (loopback or a named
 private address unless a key is set; say so in the message)". The listen rule accepted a
 private address, but the plan then refused it because the health gate, smoke and
 benchmark talked to 127.0.0.1 only, which a server bound to 10.0.0.21 never answers.

@@ -72,7 +72,7 @@ class Quick(PathState):
 
 
 def test_reads_run_at_the_same_time_and_print_in_order(tmp_path: Path) -> None:
-    """Issue 10: a batch costs its slowest read, not the sum, and each read's lines stay
+    """A batch costs its slowest read, not the sum, and each read's lines stay
     its own, in the order given."""
     ends = tmp_path / "ends"
     reads = [Read.of(Slow, path=str(ends)), Read.of(Slow, path=str(ends)),

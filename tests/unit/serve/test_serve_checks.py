@@ -153,7 +153,7 @@ def run_gate_then_smoke(responses: dict):
 
 
 def test_a_healthy_gate_makes_the_smoke_in_the_same_command(caplog) -> None:
-    """Issue 10: on a healthy server the probe makes the smoke completion too, and the
+    """On a healthy server the probe makes the smoke completion too, and the
     smoke check judges that one instead of starting another command."""
     with caplog.at_level(logging.INFO, logger="pyinfra"):
         gate, smoke, cmds = run_gate_then_smoke(
@@ -220,7 +220,7 @@ def run_gate_from_batch(batch: str | None, responses: dict, change_first: bool =
 
 def test_a_healthy_probe_from_the_first_batch_proves_a_no_op_rerun_without_a_command(
         caplog) -> None:
-    """Issue 10: the first batch probed the server of this profile (health and smoke);
+    """The first batch probed the server of this profile (health and smoke);
     with nothing changed since, the gate and the smoke judge that and run nothing."""
     batch = probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)
     with caplog.at_level(logging.INFO, logger="pyinfra"):

@@ -375,7 +375,7 @@ def test_bench_fingerprint_and_record_follow_the_listen_address() -> None:
      R580),
 ])
 def test_the_chosen_lock_is_among_the_candidates_read_in_the_first_batch(data, host) -> None:
-    """Issue 10: the deploy reads the venvs of every candidate lock in its first batch,
+    """The deploy reads the venvs of every candidate lock in its first batch,
     so the lock the plan then chooses must be one of them (else a second batch runs)."""
     chosen = plan_serve(data, "inventory/gpu.py", host).lock
     candidates = candidate_locks(data, "inventory/gpu.py")
@@ -389,7 +389,7 @@ def test_the_chosen_lock_is_among_the_candidates_read_in_the_first_batch(data, h
     {"profile": str(REPO / "profiles/glm5-nvfp4-tp8-ep8.yaml")},
 ])
 def test_the_batch_probe_is_the_one_the_gate_asks_for(data) -> None:
-    """Issue 10: the first batch reads the gate's first probe with its smoke, guessed
+    """The first batch reads the gate's first probe with its smoke, guessed
     from host data and profile before any host read; the gate looks it up by the plan's
     own request, so the guess must equal it (else every rerun probes again)."""
     from gpuserve.roles.checks import PROBE, SmokeRequest, serving_probe

@@ -1,4 +1,4 @@
-"""Issue 10, secrets: regression tests for each leak a hostile review found.
+"""Secrets: regression tests for each leak a hostile review found.
 
 - an API key through an abbreviated flag (``--api-k``) reached the unit and the journal;
 - secrets shorter than a few characters were never redacted;

@@ -56,7 +56,7 @@ def server(site, model_dir) -> Iterator[int]:
 
 def _argv(port: int, model_dir: Path, out: Path, *, prompts: int = 6, concurrency: int = 1,
           output_len: int = 16, tag: str = "t", extra: tuple[str, ...] = ()) -> list[str]:
-    """The command line the serve deploy builds (issue 8)."""
+    """The command line the serve deploy builds."""
     return ["--backend", "sglang", "--base-url", f"http://127.0.0.1:{port}", "--model", "qwen",
             "--tokenizer", str(model_dir), "--dataset-name", "random-ids",
             "--random-input-len", "32", "--random-output-len", str(output_len),
