@@ -2,28 +2,11 @@
 pyinfra inventory, without connecting to any host.
 
 Why: pyinfra connects to every host before it loads a deploy file, so a typo in a
-profile or in host data is otherwise reported after SSH to the whole fleet. This command
-loads the inventory with pyinfra's own loader (group data files and ``--data`` apply
-exactly as for ``pyinfra INVENTORY deploy/serve.py --data k=v``) and runs the same
-functions the deploys run at prepare time (``gpuserve.serve.plan.plan_serve``,
-``gpuserve.host.plan.plan_host``, ``gpuserve.fleet.router_plan``), with every host fact
-unknown. The deploys keep their own checks; this is a lint, not a substitute.
+profile or in host data is otherwise reported after SSH to the whole fleet. A lint, not a
+substitute: the deploys keep their own checks. Unlike the rest of ``gpuserve/`` it
+imports pyinfra's CLI loader (lazily): loading inventories as the deploys do is its point.
 
-What a host alone can say (driver, Python, glibc, disk, CUDA toolkit, the checkpoint's
-memory fit, the doctor's rules, ``/etc/gpuserve/host.json``, the service account, the
-CPU vendor behind the IOMMU parameters) is not checked, and the output says so. For the
-lock, every lock the profile and host data allow that some host could get is planned
-through ``plan_serve`` as if the host had picked it, so a rendering or lock problem of
-an older or other-Python lock shows up as a warning naming that lock.
-
-Exit status: 0 when every host passes, 1 when any host fails a check, 2 for bad usage
-or an inventory that cannot be loaded (``inventory/lab.py`` without a running lab).
-
-Unlike the rest of ``gpuserve/`` this command imports pyinfra's CLI loader (lazily,
-inside functions) and puts the current directory on ``sys.path`` (an inventory may
-import its project's code): loading inventories as the deploys do is its whole point, and
-``gpuserve plan|doctor|render`` must not pay for those imports. The plans it runs live in
-``gpuserve/``; it imports no ``roles/``.
+How: docs/check.md, "gpuserve.commands.check: what it runs and what it leaves to the host"
 """
 
 from __future__ import annotations

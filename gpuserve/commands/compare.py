@@ -1,47 +1,12 @@
 """``gpuserve compare FILE_OR_DIR...``: where each profile stands, after a switch.
 
-Reads gpuserve result records (``results/<host>/*.json``: the serve deploy's bench runs,
-one per scenario, and its smoke checks; schema /1 and /2) and SGLang benchmark JSON Lines
-(``python -m sglang.benchmark.serving --output-file``; the profile is the line's
-``--tag``, else the file's stem). In a directory, files that are not results (a fetched
-``host.json``, documents of another gpuserve schema, PNGs) are skipped and listed.
+Reads gpuserve result records, SGLang benchmark JSON Lines and the host deploy's
+``gpuserve.measure/1`` records; prints per host and scenario the latest run of each
+profile against a baseline profile (``--history``: every run and what changed), then the
+measured GPU gates; ``--json`` gives the same as one document. Why: after a switch the
+question is whether the new profile helped on this host, under the same load.
 
-Default view: one row per (host, profile, scenario, workload), the latest run, with how
-many runs there are and the min-max of their output tok/s; profiles side by side per host
-and scenario. ``tok/s%``, ``TTFT%`` and ``ITL%`` are the latest run's change against the
-latest *good* run (gate not failed) of the ``--baseline`` profile on the same host with
-the same workload (concurrency, input/output lengths); ``n/a`` when there is none. The
-default baseline is the profile of the oldest record read: what ran before the switches
-that followed (records without a timestamp count as oldest). Smoke records (one request)
-are summarised the same way, but shown only with ``--smoke`` or when there is no bench
-record. ``--history`` lists every run instead, oldest first per group, with the change
-from the run before and what changed in its setup. ``--profile``, ``--host`` and
-``--scenario`` filter either view. ``--plot FILE.png`` also draws the load curve and the
-latency/throughput trade-off (needs ``gpuserve[plot]``; gpuserve.measure.plot).
-
-``gpuserve.measure/1`` records (the host deploy's measured GPU gates, under the same
-``results/<host>/``) get a table of their own after the results: per host the latest
-measurement (every one with ``--history``): the topology class, P2P kept on or off and
-why (hung, slower, not measured), all-reduce busbw at the gate size on the chosen path
-with its verdict against the expectation or the host's baseline, the small-message
-latency, busbw with P2P on and off, all-gather and all-to-all busbw on EP hosts, the NCCL
-version and pass/FAIL with the failed checks below. ``--host`` filters them too;
-``--profile`` and ``--scenario`` do not apply (a measurement belongs to a host).
-
-``--json`` prints ``{"view": "latest", "baseline": P, "rows": [...], "skipped": [...]}``
-or ``{"view": "history", "rows": [...], "skipped": [...]}``. Every row has ``host,
-profile, scenario, kind, concurrency, input_len, output_len, timestamp, source,
-output_tok_s, median_ttft_ms, median_itl_ms, p99_ttft_ms, sglang_version, lock,
-launch_hash, profile_hash, gate ("pass"|"fail"|null), gate_misses, note``; latest rows add
-``runs, output_tok_s_min, output_tok_s_max, is_baseline, vs_baseline``, history rows add
-``vs_previous, changed``. ``vs_*`` is null or ``{profile, timestamp, source, output_tok_s,
-change_pct: {output_tok_s, median_ttft_ms, median_itl_ms}}`` (percent, 2 decimals).
-With measure records the document adds ``gates``: one object per row with ``host,
-timestamp, source, topology_class, nccl_version, p2p, p2p_result, env,
-all_reduce_busbw_gbs, size_bytes, busbw_status, busbw_reference_gbs, busbw_reference,
-all_reduce_latency_us, p2p_on_busbw_gbs, p2p_off_busbw_gbs, p2p_on_hung, p2p_off_hung,
-all_gather_busbw_gbs, alltoall_busbw_gbs, passed, failed, runs`` (only measure records:
-``view`` and ``gates`` alone).
+How: docs/benchmarks.md, "gpuserve.commands.compare: inputs, views, columns and JSON"
 """
 
 from __future__ import annotations

@@ -1,39 +1,12 @@
 """``gpuserve fleet status INVENTORY``: per host, what it should run, what the gateway
 says of it, and its last measured throughput; no SSH to any host.
 
-Per host of a pyinfra inventory (loaded as ``gpuserve check`` loads it: group data and
-``--data`` as pyinfra applies them):
+Why: one table of a fleet's state that touches no worker: the profile and SGLang release
+from the deploys' own prepare-time plan, the state from the router host's gateway
+(``GET /workers``, its key never printed, no proxy, no redirect), the throughput from the
+results directory. The pure part is gpuserve.fleet.status.
 
-- **profile, sglang**: what the serve deploy would give it, from ``gpuserve check``'s own
-  run of the deploy's prepare-time plan (``gpuserve.serve.plan.plan_serve``, host
-  facts unknown): the profile and the SGLang release(s) of the locks some host could
-  pick (newest first; one when host data pins ``sglang_version``). The host's driver,
-  Python and glibc choose among them; they are not read here.
-- **gateway, health**: the view of the gateway on the router host (host data
-  ``router_workers_group``; ``gpuserve.fleet.router_plan.plan_router`` gives its workers group and
-  each worker's URL): ``GET /workers`` with the router host's ``router_api_key`` as a
-  Bearer token, parsed strictly by ``gpuserve.fleet.rolling.parse_workers``. A host is
-  ``ready``, ``draining``, ``pending``, ``unhealthy`` (smg's ``not_ready``/``failed``,
-  or failing health checks), ``not listed``, ``not behind a gateway`` (in no workers
-  group), ``node rank`` (a rank > 0 of a multi-node launch: node 0 is the worker) or
-  ``no answer``. ``health`` is smg's ``is_healthy`` (its own checks of the worker's
-  ``/health``); this command probes no worker itself.
-- **last run**: the host's latest bench record (else smoke record) under
-  ``<results_dir>/<host>/``, the directory the serve deploy writes (host data
-  ``results_dir``, relative to the repository root), read as ``gpuserve compare`` reads it.
-
-The gateway's URL is the one the controller can reach (gpuserve.fleet.status module
-doc); ``--gateway URL`` replaces it (an inventory with one router host). No proxy is
-used (the key is not handed to one) and no redirect is followed (the key would go with
-it). The key is never printed; text from the gateway or records goes out with control
-characters escaped (gpuserve.terminal, as in compare).
-
-Exit status: 0 when every gateway answered and every host's data and records read,
-whatever state the workers are in; 1 when a gateway gave no usable answer (down, a
-timeout, the key refused, not smg's ``GET /workers``) or a host fails the deploys'
-checks or has an unreadable record (the table is still printed); 2 for bad usage or
-input that leaves nothing to show (an inventory that cannot be loaded, no router host,
-a router host's data or workers group the gateway deploy would refuse).
+How: docs/fleet.md, "gpuserve.commands.fleet: columns, gateway and exit status"
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """``gpuserve fleet status``: where each host of an inventory stands, without SSH.
 
-Per host: the profile and SGLang version the deploys would give it (their own
-prepare-time code, through ``gpuserve check``), the gateway's view of it from the router
-host's ``GET /workers`` (parsed by :func:`gpuserve.fleet.rolling.parse_workers`), and its
-last recorded throughput run (``results/<host>/``, as ``gpuserve compare`` reads it).
+Pure logic: which URL reaches a gateway from the controller (:func:`gateway_url`), what
+the gateway's answer says of each host, which record is the last one, and the JSON
+document. The command (gpuserve/commands/fleet.py) loads the inventory, asks the
+gateways and prints.
 
-Pure logic: which URL reaches a gateway from the controller, what the gateway's answer
-says of each host, which record is the last one, and the JSON document. The command
-(gpuserve/commands/fleet.py) loads the inventory, asks the gateways and prints.
-
-Which address reaches the gateway (:func:`gateway_url`): smg listens on
-``router_listen_address``:``router_port`` of the router host. On every address
-(0.0.0.0, ``::``, the default) the controller reaches it where it reaches the host over
-SSH (``ssh_hostname``, else the inventory name; ``@local``: 127.0.0.1). On one address,
-that address is the only one it answers on. On loopback only, nothing but the host
-itself reaches it, so the controller cannot (unless the router host is the controller):
-an error that says to pass ``--gateway URL`` (an ``ssh -L`` tunnel, say).
+How: docs/fleet.md, "gpuserve.fleet.status: which address reaches the gateway"
 """
 
 from __future__ import annotations
@@ -164,7 +154,7 @@ def ssh_address(name: str, data: dict, source: str) -> str:
 
 
 def gateway_url(name: str, data: dict, listen: str, port: int, source: str) -> str:
-    """The URL the controller reaches router host ``name``'s gateway at (module doc)."""
+    """The URL the controller reaches router host ``name``'s gateway at (docs/fleet.md)."""
     address = ipaddress.ip_address(listen)  # plan_router checked it
     ssh = ssh_address(name, data, source)
     if address.is_unspecified:

@@ -1,31 +1,12 @@
 """Throughput checks: the scenarios a profile is benchmarked with, its expectations, and
 the gate that judges a run.
 
-Why: the field notes are about throughput (89.5 tok/s single stream vs 225 tok/s batch,
-82 -> 89.5 from a CUDA-graph batch-size change, EAGLE-3 at 54.1 slower than baseline),
-yet nothing measured it after a deploy. The serve deploy runs SGLang's own client
-(``python -m sglang.benchmark.serving``, ../shared/reference/bench.md) once per scenario
-after the health gate; this module is the pure part: what to run, with which argv, and
-whether the numbers pass.
+Why: the field notes are about throughput (89.5 tok/s single stream vs 225 tok/s batch),
+yet nothing measured it after a deploy. The serve deploy runs SGLang's own client once
+per scenario after the health gate; this module is the pure part: what to run, with
+which argv, and whether the numbers pass.
 
-Profile section (every key optional; absent scenarios get :data:`DEFAULT_SCENARIOS`)::
-
-    bench:
-      scenarios:                # name -> settings; given, they replace the defaults
-        single: {concurrency: 1, prompts: 4, input_len: 1024, output_len: 256}
-        batch:  {concurrency: 64, prompts: 128, input_len: 1024, output_len: 256}
-      sweep: [8, 16, 32]        # extra scenarios c8, c16, c32 with the batch lengths
-      expect:                   # scenario -> SGLang figure -> "[>=|<=] NUMBER UNIT"
-        single: {output_throughput: ">= 80 tok/s", median_ttft_ms: "<= 500 ms"}
-        batch:  {output_throughput: 200 tok/s}
-      regression_tolerance: 10%   # vs the host's last good run of the profile
-      on_regression: report       # or rollback (host data on_regression wins)
-      timeout: 1800               # seconds per scenario
-
-Units: tokens per second figures take ``tok/s``, ``request_throughput`` ``req/s``, the
-``*_ms`` latencies ``ms`` or ``s``. Without an operator a throughput is a floor (``>=``)
-and a latency a ceiling (``<=``). The regression check compares output throughput with
-the host's last good record of the same profile and scenario (gpuserve.measure.results).
+How: docs/benchmarks.md, "gpuserve.measure.bench: the profile's bench section"
 """
 
 from __future__ import annotations

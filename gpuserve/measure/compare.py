@@ -1,20 +1,12 @@
 """What ``gpuserve compare`` shows, without printing it: runs grouped, latest vs baseline,
 history with the change from run to run. Pure functions of a list of records.
 
-Why grouped: after twenty no-op reruns a user wants one line that says "this is where the
-profile stands, and this is how much it wobbles", not twenty lines. A *group* is every
-run of one (host, profile, scenario, workload); the workload (kind, concurrency, random
-input/output lengths) is part of the key so that a scenario whose definition changed is
-never averaged with its old self. Records without a scenario are labelled ``smoke``
-(smoke records) or ``-`` (SGLang lines and hand-written records).
+Why grouped: after twenty no-op reruns a user wants one line per (host, profile,
+scenario, workload): where the profile stands and how much it wobbles. Why a baseline
+per host and workload: a figure from other hardware or another load says nothing about
+a profile switch, so without one there is no comparison (never a guess).
 
-Why the baseline is per host and per workload: a figure measured on other hardware, or
-under another load, says nothing about a profile switch. A row is compared with the
-*latest good* run (gate not failed) of the baseline profile on the same host with the
-same workload; without one, there is no comparison (never a guess).
-
-Order in time: by ``timestamp``; records without one (imported SGLang lines, notes) count
-as older than any timestamped record, in the order they were read.
+How: docs/benchmarks.md, "gpuserve.measure.compare: groups, baselines and order"
 """
 
 from __future__ import annotations
@@ -46,7 +38,7 @@ def lengths(record: ResultRecord) -> tuple[int | None, int | None]:
 
 
 def chronological(records: Iterable[ResultRecord]) -> list[ResultRecord]:
-    """Oldest first; untimestamped records first, in read order (see module doc)."""
+    """Oldest first; untimestamped records first, in read order (docs/benchmarks.md)."""
     indexed = list(enumerate(records))
     indexed.sort(key=lambda ir: (ir[1].timestamp is not None, ir[1].timestamp or "", ir[0]))
     return [r for _, r in indexed]

@@ -2,61 +2,12 @@
 
 Why: throughput figures that live only in a terminal are lost (the field notes' 82 ->
 89.5 tok/s and EAGLE-3's 54.1 tok/s were never written down). Every smoke completion of
-the serve deploy, and every SGLang benchmark run (one per *scenario* of the profile,
-after the health gate), becomes a record that ``gpuserve compare`` can put side by side.
+the serve deploy and every SGLang benchmark run becomes one record file
+(``gpuserve.result/2``, secrets removed by the writer) that ``gpuserve compare`` puts
+side by side; readers also take /1 files and SGLang's ``--output-file`` lines. Bad input
+raises ``InputError`` naming the file, the line and the key.
 
-Format (schema ``gpuserve.result/2``): **one file per run**, holding one JSON object on
-one line, at ``<results_dir>/<host>/<UTC YYYYmmddTHHMMSSZ>-<kind>-<profile>.json``, or
-``...-bench-<profile>-<scenario>.json`` for a bench record with a scenario. One file per
-run needs no locking (hosts run in parallel), is deleted or kept one run at a time, is
-never overwritten (a second run in the same second gets ``-2``), and, being one line,
-is also valid JSON Lines (``cat results/*/*.json`` is a JSONL stream). Keys::
-
-    {"schema": "gpuserve.result/2", "kind": "smoke" | "bench",
-     "host": "gpu1", "profile": "glm5-nvfp4-tp8",
-     "launch_hash": "sha256:<64 hex>",   # rendered argv + non-secret env, see launch_hash
-     "sglang_version": "0.5.23", "model": "/models/GLM-5-NVFP4", "served_name": "glm-5",
-     "timestamp": "2026-11-29T12:00:00Z",  # UTC, ISO 8601
-     "note": "...",                       # optional, left out when absent
-     "scenario": "batch" | null,          # bench: the profile's scenario name
-     "profile_hash": "sha256:<hex>" | null,   # the profile file(s), see profile_hash
-     "lock": "sglang-0.5.23-cu13-py311" | null,
-     "context": {...} | null,             # what produced the run, see CONTEXT_KEYS
-     "gate": {"passed": bool, "misses": [str], "checked": [str]} | null,
-     "figures": {...},
-     "sglang": {...} | null}              # bench: SGLang's own JSON line, see below
-
-``context`` keys (all optional): ``argv`` (the rendered launch argv), ``env`` (launch
-env), ``gpus`` ``{"name": str, "count": int}``, ``driver``, ``cuda``, ``nccl_env``,
-``p2p`` (the host's P2P verdict) and ``gpuserve_version``. The writer itself removes
-secrets from it again, whatever the caller passed: argv flags that look secret
-(``--api-key``, ``--hf-token``, ``--admin-api-key=...``, and argparse abbreviations such
-as ``--api-k``) with their value, env entries whose name looks secret, and any other
-string that contains one of those values.
-
-``sglang`` is the line ``python -m sglang.benchmark.serving --output-file`` wrote for
-the run, untouched except for two things: ``server_info`` is removed (it holds the
-resolved ServerArgs, API key included), and non-finite numbers (Python's ``json`` writes
-``"request_rate": Infinity``) are stored as the strings ``"inf"``, ``"-inf"``, ``"nan"``
-(as SGLang's Rust client writes them), so every record is strict JSON (jq, Go, browsers).
-
-Figures of a ``smoke`` record: ``tokens``, ``seconds``, ``tok_s`` (end-to-end, one
-request, see gpuserve.measure.smoke). Figures of a ``bench`` record: the keys in
-:data:`BENCH_FIGURES`, under SGLang's names, copied from ``sglang``; absent or
-non-finite ones are ``null``. A record whose ``gate.passed`` is false is kept (it is
-history) but is not a "good" run: :func:`last_good` and compare's baselines skip it.
-
-Readers accept ``gpuserve.result/1`` files (the keys above up to ``note``), /2 files,
-and the ``--output-file`` JSON Lines of SGLang's benchmark client (reference sglang.md
-section 5; opened in append mode, one object per run; ``Infinity`` accepted). An SGLang
-line becomes a ``bench`` record whose profile is its ``--tag`` (else the file's stem),
-whose version and model come from its ``server_info``, and whose host is unknown.
-Documents with another ``schema`` (``gpuserve.host/1``, ``gpuserve.measure/...``) are
-skipped, except that ``gpuserve.measure/1`` records (the host deploy's measured GPU
-gates) are handed to a caller that asks for them (``measures``); in a directory, a JSON
-file with no result in it (e.g. a fetched ``host.json``) is skipped too (see
-:func:`read_results`). Bad input raises ``InputError`` naming the file, the line and the
-key.
+How: docs/benchmarks.md, "gpuserve.measure.results: record format and readers"
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Throughput checks after the health gate: SGLang's own benchmark client, per scenario,
 recorded on the controller and gated.
 
-When: only when the served configuration (rendered launch, lock, scenarios:
-:func:`gpuserve.measure.bench.run_fingerprint`) differs from the one the host last
-measured and passed (its mark file), or when host data says ``bench: always``; ``off``
-never. The mark is a fact read at execute time, so a no-op rerun spends no minutes
-benchmarking and yields no command: it still says "No changes".
+Why this shape: a benchmark takes minutes, so it runs only when the served configuration
+differs from the one the host last passed (its mark), runs in the background on the host
+while the deploy polls it and prints progress, and every finished run is recorded, even
+one that fails its gate: nothing measured is lost.
 
-How: each scenario is started on the host in the background by
-``gpuserve/data/scripts/sglang_bench.py start`` (one command), then polled with
-``status`` as a fact every few seconds, printing ``<host>: bench: batch (c64, 128
-prompts): 37/128 requests, 41 s``; past the scenario's timeout it is stopped (a
-command) and the host fails. Each finished run's JSON line is written as a record on
-the controller under ``<results_dir>/<host>/`` (gpuserve.measure.results.bench_record,
-with its gate verdict), even when the gate fails: nothing measured is lost.
-
-Gate: the profile's expectations and its regression tolerance against the host's last
-good record of the same profile and scenario (gpuserve.measure.bench.judge). A miss
-fails the host with the numbers side by side; with ``on_regression: rollback`` the last
-good configuration is restored first (as a failed health gate does), with ``report``
-(the default) the new profile keeps serving and the report says so. Only a passing run
-writes the mark, so a rerun after a miss measures (and fails) again.
+How: docs/benchmarks.md, "gpuserve.roles.checks.bench: when, how and the gate"
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """SGLang's gateway (``smg``) on a router host: locked venv, unit, manifest, key, check.
 
-install (:func:`install_router`): a service account of its own (``router_user``, made
-and marked like the SGLang server's: roles/sglang), and smg's venv built from its lock
-(``gpuserve/data/locks/smg-<V>-py<XY>.json``, tools/gen_lock.py ``--package smg``) by the
-same hash-checked ``pip install --require-hashes --no-deps --only-binary=:all:`` as
-SGLang's (roles/sglang.locked_venv), then verified as the service user (smg imports, its
-version is the lock's) and stamped.
+Why the SGLang server's shape: a service account of its own, a venv from a hash-checked
+lock, the API key handed over by systemd from a root-only file, a manifest rewrite
+instead of a restart when the workers change, and a check that runs no command when it
+passes, so the gateway installs, verifies and reruns like the server.
 
-configure (:func:`configure_router`): ``/etc/gpuserve-router/`` (0750 root:smg) holds the
-manifest ``workers.json`` (0640, smg's file discovery: rewritten when the workers
-group changes, never a restart) and ``api-key`` (0600 root, written from stdin, read by
-systemd's ``LoadCredential=`` at start); the launcher ``smg_launch.py`` hands the key to
-smg's own parser in-process. The unit (templates/smg-unit.service.j2) is restarted only
-when the unit, the key or the launcher changed.
-
-check (:func:`check_router`): waits on the host for ``GET /liveness``, then for the
-manifest's workers to be ``ready`` in ``GET /workers`` (``router_ready_timeout``); a
-worker not ready yet (an engine still loading) is a warning, since smg keeps retrying
-it (``router_worker_startup_timeout``). A passing check runs no command.
+How: docs/fleet.md, "gpuserve.roles.router: install, configure, check"
 """
 
 from __future__ import annotations
