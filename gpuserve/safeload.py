@@ -1,30 +1,12 @@
 """Bounded YAML and JSON loading: the one door every user- or host-provided document uses.
 
 Why one module: a few hundred bytes of YAML aliases expand without bound ("billion
-laughs"), a few kilobytes of ``[[[[`` exhaust Python's recursion in PyYAML, ``json`` or
-our own tree walkers, and ``json`` accepts ``NaN``/``Infinity``/``1e999`` which then reach
-the planner as tracebacks or silently disable a timeout. Each reader used to decide on
-its own; now the limits live here and every refusal is an :class:`InputError` naming the
-file (and the line when the parser knows it).
+laughs"), a few kilobytes of ``[[[[`` exhaust Python's recursion, and ``json`` accepts
+``NaN``/``Infinity``/``1e999``, which then reach the planner as tracebacks or silently
+disable a timeout. The limits (:class:`Limits`) live here, and every refusal is an
+:class:`InputError` naming the file (and the line when the parser knows it).
 
-The limits (:class:`Limits`) are generous for the real documents (the largest shipped
-file is a 220 kB flag catalog nested 5 deep) and small enough that a hostile one costs
-milliseconds and a few megabytes:
-
-- ``max_bytes``: checked on the raw bytes before parsing (and before reading a file
-  whole: a 10 GB file is refused from its size).
-- ``max_depth``: nesting of mappings/sequences. YAML counts it while composing (aliases
-  add the depth of what they point to), JSON by a bracket scan outside strings before
-  ``json`` recurses; a ``RecursionError`` anywhere is still turned into an InputError.
-- ``max_nodes`` (YAML): nodes *after* alias expansion, so an alias costs the size of
-  what it points to; that bounds billion-laughs however the aliases are arranged, while
-  ordinary anchors (``<<: *defaults``) keep working. Recursive aliases (``&a [*a]``)
-  are refused: no format of ours is a graph, and every walker would loop.
-- ``max_aliases`` (YAML): none of our formats needs aliases, but they are legal YAML and
-  harmless when few; a budget keeps the alias-resolution work itself small.
-- ``finite``: NaN and infinities are refused at the parser (YAML ``.nan``/``.inf``/
-  ``1e999``, JSON ``NaN``/``Infinity``/``1e999``), because no number in any of our
-  formats may be non-finite and a NaN compares false with every bound.
+How: docs/security.md, "gpuserve.safeload: the limits and why each exists"
 """
 
 from __future__ import annotations
@@ -47,7 +29,7 @@ MiB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds for one kind of document (see the module docstring for why each exists)."""
+    """Bounds for one kind of document (why each exists: docs/security.md, safeload)."""
 
     max_bytes: int = 4 * MiB
     max_depth: int = 64

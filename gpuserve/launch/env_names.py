@@ -2,22 +2,12 @@
 may set: one rule for every place that writes the server's EnvironmentFiles.
 
 Why: systemd lets an EnvironmentFile= override the unit's own Environment= lines, so a
-name set there wins over what the unit chose. The unit runs code only from the
-root-owned venv (``WorkingDirectory=/``, ``PYTHONSAFEPATH=1``, the venv first on
-``PATH``); a profile's ``PYTHONPATH``, ``LD_PRELOAD`` or empty ``PYTHONSAFEPATH`` would
-load code from the service's own writable cache instead. Refused, by name:
+profile's ``PYTHONPATH``, ``LD_PRELOAD`` or empty ``PYTHONSAFEPATH`` would load code from
+the service's own writable cache instead of the root-owned venv. Refused by name: the
+server's arguments variable, the loader's and Python's code-locating names, and the
+paths the unit sets for run-time kernel builds.
 
-- the server's arguments variable (:data:`ARGS_VAR`), which the unit expands;
-- every ``LD_*`` name and ``GCONV_PATH``: glibc's dynamic loader (``LD_PRELOAD``,
-  ``LD_LIBRARY_PATH``, ``LD_AUDIT``, ...) and iconv load shared objects from them;
-- Python's code-locating variables: ``PYTHONPATH``, ``PYTHONHOME``,
-  ``PYTHONPLATLIBDIR``, ``PYTHONUSERBASE`` (where modules are found),
-  ``PYTHONSAFEPATH`` (empty puts the working directory back on ``sys.path``),
-  ``PYTHONSTARTUP``/``PYTHONINSPECT`` (run a file, or read code from stdin),
-  ``PYTHONPYCACHEPREFIX`` (bytecode read from another tree), ``PYTHONBREAKPOINT``
-  (imports a callable by name);
-- what the unit sets for run-time kernel builds: ``PATH``, ``CUDA_HOME``, ``CUDA_PATH``
-  (where the JIT compilers are found and run).
+How: docs/security.md, "gpuserve.launch.env_names: the refused names"
 """
 
 from __future__ import annotations

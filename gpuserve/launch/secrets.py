@@ -1,26 +1,13 @@
 """Which SGLang launch arguments carry a secret: one judge for every place that asks.
 
-Why one function: argparse accepts any unambiguous prefix of a long option, so
-``--api-k sk-...`` and ``--admin-api-k=sk-...`` set the API keys exactly like the full
-spellings. Word filters on the spelling miss those abbreviations and, the other way
-round, flag valid settings such as ``--max-total-tokens`` or ``--tokenizer-path``
-because they contain "token". Here each ``--xxx`` (with or without ``=value``) is
-resolved to its full option the way the SGLang version's parser resolves it (exact
-spelling, else a unique prefix; :meth:`gpuserve.launch.catalog.FlagCatalog.resolve`
-documents the rule), and the *resolved* option is judged by its dest, not by the words
-the user typed. The profile loader, the service plan, ``gpuserve render`` and the result
-records all call :func:`secret_flags` / :func:`split_secret_args`.
+Why one function: argparse accepts any unambiguous prefix of a long option (``--api-k``
+sets the API key), and word filters on the spelling both miss those and flag valid
+settings such as ``--max-total-tokens``. Each flag is resolved as the SGLang version's
+parser resolves it and judged by its dest. The profile loader, the service plan,
+``gpuserve render`` and the result records all call :func:`secret_flags` /
+:func:`split_secret_args`.
 
-Which options are secret is derived from the catalog by :data:`SECRET_DEST` (today:
-``api_key``, ``admin_api_key``, ``ssl_keyfile_password``); a test runs the rule over
-every committed catalog. Without a catalog (a record of a version gpuserve has no
-catalog for), :func:`secret_flags` judges conservatively: a flag that any committed
-catalog resolves to a secret option, or whose name says secret, or that abbreviates (4+
-characters) a known secret option is secret; no option of a committed catalog is
-judged secret by mistake (also tested over every catalog).
-
-Judging a flag is a binary search over the catalog's sorted spellings, so a very long
-argument list stays linear-time.
+How: docs/security.md, "gpuserve.launch.secrets: how a flag is judged"
 """
 
 from __future__ import annotations
@@ -175,7 +162,8 @@ def secret_flags(args: Iterable[str], catalog: FlagCatalog | None = None) -> lis
     With ``catalog`` (the SGLang version's), abbreviations resolve as that version's
     parser resolves them, and a spelling it does not know is judged by the conservative
     rule (argparse's error for it would repeat the value). Without one, the committed
-    catalogs and the rule judge (see the module docstring).
+    catalogs and the rule judge (docs/security.md, "gpuserve.launch.secrets: how a flag
+    is judged").
     """
     found: list[SecretFlag] = []
     seen: dict[str, str | None] = {}

@@ -5,17 +5,7 @@ host* (the build and measure scripts, as text) and turns what came back into a c
 record and the host's ``measured.json``. Both are pure, so the role (roles/gpu_gates)
 only moves text between them and the host, and every decision is unit-tested here.
 
-- Build: one root-owned directory per tool, pin and NCCL
-  (``/opt/gpuserve/gates/nccl-tests-2.19.6-a0b82b2260cf-<nccl>``), filled by a script
-  that fetches the pinned source (archive checked against its sha256 before unpacking,
-  or a git commit checked with ``git rev-parse HEAD`` after checkout), builds it
-  (gpu-gates.md §2/§6, the two nccl-tests fixes included), and renames the finished
-  directory into place last: a directory that exists is complete, so a rerun rebuilds
-  nothing and a cut-off build leaves nothing that looks built.
-- Measure: every run under ``timeout`` (a hang is a result: the run's exit status 124
-  says the path does not work), its output followed by a marker line with its status.
-  All-reduce always; all-gather and all-to-all too on a host that serves expert
-  parallelism (:func:`gate_collectives`), each under the same NCCL envs as all-reduce.
+How: docs/gpu-gates.md, "gpuserve.measure.gate_runs: the build and measure scripts"
 """
 
 from __future__ import annotations

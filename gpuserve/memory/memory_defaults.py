@@ -1,30 +1,11 @@
 """SGLang's default choice of mem_fraction_static, chunked_prefill_size and decode max_bs.
 
-A transcription of ``sglang/srt/arg_groups/memory_hook.py::handle_gpu_memory_settings`` and
-``reserve_for_graph_mb`` / ``reserve_for_deepep_a2a_mb`` (read in the 0.5.23 and 0.5.19
-wheels), with the attention-DP split of chunked_prefill_size from
-``arg_groups/parallel_hook.py`` (applied after the fraction is computed). Graph capture sizes
-follow ``arg_groups/cuda_graph_hook.py``.
+A transcription of SGLang's own rules (``memory_hook.py::handle_gpu_memory_settings`` in
+the 0.5.19 and 0.5.23 wheels, ``ServerArgs._handle_gpu_memory_settings`` in 0.5.10.post1),
+so the planner starts from what the server itself would choose. Why per version: the
+memory tiers, fallbacks and reserves differ between those releases.
 
-Differences between the two versions that matter here (0.5.19 vs 0.5.23):
-  * 20-35 GiB cards: cps 2048 and decode max_bs 24/80 (0.5.23: 4096 and 48/160);
-  * unknown GPU memory: mfs 0.88 (0.5.23: 0.95);
-  * a user --max-running-requests below the default caps decode max_bs only in 0.5.23;
-  * MLA prefill-graph max_bs defaults to 2048 (0.5.23: min(8192, cps)); the reserve for MLA
-    prefill graphs is a flat 1.5 GiB in both, so mfs is unaffected.
-The notes' "aiter x0.85 for context > 8k" rule is not in memory_hook.py of either wheel.
-
-0.5.10.post1 (the CUDA 12 lane; sglang-0.5.10.post1-py3-none-any.whl, sha256 a854a68b...,
-the flag catalog's wheel) has the same rules inside ``srt/server_args.py``
-(``ServerArgs._handle_gpu_memory_settings``, lines 1141-1336); its differences from 0.5.19:
-  * tiers, unknown-memory mfs 0.88 and the MLA prefill-graph max 2048 as in 0.5.19
-    (lines 1165-1228, 1327, 1245-1246); no --max-running-requests cap on decode max_bs;
-  * the prefill graphs are the piecewise CUDA graphs, switched off under speculative decoding,
-    attention-DP, pp > 1 and any --moe-a2a-backend (``_handle_piecewise_cuda_graph``, lines
-    1078-1102), so their reserve goes with them (lines 1305-1311);
-  * no deepep buffer reserve and no post-capture KV sizing;
-  * speculative decoding adds 4 GiB (EAGLE/EAGLE3/NEXTN...) or 6 GiB (STANDALONE), NGRAM
-    nothing, after the 10 GiB floor (lines 1313-1322).
+How: docs/planner.md, "gpuserve.memory.memory_defaults: sources and version differences"
 """
 
 from __future__ import annotations

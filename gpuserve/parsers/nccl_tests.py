@@ -1,22 +1,10 @@
 """nccl-tests (``all_reduce_perf`` and friends) text output -> rows and summary.
 
-Layout per NVIDIA/nccl-tests ``src/util.cu`` (writeDeviceReport, writeResultHeader,
-writeBenchmarkLinePreamble/Body, writeResultFooter):
+Why a parser of the text report: the GPU gates judge all-reduce, all-gather and
+all-to-all from nccl-tests' own output, whatever its build, options, ``mpirun
+--tag-output`` prefixes or interleaved NCCL_DEBUG lines.
 
-- header comments: ``# nccl-tests version ...`` and ``# Collective test starting: X``
-  (newer builds), ``# nThread 1 nGpus 8 minBytes 8 maxBytes ... graph: 0 [unalign: 0]``,
-  ``# Using devices`` and one ``#  Rank  0 Group  0 Pid ... device  0 [...] <name>`` per
-  rank;
-- a column header ``#  size  count  type  redop  root  time  algbw  busbw  #wrong ...``
-  (``cputime`` with ``-C 1``, ``i_min i_max i_p99 i_cv%`` with ``-I 1``, ``timestamp``
-  with ``-S 1``; very old builds: no redop/root and an ``error`` column);
-- one row per size; ``#wrong`` is ``N/A`` when validation is off;
-- footer ``# Out of bounds values : 0 OK|FAILED``, ``# Avg bus bandwidth    : 84.8558
-  [OK|FAILED]`` (OK/FAILED only when NCCL_TESTS_MIN_BW is set), ``# Collective test
-  concluded: X``.
-
-Lines launched through ``mpirun --tag-output`` carry a ``[1,0]<stdout>:`` prefix, and
-NCCL_DEBUG=INFO interleaves ``host:pid:tid [dev] NCCL INFO ...`` lines; both are handled.
+How: docs/gpu-gates.md, "gpuserve.parsers.nccl_tests: the output layout"
 """
 
 from __future__ import annotations

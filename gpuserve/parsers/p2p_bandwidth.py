@@ -1,22 +1,9 @@
 """cuda-samples ``p2pBandwidthLatencyTest`` output -> devices, peer access and matrices.
 
-Layout per NVIDIA/cuda-samples
-``Samples/5_Domain_Specific/p2pBandwidthLatencyTest/p2pBandwidthLatencyTest.cu`` (main,
-outputBandwidthMatrix, outputLatencyMatrix): a ``Device: i, <name>, pciBusID: ...``
-line per GPU, ``Device=i CAN|CANNOT Access Peer Device=j`` lines, then titled sections:
+Why: the GPU gates decide P2P from what this test measures, not from what the driver
+reports; current and older samples title and lay out their matrices differently.
 
-- ``P2P Connectivity Matrix`` (header ``D\\D``, rows of 0/1, a tab after the index);
-- ``Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)``,
-  ``Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)`` (``(P2P Reads)``
-  with ``--p2p_read``; older samples have no ``(P2P Writes)``), and the bidirectional
-  pair;
-- ``P2P=Disabled Latency Matrix (us)`` / ``P2P=Enabled Latency (P2P Writes) Matrix
-  (us)``: current samples print a ``GPU`` table and then a ``CPU`` table, older ones a
-  single ``D\\D`` table.
-
-Matrix keys: ``unidirectional_disabled``, ``unidirectional_enabled[_writes|_reads]``,
-``bidirectional_disabled``, ``bidirectional_enabled``, ``latency_disabled_gpu``,
-``latency_disabled_cpu``, ``latency_enabled[_writes|_reads]_gpu`` / ``_cpu``.
+How: docs/gpu-gates.md, "gpuserve.parsers.p2p_bandwidth: the output layout and matrix keys"
 """
 
 from __future__ import annotations

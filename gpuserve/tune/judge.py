@@ -1,21 +1,12 @@
 """Judge a candidate on the controller before any load: prune it, or predict it.
 
-The same code as the serve deploy's on-host preflight (gpuserve/serve/preflight.py):
-the memory planner on the checkpoint's own safetensors headers (check_fit) and the
-doctor's rules on the host-facts document, read once (gpuserve/tune/snapshot.py). Two
-additions a tune can make and a single deploy cannot:
+The serve deploy's own preflight (memory planner, doctor rules) on a host snapshot read
+once, plus what only a tune knows: SGLang's "avail mem" of the incumbent's start, which
+calibrates the planner's KV rest, and the host's measured gates (custom all-reduce needs
+working P2P). Why: a candidate that cannot start is never loaded. Each pruned candidate
+carries its reason and the numbers behind it.
 
-- calibration: after the incumbent started, SGLang's own "avail mem" after weights is
-  known for this host and stack; the difference to the planner's figure for the same
-  launch is added to every candidate's predicted KV rest, and decides in place of the
-  planner's own fit verdict (not of a layout it calls invalid). A candidate whose
-  calibrated rest is at or below zero would die with SGLang's "Not enough memory" and
-  is pruned (the field notes' EP8 at mem_fraction_static 0.78: rest -4.4 GB, fits at
-  0.83);
-- the host's measured gates: SGLang's custom all-reduce needs GPU peer access, so a
-  candidate that enables it on a host whose P2P was not measured working is pruned.
-
-Each pruned candidate carries its reason and the numbers behind it.
+How: docs/tune.md, "gpuserve.tune.judge: calibration and measured gates"
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """What happened to each candidate, and what the objectives make of it.
 
-An outcome is ``measured`` (figures per load level), ``stopped`` (measured at
-concurrency 1 only: clearly dominated there), ``failed`` (the server did not start, or
-the deploy failed: the reason and SGLang's startup-log diagnosis; the host was rolled
-back) or ``pruned`` (never loaded: the reason and the numbers). Stored as one JSON file
-per candidate (schema ``gpuserve.tune-candidate/1``) beside the bench records it points
-to, so a tune is its records and a rerun measures only what has none.
+An outcome is ``measured``, ``stopped``, ``failed`` or ``pruned``, stored as one JSON
+file per candidate (``gpuserve.tune-candidate/1``) beside the bench records it points
+to, so a tune is its records and a rerun measures only what has none. The objectives
+(``single_stream``, ``goodput``, ``pareto``) pick from those outcomes.
 
-Objectives:
-
-- ``single_stream``: output tok/s at concurrency 1 (SGLang's ``output_throughput`` with
-  one request in flight): what one user sees;
-- ``goodput``: the highest output tok/s over the load levels whose run met every SLO
-  (median/p99/mean TTFT, ITL, TPOT limits): what the box serves within its promise;
-- ``pareto``: every (tok/s per user, tok/s per GPU) point of every candidate and load
-  level, and the front of points no other point beats on both; tok/s per user is
-  output tok/s over concurrency, tok/s per GPU output tok/s over the GPUs the launch
-  uses (vLLM's and AIConfigurator's axes). Its pick is the front's highest tok/s/GPU.
+How: docs/tune.md, "gpuserve.tune.outcome: outcomes" and "Objectives"
 """
 
 from __future__ import annotations

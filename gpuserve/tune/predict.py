@@ -1,22 +1,11 @@
 """A prediction per candidate, to order the measurements and to show its own error.
 
-Decode roofline: one decode step of a batch of ``b`` reads every weight byte a GPU holds
-for the active path once: the dense parts whole, the routed experts only for the experts
-the batch touches (``1 - (1 - k/E)^b`` of them, k experts per token of E). Its time is
-those bytes over the GPU's memory bandwidth: the read bandwidth measured on a real card
-where gpus.yaml has one (``memory_read_measured_gbs``), else the datasheet's
-(``memory_bandwidth_gbs``). On top, the all-reduces of one step: two per layer under
-tensor parallelism (attention output, MLP/MoE output), none for a layer part run
-data-parallel; each costs the host's measured small-message all-reduce latency plus its
-bytes (``b x hidden x 2``) over the measured bus bandwidth (the host deploy's gates:
-``gpuserve.measure/1`` records and host.json). Speculative decoding adds the draft
-steps' all-reduces and is credited half a token per draft step (acceptance is not
-known before measuring): a rough figure, shown as such.
+A decode roofline (weight bytes read per step over the GPU's memory bandwidth) plus the
+step's all-reduces at the host's measured latency and bus bandwidth. Why so simple: it
+is a ranking aid, never a reason to skip a measurement, and the measured/predicted ratio
+printed beside each candidate is its honest error.
 
-What it leaves out (so the measured/predicted ratio printed beside each candidate is
-the honest error): KV reads, kernel launch gaps, the scheduler, compute-bound prefill.
-AIConfigurator's NVFP4 MoE prediction was 4.6x off (reference tune.md); this one is a
-ranking aid, never a reason to skip a measurement.
+How: docs/tune.md, "gpuserve.tune.predict: the roofline and what it leaves out"
 """
 
 from __future__ import annotations

@@ -3,20 +3,10 @@
 Why one read: pruning and prediction run on the controller for every candidate, and a
 checkpoint scan, the doctor's host-facts document and the measured gates cost an SSH
 round trip each. ``deploy/tune_snapshot.py`` (gpuserve.roles.deploys.tune_snapshot)
-reads them once with the serve deploy's own plan and writes this document to the
-controller; the tune reads it here.
+reads them once with the serve deploy's own plan and writes this document
+(``gpuserve.tune-snapshot/1``) to the controller; the tune reads it here.
 
-Document (schema ``gpuserve.tune-snapshot/1``, one JSON object)::
-
-    {"schema": ..., "host": "gpu1", "taken": "2026-12-04T12:00:00Z",
-     "sglang_version": "0.5.23", "lock": "sglang-0.5.23-cu13-py311@<hash>",
-     "gpus": [{"name": ..., "memory_total_mib": ..., ...}], "checkpoint": "<scan JSON>",
-     "host_facts": {...}, "host_json": "<text>", "journal": "<journalctl text>",
-     "profile": "<profile the live unit serves>"}
-
-The journal (``journalctl -u gpuserve-sglang.service -o short-iso-precise``) gives the
-host's own load time (systemd's "Started" line to SGLang's "fired up and ready to roll")
-and SGLang's free-memory figures of that start, which calibrate the memory planner.
+How: docs/tune.md, "gpuserve.tune.snapshot: the document"
 """
 
 from __future__ import annotations

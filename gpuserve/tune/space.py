@@ -1,35 +1,11 @@
 """A tune file: which launch settings a tune varies, over which values, judged how.
 
-Why a file of its own beside the profiles (``profiles/tune/<name>.tune.yaml``): the profile
-says how a model is served; the tune file says what to try around it, and both are
-data a user reviews. Format (docs/tune.md)::
+Why a file of its own beside the profiles (``profiles/tune/<name>.tune.yaml``): the
+profile says how a model is served; the tune file says what to try around it, and both
+are data a user reviews. Every value is checked with the host's SGLang flag catalog here,
+before any host is touched, with errors naming this file, the line and the knob.
 
-    incumbent: glm5-nvfp4-tp8          # profile name, or a path relative to this file
-    knobs:                             # name -> list of values; one value per candidate
-      memory.cuda_graph_max_bs: [128, 256, 512]   # a profile field
-      memory.mem_fraction_static: [auto, 0.83, 0.90]
-      layout:                          # a bundle: each value sets several fields
-        - {parallel.ep: 1}
-        - {parallel.ep: 8, moe.a2a_backend: flashinfer}
-      speculative:
-        - off                          # every speculative.* field unset
-        - {speculative.algorithm: EAGLE3, speculative.num_steps: 3, ...}
-      --schedule-conservativeness: [0.8, 1.0]      # a raw SGLang flag (extra_args)
-    loads: [1, 16, 64]                 # concurrency levels, swept inside one server
-    requests: {input_len: 1024, output_len: 256, prompts_per_level: 2}
-    objectives:
-      single_stream: {}                # highest output tok/s at concurrency 1
-      goodput: {slo: {median_ttft: 2 s, p99_itl: 100 ms}}
-      pareto: {}                       # tok/s per user against tok/s per GPU
-    budget: {loads: 12, wall: 2 h}     # candidate loads and/or wall time
-    early_stop: 0.75                   # stop a candidate below 0.75 x best single stream
-    combine: 2                         # best values of this many knobs combined
-
-``auto`` as a knob's whole value list asks for defaults from the model and the host
-(gpuserve/tune/defaults.py). Every value is rendered for the host's SGLang version and
-checked with that version's flag catalog here, before any host is touched: a field the
-version lacks, a renamed or deprecated flag, a value of the wrong type are errors naming
-this file, the line and ``knobs.<name>[<index>]``.
+How: docs/tune.md, "The tune file" and "gpuserve.tune.space: the annotated format"
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """Measured P2P and NCCL gates: build the measuring tools, run them, choose the NCCL env.
 
-What the driver reports (``nvidia-smi topo -p2p``) and what the box does differ (a VM
-without P2P, RTX PRO 6000 hosts whose P2P transport hangs, custom all-reduce over PCIe);
-so once the host is provisioned this stage measures its collectives and GPU-to-GPU paths
-and lets the measurement choose the NCCL env (decisions: gpuserve/measure/gate_runs.py
-and gates.py).
+Why: what the driver reports (``nvidia-smi topo -p2p``) and what the box does differ (a
+VM without P2P, RTX PRO 6000 hosts whose P2P transport hangs, custom all-reduce over
+PCIe); so once the host is provisioned this stage measures its collectives and
+GPU-to-GPU paths and lets the measurement choose the NCCL env (decisions:
+gpuserve/measure/gate_runs.py and gates.py).
 
-1. Build, once per tool version, pin and NCCL, into root-owned directories under
-   ``/opt/gpuserve/gates``: nccl-tests against the NCCL the SGLang unit's venv loads
-   (the ``nvidia-nccl-cu*`` wheel), else the system NCCL (libnccl2/libnccl-dev from
-   NVIDIA's repository, installed when the host has none), and cuda-samples'
-   p2pBandwidthLatencyTest with the host's CUDA toolkit. A finished build directory
-   exists only complete (renamed into place last), so its stamp decides "built".
-2. Measure (a fact: reading the box changes nothing): all_reduce_perf with
-   ``NCCL_P2P_DISABLE=1`` and, where the driver reports P2P on bare metal, without it;
-   p2pBandwidthLatencyTest; each under a timeout, a hang being a result.
-3. Write ``/etc/gpuserve/measured.json`` (choice, figures, verdicts), and nccl.env and
-   host.json from the choice (roles/nccl renders them; it reads measured.json too, so
-   the two never undo each other), and a ``gpuserve.measure/1`` record under
-   ``<results_dir>/<host>/`` on the controller. A host whose gates fail is failed, after
-   its env is written (P2P stays off unless measured faster).
-
-A measurement holds while what it depends on is unchanged (tool pins, NCCL, GPUs,
-driver, expectations: ``gate_runs.fingerprint``), so a rerun measures nothing and
-reports no changes; ``gates_remeasure: true`` measures again.
+How: docs/gpu-gates.md, "gpuserve.roles.gpu_gates: build, measure, write"
 """
 
 from __future__ import annotations
