@@ -1,19 +1,11 @@
 """Files and directories a role manages, decided from one prefetched read.
 
-``files.put``/``files.directory`` read two or three facts each (``File``, ``Sha1File``,
-the parent directory), at prepare time and again at execute time: on the lab host
-that was most of a no-op rerun's 57 remote commands. The helpers here read
-:class:`PathState` (type, mode, owner, group and sha1 in one line, from the deploy's
-prefetch: roles/prefetch.py) and add an operation only when the path differs from what
-is wanted; that operation is then one command (write from stdin to a temporary file,
-chown, chmod, rename; or mkdir, chown, chmod), with no fact read of its own. A path
-that already matches adds no operation at all.
+Why: ``files.put``/``files.directory`` read two or three facts each, at prepare time and
+again at execute time: on the lab host that was most of a no-op rerun's 57 remote
+commands. Here a path that already matches adds no operation, and one that differs adds
+one command with no fact read of its own.
 
-The decision is made once, from the state read before the deploy changed anything; the
-roles manage each path once, so no earlier operation of the same run makes it stale
-(a package that ships a file of ours would be corrected by the next run).
-:func:`absent` decides at execute time instead: the one path an earlier operation
-(cuda-keyring's package) does create.
+How: docs/reruns.md, "gpuserve.roles.managed: one read, one command"
 """
 
 from __future__ import annotations

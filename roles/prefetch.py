@@ -1,22 +1,12 @@
 """Read many facts in one remote command, so that a rerun with nothing to do costs little.
 
-Why: pyinfra 3.10 runs one remote command per fact read (``pyinfra/api/facts.py``,
-``_get_fact``: no cache), and its file operations read two or three facts per file, at
-prepare time and again at execute time. A no-op rerun of the serve deploy thus ran 57
-commands on the lab host and took 19 times a bare ``pyinfra ... exec -- true``.
-Here the reads a deploy is about to make are declared up front
-(:func:`prefetch`), run as one ``sh`` script with a marker after each fact's output,
-and each fact's own ``process`` parses its slice, so the values are exactly what
-``host.get_fact`` would have returned.
+Why: pyinfra 3.10 runs one remote command per fact read, and its file operations read
+two or three facts per file at prepare and again at execute time: a no-op rerun of the
+serve deploy ran 57 commands on the lab host. Here a deploy declares its reads up front
+(:func:`prefetch`), they run as one ``sh`` script, and each fact's own ``process``
+parses its slice, so the values are exactly what ``host.get_fact`` would return.
 
-Two ways to read a prefetched value:
-
-- :func:`fact` at prepare time: the host has not changed yet, so the prefetched value
-  is the truth. A read that was not prefetched, or whose command failed in the batch,
-  falls back to ``host.get_fact`` (correct, one more command).
-- :func:`fact_if_unchanged` inside an operation at execute time: the prefetched value
-  only while no earlier operation of this deploy has changed this host
-  (:func:`changed_so_far`); otherwise the fact is read again, after the changes.
+How: docs/reruns.md, "gpuserve.roles.prefetch: one script, and reading its values"
 """
 
 from __future__ import annotations

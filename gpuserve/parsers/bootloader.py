@@ -1,19 +1,10 @@
 """Which boot loader a host uses (GRUB or systemd-boot), from gathered evidence.
 
-The fact prints ``key: value`` evidence lines (see gpuserve.facts.host.BootLoader):
+Why: the kernel command line lives in /etc/kernel/cmdline for systemd-boot and in
+/etc/default/grub for GRUB, so the host role must know which one to edit. The fact
+(gpuserve.facts.host.BootLoader) prints ``key: value`` evidence lines; this judges them.
 
-- ``pbt: <line>``: ``proxmox-boot-tool status`` output. Its status() prints, per ESP,
-  ``<UUID> is configured with: uefi|grub|uefi,grub (versions: ...)``, where "uefi"
-  means systemd-boot (proxmox/proxmox-kernel-helper, src/bin/proxmox-boot-tool; Proxmox
-  VE admin guide, "Host Bootloader": ZFS-root EFI installs use systemd-boot unless
-  Secure Boot is on, all others GRUB).
-- ``loaderinfo: yes``: the LoaderInfo EFI variable exists, which systemd-boot sets
-  (Boot Loader Interface, https://systemd.io/BOOT_LOADER_INTERFACE/).
-- ``grub_cfg: yes``: /boot/grub/grub.cfg exists.
-- ``efi: yes``: booted via UEFI (/sys/firmware/efi exists).
-
-The kernel command line lives in /etc/kernel/cmdline for systemd-boot and in
-/etc/default/grub for GRUB, which is why the host role needs this.
+How: docs/deploys.md, "gpuserve.parsers.bootloader: evidence lines and sources"
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """Health gate and smoke completion: verify the served model, change nothing.
 
-How pyinfra 3.10 counts an operation: an operation "changed" the host when it yielded
-at least one command that ran (``OperationMeta.did_change``: success and commands > 0;
-``_run_host_op`` prints "Success" when commands ran, "No changes" otherwise, and
-``print_results`` counts the same). Running ``curl`` as a ``server.shell`` command would
-therefore count every health check as a change, and a rerun could never say "No
-changes".
+Why reads, not commands: pyinfra counts an operation that ran a command as a change, so
+a ``curl`` health check would make every rerun report changes. The checks run their
+probes as facts at execute time and yield nothing when they pass; a failed check yields
+one ``FunctionCommand`` that fails the host. A passing smoke check may write a result
+record on the controller; a failed health gate may first roll back to the last good
+configuration.
 
-So the checks are reads, the way a real deployment tool reports them (Ansible's
-``uri`` with ``changed_when: false`` is "ok", not "changed"): the operations below run
-their probes as *facts* (``host.get_fact``, which runs a command without making it an
-operation command) at execute time, print progress themselves, and yield nothing when
-the check passes. A failed check yields one ``FunctionCommand`` that logs the reason
-and returns False, so the host is failed and the deploy exits non-zero. At prepare time
-(change detection) they do nothing: the service they check may not exist yet.
-
-Recording: given a ``record`` (:class:`gpuserve.measure.results.RecordSpec`), a passing smoke
-check also writes its result as a ``gpuserve.result/1`` file on the *controller*, under
-``<results_dir>/<host>/`` (relative paths are taken from the repository root), from the
-operation body at execute time. That is plain local Python, not a host command, so the
-check still yields nothing and a rerun still reports "No changes". A record that cannot
-be written is a warning, never a failed host: the check itself passed.
-
-Rollback: given a ``rollback`` (:class:`roles.service.rollback.RollbackSpec`), a failed
-health gate restores the host's last good service configuration when one exists and
-differs from the failing one (restore script: a real command, so that run counts a
-change), waits for ``/health`` again, and only then fails the host, saying which
-profile failed and why and whether the host serves the last good profile again.
+How: docs/reruns.md, "gpuserve.roles.checks: how a check stays a read"
 """
 
 from __future__ import annotations
@@ -370,8 +351,8 @@ def throughput_checks(plan: BenchPlan, script: str, record: RecordSpec | None,
                       health_timeout: float, interval: float = 2.0,
                       report_every: float = 15.0):
     """Run the profile's scenarios with SGLang's client when the configuration is new to
-    this host (or ``bench: always``), record them, and gate on them (roles/checks/bench.py's
-    docstring)."""
+    this host (or ``bench: always``), record them, and gate on them (docs/benchmarks.md,
+    "gpuserve.roles.checks.bench: when, how and the gate")."""
     if not state.is_executing or plan.mode == "off":
         return
     if plan.mode == "auto" and fact_if_unchanged(BenchMark, path=plan.mark_path) == \

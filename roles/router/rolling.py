@@ -1,33 +1,11 @@
 """A rolling switch behind SGLang's gateway: take a worker out, switch it, put it back.
 
-Run as ``pyinfra --serial INVENTORY deploy/serve.py --data profile=NAME``: pyinfra then
-runs every operation of one host before the next host (``_run_serial_ops``), and the
-serve deploy adds, only on a worker whose server is about to restart (a new profile, a
-changed configuration; never on a first start nor a no-op rerun):
+Why: switching every worker at once takes the whole fleet's model down. Under ``pyinfra
+--serial`` the serve deploy takes a worker out of the gateway just before its server
+restarts, puts it back once its checks pass, and stops the rollout at the first failed
+worker; without ``--serial`` it refuses before any change.
 
-1. first, :func:`rollout_guard`: when a worker of the same gateway already failed in
-   this run, this host fails at once with "not switched", before anything on it changes,
-   so the rollout stops and the remaining hosts stay on their old profile;
-2. just before the restart, :func:`take_out`: ask the gateway (``GET /workers`` on the
-   router host) whether the worker may leave (:func:`gpuserve.fleet.rolling.take_out_refusal`:
-   never the last ready worker, at most ``router_max_unavailable`` out), rewrite the
-   manifest without it (smg drains a worker that leaves its file; ``DELETE /workers``
-   would be undone by its next reconcile: tests/fixtures/smg/SOURCES.md), wait until the
-   gateway has dropped it, then until the engine has no request in flight
-   (``sglang_idle.py``: SGLang ``GET /v1/loads``);
-3. the health gate, smoke and throughput checks as on any host;
-4. :func:`put_back`: the full manifest again, and wait until the gateway says ``ready``.
-
-When a check fails after the take-out, the existing rollback restores the last good
-configuration, and then the failure report puts the worker back (a
-:func:`roles.failure.on_failure` hook), but only when its server answers ``/health``
-and runs its last good configuration again; otherwise it stays out and the report says
-so. The manifest edits go through the router host's own pyinfra connection; a rollout
-cut off between take-out and put-back is repaired by ``deploy/router.py`` (or the next
-serve run), which renders the full manifest.
-
-Without ``--serial`` pyinfra runs each operation on every host at once, which would take
-every switching worker out together: the deploy refuses that before any change.
+How: docs/rolling-switch.md, "gpuserve.roles.router.rolling: the steps"
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The last good service configuration on the host, and rolling back to it.
 
-After a deploy's health gate and smoke completion pass, :func:`keep_last_good` copies
-the live unit, EnvironmentFile and ``--config`` file into ``/etc/gpuserve/last-good/``
-(0700 root; ``cp -p`` keeps each file's owner and mode, so the secret files stay 0600
-and their contents never appear on a command line or in pyinfra's output) together
-with a one-line record of the profile name. When the deploy changed nothing of the
-service it compares first (a read, from the batch on a no-op rerun: sha1, mode and owner
-of every live and saved file) and copies only when something differs, so a rerun still
-reports "No changes"; after the deploy rewrote or restarted the service it copies
-without that read.
+Why: a profile whose health gate fails must leave the host serving its last good
+profile, not down. After a passing deploy the live unit and its configuration files are
+kept under ``/etc/gpuserve/last-good/``; a failed gate restores them when they differ.
+The decisions here are pure; only :func:`keep_last_good` and the fact touch pyinfra.
 
-When the health gate fails, roles/checks asks :func:`rollback_decision` whether there
-is something to go back to: a saved set that differs from the live one. If so it runs
-:func:`restore_script` (copy back, ``daemon-reload``, ``reset-failed``, ``restart``),
-waits for ``/health`` again and fails the host saying which profile failed, why, and
-which profile serves again. The decisions here are pure; only :func:`keep_last_good`
-and the fact touch pyinfra. The installed SGLang package is not part of the saved set:
-a rollback restores the service configuration, not an older ``pip install``.
+How: docs/deploys.md, "gpuserve.roles.service.rollback: keep and restore"
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Install SGLang from a lock into an immutable, verified venv for a dedicated service user.
 
-install, verify, activate (cmdeploy's order):
-1. ``locked_venv``: one venv per lock (``<home>/venvs/<version>-<lock hash>``), built by
-   ``pip install --require-hashes --no-deps --only-binary=:all: -r <lock>`` then
-   ``pip check``. Every wheel is named with its sha256 by the lock, so pip installs
-   exactly that set or nothing; ``--no-deps`` because the lock already is the whole set.
-2. ``verify_venv``: the verification script runs as the service user with the venv's
-   python (``gpuserve/data/scripts/sglang_verify.py``) and the controller judges it
-   against the lock (``gpuserve.launch.verify``). Only then is the venv stamped; a venv
-   without a stamp is an interrupted install and is rebuilt from scratch, never served.
-3. The unit (roles/service) points at the venv; a switch therefore moves unit and venv
-   together, and a rollback restores the old unit in front of its untouched venv.
-   ``prune_venvs`` keeps the last ``keep_venvs`` verified venvs plus any a unit names.
+Why: one venv per lock, installed hash-checked, verified as the service user and only
+then stamped, owned by root and only read by the service, so a unit and its venv switch
+and roll back together, an interrupted install is never served, and a compromised server
+cannot rewrite its own code.
 
-The venvs are owned by root and only read by the service (``ProtectSystem=strict``), so
-a compromised server cannot rewrite its own code. Packages come from PyPI, a mirror
-(``pip_index_url``) or a wheelhouse (``pip_find_links`` alone means ``--no-index``).
+How: docs/sglang-versions.md, "gpuserve.roles.sglang: install, verify, activate"
 """
 
 from __future__ import annotations
