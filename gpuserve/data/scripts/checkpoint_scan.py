@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Describe a safetensors checkpoint without reading its weights.
 
-Uploaded to GPU hosts and run as root with the host's python3 (stdlib only, Python >= 3.8):
+Uploaded to GPU hosts and run as root with the host's python3 (stdlib only, Python >= 3.8),
+and imported on the controller (gpuserve.memory.checkpoint): one implementation of the format.
 
     python3 checkpoint_scan.py --dir /models/GLM-5-NVFP4 \
         [--cache /var/cache/gpuserve/checkpoint-scan --salt ID]
 
 It prints ONE JSON document on stdout and always exits 0: every problem is an entry of
-"errors" so the controller (gpuserve/memory/checkpoint.py) reports it with the file's name.
+"errors" so the controller reports it with the file's name.
 Only config.json, hf_quant_config.json, model.safetensors.index.json and, of each
 *.safetensors file, the 8-byte header length and the JSON header are read.
 
@@ -19,8 +20,6 @@ Output (schema "gpuserve.checkpoint_scan/1"):
      "errors": [{"file", "field", "error"}], "elapsed_s"}
 Tensor names that differ only in the expert index are one entry (".experts.<N>." ->
 ".experts.*."), so a 230k-tensor MoE checkpoint stays a few thousand rows; layer indices stay.
-The same module is imported on the controller (gpuserve.memory.checkpoint), so there is one
-implementation of the format.
 
 With ``--cache DIR`` a clean scan is kept in DIR (one file per checkpoint directory, 0600)
 with the stat of every file it read (size, mtime, ctime, inode) and ``--salt`` (the
