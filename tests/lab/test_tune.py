@@ -28,6 +28,8 @@ pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
 TUNE = REPO / "tests/fixtures/tune/lab.tune.yaml"
 SURFACES = sorted(p.stem for p in (REPO / "lab/surfaces").glob("*.yaml"))
+# the tune file's TP8+EP8 layout, by its label (+ the mem_fraction_static)
+EP8 = "layout=ep=8,a2a_backend=flashinfer,runner_backend=flashinfer_cutlass,mfs="
 
 
 def tune(lab, results: Path, surface: str) -> tuple[int, str]:
@@ -72,14 +74,15 @@ def test_picks_graph_max_bs_128_for_single_stream(field_notes) -> None:
 def test_prunes_ep_at_mfs_078_before_loading_it(field_notes) -> None:
     results, rc, out = field_notes
     assert rc == 0, out[-6000:]
-    ep = next(d for label, d in outcomes(results).items() if "mfs=0.78" in label)
+    ep = outcomes(results)[EP8 + "0.78"]
     assert ep["status"] == "pruned", ep
     assert "Not enough memory" in ep["reason"] and ep["numbers"]["calibrated_rest_gib"] < 0
     # never deployed: no profile file written, no record of it
     assert not (results / f"lab-gpu/tune-lab/profiles/{ep['candidate']}.yaml").exists()
     assert not list((results / "lab-gpu").glob(f"*{ep['candidate']}*"))
-    # while EP at 0.83 fits and was measured
-    ep83 = next(d for label, d in outcomes(results).items() if "mfs=0.83" in label)
+    # while EP at 0.83 fits and was measured (attention-DP8 + EP8 at 0.83 is another
+    # candidate: pruned, no room)
+    ep83 = outcomes(results)[EP8 + "0.83"]
     assert ep83["status"] in ("measured", "stopped"), ep83
 
 
