@@ -16,16 +16,14 @@ def repo_root() -> Path:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Unit tests run as pyinfra runs: gevent-patched before the first one starts.
+    """Every test runs as pyinfra runs: gevent-patched before the first one starts.
 
     pyinfra's CLI package monkey-patches the process with gevent when it is first
-    imported (pyinfra_cli/__init__.py: ``monkey.patch_all()``). Unit tests that load
-    inventories in-process (``gpuserve check``) import it; done after another test has
-    started threads (the Hub stand-in's servers), the patch breaks the import lock
-    ("cannot release un-acquired lock"). So a run that selected any unit test is
-    patched here, after collection and before any test; a lab-only run (the lab tiers,
-    whose traffic and watchdogs are real threads) is left as it is.
+    imported (pyinfra_cli/__init__.py: ``monkey.patch_all()``). Collection already
+    imports it in most runs (test modules import deploy code); where it did not, a unit
+    test loading an inventory in-process (``gpuserve check``) imported it after another
+    test had started threads (the Hub stand-in's servers), and the patch broke the
+    import lock ("cannot release un-acquired lock"). So it is imported here, after
+    collection and before any test, whatever the selection or order.
     """
-    unit = Path(__file__).resolve().parent / "unit"
-    if any(Path(str(item.path)).is_relative_to(unit) for item in session.items):
-        import pyinfra_cli  # noqa: F401  (the patch is the point)
+    import pyinfra_cli  # noqa: F401  (the patch is the point)
