@@ -229,7 +229,7 @@ def test_bad_usage_exits_2(tmp_path, capsys, argv, message) -> None:
 
 def test_unknown_deploy_is_usage_error(capsys) -> None:
     with pytest.raises(SystemExit) as e:
-        main(["check", "x.py", "--deploy", "hypervisor"])
+        main(["check", "x.py", "--deploy", "kernel"])
     assert e.value.code == 2
 
 
