@@ -384,19 +384,58 @@ def check_serve(name: str, data: dict, source: str,
                 warnings.append(f"a host that picks lock {lock.name} (Python {lock.python}, "
                                 f"driver >= {lock.driver_min}) would be refused: {problem}")
         verdicts.append({"lock": lock.name, "ok": problem is None, "problem": problem})
+    interpreter = interpreter_report(name, data, source, [
+        lk for lk in candidates if any(v["lock"] == lk.name and v["ok"] for v in verdicts)])
     scenarios = [s.name for s in profile.bench.scenarios] if plan.bench else []
     listen = f"{plan.service.host}:{plan.service.port}"
     usable = [v["lock"] for v in verdicts if v["ok"]]
     summary = (f"profile {profile.name}, lock candidates {', '.join(usable) or 'none'} "
                f"(the host's driver, Python and glibc pick), "
                f"{_count(len(scenarios), 'bench scenario')}"
-               f"{'' if plan.bench else ' (bench off)'}, listens on {listen}")
+               f"{'' if plan.bench else ' (bench off)'}, listens on {listen}"
+               + (f"; on {interpreter['distribution']}: {interpreter['kind']} Python "
+                  f"{interpreter['version']}, lock {interpreter['lock']}" if interpreter else ""))
     details = {"profile": profile.name, "profile_file": str(profile.source),
                "newest_lock": plan.lock.name, "sglang_version": plan.version,
                "lock_candidates": verdicts, "bench_scenarios": scenarios, "listen": listen,
-               "results_dir": str(plan.record.results_dir) if plan.record else None}
+               "results_dir": str(plan.record.results_dir) if plan.record else None,
+               "interpreter": interpreter}
     return Result(name, "serve", ok=True, summary=summary, warnings=warnings,
                   details=details)
+
+
+def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict | None:
+    """The interpreter the serve deploy would choose on a host whose data names its
+    distribution (``host_distribution``), judged by that distribution's recorded
+    answers (gpuserve/data/distros); None when the data does not say."""
+    from gpuserve.launch.interpreter import (
+        choose_interpreter,
+        known_distributions,
+        recorded_facts,
+    )
+    from gpuserve.serve.install import DEFAULTS, validate_home, validate_python
+
+    distro = data.get("host_distribution")
+    asked, mirror = validate_python(data, source)
+    if distro is None:
+        return None
+    try:
+        facts = recorded_facts(distro) if isinstance(distro, str) else None
+    except KeyError:
+        facts = None
+    if facts is None:
+        raise InputError(source, "host_distribution", f"{distro!r:.80} is not one of "
+                         f"{', '.join(known_distributions())}")
+    home = validate_home(data.get("sglang_home", DEFAULTS["sglang_home"]), source)
+    choice = choose_interpreter(facts, {lk.python for lk in locks}, sglang_python=asked,
+                                mirror=mirror, home=home, host=name)
+    lock = max((lk for lk in locks if lk.python == choice.python),
+               key=lambda lk: (_nums(lk.sglang), lk.name))
+    return {"distribution": distro, "kind": choice.kind, "python": choice.python,
+            "version": choice.version, "path": choice.path, "lock": lock.name,
+            "packages": list(choice.packages), "url": choice.url,
+            "sha256": choice.build.sha256 if choice.build else None,
+            "reason": choice.reason}
 
 
 def check_host_deploy(name: str, data: dict, source: str) -> Result:

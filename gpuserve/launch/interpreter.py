@@ -86,6 +86,26 @@ class DistroFacts:
         return r.get("PRETTY_NAME") or f"{r.get('ID', '?')} {r.get('VERSION_ID', '?')}"
 
 
+DISTROS = Path(__file__).resolve().parents[1] / "data" / "distros"
+
+
+def known_distributions() -> list[str]:
+    return sorted(p.name for p in DISTROS.iterdir() if (p / "os-release").is_file())
+
+
+def recorded_facts(name: str) -> DistroFacts:
+    """A distribution's recorded answers (gpuserve/data/distros/NAME, sources in its
+    SOURCES.md): what ``gpuserve check`` judges a host by without connecting to it."""
+    from gpuserve.parsers.distro import parse_apt_policy, parse_os_release
+
+    if name not in known_distributions():
+        raise KeyError(name)
+    d = DISTROS / name
+    return DistroFacts(parse_os_release((d / "os-release").read_text()),
+                       (d / "python3-version").read_text().strip(),
+                       parse_apt_policy((d / "apt-policy").read_text()))
+
+
 @dataclass(frozen=True)
 class InterpreterChoice:
     """The interpreter that builds the SGLang venvs, what it needs, and why."""

@@ -3,7 +3,7 @@
 os-release: os-release(5), shell-style ``KEY=value`` lines, values optionally quoted.
 apt-cache policy: apt-cache(8); per package a ``name:`` line, ``Installed:``,
 ``Candidate:`` and a version table whose ``500 URL SUITE/COMPONENT ARCH Packages`` lines
-name where each version comes from. Fixtures: tests/fixtures/distros/SOURCES.md.
+name where each version comes from. Recorded outputs: gpuserve/data/distros/SOURCES.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The interpreter choice against real recorded outputs of Ubuntu 22.04/24.04 and Debian
-12/13 (tests/fixtures/distros/SOURCES.md) and the committed locks and managed-CPython
+12/13 (gpuserve/data/distros/SOURCES.md) and the committed locks and managed-CPython
 catalog (gpuserve/data/python/managed-cpython.json, from uv's download metadata)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from gpuserve.launch.lock_choice import wanted_locks
 from gpuserve.launch.locks import available_locks
 from gpuserve.parsers.distro import parse_apt_policy, parse_os_release
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "distros"
+FIXTURES = Path(__file__).resolve().parents[3] / "gpuserve" / "data" / "distros"
 #: the Pythons SGLang 0.5.23's committed locks are for
 PY_0523 = {lk.python for lk in wanted_locks(available_locks(), versions=["0.5.23"],
                                            pinned=None) if lk.sglang.startswith("0.5.23")}
