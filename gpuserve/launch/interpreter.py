@@ -65,7 +65,13 @@ class ManagedBuild:
 @cache
 def managed_builds(path: Path = CATALOG) -> tuple[ManagedBuild, ...]:
     doc = json.loads(path.read_text())
-    return tuple(ManagedBuild(**b) for b in doc["builds"])
+    builds = tuple(ManagedBuild(**b) for b in doc["builds"])
+    for b in builds:  # they reach a shell command and a directory name
+        if not (re.fullmatch(r"[0-9a-f]{64}", b.sha256) and re.fullmatch(r"3\.\d+\.\d+",
+                b.version) and re.fullmatch(r"\d{8}", b.build)
+                and re.fullmatch(r"[A-Za-z0-9._+-]+", b.filename)):
+            raise ValueError(f"{path}: build {b.filename!r:.80} is malformed")
+    return builds
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,22 @@ def recorded_facts(name: str) -> DistroFacts:
                        parse_apt_policy((d / "apt-policy").read_text()))
 
 
+def facts_from(sections: dict[str, list[str]]) -> DistroFacts:
+    """:class:`DistroFacts` from the SglangInterpreter fact's sections."""
+    from gpuserve.parsers.distro import parse_apt_policy, parse_os_release
+
+    def version(lines: list[str] | None) -> str | None:
+        m = re.match(r"(?:Python )?(\d+\.\d+\.\d+)", (lines or [""])[0].strip())
+        return m.group(1) if m else None
+
+    arch = (sections.get("arch") or ["x86_64"])[0].strip() or "x86_64"
+    return DistroFacts(parse_os_release("\n".join(sections.get("os-release") or [])),
+                       version(sections.get("python3")),
+                       parse_apt_policy("\n".join(sections.get("apt") or [])),
+                       arch="aarch64" if arch in ("aarch64", "arm64") else arch,
+                       explicit=version(sections.get("explicit")))
+
+
 @dataclass(frozen=True)
 class InterpreterChoice:
     """The interpreter that builds the SGLang venvs, what it needs, and why."""
@@ -141,6 +163,13 @@ def _key(python: str) -> tuple[int, ...]:
 
 def managed_path(home: str, build: ManagedBuild) -> str:
     return f"{home}/python/{build.dirname}/bin/python{build.python}"
+
+
+def packages_read_for(pythons: Collection[str]) -> list[str]:
+    """Every apt package a choice for these lock Pythons may name (read in the deploy's
+    first batch, so a rerun needs no second one)."""
+    return ["python3-venv", *(f"python{p}{s}" for p in sorted(pythons, key=_key)
+                              for s in ("", "-venv", "-dev"))]
 
 
 def choose_interpreter(facts: DistroFacts, lock_pythons: Collection[str], *,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from gpuserve.errors import GpuserveError
 from gpuserve.host.driver import version_tuple
+from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.locks import Lock
 
 # Free space a venv needs beyond its wheels: pip unpacks next to its download cache and
@@ -44,6 +45,9 @@ class HostRuntime:
     # the NvidiaGpus fact's rows (name, memory_total_mib, compute_cap, ...): the memory
     # preflight and the records read them
     gpu_list: tuple[dict, ...] = ()
+    # the interpreter that builds the venvs (gpuserve.launch.interpreter); ``python`` is
+    # its version. None: the system python3 (``python`` is python3's)
+    interpreter: InterpreterChoice | None = None
 
 
 def public_version(version: str) -> str:
@@ -117,10 +121,13 @@ def choose_lock(locks: Iterable[Lock], host: HostRuntime, *, versions: Sequence[
     by_python = [lk for lk in wanted if host.python is None or lk.python == _minor(host.python)]
     if not by_python:
         have = sorted({lk.python for lk in wanted})
+        what = (f"the interpreter {host.interpreter.path}" if host.interpreter
+                else "python3")
         raise PreflightError(
-            f"{host.name}: python3 is {host.python}, but the locks for profile {profile} are "
-            f"for Python {', '.join(have)}; install one of those as python3, or generate a "
-            f"lock for {host.python} with tools/gen_lock.py --python {host.python}")
+            f"{host.name}: {what} is {host.python}, but the locks for profile {profile} are "
+            f"for Python {', '.join(have)}; set host data sglang_python=managed (a managed "
+            f"CPython {have[-1]} for the SGLang venvs only, python3 stays) or "
+            f"sglang_python=/path/to/python{have[-1]}")
     runnable = [lk for lk in by_python if lk.supports(python=_minor(host.python) or lk.python,
                                                       glibc=host.glibc or "99.0") is None]
     if not runnable:

@@ -23,6 +23,7 @@ from gpuserve.fleet.multinode import Member, NodePlacement, place_node
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
 from gpuserve.launch.catalog import available_versions, load_catalog
 from gpuserve.launch.dialect import Launch, render_launch
+from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.lock_choice import (
     HostRuntime,
     PreflightError,
@@ -69,6 +70,7 @@ class ServePlan:
     preflight: PreflightReport | None = None  # what the preflight printed (it raised errors)
     node: NodePlacement | None = None  # this host's part in a multi-node launch
     weights: weights.WeightsPlan | None = None  # a model.hf profile's fetch (roles/weights)
+    interpreter: InterpreterChoice | None = None  # builds the venv (None: python3)
 
     @property
     def venv(self) -> str:
@@ -199,7 +201,7 @@ def plan_serve(
     return ServePlan(lock, version, settings.user, settings.home, settings.index_url,
                      settings.find_links, float(settings.timeout), settings.keep,
                      runtime.gpus, plan, record, bench, checks_report, placement,
-                     weights_plan)
+                     weights_plan, runtime.interpreter)
 
 
 def _weights(data: dict, source: str, settings: _Settings, profile: Profile,
