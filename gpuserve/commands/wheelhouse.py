@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--lock", help="a lock file (gpuserve/data/locks/*.json or your own)")
     which.add_argument("--profile", help="every committed lock the profile renders for")
+    which.add_argument("--python-builds", dest="python_builds", action="store_true",
+                       help="the managed CPython archives of gpuserve's catalog instead, "
+                       "into DIR/<build>/<archive> (a mirror for sglang_python_mirror)")
     parser.add_argument("--python", help="only locks for this Python minor (e.g. 3.11)")
     parser.add_argument("--version", help="only locks of this SGLang version (e.g. 0.5.23)")
     parser.add_argument("--yes", action="store_true",
@@ -115,7 +118,7 @@ def sha256_of(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def fetch(url: str, dest: Path, sha256: str) -> None:
+def fetch(url: str, dest: Path, sha256: str, what: str = "the lock's") -> None:
     """Download to ``dest`` through a temporary name; keep it only if the hash matches."""
     tmp = dest.with_name(dest.name + ".part")
     digest = hashlib.sha256()
@@ -129,7 +132,7 @@ def fetch(url: str, dest: Path, sha256: str) -> None:
         raise GpuserveError(f"{url}: download failed: {getattr(e, 'reason', e)}") from None
     if digest.hexdigest() != sha256:
         tmp.unlink(missing_ok=True)
-        raise GpuserveError(f"{url}: sha256 {digest.hexdigest()} is not the lock's {sha256}")
+        raise GpuserveError(f"{url}: sha256 {digest.hexdigest()} is not {what} {sha256}")
     tmp.replace(dest)
 
 
@@ -151,8 +154,42 @@ def prepare_dir(target: Path, create: bool) -> None:
                              f"{exc.strerror or exc}") from None
 
 
+def run_python_builds(args: argparse.Namespace, target: Path) -> int:
+    """The catalog's managed CPython archives (``--python`` narrows them) for the host's
+    ``sglang_python_mirror``, in python-build-standalone's release layout, each checked
+    against its sha256; kept when already there with that hash."""
+    from gpuserve.launch.interpreter import managed_builds
+
+    if args.python is not None and not re.fullmatch(r"3\.\d{1,2}", args.python):
+        raise InputError("--python", "python", f"must be a Python minor such as 3.12, got "
+                         f"{args.python!r:.40}")
+    builds = [b for b in managed_builds() if args.python in (None, b.python)]
+    if not builds:
+        raise GpuserveError(f"no managed CPython {args.python} in the catalog")
+    todo = [b for b in builds if not (target / b.build / b.filename).is_file()
+            or sha256_of(target / b.build / b.filename) != b.sha256]
+    print(f"to fetch: {len(todo)} managed CPython archives into {target} (sizes unknown "
+          "until fetched: the catalog's source, uv's table, has none)")
+    missing = 0
+    for b in todo:
+        print(f"  {b.build}/{b.filename}", flush=True)
+        if args.check or getattr(args, "dry_run", False):
+            missing += 1
+            continue
+        (target / b.build).mkdir(parents=True, exist_ok=True)
+        fetch(b.url, target / b.build / b.filename, b.sha256, "the catalog's")
+    if args.check and missing:
+        print(f"gpuserve: wheelhouse: {missing} archives missing or with another sha256",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     target = Path(args.dir)
+    if getattr(args, "python_builds", False):
+        prepare_dir(target, create=not (args.check or getattr(args, "dry_run", False)))
+        return run_python_builds(args, target)
     locks = select_locks(args)  # every argument checked before DIR is created
     prepare_dir(target, create=not (args.check or getattr(args, "dry_run", False)))
     if not args.check and not confirmed(locks, target, args):

@@ -134,3 +134,30 @@ def test_version_and_python_filters(tmp_path: Path, capsys) -> None:
     lock = write_lock(tmp_path, [wheel(tmp_path, "sglang", b"s")])
     assert main(["wheelhouse", "--lock", str(lock), "--python", "3.12", str(tmp_path)]) == 2
     assert "is for 3.11, not 3.12" in capsys.readouterr().err
+
+
+def test_python_builds_fetched_in_the_release_layout_and_hash_checked(tmp_path: Path, capsys,
+                                                                       monkeypatch) -> None:
+    """The catalog's archives (here a stand-in catalog of file:// archives) land in
+    DIR/<build>/<archive>, the layout sglang_python_mirror names; a wrong hash keeps
+    nothing."""
+    from gpuserve.commands import wheelhouse
+    from gpuserve.launch import interpreter
+
+    body = b"stand-in archive"
+    src = tmp_path / "cpython-3.12.14+20260814-x86_64-unknown-linux-gnu-install_only.tar.gz"
+    src.write_bytes(body)
+    build = interpreter.ManagedBuild("3.12.14", "3.12", "x86_64", "20260814", src.name,
+                                     src.as_uri(), hashlib.sha256(body).hexdigest(), None)
+    monkeypatch.setattr(interpreter, "managed_builds", lambda: (build,))
+    house = tmp_path / "mirror"
+    assert main(["wheelhouse", "--python-builds", "--python", "3.12", str(house)]) == 0
+    assert (house / "20260814" / src.name).read_bytes() == body
+    assert main(["wheelhouse", "--python-builds", "--check", str(house)]) == 0
+    assert "to fetch: 0 managed CPython archives" in capsys.readouterr().out
+    bad = interpreter.ManagedBuild(**{**build.__dict__, "sha256": "0" * 64})
+    monkeypatch.setattr(interpreter, "managed_builds", lambda: (bad,))
+    assert main(["wheelhouse", "--python-builds", str(tmp_path / "m2")]) != 0
+    assert "is not the catalog's " + "0" * 64 in capsys.readouterr().err
+    assert not any((tmp_path / "m2").rglob("*.tar.gz"))
+    assert wheelhouse.CONFIRM_BYTES > 0
