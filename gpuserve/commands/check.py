@@ -411,6 +411,7 @@ def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict 
     from gpuserve.launch.interpreter import (
         choose_interpreter,
         known_distributions,
+        managed_builds,
         recorded_facts,
     )
     from gpuserve.serve.install import DEFAULTS, validate_home, validate_python
@@ -427,8 +428,10 @@ def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict 
         raise InputError(source, "host_distribution", f"{distro!r:.80} is not one of "
                          f"{', '.join(known_distributions())}")
     home = validate_home(data.get("sglang_home", DEFAULTS["sglang_home"]), source)
+    catalog = data.get("sglang_python_builds")
+    builds = managed_builds(Path(catalog)) if catalog else None
     choice = choose_interpreter(facts, {lk.python for lk in locks}, sglang_python=asked,
-                                mirror=mirror, home=home, host=name)
+                                mirror=mirror, home=home, host=name, builds=builds)
     lock = max((lk for lk in locks if lk.python == choice.python),
                key=lambda lk: (_nums(lk.sglang), lk.name))
     return {"distribution": distro, "kind": choice.kind, "python": choice.python,

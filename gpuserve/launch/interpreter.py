@@ -68,7 +68,7 @@ def managed_builds(path: Path = CATALOG) -> tuple[ManagedBuild, ...]:
     builds = tuple(ManagedBuild(**b) for b in doc["builds"])
     for b in builds:  # they reach a shell command and a directory name
         if not (re.fullmatch(r"[0-9a-f]{64}", b.sha256) and re.fullmatch(r"3\.\d+\.\d+",
-                b.version) and re.fullmatch(r"\d{8}", b.build)
+                b.version) and re.fullmatch(r"[0-9A-Za-z]{1,32}", b.build)
                 and re.fullmatch(r"[A-Za-z0-9._+-]+", b.filename)):
             raise ValueError(f"{path}: build {b.filename!r:.80} is malformed")
     return builds

@@ -49,6 +49,12 @@ DEFAULTS = {
     # project's GitHub releases.
     # accepts: str (a URL) or None
     "sglang_python_mirror": None,
+    # A managed-CPython catalog file in the format of the shipped
+    # gpuserve/data/python/managed-cpython.json (tools/gen_python_catalog.py writes one),
+    # used instead of it: a newer python-build-standalone release, or a mirror's own
+    # builds. Read on the controller.
+    # accepts: str (a file) or None
+    "sglang_python_builds": None,
     # The distribution the host runs, for gpuserve check's interpreter report without
     # connecting (debian12, debian13, ubuntu2204, ubuntu2404; gpuserve/data/distros).
     # The deploys read the host itself and ignore it.
@@ -72,6 +78,17 @@ def validate_python(data: dict, source: str) -> tuple[str, str | None]:
             raise InputError(source, "sglang_python_mirror", f"must be a URL, got {mirror!r:.80}")
         trusted = mirrors.validate_trusted_mirrors(data.get("trusted_mirrors") or [], source)
         mirrors.require_https(mirror, "sglang_python_mirror", trusted, source, allow_file=True)
+    builds = data.get("sglang_python_builds")
+    if builds is not None:
+        from pathlib import Path
+
+        from gpuserve.launch.interpreter import managed_builds
+
+        try:
+            managed_builds(Path(str(builds)))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise InputError(source, "sglang_python_builds", f"{builds!r:.120} cannot be "
+                             f"read as a managed-CPython catalog: {exc}"[:300]) from None
     return value, mirror
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")

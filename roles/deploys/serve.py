@@ -67,7 +67,8 @@ def choose_host_interpreter(locks: list[Lock], home: str) -> InterpreterChoice:
     read = interpreter_read(locks)
     choice = choose_interpreter(facts_from(fact(read.cls, **dict(read.kwargs))),
                                 {lk.python for lk in locks}, sglang_python=asked,
-                                mirror=mirror, home=home, host=host.name)
+                                mirror=mirror, home=home, host=host.name,
+                                builds=tuple(sglang_python.builds_for_host()))
     logger.info(f"{host.name}: SGLang interpreter: {choice.kind} Python {choice.version} "
                 f"({choice.path}): {choice.reason}")
     return choice
@@ -94,7 +95,8 @@ def role_reads(user: str, home: str, locks: list[Lock], serving: Read | None = N
     needs no second one (nor a probe of its own); the second prefetch reads only what
     this missed, the probe never (the gate probes when it must)."""
     bin_dir = sglang_role.bin_dir(home)
-    return [*(read for lock in locks for read in sglang_role.reads(user, home, lock)),
+    return [*(read for lock in locks for read in sglang_role.reads(
+                user, home, lock, sglang_python.candidate_paths(home, lock.python))),
             *sglang_python.package_reads(sorted({lk.python for lk in locks})),
             *sglang_python.stamp_reads(home, sorted({lk.python for lk in locks})),
             *service_role.reads(bin_dir), *checks_role.reads(bin_dir),

@@ -315,11 +315,14 @@ def account_reads(user: str) -> list[Read]:
     return [Read.of(ServiceAccount, user=user), managed.read_package("python3-venv")]
 
 
-def reads(user: str, home: str, lock: Lock) -> list[Read]:
-    """Every path and stamp :func:`install_sglang` reads, for the deploy's prefetch."""
+def reads(user: str, home: str, lock: Lock, interpreters: tuple[str, ...] = ()
+          ) -> list[Read]:
+    """Every path and stamp :func:`install_sglang` reads, for the deploy's prefetch (the
+    venv of python3 and of each of ``interpreters``, the paths a choice may name)."""
     return [*(managed.read(path) for path, _, _ in directories(user, home)),
             managed.read(requirements_path(home, lock)), managed.read(f"{home}/bin/{VERIFY}"),
-            Read.of(VenvVerified, venv=venv_path(home, lock))]
+            *(Read.of(VenvVerified, venv=venv_path(home, lock, python))
+              for python in ("python3", *interpreters))]
 
 
 def account_is_ours(entry: dict | None, group_exists: bool, user: str, home: str) -> bool:
@@ -371,7 +374,7 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
         managed_python(name=f"managed CPython {interpreter.version} for the SGLang venvs "
                             f"(sha256 {interpreter.build.sha256[:12]}...)",
                        choice=interpreter)
-    venv = venv_path(home, lock)
+    venv = venv_path(home, lock, interpreter and interpreter.path)
     requirements = requirements_path(home, lock)
     managed.put(name=f"lock {lock.name} ({len(lock.packages)} hashed wheels)",
                 text=lock.requirements_text(), dest=requirements, user="root",

@@ -42,13 +42,33 @@ def reads(choice: InterpreterChoice | None) -> list[Read]:
     return [Read.of(ManagedPythonStamp, path=install_dir(choice))]
 
 
+def candidate_paths(home: str, python: str) -> tuple[str, ...]:
+    """The interpreters a choice for this lock Python may name besides python3: the
+    distribution's and the catalog's managed builds (host data's explicit path too)."""
+    from gpuserve.launch.interpreter import managed_path
+
+    explicit = host.data.get("sglang_python")
+    return (f"/usr/bin/python{python}",
+            *(managed_path(home, b) for b in builds_for_host() if b.python == python),
+            *([explicit] if isinstance(explicit, str) and explicit.startswith("/") else []))
+
+
+def builds_for_host():
+    """The managed CPython catalog host data's ``sglang_python_builds`` names, else the
+    shipped one (read on the controller, like ``sglang_locks_dir``)."""
+    from pathlib import Path
+
+    from gpuserve.launch.interpreter import managed_builds
+
+    path = host.data.get("sglang_python_builds")
+    return managed_builds(Path(path)) if isinstance(path, str) and path else managed_builds()
+
+
 def stamp_reads(home: str, pythons: list[str]) -> list[Read]:
     """The stamp of every catalog build a choice for these Pythons may name (deploy
     prefetch: the choice is made after the first batch, a rerun needs no second)."""
-    from gpuserve.launch.interpreter import managed_builds
-
     return [Read.of(ManagedPythonStamp, path=f"{home}/python/{b.dirname}")
-            for b in managed_builds() if b.python in pythons]
+            for b in builds_for_host() if b.python in pythons]
 
 
 def package_reads(pythons: list[str]) -> list[Read]:
