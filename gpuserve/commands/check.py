@@ -446,6 +446,19 @@ def check_host_deploy(name: str, data: dict, source: str) -> Result:
     from gpuserve.host.plan import plan_host
 
     s = plan_host(data, source)
+    distro = data.get("host_distribution")
+    if isinstance(distro, str):
+        from gpuserve.host.driver import repository_branch_problem
+        from gpuserve.launch.interpreter import known_distributions, recorded_facts
+
+        if distro not in known_distributions():
+            raise InputError(source, "host_distribution", f"{distro!r:.80} is not one of "
+                             f"{', '.join(known_distributions())}")
+        release = recorded_facts(distro).os_release
+        problem = repository_branch_problem(release.get("ID"), release.get("VERSION_ID"),
+                                            s.branch)
+        if problem:
+            raise InputError(source, "nvidia_driver_branch", problem)
     summary = (f"driver branch {s.branch} ({s.flavour}), CUDA {s.cuda_lane}, "
                f"repo {s.repo_url or 'NVIDIA'}, "
                f"reboot {'allowed' if s.kernel.allow_reboot else 'not allowed'}")

@@ -296,3 +296,16 @@ def test_interpreter_choice_reported_for_the_named_distribution(tmp_path, capsys
     assert "sglang_python=managed" in results["trixie"]["error"]
     assert "host_distribution: 'centos7' is not one of debian12, debian13" in (
         results["other"]["error"])
+
+
+def test_debian13_host_check_names_the_branch_its_repository_has(tmp_path, capsys) -> None:
+    inv = fleet(tmp_path, {"trixie": {"profile": "glm5-nvfp4-tp8",
+                                      "host_distribution": "debian13"},
+                           "trixie590": {"profile": "glm5-nvfp4-tp8",
+                                         "host_distribution": "debian13",
+                                         "nvidia_driver_branch": 590}})
+    rc, out, err = check(capsys, str(inv), "--deploy", "host")
+    assert rc == 1, out + err
+    assert "nvidia_driver_branch: driver branch 580 cannot be installed on debian13" in (
+        line(out, "trixie", "host"))
+    assert " ok " in line(out, "trixie590", "host")
