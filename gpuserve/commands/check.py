@@ -393,8 +393,7 @@ def check_serve(name: str, data: dict, source: str,
                f"(the host's driver, Python and glibc pick), "
                f"{_count(len(scenarios), 'bench scenario')}"
                f"{'' if plan.bench else ' (bench off)'}, listens on {listen}"
-               + (f"; on {interpreter['distribution']}: {interpreter['kind']} Python "
-                  f"{interpreter['version']}, lock {interpreter['lock']}" if interpreter else ""))
+               + _interpreter_summary(interpreter))
     details = {"profile": profile.name, "profile_file": str(profile.source),
                "newest_lock": plan.lock.name, "sglang_version": plan.version,
                "lock_candidates": verdicts, "bench_scenarios": scenarios, "listen": listen,
@@ -402,6 +401,15 @@ def check_serve(name: str, data: dict, source: str,
                "interpreter": interpreter}
     return Result(name, "serve", ok=True, summary=summary, warnings=warnings,
                   details=details)
+
+
+def _interpreter_summary(found: dict | None) -> str:
+    if not found:
+        return ""
+    if found["kind"] == "explicit":
+        return f"; on {found['distribution']}: {found['reason']}"
+    return (f"; on {found['distribution']}: {found['kind']} Python {found['version']}, lock "
+            f"{found['lock']}")
 
 
 def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict | None:
@@ -427,6 +435,11 @@ def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict 
     if facts is None:
         raise InputError(source, "host_distribution", f"{distro!r:.80} is not one of "
                          f"{', '.join(known_distributions())}")
+    if asked.startswith("/"):  # its version is read on the host only
+        return {"distribution": distro, "kind": "explicit", "python": None, "version": "?",
+                "path": asked, "lock": "by its version", "packages": [], "url": None,
+                "sha256": None, "reason": f"sglang_python names {asked}; its version (and "
+                "so the lock) is read on the host"}
     home = validate_home(data.get("sglang_home", DEFAULTS["sglang_home"]), source)
     catalog = data.get("sglang_python_builds")
     builds = managed_builds(Path(catalog)) if catalog else None
