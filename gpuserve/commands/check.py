@@ -25,7 +25,7 @@ from gpuserve.errors import GpuserveError, InputError
 from gpuserve.fleet.multinode import Member
 from gpuserve.terminal import escaped_key, non_ascii_note, printable
 
-DEPLOYS = ("serve", "host", "router")
+DEPLOYS = ("serve", "host", "router", "hypervisor")
 
 #: Said in every report: what needs the host itself and was therefore not judged.
 NOT_CHECKED = {
@@ -38,6 +38,9 @@ NOT_CHECKED = {
     "router": ["the router host's Python and glibc (they pick the smg lock)",
                "the service account against the host's users and groups",
                "whether the workers are up and reachable from the router host"],
+    "hypervisor": ["the host's sysfs (GPU addresses, vfio ids and the MMIO window "
+                   "default to what it shows)", "the guest's qm/pct config",
+                   "CPU vendor (the IOMMU kernel parameters)"],
 }
 
 
@@ -59,10 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "check",
         help="run the deploys' prepare-time checks for an inventory, without connecting",
         description="Load a pyinfra inventory (group data and --data applied as pyinfra "
-        "does) and run every prepare-time check of deploy/serve.py and deploy/host.py "
-        "for each host (and of deploy/router.py for each router host), connecting to "
-        "none. Exit 0: all pass; 1: a host fails; 2: bad usage or an inventory that "
-        "cannot be loaded.",
+        "does) and run the prepare-time checks of the deploys each host is for, "
+        "connecting to none: deploy/serve.py and deploy/host.py for GPU hosts, "
+        "deploy/router.py for gateway hosts (router_workers_group), deploy/hypervisor.py "
+        "for Proxmox hosts (proxmox_vmid or proxmox_ctid). Exit 0: all pass; 1: a host "
+        "fails; 2: bad usage or an inventory that cannot be loaded.",
     )
     parser.add_argument("inventory", help="pyinfra inventory file (e.g. inventory/gpu.py)")
     parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
@@ -70,7 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--group-data", dest="group_data", action="append", default=[],
                         metavar="PATH", help="extra group data, as pyinfra's --group-data")
     parser.add_argument("--deploy", choices=(*DEPLOYS, "all"), default="all",
-                        help="which deploy's checks (default: all)")
+                        help="which deploy's checks (default: all that apply to each host)")
+    parser.add_argument("--limit", action="append", default=[], metavar="GROUP|HOST",
+                        help="only these groups or hosts (glob patterns on host names), "
+                        "as pyinfra's --limit (repeatable)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
 
@@ -78,16 +85,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     overrides = parse_data(args.data)
     hosts, groups = load_hosts(args.inventory, overrides, args.group_data)
+    hosts = limit_hosts(hosts, groups, args.limit, args.inventory)
     deploys = DEPLOYS if args.deploy == "all" else (args.deploy,)
     results = [check_host(name, data, args.inventory, deploy, groups)
                for name, data in hosts for deploy in deploys
-               if deploy != "router" or _is_router_host(data)]
-    if not results:  # --deploy router on an inventory without a router host
-        results = [Result(hosts[0][0], "router", ok=False, error=f"{args.inventory}: "
-                          "router_workers_group: no host of this inventory sets it")]
+               if deploy in deploys_for(data)]
+    if not results:  # --deploy router on an inventory without a router host, say
+        results = [Result(hosts[0][0], deploys[0], ok=False, error=f"{args.inventory}: "
+                          f"no host of this inventory is for deploy/{deploys[0]}.py "
+                          f"({KIND_KEYS[deploys[0]]})")]
     ok = all(r.ok for r in results)
-    # the router's checks run on router hosts only: say what they skip only when they ran
-    deploys = tuple(d for d in deploys if d != "router" or any(r.deploy == d for r in results))
+    # say what a deploy's checks skip only when they ran
+    deploys = tuple(d for d in deploys if any(r.deploy == d for r in results))
     if args.json:
         print(json.dumps({
             "inventory": args.inventory, "ok": ok, "deploys": list(deploys),
@@ -97,6 +106,47 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_results(results, deploys))
     return 0 if ok else 1
+
+
+#: what makes a host one for each deploy (named when no host of an inventory is)
+KIND_KEYS = {"serve": "a GPU host: profile, or no gateway or hypervisor key",
+             "host": "a GPU host: profile, or no gateway or hypervisor key",
+             "router": "a gateway host sets router_workers_group",
+             "hypervisor": "a Proxmox host sets proxmox_vmid or proxmox_ctid"}
+
+
+def deploys_for(data: dict) -> tuple[str, ...]:
+    """The deploys a host is for, by its data: a Proxmox host (``proxmox_vmid`` or
+    ``proxmox_ctid``) gets deploy/hypervisor.py only; a gateway host
+    (``router_workers_group``) deploy/router.py, and also the GPU deploys when it serves
+    a ``profile`` itself; every other host is a GPU host (serve and host). Why: a
+    gateway or hypervisor checked as a GPU host never passed."""
+    hypervisor = data.get("proxmox_vmid") is not None or data.get("proxmox_ctid") is not None
+    if hypervisor:
+        return ("hypervisor",)
+    router = _is_router_host(data)
+    gpu = not router or data.get("profile") is not None
+    return (*(("serve", "host") if gpu else ()), *(("router",) if router else ()))
+
+
+def limit_hosts(hosts: list[tuple[str, dict]], groups: dict[str, list[Member]],
+                limits: list[str], inventory: str) -> list[tuple[str, dict]]:
+    """The hosts ``--limit`` keeps, as pyinfra's ``--limit``: a group name takes its
+    members, anything else is a glob on host names; a limit matching nothing is an
+    error (pyinfra also stops when no host remains)."""
+    import fnmatch
+
+    if not limits:
+        return hosts
+    keep: set[str] = set()
+    for limit in limits:
+        found = ({m.name for m in groups[limit]} if limit in groups
+                 else {name for name, _ in hosts if fnmatch.fnmatchcase(name, limit)})
+        if not found:
+            raise InputError("--limit", limit[:80], f"no group or host of {inventory} "
+                             f"matches (groups: {', '.join(sorted(groups)) or 'none'})")
+        keep |= found
+    return [(name, data) for name, data in hosts if name in keep]
 
 
 def parse_data(items: list[str]) -> dict:
@@ -222,10 +272,11 @@ def misspelt_keys(data: dict, source: str) -> None:
     from pyinfra.api.connectors import get_all_connectors
 
     from gpuserve.fleet.router_plan import defaults as router_defaults
+    from gpuserve.host.defaults import PROXMOX
     from gpuserve.host.plan import defaults as host_defaults
     from gpuserve.serve.plan import defaults as serve_defaults
 
-    ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults()})
+    ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults(), *PROXMOX})
     known = set(ours)
     for connector in get_all_connectors().values():
         known |= set(getattr(connector, "data_meta", None) or {})
@@ -274,6 +325,7 @@ def check_host(name: str, data: dict, source: str, deploy: str,
     checker: Callable[[str, dict, str], Result] = (
         functools.partial(check_serve, groups=groups or {}) if deploy == "serve"
         else functools.partial(check_router, groups=groups or {}) if deploy == "router"
+        else check_hypervisor if deploy == "hypervisor"
         else check_host_deploy)
     try:
         misspelt_keys(data, source)
@@ -332,19 +384,74 @@ def check_serve(name: str, data: dict, source: str,
                 warnings.append(f"a host that picks lock {lock.name} (Python {lock.python}, "
                                 f"driver >= {lock.driver_min}) would be refused: {problem}")
         verdicts.append({"lock": lock.name, "ok": problem is None, "problem": problem})
+    interpreter = interpreter_report(name, data, source, [
+        lk for lk in candidates if any(v["lock"] == lk.name and v["ok"] for v in verdicts)])
     scenarios = [s.name for s in profile.bench.scenarios] if plan.bench else []
     listen = f"{plan.service.host}:{plan.service.port}"
     usable = [v["lock"] for v in verdicts if v["ok"]]
     summary = (f"profile {profile.name}, lock candidates {', '.join(usable) or 'none'} "
                f"(the host's driver, Python and glibc pick), "
                f"{_count(len(scenarios), 'bench scenario')}"
-               f"{'' if plan.bench else ' (bench off)'}, listens on {listen}")
+               f"{'' if plan.bench else ' (bench off)'}, listens on {listen}"
+               + _interpreter_summary(interpreter))
     details = {"profile": profile.name, "profile_file": str(profile.source),
                "newest_lock": plan.lock.name, "sglang_version": plan.version,
                "lock_candidates": verdicts, "bench_scenarios": scenarios, "listen": listen,
-               "results_dir": str(plan.record.results_dir) if plan.record else None}
+               "results_dir": str(plan.record.results_dir) if plan.record else None,
+               "interpreter": interpreter}
     return Result(name, "serve", ok=True, summary=summary, warnings=warnings,
                   details=details)
+
+
+def _interpreter_summary(found: dict | None) -> str:
+    if not found:
+        return ""
+    if found["kind"] == "explicit":
+        return f"; on {found['distribution']}: {found['reason']}"
+    return (f"; on {found['distribution']}: {found['kind']} Python {found['version']}, lock "
+            f"{found['lock']}")
+
+
+def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict | None:
+    """The interpreter the serve deploy would choose on a host whose data names its
+    distribution (``host_distribution``), judged by that distribution's recorded
+    answers (gpuserve/data/distros); None when the data does not say."""
+    from gpuserve.launch.interpreter import (
+        choose_interpreter,
+        known_distributions,
+        managed_builds,
+        recorded_facts,
+    )
+    from gpuserve.serve.install import DEFAULTS, validate_home, validate_python
+
+    distro = data.get("host_distribution")
+    asked, mirror = validate_python(data, source)
+    if distro is None:
+        return None
+    try:
+        facts = recorded_facts(distro) if isinstance(distro, str) else None
+    except KeyError:
+        facts = None
+    if facts is None:
+        raise InputError(source, "host_distribution", f"{distro!r:.80} is not one of "
+                         f"{', '.join(known_distributions())}")
+    if asked.startswith("/"):  # its version is read on the host only
+        return {"distribution": distro, "kind": "explicit", "python": None, "version": "?",
+                "path": asked, "lock": "by its version", "packages": [], "url": None,
+                "sha256": None, "reason": f"sglang_python names {asked}; its version (and "
+                "so the lock) is read on the host"}
+    home = validate_home(data.get("sglang_home", DEFAULTS["sglang_home"]), source)
+    catalog = data.get("sglang_python_builds")
+    builds = managed_builds(Path(catalog)) if catalog else None
+    choice = choose_interpreter(facts, {lk.python for lk in locks}, sglang_python=asked,
+                                mirror=mirror, home=home, host=name, builds=builds)
+    lock = max((lk for lk in locks if lk.python == choice.python),
+               key=lambda lk: (_nums(lk.sglang), lk.name))
+    return {"distribution": distro, "kind": choice.kind, "python": choice.python,
+            "version": choice.version, "path": choice.path, "lock": lock.name,
+            "packages": list(choice.packages), "url": choice.url,
+            "sha256": choice.build.sha256 if choice.build else None,
+            "reason": choice.reason}
 
 
 def check_host_deploy(name: str, data: dict, source: str) -> Result:
@@ -352,6 +459,19 @@ def check_host_deploy(name: str, data: dict, source: str) -> Result:
     from gpuserve.host.plan import plan_host
 
     s = plan_host(data, source)
+    distro = data.get("host_distribution")
+    if isinstance(distro, str):
+        from gpuserve.host.driver import repository_branch_problem
+        from gpuserve.launch.interpreter import known_distributions, recorded_facts
+
+        if distro not in known_distributions():
+            raise InputError(source, "host_distribution", f"{distro!r:.80} is not one of "
+                             f"{', '.join(known_distributions())}")
+        release = recorded_facts(distro).os_release
+        problem = repository_branch_problem(release.get("ID"), release.get("VERSION_ID"),
+                                            s.branch)
+        if problem:
+            raise InputError(source, "nvidia_driver_branch", problem)
     summary = (f"driver branch {s.branch} ({s.flavour}), CUDA {s.cuda_lane}, "
                f"repo {s.repo_url or 'NVIDIA'}, "
                f"reboot {'allowed' if s.kernel.allow_reboot else 'not allowed'}")
@@ -360,6 +480,27 @@ def check_host_deploy(name: str, data: dict, source: str) -> Result:
                "kernel_extra_params": s.kernel.extra_params,
                "allow_reboot": s.kernel.allow_reboot, "nccl_env": s.nccl_overrides}
     return Result(name, "host", ok=True, summary=summary, details=details)
+
+
+def check_hypervisor(name: str, data: dict, source: str) -> Result:
+    """deploy/hypervisor.py's validation of host data (roles/kernel and roles/proxmox
+    DEFAULTS under the host's data), as the deploy runs it before reading sysfs."""
+    from gpuserve.host import defaults as host_defaults
+    from gpuserve.host.host_data import hypervisor_settings
+
+    merged = {**host_defaults.KERNEL, **host_defaults.PROXMOX}
+    merged.update({k: v for k, v in data.items() if k in merged})
+    s = hypervisor_settings(merged, source)
+    guest = f"container {s.ctid}" if s.ctid is not None else f"VM {s.vmid}"
+    gpus = ", ".join(s.gpus) if s.gpus else "every NVIDIA GPU in sysfs"
+    path = ("device nodes bound in, the host keeps its driver" if s.ctid is not None
+            else "vfio-pci passthrough")
+    summary = (f"{guest}: {gpus} ({path}), reboot "
+               f"{'allowed' if s.kernel.allow_reboot else 'not allowed'}")
+    details = {"vmid": s.vmid, "ctid": s.ctid, "gpus": s.gpus, "vfio_ids": s.vfio_ids,
+               "mmio_window_mb": s.mmio_window_mb, "clique": s.clique,
+               "allow_reboot": s.kernel.allow_reboot, "restart_vm": s.restart_vm}
+    return Result(name, "hypervisor", ok=True, summary=summary, details=details)
 
 
 def _is_router_host(data: dict) -> bool:
@@ -419,9 +560,9 @@ def format_results(results: list[Result], deploys: tuple[str, ...]) -> str:
     lines = []
     for r in results:
         status = "ok" if r.ok else "FAIL"
-        lines.append(f"{printable(r.host):<{width}}  {r.deploy:<5}  {status:<4}  "
+        lines.append(f"{printable(r.host):<{width}}  {r.deploy:<6}  {status:<4}  "
                      f"{printable((r.summary if r.ok else r.error) or '')}")
-        lines += [f"{'':<{width}}  {'':<5}  warn  {printable(w)}" for w in r.warnings]
+        lines += [f"{'':<{width}}  {'':<6}  warn  {printable(w)}" for w in r.warnings]
     failed = sum(not r.ok for r in results)
     hosts = len({r.host for r in results})
     lines.append(f"# {_count(hosts, 'host')}, {_count(len(results), 'check')}, "

@@ -15,6 +15,7 @@ explains the outcome with the same arithmetic. Both print a table, or JSON with 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -275,7 +276,17 @@ def _run_predict(args: argparse.Namespace) -> int:
     else:
         arch, record = _arch_from_args(args, prof), None
     version = args.sglang_version or _profile_version(prof) or DEFAULT_VERSION
-    settings = launch_settings(prof, {k: getattr(args, k, None) for k in _OVERRIDES})
+    overrides = {k: getattr(args, k, None) for k in _OVERRIDES}
+    overrides["tp"] = default_tp(args.tp, prof, count)
+    settings = launch_settings(prof, overrides)
+    if overrides["tp"] != args.tp:
+        settings = dataclasses.replace(settings, layout=whole_experts_if_needed(
+            settings.layout, arch, told_ep=args.ep))
+        print(f"tp {settings.layout.tp} (one rank per GPU of --gpus {args.gpus}; --tp to "
+              "change)" + (f", ep {settings.layout.ep} (whole experts: the model's fp8 "
+                           "blocks do not split over tp; --ep to change)"
+                           if settings.layout.ep > 1 and args.ep is None else ""),
+              file=sys.stderr)
     parts = checkpoint_weights(scan, settings.layout, arch) if scan is not None else None
     plan = predict(
         arch,
@@ -303,6 +314,25 @@ def _run_predict(args: argparse.Namespace) -> int:
         if unknown:
             print(f"unrecognised tensors (counted as replicated): {', '.join(unknown)}")
     return 0 if plan.verdict != "invalid" else 2
+
+
+def default_tp(tp: int | None, prof: Any, gpu_count: int) -> int | None:
+    """The tensor-parallel size to plan: ``--tp``, else the profile's, else one rank per
+    GPU of ``--gpus`` (a box of 8 is planned as TP8, the layout SGLang users launch on
+    it; TP1 on 8 GPUs planned one GPU's worth and refused models that fit)."""
+    if tp is not None or prof is not None:
+        return tp
+    return gpu_count
+
+
+def whole_experts_if_needed(layout: Layout, arch: Any, *, told_ep: int | None) -> Layout:
+    """The defaulted layout with ep = tp when SGLang would refuse the TP-only one and
+    accepts whole experts (block-wise fp8 MoE whose expert slice is not a whole block:
+    Qwen3-235B-A22B-FP8 at TP8), as its model cards launch it; otherwise unchanged."""
+    if told_ep is not None or not layout.validate(arch):
+        return layout
+    whole = dataclasses.replace(layout, ep=layout.tp)
+    return whole if not whole.validate(arch) else layout
 
 
 def _arch_from_args(args: argparse.Namespace, prof: Any) -> Any:

@@ -25,6 +25,9 @@ from gpuserve.launch.locks import Lock, available_locks, load_lock
 from gpuserve.launch.profiles import load_profile
 
 CHUNK = 1 << 20
+#: Above this many bytes to fetch, ``--yes`` is required: one lock is 4-5 GiB, a
+#: profile's every version and Python was 8.27 GiB, started without a word.
+CONFIRM_BYTES = 6 * 1024**3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +40,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--lock", help="a lock file (gpuserve/data/locks/*.json or your own)")
     which.add_argument("--profile", help="every committed lock the profile renders for")
+    which.add_argument("--python-builds", dest="python_builds", action="store_true",
+                       help="the managed CPython archives of gpuserve's catalog instead, "
+                       "into DIR/<build>/<archive> (a mirror for sglang_python_mirror)")
     parser.add_argument("--python", help="only locks for this Python minor (e.g. 3.11)")
+    parser.add_argument("--version", help="only locks of this SGLang version (e.g. 0.5.23)")
+    parser.add_argument("--yes", action="store_true",
+                        help=f"fetch although it is more than {CONFIRM_BYTES / 1024**3:.0f} "
+                        "GiB (the plan is printed first either way)")
+    parser.add_argument("--dry-run", dest="dry_run", action="store_true",
+                        help="print what would be fetched and its size, fetch nothing")
     parser.add_argument("--check", action="store_true",
                         help="download nothing: verify DIR holds every wheel with its hash")
     parser.add_argument("dir", metavar="DIR", help="the wheelhouse directory")
@@ -48,18 +60,57 @@ def select_locks(args: argparse.Namespace) -> list[Lock]:
     if args.python is not None and not re.fullmatch(r"3\.\d{1,2}", args.python):
         raise InputError("--python", "python", f"must be a Python minor such as 3.12, got "
                          f"{args.python!r:.40}")
+    version = getattr(args, "version", None)
     if args.lock:
-        return [load_lock(Path(args.lock))]
+        lock = load_lock(Path(args.lock))
+        for flag, want, have in (("--python", args.python, lock.python),
+                                 ("--version", version, public_version(lock.sglang))):
+            if want is not None and want != have:
+                raise InputError(flag, flag[2:], f"{args.lock} is for {have}, not {want}")
+        return [lock]
     profile = load_profile(args.profile)
     wanted = set(profile.sglang_versions or [])
+    if version is not None and wanted and version not in wanted:
+        raise InputError("--version", "version", f"profile {profile.name} renders for "
+                         f"SGLang {', '.join(sorted(wanted))}, not {version!r:.40}")
     locks = [lk for lk in available_locks()
              if (not wanted or public_version(lk.sglang) in wanted)
+             and (version is None or public_version(lk.sglang) == version)
              and (args.python is None or lk.python == args.python)]
     if not locks:
         raise GpuserveError(f"no committed lock for profile {profile.name} "
-                            f"(SGLang {', '.join(sorted(wanted)) or 'any'}"
+                            f"(SGLang {version or ', '.join(sorted(wanted)) or 'any'}"
                             f"{', Python ' + args.python if args.python else ''})")
     return locks
+
+
+def fetch_plan(locks: list[Lock], target: Path) -> tuple[int, int, int]:
+    """(wheels, bytes) still to fetch, and bytes already there, over the locks' distinct
+    files; a file of the right size counts as there (its hash is checked before use)."""
+    files = {pkg.filename: pkg for lock in locks for pkg in lock.packages if not pkg.external}
+    have = [p for p in files.values()
+            if (target / p.filename).is_file() and (target / p.filename).stat().st_size == p.size]
+    there = sum(p.size or 0 for p in have)
+    return len(files) - len(have), sum(p.size or 0 for p in files.values()) - there, there
+
+
+def confirmed(locks: list[Lock], target: Path, args: argparse.Namespace) -> bool:
+    """Print what will be fetched and its size; False when it should not start (a dry
+    run, or more than CONFIRM_BYTES without ``--yes``)."""
+    for lock in locks:
+        print(f"lock {lock.name}: {len(lock.packages)} wheels, "
+              f"{lock.download_bytes / 1024**3:.2f} GiB")
+    count, size, there = fetch_plan(locks, target)
+    print(f"to fetch: {count} wheels, {size / 1024**3:.2f} GiB into {target} "
+          f"({there / 1024**3:.2f} GiB already there)", flush=True)
+    if getattr(args, "dry_run", False):
+        return False
+    if size > CONFIRM_BYTES and not getattr(args, "yes", False):
+        print(f"gpuserve: wheelhouse: {size / 1024**3:.2f} GiB is more than "
+              f"{CONFIRM_BYTES / 1024**3:.0f} GiB: add --yes to fetch it, or narrow it with "
+              "--version/--python", file=sys.stderr)
+        return False
+    return True
 
 
 def sha256_of(path: Path) -> str:
@@ -67,7 +118,7 @@ def sha256_of(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def fetch(url: str, dest: Path, sha256: str) -> None:
+def fetch(url: str, dest: Path, sha256: str, what: str = "the lock's") -> None:
     """Download to ``dest`` through a temporary name; keep it only if the hash matches."""
     tmp = dest.with_name(dest.name + ".part")
     digest = hashlib.sha256()
@@ -81,7 +132,7 @@ def fetch(url: str, dest: Path, sha256: str) -> None:
         raise GpuserveError(f"{url}: download failed: {getattr(e, 'reason', e)}") from None
     if digest.hexdigest() != sha256:
         tmp.unlink(missing_ok=True)
-        raise GpuserveError(f"{url}: sha256 {digest.hexdigest()} is not the lock's {sha256}")
+        raise GpuserveError(f"{url}: sha256 {digest.hexdigest()} is not {what} {sha256}")
     tmp.replace(dest)
 
 
@@ -103,15 +154,52 @@ def prepare_dir(target: Path, create: bool) -> None:
                              f"{exc.strerror or exc}") from None
 
 
+def run_python_builds(args: argparse.Namespace, target: Path) -> int:
+    """The catalog's managed CPython archives (``--python`` narrows them) for the host's
+    ``sglang_python_mirror``, in python-build-standalone's release layout, each checked
+    against its sha256; kept when already there with that hash."""
+    from gpuserve.launch.interpreter import managed_builds
+
+    if args.python is not None and not re.fullmatch(r"3\.\d{1,2}", args.python):
+        raise InputError("--python", "python", f"must be a Python minor such as 3.12, got "
+                         f"{args.python!r:.40}")
+    builds = [b for b in managed_builds() if args.python in (None, b.python)]
+    if not builds:
+        raise GpuserveError(f"no managed CPython {args.python} in the catalog")
+    todo = [b for b in builds if not (target / b.build / b.filename).is_file()
+            or sha256_of(target / b.build / b.filename) != b.sha256]
+    print(f"to fetch: {len(todo)} managed CPython archives into {target} (sizes unknown "
+          "until fetched: the catalog's source, uv's table, has none)")
+    missing = 0
+    for b in todo:
+        print(f"  {b.build}/{b.filename}", flush=True)
+        if args.check or getattr(args, "dry_run", False):
+            missing += 1
+            continue
+        (target / b.build).mkdir(parents=True, exist_ok=True)
+        fetch(b.url, target / b.build / b.filename, b.sha256, "the catalog's")
+    if args.check and missing:
+        print(f"gpuserve: wheelhouse: {missing} archives missing or with another sha256",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     target = Path(args.dir)
+    if getattr(args, "python_builds", False):
+        prepare_dir(target, create=not (args.check or getattr(args, "dry_run", False)))
+        return run_python_builds(args, target)
     locks = select_locks(args)  # every argument checked before DIR is created
-    prepare_dir(target, create=not args.check)
+    prepare_dir(target, create=not (args.check or getattr(args, "dry_run", False)))
+    if not args.check and not confirmed(locks, target, args):
+        return 0 if getattr(args, "dry_run", False) else 1
     missing: list[str] = []
     total = 0
     for lock in locks:
-        print(f"lock {lock.name}: {len(lock.packages)} wheels, "
-              f"{lock.download_bytes / 1024**3:.2f} GiB")
+        if args.check:
+            print(f"lock {lock.name}: {len(lock.packages)} wheels, "
+                  f"{lock.download_bytes / 1024**3:.2f} GiB")
         for index, pkg in enumerate(lock.packages, 1):
             where = f"{lock.name}: {pkg.name}=={pkg.version}"
             if pkg.external:

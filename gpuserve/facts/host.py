@@ -280,3 +280,44 @@ class WeightsFetchStatus(FactBase[str]):
 
     def process(self, output: list[str]) -> str:
         return "\n".join(output)
+
+
+def interpreter_command(pythons: str, explicit: str) -> str:
+    """Sections the interpreter choice reads (gpuserve.launch.interpreter): os-release,
+    the machine, python3's version, ``apt-cache policy python3.X`` of the lock
+    Pythons ``pythons`` ("3.11 3.12") only when python3 is none of them (a rerun on a
+    matching host starts no apt), and the version of the ``explicit`` interpreter."""
+    q = shlex.quote
+    wanted = " ".join(p for p in pythons.split() if p.replace(".", "").isdigit())
+    packages = " ".join(f"python{p}" for p in wanted.split())
+    text = ("echo '--os-release'; cat /etc/os-release 2>/dev/null; "
+            "echo '--arch'; uname -m; "
+            "v=$(python3 -V 2>&1); v=${v#Python }; echo '--python3'; echo \"$v\"; "
+            f"m=${{v%.*}}; case \" {wanted} \" in *\" $m \"*) ;; *) echo '--apt'; "
+            f"apt-cache policy {packages} 2>/dev/null ;; esac; ")
+    if explicit:
+        text += f"echo '--explicit'; {q(explicit)} -V 2>&1 || true; "
+    return text + "true"
+
+
+class SglangInterpreter(FactBase[dict[str, list[str]]]):
+    """The host's answers the SGLang interpreter choice reads, by section
+    (:func:`interpreter_command`); gpuserve.launch.interpreter.facts_from reads them."""
+
+    @staticmethod
+    def default() -> dict[str, list[str]]:
+        return {}
+
+    def command(self, pythons: str, explicit: str = "") -> str:
+        return interpreter_command(pythons, explicit)
+
+    def process(self, output: list[str]) -> dict[str, list[str]]:
+        sections: dict[str, list[str]] = {}
+        current: list[str] | None = None
+        for line in output:
+            if line.startswith("--") and line[2:] in ("os-release", "arch", "python3", "apt",
+                                                       "explicit"):
+                current = sections.setdefault(line[2:], [])
+            elif current is not None:
+                current.append(line)
+        return sections

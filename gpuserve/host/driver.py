@@ -37,6 +37,21 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.strip().split("."))
 
 
+def repository_branch_problem(distro_id: str | None, version_id: str | None,
+                              branch: int) -> str | None:
+    """Why NVIDIA's repository for this distribution cannot give ``branch`` (with the
+    branch that it can), or None. Debian 13: no R580 (gpuserve/data/host/nvidia.yaml)."""
+    if not distro_id or not version_id:
+        return None
+    distro = f"{distro_id.lower()}{version_id.replace('.', '')}"
+    rule = (nvidia_data().get("repository_min_branch") or {}).get(distro)
+    if rule is None or branch >= int(rule["min_branch"]):
+        return None
+    return (f"driver branch {branch} cannot be installed on {distro}: {rule['why']}; set "
+            f"nvidia_driver_branch={rule['min_branch']} (or later; CUDA lanes 12.8 to 13.0 "
+            "run on it)")
+
+
 def lanes() -> dict[str, dict[str, str]]:
     """CUDA lanes gpuserve knows, keyed ``"12.8"`` ... with package, min_driver, sglang."""
     return nvidia_data()["cuda_lanes"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from gpuserve.errors import GpuserveError
 from gpuserve.host.driver import version_tuple
+from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.locks import Lock
 
 # Free space a venv needs beyond its wheels: pip unpacks next to its download cache and
@@ -44,6 +45,9 @@ class HostRuntime:
     # the NvidiaGpus fact's rows (name, memory_total_mib, compute_cap, ...): the memory
     # preflight and the records read them
     gpu_list: tuple[dict, ...] = ()
+    # the interpreter that builds the venvs (gpuserve.launch.interpreter); ``python`` is
+    # its version. None: the system python3 (``python`` is python3's)
+    interpreter: InterpreterChoice | None = None
 
 
 def public_version(version: str) -> str:
@@ -83,6 +87,25 @@ def wanted_locks(locks: Iterable[Lock], *, versions: Sequence[str] | None,
                  or ("+" not in pinned and public_version(lk.sglang) == pinned))]
 
 
+def no_lock_reason(locks: Sequence[Lock], host: str, *, versions: Sequence[str] | None,
+                   pinned: str | None, profile: str, source: str | None) -> str:
+    """Why no lock is wanted, by its real cause: a pinned version that has a lock but
+    that the profile does not render for (its ``sglang_versions`` exclude it), or a
+    version without any lock. Why: "generate one" for a lock that exists sent users to
+    tools/gen_lock.py when the profile was what refused."""
+    where = f" pinned in {source}" if source else ""
+    wanted = ", ".join(versions or ["any"])
+    if pinned and versions is not None and wanted_locks(locks, versions=None, pinned=pinned):
+        return (f"{host}: sglang_version {pinned}{where} is excluded by profile {profile} "
+                f"(its sglang_versions: {wanted}; a lock for {pinned} exists); pin one of "
+                f"{wanted}, or choose a profile that lists {public_version(pinned)}")
+    what = f"sglang_version {pinned}{where}" if pinned else f"profile {profile}"
+    have = sorted({lk.sglang for lk in locks}, key=_key)
+    return (f"{host}: no lock for {what} (SGLang {wanted}; locks exist for "
+            f"{', '.join(have) or 'none'}); generate one with tools/gen_lock.py and point "
+            "sglang_locks_dir at it")
+
+
 def choose_lock(locks: Iterable[Lock], host: HostRuntime, *, versions: Sequence[str] | None,
                 pinned: str | None, profile: str, source: str | None = None) -> Lock:
     """The newest lock the profile renders for and the host can run, or a refusal.
@@ -90,20 +113,21 @@ def choose_lock(locks: Iterable[Lock], host: HostRuntime, *, versions: Sequence[
     ``versions`` are the profile's ``sglang_versions`` (None: any catalog), ``pinned``
     the host's ``sglang_version`` (an exact version, local part allowed), set in the
     inventory ``source`` (named in the refusal, so the pin can be found)."""
+    locks = list(locks)
     wanted = wanted_locks(locks, versions=versions, pinned=pinned)
     if not wanted:
-        where = f" pinned in {source}" if source else ""
-        what = f"sglang_version {pinned}{where}" if pinned else f"profile {profile}"
-        raise PreflightError(
-            f"{host.name}: no lock for {what} (SGLang {', '.join(versions or ['any'])}); "
-            "generate one with tools/gen_lock.py and point sglang_locks_dir at it")
+        raise PreflightError(no_lock_reason(locks, host.name, versions=versions,
+                                            pinned=pinned, profile=profile, source=source))
     by_python = [lk for lk in wanted if host.python is None or lk.python == _minor(host.python)]
     if not by_python:
         have = sorted({lk.python for lk in wanted})
+        what = (f"the interpreter {host.interpreter.path}" if host.interpreter
+                else "python3")
         raise PreflightError(
-            f"{host.name}: python3 is {host.python}, but the locks for profile {profile} are "
-            f"for Python {', '.join(have)}; install one of those as python3, or generate a "
-            f"lock for {host.python} with tools/gen_lock.py --python {host.python}")
+            f"{host.name}: {what} is {host.python}, but the locks for profile {profile} are "
+            f"for Python {', '.join(have)}; set host data sglang_python=managed (a managed "
+            f"CPython {have[-1]} for the SGLang venvs only, python3 stays) or "
+            f"sglang_python=/path/to/python{have[-1]}")
     runnable = [lk for lk in by_python if lk.supports(python=_minor(host.python) or lk.python,
                                                       glibc=host.glibc or "99.0") is None]
     if not runnable:

@@ -8,6 +8,7 @@ finds its venv untouched. pip's in-place upgrades keep dropped dependencies arou
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import re
 import shlex
@@ -24,10 +25,15 @@ def venvs_dir(home: str) -> str:
     return f"{home}/venvs"
 
 
-def venv_path(home: str, lock: Lock) -> str:
+def venv_path(home: str, lock: Lock, interpreter: str | None = None) -> str:
     """``/opt/gpuserve/venvs/0.5.23-1a2b3c4d5e6f``: the version for people, the lock's
-    hash so that a regenerated lock of the same version gets a venv of its own."""
-    return f"{venvs_dir(home)}/{lock.sglang}-{lock.hash}"
+    hash so that a regenerated lock of the same version gets a venv of its own; built by
+    another ``interpreter`` than python3 (its path), a suffix of that path's hash, so a
+    change of interpreter builds a venv beside the old one (which a rollback finds)."""
+    base = f"{venvs_dir(home)}/{lock.sglang}-{lock.hash}"
+    if not interpreter or interpreter == "python3":
+        return base
+    return f"{base}-py{hashlib.sha256(interpreter.encode()).hexdigest()[:8]}"
 
 
 def requirements_path(home: str, lock: Lock) -> str:

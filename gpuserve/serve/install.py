@@ -37,7 +37,59 @@ DEFAULTS = {
     "sglang_home": "/opt/gpuserve",
     # verified venvs to keep (besides those the live and the last good unit name)
     "keep_venvs": 2,
+    # The CPython that builds the SGLang venvs (never replacing python3): "auto" (the
+    # system python3 when a lock is for it, else a released distribution python3.X, else
+    # a managed python-build-standalone build), "system", "managed", or an absolute path
+    # to an interpreter (gpuserve/launch/interpreter.py; docs/hosts.md).
+    # accepts: str: auto, system, managed or an absolute path
+    "sglang_python": "auto",
+    # Base URL of a python-build-standalone mirror, laid out as its releases
+    # (<base>/<build>/<archive>, as uv's UV_PYTHON_INSTALL_MIRROR): where a managed
+    # CPython comes from (gpuserve wheelhouse --python-builds fills one). None: the
+    # project's GitHub releases.
+    # accepts: str (a URL) or None
+    "sglang_python_mirror": None,
+    # A managed-CPython catalog file in the format of the shipped
+    # gpuserve/data/python/managed-cpython.json (tools/gen_python_catalog.py writes one),
+    # used instead of it: a newer python-build-standalone release, or a mirror's own
+    # builds. Read on the controller.
+    # accepts: str (a file) or None
+    "sglang_python_builds": None,
+    # The distribution the host runs, for gpuserve check's interpreter report without
+    # connecting (debian12, debian13, ubuntu2204, ubuntu2404; gpuserve/data/distros).
+    # The deploys read the host itself and ignore it.
+    # accepts: str or None
+    "host_distribution": None,
 }
+
+
+def validate_python(data: dict, source: str) -> tuple[str, str | None]:
+    """Host data ``sglang_python`` and ``sglang_python_mirror``, checked before any change
+    (the mirror as every other URL: https, or a trusted plain-http prefix)."""
+    value = data.get("sglang_python", "auto")
+    if not isinstance(value, str) or not (value in ("auto", "system", "managed") or (
+            value.startswith("/") and re.fullmatch(r"/[A-Za-z0-9_./+-]+", value)
+            and "/../" not in value + "/")):
+        raise InputError(source, "sglang_python", f"{value!r:.80} is not auto, system, "
+                         "managed or an absolute interpreter path")
+    mirror = data.get("sglang_python_mirror")
+    if mirror is not None:
+        if not isinstance(mirror, str):
+            raise InputError(source, "sglang_python_mirror", f"must be a URL, got {mirror!r:.80}")
+        trusted = mirrors.validate_trusted_mirrors(data.get("trusted_mirrors") or [], source)
+        mirrors.require_https(mirror, "sglang_python_mirror", trusted, source, allow_file=True)
+    builds = data.get("sglang_python_builds")
+    if builds is not None:
+        from pathlib import Path
+
+        from gpuserve.launch.interpreter import managed_builds
+
+        try:
+            managed_builds(Path(str(builds)))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise InputError(source, "sglang_python_builds", f"{builds!r:.120} cannot be "
+                             f"read as a managed-CPython catalog: {exc}"[:300]) from None
+    return value, mirror
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 

@@ -23,6 +23,7 @@ from gpuserve.fleet.multinode import Member, NodePlacement, place_node
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
 from gpuserve.launch.catalog import available_versions, load_catalog
 from gpuserve.launch.dialect import Launch, render_launch
+from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.lock_choice import (
     HostRuntime,
     PreflightError,
@@ -69,10 +70,11 @@ class ServePlan:
     preflight: PreflightReport | None = None  # what the preflight printed (it raised errors)
     node: NodePlacement | None = None  # this host's part in a multi-node launch
     weights: weights.WeightsPlan | None = None  # a model.hf profile's fetch (roles/weights)
+    interpreter: InterpreterChoice | None = None  # builds the venv (None: python3)
 
     @property
     def venv(self) -> str:
-        return venv_path(self.home, self.lock)
+        return venv_path(self.home, self.lock, self.interpreter and self.interpreter.path)
 
     @property
     def bin_dir(self) -> str:
@@ -199,7 +201,7 @@ def plan_serve(
     return ServePlan(lock, version, settings.user, settings.home, settings.index_url,
                      settings.find_links, float(settings.timeout), settings.keep,
                      runtime.gpus, plan, record, bench, checks_report, placement,
-                     weights_plan)
+                     weights_plan, runtime.interpreter)
 
 
 def _weights(data: dict, source: str, settings: _Settings, profile: Profile,
@@ -339,7 +341,8 @@ def _service_plan(data: dict, source: str, settings: _Settings, profile: Profile
     home = settings.home
     served = profile.model.served_name or profile.model.path
     return service.plan_service(
-        args=args, env=launch_env, venv=venv_path(home, lock), user=settings.user,
+        args=args, env=launch_env, user=settings.user,
+        venv=venv_path(home, lock, runtime.interpreter and runtime.interpreter.path),
         state_dir=sglang.state_dir(home), bin_dir=sglang.bin_dir(home), profile_name=profile.name,
         profile_source=str(profile.source), sglang_version=version,
         model_path=profile.model.path, port=profile.server.port, served_name=served,
@@ -368,6 +371,8 @@ def _record_and_bench(data: dict, source: str, settings: _Settings, profile: Pro
                          context=run_context(runtime, lock, host_comm))
     bench = _bench_plan(data, source, profile=profile, lock=lock, user=settings.user,
                         home=settings.home, service_plan=plan, version=version,
+                        venv=venv_path(settings.home, lock, runtime.interpreter
+                                       and runtime.interpreter.path),
                         launch=launch_hash(args, {**launch_env, **{
                             k: str(v) for k, v in extra_env.items()}}))
     return record, bench
@@ -492,7 +497,7 @@ def run_context(runtime: HostRuntime, lock: Lock, comm: dict) -> dict:
 
 def _bench_plan(data: dict, source: str, *, profile, lock: Lock, user: str, home: str,
                 service_plan: service.ServicePlan, launch: str,
-                version: str) -> BenchPlan | None:
+                version: str, venv: str) -> BenchPlan | None:
     """The throughput checks of this deploy (host data ``bench``, ``on_regression``;
     the profile's ``bench`` section); None when ``bench: off``. Each scenario's client
     argv is checked against the catalog of that SGLang version's benchmark client
@@ -515,7 +520,7 @@ def _bench_plan(data: dict, source: str, *, profile, lock: Lock, user: str, home
         # the lock's hash too: the same name can pin other wheels (a user's own locks)
         fingerprint=run_fingerprint(launch, f"{lock.name}@{lock.hash}", profile.bench),
         on_regression=on_regression, profile=profile.name,
-        python=f"{venv_path(home, lock)}/bin/python", user=user,
+        python=f"{venv}/bin/python", user=user,
         port=profile.server.port, served_name=service_plan.served_name,
         tokenizer=profile.model.path,
         config_path=service.CONFIG_PATH if service_plan.config_text is not None else "",

@@ -13,10 +13,12 @@ import gpuserve.roles.checks.bench as bench_role
 import gpuserve.roles.service as service_role
 import gpuserve.roles.service.rollback as rollback_role
 import gpuserve.roles.sglang as sglang_role
+import gpuserve.roles.sglang.python as sglang_python
 import gpuserve.roles.weights as weights_role
 from gpuserve.facts.document import HostFactsDocument, host_facts_document
-from gpuserve.facts.host import InstallTarget, ModelCheckpoint, WeightsState
+from gpuserve.facts.host import InstallTarget, ModelCheckpoint, SglangInterpreter, WeightsState
 from gpuserve.host.nccl_env import HOST_JSON_PATH
+from gpuserve.launch.interpreter import InterpreterChoice, choose_interpreter, facts_from
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.locks import Lock
 from gpuserve.memory.remote import read_remote
@@ -36,7 +38,7 @@ from gpuserve.roles.router.rolling import (
 from gpuserve.roles.service import UNIT_NAME, UNIT_PATH, configure_service, planned_steps
 from gpuserve.roles.service.rollback import RollbackSpec, keep_last_good
 from gpuserve.roles.sglang import install_sglang, prune_venvs
-from gpuserve.serve.install import state_dir
+from gpuserve.serve.install import state_dir, validate_python
 from gpuserve.serve.plan import (
     ServePlan,
     candidate_locks,
@@ -47,6 +49,29 @@ from gpuserve.serve.plan import (
 
 # the unit files whose venv a prune keeps: the live one and the last good one
 UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
+
+
+def interpreter_read(locks: list[Lock]) -> Read:
+    """The interpreter facts for the Pythons of ``locks`` and host data's
+    ``sglang_python`` (read in the first batch; apt only where python3 has no lock)."""
+    pythons = " ".join(sorted({lk.python for lk in locks}))
+    asked = host.data.get("sglang_python") or "auto"
+    return Read.of(SglangInterpreter, pythons=pythons,
+                   explicit=asked if isinstance(asked, str) and asked.startswith("/") else "")
+
+
+def choose_host_interpreter(locks: list[Lock], home: str) -> InterpreterChoice:
+    """The interpreter the venvs are built with (gpuserve/launch/interpreter.py), said
+    in the deploy's output with why."""
+    asked, mirror = validate_python(host.data.dict(), inventory_source())
+    read = interpreter_read(locks)
+    choice = choose_interpreter(facts_from(fact(read.cls, **dict(read.kwargs))),
+                                {lk.python for lk in locks}, sglang_python=asked,
+                                mirror=mirror, home=home, host=host.name,
+                                builds=tuple(sglang_python.builds_for_host()))
+    logger.info(f"{host.name}: SGLang interpreter: {choice.kind} Python {choice.version} "
+                f"({choice.path}): {choice.reason}")
+    return choice
 
 
 def host_reads(home: str, user: str, checkpoint: str | None,
@@ -70,7 +95,10 @@ def role_reads(user: str, home: str, locks: list[Lock], serving: Read | None = N
     needs no second one (nor a probe of its own); the second prefetch reads only what
     this missed, the probe never (the gate probes when it must)."""
     bin_dir = sglang_role.bin_dir(home)
-    return [*(read for lock in locks for read in sglang_role.reads(user, home, lock)),
+    return [*(read for lock in locks for read in sglang_role.reads(
+                user, home, lock, sglang_python.candidate_paths(home, lock.python))),
+            *sglang_python.package_reads(sorted({lk.python for lk in locks})),
+            *sglang_python.stamp_reads(home, sorted({lk.python for lk in locks})),
             *service_role.reads(bin_dir), *checks_role.reads(bin_dir),
             *bench_role.reads(home), *rollback_role.reads(RollbackSpec(profile_name="")),
             *sglang_role.prune_reads(home, UNIT_PATHS), *([serving] if serving else [])]
@@ -83,15 +111,18 @@ def host_runtime(home: str) -> HostRuntime:
     the same commands through the same parsers as the NvidiaGpus, NvidiaDriver and
     CudaToolkit facts: reading them again cost a rerun three more tool runs."""
     target = fact(InstallTarget, path=home)
+    locks = candidate_locks(host.data.dict(), inventory_source())
+    interpreter = choose_host_interpreter(locks, home) if locks else None
     document = fact(HostFactsDocument, sglang_python="")
     gpus = document["gpus"] or []
     driver = next((g["driver_version"] for g in gpus if g.get("driver_version")), None)
     if driver is None:
         driver = document["driver"]["version"]
-    return HostRuntime(name=host.name, python=target["python"], glibc=target["glibc"],
+    python = interpreter.version if interpreter else target["python"]
+    return HostRuntime(name=host.name, python=python, glibc=target["glibc"],
                        driver=driver, cuda_toolkit=document["cuda"]["toolkit"],
                        free_bytes=target["free_bytes"], gpus=len(gpus),
-                       gpu_list=tuple(dict(g) for g in gpus))
+                       gpu_list=tuple(dict(g) for g in gpus), interpreter=interpreter)
 
 
 @packaged_deploy
@@ -104,7 +135,8 @@ def serve_sglang() -> None:
     Bad input stops the host before any operation, naming file and field."""
     plan = plan_and_read()
     rollback = RollbackSpec(profile_name=plan.service.profile_name, unit=UNIT_NAME)
-    prefetch(role_reads(plan.user, plan.home, [plan.lock]))  # nothing, unless missed
+    prefetch([*role_reads(plan.user, plan.home, [plan.lock]),  # nothing, unless missed
+              *sglang_python.reads(plan.interpreter)])
     serve(plan, rollback)
 
 
@@ -119,10 +151,11 @@ def plan_and_read() -> ServePlan:
     user = host.data.get("sglang_user", sglang_role.DEFAULTS["sglang_user"])
     user = sglang_role.validate_user(user, inventory_source())
     data, source = host.data.dict(), inventory_source()
+    locks = candidate_locks(data, source)
     prefetch([*host_reads(home, user, checkpoint_path(data, source),
                           weights_target(data, source)),
-              *role_reads(user, home, candidate_locks(data, source),
-                          serving_probe_read(data, source, home))])
+              *([interpreter_read(locks)] if locks else []),
+              *role_reads(user, home, locks, serving_probe_read(data, source, home))])
     plan = plan_serve(
         data,
         source,
@@ -163,7 +196,7 @@ def serve(plan: ServePlan, rollback: RollbackSpec) -> None:
 
     install_sglang(user=plan.user, home=plan.home, lock=plan.lock,
                    index_url=plan.index_url, find_links=plan.find_links,
-                   expect_gpus=plan.expect_gpus)
+                   expect_gpus=plan.expect_gpus, interpreter=plan.interpreter)
     install_check_scripts(bin_dir=plan.bin_dir)
     if plan.weights is not None:  # before the service: the unit points at the revision
         weights_role.fetch_weights(plan=plan.weights, bin_dir=plan.bin_dir,

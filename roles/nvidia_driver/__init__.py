@@ -312,6 +312,10 @@ def install_nvidia_driver(
     """Install the pinned NVIDIA driver; refuses (raises) before changing anything
     (``keyring_sha256``: see :func:`repository`)."""
     preflight(flavour, mok_enrolled)
+    meta = (fact(LinuxDistribution) or {}).get("release_meta") or {}
+    problem = driver.repository_branch_problem(meta.get("ID"), meta.get("VERSION_ID"), branch)
+    if problem:
+        raise driver.HostRefusal(f"{host.name}: {problem}; nothing was changed")
     plan = driver.driver_plan(branch, flavour)
     url, sha256 = repository(repo_url, keyring_sha256)
     logger.info(

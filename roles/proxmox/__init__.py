@@ -17,38 +17,13 @@ from pyinfra.facts.server import Command
 from pyinfra.operations import files, server
 
 from gpuserve.errors import InputError
+from gpuserve.host import defaults as host_defaults
 from gpuserve.host import passthrough
 from gpuserve.paths import TEMPLATES_DIR
 
 TEMPLATES = TEMPLATES_DIR  # templates/ of the checkout, or gpuserve/templates installed
 
-DEFAULTS = {
-    # The VM that receives the GPUs through vfio-pci passthrough (this or proxmox_ctid).
-    # accepts: int (100..999999999) or None
-    "proxmox_vmid": None,
-    # Or the LXC container (pct) given the GPUs while the host's driver keeps them:
-    # device cgroup and bind mounts only, no IOMMU, no vfio-pci (roles.proxmox.container).
-    # accepts: int (100..999999999) or None
-    "proxmox_ctid": None,
-    # Full PCI function addresses of the GPUs, e.g. ["0000:01:00.0"]. None: every
-    # NVIDIA VGA/3D function found in sysfs, in address order.
-    # accepts: list[str] or None
-    "proxmox_gpus": None,
-    # vendor:device ids bound to vfio-pci. None: the GPUs' ids plus their HD-audio
-    # functions' ids, read from sysfs.
-    # accepts: list[str] or None
-    "proxmox_vfio_ids": None,
-    # OVMF 64-bit MMIO window in MiB. None: sized from the GPUs' 64-bit BARs in sysfs.
-    # accepts: int or None
-    "proxmox_mmio_window_mb": None,
-    # x-nv-gpudirect-clique id given to every GPU (0-15), None to leave it out. Only put
-    # GPUs in one clique when the host path between them really supports P2P.
-    # accepts: int (0-15) or None
-    "proxmox_gpudirect_clique": 0,
-    # Restart the VM (qm stop/start) or container (pct reboot) when its config changed
-    # so the change takes effect.
-    "proxmox_restart_vm": False,
-}
+DEFAULTS = host_defaults.PROXMOX
 
 
 def pci_functions() -> list[passthrough.PciFunction]:

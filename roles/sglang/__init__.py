@@ -18,6 +18,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 from pyinfra.operations import server
 
 from gpuserve.errors import InputError
+from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.locks import Lock
 from gpuserve.launch.venvs import (
     STAMP,
@@ -34,6 +35,7 @@ from gpuserve.roles import managed
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.inventory import inventory_source
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.roles.sglang.python import managed_python
 from gpuserve.serve.install import (
     DEFAULTS,
     PIP_CONFIG,
@@ -194,7 +196,8 @@ class PruneState(FactBase):
 
 @operation()
 def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str],
-                pip_config: Callable[[], str] | None = None, pip_config_path: str = ""):
+                pip_config: Callable[[], str] | None = None, pip_config_path: str = "",
+                python: str = "python3"):
     """Build the lock's venv unless a verified one is there (then: no command).
 
     ``pip_config`` (a function, so that pyinfra's operation arguments never hold the
@@ -218,7 +221,7 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
               '${free:-?} MiB free on its filesystem); the unfinished venv was removed" >&2; '
               "exit $status; }")
     # an unstamped venv is an interrupted or failed install: start it again from nothing
-    yield (f"{clear_leftovers(venv)}python3 -m venv {q(venv)} "
+    yield (f"{clear_leftovers(venv)}{q(python)} -m venv {q(venv)} "
            f"|| {{ status=$?; {failed}; }}")
     install = (f"{pip} install --disable-pip-version-check --no-input --require-hashes "
                f"--no-deps --only-binary=:all: {options} -r {q(requirements)}")
@@ -312,11 +315,14 @@ def account_reads(user: str) -> list[Read]:
     return [Read.of(ServiceAccount, user=user), managed.read_package("python3-venv")]
 
 
-def reads(user: str, home: str, lock: Lock) -> list[Read]:
-    """Every path and stamp :func:`install_sglang` reads, for the deploy's prefetch."""
+def reads(user: str, home: str, lock: Lock, interpreters: tuple[str, ...] = ()
+          ) -> list[Read]:
+    """Every path and stamp :func:`install_sglang` reads, for the deploy's prefetch (the
+    venv of python3 and of each of ``interpreters``, the paths a choice may name)."""
     return [*(managed.read(path) for path, _, _ in directories(user, home)),
             managed.read(requirements_path(home, lock)), managed.read(f"{home}/bin/{VERIFY}"),
-            Read.of(VenvVerified, venv=venv_path(home, lock))]
+            *(Read.of(VenvVerified, venv=venv_path(home, lock, python))
+              for python in ("python3", *interpreters))]
 
 
 def account_is_ours(entry: dict | None, group_exists: bool, user: str, home: str) -> bool:
@@ -333,7 +339,8 @@ NOLOGIN = "/usr/sbin/nologin"
 
 @deploy("Install SGLang")
 def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = None,
-                   find_links: str | None = None, expect_gpus: int = 0) -> str:
+                   find_links: str | None = None, expect_gpus: int = 0,
+                   interpreter: InterpreterChoice | None = None) -> str:
     """Service account, the lock's verified venv; returns the venv's path.
 
     Reads come from the deploy's prefetch where it has them (roles/prefetch.py); every
@@ -357,10 +364,17 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
     for path, owner, mode in directories(user, home):
         managed.directory(name=f"{path} ({owner}, {mode})", path=path, user=owner,
                           group=owner, mode=mode)
-    # Debian splits venv/ensurepip out of python3; check at prepare so a rerun is a no-op.
-    managed.packages(name="python3-venv for the SGLang venv", packages=["python3-venv"],
-                     update=True)
-    venv = venv_path(home, lock)
+    # Debian splits venv/ensurepip (and Python.h, which Triton's JIT compiles against)
+    # out of python3; checked at prepare so a rerun is a no-op.
+    packages = list(interpreter.packages) if interpreter else ["python3-venv"]
+    if packages:
+        managed.packages(name=f"{', '.join(packages)} for the SGLang venv",
+                         packages=packages, update=True)
+    if interpreter is not None and interpreter.build is not None:
+        managed_python(name=f"managed CPython {interpreter.version} for the SGLang venvs "
+                            f"(sha256 {interpreter.build.sha256[:12]}...)",
+                       choice=interpreter)
+    venv = venv_path(home, lock, interpreter and interpreter.path)
     requirements = requirements_path(home, lock)
     managed.put(name=f"lock {lock.name} ({len(lock.packages)} hashed wheels)",
                 text=lock.requirements_text(), dest=requirements, user="root",
@@ -379,7 +393,8 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
                     requirements=requirements,
                     pip_options=pip_args(index_url, find_links, trusted=trusted),
                     pip_config=pip_credentials if credentials else None,
-                    pip_config_path=f"{home}/{PIP_CONFIG}")
+                    pip_config_path=f"{home}/{PIP_CONFIG}",
+                    python=interpreter.path if interpreter else "python3")
     managed.put(name=f"host script {home}/bin/{VERIFY}", src=str(SCRIPTS_DIR / VERIFY),
                 dest=f"{home}/bin/{VERIFY}", user="root", group="root", mode="755")
     if not verified:

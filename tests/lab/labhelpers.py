@@ -11,7 +11,7 @@ UNIT = "gpuserve-sglang.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 ENV_PATH = "/etc/gpuserve/sglang.env"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-VENV_RE = re.compile(r"/opt/gpuserve/venvs/(0\.5\.\d+\+lab)-[0-9a-f]{12}")
+VENV_RE = re.compile(r"/opt/gpuserve/venvs/(0\.5\.\d+\+lab)-[0-9a-f]{12}(?:-py[0-9a-f]{8})?")
 
 
 def clean(text: str) -> str:

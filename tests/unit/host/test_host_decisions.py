@@ -301,3 +301,18 @@ def test_hypervisor_settings():
         hypervisor_settings(dict(base, proxmox_vmid=101, proxmox_gpus=["01:00"]), "inv.py")
     ok = hypervisor_settings(dict(base, proxmox_vmid=101), "inv.py")
     assert ok.vmid == 101 and ok.gpus is None and ok.clique == 0
+
+
+def test_debian13_refuses_r580_and_names_the_branch_it_can_have() -> None:
+    """NVIDIA's debian13 repository has no R580 driver (NVIDIA/cuda-repo-management#38);
+    the IDs are Debian 13's recorded os-release (gpuserve/data/distros/debian13)."""
+    from gpuserve.host.driver import repository_branch_problem
+    from gpuserve.launch.interpreter import recorded_facts
+
+    r = recorded_facts("debian13").os_release
+    problem = repository_branch_problem(r["ID"], r["VERSION_ID"], 580)
+    assert problem and "cannot be installed on debian13" in problem
+    assert "nvidia_driver_branch=590" in problem and "#38" in problem
+    assert repository_branch_problem(r["ID"], r["VERSION_ID"], 590) is None
+    d12 = recorded_facts("debian12").os_release
+    assert repository_branch_problem(d12["ID"], d12["VERSION_ID"], 580) is None

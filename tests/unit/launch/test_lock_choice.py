@@ -86,6 +86,17 @@ def test_no_lock_for_a_version_says_how_to_make_one() -> None:
         choose_lock(LOCKS, host(), versions=None, pinned="0.5.21", profile="p")
 
 
+def test_pinned_version_the_profile_excludes_names_the_profile_not_a_missing_lock() -> None:
+    with pytest.raises(PreflightError) as e:
+        choose_lock(LOCKS, host(), versions=["0.5.23"], pinned="0.5.10.post1",
+                    profile="glm5-nvfp4-tp8", source="inventory/gpu.py")
+    msg = str(e.value)
+    assert ("sglang_version 0.5.10.post1 pinned in inventory/gpu.py is excluded by profile "
+            "glm5-nvfp4-tp8 (its sglang_versions: 0.5.23; a lock for 0.5.10.post1 exists)"
+            ) in msg
+    assert "gen_lock" not in msg
+
+
 def test_preflight_disk_and_toolkit_major() -> None:
     lk = lock_of("0.5.23")
     assert preflight(lk, host()) == []

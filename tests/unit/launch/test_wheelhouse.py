@@ -100,3 +100,64 @@ def test_bad_arguments_are_refused_before_dir_is_created(tmp_path: Path, capsys)
     assert main(["wheelhouse", "--lock", str(tmp_path / "nope.json"), str(house)]) == 2
     assert "cannot read" in capsys.readouterr().err
     assert not house.exists()
+
+
+def test_the_plan_comes_first_and_a_large_fetch_needs_yes(tmp_path: Path, capsys,
+                                                          monkeypatch) -> None:
+    from gpuserve.commands import wheelhouse
+
+    lock = write_lock(tmp_path, [wheel(tmp_path, "sglang", b"s" * 100),
+                                 wheel(tmp_path, "torch", b"t" * 300)])
+    house = tmp_path / "house"
+    assert main(["wheelhouse", "--lock", str(lock), "--dry-run", str(house)]) == 0
+    assert "to fetch: 2 wheels" in capsys.readouterr().out and not house.exists()
+    monkeypatch.setattr(wheelhouse, "CONFIRM_BYTES", 350)
+    assert main(["wheelhouse", "--lock", str(lock), str(house)]) == 1
+    out, err = capsys.readouterr()
+    assert "to fetch: 2 wheels" in out and "add --yes" in err
+    assert list(house.iterdir()) == []  # nothing fetched
+    assert main(["wheelhouse", "--lock", str(lock), "--yes", str(house)]) == 0
+    assert len(list(house.iterdir())) == 2
+    # once there, the rest is under the threshold: no --yes needed
+    assert main(["wheelhouse", "--lock", str(lock), str(house)]) == 0
+    assert "to fetch: 0 wheels, 0.00 GiB" in capsys.readouterr().out
+
+
+def test_version_and_python_filters(tmp_path: Path, capsys) -> None:
+    assert main(["wheelhouse", "--profile", "glm5-nvfp4-tp8", "--version", "0.5.23",
+                 "--python", "3.12", "--dry-run", str(tmp_path / "h")]) == 0
+    out = capsys.readouterr().out
+    assert "lock sglang-0.5.23-cu13-py312" in out and "py311" not in out
+    assert main(["wheelhouse", "--profile", "glm5-nvfp4-tp8", "--version", "0.5.19",
+                 "--dry-run", str(tmp_path / "h")]) == 2
+    assert "renders for SGLang 0.5.23, not '0.5.19'" in capsys.readouterr().err
+    lock = write_lock(tmp_path, [wheel(tmp_path, "sglang", b"s")])
+    assert main(["wheelhouse", "--lock", str(lock), "--python", "3.12", str(tmp_path)]) == 2
+    assert "is for 3.11, not 3.12" in capsys.readouterr().err
+
+
+def test_python_builds_fetched_in_the_release_layout_and_hash_checked(tmp_path: Path, capsys,
+                                                                       monkeypatch) -> None:
+    """The catalog's archives (here a stand-in catalog of file:// archives) land in
+    DIR/<build>/<archive>, the layout sglang_python_mirror names; a wrong hash keeps
+    nothing."""
+    from gpuserve.commands import wheelhouse
+    from gpuserve.launch import interpreter
+
+    body = b"stand-in archive"
+    src = tmp_path / "cpython-3.12.14+20260814-x86_64-unknown-linux-gnu-install_only.tar.gz"
+    src.write_bytes(body)
+    build = interpreter.ManagedBuild("3.12.14", "3.12", "x86_64", "20260814", src.name,
+                                     src.as_uri(), hashlib.sha256(body).hexdigest(), None)
+    monkeypatch.setattr(interpreter, "managed_builds", lambda: (build,))
+    house = tmp_path / "mirror"
+    assert main(["wheelhouse", "--python-builds", "--python", "3.12", str(house)]) == 0
+    assert (house / "20260814" / src.name).read_bytes() == body
+    assert main(["wheelhouse", "--python-builds", "--check", str(house)]) == 0
+    assert "to fetch: 0 managed CPython archives" in capsys.readouterr().out
+    bad = interpreter.ManagedBuild(**{**build.__dict__, "sha256": "0" * 64})
+    monkeypatch.setattr(interpreter, "managed_builds", lambda: (bad,))
+    assert main(["wheelhouse", "--python-builds", str(tmp_path / "m2")]) != 0
+    assert "is not the catalog's " + "0" * 64 in capsys.readouterr().err
+    assert not any((tmp_path / "m2").rglob("*.tar.gz"))
+    assert wheelhouse.CONFIRM_BYTES > 0

@@ -39,3 +39,33 @@ def test_valid_choices_still_plan(capsys) -> None:
 def test_gpu_count_is_bounded(capsys, gpus) -> None:
     code, text = run(capsys, "plan", "--model", "llama-3.1-70b", "--gpus", gpus)
     assert code == 2 and "--gpus: gpus: GPU count must be 1 to 1024" in text
+
+
+def plan_json(capsys, *argv: str) -> dict:
+    import json
+
+    assert main(["plan", *argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    return json.loads(out) | {"stderr": err}
+
+
+def test_gpus_count_is_the_tp_unless_told_otherwise(capsys) -> None:
+    """8xH100 plans TP8 (TP1 refused a model that fits the box); the block-wise fp8 MoE
+    whose expert slice SGLang cannot split at TP8 gets whole experts (EP8)."""
+    plan = plan_json(capsys, "--model", "qwen3-235b-a22b-fp8", "--gpus", "8xH100")
+    assert (plan["layout"]["tp"], plan["layout"]["ep"], plan["verdict"]) == (8, 8, "fits")
+    assert "tp 8 (one rank per GPU of --gpus 8xH100" in plan["stderr"]
+    assert "ep 8 (whole experts" in plan["stderr"]
+    dense = plan_json(capsys, "--model", "llama-3.1-70b", "--gpus", "4xH200")
+    assert (dense["layout"]["tp"], dense["layout"]["ep"]) == (4, 1)
+    told = plan_json(capsys, "--model", "llama-3.1-70b", "--gpus", "8xH200", "--tp", "2")
+    assert told["layout"]["tp"] == 2 and told["stderr"] == ""
+    # told --ep 1: planned as given, and invalid (exit 2) with the fix named
+    assert main(["plan", "--model", "qwen3-235b-a22b-fp8", "--gpus", "8xH100", "--ep",
+                 "1"]) == 2
+    assert "use --ep 8 (whole experts)" in capsys.readouterr().out
+
+
+def test_a_profile_keeps_its_own_tp(capsys) -> None:
+    plan = plan_json(capsys, "--profile", "glm5-nvfp4-tp8", "--gpus", "16xH200")
+    assert plan["layout"]["tp"] == 8 and plan["stderr"] == ""

@@ -229,7 +229,7 @@ def test_bad_usage_exits_2(tmp_path, capsys, argv, message) -> None:
 
 def test_unknown_deploy_is_usage_error(capsys) -> None:
     with pytest.raises(SystemExit) as e:
-        main(["check", "x.py", "--deploy", "hypervisor"])
+        main(["check", "x.py", "--deploy", "kernel"])
     assert e.value.code == 2
 
 
@@ -274,3 +274,38 @@ def test_multi_node_group_is_checked_without_connecting(tmp_path, capsys) -> Non
     fail = line(out, "gpu2", "serve")
     assert " FAIL " in fail and "private_address (host gpu2)" in fail
     assert "also host gpu1's" in fail
+
+
+def test_interpreter_choice_reported_for_the_named_distribution(tmp_path, capsys) -> None:
+    """Ubuntu 22.04's recorded answers (python3 3.10.12, python3.11 3.11.0~rc1): a
+    managed CPython 3.12 and the py312 lock; Debian 13 with sglang_python=system is
+    refused naming the key that fixes it."""
+    inv = fleet(tmp_path, {
+        "jammy": {"profile": "glm5-nvfp4-tp8", "host_distribution": "ubuntu2204"},
+        "trixie": {"profile": "glm5-nvfp4-tp8", "host_distribution": "debian13",
+                   "sglang_python": "system"},
+        "other": {"profile": "glm5-nvfp4-tp8", "host_distribution": "centos7"}})
+    rc, out, err = check(capsys, str(inv), "--deploy", "serve", "--json")
+    assert rc == 1, out + err
+    results = {r["host"]: r for r in json.loads(out)["results"]}
+    chosen = results["jammy"]["details"]["interpreter"]
+    assert (chosen["kind"], chosen["python"], chosen["lock"]) == (
+        "managed", "3.12", "sglang-0.5.23-cu13-py312")
+    assert len(chosen["sha256"]) == 64 and chosen["sha256"] in chosen["reason"]
+    assert "3.11.0~rc1-1~22.04 (universe) is a pre-release" in chosen["reason"]
+    assert "sglang_python=managed" in results["trixie"]["error"]
+    assert "host_distribution: 'centos7' is not one of debian12, debian13" in (
+        results["other"]["error"])
+
+
+def test_debian13_host_check_names_the_branch_its_repository_has(tmp_path, capsys) -> None:
+    inv = fleet(tmp_path, {"trixie": {"profile": "glm5-nvfp4-tp8",
+                                      "host_distribution": "debian13"},
+                           "trixie590": {"profile": "glm5-nvfp4-tp8",
+                                         "host_distribution": "debian13",
+                                         "nvidia_driver_branch": 590}})
+    rc, out, err = check(capsys, str(inv), "--deploy", "host")
+    assert rc == 1, out + err
+    assert "nvidia_driver_branch: driver branch 580 cannot be installed on debian13" in (
+        line(out, "trixie", "host"))
+    assert " ok " in line(out, "trixie590", "host")

@@ -1,0 +1,105 @@
+"""The managed CPython the SGLang venvs are built with where no system or distribution
+interpreter has a lock (gpuserve/launch/interpreter.py decides which and why).
+
+One python-build-standalone ``install_only`` archive per build, fetched from the URL the
+choice names (the inventory's ``sglang_python_mirror`` or upstream), checked against the
+catalog's sha256 before it is unpacked, unpacked beside the venvs under
+``<sglang_home>/python/<cpython-VERSION+BUILD>`` and stamped with that sha256. It never
+replaces ``python3`` and nothing but the SGLang venvs uses it.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+
+from gpuserve.launch.interpreter import InterpreterChoice, packages_read_for
+from gpuserve.roles.prefetch import Read, fact
+
+STAMP = ".gpuserve-archive-sha256"
+
+
+class ManagedPythonStamp(FactBase):
+    """The sha256 a managed CPython directory was unpacked from (None: not there)."""
+
+    def command(self, path: str) -> str:
+        return f"cat {shlex.quote(f'{path}/{STAMP}')} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        return output[0].strip() if output and output[0].strip() else None
+
+
+def install_dir(choice: InterpreterChoice) -> str:
+    """``<home>/python/cpython-3.12.14+20260814``: the directory holding bin/ and include/."""
+    return choice.path.rsplit("/bin/", 1)[0]
+
+
+def reads(choice: InterpreterChoice | None) -> list[Read]:
+    if choice is None or choice.build is None:
+        return []
+    return [Read.of(ManagedPythonStamp, path=install_dir(choice))]
+
+
+def candidate_paths(home: str, python: str) -> tuple[str, ...]:
+    """The interpreters a choice for this lock Python may name besides python3: the
+    distribution's and the catalog's managed builds (host data's explicit path too)."""
+    from gpuserve.launch.interpreter import managed_path
+
+    explicit = host.data.get("sglang_python")
+    return (f"/usr/bin/python{python}",
+            *(managed_path(home, b) for b in builds_for_host() if b.python == python),
+            *([explicit] if isinstance(explicit, str) and explicit.startswith("/") else []))
+
+
+def builds_for_host():
+    """The managed CPython catalog host data's ``sglang_python_builds`` names, else the
+    shipped one (read on the controller, like ``sglang_locks_dir``)."""
+    from pathlib import Path
+
+    from gpuserve.launch.interpreter import managed_builds
+
+    path = host.data.get("sglang_python_builds")
+    return managed_builds(Path(path)) if isinstance(path, str) and path else managed_builds()
+
+
+def stamp_reads(home: str, pythons: list[str]) -> list[Read]:
+    """The stamp of every catalog build a choice for these Pythons may name (deploy
+    prefetch: the choice is made after the first batch, a rerun needs no second)."""
+    return [Read.of(ManagedPythonStamp, path=f"{home}/python/{b.dirname}")
+            for b in builds_for_host() if b.python in pythons]
+
+
+def package_reads(pythons: list[str]) -> list[Read]:
+    """The packages any choice for these lock Pythons may install (deploy prefetch)."""
+    from gpuserve.roles import managed
+
+    return [managed.read_package(p) for p in packages_read_for(pythons)]
+
+
+@operation()
+def managed_python(choice: InterpreterChoice):
+    """Fetch, check and unpack the choice's archive unless its stamp says it is there."""
+    build, target = choice.build, install_dir(choice)
+    if build is None or choice.url is None:
+        return
+    if fact(ManagedPythonStamp, path=target) == build.sha256:
+        host.noop(f"{target} is CPython {build.version} from sha256 {build.sha256[:12]}")
+        return
+    q = shlex.quote
+    parent = target.rsplit("/", 1)[0]
+    headers = f"$t/python/include/python{build.python}/Python.h"
+    yield StringCommand("sh", "-c", QuoteString(
+        f"set -e; mkdir -p {q(parent)}; t=$(mktemp -d {q(parent)}/.fetch.XXXXXX); "
+        "trap 'rm -rf \"$t\"' EXIT; "
+        f"curl -fsSL --retry 3 --max-time 900 -o \"$t/archive\" {q(choice.url)}; "
+        f"echo \"{build.sha256}  $t/archive\" | sha256sum -c --quiet - || "
+        f"{{ echo gpuserve: {q(choice.url)}: sha256 is not the catalog\\'s "
+        f"{build.sha256} >&2; exit 1; }}; "
+        "tar -xzf \"$t/archive\" -C \"$t\"; "
+        f"[ -x \"$t/python/bin/python{build.python}\" ] && [ -f \"{headers}\" ] || "
+        f"{{ echo \"gpuserve: {build.filename} lacks bin/python{build.python} or "
+        f"Python.h\" >&2; exit 1; }}; "
+        f"rm -rf {q(target)}; mv \"$t/python\" {q(target)}; "
+        f"printf '%s\\n' {q(build.sha256)} > {q(target + '/' + STAMP)}"))
