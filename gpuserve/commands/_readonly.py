@@ -25,6 +25,8 @@ _UNREACHABLE = re.compile(r"Could not connect|Connection refused|No route to hos
                           r"Name or service not known|Authentication failed|"
                           r"Failed to connect|No hosts remaining", re.I)
 _PREFIX = re.compile(r"^\s*\[[^\]]+\]\s?")
+#: pyinfra's own status lines under the host's prefix while ``exec`` connects.
+_STATUS = re.compile(r"^(Connected|Ready: \w+)$")
 
 
 def pyinfra_exe() -> str:
@@ -102,7 +104,9 @@ def stream(inventory: str, host: str, command: list[str], overrides: list[str],
         for raw in proc.stdout:
             line = ANSI.sub("", raw.rstrip("\n"))
             if line.lstrip().startswith(prefix):
-                yield line.lstrip()[len(prefix):].lstrip(" ")
+                text = line.lstrip()[len(prefix):].lstrip(" ")
+                if not _STATUS.match(text):
+                    yield text
             elif _UNREACHABLE.search(line):
                 raise GpuserveError(f"{host}: unreachable: {line.strip()[:300]}")
     finally:

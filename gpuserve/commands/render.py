@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.inventory:
+    if getattr(args, "inventory", None):
         if args.profile or args.sglang_version:
             raise InputError("--profile", None, "give an INVENTORY (the host's launch) or "
                              "--profile (host-free), not both; the host's data names its "

@@ -23,7 +23,7 @@ from pyinfra.facts.files import FileContents
 
 from gpuserve.errors import InputError
 from gpuserve.host.nccl_env import NCCL_ENV_PATH
-from gpuserve.launch.secrets import MASK, is_secret_env_name
+from gpuserve.launch.secrets import host_secret_values, mask_values
 from gpuserve.measure.results import utc_now
 from gpuserve.roles.deploys.serve import plan_and_read
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
@@ -99,22 +99,6 @@ def serve_launch() -> None:
     _write(target, {**view.to_dict(), "taken": utc_now()})
 
 
-def secret_values(data: dict) -> list[str]:
-    """Every secret host data holds (tokens, keys, secret-named extra env), longest first."""
-    values = [data.get(k) for k in ("hf_token", "sglang_api_key", "router_api_key")]
-    extra = data.get("sglang_extra_env")
-    if isinstance(extra, dict):
-        values += [v for k, v in extra.items() if is_secret_env_name(k)]
-    return sorted({v for v in values if isinstance(v, str) and len(v) >= 4}, key=len,
-                  reverse=True)
-
-
-def redact(text: str, secrets: list[str]) -> str:
-    for value in secrets:
-        text = text.replace(value, MASK)
-    return text
-
-
 def _window(source: str) -> tuple[str | None, int]:
     since = host.data.get("journal_since") or None
     if since is not None and (not isinstance(since, str) or not _SINCE.match(since)):
@@ -132,10 +116,10 @@ def service_journal() -> None:
     """Write the serve unit's journal: the window and the last start (see module doc)."""
     target = _target()
     since, lines = _window(inventory_source())
-    secrets = secret_values(host.data.dict())
+    secrets = host_secret_values(host.data.dict())
     window = host.get_fact(ServiceJournal, unit=UNIT_NAME, lines=lines, since=since)
     recent = host.get_fact(ServiceJournal, unit=UNIT_NAME, lines=START_LINES)
     _write(target, {"schema": JOURNAL_SCHEMA, "host": host.name, "taken": utc_now(),
                     "unit": UNIT_NAME, "since": since, "lines": lines,
-                    "window": redact(window or "", secrets),
-                    "recent": redact(recent or "", secrets)})
+                    "window": mask_values(window or "", secrets),
+                    "recent": mask_values(recent or "", secrets)})

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import shlex
 
-from gpuserve.launch.secrets import MASK
 from gpuserve.launch.lock_choice import HostRuntime
+from gpuserve.launch.secrets import MASK
 from gpuserve.serve.launch_view import launch_view, unit_environment, view_of
 from gpuserve.serve.plan import plan_serve
 
