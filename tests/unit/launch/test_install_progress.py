@@ -1,0 +1,57 @@
+"""The venv install's progress line, from pip's own lines and the lock's sizes, and the
+detached job's status fact (roles/progress.py)."""
+
+from __future__ import annotations
+
+import re
+
+from gpuserve.launch.install_progress import PIP_LINES, pip_progress
+from gpuserve.launch.locks import available_locks
+from gpuserve.roles.progress import JobStatus
+
+LOCK = next(lk for lk in available_locks() if lk.name == "sglang-0.5.23-cu13-py311")
+GIB = 1 << 30
+
+# pip 24's lines for a hash-checked -r install (src/pip/_internal/operations/prepare.py
+# "Collecting %s", req/__init__.py "Installing collected packages: %s",
+# commands/install.py "Successfully installed %s"), with the lock's first packages
+NAMES = [p.name for p in LOCK.packages]
+
+
+def collecting(name: str) -> str:
+    return f"Collecting {name}==1 (from -r /opt/gpuserve/locks/r.txt (line 1))"
+
+
+def test_packages_and_bytes_fetched_so_far() -> None:
+    lines = [collecting(n) for n in NAMES[:3]]
+    done = sum(int(p.size or 0) for p in LOCK.packages[:2])
+    total = sum(int(p.size or 0) for p in LOCK.packages)
+    line = pip_progress(lines, LOCK, 42.4)
+    assert line == (f"2 of {len(NAMES)} packages fetched ({done / GIB:.2f} of {total / GIB:.2f}"
+                    f" GiB by the lock); fetching {NAMES[2]}, 42 s")
+    assert pip_progress([], LOCK, 3).startswith(f"0 of {len(NAMES)} packages fetched (0.00 of")
+    assert pip_progress([], LOCK, 3).endswith("creating the venv, 3 s")
+
+
+def test_install_phase_and_done() -> None:
+    lines = [collecting(n) for n in NAMES] + ["Installing collected packages: a, b"]
+    assert pip_progress(lines, LOCK, 90).startswith(f"all {len(NAMES)} packages fetched (")
+    assert "installing, 90 s" in pip_progress(lines, LOCK, 90)
+    done = pip_progress([*lines, "Successfully installed a-1 b-2"], LOCK, 95)
+    assert done.startswith(f"installed {len(NAMES)} packages (")
+
+
+def test_the_host_greps_the_same_lines() -> None:
+    pattern = re.compile(PIP_LINES)
+    assert pattern.search(collecting("torch")) and pattern.search("Successfully installed x")
+    assert not pattern.search("  Downloading torch-2.9.1.whl (899.7 MB)")
+
+
+def test_job_status() -> None:
+    fact = JobStatus()
+    running = fact.process(["running", "##", collecting("torch"), "##", "tail line"])
+    assert running.rc is None and running.selected == [collecting("torch")]
+    assert running.tail == ["tail line"]
+    failed = fact.process(["2", "##", "##", "ERROR: x"])
+    assert failed.rc == 2 and failed.selected == [] and failed.tail == ["ERROR: x"]
+    assert "grep -E" in fact.command(run_dir="/opt/v/.x.install", select=PIP_LINES)
