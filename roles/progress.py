@@ -73,7 +73,8 @@ def wait(run_dir: str, select: str, describe: Callable[[list[str], float], str],
     started = time.monotonic()
     last = 0.0
     while True:
-        job = host.get_fact(JobStatus, run_dir=run_dir, select=select)
+        job = host.get_fact(JobStatus, run_dir=run_dir, select=select) or JobState(
+            None, [], [])
         elapsed = time.monotonic() - started
         if job.rc is not None or elapsed > timeout:
             logger.info(f"{host.name}: {label}: {describe(job.selected, elapsed)}")

@@ -4,8 +4,9 @@ detached job's status fact (roles/progress.py)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from gpuserve.launch.install_progress import PIP_LINES, pip_progress
+from gpuserve.launch.install_progress import APT_LINES, PIP_LINES, apt_progress, pip_progress
 from gpuserve.launch.locks import available_locks
 from gpuserve.roles.progress import JobStatus
 
@@ -55,3 +56,35 @@ def test_job_status() -> None:
     failed = fact.process(["2", "##", "##", "ERROR: x"])
     assert failed.rc == 2 and failed.selected == [] and failed.tail == ["ERROR: x"]
     assert "grep -E" in fact.command(run_dir="/opt/v/.x.install", select=PIP_LINES)
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "apt"
+
+
+def apt_lines(name: str, upto: str | None = None) -> list[str]:
+    """The fixture's lines the host's grep selects (APT_LINES), up to ``upto``."""
+    text = (FIXTURES / name).read_text()
+    if upto:
+        text = text[:text.index(upto)]
+    return [line for line in text.splitlines() if re.search(APT_LINES, line)]
+
+
+def test_apt_progress_from_real_apt_output() -> None:
+    assert apt_progress([], 4) == "updating the package lists, 4 s"
+    mid = apt_lines("install-libnccl-fetched.txt", upto="Get:2 ")
+    assert apt_progress(mid, 7) == ("1 of 2 packages fetched (736 B of 1.6 kB to fetch), "
+                                    "0 unpacked, 0 set up, 7 s")
+    done = apt_lines("install-libnccl-fetched.txt")
+    assert apt_progress(done, 9) == ("2 of 2 packages fetched (1.6 kB of 1.6 kB to fetch), "
+                                     "2 unpacked, 2 set up, 9 s")
+    cached = apt_lines("install-libnccl-dev-cached.txt")  # "Need to get 0 B/834 B"
+    assert apt_progress(cached, 2) == ("0 of 1 packages fetched (0 B of 0 B to fetch), "
+                                       "1 unpacked, 1 set up, 2 s")
+
+
+def test_apt_sizes_with_thousands_separators() -> None:
+    lines = ["3 upgraded, 2 newly installed, 0 to remove and 0 not upgraded.",
+             "Need to get 1,234 MB of archives.",
+             "Get:1 https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64 "
+             " cuda-nvcc-13-0 13.0.88-1 [41.5 MB]"]
+    assert apt_progress(lines, 10).startswith("1 of 5 packages fetched (41.5 MB of 1.2 GB")
