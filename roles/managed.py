@@ -318,10 +318,10 @@ def packages(*, name: str, packages: list[str], update: bool = False) -> Operati
     return apt_install(name=name, packages=packages, update=update)
 
 
-#: Where a detached apt-get keeps its output (one at a time: dpkg's lock), and how long
-#: it may run before the host fails.
-APT_RUN_DIR = "/var/tmp/gpuserve-apt"
+#: How long a detached apt-get may run before the host fails, and how long it waits for
+#: dpkg's lock (an apt-get left running by an interrupted deploy, unattended-upgrades).
 APT_TIMEOUT_S = 3 * 3600
+APT_LOCK_TIMEOUT_S = 600
 
 
 @operation()
@@ -329,19 +329,22 @@ def apt_install(packages: list[str], update: bool = False):
     """``apt-get install`` (after ``apt-get update`` when asked), detached and polled with
     a progress line at least every 10 s (roles/progress.py): a driver or a CUDA toolkit
     is gigabytes of archives. A failure fails the host with apt's last lines."""
-    steps = [noninteractive_apt("update")] if update else []
-    steps.append(noninteractive_apt("install " + " ".join(shlex.quote(p) for p in packages)))
-    yield progress.start_command(APT_RUN_DIR, " && ".join(steps))
+    lock = f"-o DPkg::Lock::Timeout={APT_LOCK_TIMEOUT_S}"
+    steps = [noninteractive_apt(f"{lock} update")] if update else []
+    steps.append(noninteractive_apt(f"{lock} install "
+                                    + " ".join(shlex.quote(p) for p in packages)))
+    run_dir = progress.fresh_dir("apt")
+    yield progress.start_command(run_dir, " && ".join(steps))
     if not run_state.is_executing:
         return
     label = f"apt {' '.join(packages)}"[:80]
-    job = progress.wait(APT_RUN_DIR, APT_LINES, apt_progress, label=label,
+    job = progress.wait(run_dir, APT_LINES, apt_progress, label=label,
                         timeout=APT_TIMEOUT_S)
     if job.rc != 0:
-        why = f"not done within {APT_TIMEOUT_S} s" if job.rc is None else f"exit {job.rc}"
-        yield fail_host(f"apt: installing {' '.join(packages)} failed ({why}):", job.tail)
+        yield fail_host(f"apt: installing {' '.join(packages)} failed "
+                        f"({job.outcome(APT_TIMEOUT_S)}):", job.tail)
         return
-    yield StringCommand("rm", "-rf", QuoteString(APT_RUN_DIR))
+    yield StringCommand("rm", "-rf", QuoteString(run_dir))
 
 
 @operation()

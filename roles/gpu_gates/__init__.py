@@ -120,15 +120,15 @@ def build_tool(tool: str, settings: gate_runs.GateSettings):
     caps = [g.get("compute_cap") for g in fact_if_unchanged(gpu.NvidiaGpus) or []]
     script = gate_runs.build_script(src, dest, CUDA_HOME, nccl, gate_runs.gencode(caps))
     # detached, polled with a progress line every 10 s (roles/progress.py)
-    run_dir = f"/var/tmp/gpuserve-build-{tool}"
+    run_dir = progress.fresh_dir(f"build-{tool}")
     yield progress.start_command(run_dir, script)
     if not state.is_executing:
         return
     job = progress.wait(run_dir, f"^{gate_runs.BUILD_PHASE}", gate_runs.build_progress,
                         label=f"gates: build {tool}", timeout=BUILD_TIMEOUT_S)
     if job.rc != 0:
-        why = f"not done within {BUILD_TIMEOUT_S} s" if job.rc is None else f"exit {job.rc}"
-        yield fail_host(f"gates: building {tool} failed ({why}):", job.tail)
+        yield fail_host(f"gates: building {tool} failed ({job.outcome(BUILD_TIMEOUT_S)}):",
+                        job.tail)
         return
     yield StringCommand("rm", "-rf", QuoteString(run_dir))
 

@@ -220,9 +220,8 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
     job = progress.wait(run_dir, PIP_LINES, lambda lines, s: pip_progress(lines, lock, s),
                         label=f"venv {venv.rsplit('/', 1)[-1]}", timeout=INSTALL_TIMEOUT_S)
     if job.rc != 0:
-        why = (f"not done within {INSTALL_TIMEOUT_S} s" if job.rc is None
-               else f"exit status {job.rc}")
-        yield fail_host(f"venv: building {venv} from lock {lock.name} failed ({why}); the "
+        yield fail_host(f"venv: building {venv} from lock {lock.name} failed "
+                        f"({job.outcome(INSTALL_TIMEOUT_S)}); the "
                         "service was not changed:", job.tail)
         return
     yield StringCommand("rm", "-rf", QuoteString(run_dir))
@@ -257,10 +256,9 @@ def build_steps(venv: str, requirements: str, pip_options: list[str],
 
 
 def install_run_dir(venv: str) -> str:
-    """Where the detached install keeps its log and status: beside the venv, hidden
-    (the prune's listing takes ``venvs/*/`` only)."""
-    parent, name = venv.rsplit("/", 1)
-    return f"{parent}/.{name}.install"
+    """Where the detached install keeps its log and status (tmpfs: a full disk must not
+    take the status with it)."""
+    return f"{progress.JOBS_DIR}/venv-{venv.rsplit('/', 1)[-1]}"
 
 
 def ere_literal(text: str) -> str:

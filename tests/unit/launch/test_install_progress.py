@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpuserve.launch.install_progress import APT_LINES, PIP_LINES, apt_progress, pip_progress
 from gpuserve.launch.locks import available_locks
-from gpuserve.roles.progress import JobStatus
+from gpuserve.roles.progress import LOST, JobStatus
 
 LOCK = next(lk for lk in available_locks() if lk.name == "sglang-0.5.23-cu13-py311")
 GIB = 1 << 30
@@ -56,6 +56,35 @@ def test_job_status() -> None:
     failed = fact.process(["2", "##", "##", "ERROR: x"])
     assert failed.rc == 2 and failed.selected == [] and failed.tail == ["ERROR: x"]
     assert "grep -E" in fact.command(run_dir="/opt/v/.x.install", select=PIP_LINES)
+    lost = fact.process(["lost", "##", "##"])
+    assert lost.rc == LOST and "without an exit status" in lost.outcome(60)
+    assert running.outcome(60) == "not done within 60 s"
+    assert failed.outcome(60) == "exit status 2"
+
+
+def test_a_job_reports_its_status_and_a_lost_one_is_told_apart(tmp_path) -> None:
+    """The start and status commands, run by a real shell (the host's)."""
+    import subprocess
+    import time
+
+    from gpuserve.roles.progress import start_command
+
+    def status(run_dir: str):
+        out = subprocess.run(["sh", "-c", JobStatus().command(run_dir, "^step")],
+                             capture_output=True, text=True, timeout=30).stdout
+        return JobStatus().process(out.splitlines())
+
+    ok = str(tmp_path / "ok")
+    start = start_command(ok, "echo step one; sleep 1; echo step two; exit 3")
+    subprocess.run(str(start), shell=True, check=True, timeout=30)
+    assert status(ok).rc is None
+    time.sleep(2)
+    done = status(ok)
+    assert done.rc == 3 and done.selected == ["step one", "step two"]
+    lost = tmp_path / "lost"
+    lost.mkdir()
+    (lost / "pid").write_text("999999999\n")
+    assert status(str(lost)).rc == LOST
 
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "apt"

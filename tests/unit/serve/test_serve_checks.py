@@ -369,7 +369,7 @@ def test_missing_or_other_stamp_rebuilds_from_nothing_with_hashes(stamp: str) ->
     assert start[:2] == ["sh", "-c"] and start[2].startswith(clear_leftovers(VENV))
     assert shlex.quote("\n".join(steps)) in start[2]
     assert cmds[-1] == f"rm -rf {install_run_dir(VENV)}"
-    assert install_run_dir(VENV) == f"/opt/gpuserve/venvs/.0.5.23-{LOCK.hash}.install"
+    assert install_run_dir(VENV) == f"/run/gpuserve-jobs/venv-0.5.23-{LOCK.hash}"
 
 
 def test_a_failed_detached_install_fails_the_host_with_its_last_lines(caplog) -> None:
