@@ -213,7 +213,7 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
                         pip_config_path if pip_config is not None else None)
     # detached, polled with a progress line every 10 s (roles/progress.py); an unstamped
     # venv is an interrupted or failed install: start it again from nothing
-    run_dir = install_run_dir(venv)
+    run_dir = progress.fresh_dir(f"venv-{venv.rsplit('/', 1)[-1]}")
     yield progress.start_command(run_dir, "\n".join(steps), before=clear_leftovers(venv))
     if not state.is_executing:
         return
@@ -253,12 +253,6 @@ def build_steps(venv: str, requirements: str, pip_options: list[str],
                         f"rm -f {q(pip_config_path)}; [ $status -eq 0 ] || {failed}")
     return [f"python3 -m venv {q(venv)} || {{ status=$?; {failed}; }}", install_step,
             f"{pip} check --disable-pip-version-check || {{ status=$?; {failed}; }}"]
-
-
-def install_run_dir(venv: str) -> str:
-    """Where the detached install keeps its log and status (tmpfs: a full disk must not
-    take the status with it)."""
-    return f"{progress.JOBS_DIR}/venv-{venv.rsplit('/', 1)[-1]}"
 
 
 def ere_literal(text: str) -> str:
