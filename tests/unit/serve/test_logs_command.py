@@ -67,3 +67,17 @@ def test_secrets_of_host_data_are_masked() -> None:
     secrets = host_secret_values(data)
     text = "token=hf_abcdefghijklmnop key sk-0123456789abcdef extra-secret-value WARN"
     assert mask_values(text, secrets) == f"token={MASK} key {MASK} {MASK} WARN"
+
+
+@pytest.mark.parametrize("verb", ["logs", "render"])
+def test_an_unreachable_host_is_one_line(tmp_path, capsys, monkeypatch, verb) -> None:
+    """The read-only run through the real pyinfra CLI, to a loopback port nothing
+    listens on."""
+    inventory = tmp_path / "inv.py"
+    inventory.write_text('hosts = [("dead", {"ssh_hostname": "127.0.0.1", "ssh_port": 1, '
+                         '"profile": "glm5-nvfp4-tp8"})]\n')
+    monkeypatch.chdir(tmp_path)
+    assert main([verb, "inv.py", "--limit", "dead"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpuserve: error: dead: unreachable: Could not connect"), err
+    assert len(err.strip().splitlines()) == 1
