@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpuserve {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):  # shared by commands (_readonly), no verb of its own
+            continue
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         module.register(sub)
     return parser

@@ -18,11 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyinfra import host
+from pyinfra import state as run_state
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import apt
+from pyinfra.facts.apt import noninteractive_apt
 
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state
+from gpuserve.launch.install_progress import APT_LINES, apt_progress
+from gpuserve.roles import progress
+from gpuserve.roles.failure import fail_host
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 
 
@@ -307,11 +311,40 @@ def read_package(package: str) -> Read:
 
 
 def packages(*, name: str, packages: list[str], update: bool = False) -> OperationMeta | None:
-    """``apt.packages`` unless every package is installed already (then no operation:
-    ``apt.packages`` reads ``dpkg -l`` of the whole host, twice)."""
+    """:func:`apt_install` unless every package is installed already (then no
+    operation; pyinfra's ``apt.packages`` read ``dpkg -l`` of the whole host, twice)."""
     if all(fact(DebInstalled, package=p) for p in packages):
         return None
-    return apt.packages(name=name, packages=packages, update=update)
+    return apt_install(name=name, packages=packages, update=update)
+
+
+#: How long a detached apt-get may run before the host fails, and how long it waits for
+#: dpkg's lock (an apt-get left running by an interrupted deploy, unattended-upgrades).
+APT_TIMEOUT_S = 3 * 3600
+APT_LOCK_TIMEOUT_S = 600
+
+
+@operation()
+def apt_install(packages: list[str], update: bool = False):
+    """``apt-get install`` (after ``apt-get update`` when asked), detached and polled with
+    a progress line at least every 10 s (roles/progress.py): a driver or a CUDA toolkit
+    is gigabytes of archives. A failure fails the host with apt's last lines."""
+    lock = f"-o DPkg::Lock::Timeout={APT_LOCK_TIMEOUT_S}"
+    steps = [noninteractive_apt(f"{lock} update")] if update else []
+    steps.append(noninteractive_apt(f"{lock} install "
+                                    + " ".join(shlex.quote(p) for p in packages)))
+    run_dir = progress.fresh_dir("apt")
+    yield progress.start_command(run_dir, " && ".join(steps))
+    if not run_state.is_executing:
+        return
+    label = f"apt {' '.join(packages)}"[:80]
+    job = progress.wait(run_dir, APT_LINES, apt_progress, label=label,
+                        timeout=APT_TIMEOUT_S)
+    if job.rc != 0:
+        yield fail_host(f"apt: installing {' '.join(packages)} failed "
+                        f"({job.outcome(APT_TIMEOUT_S)}):", job.tail)
+        return
+    yield StringCommand("rm", "-rf", QuoteString(run_dir))
 
 
 @operation()

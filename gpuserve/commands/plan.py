@@ -141,6 +141,12 @@ def _run_log(args: argparse.Namespace) -> int:
         print(json.dumps({"log": log.to_dict(), "diagnosis": d.to_dict()}, indent=2))
         return 0
     print(f"log {printable(args.log)}: {d.outcome}")
+    print_diagnosis(d)
+    return 0
+
+
+def print_diagnosis(d: Any) -> None:
+    """A startup-log diagnosis's figures, findings and fixes (also ``gpuserve logs``)."""
     rows = [
         ("free before weights (GiB)", d.pre_load_free_gib),
         ("free after weights (GiB)", d.avail_after_weights_gib),
@@ -161,7 +167,6 @@ def _run_log(args: argparse.Namespace) -> int:
         print("fixes:")
         for fix in d.fixes:
             print(f"  * {fix}")
-    return 0
 
 
 _TORCH_KV = {

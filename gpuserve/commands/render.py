@@ -2,6 +2,12 @@
 
 Why a command: the flag spelling depends on the SGLang version (gpuserve.launch.dialect), and
 seeing the rendered argv before deploying is the quickest review of a profile.
+
+Two forms. ``render INVENTORY --limit HOST``: what the serve deploy would run on that
+host, from its host data and records (the models directory, the bind address, the NCCL
+env and the flags the measured gates add), computed by the deploy's own plan in a
+read-only run (roles/deploys/operate.py). ``render --profile P``: the profile alone,
+host-free, and it says so.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from gpuserve.errors import InputError
 from gpuserve.launch.catalog import load_catalog
 from gpuserve.launch.dialect import group_args, render_launch, target_version
 from gpuserve.launch.profiles import load_profile
@@ -24,17 +31,36 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Render a launch profile for one SGLang version; the argv is validated "
         "against that version's flag catalog.",
     )
-    parser.add_argument("--profile", required=True, help="profile name or path")
+    parser.add_argument("inventory", nargs="?",
+                        help="pyinfra inventory: render what the serve deploy would run on "
+                        "--limit HOST (connects to read it; changes nothing)")
+    parser.add_argument("--limit", help="the inventory's host (optional for one host)")
+    parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
+                        help="override host data, as pyinfra's --data (repeatable)")
+    parser.add_argument("--json", action="store_true",
+                        help="with INVENTORY: the launch as JSON (argv, env with files)")
+    parser.add_argument("--profile", help="profile name or path (the host-free form)")
     parser.add_argument("--sglang-version", dest="sglang_version",
                         help="target SGLang version (default: newest the profile targets)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "inventory", None):
+        if args.profile or args.sglang_version:
+            raise InputError("--profile", None, "give an INVENTORY (the host's launch) or "
+                             "--profile (host-free), not both; the host's data names its "
+                             "profile (--data profile=P to try another)")
+        return run_host(args)
+    if not args.profile:
+        raise InputError("--profile", None, "required without an INVENTORY")
     profile = load_profile(args.profile)
     version = args.sglang_version or target_version(profile)
     launch = render_launch(profile, version)
     print(f"# profile {profile.name} ({profile.source}) for SGLang {version}")
+    print("# host-free: the profile alone. On a host the deploy uses its models "
+          "directory, its bind address, its NCCL env and the flags its measured gates "
+          "add: gpuserve render INVENTORY --limit HOST")
     print("# env")
     for key, value in sorted(launch.env.items()):
         shown = MASK if is_secret_env_name(key) else value
@@ -46,7 +72,40 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_argv(args: list[str]) -> str:
+def format_argv(args: list[str], launcher: str = LAUNCHER) -> str:
     """Shell-quoted, one flag (with its values) per line, continued with backslashes."""
-    lines = [LAUNCHER] + ["  " + shlex.join(group) for group in group_args(args)]
+    lines = [launcher] + ["  " + shlex.join(group) for group in group_args(args)]
     return " \\\n".join(lines)
+
+
+#: The read-only deploy that plans the host as the serve deploy does.
+LAUNCH_DEPLOY = "gpuserve.roles.deploys.operate.serve_launch"
+
+
+def run_host(args: argparse.Namespace) -> int:
+    """The launch the serve deploy would run on one host of the inventory."""
+    import json
+
+    from gpuserve.commands._readonly import host_data, read_document
+    from gpuserve.serve.launch_view import SCHEMA, view_of
+
+    name, _ = host_data(args.inventory, args.limit, args.data)
+    doc = read_document(args.inventory, name, LAUNCH_DEPLOY, args.data)
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise InputError(args.inventory, name, f"the read-only run wrote no {SCHEMA} document")
+    view = view_of(doc, f"{args.inventory} ({name})")
+    if args.json:
+        print(json.dumps(view.to_dict(), indent=2))
+        return 0
+    print(f"# host {view.host} ({args.inventory}): profile {view.profile} for SGLang "
+          f"{view.sglang_version}, lock {view.lock}; what the serve deploy runs there")
+    effective = view.effective_env()
+    shown_from = {key: where for key, _, where in view.env}
+    for where in dict.fromkeys(w for _, _, w in view.env):
+        print(f"# env from {where}")
+        for key, value in sorted(effective.items()):
+            if shown_from[key] == where:
+                print(f"{key}={shlex.quote(value)}")
+    print("# argv")
+    print(format_argv(list(view.args), launcher=shlex.join(view.launcher)))
+    return 0

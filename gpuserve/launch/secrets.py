@@ -219,3 +219,25 @@ def redact_args(args: Sequence[str], catalog: FlagCatalog | None = None,
         elif hit.index + 1 < len(out) and not out[hit.index + 1].startswith("--"):
             out[hit.index + 1] = mask
     return out
+
+
+#: Host-data keys holding secrets (their values never reach output: ``mask_values``).
+SECRET_HOST_KEYS = ("hf_token", "sglang_api_key", "router_api_key")
+
+
+def host_secret_values(data: dict) -> list[str]:
+    """Every secret a host's data holds (the keys above, secret-named extra env),
+    longest first, for :func:`mask_values`."""
+    values = [data.get(k) for k in SECRET_HOST_KEYS]
+    extra = data.get("sglang_extra_env")
+    if isinstance(extra, dict):
+        values += [v for k, v in extra.items() if is_secret_env_name(k)]
+    return sorted({v for v in values if isinstance(v, str) and len(v) >= 4}, key=len,
+                  reverse=True)
+
+
+def mask_values(text: str, secrets: list[str]) -> str:
+    """``text`` with every secret value replaced by :data:`MASK` (a journal, a log)."""
+    for value in secrets:
+        text = text.replace(value, MASK)
+    return text

@@ -236,6 +236,16 @@ def _fetch_lines(src: gates.ToolSource) -> list[str]:
     ]
 
 
+#: The build script's phase lines (``build_progress`` reads the last one).
+BUILD_PHASE = "gpuserve gates build: "
+
+
+def build_progress(lines: list[str], elapsed_s: float) -> str:
+    """``compiling, 40 s``: the build script's last phase line, and the time so far."""
+    phases = [line[len(BUILD_PHASE):] for line in lines if line.startswith(BUILD_PHASE)]
+    return f"{phases[-1] if phases else 'starting'}, {elapsed_s:.0f} s"
+
+
 def build_script(src: gates.ToolSource, dest: str, cuda_home: str,
                  nccl: NcclLib | None, arch_flags: str) -> str:
     """The root shell script that fetches, verifies, builds and installs one tool into
@@ -249,8 +259,10 @@ def build_script(src: gates.ToolSource, dest: str, cuda_home: str,
         'w=$(mktemp -d /var/tmp/gpuserve-gates.XXXXXX)',
         'trap \'rm -rf "$w"\' EXIT',
         'cd "$w"',
+        f"echo {q(BUILD_PHASE + 'fetching and checking the pinned source')}",
         *_fetch_lines(src),
         'mkdir -p out/bin',
+        f"echo {q(BUILD_PHASE + 'compiling')}",
     ]
     if src.name == NCCL_TOOL:
         if nccl is None:
@@ -276,6 +288,7 @@ def build_script(src: gates.ToolSource, dest: str, cuda_home: str,
             "|| { tail -n 30 build.log >&2; exit 4; }",
         ]
         built = "cbuild"
+    lines.append(f"echo {q(BUILD_PHASE + 'installing into ' + dest)}")
     for binary in src.binaries:
         lines.append(f"install -m 755 {built}/{q(binary)} out/bin/")
     lines += [

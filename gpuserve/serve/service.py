@@ -77,6 +77,10 @@ class ServicePlan:
     bin_dir: str
     host: str = LOOPBACK  # the address the server listens on (--host)
     warnings: tuple[str, ...] = ()  # for the deploy to print before any change
+    # what the unit runs: ExecStart='s launcher, then the server's arguments (from the
+    # env file), and the env file's variables unquoted (``gpuserve render`` shows them)
+    argv: tuple[str, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()
 
 
 def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
@@ -104,6 +108,7 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
     api_key = validate_secret(api_key, "sglang_api_key", data_source)
 
     merged: dict[str, tuple[str, str]] = {}
+    values: dict[str, str] = {}
     for source, field_name, pairs in ((profile_source, "env", env),
                                       (data_source, "sglang_extra_env", extra_env)):
         for key, value in pairs.items():
@@ -111,10 +116,12 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
             if reserved:
                 raise InputError(source, f"{field_name}.{key}", reserved)
             merged[key] = env_line(key, value, source, field_name)
+            values[key] = str(value)
     if hf_token:
         if "\n" in hf_token:
             raise InputError(data_source, "hf_token", "must be a single line")
         merged["HF_TOKEN"] = env_line("HF_TOKEN", hf_token, data_source, "hf_token")
+        values["HF_TOKEN"] = hf_token
 
     host, warnings = listen_host(_value(args, "--host"), listen_address, bool(api_key),
                                  profile_source, data_source, quiet=not profile_sets_host)
@@ -150,7 +157,8 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
     ))
     env_text = render_env_file(list(merged.values()), profile_name, args)
     return ServicePlan(user, user, unit_text, env_text, config_text, port, served_name,
-                       profile_name, bin_dir, host, tuple(warnings))
+                       profile_name, bin_dir, host, tuple(warnings), (*launcher, *args),
+                       tuple(values.items()))
 
 
 def listen_host(profile_host: str | None, listen_address: object, has_key: bool,

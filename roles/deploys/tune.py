@@ -28,6 +28,7 @@ from gpuserve.facts.document import host_facts_document
 from gpuserve.facts.host import ModelCheckpoint
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.measure.results import utc_now
+from gpuserve.roles.deploys.operate import ServiceJournal
 from gpuserve.roles.deploys.serve import host_runtime, plan_and_read
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import fact, reader
@@ -44,17 +45,6 @@ TUNE_DEFAULTS = {
     # accepts: str (a path on the controller) or None
     "tune_snapshot": None,
 }
-
-
-class ServiceJournal(FactBase):
-    """The serve unit's last journal lines, ``short-iso-precise`` (text)."""
-
-    def command(self, unit: str, lines: int) -> str:
-        return (f"journalctl -u {shlex.quote(unit)} -o short-iso-precise --no-pager "
-                f"-n {int(lines)} 2>/dev/null || true")
-
-    def process(self, output: list[str]) -> str:
-        return "\n".join(output)
 
 
 class ServedProfileName(FactBase):

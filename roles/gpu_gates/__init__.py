@@ -22,7 +22,7 @@ from gpuserve.host import defaults as host_defaults
 from gpuserve.host import nccl_env
 from gpuserve.measure import gate_runs, gates
 from gpuserve.measure.results import safe_name
-from gpuserve.roles import managed
+from gpuserve.roles import managed, progress
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 
@@ -31,6 +31,8 @@ DEFAULTS = host_defaults.GPU_GATES
 BUILD_PACKAGES = ["build-essential", "cmake"]
 SYSTEM_NCCL_PACKAGES = ["libnccl2", "libnccl-dev"]
 CUDA_HOME = "/usr/local/cuda"
+#: The longest one tool's build may run before the host fails.
+BUILD_TIMEOUT_S = 3600
 
 
 def _facts():
@@ -117,7 +119,18 @@ def build_tool(tool: str, settings: gate_runs.GateSettings):
     gpu, _ = _facts()
     caps = [g.get("compute_cap") for g in fact_if_unchanged(gpu.NvidiaGpus) or []]
     script = gate_runs.build_script(src, dest, CUDA_HOME, nccl, gate_runs.gencode(caps))
-    yield StringCommand("sh", "-c", QuoteString(script))
+    # detached, polled with a progress line every 10 s (roles/progress.py)
+    run_dir = progress.fresh_dir(f"build-{tool}")
+    yield progress.start_command(run_dir, script)
+    if not state.is_executing:
+        return
+    job = progress.wait(run_dir, f"^{gate_runs.BUILD_PHASE}", gate_runs.build_progress,
+                        label=f"gates: build {tool}", timeout=BUILD_TIMEOUT_S)
+    if job.rc != 0:
+        yield fail_host(f"gates: building {tool} failed ({job.outcome(BUILD_TIMEOUT_S)}):",
+                        job.tail)
+        return
+    yield StringCommand("rm", "-rf", QuoteString(run_dir))
 
 
 def _results_root(results_dir: str):

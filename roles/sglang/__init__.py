@@ -18,6 +18,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 from pyinfra.operations import server
 
 from gpuserve.errors import InputError
+from gpuserve.launch.install_progress import PIP_LINES, pip_progress
 from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.locks import Lock
 from gpuserve.launch.venvs import (
@@ -31,7 +32,7 @@ from gpuserve.launch.venvs import (
 )
 from gpuserve.launch.verify import judge
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.roles import managed
+from gpuserve.roles import managed, progress
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.inventory import inventory_source
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
@@ -63,6 +64,8 @@ VERIFY = "sglang_verify.py"
 #: The GECOS comment of every account gpuserve creates: the mark that lets a later deploy
 #: tell its own service account from one it must never touch.
 ACCOUNT_MARK = "gpuserve service account"
+#: The longest a venv install may run before the host fails (a stuck mirror).
+INSTALL_TIMEOUT_S = 6 * 3600
 #: The comment earlier gpuserve versions gave the account (accepted, and rewritten).
 LEGACY_MARKS = ("gpuserve SGLang server",)
 
@@ -207,6 +210,30 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
     if host.get_fact(VenvVerified, venv=venv) == lock.hash:
         host.noop(f"{venv} is verified for lock {lock.name}")
         return
+    if pip_config is not None:
+        yield managed.write_secret_command(pip_config_path, pip_config())
+    steps = build_steps(venv, requirements, pip_options,
+                        pip_config_path if pip_config is not None else None, python)
+    # detached, polled with a progress line every 10 s (roles/progress.py); an unstamped
+    # venv is an interrupted or failed install: start it again from nothing
+    run_dir = progress.fresh_dir(f"venv-{venv.rsplit('/', 1)[-1]}")
+    yield progress.start_command(run_dir, "\n".join(steps), before=clear_leftovers(venv))
+    if not state.is_executing:
+        return
+    job = progress.wait(run_dir, PIP_LINES, lambda lines, s: pip_progress(lines, lock, s),
+                        label=f"venv {venv.rsplit('/', 1)[-1]}", timeout=INSTALL_TIMEOUT_S)
+    if job.rc != 0:
+        yield fail_host(f"venv: building {venv} from lock {lock.name} failed "
+                        f"({job.outcome(INSTALL_TIMEOUT_S)}); the "
+                        "service was not changed:", job.tail)
+        return
+    yield StringCommand("rm", "-rf", QuoteString(run_dir))
+
+
+def build_steps(venv: str, requirements: str, pip_options: list[str],
+                pip_config_path: str | None = None, python: str = "python3") -> list[str]:
+    """The install's shell steps: the venv, pip's hash-checked install (with the
+    credentials file, removed after it whatever pip's status), ``pip check``."""
     q = shlex.quote
     pip = f"{q(venv)}/bin/pip"
     options = " ".join(q(a) for a in pip_options)
@@ -220,19 +247,15 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
               f'rm -rf {q(venv)}; echo "gpuserve: building {venv} failed (exit $status, '
               '${free:-?} MiB free on its filesystem); the unfinished venv was removed" >&2; '
               "exit $status; }")
-    # an unstamped venv is an interrupted or failed install: start it again from nothing
-    yield (f"{clear_leftovers(venv)}{q(python)} -m venv {q(venv)} "
-           f"|| {{ status=$?; {failed}; }}")
     install = (f"{pip} install --disable-pip-version-check --no-input --require-hashes "
                f"--no-deps --only-binary=:all: {options} -r {q(requirements)}")
-    if pip_config is None:
-        yield f"{install} || {{ status=$?; {failed}; }}"
+    if pip_config_path is None:
+        install_step = f"{install} || {{ status=$?; {failed}; }}"
     else:
-        yield managed.write_secret_command(pip_config_path, pip_config())
-        yield StringCommand("sh", "-c", QuoteString(
-            f"PIP_CONFIG_FILE={q(pip_config_path)} {install}; status=$?; "
-            f"rm -f {q(pip_config_path)}; [ $status -eq 0 ] || {failed}"))
-    yield f"{pip} check --disable-pip-version-check || {{ status=$?; {failed}; }}"
+        install_step = (f"PIP_CONFIG_FILE={q(pip_config_path)} {install}; status=$?; "
+                        f"rm -f {q(pip_config_path)}; [ $status -eq 0 ] || {failed}")
+    return [f"{q(python)} -m venv {q(venv)} || {{ status=$?; {failed}; }}", install_step,
+            f"{pip} check --disable-pip-version-check || {{ status=$?; {failed}; }}"]
 
 
 def ere_literal(text: str) -> str:

@@ -483,3 +483,17 @@ def test_fingerprint_counts_the_collectives_but_all_reduce_alone_changes_nothing
     args = (src, nccl, ["GPU-a"], "580.126.20", 600, "exp", "ok", "none")
     assert gr.fingerprint(*args) == gr.fingerprint(*args, ("all_reduce",))
     assert gr.fingerprint(*args) != gr.fingerprint(*args, gr.COLLECTIVES)
+
+
+def test_build_reports_its_phases_in_order():
+    """The progress line of a detached build (roles/gpu_gates) names the script's last
+    phase line."""
+    text = gr.build_script(gates.load_sources()["cuda-samples"], "/d", "/usr/local/cuda",
+                           None, "")
+    phases = [line for line in text.splitlines() if gr.BUILD_PHASE in line]
+    assert [p.split(gr.BUILD_PHASE)[1].rstrip("'") for p in phases] == [
+        "fetching and checking the pinned source", "compiling", "installing into /d"]
+    lines = [gr.BUILD_PHASE + "fetching and checking the pinned source",
+             gr.BUILD_PHASE + "compiling"]
+    assert gr.build_progress(lines, 41.6) == "compiling, 42 s"
+    assert gr.build_progress([], 3) == "starting, 3 s"

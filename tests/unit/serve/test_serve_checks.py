@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import re
+import shlex
 import subprocess
 import time
 
@@ -341,24 +342,48 @@ def test_verified_venv_of_the_lock_is_no_change() -> None:
     assert not any("pip" in c for c in cmds)
 
 
+#: The detached install's status (roles/progress.py JobStatus): done, exit 0.
+JOB_DONE = {"/rc 2>/dev/null": ["0", "##", "Collecting torch==2.9.1", "Successfully installed",
+                                "##", "Successfully installed torch-2.9.1"]}
+
+
 @pytest.mark.parametrize("stamp", ["", "0123456789ab"])
 def test_missing_or_other_stamp_rebuilds_from_nothing_with_hashes(stamp: str) -> None:
-    from gpuserve.roles.sglang import locked_venv
+    from gpuserve.roles.sglang import build_steps, clear_leftovers, locked_venv
 
-    meta, cmds = run(locked_venv, {".gpuserve-verified": stamp}, **BUILD)
-    assert meta.did_change()
+    meta, cmds = run(locked_venv, {".gpuserve-verified": stamp, **JOB_DONE}, **BUILD)
+    assert meta.did_succeed() and meta.did_change()
     failed = ("{ status=$?; { free=$(df -Pm /opt/gpuserve/venvs | tail -n 1 | tr -s ' ' | "
               f'cut -d \' \' -f 4); rm -rf {VENV}; echo "gpuserve: building {VENV} failed (exit '
               '$status, ${free:-?} MiB free on its filesystem); the unfinished venv was '
               'removed" >&2; exit $status; }; }')
-    from gpuserve.roles.sglang import clear_leftovers
-
-    assert cmds[-3] == f"{clear_leftovers(VENV)}python3 -m venv {VENV} || {failed}"
-    assert cmds[-2] == (f"{VENV}/bin/pip install --disable-pip-version-check --no-input "
+    steps = build_steps(VENV, "/opt/gpuserve/locks/r.txt", BUILD["pip_options"])
+    assert steps[0] == f"python3 -m venv {VENV} || {failed}"
+    assert steps[1] == (f"{VENV}/bin/pip install --disable-pip-version-check --no-input "
                         "--require-hashes --no-deps --only-binary=:all: --no-index "
                         "--find-links http://10.0.2.2:8000/wheels/ -r /opt/gpuserve/locks/r.txt"
                         f" || {failed}")
-    assert cmds[-1] == f"{VENV}/bin/pip check --disable-pip-version-check || {failed}"
+    assert steps[2] == f"{VENV}/bin/pip check --disable-pip-version-check || {failed}"
+    # one detached job runs them (leftovers of an interrupted run stopped first), polled
+    start = shlex.split(next(c for c in cmds if "python3 -m venv" in c))
+    assert start[:2] == ["sh", "-c"] and start[2].startswith(clear_leftovers(VENV))
+    assert shlex.quote("\n".join(steps)) in start[2]
+    assert re.fullmatch(rf"rm -rf /run/gpuserve-jobs/venv-0\.5\.23-{LOCK.hash}-\d+", cmds[-1])
+
+
+def test_a_failed_detached_install_fails_the_host_with_its_last_lines(caplog) -> None:
+    from gpuserve.roles.sglang import locked_venv
+
+    failed = {"/rc 2>/dev/null": ["1", "##", "Collecting torch==2.9.1", "##",
+                                  "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES",
+                                  f"gpuserve: building {VENV} failed (exit 1, 9 MiB free "
+                                  "on its filesystem); the unfinished venv was removed"]}
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, cmds = run(locked_venv, {".gpuserve-verified": "", **failed}, **BUILD)
+    assert not meta.did_succeed()
+    assert f"building {VENV} from lock {LOCK.name} failed (exit status 1)" in caplog.text
+    assert "DO NOT MATCH THE HASHES" in caplog.text and "9 MiB free" in caplog.text
+    assert "venv 0.5.23-" in caplog.text  # the last progress line, when it ended
 
 
 @pytest.mark.parametrize("credentials", [False, True])
@@ -366,16 +391,15 @@ def test_a_failed_install_removes_the_unfinished_venv(tmp_path, credentials: boo
     """pip fails (here: no pip in the venv; on a host, a full disk or a bad hash): the
     step's own shell removes the half-built venv and says so, with pip's exit status,
     so a failed deploy does not leave it holding the disk."""
-    from gpuserve.roles.sglang import locked_venv
+    from gpuserve.roles.sglang import build_steps
 
     venv = tmp_path / "venvs" / "0.5.23-abc"
     (venv / "lib").mkdir(parents=True)
     (venv / "lib" / "half-written").write_text("x")
-    config = {"pip_config": (lambda: "[global]\n"), "pip_config_path": str(tmp_path / "pip.conf")}
-    _, cmds = run(locked_venv, {".gpuserve-verified": ""}, **{**BUILD, "venv": str(venv)},
-                  **(config if credentials else {}))
-    install = next(c for c in cmds if " install " in c)
-    if credentials:  # sh -c '...' around the step that carries the config file
+    conf = str(tmp_path / "pip.conf")
+    install = build_steps(str(venv), "/opt/gpuserve/locks/r.txt", BUILD["pip_options"],
+                          conf if credentials else None)[1]
+    if credentials:  # the step that carries the config file removes it
         (tmp_path / "pip.conf").write_text("[global]\n")
     done = subprocess.run(["sh", "-c", install], capture_output=True, text=True, timeout=60)
     assert done.returncode == 127, done.stderr  # sh: .../bin/pip: not found

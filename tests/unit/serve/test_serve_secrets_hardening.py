@@ -201,7 +201,9 @@ def test_no_command_of_the_install_holds_the_password(caplog) -> None:
     def pip_credentials() -> str:
         return text
 
-    inv = Inventory((["@fake"], {"fake_responses": {".gpuserve-verified": ""},
+    # the detached install's status (roles/progress.py): done
+    inv = Inventory((["@fake"], {"fake_responses": {".gpuserve-verified": "",
+                                                    "/rc 2>/dev/null": ["0", "##", "##"]},
                                  "fake_delay": 0}))
     state = State(inv, Config())
     connect_all(state)

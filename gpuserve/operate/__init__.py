@@ -1,0 +1,1 @@
+"""Operating a served host: what the remove deploy takes off it."""

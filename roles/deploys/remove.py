@@ -1,0 +1,24 @@
+"""The remove deploy: gpuserve's server and gateway taken off the host, records and
+weights kept (``remove_weights=true`` takes the weights too). Called by
+deploy/remove.py, or by a pyinfra project's own deploy file. What goes and what stays:
+gpuserve/operate/removal.py and docs/operate.md.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+
+from gpuserve.operate.removal import plan_removal
+from gpuserve.roles import remove as remove_role
+from gpuserve.roles.inventory import inventory_source, packaged_deploy
+
+
+@packaged_deploy
+def remove_gpuserve() -> None:
+    """Stop and remove the SGLang service and the gateway (units, env files, configs,
+    secrets, venvs, host scripts, last good copies); idempotent; bad host data stops
+    the host before any operation. Keys: ``gpuserve.roles.remove.DEFAULTS`` and the
+    homes of the serve and gateway deploys (``sglang_home``, ``router_home``,
+    ``models_dir``)."""
+    plan = plan_removal(host.data.dict(), inventory_source())
+    remove_role.remove_installation(plan=plan)

@@ -1,0 +1,83 @@
+"""``gpuserve logs``: the last start's diagnosis from a journal, the unknown-host and
+unreachable errors, and secrets masked (the journal itself comes from the lab test)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuserve.cli import main
+from gpuserve.commands._readonly import failure, host_data
+from gpuserve.commands.logs import last_start
+from gpuserve.errors import InputError
+from gpuserve.launch.secrets import MASK, host_secret_values, mask_values
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
+STARTED = ("2026-12-05T01:18:26.318730+0000 gpu1 systemd[1]: Started "
+           "gpuserve-sglang.service - SGLang server (gpuserve).")
+
+
+def journal(log: str) -> str:
+    """A log fixture as journalctl -o short-iso-precise prints the unit's lines (the
+    prefix is journalctl's documented format; the SGLang lines are the fixture's)."""
+    lines = [line for line in (FIXTURES / log).read_text().splitlines()
+             if line and not line.startswith("#")]
+    return "\n".join(f"2026-12-05T01:19:{i % 60:02d}.000000+0000 gpu1 sglang[680]: {line}"
+                     for i, line in enumerate(lines))
+
+
+def test_the_last_start_is_diagnosed_not_an_earlier_one() -> None:
+    text = "\n".join([STARTED, journal("fieldnote_glm5_capture_oom.log"),
+                      STARTED.replace("01:18:26", "01:30:00"), journal("fieldnote_glm5_tp8.log")])
+    start, diagnosis = last_start(text)
+    assert start.startswith("2026-12-05T01:30:00")
+    standalone = last_start("\n".join([STARTED, journal("fieldnote_glm5_tp8.log")]))[1]
+    assert diagnosis is not None and diagnosis.to_dict() == standalone.to_dict()
+
+
+def test_a_start_without_sglang_lines_yet_and_no_start() -> None:
+    assert last_start(STARTED)[1] is None and last_start(STARTED)[0] == STARTED
+    assert last_start("2026-12-05T01:00:00.0+0000 gpu1 sglang[1]: hello") == (None, None)
+
+
+def test_unknown_host_is_named_before_any_connection(tmp_path) -> None:
+    inventory = tmp_path / "inv.py"
+    inventory.write_text("gpu = ['gpu1', 'gpu2']\n")
+    with pytest.raises(InputError) as info:
+        host_data(str(inventory), "gpu3", [])
+    assert "unknown host 'gpu3'" in str(info.value) and "gpu1, gpu2" in str(info.value)
+    with pytest.raises(InputError, match="name one"):
+        host_data(str(inventory), None, [])
+    assert host_data(str(inventory), "gpu2", ["profile=x"]) == ("gpu2", {"profile": "x"})
+    assert main(["logs", str(inventory), "--limit", "gpu3"]) == 2
+
+
+def test_failure_lines() -> None:
+    out = ("--> Connecting to hosts...\n    [gpu1] Could not connect (Connection refused)\n"
+           "--> pyinfra error: No hosts remaining!\n")
+    assert failure("gpu1", out) == "gpu1: unreachable: Could not connect (Connection refused)"
+    assert failure("gpu1", "x\n    [gpu1] gpuserve: error: inv.py: profile: required\n") \
+        == "inv.py: profile: required"
+
+
+def test_secrets_of_host_data_are_masked() -> None:
+    data = {"hf_token": "hf_abcdefghijklmnop", "sglang_api_key": "sk-0123456789abcdef",
+            "sglang_extra_env": {"MY_API_KEY": "extra-secret-value", "NCCL_DEBUG": "WARN"}}
+    secrets = host_secret_values(data)
+    text = "token=hf_abcdefghijklmnop key sk-0123456789abcdef extra-secret-value WARN"
+    assert mask_values(text, secrets) == f"token={MASK} key {MASK} {MASK} WARN"
+
+
+@pytest.mark.parametrize("verb", ["logs", "render"])
+def test_an_unreachable_host_is_one_line(tmp_path, capsys, monkeypatch, verb) -> None:
+    """The read-only run through the real pyinfra CLI, to a loopback port nothing
+    listens on."""
+    inventory = tmp_path / "inv.py"
+    inventory.write_text('hosts = [("dead", {"ssh_hostname": "127.0.0.1", "ssh_port": 1, '
+                         '"profile": "glm5-nvfp4-tp8"})]\n')
+    monkeypatch.chdir(tmp_path)
+    assert main([verb, "inv.py", "--limit", "dead"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpuserve: error: dead: unreachable: Could not connect"), err
+    assert len(err.strip().splitlines()) == 1
