@@ -248,13 +248,13 @@ class Client:
             conn.request(method, target, headers=headers)
             return conn, conn.getresponse()
         except Exception as e:  # noqa: BLE001 - every network failure becomes one line
-            raise self.network_error(e, url) from None
+            raise self.network_error(e, url, read_timeout) from None
 
-    def network_error(self, e, url):
+    def network_error(self, e, url, timeout=None):
         host = "{}://{}:{}".format(*origin(url))
         if isinstance(e, socket.timeout | TimeoutError):
-            return HubError("timeout", f"{host} did not answer within {self.read:.0f} s",
-                            resumable=True)
+            return HubError("timeout", f"{host} did not answer within "
+                            f"{timeout or min(self.read, self.stall):.0f} s", resumable=True)
         if isinstance(e, ConnectionRefusedError):
             return HubError("network", f"{host} refused the connection", resumable=True)
         if isinstance(e, socket.gaierror):
