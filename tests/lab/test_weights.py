@@ -120,6 +120,22 @@ def test_a_disk_too_small_is_refused_before_the_download(lab, hub, profiles, gro
     lab.ssh("umount /srv/tiny-disk", check=False)
 
 
+def test_a_refusing_endpoint_is_one_error_line_in_a_dry_run(lab, hub, profiles,
+                                                            group_data):
+    """``pyinfra --dry`` with a controller endpoint that refuses connections: one
+    ``gpuserve: error:`` line naming the key and what to do, no traceback, no change."""
+    before = fingerprint(lab)
+    r = lab.run_pyinfra("deploy/serve.py", "--dry", "--data", f"profile={profiles['big']}",
+                        "--data", f"hf_endpoint={hub.url}",
+                        "--data", "hf_plan_endpoint=http://127.0.0.1:9",
+                        "--group-data", str(group_data), check=False)
+    out = ANSI.sub("", r.stdout)
+    assert r.returncode != 0 and "Traceback" not in out and HF_TOKEN not in out
+    assert "gpuserve: error:" in out and "hf_plan_endpoint" in out
+    assert "refused the connection" in out and f"{BIG}@" in out
+    assert fingerprint(lab) == before
+
+
 @pytest.fixture(scope="module")
 def first_deploy(lab, hub, profiles, group_data):
     hub.reset()

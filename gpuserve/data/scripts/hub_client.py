@@ -26,7 +26,7 @@ MARKER = ".gpuserve-complete.json"
 RESERVED = (MARKER, ".cache", ".gpuserve")
 MAX_PATH = 1024  # bytes of a file name (UTF-8)
 MAX_FILES = 10_000  # entries of a listing (host data weights_max_files)
-MAX_JSON_BYTES = 16 << 20  # a config, an index, a tree page
+MAX_JSON_BYTES = 64 << 20  # a config, an index (GLM-5 NVFP4's: 22 MB), a tree page
 MAX_JSON_DEPTH = 64
 MAX_HEADER_BYTES = 25_000_000  # a safetensors header (huggingface_hub's own limit)
 HEADER_PROBE = 100_000  # the first ranged read of a shard (as huggingface_hub's)
@@ -321,7 +321,7 @@ class Client:
             if length is not None and length.isdigit() and int(length) > cap:
                 raise HubError("document", f"{what}: {int(length):,} bytes announced, more "
                                f"than the {cap:,} allowed")
-            data, window, got = b"", time.monotonic(), 0
+            data, window, got = bytearray(), time.monotonic(), 0
             while len(data) <= cap:
                 chunk = self._read1(resp, cap + 1 - len(data), url)
                 if not chunk:
@@ -336,7 +336,7 @@ class Client:
             if len(data) > cap:
                 raise HubError("document", f"{what}: more than the {cap:,} bytes allowed "
                                "(or asked for)")
-            return resp, data
+            return resp, bytes(data)
         finally:
             conn.close()
 
