@@ -44,6 +44,10 @@ CHUNK = 10 * 1024 * 1024  # a cut past the first 10 MiB (resumed from where it s
 
 @pytest.fixture(scope="module")
 def hub(lab):
+    # the memory fit needs the host's GPUs: on a fresh lab host, the host deploy first
+    # (in the full tier test_container_host.py has run it already)
+    if lab.ssh("nvidia-smi -L").returncode != 0:
+        lab.run_pyinfra("deploy/host.py")
     return lab_hub(lab)
 
 
