@@ -24,6 +24,7 @@ import contextlib
 import importlib.util
 import json
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -180,11 +181,14 @@ def resolve_commit(api, source: HfSource, where: Where) -> str:
 
 
 def list_files(api, source: HfSource, commit: str, where: Where,
-               max_files: int | None = None) -> tuple[RepoFile, ...]:
+               max_files: int | None = None,
+               deadline: float | None = None) -> tuple[RepoFile, ...]:
     """Every file of the revision with size and hashes, judged by hub_client's listing
-    rule (the host script applies the same one to its own listing)."""
+    rule (the host script applies the same one to its own listing), within ``deadline``
+    (time.monotonic)."""
     with hub_errors(where, HfSource(source.repo_id, commit)):
-        files = api.list_tree(source.repo_id, commit, max_files or hub_module().MAX_FILES)
+        files = api.list_tree(source.repo_id, commit, max_files or hub_module().MAX_FILES,
+                              deadline)
     return tuple(RepoFile(f["path"], f["size"], f["sha256"], f["git_sha1"]) for f in files)
 
 
@@ -296,11 +300,13 @@ def _parse_headers(api, source: HfSource, commit: str, shards: list[str], where:
 
 
 def read_remote(source: HfSource, where: Where, token: str | None, headers: bool = True,
-                files: bool = True, max_files: int | None = None) -> RemoteCheckpoint:
+                files: bool = True, max_files: int | None = None,
+                timeout: float | None = None) -> RemoteCheckpoint:
     """Resolve ``source``; read every shard's header (``headers``) and the file list
     with sizes and hashes (``files``)."""
     api = hub_api(where.endpoint, token, where)
     commit = resolve_commit(api, source, where)
     scan = read_headers(api, source, commit, where) if headers else None
-    listed = list_files(api, source, commit, where, max_files) if files else ()
+    deadline = time.monotonic() + timeout if timeout else None
+    listed = list_files(api, source, commit, where, max_files, deadline) if files else ()
     return RemoteCheckpoint(source, commit, listed, scan)

@@ -48,8 +48,8 @@ DEFAULTS = {
     # it, and fetch the new commit (one run: --data hf_revision_update=true)
     # accepts: bool
     "hf_revision_update": False,
-    # seconds the download may take before the host fails (the partial files stay and
-    # the next run resumes them)
+    # seconds the revision's listing (on the controller and the host) and the download
+    # may take before the host fails (the partial files stay and the next run resumes them)
     # accepts: number of seconds
     "weights_timeout": 86_400,
     # seconds a download may bring fewer than 64 KiB (a silent or dripping server)
@@ -248,7 +248,7 @@ class WeightsStep:
             return self.plan
         pinned = HfSource(self.plan.repo_id, self.plan.commit)
         listed = self.remote(pinned, self.where, self.token, headers=False, files=True,
-                             max_files=self.plan.max_files)
+                             max_files=self.plan.max_files, timeout=self.plan.timeout)
         total = listed.total_bytes
         plan = dataclasses.replace(self.plan, total_bytes=total, files=len(listed.files),
                                    to_fetch=max(total - self.staged_bytes, 0))

@@ -212,14 +212,16 @@ class Client:
     followed by hand (http(s) only, at most 5), the token sent only to the endpoint's
     own scheme, host and port."""
 
-    def __init__(self, endpoint=None, token=None, connect=CONNECT_TIMEOUT,
-                 read=READ_TIMEOUT, stall=STALL_TIMEOUT, user_agent="gpuserve"):
+    def __init__(self, endpoint=None, token=None, connect=None, read=None, stall=None,
+                 user_agent="gpuserve"):
         self.endpoint = (endpoint or "https://huggingface.co").rstrip("/")
         problem = endpoint_problem(self.endpoint)
         if problem:
             raise HubError("endpoint", f"hf_endpoint {problem}")
-        self.token, self.connect, self.read, self.ua = token or None, connect, read, user_agent
-        self.stall = stall
+        self.token, self.ua = token or None, user_agent
+        self.connect = connect or CONNECT_TIMEOUT
+        self.read = read or READ_TIMEOUT
+        self.stall = stall or STALL_TIMEOUT
         self.origin = origin(self.endpoint)
 
     def say(self, text, limit=300):

@@ -173,6 +173,25 @@ def test_the_token_stays_with_the_endpoints_origin_over_a_cdn_redirect(hub, plac
     assert fetch_module().verify(target, marker["files"]) == []
 
 
+def test_a_redirect_to_another_port_of_the_same_host_gets_no_token(hub, hub_root, place):
+    c = commit(hub)
+    with HubServer(hub_root) as other:  # 127.0.0.1 too, another port: another origin
+        fault(hub, kind="redirect", file="config.json",
+              location=f"{other.url}/{TINY}/resolve/{c}/config.json")
+        marker, target = fetch(hub, place)
+        got = [r for r in requests_of(other) if r["file"] == "config.json"]
+    assert got and not any(r["auth"] for r in got)
+    assert fetch_module().verify(target, marker["files"]) == []
+
+
+def test_one_line_redacts_and_bounds_server_text():
+    text = (f"<html>\n401: Authorization: Bearer {TOKEN}\r\n token={TOKEN[:20]}"
+            " hf_AbCdEf123456 \x1b[31m" + "x" * 1000)
+    out = HUB.one_line(text, (TOKEN,), 300)
+    assert "\n" not in out and "\x1b" not in out and len(out) <= 300
+    assert "Sekr3t" not in out and "hf_AbCdEf" not in out and "<redacted>" in out
+
+
 def test_an_endless_body_is_refused_at_one_byte_over(hub, place):
     fault(hub, kind="endless", file="config.json", after=80 << 20)
     t = time.monotonic()
@@ -268,6 +287,14 @@ def test_plan_hf_gives_one_error_line_for_each_broken_endpoint(hub, capsys, monk
     base = ["plan", "--hf", f"{TINY}@{c}", "--gpus", "2xH200", "--tp", "2"]
     fault(hub, kind="redirect", file="config.json", location="file:///etc/passwd")
     assert "non-HTTP URL" in _cli(base + ["--hf-endpoint", hub.url], capsys, monkeypatch)
+    lab_control(hub.url, "faults/clear", {}, timeout=10)
+    fault(hub, kind="status", status=503)
+    assert "503" in _cli(base + ["--hf-endpoint", hub.url], capsys, monkeypatch)
+    lab_control(hub.url, "faults/clear", {}, timeout=10)
+    fault(hub, kind="hang", seconds=40, file="config.json", times=1)
+    monkeypatch.setattr(HUB, "READ_TIMEOUT", 2.0)
+    assert "did not answer within 2 s" in _cli(base + ["--hf-endpoint", hub.url], capsys,
+                                               monkeypatch)
     err = _cli(base + ["--hf-endpoint", f"http://127.0.0.1:{_closed_port()}"], capsys,
                monkeypatch)
     assert "refused the connection" in err and f"{TINY}@{c}" in err

@@ -35,7 +35,8 @@ class Hub:
         self.calls: list[tuple[str, bool]] = []
         self.commit = commit
 
-    def __call__(self, source, where, token, headers=True, files=True, max_files=None):
+    def __call__(self, source, where, token, headers=True, files=True, max_files=None,
+                 timeout=None):
         self.calls.append((source.spec, headers, files))
         return RemoteCheckpoint(source, self.commit, FILES if files else (),
                                 {"schema": "x"} if headers else None)
@@ -155,7 +156,8 @@ def test_progress_line_has_bytes_rate_and_eta():
 def test_plan_endpoint_is_what_the_controller_reads_and_errors_name(tmp_path):
     seen = []
 
-    def hub(source, where, token, headers=True, files=True, max_files=None):
+    def hub(source, where, token, headers=True, files=True, max_files=None,
+            timeout=None):
         seen.append((where.endpoint, where.endpoint_field))
         return RemoteCheckpoint(source, COMMIT, FILES, None)
 

@@ -63,7 +63,8 @@ class Reads:
         self.hub: list[bool] = []
         self.scanned: list[str] = []
 
-    def remote(self, source, where, token, headers=True, files=True, max_files=None):
+    def remote(self, source, where, token, headers=True, files=True, max_files=None,
+               timeout=None):
         self.hub.append("headers" if headers else "files")
         size = sum(f.stat().st_size for f in self.glm5.iterdir())
         listed = (RepoFile("all", size, "0" * 64, "0" * 40),) if files else ()
