@@ -295,10 +295,15 @@ class Client:
     def _http_error(self, conn, resp):
         code = resp.getheader("X-Error-Code")
         message = resp.getheader("X-Error-Message") or ""
-        try:
-            body = b"" if resp.status < 400 else resp.read(ERROR_BODY)
+        body, until = b"", time.monotonic() + min(self.read, self.stall)
+        try:  # at most ERROR_BODY bytes, within one read timeout (a dripping error page)
+            while resp.status >= 400 and len(body) < ERROR_BODY and time.monotonic() < until:
+                chunk = resp.read1(ERROR_BODY - len(body))
+                if not chunk:
+                    break
+                body += chunk
         except Exception:  # noqa: BLE001 - the status is what matters
-            body = b""
+            pass
         finally:
             conn.close()
         if not message and body:
