@@ -19,7 +19,7 @@ from types import ModuleType
 
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.launch.hf_source import parse_source, source_problem
-from gpuserve.memory.remote import Where, hub_api, hub_errors, resolve_commit
+from gpuserve.memory.remote import Where, hub_api, hub_errors, hub_module, resolve_commit
 from gpuserve.paths import SCRIPTS_DIR
 
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     endpoint = args.hf_endpoint or os.environ.get("HF_ENDPOINT") or None
     token = os.environ.get("HF_TOKEN") or None
     where = Where("--hf", "hf", "--hf-endpoint", "hf_endpoint", endpoint)
-    commit = resolve_commit(hub_api(endpoint, token), source, where)
+    commit = resolve_commit(hub_api(endpoint, token, where), source, where)
     target = source.revision_dir(os.path.abspath(args.dir), commit)
     os.makedirs(source.repo_dir(os.path.abspath(args.dir)), exist_ok=True)
     module = fetch_module()
@@ -77,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
             marker = module.fetch(source.repo_id, commit, target, endpoint=endpoint,
                                   token=token, report=report)
     except module.Refused as e:
-        raise GpuserveError(f"weights: {e}") from None
+        raise GpuserveError(f"weights: {hub_module().one_line(e, (token,), 400)}") from None
+    except OSError as e:  # the local directory (permissions, a full disk)
+        raise GpuserveError(f"weights: {target}: {hub_module().one_line(e, (token,))}") \
+            from None
     print(f"{source.repo_id}@{commit}: {len(marker['files'])} files, "
           f"{marker['total_bytes']:,} bytes, verified ({marker['verified']}): {target}")
     print(f"copy to the host: rsync -a {os.path.abspath(args.dir)}/ "

@@ -1,34 +1,41 @@
 """A Hub checkpoint described from its safetensors headers, before any weight is fetched.
 
-huggingface_hub's ``get_safetensors_metadata`` reads every shard's header with ranged
-GETs (about 100 KB a shard, plus the index); ``list_repo_tree`` gives each file's size
-and hash. The headers become the very scan document ``checkpoint_scan.py`` prints for a
-local directory (its ``scan_headers``), so ``gpuserve.memory.preflight.check_fit`` plans
-a Hub checkpoint and a downloaded one with one code path: the serve deploy's preflight
-and ``gpuserve plan --hf`` both call :func:`read_remote`.
+The reads huggingface_hub's ``get_safetensors_metadata`` makes (a HEAD for
+``model.safetensors`` or the index, the index, a ranged GET of about 100 KB per shard
+header), made through hub_client.py, the stdlib module the host script carries too:
+caps on every document and header, timeouts on every request, the token to the
+endpoint's origin alone. The file list (sizes and hashes) is judged by the same listing
+rule on the controller and on the host. The headers become the very scan document
+``checkpoint_scan.py`` prints for a local directory (its ``scan_headers``), so
+``gpuserve.memory.preflight.check_fit`` plans a Hub checkpoint and a downloaded one with
+one code path: the serve deploy's preflight and ``gpuserve plan --hf`` both call
+:func:`read_remote`.
 
-Every huggingface_hub error becomes an ``InputError`` naming the file and field to fix:
-the profile's ``model.hf`` (no such repository, revision, no safetensors), the Hub file
-(an index naming a missing shard, a truncated header) or the endpoint's key (a server
-answering 404 without ``X-Error-Code`` is not a Hub API: huggingface_hub cannot tell a
-missing file from a wrong URL then).
+Every failure becomes one ``InputError`` naming the file and field to fix: the profile's
+``model.hf`` (no such repository, revision, access, no safetensors), the Hub file (an
+index naming a missing shard, a truncated header) or the endpoint's key (anything the
+server did wrong: refused, timed out, redirected off HTTP, a refused listing, a 404
+without ``X-Error-Code``), with the endpoint and ``repo@revision``. docs/weights.md.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 
 from gpuserve.errors import InputError
 from gpuserve.launch.hf_source import COMMIT, HfSource
 from gpuserve.memory.checkpoint import _scan_module
+from gpuserve.paths import SCRIPTS_DIR
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
-#: Seconds each Hub request may take (huggingface_hub's default is 10).
-TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -67,74 +74,98 @@ class RemoteCheckpoint:
         return json.dumps(self.scan)
 
 
-def hub_api(endpoint: str | None, token: str | None):
-    """A huggingface_hub client for ``endpoint`` (None: the public Hub) with ``token``
-    (False, not None, without one: never a token file of the controller's user)."""
-    from huggingface_hub import HfApi
+def hub_module() -> ModuleType:
+    """hub_client.py (stdlib; the host carries the same file beside weights_fetch.py),
+    imported once under the name the host script imports it by."""
+    name = "gpuserve_hub_client"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, SCRIPTS_DIR / "hub_client.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
-    return HfApi(endpoint=endpoint, token=token or False, library_name="gpuserve")
+
+def hub_api(endpoint: str | None, token: str | None, where: Where | None = None):
+    """A Hub client for ``endpoint`` (None: the public Hub) with ``token`` (never a
+    token file of the controller's user); a bad endpoint URL names its key."""
+    hub = hub_module()
+    try:
+        return hub.Client(endpoint, token)
+    except hub.HubError as e:
+        where = where or Where("--hf-endpoint", None, "--hf-endpoint", "hf_endpoint")
+        raise InputError(where.endpoint_file, where.endpoint_field,
+                         str(e).removeprefix("hf_endpoint ")) from None
+
+
+#: What to do, by the kind of failure (hub_client.HubError.kind).
+_ADVICE = {
+    "network": "check that the endpoint is reachable from here and retry",
+    "timeout": "the server is hung or too slow; retry, or raise host data "
+               "weights_stall_timeout",
+    "redirect": "the server is not a Hub API one can trust; check the endpoint",
+    "listing": "the server's file list is refused as a whole; use the Hub or a mirror "
+               "you trust (nothing was downloaded)",
+    "document": "the server sent a document gpuserve does not read; check the endpoint",
+    "body": "the server's answer does not match its own listing; retry, or use another "
+            "mirror",
+    "endpoint": "fix the URL",
+}
 
 
 @contextlib.contextmanager
 def hub_errors(where: Where, source: HfSource, file: str | None = None) -> Iterator[None]:
-    """huggingface_hub's exceptions as InputErrors naming what to fix."""
-    from huggingface_hub import errors
-
+    """hub_client's HubError as InputErrors naming what to fix: the profile's model.hf
+    (no repository, revision, access), the Hub file (a header), or the endpoint's key
+    (everything the server did wrong), one line, the endpoint and repo@revision named."""
+    hub = hub_module()
     label = f"hf:{source.repo_id}@{source.revision}"
     try:
         yield
-    except errors.GatedRepoError:
-        raise InputError(where.source_file, where.source_field, f"{source.repo_id} is gated: "
-                         "accept its terms on the Hub and set host data hf_token") from None
-    except errors.RepositoryNotFoundError:
-        raise InputError(where.source_file, where.source_field, f"no repository "
-                         f"{source.repo_id} at {_endpoint(where)} (or it is private: set "
-                         "hf_token)") from None
-    except errors.RevisionNotFoundError:
-        raise InputError(where.source_file, where.source_field, f"no revision "
-                         f"{source.revision!r} in {source.repo_id} at {_endpoint(where)}") from None
-    except errors.NotASafetensorsRepoError:
-        raise InputError(where.source_file, where.source_field, f"{source.repo_id}@"
-                         f"{source.revision} has neither {SINGLE} nor {INDEX}: gpuserve serves "
-                         "safetensors checkpoints only") from None
-    except errors.SafetensorsParsingError as e:
-        raise InputError(f"{label}/{file or '?'}", "header",
-                         f"safetensors header unreadable: {_short(e)}") from None
-    except errors.RemoteEntryNotFoundError:
-        raise InputError(f"{label}/{file or '?'}", None, "not in the repository at this "
-                         "revision") from None
-    except errors.HfHubHTTPError as e:
-        status = e.response.status_code if e.response is not None else None
-        if status == 404:
-            raise InputError(where.endpoint_file, where.endpoint_field,
-                             f"{_endpoint(where)} answered 404 without X-Error-Code "
-                             f"({_url(e)}): not a Hugging Face Hub API, or not this "
-                             "repository's; check the endpoint (a mirror must answer like "
-                             "the Hub)") from None
-        if status in (401, 403):
-            raise InputError(where.source_file, where.source_field, f"{_endpoint(where)} "
-                             f"refused access ({status}) to {source.repo_id}: set or check "
-                             "host data hf_token") from None
-        raise InputError(where.endpoint_file, where.endpoint_field,
-                         f"{_endpoint(where)} answered {status}: {_short(e)}") from None
-    except (OSError, ValueError) as e:  # connection refused, timeout, bad URL
-        raise InputError(where.endpoint_file, where.endpoint_field, f"could not read "
-                         f"{label} from {_endpoint(where)}: {_short(e)}") from None
+    except hub.HubError as e:
+        raise _input_error(e, where, source, label, file) from None
+
+
+def _input_error(e, where: Where, source: HfSource, label: str,
+                 file: str | None) -> InputError:
+    at = f"{_endpoint(where)}: {source.repo_id}@{source.revision}"
+    if e.kind == "header":
+        return InputError(f"{label}/{file or '?'}", "header",
+                          f"safetensors header unreadable: {e}")
+    if e.kind != "http":
+        return InputError(where.endpoint_file, where.endpoint_field,
+                          f"{at}{'/' + file if file else ''}: {e}; "
+                          f"{_ADVICE.get(e.kind, 'check the endpoint')}")
+    if e.code == "GatedRepo":
+        return InputError(where.source_file, where.source_field, f"{source.repo_id} is "
+                          "gated: accept its terms on the Hub and set host data hf_token")
+    if e.code == "RepoNotFound":
+        return InputError(where.source_file, where.source_field, f"no repository "
+                          f"{source.repo_id} at {_endpoint(where)} (or it is private: set "
+                          "hf_token)")
+    if e.code == "RevisionNotFound":
+        return InputError(where.source_file, where.source_field, f"no revision "
+                          f"{source.revision!r} in {source.repo_id} at {_endpoint(where)}")
+    if e.code == "EntryNotFound":
+        return InputError(f"{label}/{file or '?'}", None, "not in the repository at this "
+                          "revision")
+    if e.status == 404:
+        return InputError(where.endpoint_file, where.endpoint_field,
+                          f"{_endpoint(where)} answered 404 without X-Error-Code ({at}): "
+                          "not a Hugging Face Hub API, or not this repository's; check "
+                          "the endpoint (a mirror must answer like the Hub)")
+    if e.status in (401, 403):
+        return InputError(where.source_file, where.source_field, f"{_endpoint(where)} "
+                          f"refused access ({e.status}) to {source.repo_id}: set or check "
+                          "host data hf_token")
+    return InputError(where.endpoint_file, where.endpoint_field,
+                      f"{at}: {_endpoint(where)} answered {e}; retry later or check the "
+                      "endpoint")
 
 
 def _endpoint(where: Where) -> str:
     return where.endpoint or "https://huggingface.co"
-
-
-def _short(e: BaseException) -> str:
-    return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-
-
-def _url(e) -> str:
-    try:
-        return str(e.response.request.url)[:160]
-    except (AttributeError, RuntimeError):
-        return "?"
 
 
 def resolve_commit(api, source: HfSource, where: Where) -> str:
@@ -142,35 +173,29 @@ def resolve_commit(api, source: HfSource, where: Where) -> str:
     if source.pinned:
         return source.revision
     with hub_errors(where, source):
-        sha = api.model_info(source.repo_id, revision=source.revision, timeout=TIMEOUT).sha
-    if not sha or not COMMIT.fullmatch(sha):
+        sha = api.commit_of(source.repo_id, source.revision)
+    if not isinstance(sha, str) or not COMMIT.fullmatch(sha):
         raise InputError(where.endpoint_file, where.endpoint_field, f"{_endpoint(where)} "
-                         f"resolved {source.spec} to {sha!r}, not a commit")
+                         f"resolved {source.spec} to {api.say(repr(sha), 60)}, not a commit")
     return sha
 
 
-def list_files(api, source: HfSource, commit: str, where: Where) -> tuple[RepoFile, ...]:
-    """Every file of the revision with size and hashes (``list_repo_tree``, recursive)."""
-    with hub_errors(where, source):
-        entries = list(api.list_repo_tree(source.repo_id, recursive=True, revision=commit))
-    files = []
-    for e in entries:
-        if not hasattr(e, "size") or not hasattr(e, "blob_id"):
-            continue  # a folder
-        lfs = getattr(e, "lfs", None)
-        files.append(RepoFile(e.path, int(e.size), lfs["sha256"] if lfs else None, e.blob_id))
-    return tuple(sorted(files, key=lambda f: f.path))
+def list_files(api, source: HfSource, commit: str, where: Where,
+               max_files: int | None = None,
+               deadline: float | None = None) -> tuple[RepoFile, ...]:
+    """Every file of the revision with size and hashes, judged by hub_client's listing
+    rule (the host script applies the same one to its own listing), within ``deadline``
+    (time.monotonic)."""
+    with hub_errors(where, HfSource(source.repo_id, commit)):
+        files = api.list_tree(source.repo_id, commit, max_files or hub_module().MAX_FILES,
+                              deadline)
+    return tuple(RepoFile(f["path"], f["size"], f["sha256"], f["git_sha1"]) for f in files)
 
 
 def _json_file(api, source: HfSource, commit: str, name: str, where: Where) -> dict:
-    with hub_errors(where, source, name):
-        path = api.hf_hub_download(source.repo_id, name, revision=commit)
     label = f"hf:{source.repo_id}@{commit}/{name}"
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise InputError(label, None, f"not JSON: {_short(e)}") from None
+    with hub_errors(where, HfSource(source.repo_id, commit), name):
+        doc = api.get_json(api.resolve_url(source.repo_id, commit, name), name)
     if not isinstance(doc, dict):
         raise InputError(label, None, "not a JSON object")
     return doc
@@ -183,8 +208,8 @@ def _optional_json(api, source: HfSource, commit: str, name: str, where: Where) 
 
 
 def _exists(api, source: HfSource, commit: str, name: str, where: Where) -> bool:
-    with hub_errors(where, source, name):
-        return bool(api.file_exists(source.repo_id, name, revision=commit))
+    with hub_errors(where, HfSource(source.repo_id, commit), name):
+        return bool(api.exists(source.repo_id, commit, name))
 
 
 def read_headers(api, source: HfSource, commit: str, where: Where) -> dict:
@@ -203,6 +228,7 @@ def read_headers(api, source: HfSource, commit: str, where: Where) -> dict:
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise InputError(f"{label}/{INDEX}", "weight_map", "missing or empty")
+        _check_shards(weight_map, label)
     config = _optional_json(api, source, commit, "config.json", where)
     quant = _optional_json(api, source, commit, "hf_quant_config.json", where)
     shards = sorted({str(v) for v in index["weight_map"].values()}) if index else [SINGLE]
@@ -210,19 +236,33 @@ def read_headers(api, source: HfSource, commit: str, where: Where) -> dict:
     return scan_document(label, config, quant, index, dict(zip(shards, metas, strict=True)))
 
 
+def _check_shards(weight_map: dict, label: str) -> None:
+    """The index's shard names under the listing rule (a name a server sends)."""
+    hub = hub_module()
+    for name in {v for v in weight_map.values()}:
+        problem = hub.path_problem(name)
+        if problem:
+            raise InputError(f"{label}/{INDEX}", "weight_map",
+                             f"shard name {hub.shown(name)} {problem}")
+    if len(set(weight_map.values())) > hub.MAX_FILES:
+        raise InputError(f"{label}/{INDEX}", "weight_map",
+                         f"names more than {hub.MAX_FILES} shards")
+
+
 def scan_document(label: str, config: dict | None, quant: dict | None, index: dict | None,
                   shards: dict) -> dict:
-    """checkpoint_scan.py's document from huggingface_hub's parsed headers
-    (``{file: SafetensorsFileMetadata}``): each tensor's dtype, shape and data offsets go
-    through the local scan's own checks and grouping (``scan_headers``). A ranged read
-    does not give a file's size: each file counts as its 8-byte length and its data
-    (its header's bytes are not counted)."""
+    """checkpoint_scan.py's document from the shards' raw headers (``{file: header
+    dict}``): each tensor's dtype, shape and data offsets go through the local scan's own
+    checks and grouping (``scan_headers``). A ranged read does not give a file's size:
+    each file counts as its 8-byte length and its data (its header's bytes are not
+    counted)."""
     headers = []
-    for name, fm in sorted(shards.items()):
-        header = {t: {"dtype": i.dtype, "shape": list(i.shape),
-                      "data_offsets": list(i.data_offsets)} for t, i in fm.tensors.items()}
-        end = max((i.data_offsets[1] for i in fm.tensors.values()), default=0)
-        headers.append((name, 8 + end, header, 0))
+    for name, header in sorted(shards.items()):
+        ends = [t.get("data_offsets") for k, t in header.items()
+                if k != "__metadata__" and isinstance(t, dict)]
+        end = max((o[1] for o in ends if isinstance(o, list) and len(o) == 2
+                   and isinstance(o[1], int) and not isinstance(o[1], bool)), default=0)
+        headers.append((name, 8 + max(end, 0), header, 0))
     return _scan_module().scan_headers(label, config, quant, index, headers)
 
 
@@ -232,18 +272,17 @@ PARALLEL_HEADERS = 8
 
 def _parse_headers(api, source: HfSource, commit: str, shards: list[str], where: Where,
                    indexed: bool):
-    """Each shard's header (huggingface_hub's parse_safetensors_file_metadata: one ranged
-    GET of 100 KB, a second only for a larger header), the first failure in shard order
+    """Each shard's header (hub_client.header_of: one ranged GET of 100 KB, a second
+    only for a larger header, more than asked refused), the first failure in shard order
     raised naming its shard (or the index, for a shard the repository does not have)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from huggingface_hub import errors
+    hub = hub_module()
 
     def one(name: str):
         try:
-            return api.parse_safetensors_file_metadata(source.repo_id, name, revision=commit,
-                                                       timeout=TIMEOUT), None
-        except Exception as e:  # noqa: BLE001 - re-raised below, in shard order
+            return hub.header_of(api, source.repo_id, commit, name), None
+        except hub.HubError as e:
             return None, e
 
     with ThreadPoolExecutor(max_workers=PARALLEL_HEADERS) as pool:
@@ -252,26 +291,22 @@ def _parse_headers(api, source: HfSource, commit: str, shards: list[str], where:
     for name, (_, error) in zip(shards, results, strict=True):
         if error is None:
             continue
-        if indexed and isinstance(error, errors.RemoteEntryNotFoundError):
-            raise InputError(f"{label}/{INDEX}", "weight_map", f"names shard {name!r:.120}, "
-                             "which the repository does not have at this revision") from None
-        response = getattr(error, "response", None)
-        if getattr(response, "status_code", None) == 416:
-            # the header's own range lies past the end of the file
-            raise InputError(f"{label}/{name}", "header", "truncated: the file ends before "
-                             "the header its first 8 bytes announce (HTTP 416 for the "
-                             "header's range)") from None
-        with hub_errors(where, source, name):
-            raise error
+        if indexed and error.code == "EntryNotFound":
+            raise InputError(f"{label}/{INDEX}", "weight_map", f"names shard "
+                             f"{hub.shown(name)}, which the repository does not have at "
+                             "this revision")
+        raise _input_error(error, where, HfSource(source.repo_id, commit), label, name)
     return [meta for meta, _ in results]
 
 
 def read_remote(source: HfSource, where: Where, token: str | None, headers: bool = True,
-                files: bool = True) -> RemoteCheckpoint:
+                files: bool = True, max_files: int | None = None,
+                timeout: float | None = None) -> RemoteCheckpoint:
     """Resolve ``source``; read every shard's header (``headers``) and the file list
     with sizes and hashes (``files``)."""
-    api = hub_api(where.endpoint, token)
+    api = hub_api(where.endpoint, token, where)
     commit = resolve_commit(api, source, where)
     scan = read_headers(api, source, commit, where) if headers else None
-    listed = list_files(api, source, commit, where) if files else ()
+    deadline = time.monotonic() + timeout if timeout else None
+    listed = list_files(api, source, commit, where, max_files, deadline) if files else ()
     return RemoteCheckpoint(source, commit, listed, scan)

@@ -24,7 +24,7 @@ from gpuserve.host import mirrors
 from gpuserve.launch.hf_source import HfSource
 from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.launch.profiles import Profile
-from gpuserve.memory.remote import RemoteCheckpoint, Where
+from gpuserve.memory.remote import RemoteCheckpoint, Where, hub_module
 from gpuserve.serve.secret import validate_secret
 
 DEFAULTS = {
@@ -48,10 +48,17 @@ DEFAULTS = {
     # it, and fetch the new commit (one run: --data hf_revision_update=true)
     # accepts: bool
     "hf_revision_update": False,
-    # seconds the download may take before the host fails (the partial files stay and
-    # the next run resumes them)
+    # seconds the revision's listing (on the controller and the host) and the download
+    # may take before the host fails (the partial files stay and the next run resumes them)
     # accepts: number of seconds
     "weights_timeout": 86_400,
+    # seconds a download may bring fewer than 64 KiB (a silent or dripping server)
+    # before it stops with a clear error; the partial file stays and a rerun resumes it
+    # accepts: number of seconds
+    "weights_stall_timeout": 120,
+    # files a revision's listing may name (more is refused: a model is not a dataset)
+    # accepts: int
+    "weights_max_files": 10_000,
 }
 #: Seconds between two polls of the background download, and between progress lines.
 POLL_S = 2.0
@@ -77,35 +84,63 @@ class WeightsPlan:
     has_token: bool
     ref_record: str | None  # where a floating revision's commit is recorded
     record: bool = False  # write the commit there (new, or a move accepted)
+    stall_timeout: float = 120.0
+    max_files: int = 10_000
 
     @property
     def run_dir(self) -> str:
         return f"{self.target}.run"
 
 
+#: Directories models_dir may be neither, nor lie under: the system's, and other
+#: services' homes (the fetch runs as the service user and removes files it refetches).
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32",
+               "/proc", "/root", "/run", "/sbin", "/sys", "/usr", "/var/lib", "/var/log",
+               "/var/spool", "/var/mail", "/var/run", "/var/cache", "/var/www")
+#: Directories models_dir may not be (but may lie under, as <dir>/models).
+SHARED_DIRS = ("/home", "/opt", "/srv", "/mnt", "/media", "/tmp", "/var", "/var/tmp",
+               "/usr/local")
+
+
 def models_dir_of(data: dict, source: str, home: str) -> str:
+    """Host data ``models_dir``: an absolute directory of its own (the checks of
+    ``sglang_home``), neither a system directory nor in one, nor another part of
+    ``sglang_home`` than its ``models``."""
+    from gpuserve.serve.install import validate_home
+
     value = data.get("models_dir") or posixpath.join(home, "models")
-    if not isinstance(value, str) or not value.startswith("/") or ".." in value.split("/") \
-            or any(c.isspace() or ord(c) < 32 for c in value):
-        raise InputError(source, "models_dir", f"must be an absolute path without '..' or "
-                         f"whitespace, got {value!r:.80}")
-    return value.rstrip("/") or "/"
+    try:
+        value = validate_home(value, source)
+    except InputError as exc:
+        raise InputError(source, "models_dir", exc.message.replace("sglang_home",
+                                                                   "models_dir")) from None
+    inside = [d for d in SYSTEM_DIRS if value == d or value.startswith(d + "/")]
+    if inside or value in SHARED_DIRS:
+        raise InputError(source, "models_dir", f"{value!r} is "
+                         + (f"in the system directory {inside[0]}" if inside else
+                            "a shared directory") + ": name a directory of its own "
+                         f"(the default is {home}/models)")
+    mine = posixpath.join(home, "models")
+    if (value == home or value.startswith(home + "/") or home.startswith(value + "/")) \
+            and not (value == mine or value.startswith(mine + "/")):
+        raise InputError(source, "models_dir", f"{value!r} overlaps sglang_home {home!r} "
+                         f"(its venvs, cache and scripts): use {mine} or a directory "
+                         "outside it")
+    return value
 
 
 def endpoint_of(data: dict, source: str, key: str = "hf_endpoint") -> str | None:
     """Host data ``hf_endpoint`` (or ``hf_plan_endpoint``): an http(s) URL without
-    credentials; http only for a mirror in ``trusted_mirrors``."""
+    credentials, whitespace or control characters; http only for a mirror in
+    ``trusted_mirrors``."""
     value = data.get(key)
     if value is None or value == "":
         return None
-    if not isinstance(value, str):
-        raise InputError(source, key, f"must be a string, got {value!r:.60}")
+    problem = hub_module().endpoint_problem(value)
+    if problem:
+        raise InputError(source, key, problem if "credentials" in problem else
+                         f"{problem}, got {ascii(value)[:80]}")
     parsed = urlparse(value)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise InputError(source, key, f"must be an http(s) URL, got {value!r:.80}")
-    if "@" in parsed.netloc:
-        raise InputError(source, key, "must not carry credentials: set hf_token "
-                         "(the URL is not shown)")
     prefixes = mirrors.validate_trusted_mirrors(data.get("trusted_mirrors") or [], source)
     if parsed.hostname not in LOOPBACK:  # over loopback nothing crosses a network
         mirrors.require_https(value, key, prefixes, source)
@@ -114,6 +149,29 @@ def endpoint_of(data: dict, source: str, key: str = "hf_endpoint") -> str | None
 
 #: Hosts of an endpoint on the machine itself (plain http allowed: no network crossed).
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def stall_of(data: dict, source: str) -> float:
+    value = data.get("weights_stall_timeout", DEFAULTS["weights_stall_timeout"])
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            1 <= value <= 86_400):
+        raise InputError(source, "weights_stall_timeout", "must be a number of seconds in "
+                         f"[1, 86400], got {value!r:.40}")
+    return float(value)
+
+
+def max_files_of(data: dict, source: str) -> int:
+    value = data.get("weights_max_files", DEFAULTS["weights_max_files"])
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000_000:
+        raise InputError(source, "weights_max_files", "must be a whole number in "
+                         f"[1, 10000000], got {value!r:.40}")
+    return value
+
+
+def one_line(text: object, secrets: tuple = (), limit: int = 300) -> str:
+    """Server text for a status line, the journal or pyinfra's output: one line,
+    bounded, tokens and Authorization/Bearer material redacted (hub_client's rule)."""
+    return hub_module().one_line("" if text is None else text, secrets, limit)
 
 
 def timeout_of(data: dict, source: str) -> float:
@@ -163,6 +221,8 @@ def check_data(data: dict, source: str, home: str) -> None:
     endpoint_of(data, source, "hf_plan_endpoint")
     validate_secret(data.get("hf_token"), "hf_token", source)
     timeout_of(data, source)
+    stall_of(data, source)
+    max_files_of(data, source)
     if not isinstance(data.get("hf_revision_update", False), bool):
         raise InputError(source, "hf_revision_update", "must be true or false")
 
@@ -187,7 +247,8 @@ class WeightsStep:
         if self.plan.complete:
             return self.plan
         pinned = HfSource(self.plan.repo_id, self.plan.commit)
-        listed = self.remote(pinned, self.where, self.token, headers=False, files=True)
+        listed = self.remote(pinned, self.where, self.token, headers=False, files=True,
+                             max_files=self.plan.max_files, timeout=self.plan.timeout)
         total = listed.total_bytes
         plan = dataclasses.replace(self.plan, total_bytes=total, files=len(listed.files),
                                    to_fetch=max(total - self.staged_bytes, 0))
@@ -227,7 +288,9 @@ def plan_weights(data: dict, source: str, profile: Profile, *, home: str, user: 
         found = remote(HfSource(hf.repo_id, commit), where, token, headers=True, files=False)
     plan = WeightsPlan(hf.repo_id, commit, target, hf.repo_dir(models_dir), models_dir,
                        endpoint, state.complete, 0, 0, 0, user, timeout_of(data, source),
-                       bool(token), ref, record=bool(ref) and state.recorded != commit)
+                       bool(token), ref, record=bool(ref) and state.recorded != commit,
+                       stall_timeout=stall_of(data, source),
+                       max_files=max_files_of(data, source))
     model = dataclasses.replace(profile.model, path=target)
     return WeightsStep(plan, dataclasses.replace(profile, model=model), found,
                        state.free_bytes, state.staged_bytes, where, token, remote)

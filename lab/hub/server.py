@@ -35,6 +35,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -48,6 +49,8 @@ PAGE_SIZE = 1000
 EXPAND_PAGE_SIZE = 50
 MAX_LOG = 20000
 CORRUPT_SPAN = 16
+FAULT_KINDS = ("cut", "corrupt", "bare404", "status", "entries", "many", "self_page",
+               "page_to", "hang", "echo_auth", "redirect", "endless", "ignore_range", "drip")
 
 
 class HubError(Exception):
@@ -74,9 +77,16 @@ class Fault:
     after: int = 0
     offset: int | None = None
     status: int = 503
+    entries: list | None = None  # ``entries``: raw tree entries added to the listing
+    count: int = 0  # ``many``: that many extra file entries
+    location: str | None = None  # ``redirect``, ``page_to``: where to send the client
+    interval: float = 1.0  # ``drip``: seconds between two body bytes
+    seconds: float = 0.0  # ``hang``: how long the request is left unanswered
+    ua: str | None = None  # only for clients whose User-Agent holds this
 
-    def matches(self, repo: str, file: str | None) -> bool:
-        return self.repo == repo and (self.file is None or self.file == file)
+    def matches(self, repo: str, file: str | None, ua: str = "") -> bool:
+        return self.repo == repo and (self.file is None or self.file == file) and (
+            self.ua is None or self.ua in ua)
 
 
 @dataclass
@@ -113,10 +123,11 @@ class HubState:
             self.requests.append(served)
             del self.requests[:-MAX_LOG]
 
-    def take_fault(self, kinds: tuple[str, ...], repo: str, file: str | None) -> Fault | None:
+    def take_fault(self, kinds: tuple[str, ...], repo: str, file: str | None,
+                   ua: str = "") -> Fault | None:
         with self.lock:
             for f in self.faults:
-                if f.kind in kinds and f.matches(repo, file):
+                if f.kind in kinds and f.matches(repo, file, ua):
                     if f.times > 0:
                         f.times -= 1
                         if f.times == 0:
@@ -266,7 +277,9 @@ def handle(hub: Hub, h: BaseHTTPRequestHandler, method: str) -> None:
     except HubError as err:
         served.status = err.status
         _error(h, err, head=method == "HEAD")
-    except BrokenPipeError:
+    except _Answered:
+        served.fault = "answered by a fault"
+    except (BrokenPipeError, ConnectionResetError):
         served.status = 499
     if served.kind != "lab":
         hub.state.record(served)
@@ -284,7 +297,7 @@ def _api(hub: Hub, h, method: str, sub: str, query: str, served: Served) -> int:
     repo_id = f"{unquote(segs[2])}/{unquote(segs[3])}"
     served.repo = repo_id
     token = _token(h)
-    _bare404(hub, repo_id, None)
+    _bare404(hub, repo_id, None, h)
     repo = hub.repo(repo_id, token)
     params = {k: v[-1] for k, v in parse_qs(query).items()}
     rest = segs[4:]
@@ -310,14 +323,36 @@ def _api(hub: Hub, h, method: str, sub: str, query: str, served: Served) -> int:
     raise HubError(404, None, f"no such endpoint: {sub}")
 
 
-def _bare404(hub: Hub, repo_id: str, file: str | None) -> None:
-    """The request-wide faults: a 404 without X-Error-Code, or another status."""
+def _bare404(hub: Hub, repo_id: str, file: str | None, h=None) -> None:
+    """The request-wide faults: a 404 without X-Error-Code, or another status; ``hang``
+    (no answer for ``seconds``), ``echo_auth`` (``status`` with the request's
+    Authorization header in the page, as a careless proxy's error page),
+    ``redirect`` (302 to ``location``, e.g. ``file:///etc/passwd``)."""
+    if h is not None:
+        _answer_faults(hub, repo_id, file, h)
     fault = hub.state.take_fault(("bare404", "status"), repo_id, file)
     if fault is None:
         return
     if fault.kind == "bare404":
         raise HubError(404, None, "Not Found")
     raise HubError(fault.status, None, f"lab fault: status {fault.status}")
+
+
+def _answer_faults(hub: Hub, repo_id: str, file: str | None, h) -> None:
+    fault = hub.state.take_fault(("hang", "echo_auth", "redirect"), repo_id, file, _ua(h))
+    if fault is None:
+        return
+    if fault.kind == "hang":
+        time.sleep(min(fault.seconds, 600))
+        h.close_connection = True
+        raise _Answered()
+    if fault.kind == "echo_auth":
+        page = (f"<html>upstream error; request headers: Authorization: "
+                f"{h.headers.get('authorization')}</html>").encode()
+        _send(h, fault.status, {"Content-Type": "text/html"}, page)
+        raise _Answered()
+    _send(h, 302, {"Location": fault.location or "file:///etc/passwd"})
+    raise _Answered()
 
 
 def _model_info(hub: Hub, repo: Repo, commit: Commit, blobs: bool) -> dict:
@@ -412,7 +447,8 @@ def _tree(hub: Hub, h, repo: Repo, commit: Commit, path: str, params: dict) -> i
     folders = [{"type": "directory", "path": d,
                 "oid": hashlib.sha1(f"tree\0{commit.id}\0{d}".encode()).hexdigest()}
                for d in sorted(dirs)]
-    listing = folders + entries
+    listing = folders + entries + _listing_faults(hub, h, repo)
+    _page_faults(hub, h, repo)
     size = hub.expand_page_size if expand else hub.page_size
     start = int(params.get("cursor", "0") or 0)
     page = listing[start:start + size]
@@ -423,6 +459,40 @@ def _tree(hub: Hub, h, repo: Repo, commit: Commit, path: str, params: dict) -> i
         q = "&".join(f"{k}={quote(v)}" for k, v in params.items() if k != "cursor")
         extra["Link"] = f'<http://{host}{raw}?{q}&cursor={start + size}>; rel="next"'
     return _json(h, page, extra=extra)
+
+
+def _ua(h) -> str:
+    return h.headers.get("user-agent") or ""
+
+
+def _listing_faults(hub: Hub, h, repo: Repo) -> list[dict]:
+    """A hostile listing: raw ``entries`` (traversal, absolute, marker-named, duplicate,
+    malformed), or ``many`` extra files; ``ua`` makes it depend on the client."""
+    extra: list[dict] = []
+    for kind in ("entries", "many"):
+        f = hub.state.take_fault((kind,), repo.id, None, _ua(h))
+        if f is not None and kind == "entries":
+            extra += list(f.entries or [])
+        elif f is not None:
+            extra += [{"type": "file", "oid": "0" * 40, "size": 1, "path": f"x/{i}.bin"}
+                      for i in range(f.count)]
+    return extra
+
+
+def _page_faults(hub: Hub, h, repo: Repo) -> None:
+    """A listing page whose ``Link: rel=next`` points at itself (``self_page``) or at
+    ``location`` (``page_to``: another origin)."""
+    f = hub.state.take_fault(("self_page", "page_to"), repo.id, None, _ua(h))
+    if f is None:
+        return
+    here = f"http://{h.headers.get('host', '127.0.0.1')}{h.path}"
+    link = here if f.kind == "self_page" else (f.location or here)
+    _json(h, [], extra={"Link": f'<{link}>; rel="next"'})
+    raise _Answered()
+
+
+class _Answered(Exception):
+    """The fault already answered the request."""
 
 
 def _content_type(path: str) -> str:
@@ -457,7 +527,7 @@ def _resolve(hub: Hub, h, method: str, sub: str, served: Served) -> int:
     rev = unquote(segs[3])
     path = "/".join(unquote(s) for s in segs[4:])
     served.repo, served.rev, served.file = repo_id, rev, path
-    _bare404(hub, repo_id, path)
+    _bare404(hub, repo_id, path, h)
     repo = hub.repo(repo_id, _token(h))
     commit = hub.resolve_rev(repo, rev)
     entry = commit.files.get(path)
@@ -539,8 +609,47 @@ def _serve_file(hub: Hub, h, method: str, repo: Repo, commit: Commit, entry: Fil
     return _body(hub, h, repo, commit, entry, start, end, status, headers, served)
 
 
+def _body_fault(hub: Hub, h, repo: Repo, commit: Commit, entry: FileEntry, headers: dict,
+                served: Served) -> int | None:
+    """``endless``: the file's bytes, then zeros without end (no Content-Length) until
+    the client leaves (at most ``after`` bytes, default 1 GiB); ``ignore_range``: the
+    whole file, 200, whatever Range asked; ``drip``: one byte every ``interval`` s."""
+    f = hub.state.take_fault(("endless", "ignore_range", "drip"), repo.id, entry.path)
+    if f is None:
+        return None
+    served.fault = f.kind
+    path = repo.file_path(commit.id, entry.path)
+    data = path.read_bytes() if entry.size <= 64 << 20 else b""
+    head = {k: v for k, v in headers.items() if k not in ("Content-Range", "Content-Length")}
+    if f.kind == "ignore_range":
+        return _send(h, 200, head, data)
+    sent = 0
+    if f.kind == "drip":
+        _send(h, 200, {**head, "Content-Length": str(entry.size)}, head=True)
+        for b in data:
+            h.wfile.write(bytes([b]))
+            h.wfile.flush()
+            sent += 1
+            time.sleep(f.interval)
+        return sent
+    h.close_connection = True  # no Content-Length: the body ends when the server closes
+    h.send_response(200)
+    for k, v in head.items():
+        h.send_header(k, v)
+    h.end_headers()
+    h.wfile.write(data)
+    limit, zeros = f.after or (1 << 30), b"\0" * (1 << 16)
+    while sent < limit:
+        h.wfile.write(zeros)
+        sent += len(zeros)
+    return sent + len(data)
+
+
 def _body(hub: Hub, h, repo: Repo, commit: Commit, entry: FileEntry, start: int, end: int,
           status: int, headers: dict, served: Served) -> int:
+    faulted = _body_fault(hub, h, repo, commit, entry, headers, served)
+    if faulted is not None:
+        return faulted
     cut = hub.state.take_fault(("cut",), repo.id, entry.path)
     stop = end + 1
     if cut is not None:
@@ -602,9 +711,9 @@ def _control(hub: Hub, h, method: str, what: str, query: str) -> int:
             st.requests.clear()
     elif what == "faults":
         fault = Fault(**body)
-        if fault.kind not in ("cut", "corrupt", "bare404", "status"):
-            raise HubError(400, None, f"fault kind {fault.kind!r}: cut, corrupt, bare404 or "
-                           "status")
+        if fault.kind not in FAULT_KINDS:
+            raise HubError(400, None, f"fault kind {fault.kind!r}: one of "
+                           f"{', '.join(FAULT_KINDS)}")
         with st.lock:
             st.faults.append(fault)
     elif what == "faults/clear":
@@ -643,16 +752,18 @@ class _Handler(BaseHTTPRequestHandler):
 class HubServer:
     """The stand-in alone on 127.0.0.1 (a port of its own) in a background thread."""
 
-    def __init__(self, root: Path, prefix: str = "", **kw) -> None:
+    def __init__(self, root: Path, prefix: str = "", address: str = "127.0.0.1",
+                 **kw) -> None:
         self.hub = Hub(root, prefix, **kw)
         handler = type("HubHandler", (_Handler,), {"hub": self.hub})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = ThreadingHTTPServer((address, 0), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}{self.hub.prefix}"
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}{self.hub.prefix}"
 
     def __enter__(self) -> HubServer:
         self.thread.start()

@@ -25,9 +25,10 @@ from pyinfra.api import StringCommand, deploy, operation
 from gpuserve.paths import SCRIPTS_DIR
 from gpuserve.roles import managed
 from gpuserve.roles.failure import fail_host
-from gpuserve.serve.weights import POLL_S, REPORT_S, WeightsPlan, progress_line
+from gpuserve.serve.weights import POLL_S, REPORT_S, WeightsPlan, one_line, progress_line
 
 SCRIPT = "weights_fetch.py"
+CLIENT = "hub_client.py"
 
 
 def _status(script: str, run_dir: str) -> dict:
@@ -47,8 +48,10 @@ def download(plan: WeightsPlan, script: str, python: str, token_file: str | None
     if not state.is_executing:
         return
     argv = ["python3", script, "start", "--run-dir", plan.run_dir, "--user", plan.user,
-            "--python", python, "--", "run", "--repo", plan.repo_id, "--commit", plan.commit,
-            "--target", plan.target]
+            "--python", python, "--hung-after", f"{plan.stall_timeout + 60:.0f}", "--",
+            "run", "--repo", plan.repo_id, "--commit", plan.commit, "--target", plan.target,
+            "--stall-timeout", f"{plan.stall_timeout:g}", "--max-files", str(plan.max_files),
+            "--timeout", f"{plan.timeout:g}"]
     if plan.endpoint:
         argv += ["--endpoint", plan.endpoint]
     if token_file:
@@ -67,9 +70,10 @@ def download(plan: WeightsPlan, script: str, python: str, token_file: str | None
             return
         if doc.get("state") == "failed":
             yield fail_host(f"weights: {plan.repo_id}@{plan.commit[:12]}: "
-                            f"{doc.get('error')}; partial files are kept in "
-                            f"{plan.target}.partial and the next run resumes them; the "
-                            "service was not changed", [str(x) for x in doc.get("tail") or []])
+                            f"{one_line(doc.get('error'), limit=400)}; partial files are "
+                            f"kept in {plan.target}.partial and the next run resumes them; "
+                            "the service was not changed",
+                            [one_line(x) for x in doc.get("tail") or []])
             return
         elapsed = time.monotonic() - start
         if elapsed > plan.timeout:
@@ -115,8 +119,9 @@ def _fetch(plan: WeightsPlan, bin_dir: str, python: str, token: Callable[[], str
                        user=plan.user, group=plan.user, mode="600")
     managed.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
                       group="root", mode="755")
-    managed.put(name=f"host script {bin_dir}/{SCRIPT}", src=str(SCRIPTS_DIR / SCRIPT),
-                dest=f"{bin_dir}/{SCRIPT}", user="root", group="root", mode="755")
+    for name in (CLIENT, SCRIPT):  # the script imports its Hub client from its own dir
+        managed.put(name=f"host script {bin_dir}/{name}", src=str(SCRIPTS_DIR / name),
+                    dest=f"{bin_dir}/{name}", user="root", group="root", mode="755")
     gib = 1 << 30
     download(name=f"fetch {plan.repo_id}@{plan.commit[:12]}: {plan.to_fetch / gib:.2f} GiB "
                   f"to fetch of {plan.total_bytes / gib:.2f} GiB, verified into "

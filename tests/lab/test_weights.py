@@ -1,7 +1,7 @@
 """Weights from the lab's Hub stand-in (lab/hub) onto the container host, end to end:
 the real pyinfra CLI runs deploy/serve.py with ``model.hf`` profiles, the controller and
-the host use the real huggingface_hub client, the stand-in's counters show what crossed
-the wire.
+the host use the product's Hub client (hub_client.py), the stand-in's counters show what
+crossed the wire.
 
 Order (module-scoped, one host): a profile that cannot fit is refused from the remote
 headers before any download and any host change; a models directory too small is
@@ -23,6 +23,9 @@ from pathlib import Path
 import pytest
 from labhelpers import healthy, lab_hub
 
+from gpuserve.launch.hf_source import HfSource
+from gpuserve.memory.remote import Where, read_remote
+
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,11 +39,15 @@ UNIT = "gpuserve-sglang.service"
 MODELS = "/opt/gpuserve/models"
 TINY_MODELS = "/srv/tiny-disk/models"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-CHUNK = 10 * 1024 * 1024  # huggingface_hub's DOWNLOAD_CHUNK_SIZE
+CHUNK = 10 * 1024 * 1024  # a cut past the first 10 MiB (resumed from where it stopped)
 
 
 @pytest.fixture(scope="module")
 def hub(lab):
+    # the memory fit needs the host's GPUs: on a fresh lab host, the host deploy first
+    # (in the full tier test_container_host.py has run it already)
+    if lab.ssh("nvidia-smi -L").returncode != 0:
+        lab.run_pyinfra("deploy/host.py")
     return lab_hub(lab)
 
 
@@ -115,6 +122,22 @@ def test_a_disk_too_small_is_refused_before_the_download(lab, hub, profiles, gro
     assert fingerprint(lab) == before
     assert lab.ssh(f"test -e {TINY_MODELS}").returncode != 0
     lab.ssh("umount /srv/tiny-disk", check=False)
+
+
+def test_a_refusing_endpoint_is_one_error_line_in_a_dry_run(lab, hub, profiles,
+                                                            group_data):
+    """``pyinfra --dry`` with a controller endpoint that refuses connections: one
+    ``gpuserve: error:`` line naming the key and what to do, no traceback, no change."""
+    before = fingerprint(lab)
+    r = lab.run_pyinfra("deploy/serve.py", "--dry", "--data", f"profile={profiles['big']}",
+                        "--data", f"hf_endpoint={hub.url}",
+                        "--data", "hf_plan_endpoint=http://127.0.0.1:9",
+                        "--group-data", str(group_data), check=False)
+    out = ANSI.sub("", r.stdout)
+    assert r.returncode != 0 and "Traceback" not in out and HF_TOKEN not in out
+    assert "gpuserve: error:" in out and "hf_plan_endpoint" in out
+    assert "refused the connection" in out and f"{BIG}@" in out
+    assert fingerprint(lab) == before
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +237,63 @@ def test_plan_hf_reads_headers_only_and_equals_the_files(lab, hub):
     assert local.returncode == 0, local.stderr[-2000:]
     r, lo = json.loads(remote.stdout), json.loads(local.stdout)
     assert r["weights"] == lo["weights"] and r["weights_gib"] == lo["weights_gib"] > 0
+
+
+FAULTS = "/srv/gpuserve-faults"
+
+
+def _run_on_host(lab, hub, commit: str, *extra: str):
+    """The host script as the service user, as the deploy runs it (its status file)."""
+    target = f"{FAULTS}/models/gpuserve-lab--Tiny-Llama-3L/{commit}"
+    return lab.ssh(f"runuser -u sglang -- python3 /opt/gpuserve/bin/weights_fetch.py run "
+                   f"--repo {TINY} --commit {commit} --target {target} --endpoint {hub.url} "
+                   f"--status {FAULTS}/status.json {' '.join(extra)}; "
+                   f"cat {FAULTS}/status.json", check=False).stdout
+
+
+def test_a_hostile_mirror_changes_nothing_outside_the_revision_on_the_host(
+        lab, hub, first_deploy):
+    """On the real host, as the service user: a traversal entry refuses the revision, an
+    endless body stops one byte over, a hung fetch is ended by the next start; victims
+    beside the models directory and in the service user's home stay untouched."""
+    commit = hub.main_commit(TINY)
+    lab.ssh(f"rm -rf {FAULTS}; mkdir -p {FAULTS}/models/gpuserve-lab--Tiny-Llama-3L && "
+            f"chown -R sglang: {FAULTS} && echo keep > {FAULTS}/victim && "
+            "echo keep > /opt/gpuserve/cache/victim", check=True)
+    hub.reset()
+    hub.control("faults", {"kind": "entries", "repo": TINY, "entries": [
+        {"type": "file", "path": "../../victim", "size": 5, "oid": "0" * 40}]})
+    doc = json.loads(_run_on_host(lab, hub, commit).strip().splitlines()[-1])
+    assert doc["state"] == "failed" and "'../../victim' is not a normalised" in doc["error"]
+    hub.control("faults", {"kind": "endless", "repo": TINY, "file": "config.json",
+                           "after": 256 << 20})
+    doc = json.loads(_run_on_host(lab, hub, commit).strip().splitlines()[-1])
+    assert doc["state"] == "failed" and "sent more than the" in doc["error"]
+    used = int(lab.ssh(f"du -sb {FAULTS}/models", check=True).stdout.split()[0])
+    total = read_remote(HfSource(TINY, commit), Where("p", "model.hf", "i", "hf_endpoint",
+                                                      hub.local_url), None,
+                        headers=False).total_bytes
+    assert used <= total + (1 << 20)  # the listed bytes, not the endless body
+    # a fetch hung in its listing is ended by the next start, which finishes the job
+    hub.control("faults", {"kind": "hang", "repo": TINY, "seconds": 90})
+    run = f"{FAULTS}/run"
+    start = (f"python3 /opt/gpuserve/bin/weights_fetch.py start --run-dir {run} --user "
+             f"sglang --python python3 --hung-after {{}} -- run --repo {TINY} --commit "
+             f"{commit} --target {FAULTS}/models/gpuserve-lab--Tiny-Llama-3L/{commit} "
+             f"--endpoint {hub.url}")
+    first = json.loads(lab.ssh(start.format(300), check=True).stdout)
+    lab.ssh("sleep 4", check=True)
+    second = json.loads(lab.ssh(start.format(2), check=True).stdout)
+    assert first["started"] and second["started"] and second["pid"] != first["pid"]
+    assert lab.ssh(f"kill -0 {first['pid']}").returncode != 0
+    doc = {}
+    for _ in range(60):
+        doc = json.loads(lab.ssh(f"python3 /opt/gpuserve/bin/weights_fetch.py status "
+                                 f"--run-dir {run}", check=True).stdout)
+        if doc.get("state") in ("done", "failed"):
+            break
+        lab.ssh("sleep 1", check=True)
+    assert doc.get("state") == "done", doc
+    victims = lab.ssh(f"cat {FAULTS}/victim /opt/gpuserve/cache/victim", check=True).stdout
+    assert victims.split() == ["keep", "keep"]
+    lab.ssh(f"rm -rf {FAULTS} /opt/gpuserve/cache/victim", check=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fetch one Hub revision into an immutable directory, verified, resumable.
 
-Pushed to the GPU host and run with the SGLang venv's python (stdlib + huggingface_hub);
+Pushed to the GPU host and run with the SGLang venv's python (stdlib only);
 imported by ``gpuserve weights`` on a connected machine, so there is one implementation.
 
     weights_fetch.py state --target DIR [--ref FILE] [--models-dir DIR]   (host python3)
@@ -10,12 +10,14 @@ imported by ``gpuserve weights`` on a connected machine, so there is one impleme
     weights_fetch.py run --repo ORG/NAME --commit SHA --target DIR [--endpoint URL]
                          [--token-file F] [--status F] [--ref FILE] [--revision REF]
 
-``run`` downloads into ``DIR.partial`` with huggingface_hub's ``snapshot_download``
-(``local_dir``: partial files live under ``.cache/huggingface/download/*.incomplete``,
-never under their final name, and a rerun resumes them), after a dry run whose bytes
-still to fetch are checked against the free disk. Every file is then hashed against the
-revision's tree listing: sha256 for LFS files, the git blob sha1 for the others; a file
-that does not match is removed with its download metadata and fetched again (at most
+``run`` lists the revision and downloads exactly that listing into ``DIR.partial``
+through hub_client.py (stdlib, carried beside this script): every name judged by one
+rule, every body capped at its listed size, a stall or deadline ends it resumably, the
+token goes to the endpoint's origin alone. Partial files live under
+``.cache/gpuserve/<hash>.incomplete``, never under their final name, and a rerun resumes
+them; the bytes still to fetch are checked against the free disk first. Every file is
+then hashed against the listing: sha256 for LFS files, the git blob sha1 for the others;
+a file that does not match is removed and fetched again (at most
 ``--rounds`` rounds). Only then are the marker ``.gpuserve-complete.json`` written, the
 files made read-only and ``DIR.partial`` renamed to ``DIR``: a directory under its final
 name is always complete and verified. The token is read from a file (never argv).
@@ -72,8 +74,11 @@ def read_marker(target):
     try:
         with open(os.path.join(target, MARKER), encoding="utf-8") as f:
             doc = json.load(f)
+        root = os.path.realpath(target) + os.sep
         for entry in doc["files"]:
-            if os.path.getsize(os.path.join(target, entry["path"])) != entry["size"]:
+            path = os.path.join(target, entry["path"])
+            if not os.path.realpath(path).startswith(root) or os.path.islink(path) or \
+                    os.path.getsize(path) != entry["size"]:
                 return None
         return doc
     except (OSError, ValueError, KeyError, TypeError):
@@ -120,7 +125,7 @@ def verify(directory, files):
     """The files (dicts: path, size, sha256|None, git_sha1) that are missing or differ."""
     bad = []
     for entry in files:
-        path = os.path.join(directory, entry["path"])
+        path = hub_client().safe_join(directory, entry["path"])
         try:
             if os.path.getsize(path) != entry["size"]:
                 bad.append(entry["path"])
@@ -134,33 +139,28 @@ def verify(directory, files):
     return bad
 
 
-def forget(directory, name):
-    """Remove a file that failed verification and huggingface_hub's metadata of it
-    (which would otherwise let the next round keep it)."""
-    for path in (os.path.join(directory, name),
-                 os.path.join(directory, ".cache", "huggingface", "download",
-                              name + ".metadata")):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
-
 # ------------------------------------------------------------------ fetch
 
 
-def tree(api, repo, commit):
-    """The revision's files with size and hashes (huggingface_hub's list_repo_tree)."""
-    out = []
-    for e in api.list_repo_tree(repo, recursive=True, revision=commit):
-        if hasattr(e, "size") and hasattr(e, "blob_id"):
-            lfs = getattr(e, "lfs", None)
-            out.append({"path": e.path, "size": int(e.size),
-                        "sha256": lfs["sha256"] if lfs else None, "git_sha1": e.blob_id})
-    return sorted(out, key=lambda f: f["path"])
+def hub_client():
+    """The sibling module every Hub request goes through (hub_client.py, carried beside
+    this script; the controller imports the same file under the same name)."""
+    import importlib.util
+
+    name = "gpuserve_hub_client"
+    if name not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hub_client.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 class Progress:
     """Bytes on disk in the staging directory (finished and ``.incomplete`` files),
-    reported every ``every`` seconds with the rate and ETA, from a thread."""
+    reported every ``every`` seconds with the rate, the ETA and when bytes last grew
+    (``progress_at``: how the next deploy tells a hung fetch from a slow one)."""
 
     def __init__(self, staging, total, report, every=2.0):
         self.staging, self.total, self.report, self.every = staging, total, report, every
@@ -170,14 +170,18 @@ class Progress:
 
     def _loop(self):
         t0 = time.monotonic()
-        self.start_bytes = _dir_bytes(self.staging)
+        self.start_bytes = last = _dir_bytes(self.staging)
+        progress_at = time.time()
         while not self.stop.wait(self.every):
             done = min(_dir_bytes(self.staging), self.total)
+            if done != last:
+                last, progress_at = done, time.time()
             elapsed = time.monotonic() - t0
             rate = max(done - self.start_bytes, 0) / elapsed if elapsed > 0 else 0.0
             eta = (self.total - done) / rate if rate > 0 else None
             self.report({"state": "running", "phase": "download", "bytes": done,
-                         "total": self.total, "rate": rate, "eta_s": eta})
+                         "total": self.total, "rate": rate, "eta_s": eta,
+                         "progress_at": progress_at})
 
     def __enter__(self):
         self.thread.start()
@@ -188,23 +192,59 @@ class Progress:
         self.thread.join(timeout=5)
 
 
-def _download(repo, commit, staging, endpoint, token, workers, dry_run=False):
-    from huggingface_hub import snapshot_download
-
-    return snapshot_download(repo, revision=commit, local_dir=staging, endpoint=endpoint,
-                             token=token or False, max_workers=workers, dry_run=dry_run,
-                             cache_dir=os.path.join(staging, ".cache", "hub"))
+def _parts_dir(staging):
+    return os.path.join(staging, ".cache", "gpuserve")
 
 
-def check_disk(staging, plan, total):
+def _have(staging, entry):
+    """Bytes of ``entry`` already staged (its final file, else its partial file)."""
+    hub = hub_client()
+    for path in (hub.safe_join(staging, entry["path"]),
+                 os.path.join(_parts_dir(staging), hub.part_name(entry))):
+        with contextlib.suppress(OSError):
+            return min(os.lstat(path).st_size, entry["size"])
+    return 0
+
+
+def check_disk(staging, files, total):
     """Refuse before downloading when the bytes still to fetch exceed the free disk."""
-    need = sum(f.file_size for f in plan if f.will_download)
+    need = sum(f["size"] - _have(staging, f) for f in files)
     free = shutil.disk_usage(staging).free
     if need + DISK_RESERVE > free:
         raise Refused(f"disk: {free:,} bytes free at {os.path.dirname(staging)}, the "
                       f"revision needs {need:,} more ({total:,} in all) plus a reserve of "
                       f"{DISK_RESERVE:,}: nothing was downloaded", EXIT_DISK)
     return need
+
+
+def download_file(client, repo, commit, staging, entry, stall, deadline, tries=5):
+    """One file into its partial file (resumed, up to ``tries`` times in this run),
+    then renamed to its name under ``staging`` (proven to lie under it)."""
+    hub = hub_client()
+    final = hub.safe_join(staging, entry["path"])
+    if os.path.isfile(final) and os.lstat(final).st_size == entry["size"]:
+        return
+    parts = _parts_dir(staging)
+    os.makedirs(parts, exist_ok=True)
+    part = os.path.join(parts, hub.part_name(entry))
+    url = client.resolve_url(repo, commit, entry["path"])
+    for attempt in range(1, tries + 1):
+        try:
+            client.download(url, part, entry["size"], stall=stall, deadline=deadline)
+            break
+        except hub.HubError as e:
+            if not e.resumable or e.kind == "timeout" or attempt == tries:
+                raise
+            time.sleep(min(2 * attempt, 10))
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    final = hub.safe_join(staging, entry["path"])  # again: the folders exist now
+    os.replace(part, final)
+
+
+def forget(directory, name):
+    """Remove a file that failed verification (proven to lie under ``directory``)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(hub_client().safe_join(directory, name))
 
 
 def reopen(target, staging):
@@ -237,28 +277,29 @@ def seal(staging, target, marker):
 
 
 def fetch(repo, commit, target, endpoint=None, token=None, report=print, rounds=3,
-          workers=8, disk_check=True):
-    """Fetch and verify ``repo@commit`` into ``target``; the marker's document."""
-    from huggingface_hub import HfApi
-
+          workers=8, disk_check=True, stall=None, max_files=None, deadline=None):
+    """Fetch and verify ``repo@commit`` into ``target``; the marker's document. Every
+    request goes through hub_client (caps, deadlines, the token to the endpoint alone);
+    the listing is judged by its rule before any file is touched."""
+    hub = hub_client()
     done = read_marker(target)
     if done is not None and done.get("commit") == commit:
         report({"state": "running", "phase": "present", "bytes": 0, "total": 0})
         return done
+    client = hub.Client(endpoint, token, stall=stall or hub.STALL_TIMEOUT)
+    files = client.list_tree(repo, commit, max_files or hub.MAX_FILES, deadline)
     staging = target.rstrip("/") + ".partial"
     reopen(target, staging)
     os.makedirs(staging, exist_ok=True)
-    api = HfApi(endpoint=endpoint, token=token or False, library_name="gpuserve")
-    files = tree(api, repo, commit)
     total = sum(f["size"] for f in files)
-    plan = _download(repo, commit, staging, endpoint, token, workers, dry_run=True)
-    need = check_disk(staging, plan, total) if disk_check else total
+    need = check_disk(staging, files, total) if disk_check else total
     report({"state": "running", "phase": "plan", "bytes": total - need, "total": total,
             "files": len(files), "to_fetch": need})
     refetched = []
     for attempt in range(1, rounds + 1):
         with Progress(staging, total, report):
-            _download(repo, commit, staging, endpoint, token, workers)
+            _download_all(client, repo, commit, staging, files, workers,
+                          stall or hub.STALL_TIMEOUT, deadline)
         report({"state": "running", "phase": "verify", "bytes": total, "total": total})
         bad = verify(staging, files)
         if not bad:
@@ -269,14 +310,32 @@ def fetch(repo, commit, target, endpoint=None, token=None, report=print, rounds=
         for name in bad:
             forget(staging, name)
     else:
-        raise Refused(f"verification: {', '.join(bad[:5])} still differ from the Hub's "
-                      f"hashes after {rounds} downloads; {staging} is kept", EXIT_VERIFY)
+        raise Refused(f"verification: {', '.join(hub.shown(b) for b in bad[:5])} still "
+                      f"differ from the Hub's hashes after {rounds} downloads; {staging} "
+                      "is kept", EXIT_VERIFY)
     marker = {"schema": SCHEMA, "repo": repo, "commit": commit, "endpoint": endpoint,
               "files": files, "total_bytes": total, "verified": "sha256 (LFS) / git sha1",
               "refetched": refetched, "sealed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                  time.gmtime())}
     seal(staging, target, marker)
     return marker
+
+
+def _download_all(client, repo, commit, staging, files, workers, stall, deadline):
+    """Every file, ``workers`` at once; the first failure (in listing order) raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(entry):
+        try:
+            download_file(client, repo, commit, staging, entry, stall, deadline)
+        except Exception as e:  # noqa: BLE001 - re-raised below, in listing order
+            return e
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        errors = [e for e in pool.map(one, files) if e is not None]
+    if errors:
+        raise errors[0]
 
 
 # ------------------------------------------------------------------ background run
@@ -302,14 +361,24 @@ def run(args):
         else:
             print(json.dumps(doc), flush=True)
 
+    hub = hub_client()
+    deadline = time.monotonic() + args.timeout if args.timeout else None
     try:
         marker = fetch(args.repo, args.commit, args.target, endpoint=args.endpoint,
-                       token=token, report=report, rounds=args.rounds, workers=args.workers)
+                       token=token, report=report, rounds=args.rounds, workers=args.workers,
+                       stall=args.stall_timeout, max_files=args.max_files,
+                       deadline=deadline)
     except Refused as e:
-        report({"state": "failed", "error": str(e), "code": e.code})
+        report({"state": "failed", "error": hub.one_line(e, (token,), 400), "code": e.code})
         return e.code
+    except hub.HubError as e:
+        report({"state": "failed", "error": hub.one_line(
+            f"{args.endpoint or 'https://huggingface.co'}: {args.repo}@{args.commit}: {e}",
+            (token,), 400), "kind": e.kind})
+        return 1
     except Exception as e:  # noqa: BLE001 - one line for the controller, never a token
-        report({"state": "failed", "error": f"{type(e).__name__}: {str(e)[:400]}"})
+        report({"state": "failed",
+                "error": hub.one_line(f"{type(e).__name__}: {e}", (token,), 400)})
         return 1
     if args.ref:
         os.makedirs(os.path.dirname(args.ref), exist_ok=True)
@@ -323,9 +392,13 @@ def start(args):
     """Start ``run`` detached as ``--user`` (root calls this); print the pid."""
     user = pwd.getpwnam(args.user)
     running = _running(args.run_dir)
-    if running:  # an earlier deploy's download (past its timeout) still runs: attach
+    if running and (not _hung(args.run_dir, args.hung_after)
+                    or not _ours(running, args.run_dir)):
+        # an earlier deploy's download (past its timeout) still runs and moves: attach
         print(json.dumps({"started": False, "pid": running}))
         return 0
+    if running:  # no byte for hung_after seconds: end it (its partial files stay)
+        _end(running)
     os.makedirs(args.run_dir, mode=0o700, exist_ok=True)
     os.chown(args.run_dir, user.pw_uid, user.pw_gid)
     for name in ("status.json", "rc", "run.err"):
@@ -372,6 +445,57 @@ def _running(run_dir):
     return pid
 
 
+def _hung(run_dir, after):
+    """Whether a running download made no progress for ``after`` seconds: its last
+    download status line's ``progress_at``, or the start itself when it never wrote a
+    status line (hung while listing)."""
+    path = os.path.join(run_dir, "status.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        if doc.get("phase") != "download":
+            return False  # planning or hashing local files: no server in the loop
+        seen = float(doc.get("progress_at") or doc.get("at") or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        try:
+            seen = os.path.getmtime(os.path.join(run_dir, "pid"))
+        except OSError:
+            return True
+    return time.time() - seen > after
+
+
+def _ours(pid, run_dir):
+    """Whether ``pid`` leads its own process group and runs this script for
+    ``run_dir`` (never a reused pid, never the caller's own group)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        leader = os.getpgid(pid) == pid and pid != os.getpgrp()
+    except OSError:
+        return False
+    text = b" ".join(argv)
+    return leader and b"weights_fetch.py" in text and \
+        os.path.join(run_dir, "status.json").encode() in text
+
+
+def _end(pid):
+    """End a hung download's process group (TERM, then KILL), waiting for it to go."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(OSError):
+            os.killpg(pid, sig)
+        t = time.monotonic()
+        while time.monotonic() - t < wait:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.1)
+
+
 def _q(text):
     return "'" + text.replace("'", "'\\''") + "'"
 
@@ -416,10 +540,14 @@ def main(argv=None):
     r.add_argument("--ref")
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--workers", type=int, default=8)
+    r.add_argument("--stall-timeout", type=float, default=None)
+    r.add_argument("--max-files", type=int, default=None)
+    r.add_argument("--timeout", type=float, default=None)
     st = sub.add_parser("start")
     st.add_argument("--run-dir", required=True)
     st.add_argument("--user", required=True)
     st.add_argument("--python", required=True)
+    st.add_argument("--hung-after", type=float, default=300.0)
     st.add_argument("rest", nargs=argparse.REMAINDER)
     q = sub.add_parser("status")
     q.add_argument("--run-dir", required=True)

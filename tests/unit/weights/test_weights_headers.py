@@ -1,11 +1,10 @@
-"""One planner path: huggingface_hub's parsed safetensors headers become the very scan
-document the local checkpoint scan gives, so ``check_fit`` and ``gpuserve plan`` plan a
-Hub checkpoint exactly as the downloaded one. The headers here are parsed by the real
-client's own parser (``get_local_safetensors_metadata``, which shares
-``_parse_safetensors_header`` with the remote ``parse_safetensors_file_metadata``);
-the HTTP side is exercised against the lab's Hub stand-in (tests/lab/test_weights.py).
-Also: huggingface_hub's own error mapping of real responses (``hf_raise_for_status``)
-turned into errors naming the file and field."""
+"""One planner path: the shards' safetensors headers, as hub_client reads them, become
+the very scan document the local checkpoint scan gives, so ``check_fit`` and ``gpuserve
+plan`` plan a Hub checkpoint exactly as the downloaded one. The headers here are read
+from the composed files by the safetensors format (8-byte length, JSON); the HTTP side
+is exercised against the lab's Hub stand-in (tests/unit/weights/test_weights_hub.py).
+Also: hub_client's errors (an HTTP answer with the Hub's X-Error-Code, a truncated
+header) turned into errors naming the file and field."""
 
 from __future__ import annotations
 
@@ -19,10 +18,10 @@ from gpuserve.launch.hf_source import HfSource
 from gpuserve.launch.profiles import load_profile
 from gpuserve.memory.checkpoint import parse_scan, scan_directory
 from gpuserve.memory.preflight import check_fit
-from gpuserve.memory.remote import Where, hub_errors, scan_document
+from gpuserve.memory.remote import Where, hub_errors, hub_module, scan_document
 from tests.checkpoints import compose_tool
 
-hf = pytest.importorskip("huggingface_hub")
+HUB = hub_module()
 
 H200 = [{"name": "NVIDIA H200", "memory_total_mib": 143771, "compute_cap": "9.0"}] * 2
 
@@ -40,9 +39,13 @@ def qwen(tmp_path_factory) -> Path:
     return out
 
 
+def _header(path: Path) -> dict:
+    with path.open("rb") as f:  # the header only: the data is sparse
+        return json.loads(f.read(int.from_bytes(f.read(8), "little")))
+
+
 def _remote_doc(directory: Path) -> dict:
-    meta = hf.get_local_safetensors_metadata(directory)
-    shards = dict(meta.files_metadata)
+    shards = {p.name: _header(p) for p in sorted(directory.glob("*.safetensors"))}
     config = json.loads((directory / "config.json").read_text())
     index_path = directory / "model.safetensors.index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else None
@@ -70,34 +73,20 @@ def test_the_preflight_plans_both_alike(qwen, tmp_path):
     assert remote.plan.kv_tokens == local.plan.kv_tokens and remote.ok == local.ok
 
 
-def test_a_truncated_header_names_the_shard(qwen, tmp_path):
-    """A shard cut inside its header: the client's parser refuses it, and the error
-    names the Hub file and its header."""
-    bad = tmp_path / "bad"
-    bad.mkdir()
-    shard = sorted(qwen.glob("*.safetensors"))[0]
-    raw = shard.read_bytes()
-    (bad / shard.name).write_bytes(raw[: 8 + 40])  # the length says more
+def test_a_truncated_header_names_the_shard():
+    """hub_client's refusal of a shard cut inside its header names the Hub file and its
+    header."""
     where = Where("p.yaml", "model.hf", "inventory.py", "hf_endpoint", None)
     src = HfSource("Qwen/mini", "0" * 40)
-    with pytest.raises(InputError) as e, hub_errors(where, src, shard.name):
-        hf.parse_local_safetensors_file_metadata(bad / shard.name)
-    assert e.value.file == f"hf:Qwen/mini@{'0' * 40}/{shard.name}"
-    assert e.value.field == "header"
-
-
-def _response(status: int, url: str, headers: dict | None = None):
-    from huggingface_hub.utils import _http
-
-    httpx = _http.httpx2 if hasattr(_http, "httpx2") else _http.httpx
-    request = httpx.Request("HEAD", url)
-    return httpx.Response(status, request=request, headers=headers or {})
+    with pytest.raises(InputError) as e, hub_errors(where, src, "s.safetensors"):
+        raise HUB.HubError("header", "truncated: fewer than 8 bytes")
+    assert e.value.file == f"hf:Qwen/mini@{'0' * 40}/s.safetensors"
+    assert e.value.field == "header" and "truncated" in e.value.message
 
 
 def _raise(status: int, url: str, headers: dict | None = None) -> None:
-    from huggingface_hub.utils import hf_raise_for_status
-
-    hf_raise_for_status(_response(status, url, headers))
+    code = (headers or {}).get("X-Error-Code")
+    raise HUB.HubError("http", f"HTTP {status}", status=status, code=code)
 
 
 WHERE = Where("profiles/x.yaml:3", "model.hf", "inventory/lab.py", "hf_endpoint",
@@ -117,14 +106,9 @@ def test_404_without_x_error_code_names_the_endpoint_key():
     ("EntryNotFound", None, f"hf:org/name@{'1' * 40}/x.safetensors", "not in the repository"),
     ("RevisionNotFound", "model.hf", "profiles/x.yaml:3", "no revision"),
     ("RepoNotFound", "model.hf", "profiles/x.yaml:3", "no repository org/name"),
+    ("GatedRepo", "model.hf", "profiles/x.yaml:3", "gated"),
 ])
 def test_hub_error_codes_name_what_to_fix(code, field, file, words):
     with pytest.raises(InputError) as e, hub_errors(WHERE, SRC, "x.safetensors"):
         _raise(404, URL, {"X-Error-Code": code})
     assert (e.value.file, e.value.field) == (file, field) and words in e.value.message
-
-
-def test_not_a_safetensors_repo_names_model_hf():
-    with pytest.raises(InputError) as e, hub_errors(WHERE, SRC):
-        raise hf.errors.NotASafetensorsRepoError("'org/name' is not a safetensors repo.")
-    assert e.value.field == "model.hf" and "safetensors checkpoints only" in e.value.message

@@ -35,7 +35,8 @@ class Hub:
         self.calls: list[tuple[str, bool]] = []
         self.commit = commit
 
-    def __call__(self, source, where, token, headers=True, files=True):
+    def __call__(self, source, where, token, headers=True, files=True, max_files=None,
+                 timeout=None):
         self.calls.append((source.spec, headers, files))
         return RemoteCheckpoint(source, self.commit, FILES if files else (),
                                 {"schema": "x"} if headers else None)
@@ -105,6 +106,18 @@ def test_floating_branch_resolved_then_moved_is_refused_unless_asked(tmp_path):
 
 @pytest.mark.parametrize("data, key", [
     ({"models_dir": "relative/dir"}, "models_dir"),
+    ({"models_dir": "/"}, "models_dir"),
+    ({"models_dir": "/etc"}, "models_dir"),
+    ({"models_dir": "/usr/lib/models"}, "models_dir"),
+    ({"models_dir": "/var/lib/postgresql/models"}, "models_dir"),  # another service's home
+    ({"models_dir": "/opt/gpuserve/cache"}, "models_dir"),  # the service user's home
+    ({"models_dir": "/opt"}, "models_dir"),
+    ({"models_dir": "/srv/models\n"}, "models_dir"),
+    ({"hf_endpoint": "https://mirror\n.internal"}, "hf_endpoint"),
+    ({"hf_endpoint": "https://mirror.internal/ x"}, "hf_endpoint"),
+    ({"hf_plan_endpoint": "file:///etc"}, "hf_plan_endpoint"),
+    ({"weights_stall_timeout": 0}, "weights_stall_timeout"),
+    ({"weights_max_files": -1}, "weights_max_files"),
     ({"hf_endpoint": "ftp://mirror"}, "hf_endpoint"),
     ({"hf_endpoint": "https://user:pw@mirror"}, "hf_endpoint"),
     ({"hf_endpoint": "http://mirror.internal"}, "hf_endpoint"),  # not a trusted mirror
@@ -117,6 +130,14 @@ def test_bad_host_data_names_the_key_before_any_read(tmp_path, data, key):
     with pytest.raises(InputError) as e:
         _plan(_profile(tmp_path, f"org/name@{COMMIT}"), _state(False, 100 * GIB), hub, **data)
     assert e.value.file == "inventory.py" and e.value.field == key and hub.calls == []
+
+
+@pytest.mark.parametrize("models_dir", ["/srv/models", "/opt/gpuserve/models/x",
+                                        "/home/ml/models", "/data/hf"])
+def test_a_dedicated_models_dir_is_accepted(tmp_path, models_dir):
+    plan, *_ = _plan(_profile(tmp_path, f"org/name@{COMMIT}"), _state(True, 0), Hub(),
+                     models_dir=models_dir)
+    assert plan.models_dir == models_dir
 
 
 def test_http_mirror_allowed_when_trusted(tmp_path):
@@ -135,7 +156,8 @@ def test_progress_line_has_bytes_rate_and_eta():
 def test_plan_endpoint_is_what_the_controller_reads_and_errors_name(tmp_path):
     seen = []
 
-    def hub(source, where, token, headers=True, files=True):
+    def hub(source, where, token, headers=True, files=True, max_files=None,
+            timeout=None):
         seen.append((where.endpoint, where.endpoint_field))
         return RemoteCheckpoint(source, COMMIT, FILES, None)
 
