@@ -38,6 +38,17 @@ EXPORTER_DEFAULTS = {
     # the port prometheus-node-exporter listens on
     # accepts: int (1..65535)
     "node_exporter_port": 9100,
+    # the apt versions of NVIDIA's DCGM and of its exporter, pinned like the driver
+    # (apt's "=VERSION"; an exporter release names the DCGM it pairs with); None: the
+    # newest the CUDA repository has
+    # accepts: str (an apt version, e.g. "1:4.6.0-1") or None
+    "dcgm_version": None,
+    # accepts: str (an apt version, e.g. "4.5.2-1") or None
+    "dcgm_exporter_version": None,
+    # the address the exporters listen on; None: listen_address when set, else all
+    # addresses (a private network, or a firewall, keeps them from the world)
+    # accepts: str (an IP address) or None
+    "exporters_listen_address": None,
     # the address the monitor host scrapes this host at; None: the address the
     # exporters listen on when it is a specific one, else the host's ssh address
     # accepts: str (an IP address or host name) or None
