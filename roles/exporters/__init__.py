@@ -9,17 +9,35 @@ gpuserve/monitor/exporters.py. How: docs/metrics.md.
 from __future__ import annotations
 
 from pyinfra.api import deploy
+from pyinfra.operations import apt
 
 from gpuserve.monitor import exporters as ex
 from gpuserve.monitor.exporters import ExportersPlan
 from gpuserve.monitor.targets import EXPORTER_DEFAULTS
 from gpuserve.roles import managed
-from gpuserve.roles.prefetch import Read
+from gpuserve.roles.nvidia_driver import DebVersion
+from gpuserve.roles.prefetch import Read, fact
 from gpuserve.roles.service import activation_steps
 
 DEFAULTS = EXPORTER_DEFAULTS
 
-__all__ = ["DEFAULTS", "install_exporters", "reads"]
+__all__ = ["DEFAULTS", "install_exporters", "missing_packages", "package_reads", "reads"]
+
+
+def package_reads(specs: tuple[str, ...] | list[str]) -> list[Read]:
+    return [Read.of(DebVersion, package=spec.partition("=")[0]) for spec in specs]
+
+
+def missing_packages(specs: tuple[str, ...] | list[str]) -> list[str]:
+    """The ``name`` or ``name=VERSION`` specs not installed at that version (a pinned
+    package at another version is one; an unpinned installed one is not)."""
+    out = []
+    for spec in specs:
+        name, _, version = spec.partition("=")
+        have = fact(DebVersion, package=name)
+        if have is None or (version and have != version):
+            out.append(spec)
+    return out
 
 
 def reads(plan: ExportersPlan) -> list[Read]:
@@ -27,7 +45,7 @@ def reads(plan: ExportersPlan) -> list[Read]:
     out = [managed.read_package(ex.NODE_PACKAGE), managed.read(ex.NODE_DEFAULTS_PATH),
            managed.read_unit(ex.NODE_UNIT, (ex.NODE_DEFAULTS_PATH,))]
     if plan.dcgm:
-        out += [*(managed.read_package(p.split("=", 1)[0]) for p in plan.dcgm_packages),
+        out += [*package_reads(plan.dcgm_packages),
                 managed.read(ex.COUNTERS_PATH), managed.read(ex.DCGM_DROPIN),
                 managed.read("/etc/dcgm-exporter"),
                 managed.read(f"/etc/systemd/system/{ex.DCGM_UNIT}.d"),
@@ -53,8 +71,9 @@ def install_exporters(plan: ExportersPlan) -> None:
                   installed is not None, False)
     if plan.dcgm:
         # pinned packages are reinstalled by apt only when the version differs
-        installed = managed.packages(name="Install DCGM and dcgm-exporter",
-                                     packages=list(plan.dcgm_packages))
+        missing = missing_packages(plan.dcgm_packages)
+        installed = apt.packages(name="Install DCGM and dcgm-exporter", packages=missing,
+                                 update=True) if missing else None
         for path in ("/etc/dcgm-exporter", f"/etc/systemd/system/{ex.DCGM_UNIT}.d"):
             managed.directory(name=f"Directory {path}", path=path, user="root",
                               group="root", mode="755")
