@@ -81,3 +81,14 @@ def test_bad_exporter_data_names_the_key() -> None:
     with pytest.raises(InputError) as info:
         plan_monitor(bad, {}, "inv.py", profile_with_slo)
     assert info.value.field == "node_exporter_port"
+
+
+def test_prometheus_listens_on_the_monitor_hosts_listen_address() -> None:
+    from gpuserve.monitor.plan import DEFAULTS_PATH
+
+    assert "--web.listen-address" not in _plan().files[DEFAULTS_PATH]
+    text = _plan(listen_address="10.0.0.3").files[DEFAULTS_PATH]
+    assert 'ARGS="--storage.tsdb.retention.time=15d --web.listen-address=10.0.0.3:9090"' in text
+    with pytest.raises(InputError) as info:
+        _plan(listen_address="monitor.example")
+    assert info.value.field == "listen_address"
