@@ -55,3 +55,13 @@ def test_bad_data_names_the_key(data, field) -> None:
     with pytest.raises(InputError) as info:
         plan_exporters(data, "inv.py", gpu_host=True)
     assert (info.value.file, info.value.field) == ("inv.py", field)
+
+
+def test_gpuserve_check_knows_the_monitor_keys_and_catches_their_typos() -> None:
+    from gpuserve.commands.check import misspelt_keys
+
+    misspelt_keys({"dcgm_exporter_version": "4.8.3-1", "monitor_alert_for": {},
+                   "grafana_keyring_sha256": "a" * 64}, "inv.py")  # known: no error
+    with pytest.raises(InputError) as info:
+        misspelt_keys({"monitor_scrape_intervall": 5}, "inv.py")
+    assert "did you mean monitor_scrape_interval" in info.value.message
