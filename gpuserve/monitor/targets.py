@@ -174,8 +174,11 @@ def gpu_host_targets(entry: HostEntry, source: str, out: Targets,
     else:
         out.targets.append(Target("sglang", f"{address}:{profile.server.port}", labels))
     if _switch(data, "dcgm_exporter", source):
+        # dcgm-exporter labels each series with its GPU index as ``gpu`` (and the model as
+        # ``modelName``): a target label of that name would push it to ``exported_gpu``
+        dcgm_labels = {k: v for k, v in labels.items() if k != "gpu"}
         out.targets.append(Target("dcgm", f"{address}:{_port(data, 'dcgm_exporter_port', source)}",
-                                  labels))
+                                  dcgm_labels))
     if _switch(data, "node_exporter", source):
         out.targets.append(Target("node", f"{address}:{_port(data, 'node_exporter_port', source)}",
                                   labels))

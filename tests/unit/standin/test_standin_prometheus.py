@@ -3,8 +3,10 @@ stand-in on loopback: the target is up with the inventory's labels, ``sglang:`` 
 arrive, the server-down alert fires within its ``for:`` window once the server stops
 and resolves after it is back, and ``fleet status``'s live query reads the rules.
 
-What this does not prove: a monitor host installed by deploy/monitor.py (no lab test
-runs that deploy), the DCGM and node exporters (not started here). Loopback only; every
+The GPU exporter here is the lab's dcgm-exporter stand-in (lab/dcgm_standin: DCGM's
+names and labels, composed values). What this does not prove: a monitor host installed
+by deploy/monitor.py (no lab test runs that deploy), NVIDIA's real exporter, the node
+exporter (not started here). Loopback only; every
 wait is bounded in count and time.
 """
 
@@ -14,6 +16,7 @@ import dataclasses
 import json
 import shutil
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -26,11 +29,13 @@ from standin_server import free_port, healthy_server, standin_env
 from gpuserve.launch.profiles import load_profile
 from gpuserve.monitor.plan import PROM_DIR, plan_monitor
 from gpuserve.monitor.targets import HostEntry
+from lab import dcgm_standin
 
 PROMETHEUS = shutil.which("prometheus") or (
     "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus is not "
                                 "installed (python -m lab deps installs it, as root)")
+BOX = Path(__file__).resolve().parents[3] / "lab" / "nvidia_repo" / "boxes" / "h200-nvlink"
 FOR_S = 3
 INTERVAL_S = 1
 
@@ -62,14 +67,14 @@ def _wait(what: str, check, timeout: float = 40, step: float = 0.5):
     raise AssertionError(f"{what}: not within {timeout:g} s")
 
 
-def _files(root: Path, sglang_port: int) -> Path:
+def _files(root: Path, sglang_port: int, dcgm_port: int) -> Path:
     """The monitor plan of a one-host inventory, written under ``root``."""
     profile = load_profile("glm5-nvfp4-tp8")
     profile = dataclasses.replace(profile, server=dataclasses.replace(
         profile.server, port=sglang_port))
     entry = HostEntry("lab-gpu", {"profile": "glm5-nvfp4-tp8", "sglang_api_key": "k" * 20,
                                   "monitor_scrape_address": "127.0.0.1",
-                                  "dcgm_exporter": False, "node_exporter": False,
+                                  "dcgm_exporter_port": dcgm_port, "node_exporter": False,
                                   "sglang_version": "0.5.23"}, "gpu")
     plan = plan_monitor([entry], {"monitor_scrape_interval": INTERVAL_S,
                                   "monitor_alertmanager": False,
@@ -88,8 +93,8 @@ def prometheus(tmp_path) -> Iterator[tuple[str, Path]]:
     port = free_port()
     yield_holder: dict = {}
 
-    def start(sglang_port: int) -> str:
-        config = _files(tmp_path / "etc", sglang_port)
+    def start(sglang_port: int, dcgm_port: int) -> str:
+        config = _files(tmp_path / "etc", sglang_port, dcgm_port)
         log = (tmp_path / "prometheus.log").open("w")
         proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
                                  f"--storage.tsdb.path={tmp_path / 'data'}",
@@ -130,12 +135,23 @@ def _alert(url: str, name: str) -> str | None:
     return next((a["state"] for a in alerts if a["labels"].get("alertname") == name), None)
 
 
+@pytest.fixture
+def dcgm() -> Iterator[int]:
+    """The lab's dcgm-exporter stand-in (8x H200 box) on a loopback port."""
+    server = dcgm_standin.server(BOX, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
 def test_prometheus_scrapes_the_standin_and_the_down_alert_fires_and_resolves(
-        site23, model_dir, prometheus) -> None:
+        site23, model_dir, prometheus, dcgm) -> None:
     start, tmp_path = prometheus
     env = standin_env(site23)
     with healthy_server(model_dir, "glm-5", ("--enable-metrics",), env) as port:
-        url = start(port)
+        url = start(port, dcgm)
 
         def up_target():
             targets = _get(f"{url}/api/v1/targets")["data"]["activeTargets"]
@@ -152,6 +168,13 @@ def test_prometheus_scrapes_the_standin_and_the_down_alert_fires_and_resolves(
             url, 'count by (host) ({__name__=~"sglang:.+", host="lab-gpu"})'))
         assert float(series[0]["value"][1]) >= 10
         _wait("recording rules", lambda: _query(url, "gpuserve:running_reqs"))
+        # the GPU exporter's target: DCGM's own gpu label (0-7) survives beside ours
+        gpus = _wait("DCGM series", lambda: _query(
+            url, 'count by (host, job, profile) (DCGM_FI_DEV_GPU_TEMP{host="lab-gpu"})'))
+        assert gpus[0]["metric"] == {"host": "lab-gpu", "job": "dcgm",
+                                     "profile": "glm5-nvfp4-tp8"}
+        assert float(gpus[0]["value"][1]) == 8
+        assert len(_query(url, 'DCGM_FI_DEV_GPU_TEMP{gpu="7",host="lab-gpu"}')) == 1
         # fleet status's live query, against this Prometheus
         from gpuserve.commands.fleet import fetch_live
 
