@@ -107,9 +107,11 @@ def thresholds_of(entry: HostEntry, profile: Profile | None) -> rules.HostThresh
 
 
 def plan_monitor(entries: list[HostEntry], monitor_data: dict, source: str,
-                 profile_of: Callable[[str], Profile] = load_profile) -> MonitorPlan:
-    """Every file of the monitor host, from the inventory's hosts; bad host data is an
-    ``InputError`` naming the inventory and key before any host changes."""
+                 profile_of: Callable[[str], Profile] = load_profile,
+                 monitor_host: str | None = None) -> MonitorPlan:
+    """Every file of the monitor host (``monitor_host``, when it is an inventory host),
+    from the inventory's hosts; bad host data is an ``InputError`` naming the inventory
+    and key before any host changes."""
     data = {**MONITOR_DEFAULTS, **{k: v for k, v in monitor_data.items()
                                    if k in MONITOR_DEFAULTS}}
     interval = _interval(data["monitor_scrape_interval"], source)
@@ -118,7 +120,7 @@ def plan_monitor(entries: list[HostEntry], monitor_data: dict, source: str,
     alertmanager = data["monitor_alertmanager"]
     if not isinstance(alertmanager, bool):
         raise InputError(source, "monitor_alertmanager", "must be true or false")
-    found = targets_of(entries, source, profile_of)
+    found = targets_of(entries, source, profile_of, monitor_host)
     thresholds = [thresholds_of(e, profile_of(e.data["profile"]) if e.data.get("profile")
                                 else None) for e in entries if e.data.get("profile")]
     files = {CONFIG_PATH: config_text(interval, alertmanager),

@@ -159,7 +159,9 @@ def sglang_serves_remotely(data: dict) -> bool:
 
 
 def gpu_host_targets(entry: HostEntry, source: str, out: Targets,
-                     profile_of: Callable[[str], Profile] = load_profile) -> None:
+                     profile_of: Callable[[str], Profile] = load_profile,
+                     monitor_host: str | None = None) -> None:
+    """The host's targets; the monitor host itself scrapes its own loopback server."""
     data = entry.data
     profile = profile_of(data["profile"])
     labels = host_labels(entry, profile)
@@ -167,6 +169,8 @@ def gpu_host_targets(entry: HostEntry, source: str, out: Targets,
     if data.get("sglang_metrics", True) is False:
         out.warnings.append(f"{entry.name}: sglang_metrics is off: SGLang's figures are "
                             "not scraped")
+    elif entry.name == monitor_host and not sglang_serves_remotely(data):
+        out.targets.append(Target("sglang", f"127.0.0.1:{profile.server.port}", labels))
     elif not sglang_serves_remotely(data):
         out.warnings.append(f"{entry.name}: SGLang listens on 127.0.0.1 only, so the "
                             "monitor cannot scrape it; set listen_address to a private "
@@ -199,12 +203,14 @@ def router_targets(entry: HostEntry, source: str, out: Targets) -> None:
 
 
 def targets_of(entries: list[HostEntry], source: str,
-               profile_of: Callable[[str], Profile] = load_profile) -> Targets:
-    """Every scrape target of the inventory, and why a host exports less than it could."""
+               profile_of: Callable[[str], Profile] = load_profile,
+               monitor_host: str | None = None) -> Targets:
+    """Every scrape target of the inventory, and why a host exports less than it could
+    (``monitor_host``: the host whose Prometheus these are)."""
     out = Targets()
     for entry in entries:
         if entry.data.get("profile"):
-            gpu_host_targets(entry, source, out, profile_of)
+            gpu_host_targets(entry, source, out, profile_of, monitor_host)
         if is_router_host(entry.data):
             router_targets(entry, source, out)
     return out

@@ -63,7 +63,8 @@ def monitor_fleet() -> None:
     if inventory.get_group(MONITOR_GROUP, default=None) is None:
         logger.warning("no 'monitor' group in the inventory: exporters only, nothing "
                        "scrapes them")
-    monitor = plan_monitor(inventory_entries(), data, source) if is_monitor else None
+    monitor = plan_monitor(inventory_entries(), data, source, monitor_host=host.name) \
+        if is_monitor else None
     gpu_host = bool(data.get("profile"))
     exporters = plan_exporters(data, source, gpu_host) \
         if gpu_host or is_router_host(data) else None

@@ -64,7 +64,7 @@ def install_exporters(plan: ExportersPlan) -> None:
     """Install, configure and (re)start the exporters ``plan`` switches on."""
     if plan.node:
         installed = managed.packages(name="Install prometheus-node-exporter",
-                                     packages=[ex.NODE_PACKAGE])
+                                     packages=[ex.NODE_PACKAGE], update=True)
         args = managed.put(name="Node exporter arguments", dest=ex.NODE_DEFAULTS_PATH,
                            text=plan.node_args, user="root", group="root", mode="644")
         _activate(ex.NODE_UNIT, (ex.NODE_DEFAULTS_PATH,), args is not None or

@@ -58,7 +58,8 @@ def _check_and_reload():
 @deploy("Monitor")
 def configure_monitor(plan: MonitorPlan) -> None:
     """Install the packages, write the plan's files, reload or (re)start Prometheus."""
-    installed = managed.packages(name="Install Prometheus", packages=packages(plan))
+    installed = managed.packages(name="Install Prometheus", packages=packages(plan),
+                                 update=True)
     for path in DIRECTORIES:
         managed.directory(name=f"Directory {path}", path=path, user="root", group="root",
                           mode="755")

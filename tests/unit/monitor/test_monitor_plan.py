@@ -92,3 +92,10 @@ def test_prometheus_listens_on_the_monitor_hosts_listen_address() -> None:
     with pytest.raises(InputError) as info:
         _plan(listen_address="monitor.example")
     assert info.value.field == "listen_address"
+
+
+def test_the_monitor_host_scrapes_its_own_loopback_server() -> None:
+    plan = plan_monitor(entries(), {}, "inv.py", profile_with_slo, monitor_host="gpu3")
+    sglang = json.loads(plan.files[f"{TARGETS_DIR}/sglang.json"])
+    assert ["127.0.0.1:30000"] in [t["targets"] for t in sglang]
+    assert not any("gpu3" in w for w in plan.warnings)
