@@ -14,7 +14,9 @@ import sys
 # Debian/Ubuntu package names: QEMU + qemu-img, debootstrap and the Debian keyring it
 # verifies with, disk tools (parted, e2fsprogs), GRUB tooling, ssh client, what the
 # mirror publishers use (dpkg-dev for dpkg-scanpackages, gnupg for signing), and the
-# container hosts' systemd-nspawn, slirp4netns and ip (lab/container.py).
+# container hosts' systemd-nspawn, slirp4netns and ip (lab/container.py), and Debian's
+# prometheus for its promtool (the unit tests check the monitor's generated config and
+# test every alert rule with it: tests/unit/monitor).
 PACKAGES = (
     "systemd-container",
     "slirp4netns",
@@ -31,6 +33,7 @@ PACKAGES = (
     "dpkg-dev",
     "gnupg",
     "ca-certificates",
+    "prometheus",
 )
 
 

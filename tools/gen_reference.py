@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HOST_DATA_DOC = Path("docs/reference/host-data.md")
 PROFILE_DOC = Path("docs/reference/profile.md")
 PACKAGES = ("gpuserve", "roles")
-DEPLOYS = ("host", "serve", "router", "hypervisor", "remove")
+DEPLOYS = ("host", "serve", "router", "hypervisor", "remove", "monitor")
 #: host-data receivers whose unknown string keys are errors
 STRICT_RECEIVERS = ("host.data", "host_data", "member.data", "me.data")
 ACCEPTS = "accepts:"

@@ -274,9 +274,13 @@ def misspelt_keys(data: dict, source: str) -> None:
     from gpuserve.fleet.router_plan import defaults as router_defaults
     from gpuserve.host.defaults import PROXMOX
     from gpuserve.host.plan import defaults as host_defaults
+    from gpuserve.monitor.dashboards import GRAFANA_DEFAULTS
+    from gpuserve.monitor.plan import MONITOR_DEFAULTS
+    from gpuserve.monitor.targets import EXPORTER_DEFAULTS
     from gpuserve.serve.plan import defaults as serve_defaults
 
-    ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults(), *PROXMOX})
+    ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults(), *PROXMOX,
+                   *EXPORTER_DEFAULTS, *MONITOR_DEFAULTS, *GRAFANA_DEFAULTS})
     known = set(ours)
     for connector in get_all_connectors().values():
         known |= set(getattr(connector, "data_meta", None) or {})

@@ -58,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     status.add_argument("--gateway", metavar="URL",
                         help="the gateway's base URL, instead of the router host's address "
                         "and router_port (e.g. an ssh -L tunnel); one router host only")
+    status.add_argument("--prometheus", metavar="URL",
+                        help="the monitor's Prometheus for the live figures, instead of the "
+                        "first host of the inventory's monitor group on port 9090")
     status.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                         help=f"seconds to wait for the gateway (default {DEFAULT_TIMEOUT:g})")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -82,11 +85,17 @@ def run(args: argparse.Namespace) -> int:
     answers = [fetch_workers(target, key, timeout) for target, key in plans]
     secrets = [key for _, key in plans]
     rows = [host_status(name, data, args.inventory, groups, answers) for name, data in hosts]
+    live_url = prometheus_url(hosts, groups, args.inventory, args.prometheus)
+    live, live_error = fetch_live(live_url, timeout) if live_url else ({}, None)
+    for row in rows:
+        row.live = live.get(row.host)
     if args.json:
         doc = st.status_dict(args.inventory, rows, answers)
+        doc["prometheus"] = {"url": live_url, "error": live_error}
         print(st.redact(json.dumps(doc, indent=2, allow_nan=False), secrets))
     else:
-        print(st.redact(format_status(rows, answers), secrets))
+        print(st.redact(format_status(rows, answers) + "\n" +
+                        live_footer(live_url, live_error), secrets))
     return st.exit_code(rows, answers)
 
 
@@ -197,6 +206,61 @@ def _why(exc: BaseException, timeout: float) -> str:
     return f"{type(reason).__name__}: {reason}"[:300]
 
 
+# ----------------------------------------------------------------------------- live
+
+
+def prometheus_url(hosts: list[tuple[str, dict]], groups: dict, source: str,
+                   override: str | None) -> str | None:
+    """``--prometheus``, else the first monitor host's Prometheus; None without one."""
+    from gpuserve.monitor.targets import scrape_address
+
+    if override is not None:
+        return st.check_gateway_override(override, "--prometheus")
+    members = groups.get("monitor") or []
+    if not members:
+        return None
+    first = members[0]
+    address = scrape_address(first.name, first.data, source)
+    return f"http://{address}:9090"
+
+
+def fetch_live(url: str, timeout: float) -> tuple[dict, str | None]:
+    """Each live column's instant query; (host -> figures, the first error or None)."""
+    from gpuserve.monitor.query import LIVE_QUERIES, live_by_host, parse_vector, query_path
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+    answers: dict[str, dict] = {}
+    deadline = time.monotonic() + timeout
+    for column, rule in LIVE_QUERIES.items():
+        source = f"GET {url}{query_path(rule)}"
+        try:
+            left = max(0.1, deadline - time.monotonic())
+            with opener.open(urllib.request.Request(url + query_path(rule)),
+                             timeout=left) as response:
+                text = _read_within(response, deadline, timeout).decode("utf-8")
+            answers[column] = parse_vector(text, source)
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            return {}, f"{source}: HTTP {exc.code} {exc.reason}"[:300]
+        except (urllib.error.URLError, OSError, http.client.HTTPException,
+                UnicodeDecodeError) as exc:
+            why = _why(exc, timeout).replace(" (no gateway listening there)", "")
+            return {}, f"{source}: {why}"
+        except InputError as exc:
+            return {}, str(exc)[:300]
+    return live_by_host(answers), None
+
+
+def live_footer(url: str | None, error: str | None) -> str:
+    if url is None:
+        return ("live: no monitor host in the inventory (deploy/monitor.py's Prometheus, "
+                "or --prometheus URL)")
+    if error:
+        return f"live: no figures: {error}"
+    return (f"live (from {url}): tok/s over the last minute, requests running/queued and "
+            "KV usage now, TTFT p50/p99 over the last 5 minutes")
+
+
 # ----------------------------------------------------------------------------- hosts
 
 
@@ -257,7 +321,8 @@ def _records(row: st.HostStatus, name: str, data: dict, source: str) -> None:
 
 # ----------------------------------------------------------------------------- text
 
-HEADERS = ("host", "profile", "sglang", "gateway", "health", "out tok/s", "last run")
+HEADERS = ("host", "profile", "sglang", "gateway", "health", "out tok/s", "last run",
+           "tok/s now", "run/queue", "KV", "TTFT p50/p99")
 
 
 def _gateway_cell(row: st.HostStatus) -> str:
@@ -297,12 +362,31 @@ def _versions_cell(row: st.HostStatus) -> str:
                                             else " (host picks)")
 
 
+def _live_cells(live) -> tuple[str, str, str, str]:
+    if live is None:
+        return "-", "-", "-", "-"
+
+    def num(key: str, form: str = "{:.0f}") -> str:
+        value = live.get(key)
+        return "-" if value is None else form.format(value)
+
+    ms = "{:.0f}"
+    p50 = live.get("ttft_p50_s")
+    p99 = live.get("ttft_p99_s")
+    ttft = "-" if p50 is None and p99 is None else \
+        f"{'-' if p50 is None else ms.format(p50 * 1000)}/" \
+        f"{'-' if p99 is None else ms.format(p99 * 1000)} ms"
+    return (num("tok_s"), f"{num('running')}/{num('queued')}",
+            num("kv_usage", "{:.0%}"), ttft)
+
+
 def format_status(rows: list[st.HostStatus], answers: list[st.GatewayAnswer]) -> str:
     cells = [(r.host, r.profile or "-", _versions_cell(r), _gateway_cell(r),
               _health_cell(r, answers),
-              fmt(r.last_run.output_tok_s) if r.last_run else "-", _run_cell(r))
+              fmt(r.last_run.output_tok_s) if r.last_run else "-", _run_cell(r),
+              *_live_cells(r.live))
              for r in rows]
-    lines = table(HEADERS, cells, {"out tok/s"})
+    lines = table(HEADERS, cells, {"out tok/s", "tok/s now"})
     for r in rows:
         lines += [f"{r.host}: {v.text}: {v.note}" for v in r.views
                   if v.note and v.view != "no_answer"]

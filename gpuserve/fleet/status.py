@@ -103,6 +103,7 @@ class HostStatus:
     results_dir: str | None = None
     last_run: ResultRecord | None = None
     records_error: str | None = None
+    live: object | None = None  # gpuserve.monitor.query.LiveFigures, from the monitor
 
     @property
     def ok(self) -> bool:
@@ -296,7 +297,8 @@ def host_dict(h: HostStatus) -> dict:
             "router_of": list(h.router_of), "plan_error": h.plan_error,
             "gateway": [v.to_dict() for v in h.views], "results_dir": h.results_dir,
             "last_run": None if h.last_run is None else run_dict(h.last_run),
-            "records_error": h.records_error}
+            "records_error": h.records_error,
+            "live": None if h.live is None else dict(h.live.values)}
 
 
 def status_dict(inventory: str, hosts: Sequence[HostStatus],

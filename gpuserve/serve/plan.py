@@ -45,7 +45,7 @@ from gpuserve.measure.bench import (
 )
 from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_catalog
 from gpuserve.measure.results import RecordSpec, launch_hash, record_spec
-from gpuserve.serve import checks, service, weights
+from gpuserve.serve import checks, metrics, service, weights
 from gpuserve.serve import install as sglang
 from gpuserve.serve.checks import BenchPlan
 from gpuserve.serve.checks import mark_path as bench_mark_path
@@ -111,7 +111,8 @@ def defaults() -> dict:
         "profile": None,
         **FLEET_DEFAULTS,
     }
-    for layer in (sglang.DEFAULTS, service.DEFAULTS, checks.DEFAULTS, weights.DEFAULTS):
+    for layer in (sglang.DEFAULTS, service.DEFAULTS, checks.DEFAULTS, weights.DEFAULTS,
+                  metrics.DEFAULTS):
         merged.update(layer)
     return merged
 
@@ -192,6 +193,8 @@ def plan_serve(
     host_json_lines = host_record()
     host_comm = communication(host_json_lines)
     args = _with_host_flags(args, host_json_lines, version)
+    # SGLang's own metrics, on unless host data turns them off (gpuserve/serve/metrics.py)
+    args += metrics.metrics_flags(args, data["sglang_metrics"], load_catalog(version), source)
     plan = _service_plan(data, source, settings, profile, lock, version, runtime, launch, args,
                          launch_env)
     # the listen address and hardening choices are printed with the preflight's warnings

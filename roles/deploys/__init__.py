@@ -11,11 +11,13 @@ under the roles' own names.
 
 from gpuserve.roles.deploys.host import provision_gpu_host
 from gpuserve.roles.deploys.hypervisor import proxmox_hypervisor
+from gpuserve.roles.deploys.monitor import monitor_fleet
 from gpuserve.roles.deploys.operate import serve_launch, service_journal
 from gpuserve.roles.deploys.remove import remove_gpuserve
 from gpuserve.roles.deploys.router import sglang_gateway
 from gpuserve.roles.deploys.serve import serve_sglang
 from gpuserve.roles.deploys.tune import tune_snapshot
 
-__all__ = ["provision_gpu_host", "proxmox_hypervisor", "remove_gpuserve", "serve_launch",
-           "serve_sglang", "service_journal", "sglang_gateway", "tune_snapshot"]
+__all__ = ["monitor_fleet", "provision_gpu_host", "proxmox_hypervisor", "remove_gpuserve",
+           "serve_launch", "serve_sglang", "service_journal", "sglang_gateway",
+           "tune_snapshot"]

@@ -195,6 +195,15 @@ def test_service_running_listening_healthy(vm, first_run) -> None:
                      args, re.M)
 
 
+def test_metrics_are_on_by_default_and_need_no_key(vm, first_run) -> None:
+    """SGLang's /metrics is on without any host data asking, on the API's port, exempt
+    from the API key like /health (docs/metrics.md)."""
+    text = vm.check_output("curl -s http://127.0.0.1:30000/metrics")
+    assert re.search(r"^sglang:num_running_reqs\{", text, re.M), text[:500]
+    assert re.search(r"^sglang:time_to_first_token_seconds_bucket\{", text, re.M)
+    assert "--enable-metrics" in vm.check_output(f"cat {ENV_PATH}")
+
+
 def test_secrets_not_in_the_journal(vm, first_run) -> None:
     journal = vm.check_output(f"journalctl -u {UNIT} --no-pager -o cat")
     assert "fired up and ready to roll" in journal

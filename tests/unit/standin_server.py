@@ -45,10 +45,12 @@ def launch_argv(model_dir: Path, served_name: str, port: int, flags: tuple[str, 
 
 @contextmanager
 def healthy_server(model_dir: Path, served_name: str, flags: tuple[str, ...],
-                   env: dict[str, str], log: Path | None = None) -> Iterator[int]:
-    """``python -m sglang.launch_server`` on a free loopback port, once /health answers
-    200 (at most 20 s); its output to ``log`` (or nowhere). Stopped on exit."""
-    port = free_port()
+                   env: dict[str, str], log: Path | None = None,
+                   port: int | None = None) -> Iterator[int]:
+    """``python -m sglang.launch_server`` on ``port`` (default: a free loopback port),
+    once /health answers 200 (at most 20 s); its output to ``log`` (or nowhere).
+    Stopped on exit."""
+    port = port or free_port()
     argv = launch_argv(model_dir, served_name, port, flags)
     with (log.open("w") if log else open(os.devnull, "w")) as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
