@@ -7,16 +7,23 @@ the debian13 repository of the lab's NVIDIA stand-in (as NVIDIA's) has no usersp
 refused before any change and saying why; then the 590 module, whose userspace comes
 from that repository. SGLang runs from the mirror's managed-CPython stand-in, chosen
 because python3 3.13 has no lock. A profile whose model comes from the Hub stand-in
-then has its weights fetched on this host. What it does not prove: a real
+then has its weights fetched on this host. And apt refuses a repository whose key's
+binding uses SHA1, as it refuses NVIDIA's debian12 key. What it does not prove: a real
 python-build-standalone build, the real debian13 repository's key (docs/hosts.md).
 """
 
 from __future__ import annotations
 
+import io
 import re
+import subprocess
+import tarfile
+from pathlib import Path
 
 import pytest
 from labhelpers import clean, healthy, lab_hub, no_changes, unit_venv
+
+from lab.sshutil import ssh_argv
 
 pytestmark = pytest.mark.lab
 
@@ -134,3 +141,44 @@ def test_weights_fetched_verified_and_served_then_kept(debian13_lab, runs) -> No
     assert healthy(debian13_lab)
     rc, out = runs["weights again"]
     assert rc == 0 and no_changes(out), out[-4000:]
+
+
+def sha1_bound_repository(tmp_path: Path) -> bytes:
+    """A flat repository signed by a key whose self-signature uses SHA1 (as NVIDIA's
+    debian12 key 3BF863CC's binding does), as a tar: key.gpg and repo/."""
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback",
+           "--passphrase", ""]
+    subprocess.run([*gpg, "--cert-digest-algo", "SHA1", "--quick-gen-key",
+                    "sha1-bound <lab@gpuserve.invalid>", "rsa3072", "sign", "never"],
+                   check=True, capture_output=True)
+    key = subprocess.run([*gpg, "--export"], check=True, capture_output=True).stdout
+    release = "Origin: lab\nLabel: SHA1-bound key\nSHA256:\n"
+    signed = subprocess.run([*gpg, "--digest-algo", "SHA256", "--clearsign"],
+                            input=release.encode(), check=True, capture_output=True).stdout
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in (("key.gpg", key), ("repo/InRelease", signed)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
+    return buf.getvalue()
+
+
+def test_apt_rejects_a_key_bound_with_sha1(debian13_lab, tmp_path) -> None:
+    """Debian 13's apt (sqv) refuses a repository whose key's binding uses SHA1, with the
+    message of NVIDIA/cuda-repo-management#30; the lab's own debian13 key passes above."""
+    st = debian13_lab.state
+    cmd = ("rm -rf /tmp/sha1 && mkdir /tmp/sha1 && tar xf - -C /tmp/sha1 && "
+           "echo 'deb [signed-by=/tmp/sha1/key.gpg] file:/tmp/sha1/repo /' > /tmp/sha1/one.list"
+           " && apt-get update -o Dir::Etc::SourceList=/tmp/sha1/one.list "
+           "-o Dir::Etc::SourceParts=- 2>&1")
+    r = subprocess.run([*ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts), cmd],
+                       input=sha1_bound_repository(tmp_path), capture_output=True, timeout=120)
+    out = r.stdout.decode(errors="replace")
+    assert r.returncode != 0, out
+    assert "/usr/bin/sqv" in out and "is not bound" in out, out
+    assert "SHA1 is not considered secure since 2026-02-01" in out, out
+    assert "E: The repository 'file:/tmp/sha1/repo  InRelease' is not signed." in out, out
