@@ -71,6 +71,20 @@ LAB_HOST_DATA = {
     "router_discovery_interval": 2,
 }
 
+# What a Debian 13 lab host (`python -m lab up --os debian13`) has on top: the debian13
+# repository of the lab's NVIDIA stand-in (no R580 there, as at NVIDIA: branch 590, the
+# branch of its container's host module), and the SGLang venvs on the mirror's
+# managed-CPython stand-in, since its python3 (3.13) has no lock (the interpreter choice
+# finds it through sglang_python_builds; docs/hosts.md says what that proves).
+LAB_OS_HOST_DATA = {
+    "debian13": {
+        "nvidia_repo_url": "{mirror}cuda/repos/debian13/x86_64/",
+        "nvidia_driver_branch": 590,
+        "sglang_python_builds": "{python_builds_catalog}",
+        "sglang_python_mirror": "{mirror}python-builds/",
+    },
+}
+
 
 class LabNotRunning(RuntimeError):
     pass
@@ -87,7 +101,8 @@ def host_data_for(name: str) -> dict:
     if not any(locks.glob("sglang-*.json")):
         print(f"inventory/lab.py: warning: no lab locks in {locks}; run `python -m lab up` "
               "again (it republishes the mirror, locks included)", file=sys.stderr)
-    keyring = keyring_sha256(st.mirror_root)
+    lab_os = st.extra.get("os", "debian12")
+    keyring = keyring_sha256(st.mirror_root, lab_os)
     if keyring is None:
         print(f"inventory/lab.py: warning: no lab cuda-keyring under {st.mirror_root}; run "
               "`python -m lab up` again (it republishes the mirror)", file=sys.stderr)
@@ -95,6 +110,8 @@ def host_data_for(name: str) -> dict:
     # {hub_local}: the same from this controller
     fields = {"mirror": st.mirror_url, "hub": st.hub_url, "hub_local": st.hub_local_url,
               "locks": str(locks), "keyring_sha256": keyring or "",
+              "python_builds_catalog": str(Path(st.mirror_root) / "python-builds"
+                                           / "catalog.json"),
               "nccl_tests_sha256": archive_sha256(st.mirror_root, "nccl-tests-lab.tar.gz") or "",
               "cuda_samples_sha256":
                   archive_sha256(st.mirror_root, "cuda-samples-lab.tar.gz") or ""}
@@ -108,7 +125,8 @@ def host_data_for(name: str) -> dict:
             return {k: fill(v) for k, v in value.items()}
         return value
 
-    data = {k: fill(v) for k, v in LAB_HOST_DATA.items()}
+    data = {k: fill(v) for k, v in {**LAB_HOST_DATA,
+                                    **LAB_OS_HOST_DATA.get(lab_os, {})}.items()}
     if name != DEFAULT_NAME:
         # results of test instances stay with the instance, apart from the demo's
         data.setdefault("results_dir", str(instance_dir(name) / "results"))

@@ -4,7 +4,8 @@ A lab host is a systemd-nspawn container (`--kind container`, the default: every
 above the kernel, at native speed) or the QEMU VM (`--kind vm`: GRUB, the initramfs,
 modules, IOMMU). State lives under $GPUSERVE_LAB_HOME (default ~/.cache/gpuserve/lab);
 the instance is --name or $GPUSERVE_LAB_NAME (default "default"); the kind of a new one
-is --kind or $GPUSERVE_LAB_KIND.
+is --kind or $GPUSERVE_LAB_KIND, its operating system --os or $GPUSERVE_LAB_OS (debian12,
+the default, or debian13: container hosts).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from lab import fleet, instance
 from lab.deps import ensure_deps
 from lab.image import ensure_image
 from lab.models import install_models
+from lab.recipe import DEFAULT_OS, OS_RECIPES
 from lab.sshutil import ssh_argv
 from lab.state import instance_name, list_instances, read_state
 
@@ -27,14 +29,21 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("deps", help="apt-get install the host tools that are missing")
-    sub.add_parser("image", help="build the disk image (or find it cached); boots nothing, "
-                                 "so `make test` runs it beside the unit tier")
+    image = sub.add_parser("image", help="build the disk images (or find them cached); boots "
+                                         "nothing, so `make test` runs it beside the unit "
+                                         "tier")
+    image.add_argument("--os", choices=tuple(OS_RECIPES), action="append",
+                       help="only this lab OS's image (repeatable; default: every OS)")
     up = sub.add_parser("up", help="build/reuse the image, start the mirror and the host, "
                                    "wait for SSH")
     up.add_argument("--name")
     up.add_argument("--kind", choices=instance.KINDS,
                     default=os.environ.get("GPUSERVE_LAB_KIND") or "container",
                     help="container (systemd-nspawn; default) or vm (QEMU, for the kernel)")
+    up.add_argument("--os", choices=tuple(OS_RECIPES),
+                    default=os.environ.get("GPUSERVE_LAB_OS") or DEFAULT_OS,
+                    help="the host's operating system (default debian12; debian13: "
+                         "container hosts only)")
     up.add_argument("--driver-version", metavar="X.Y.Z",
                     help="container: the stand-in host kernel module's version "
                          "(/proc/driver/nvidia/version inside; default "
@@ -89,12 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "deps":
             return ensure_deps()
         if a.cmd == "image":
-            print(f"lab: image {ensure_image()}")
+            for os_name in a.os or OS_RECIPES:
+                print(f"lab: image {ensure_image(os_name=os_name)}")
             return 0
         if a.cmd == "up":
             st = instance.up(instance_name(a.name), fresh=a.fresh, memory_mib=a.memory,
                              timeout=a.timeout, clone_from=a.clone_from, kind=a.kind,
-                             driver_version=a.driver_version)
+                             driver_version=a.driver_version, os_name=a.os)
             print(f"lab {st.name}: ssh 127.0.0.1:{st.ssh_port}, mirror {st.mirror_url}")
             if a.clone_from is None:  # a clone has its source's models already
                 print(f"lab {st.name}: {install_models(st)}")

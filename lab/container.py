@@ -61,6 +61,9 @@ REBOOT_STATUS = 133
 # the stand-in host module's version file, inside the container's own tree
 DRIVER_DIR = "var/lib/gpuserve-lab/proc-driver-nvidia"
 DEFAULT_DRIVER_VERSION = "580.126.20"
+# a Debian 13 host's default: NVIDIA's debian13 repository has no R580 userspace, so its
+# container's host runs a 590 module (lab/nvidia_repo/packages.yaml)
+DEFAULT_DRIVER_VERSIONS = {"debian13": "590.48.01"}
 # NVIDIA's open kernel module as it names itself in /proc/driver/nvidia/version (the
 # layout of that file; the build host and date are the lab's, labelled as composed)
 DRIVER_VERSION_TEXT = (

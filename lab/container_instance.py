@@ -16,6 +16,7 @@ from pathlib import Path
 from lab import container, mirror, qemu
 from lab.image import ensure_image
 from lab.keys import ensure_keys, public_key, write_known_hosts
+from lab.recipe import DEFAULT_OS
 from lab.sshutil import run_in, ssh_ok
 from lab.state import (
     InstanceState,
@@ -40,12 +41,19 @@ def console_tail(path: Path | str, lines: int = 25) -> str:
 
 
 def up(name: str, fresh: bool = False, timeout: float = 120.0,
-       driver_version: str | None = None, clone_from: str | None = None) -> InstanceState:
-    """Build/reuse the image, mount the host's tree, start its network and the mirror,
-    boot, wait for SSH. A running host is left running (the mirror republished)."""
+       driver_version: str | None = None, clone_from: str | None = None,
+       os_name: str = DEFAULT_OS) -> InstanceState:
+    """Build/reuse the image of ``os_name``, mount the host's tree, start its network and
+    the mirror, boot, wait for SSH. A running host is left running (the mirror
+    republished); one running another OS is refused unless ``fresh``."""
     st = read_state(name)
     if st and pid_alive(st.pid) and not fresh and clone_from is None:
         from lab.instance import republish
+
+        running = st.extra.get("os", DEFAULT_OS)
+        if running != os_name:
+            raise RuntimeError(f"instance {name!r} runs {running}: `python -m lab down "
+                               f"--name {name}` first, or pass --fresh or --os {running}")
 
         return republish(st, timeout)
     if st:  # a running one with --fresh, or a stale state file from a crash
@@ -54,7 +62,9 @@ def up(name: str, fresh: bool = False, timeout: float = 120.0,
         down_any(name)
     source = _clone_source(clone_from) if clone_from else None
     client, hostkey = ensure_keys()
-    image = ensure_image()
+    if source is not None:
+        os_name = source.extra.get("os", DEFAULT_OS)  # a clone runs its source's OS
+    image = ensure_image(os_name=os_name)
     idir = instance_dir(name)
     idir.mkdir(parents=True, exist_ok=True)
     paths = container.Paths(idir)
@@ -63,7 +73,7 @@ def up(name: str, fresh: bool = False, timeout: float = 120.0,
     if source is not None:
         _copy_disk(source, paths)
     version = driver_version or (source.extra.get("driver_version") if source else None) \
-        or container.DEFAULT_DRIVER_VERSION
+        or container.DEFAULT_DRIVER_VERSIONS.get(os_name, container.DEFAULT_DRIVER_VERSION)
     try:
         container.mount_root(paths, image, fresh=fresh and source is None)
         container.write_host_files(paths.root, version)
@@ -78,7 +88,8 @@ def up(name: str, fresh: bool = False, timeout: float = 120.0,
         known_hosts="", image=str(image), overlay=str(paths.disk_file),
         serial_log=str(paths.console_log), qmp_socket=str(paths.slirp_socket),
         mirror_root=str(source.mirror_root if source else mirror.shared_root()),
-        extra={"netns": netns, "root": str(paths.root), "driver_version": version},
+        extra={"netns": netns, "root": str(paths.root), "driver_version": version,
+               "os": os_name},
         kind="container")
     write_state(st)  # from here on `down` finds and removes what this start made
     try:

@@ -1,4 +1,5 @@
-"""Build the lab's Debian 12 disk image (cached, keyed by the recipe hash).
+"""Build the lab's disk images, one per lab OS (debian12, the default, and debian13;
+lab/recipe.py), each cached and keyed by its recipe hash.
 
 Two stages, each cached on its own:
 
@@ -32,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lab.keys import ensure_keys, public_key
-from lab.recipe import Recipe, grub_cmdline, load_recipe
+from lab.recipe import DEFAULT_OS, Recipe, grub_cmdline, load_recipe, recipe_file_for
 from lab.state import images_dir
 
 SECTOR = 512
@@ -52,10 +53,23 @@ def _log(msg: str) -> None:
     print(f"lab: {msg}", file=sys.stderr, flush=True)
 
 
-def image_path(recipe: Recipe, home: Path | None = None) -> Path:
+def image_path(recipe: Recipe, home: Path | None = None, os_name: str = DEFAULT_OS) -> Path:
     client, hostkey = ensure_keys(home)
     digest = recipe.image_hash(public_key(client), public_key(hostkey))
-    return images_dir(home) / f"debian12-{digest[:16]}.raw"
+    return images_dir(home) / f"{os_name}-{digest[:16]}.raw"
+
+
+def rootfs_path(recipe: Recipe, home: Path | None = None, os_name: str = DEFAULT_OS) -> Path:
+    """The debootstrap tree of a recipe (Debian 12's keeps its historical name)."""
+    prefix = "rootfs-" if os_name == DEFAULT_OS else f"rootfs-{os_name}-"
+    return images_dir(home) / f"{prefix}{recipe.rootfs_hash()[:16]}"
+
+
+def _same_os_rootfs(path: Path, os_name: str) -> bool:
+    rest = path.name.removeprefix("rootfs-")
+    if os_name != DEFAULT_OS:
+        return rest.startswith(f"{os_name}-")
+    return re.fullmatch(r"[0-9a-f]{16}(\.tmp)?", rest) is not None
 
 
 @contextmanager
@@ -71,10 +85,11 @@ def _build_lock(home: Path | None) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def ensure_image(home: Path | None = None, log: Log = _log) -> Path:
-    """Return the cached base image for the current recipe, building it if needed."""
-    recipe = load_recipe()
-    img = image_path(recipe, home)
+def ensure_image(home: Path | None = None, log: Log = _log, os_name: str = DEFAULT_OS) -> Path:
+    """Return the cached base image of lab OS ``os_name``'s current recipe, building it
+    if needed."""
+    recipe = load_recipe(recipe_file_for(os_name))
+    img = image_path(recipe, home, os_name)
     if img.exists():
         return img
     with _build_lock(home):
@@ -85,7 +100,7 @@ def ensure_image(home: Path | None = None, log: Log = _log) -> Path:
                                "mount); run `python -m lab up` as root once")
         t0 = time.monotonic()
         log(f"building the lab image {img.name} (recipe changed or first run; minutes)")
-        rootfs = _ensure_rootfs(recipe, home, log)
+        rootfs = _ensure_rootfs(recipe, home, log, os_name)
         work = images_dir(home) / f"build-{img.stem}"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
@@ -103,11 +118,11 @@ def ensure_image(home: Path | None = None, log: Log = _log) -> Path:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         log(f"image built in {time.monotonic() - t0:.0f}s: {img}")
-        _prune(img, home, log)
+        _prune(img, home, log, os_name)
     return img
 
 
-def _prune(keep: Path, home: Path | None, log: Log) -> None:
+def _prune(keep: Path, home: Path | None, log: Log, os_name: str = DEFAULT_OS) -> None:
     """Drop images of older recipes, except those a running instance still uses
     (its overlay needs the backing file for as long as it runs)."""
     from lab.state import list_instances, pid_alive, read_state
@@ -117,19 +132,21 @@ def _prune(keep: Path, home: Path | None, log: Log) -> None:
         st = read_state(name, home)
         if st is not None and pid_alive(st.pid):
             in_use.add(Path(st.image).name)
-    for old in images_dir(home).glob("debian12-*.raw"):
+    for old in images_dir(home).glob(f"{os_name}-*.raw"):
         if old != keep and old.name not in in_use:
             log(f"removing old image {old.name}")
             old.unlink(missing_ok=True)
 
 
-def _ensure_rootfs(recipe: Recipe, home: Path | None, log: Log) -> Path:
-    root = images_dir(home) / f"rootfs-{recipe.rootfs_hash()[:16]}"
+def _ensure_rootfs(recipe: Recipe, home: Path | None, log: Log,
+                   os_name: str = DEFAULT_OS) -> Path:
+    root = rootfs_path(recipe, home, os_name)
     if (root / ".gpuserve-rootfs-done").exists():
         log(f"reusing debootstrap tree {root.name}")
         return root
-    for old in images_dir(home).glob("rootfs-*"):
-        shutil.rmtree(old, ignore_errors=True)
+    for old in images_dir(home).glob("rootfs-*"):  # older trees of this OS only
+        if _same_os_rootfs(old, os_name):
+            shutil.rmtree(old, ignore_errors=True)
     tmp = root.with_name(root.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     cmd = ["debootstrap", f"--variant={recipe.variant}",
@@ -192,6 +209,8 @@ def _configure(tree: Path, recipe: Recipe, fs_uuid: str, home: Path | None,
             dest.unlink()
         dest.write_bytes(content)
         os.chmod(dest, 0o644)
+    for rel in recipe.remove_files:
+        (tree / rel).unlink(missing_ok=True)
     (tree / "etc/fstab").write_text(
         f"UUID={fs_uuid} / ext4 errors=remount-ro 0 1\n")
 
@@ -330,4 +349,4 @@ def _make_disk(tree: Path, disk: Path, size_gib: int, fs_uuid: str, log: Log) ->
 
 
 if __name__ == "__main__":
-    print(ensure_image())
+    print(ensure_image(os_name=sys.argv[1] if len(sys.argv) > 1 else DEFAULT_OS))

@@ -71,13 +71,15 @@ KINDS = ("container", "vm")
 
 def up(name: str, fresh: bool = False, memory_mib: int = 2048,
        timeout: float | None = None, clone_from: str | None = None,
-       kind: str = "container", driver_version: str | None = None) -> InstanceState:
+       kind: str = "container", driver_version: str | None = None,
+       os_name: str = "debian12") -> InstanceState:
     """Bring instance ``name`` up as a ``kind`` lab host: a systemd-nspawn container
     (lab/container.py; the default) or the QEMU VM (what needs a kernel).
 
     On a running instance (without ``fresh``) only the mirror is republished; one that
     runs as the other kind is refused. ``clone_from``: boot a new instance from a copy of
-    that running instance's disk as it is now, with that instance's mirror."""
+    that running instance's disk as it is now, with that instance's mirror. ``os_name``:
+    the lab OS (lab/recipe.py); only container hosts run another than debian12."""
     if kind not in KINDS:
         raise ValueError(f"--kind {kind!r}: use one of {', '.join(KINDS)}")
     st = read_state(name)
@@ -88,7 +90,11 @@ def up(name: str, fresh: bool = False, memory_mib: int = 2048,
         from lab import container_instance
 
         return container_instance.up(name, fresh=fresh, timeout=timeout or 120,
-                                     driver_version=driver_version, clone_from=clone_from)
+                                     driver_version=driver_version, clone_from=clone_from,
+                                     os_name=os_name)
+    if os_name != "debian12":
+        raise ValueError(f"--os {os_name}: the VM lab host runs debian12 (a {os_name} host "
+                         "is a container: --kind container)")
     if driver_version:
         raise ValueError("--driver-version: a VM lab host's driver is what deploy/host.py "
                          "installs (the option is for container hosts)")

@@ -4,7 +4,8 @@ The guest reaches it at ``http://10.0.2.2:<port>/`` (QEMU's user network forward
 host alias 10.0.2.2 to the controller's loopback), so nothing leaves the machine.
 Layout (docs/architecture.md, "Lab"): ``wheels/`` (pip find-links), ``pypi/`` (the
 real PyPI wheels of the gateway's lock, find-links of the router deploy) and
-``cuda/repos/debian12/x86_64/`` (an NVIDIA-layout apt repository), ``python-builds/``
+``cuda/repos/debian12/x86_64/`` and ``cuda/repos/debian13/x86_64/`` (NVIDIA-layout apt
+repositories, lab/nvidia_repo), ``python-builds/``
 (the managed-CPython stand-in, lab/python_standin.py), each filled by a
 publisher module ``lab.<name>.publish(mirror_root: Path)`` before serving; ``locks/``
 holds the lab's SGLang locks, generated from ``wheels/`` (read on the controller
@@ -43,7 +44,8 @@ PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.locks:publish_hub_
               "lab.nvidia_repo", "lab.locks",
               "lab.gate_tools", "lab.locks:publish_pypi", "lab.hub.publish",
               "lab.python_standin")
-LAYOUT = ("wheels", "cuda/repos/debian12/x86_64", "pypi", "hub", "python-builds")
+LAYOUT = ("wheels", "cuda/repos/debian12/x86_64", "cuda/repos/debian13/x86_64", "pypi", "hub",
+          "python-builds")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 log = logging.getLogger("lab.mirror")

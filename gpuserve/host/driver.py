@@ -41,15 +41,24 @@ def repository_branch_problem(distro_id: str | None, version_id: str | None,
                               branch: int) -> str | None:
     """Why NVIDIA's repository for this distribution cannot give ``branch`` (with the
     branch that it can), or None. Debian 13: no R580 (gpuserve/data/host/nvidia.yaml)."""
+    rule = repository_min_branch(distro_id, version_id)
+    if rule is None or branch >= rule[1]:
+        return None
+    distro, min_branch, why = rule
+    return (f"driver branch {branch} cannot be installed on {distro}: {why}; set "
+            f"nvidia_driver_branch={min_branch} (or later; CUDA lanes 12.8 to 13.0 "
+            "run on it)")
+
+
+def repository_min_branch(distro_id: str | None, version_id: str | None
+                          ) -> tuple[str, int, str] | None:
+    """(distribution, lowest branch, why) where NVIDIA's repository for the distribution
+    lacks older branches, else None (gpuserve/data/host/nvidia.yaml)."""
     if not distro_id or not version_id:
         return None
     distro = f"{distro_id.lower()}{version_id.replace('.', '')}"
     rule = (nvidia_data().get("repository_min_branch") or {}).get(distro)
-    if rule is None or branch >= int(rule["min_branch"]):
-        return None
-    return (f"driver branch {branch} cannot be installed on {distro}: {rule['why']}; set "
-            f"nvidia_driver_branch={rule['min_branch']} (or later; CUDA lanes 12.8 to 13.0 "
-            "run on it)")
+    return None if rule is None else (distro, int(rule["min_branch"]), rule["why"])
 
 
 def lanes() -> dict[str, dict[str, str]]:

@@ -1,12 +1,16 @@
 """Lab stand-in for NVIDIA's CUDA apt repository (flat repo, signed with a lab key).
 
-``publish(mirror_root)`` builds ``mirror_root/cuda/repos/debian12/x86_64/`` with the
-layout of https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/:
-``Packages``(.gz), ``Release``, ``InRelease`` and ``Release.gpg`` signed with the lab
-key, ``cuda-keyring_1.1-1_all.deb`` carrying that key as
+``publish(mirror_root)`` builds ``mirror_root/cuda/repos/<distro>/x86_64/`` for each
+distribution of packages.yaml (debian12, debian13) with the layout of
+https://developer.download.nvidia.com/compute/cuda/repos/<distro>/x86_64/:
+``Packages``(.gz), ``Release``, ``InRelease`` and ``Release.gpg`` signed with that
+repository's lab key, ``cuda-keyring_1.1-1_all.deb`` carrying the key as
 /usr/share/keyrings/cuda-archive-keyring.gpg, and stand-in packages with NVIDIA's names
-(packages.yaml). The driver's ``nvidia-smi`` prints recorded outputs of the boxes in
-``boxes/`` (switch with /etc/gpuserve-lab/box). There is no kernel module.
+(packages.yaml), with only the driver branches the real repository of that distribution
+carries (debian13: no R580). As NVIDIA's, each repository has a key of its own; the lab's
+are ed25519 keys whose bindings use SHA-512, which Debian 13's apt (sqv) accepts. The
+driver's ``nvidia-smi`` prints recorded outputs of the boxes in ``boxes/`` (switch with
+/etc/gpuserve-lab/box). There is no kernel module.
 
 Nothing is rebuilt when the inputs (this directory and the lab key) are unchanged.
 """
@@ -27,8 +31,23 @@ from pathlib import Path
 import yaml
 
 HERE = Path(__file__).resolve().parent
-REPO_SUBDIR = "cuda/repos/debian12/x86_64"
-NVIDIA_URL = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
+DEFAULT_DISTRO = "debian12"
+REPO_SUBDIR = f"cuda/repos/{DEFAULT_DISTRO}/x86_64"
+
+
+def repo_subdir(distro: str = DEFAULT_DISTRO) -> str:
+    """Where the repository of ``distro`` lies under the mirror (NVIDIA's path)."""
+    return f"cuda/repos/{distro}/x86_64"
+
+
+def nvidia_url(distro: str) -> str:
+    return f"https://developer.download.nvidia.com/compute/{repo_subdir(distro)}/"
+
+
+def distributions() -> dict[str, dict]:
+    """packages.yaml's distributions: name -> {drivers: [branch ...]}."""
+    return yaml.safe_load((HERE / "packages.yaml").read_text())["distributions"]
+
 KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
 KEY_UID = "gpuserve lab NVIDIA-layout repository <lab@gpuserve.invalid>"
 STAMP = ".gpuserve-inputs"
@@ -36,10 +55,13 @@ EPOCH = 1767225600  # 2026-01-01: fixed mtimes inside the .debs
 MAINTAINER = "gpuserve lab <lab@gpuserve.invalid>"
 
 
-def _gnupg_home() -> Path:
+def _gnupg_home(distro: str = DEFAULT_DISTRO) -> Path:
+    """The signing key's home: one key per repository, as NVIDIA's (debian12 keeps the
+    home it always had)."""
     from lab.state import lab_home
 
-    home = lab_home() / "nvidia-repo" / "gnupg"
+    name = "gnupg" if distro == DEFAULT_DISTRO else f"gnupg-{distro}"
+    home = lab_home() / "nvidia-repo" / name
     home.mkdir(parents=True, exist_ok=True)
     os.chmod(home, 0o700)
     return home
@@ -138,15 +160,15 @@ def _box_files(deb: _Deb) -> None:
                     path.read_bytes())
 
 
-def packages(spec: dict, public_key: bytes) -> list[_Deb]:
-    """Every package of the repository, built from packages.yaml and files/."""
+def packages(spec: dict, public_key: bytes, distro: str = DEFAULT_DISTRO) -> list[_Deb]:
+    """Every package of ``distro``'s repository, built from packages.yaml and files/."""
     files = HERE / "files"
     debs: list[_Deb] = []
     keyring = _Deb("cuda-keyring", "1.1-1", "all",
                    description="GPG keyring for the CUDA repository (gpuserve lab key)")
     keyring.add(KEYRING, public_key)
-    keyring.add("/etc/apt/sources.list.d/cuda-debian12-x86_64.list",
-                f"deb [signed-by={KEYRING}] {NVIDIA_URL} /\n", conffile=True)
+    keyring.add(f"/etc/apt/sources.list.d/cuda-{distro}-x86_64.list",
+                f"deb [signed-by={KEYRING}] {nvidia_url(distro)} /\n", conffile=True)
     debs.append(keyring)
 
     hardware = _Deb("gpuserve-lab-hardware", "1.1-1", "all",
@@ -157,7 +179,10 @@ def packages(spec: dict, public_key: bytes) -> list[_Deb]:
     _box_files(hardware)
     debs.append(hardware)
 
+    offered = {str(b) for b in spec["distributions"][distro]["drivers"]}
     for branch, version in spec["drivers"].items():
+        if branch not in offered:
+            continue
         v = f"{version}-1"
         smi = (files / "nvidia-smi").read_text().replace("@DRIVER_VERSION@", version)
         debs.append(
@@ -283,31 +308,33 @@ def _release(index_files: dict[str, bytes]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def keyring_sha256(mirror_root: Path | str) -> str | None:
+def keyring_sha256(mirror_root: Path | str, distro: str = DEFAULT_DISTRO) -> str | None:
     """sha256 of the cuda-keyring package this lab publishes (None before publish).
 
     The lab's keyring carries the lab's own key, so NVIDIA's published digest cannot
     match it: inventory/lab.py passes this one as host data ``nvidia_keyring_sha256``,
     and the deploy checks the download against it as it would NVIDIA's."""
-    path = Path(mirror_root) / REPO_SUBDIR / "cuda-keyring_1.1-1_all.deb"
+    path = Path(mirror_root) / repo_subdir(distro) / "cuda-keyring_1.1-1_all.deb"
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
 def publish(mirror_root: Path) -> None:
-    """Build (or keep) the repository under ``mirror_root/cuda/repos/debian12/x86_64``."""
-    repo = Path(mirror_root) / REPO_SUBDIR
-    home = _gnupg_home()
-    try:
-        _publish(repo, home)
-    finally:
-        # gpg starts a gpg-agent per home directory that outlives us; stop ours.
-        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"],
-                       capture_output=True, check=False)
+    """Build (or keep) each distribution's repository under
+    ``mirror_root/cuda/repos/<distro>/x86_64``."""
+    for distro in distributions():
+        repo = Path(mirror_root) / repo_subdir(distro)
+        home = _gnupg_home(distro)
+        try:
+            _publish(repo, home, distro)
+        finally:
+            # gpg starts a gpg-agent per home directory that outlives us; stop ours.
+            subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"],
+                           capture_output=True, check=False)
 
 
-def _publish(repo: Path, home: Path) -> None:
+def _publish(repo: Path, home: Path, distro: str) -> None:
     fingerprint, public_key = lab_key(home)
-    digest = _inputs_digest(fingerprint)
+    digest = _inputs_digest(fingerprint + distro)
     stamp = repo / STAMP
     if stamp.exists() and stamp.read_text().strip() == digest and (repo / "InRelease").exists():
         return
@@ -316,7 +343,7 @@ def _publish(repo: Path, home: Path) -> None:
         out = Path(tmp) / "out"
         out.mkdir()
         entries = []
-        for deb in packages(spec, public_key):
+        for deb in packages(spec, public_key, distro):
             entries.append(_index_entry(deb, deb.build(out, Path(tmp) / "stage")))
         index = "".join(entries).encode()
         (out / "Packages").write_bytes(index)

@@ -13,6 +13,7 @@ import shlex
 
 from pyinfra import host, logger
 from pyinfra.api import FactBase, deploy
+from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt
 
 from gpuserve.host import container, driver
@@ -60,8 +61,26 @@ def prepare(repo_url: str | None, container_kind: str,
             keyring_sha256: str | None = None) -> tuple[container.UserspacePlan, str, str]:
     """(plan, repository URL, keyring sha256) for :func:`install_userspace_driver`;
     refuses (raises) before anything changes."""
+    distribution_refusal(container_kind)
     url, sha256 = repository(repo_url, keyring_sha256)
     return plan_userspace(url, container_kind), url, sha256
+
+
+def distribution_refusal(container_kind: str) -> None:
+    """Refuse a kernel module whose branch NVIDIA's repository for this distribution
+    lacks (Debian 13: no R580), saying why: the module is the container's host's, so
+    the fix is there, not in this host's data."""
+    module = fact(_host_facts().NvidiaModuleVersion)
+    meta = (fact(LinuxDistribution) or {}).get("release_meta") or {}
+    rule = driver.repository_min_branch(meta.get("ID"), meta.get("VERSION_ID"))
+    if module is None or rule is None or int(module.split(".")[0]) >= rule[1]:
+        return
+    distro, min_branch, why = rule
+    raise driver.HostRefusal(
+        f"{host.name}: container host ({container_kind}): its kernel module {module} is its "
+        f"host's, and no userspace driver of branch {module.split('.')[0]} can be installed "
+        f"on {distro}: {why}; load a driver of branch {min_branch} or later on the "
+        "container's host; nothing was changed")
 
 
 @deploy("NVIDIA userspace driver (container host)")

@@ -263,6 +263,20 @@ def vm_lab() -> Lab:
 
 
 @pytest.fixture(scope="module")
+def debian13_lab() -> Lab:
+    """A Debian 13 container host of its own (``python -m lab up --os debian13``), for the
+    module that asks for it, taken down at the module's end (GPUSERVE_LAB_KEEP=1 keeps
+    it): the session's hosts stay Debian 12."""
+    handle = Lab(f"{_session_name()}-debian13", "container")
+    handle.lab_cli("up", "--name", handle.name, "--kind", "container", "--os", "debian13",
+                   "--fresh")
+    shutil.rmtree(handle.results_dir, ignore_errors=True)
+    yield handle
+    if os.environ.get("GPUSERVE_LAB_KEEP") != "1":
+        handle.lab_cli("down", "--name", handle.name, check=False)
+
+
+@pytest.fixture(scope="module")
 def lab(request) -> Lab:
     """The VM for a module marked ``vm``, else the container host."""
     kind = "vm_lab" if request.node.get_closest_marker("vm") else "container_lab"

@@ -107,9 +107,13 @@ def responses(nvrm: list[str]) -> dict:
             "uname -s": ["Linux"], "cat /proc/cmdline": ["BOOT_IMAGE=/vmlinuz ro quiet"]}
 
 
-def run(tmp_path: Path, nvrm: list[str], *flags: str) -> tuple[int, str]:
+def run(tmp_path: Path, nvrm: list[str], *flags: str,
+        os_release: list[str] | None = None) -> tuple[int, str]:
     inventory = tmp_path / "fakeinv.py"
-    data = {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": responses(nvrm),
+    fake = responses(nvrm)
+    if os_release is not None:  # first match wins: the release read before the rest
+        fake = {"-release": ["/etc/os-release", *os_release, "---"], **fake}
+    data = {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": fake,
             "nvidia_repo_url": URL, "trusted_mirrors": ["http://10.0.2.2:8080/"],
             "nvidia_keyring_sha256": "ab" * 32, "gates": "off"}
     inventory.write_text(f"fakeinv = [('@fake/gpu1', {data!r})]\n")
@@ -140,3 +144,22 @@ def test_a_module_version_the_repository_lacks_stops_before_any_operation(tmp_pa
     assert (f"{tmp_path / 'fakeinv.py'}: nvidia_repo_url: @fake/gpu1: the container host's NVIDIA "
             "kernel module is 575.57.08") in out
     assert "Traceback" not in out and "Beginning operation run" not in out
+
+
+# gpuserve/data/distros/debian13/os-release: recorded from Debian 13 (SOURCES.md there)
+DEBIAN13 = (REPO / "gpuserve" / "data" / "distros" / "debian13" / "os-release")
+
+
+def test_debian13_refuses_an_r580_module_saying_why_before_any_operation(tmp_path):
+    release = lines(DEBIAN13)
+    rc, out = run(tmp_path, [NVRM.format("580.126.20")], "-y", os_release=release)
+    assert rc != 0
+    assert ("@fake/gpu1: container host (lxc): its kernel module 580.126.20 is its host's, "
+            "and no userspace driver of branch 580 can be installed on debian13: NVIDIA's "
+            "debian13 repository carries no R580 driver") in out, out
+    assert "load a driver of branch 590 or later on the container's host" in out
+    assert "Traceback" not in out and "Beginning operation run" not in out
+    # a 590 module on the same host is planned from the repository
+    rc, out = run(tmp_path, [NVRM.format("590.48.01")], "--dry", os_release=release)
+    assert rc == 0, out
+    assert "NVIDIA userspace driver nvidia-driver-cuda=590.48.01-1 (no kernel module)" in out

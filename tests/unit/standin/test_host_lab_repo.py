@@ -175,3 +175,38 @@ def test_toolkit_packages_report_their_lane(repo, tmp_path, lane):
     assert cuda.parse_nvcc_version(nvcc) == lane
     assert cuda.parse_version_json((root / f"usr/local/cuda-{lane}/version.json").read_text()) \
         == lane
+
+
+def _offered(repo: Path, package: str) -> set[str]:
+    stanzas = (repo / "Packages").read_text().split("\n\n")
+    return {line.split(": ", 1)[1] for s in stanzas if f"Package: {package}\n" in s + "\n"
+            for line in s.splitlines() if line.startswith("Version: ")}
+
+
+def test_debian13_repository_offers_what_nvidias_does_under_a_key_of_its_own(repo, tmp_path):
+    """NVIDIA's debian13 repository has no R580 driver (NVIDIA/cuda-repo-management#38)
+    and is signed with a key of its own; the stand-in's binding signatures are SHA-256 or
+    stronger (Debian 13's sqv rejects SHA1 bindings since 2026-02-01)."""
+    d13 = repo.parent.parent / "debian13" / "x86_64"
+    assert _offered(repo, "nvidia-driver-cuda") == {"580.126.20-1", "590.48.01-1",
+                                                    "595.71.05-1"}
+    assert _offered(d13, "nvidia-driver-cuda") == {"590.48.01-1", "595.71.05-1"}
+    assert not _offered(d13, "nvidia-open-580") and _offered(d13, "cuda-toolkit-13-0")
+    key13 = _extract(d13, "cuda-keyring_1.1-1_all.deb", tmp_path / "k13") / (
+        "usr/share/keyrings/cuda-archive-keyring.gpg")
+    key12 = _extract(repo, "cuda-keyring_1.1-1_all.deb", tmp_path / "k12") / (
+        "usr/share/keyrings/cuda-archive-keyring.gpg")
+    assert key13.read_bytes() != key12.read_bytes()
+    ok = subprocess.run(["gpgv", "--keyring", str(key13), str(d13 / "InRelease")],
+                        capture_output=True)
+    assert ok.returncode == 0, ok.stderr
+    other = subprocess.run(["gpgv", "--keyring", str(key12), str(d13 / "InRelease")],
+                           capture_output=True)
+    assert other.returncode != 0
+    packets = subprocess.run(["gpg", "--list-packets", str(key13)], capture_output=True,
+                             text=True, env={**os.environ, "GNUPGHOME": str(tmp_path)})
+    algos = [int(line.split("digest algo ")[1].split(",")[0])
+             for line in packets.stdout.splitlines() if "digest algo " in line]
+    assert algos and all(a >= 8 for a in algos), packets.stdout  # 2 is SHA1, 8 SHA-256
+    sources = (key13.parents[3] / "etc/apt/sources.list.d/cuda-debian13-x86_64.list")
+    assert "/compute/cuda/repos/debian13/x86_64/ /" in sources.read_text()

@@ -94,3 +94,19 @@ def test_grub_cmdline_concatenates_linux_then_default(recipe_copy):
     (gdir / "etc/default/grub").write_text('GRUB_TIMEOUT=1\n')
     with pytest.raises(ValueError, match="GRUB_CMDLINE_LINUX"):
         grub_cmdline(load_recipe(rfile, gdir))
+
+
+def test_debian13_recipe_is_trixie_with_deb822_sources_only():
+    from lab.recipe import OS_RECIPES, recipe_file_for
+
+    d12, d13 = load_recipe(), load_recipe(recipe_file_for("debian13"))
+    assert (d12.suite, d13.suite) == ("bookworm", "trixie")
+    files = dict(d13.guest_files)
+    assert "etc/apt/sources.list" not in files and d13.remove_files == ("etc/apt/sources.list",)
+    sources = files["etc/apt/sources.list.d/debian.sources"].decode()
+    assert "Suites: trixie trixie-updates" in sources and "Types: deb" in sources
+    assert set(d13.packages) == set(d12.packages)
+    assert d13.rootfs_hash() != d12.rootfs_hash()
+    assert set(OS_RECIPES) == {"debian12", "debian13"}
+    with pytest.raises(ValueError, match="debian12, debian13"):
+        recipe_file_for("ubuntu2204")
