@@ -139,3 +139,31 @@ class CudaToolkit(ParsedFact[str | None]):
 
     def parse(self, output: list[str]) -> str | None:
         return cuda.parse_toolkit(output)
+
+
+class NvidiaFabric(ParsedFact[list[nvidia_smi.FabricInfo] | None]):
+    """Each GPU's ``Fabric`` block of ``nvidia-smi -q`` (State, Status, CliqueId,
+    ClusterUUID, Health Summary; "N/A" on GPUs without a fabric state)."""
+
+    def requires_command(self) -> str:
+        return "nvidia-smi"
+
+    def command(self) -> str:
+        return quiet("nvidia-smi -q")
+
+    def parse(self, output: list[str]) -> list[nvidia_smi.FabricInfo] | None:
+        return nvidia_smi.parse_fabric(output)
+
+
+class NvswitchDevices(FactBase[list[str]]):
+    """The entries of /proc/driver/nvidia-nvswitch/devices (one per NVSwitch the loaded
+    driver manages; NVIDIA/gpu-driver-container's test for Fabric Manager)."""
+
+    default = list
+
+    def command(self) -> str:
+        return ("for d in /proc/driver/nvidia-nvswitch/devices/*; do "
+                "[ -e \"$d\" ] && echo \"${d##*/}\"; done; true")
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line.strip() for line in output if line.strip()]
