@@ -12,6 +12,7 @@ the decision is made from hardware evidence, never from a model name. Data:
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -184,3 +185,31 @@ def judge(blocks: Iterable[Mapping[str, Any]]) -> FabricVerdict:
     if pending:
         return FabricVerdict("pending", "; ".join(pending))
     return FabricVerdict("ready", f"{done} GPU(s) registered with the fabric")
+
+
+_APT = ("DEBIAN_FRONTEND=noninteractive apt-get install -y -o Dpkg::Options::=--force-confold "
+        "--no-install-recommends --allow-change-held-packages")
+
+
+def transaction(specs: Sequence[str], held: Sequence[str]) -> str:
+    """One apt transaction for the driver and Fabric Manager together (``specs``:
+    ``name`` or ``name=version``), then both held, so that no later ``apt upgrade``
+    moves one without the other (hosts.md §1.3: the usual way hosts reach a mismatch).
+    Held packages may change here: this transaction is the one that moves them."""
+    quoted = " ".join(shlex.quote(s) for s in specs)
+    return f"{_APT} {quoted} && apt-mark hold {' '.join(shlex.quote(h) for h in held)}"
+
+
+def meta_transaction(metas: Sequence[str], extra: Sequence[str], plan: FabricPlan) -> str:
+    """The driver's meta-packages (which resolve the driver's version through the
+    branch pin) with Fabric Manager at the version apt's candidate of the last meta has,
+    in the same transaction: the version is read on the host, after the pin package and
+    ``apt-get update``, so it is what apt is about to install."""
+    meta = shlex.quote(metas[-1])
+    specs = " ".join([*(shlex.quote(s) for s in (*metas, *extra)),
+                      *(f"{shlex.quote(p)}=\"$v\"" for p in plan.versioned),
+                      *(shlex.quote(p) for p in plan.unversioned)])
+    held = " ".join(shlex.quote(h) for h in (*metas, *plan.held))
+    return (f"v=$(apt-cache policy {meta} | sed -n 's/^ *Candidate: *//p'); "
+            f"case \"$v\" in ''|'(none)') echo \"no candidate version of {metas[-1]}\" >&2; "
+            f"exit 1;; esac; {_APT} {specs} && apt-mark hold {held}")

@@ -138,3 +138,35 @@ def test_settings_validated_by_key():
     forced = fabric.needed(fabric.FabricSettings("on"), fabric.Evidence(False, ()))
     off = fabric.needed(fabric.FabricSettings("off"), fabric.Evidence(True, ("x",)))
     assert forced and not off
+
+
+def test_one_transaction_moves_driver_and_fabric_manager_and_holds_both():
+    fm = fabric.fabric_plan(590)
+    cmd = fabric.transaction(["nvidia-driver-cuda=590.48.01-1", *fm.specs("590.48.01-1")],
+                             ["nvidia-driver-cuda", *fm.held])
+    install, hold = cmd.split(" && ")
+    assert "--allow-change-held-packages" in install
+    assert install.endswith("nvidia-driver-cuda=590.48.01-1 nvidia-fabricmanager=590.48.01-1 "
+                            "libnvidia-nscq=590.48.01-1")
+    assert hold == "apt-mark hold nvidia-driver-cuda nvidia-fabricmanager libnvidia-nscq"
+
+
+def test_kernel_host_transaction_reads_the_metas_candidate_first():
+    cmd = fabric.meta_transaction(["nvidia-open-580"], ["nvidia-persistenced"],
+                                  fabric.fabric_plan(580))
+    assert cmd.startswith("v=$(apt-cache policy nvidia-open-580 | sed -n")
+    assert ('nvidia-open-580 nvidia-persistenced nvidia-fabricmanager="$v" '
+            'libnvidia-nscq="$v" && apt-mark hold nvidia-open-580 nvidia-fabricmanager '
+            'libnvidia-nscq') in cmd
+
+
+def test_service_steps():
+    from gpuserve.host.unit_state import LiveUnit
+    from gpuserve.roles.fabric_manager import service_steps
+
+    assert service_steps(LiveUnit(), changed=True) == ["daemon-reload", "start", "enable"]
+    running = LiveUnit(active="active", enabled="enabled")
+    assert service_steps(running, changed=False) == []
+    assert service_steps(running, changed=True) == ["daemon-reload", "restart"]
+    assert service_steps(LiveUnit(active="failed", enabled="enabled"), changed=False) == [
+        "reset-failed", "start"]
