@@ -556,3 +556,22 @@ def _fabric_field(line: str) -> tuple[str, str] | None:
     if not match or match.group(2) not in _FABRIC_FIELDS:
         return None
     return _FABRIC_FIELDS[match.group(2)], match.group(3)
+
+
+#: ``--query-gpu`` fields of the fabric registration (NVML nvmlGpuFabricInfo; the same
+#: values as ``-q``'s Fabric block: NVIDIA/gpu-driver-container#909, NVIDIA/NVSentinel#889)
+FABRIC_QUERY_FIELDS = ("pci.bus_id", "fabric.state", "fabric.status")
+FABRIC_QUERY_COMMAND = (
+    f"nvidia-smi --query-gpu={','.join(FABRIC_QUERY_FIELDS)} --format=csv,noheader")
+
+
+def parse_fabric_query(text: str | Iterable[str]) -> list[FabricInfo]:
+    """:data:`FABRIC_QUERY_COMMAND` output as :class:`FabricInfo` records ("N/A" kept as
+    "N/A", as ``-q`` prints it)."""
+    out: list[FabricInfo] = []
+    for row in parse_query_csv(text, FABRIC_QUERY_FIELDS):
+        out.append(FabricInfo(bus_id=row.get("pci.bus_id"),
+                              state=row.get("fabric.state") or "N/A",
+                              status=row.get("fabric.status") or "N/A", clique_id=None,
+                              cluster_uuid=None, health_summary=None))
+    return out
