@@ -40,13 +40,16 @@ def console_tail(path: Path | str, lines: int = 25) -> str:
 
 
 def up(name: str, fresh: bool = False, timeout: float = 120.0,
-       driver_version: str | None = None, clone_from: str | None = None) -> InstanceState:
+       driver_version: str | None = None, clone_from: str | None = None,
+       box: str | None = None) -> InstanceState:
     """Build/reuse the image, mount the host's tree, start its network and the mirror,
     boot, wait for SSH. A running host is left running (the mirror republished)."""
     st = read_state(name)
     if st and pid_alive(st.pid) and not fresh and clone_from is None:
         from lab.instance import republish
 
+        if box:
+            container.set_box(Path(st.extra["root"]), box)
         return republish(st, timeout)
     if st:  # a running one with --fresh, or a stale state file from a crash
         from lab.instance import down as down_any
@@ -67,6 +70,8 @@ def up(name: str, fresh: bool = False, timeout: float = 120.0,
     try:
         container.mount_root(paths, image, fresh=fresh and source is None)
         container.write_host_files(paths.root, version)
+        if box:
+            container.set_box(paths.root, box)
     except BaseException:
         container.unmount_root(paths)
         raise
@@ -233,6 +238,14 @@ def down(name: str, timeout: float = 60.0) -> str:
          + (f" (lazily: {'; '.join(stuck)})" if stuck else "")
          + (f"; mirror (of {borrowed}) left running" if borrowed else "; mirror stopped"))
     return result
+
+
+def set_box(name: str, box: str) -> list[str]:
+    """The recorded box the stand-ins show (and its NVSwitches), at once inside."""
+    st = read_state(name)
+    if st is None or st.kind != "container":
+        raise RuntimeError(f"{name!r} is not a container lab host")
+    return container.set_box(Path(st.extra["root"]), box)
 
 
 def set_driver_version(name: str, version: str) -> None:
