@@ -142,17 +142,18 @@ class CudaToolkit(ParsedFact[str | None]):
 
 
 class NvidiaFabric(ParsedFact[list[nvidia_smi.FabricInfo] | None]):
-    """Each GPU's ``Fabric`` block of ``nvidia-smi -q`` (State, Status, CliqueId,
-    ClusterUUID, Health Summary; "N/A" on GPUs without a fabric state)."""
+    """Each GPU's fabric registration (``fabric.state``, ``fabric.status``: the State and
+    Status of ``nvidia-smi -q``'s Fabric block, "N/A" on GPUs without one), through the
+    query form: a fraction of ``-q``'s time, and empty on drivers without the fields."""
 
     def requires_command(self) -> str:
         return "nvidia-smi"
 
     def command(self) -> str:
-        return quiet("nvidia-smi -q")
+        return quiet(nvidia_smi.FABRIC_QUERY_COMMAND)
 
     def parse(self, output: list[str]) -> list[nvidia_smi.FabricInfo] | None:
-        return nvidia_smi.parse_fabric(output)
+        return nvidia_smi.parse_fabric_query(output)
 
 
 class NvswitchDevices(FactBase[list[str]]):

@@ -82,9 +82,10 @@ def detect(links: Sequence[Sequence[str]] | None = None,
            fabric: Iterable[Mapping[str, Any]] | None = None,
            pci: Iterable[Any] | None = None,
            proc_devices: Sequence[str] | None = None) -> Evidence:
-    """NVSwitch evidence from: the ``topo -m`` GPU matrix (``links``), the ``Fabric``
-    blocks of ``nvidia-smi -q``, the host's NVIDIA PCI functions (``pci``: objects with
-    ``pci_class`` and ``address``, gpuserve.host.passthrough) and the entries of
+    """NVSwitch evidence from: the ``topo -m`` GPU matrix (``links``), each GPU's fabric
+    state (``nvidia-smi -q`` Fabric blocks or ``--query-gpu=fabric.state``), the host's
+    NVIDIA PCI functions (``pci``: objects with ``pci_class`` and ``address``,
+    gpuserve.host.passthrough) and the entries of
     /proc/driver/nvidia-nvswitch/devices. Any one suffices; none: no Fabric Manager."""
     reasons: list[str] = []
     found = False
@@ -102,7 +103,7 @@ def detect(links: Sequence[Sequence[str]] | None = None,
                if s in (*fm_data()["pending_states"], fm_data()["done_state"])]
     if managed:
         found = True
-        reasons.append(f"nvidia-smi -q: fabric state {managed[0]} on {len(managed)} GPU(s)")
+        reasons.append(f"nvidia-smi: fabric state {managed[0]} on {len(managed)} GPU(s)")
     by_topology, why = _topology_reason(links)
     found = found or by_topology
     if why:

@@ -33,9 +33,15 @@ def _gpu_facts():
 
 def reads() -> list[Read]:
     """The evidence, read in the deploy's first batch (the sysfs PCI listing is the driver
-    role's read already)."""
+    role's read already), with the state of R580+'s packages and unit, so that a rerun on
+    an NVSwitch host needs no read of its own."""
+    from gpuserve.roles.nvidia_driver import DebVersion
+
     g = _gpu_facts()
-    return [Read.of(g.NvidiaTopology), Read.of(g.NvidiaFabric), Read.of(g.NvswitchDevices)]
+    names = fabric.fabric_plan(int(fabric.fm_data()["unbranched_since"])).versioned
+    return [Read.of(g.NvidiaTopology), Read.of(g.NvidiaFabric), Read.of(g.NvswitchDevices),
+            *(Read.of(DebVersion, package=p) for p in names),
+            managed.read_unit(str(fabric.fm_data()["service"]))]
 
 
 def evidence() -> fabric.Evidence:

@@ -92,7 +92,7 @@ class DebVersion(FactBase):
     def process(self, output: list[str]) -> str | None:
         for line in output:
             status, _, version = line.partition("|")
-            if status == "install ok installed" and version:
+            if status in ("install ok installed", "hold ok installed") and version:
                 return version
         return None
 

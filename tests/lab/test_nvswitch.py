@@ -13,7 +13,7 @@ What this proves and what it does not (no NVSwitch, no kernel module): docs/nvsw
 from __future__ import annotations
 
 import pytest
-from labhelpers import clean
+from labhelpers import clean, no_changes
 
 from gpuserve.host import fabric
 from gpuserve.parsers import nvidia_smi
@@ -64,6 +64,11 @@ def test_host_deploy_installs_and_starts_fabric_manager_at_the_drivers_version(l
     assert lab.ssh("systemctl is-active nvidia-fabricmanager").stdout.strip() == "active"
     assert lab.ssh("systemctl is-enabled nvidia-fabricmanager").stdout.strip() == "enabled"
     assert fabric_state(lab).state == "ready"
+
+
+def test_host_deploy_rerun_reports_no_changes(lab, hgx):
+    rc, out = host_deploy(lab)
+    assert rc == 0 and no_changes(out), out[-6000:]
 
 
 def test_serve_deploy_serves_on_the_hgx_box(lab, hgx):

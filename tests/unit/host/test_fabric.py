@@ -170,3 +170,24 @@ def test_service_steps():
     assert service_steps(running, changed=True) == ["daemon-reload", "restart"]
     assert service_steps(LiveUnit(active="failed", enabled="enabled"), changed=False) == [
         "reset-failed", "start"]
+
+
+def test_held_packages_count_as_installed():
+    # dpkg-query ${Status} of a package after apt-mark hold
+    from gpuserve.roles.managed import DebInstalled
+    from gpuserve.roles.nvidia_driver import DebVersion
+
+    assert DebInstalled().process(["nvidia-fabricmanager hold ok installed"])
+    assert DebVersion().process(["hold ok installed|580.126.20-1"]) == "580.126.20-1"
+    assert DebVersion().process(["deinstall ok config-files|580.126.20-1"]) is None
+
+
+def test_fabric_query_form_reads_the_same_states():
+    # the stand-in prints the --query-gpu form with the same values as -q's blocks
+    lines = ["00000000:1B:00.0, In Progress, N/A", "00000000:43:00.0, Completed, Success"]
+    blocks = nvidia_smi.parse_fabric_query(lines)
+    assert [(b["bus_id"], b["state"], b["status"]) for b in blocks] == [
+        ("00000000:1B:00.0", "In Progress", "N/A"), ("00000000:43:00.0", "Completed", "Success")]
+    assert fabric.judge(blocks).state == "pending" and fabric.detect(fabric=blocks).nvswitch
+    assert fabric.judge(nvidia_smi.parse_fabric_query(["00000000:1B:00.0, [N/A], [N/A]"])
+                        ).state == "ready"
