@@ -48,12 +48,19 @@ def _parser() -> argparse.ArgumentParser:
                     help="container: the stand-in host kernel module's version "
                          "(/proc/driver/nvidia/version inside; default "
                          "580.126.20)")
+    up.add_argument("--box", metavar="BOX",
+                    help="container: the recorded GPU box the stand-ins show (default "
+                         "rtxpro6000-kvm; boxes in lab/nvidia_repo/boxes, e.g. hgx-h100)")
     up.add_argument("--fresh", action="store_true", help="reset the instance's disk")
     up.add_argument("--memory", type=int, default=2048, metavar="MIB")
     up.add_argument("--timeout", type=float, default=None,
                     help="seconds to wait for SSH (default: container 120, vm 420)")
     up.add_argument("--clone-from", metavar="NAME",
                     help="boot from a copy of running instance NAME's disk (lab/fleet.py)")
+    box = sub.add_parser("box", help="container: switch the recorded GPU box of a running "
+                                     "host (/etc/gpuserve-lab/box and its NVSwitches)")
+    box.add_argument("--name")
+    box.add_argument("box")
     link = sub.add_parser("link", help="a private network (10.77.0.0/24) between running "
                                        "instances: link A B (containers: A B C ...)")
     link.add_argument("names", nargs="+")
@@ -104,10 +111,17 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "up":
             st = instance.up(instance_name(a.name), fresh=a.fresh, memory_mib=a.memory,
                              timeout=a.timeout, clone_from=a.clone_from, kind=a.kind,
-                             driver_version=a.driver_version, os_name=a.os)
+                             driver_version=a.driver_version, os_name=a.os, box=a.box)
             print(f"lab {st.name}: ssh 127.0.0.1:{st.ssh_port}, mirror {st.mirror_url}")
             if a.clone_from is None:  # a clone has its source's models already
                 print(f"lab {st.name}: {install_models(st)}")
+            return 0
+        if a.cmd == "box":
+            from lab.container_instance import set_box
+
+            switches = set_box(instance_name(a.name), a.box)
+            print(f"lab {instance_name(a.name)}: box {a.box}"
+                  + (f", NVSwitches {', '.join(switches)}" if switches else ""))
             return 0
         if a.cmd == "link":
             for name, address in fleet.link([instance_name(n) for n in a.names]).items():

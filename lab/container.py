@@ -64,6 +64,12 @@ DEFAULT_DRIVER_VERSION = "580.126.20"
 # a Debian 13 host's default: NVIDIA's debian13 repository has no R580 userspace, so its
 # container's host runs a 590 module (lab/nvidia_repo/packages.yaml)
 DEFAULT_DRIVER_VERSIONS = {"debian13": "590.48.01"}
+# the stand-in host's NVSwitches as its driver lists them (/proc/driver/nvidia-nvswitch/
+# devices/<PCI address>: NVIDIA/gpu-driver-container's test for Fabric Manager), from the
+# box's box.json "nvswitch"; empty on boxes without NVSwitches
+NVSWITCH_DIR = "var/lib/gpuserve-lab/proc-driver-nvidia-nvswitch"
+BOX_FILE = "etc/gpuserve-lab/box"
+BOXES = Path(__file__).resolve().parent / "nvidia_repo" / "boxes"
 # NVIDIA's open kernel module as it names itself in /proc/driver/nvidia/version (the
 # layout of that file; the build host and date are the lab's, labelled as composed)
 DRIVER_VERSION_TEXT = (
@@ -138,7 +144,8 @@ def nspawn_argv(root: Path, netns: str, machine: str,
             # connection in the faults' tests; nspawn drops the capability by default)
             "--capability=CAP_NET_ADMIN",
             "--tmpfs=/proc/driver:mode=0555",
-            f"--bind-ro=/{DRIVER_DIR}:/proc/driver/nvidia"]
+            f"--bind-ro=/{DRIVER_DIR}:/proc/driver/nvidia",
+            f"--bind-ro=/{NVSWITCH_DIR}:/proc/driver/nvidia-nvswitch"]
     argv += [f"--bind-ro={src}:{dst}" for src, dst in binds]
     return argv
 
@@ -166,6 +173,29 @@ def write_host_files(root: Path, driver_version: str) -> None:
             link.unlink(missing_ok=True)
             link.symlink_to("/dev/null")
     set_driver_version(root, driver_version)
+    (root / NVSWITCH_DIR / "devices").mkdir(parents=True, exist_ok=True)
+
+
+def box_names() -> list[str]:
+    return sorted(p.name for p in BOXES.iterdir() if (p / "box.json").is_file())
+
+
+def set_box(root: Path, box: str) -> list[str]:
+    """Make the container's recorded hardware ``box``: the guest's /etc/gpuserve-lab/box
+    (what the stand-ins read) and the NVSwitches its host driver lists, seen at once
+    inside (running container or not). Returns the NVSwitch addresses."""
+    if box not in box_names():
+        raise ValueError(f"unknown box {box!r}; boxes: {', '.join(box_names())}")
+    switches = json.loads((BOXES / box / "box.json").read_text()).get("nvswitch") or []
+    devices = root / NVSWITCH_DIR / "devices"
+    devices.mkdir(parents=True, exist_ok=True)
+    for old in devices.iterdir():
+        old.unlink()
+    for address in switches:
+        (devices / address).write_text(f"{address}\n")
+    (root / BOX_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (root / BOX_FILE).write_text(f"{box}\n")
+    return list(switches)
 
 
 def set_driver_version(root: Path, version: str) -> None:

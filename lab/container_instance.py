@@ -42,10 +42,11 @@ def console_tail(path: Path | str, lines: int = 25) -> str:
 
 def up(name: str, fresh: bool = False, timeout: float = 120.0,
        driver_version: str | None = None, clone_from: str | None = None,
-       os_name: str = DEFAULT_OS) -> InstanceState:
+       os_name: str = DEFAULT_OS, box: str | None = None) -> InstanceState:
     """Build/reuse the image of ``os_name``, mount the host's tree, start its network and
     the mirror, boot, wait for SSH. A running host is left running (the mirror
-    republished); one running another OS is refused unless ``fresh``."""
+    republished, its box switched when ``box`` is given); one running another OS is
+    refused unless ``fresh``."""
     st = read_state(name)
     if st and pid_alive(st.pid) and not fresh and clone_from is None:
         from lab.instance import republish
@@ -54,7 +55,8 @@ def up(name: str, fresh: bool = False, timeout: float = 120.0,
         if running != os_name:
             raise RuntimeError(f"instance {name!r} runs {running}: `python -m lab down "
                                f"--name {name}` first, or pass --fresh or --os {running}")
-
+        if box:
+            container.set_box(Path(st.extra["root"]), box)
         return republish(st, timeout)
     if st:  # a running one with --fresh, or a stale state file from a crash
         from lab.instance import down as down_any
@@ -77,6 +79,8 @@ def up(name: str, fresh: bool = False, timeout: float = 120.0,
     try:
         container.mount_root(paths, image, fresh=fresh and source is None)
         container.write_host_files(paths.root, version)
+        if box:
+            container.set_box(paths.root, box)
     except BaseException:
         container.unmount_root(paths)
         raise
@@ -244,6 +248,14 @@ def down(name: str, timeout: float = 60.0) -> str:
          + (f" (lazily: {'; '.join(stuck)})" if stuck else "")
          + (f"; mirror (of {borrowed}) left running" if borrowed else "; mirror stopped"))
     return result
+
+
+def set_box(name: str, box: str) -> list[str]:
+    """The recorded box the stand-ins show (and its NVSwitches), at once inside."""
+    st = read_state(name)
+    if st is None or st.kind != "container":
+        raise RuntimeError(f"{name!r} is not a container lab host")
+    return container.set_box(Path(st.extra["root"]), box)
 
 
 def set_driver_version(name: str, version: str) -> None:

@@ -72,7 +72,7 @@ KINDS = ("container", "vm")
 def up(name: str, fresh: bool = False, memory_mib: int = 2048,
        timeout: float | None = None, clone_from: str | None = None,
        kind: str = "container", driver_version: str | None = None,
-       os_name: str = "debian12") -> InstanceState:
+       os_name: str = "debian12", box: str | None = None) -> InstanceState:
     """Bring instance ``name`` up as a ``kind`` lab host: a systemd-nspawn container
     (lab/container.py; the default) or the QEMU VM (what needs a kernel).
 
@@ -91,10 +91,14 @@ def up(name: str, fresh: bool = False, memory_mib: int = 2048,
 
         return container_instance.up(name, fresh=fresh, timeout=timeout or 120,
                                      driver_version=driver_version, clone_from=clone_from,
-                                     os_name=os_name)
+                                     os_name=os_name, box=box)
     if os_name != "debian12":
         raise ValueError(f"--os {os_name}: the VM lab host runs debian12 (a {os_name} host "
                          "is a container: --kind container)")
+    if box:
+        raise ValueError("--box: a VM lab host switches box inside: echo BOX > "
+                         "/etc/gpuserve-lab/box (it has no /proc/driver/nvidia-nvswitch "
+                         "stand-in; the option is for container hosts)")
     if driver_version:
         raise ValueError("--driver-version: a VM lab host's driver is what deploy/host.py "
                          "installs (the option is for container hosts)")

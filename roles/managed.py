@@ -280,6 +280,11 @@ def unit_state(unit: str, paths: tuple[str, ...] = ()) -> LiveUnit:
     return fact(UnitState, unit=unit, paths=paths) or LiveUnit()
 
 
+#: dpkg ${Status} of an installed package; "hold": held (apt-mark hold), as the driver and
+#: Fabric Manager are (roles/fabric_manager)
+_INSTALLED = (["install ok installed"], ["hold ok installed"])
+
+
 class DebInstalled(FactBase):
     """Whether a Debian package is installed (``dpkg-query``, not ``dpkg -l`` of all;
     many packages in one ``dpkg-query`` through the prefetch)."""
@@ -292,7 +297,7 @@ class DebInstalled(FactBase):
         return self.group_command([{"package": package}])
 
     def process(self, output: list[str]) -> bool:
-        return any(line.split(" ", 1)[1:] == ["install ok installed"] for line in output)
+        return any(line.split(" ", 1)[1:] in _INSTALLED for line in output)
 
     @staticmethod
     def group_command(kwargs_list: list[dict]) -> str:
@@ -302,7 +307,7 @@ class DebInstalled(FactBase):
     @staticmethod
     def group_process(kwargs_list: list[dict], output: list[str]) -> list[bool]:
         installed = {line.split(" ", 1)[0].split(":")[0] for line in output
-                     if line.split(" ", 1)[1:] == ["install ok installed"]}
+                     if line.split(" ", 1)[1:] in _INSTALLED}
         return [k["package"] in installed for k in kwargs_list]
 
 

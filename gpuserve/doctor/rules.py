@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
+from gpuserve.host import fabric
 from gpuserve.host.hostfacts import HostFacts, version_tuple
 from gpuserve.launch.dialect import Launch, parse_version, render_launch, target_version
 from gpuserve.launch.profiles import Profile
@@ -699,6 +700,15 @@ def _spec_vs_baseline(ctx: Context) -> str | None:
         return f"speculative.algorithm {algo} with tp {ctx.profile.parallel.tp} over PCIe " \
                f"(no NVLink)"
     return None
+
+
+@rule("fabric-not-ready")
+def _fabric_not_ready(ctx: Context) -> str | None:
+    verdict = fabric.judge(ctx.facts.fabric or ())
+    if verdict.state == "ready":
+        return None
+    return (f"fabric registration {verdict.state}: {verdict.detail}; until every GPU shows "
+            "State Completed / Status Success, CUDA fails with error 802")
 
 
 @rule("memory-unbalanced")

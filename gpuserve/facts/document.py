@@ -55,6 +55,9 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
     ("topo", _if_tool("nvidia-smi", quiet("nvidia-smi topo -m"))),
     ("p2p_r", _if_tool("nvidia-smi", quiet("nvidia-smi topo -p2p r"))),
     ("p2p_w", _if_tool("nvidia-smi", quiet("nvidia-smi topo -p2p w"))),
+    # NVSwitch hosts: each GPU's fabric registration (drivers without the fields print
+    # an error and exit non-zero: the section stays empty)
+    ("fabric", _if_tool("nvidia-smi", quiet(nvidia_smi.FABRIC_QUERY_COMMAND))),
     ("driver", NVIDIA_DRIVER_COMMAND),  # prints its own proc/dpkg sub-sections
     ("cuda", CUDA_TOOLKIT_COMMAND),
     ("cmdline", f"{print_file('/proc/cmdline')}; true"),
@@ -70,7 +73,7 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
                  f"|| echo '{UNREADABLE}'; fi"),
 )
 SECTION_NAMES = tuple(name for name, _ in _SECTIONS) + ("sglang",)
-_NVIDIA_SMI_SECTIONS = ("gpus", "topo", "p2p_r", "p2p_w")
+_NVIDIA_SMI_SECTIONS = ("gpus", "topo", "p2p_r", "p2p_w", "fabric")
 DOC_PREFIX = "_doc"  # the document's shell functions and job frame (in_parallel)
 
 # Reads the installed distribution's version without importing sglang (which would
@@ -123,6 +126,9 @@ def document_from_sections(sections: dict[str, list[str]]) -> dict[str, Any]:
             "p2p_write": p2p_w.cells if p2p_w else None,
             "p2p": nvidia_smi.p2p_verdict(p2p_r, p2p_w),
         },
+        "fabric": [{"bus_id": b["bus_id"], "state": b["state"], "status": b["status"]}
+                   for b in _parse(sections.get("fabric"), nvidia_smi.parse_fabric_query)
+                   or []] or None,
         "driver": {"version": driver["version"], "flavour": driver["flavour"]},
         "cuda": {"toolkit": _parse(sections.get("cuda"), cuda.parse_toolkit)},
         "kernel": {

@@ -139,3 +139,32 @@ class CudaToolkit(ParsedFact[str | None]):
 
     def parse(self, output: list[str]) -> str | None:
         return cuda.parse_toolkit(output)
+
+
+class NvidiaFabric(ParsedFact[list[nvidia_smi.FabricInfo] | None]):
+    """Each GPU's fabric registration (``fabric.state``, ``fabric.status``: the State and
+    Status of ``nvidia-smi -q``'s Fabric block, "N/A" on GPUs without one), through the
+    query form: a fraction of ``-q``'s time, and empty on drivers without the fields."""
+
+    def requires_command(self) -> str:
+        return "nvidia-smi"
+
+    def command(self) -> str:
+        return quiet(nvidia_smi.FABRIC_QUERY_COMMAND)
+
+    def parse(self, output: list[str]) -> list[nvidia_smi.FabricInfo] | None:
+        return nvidia_smi.parse_fabric_query(output)
+
+
+class NvswitchDevices(FactBase[list[str]]):
+    """The entries of /proc/driver/nvidia-nvswitch/devices (one per NVSwitch the loaded
+    driver manages; NVIDIA/gpu-driver-container's test for Fabric Manager)."""
+
+    default = list
+
+    def command(self) -> str:
+        return ("for d in /proc/driver/nvidia-nvswitch/devices/*; do "
+                "[ -e \"$d\" ] && echo \"${d##*/}\"; done; true")
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line.strip() for line in output if line.strip()]

@@ -55,6 +55,18 @@ NVIDIA_DRIVER = {
 }
 
 
+#: roles/fabric_manager
+FABRIC_MANAGER = {
+    # NVIDIA Fabric Manager (NVSwitch hosts: HGX/DGX A100, H100, H200, B200): "auto"
+    # (installed where the host shows NVSwitches: docs/nvswitch.md), "on", "off".
+    # accepts: str: auto, on or off (true/false: on/off)
+    "fabric_manager": "auto",
+    # Seconds to wait, after Fabric Manager starts, for every GPU's fabric registration.
+    # accepts: int (10 to 3600)
+    "fabric_wait_timeout": 180,
+}
+
+
 #: roles/cuda_toolkit
 CUDA_TOOLKIT = {
     # CUDA toolkit lane to install: "12.8", "12.9" or "13.0" (gpuserve/data/host/nvidia.yaml).

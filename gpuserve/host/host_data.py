@@ -82,6 +82,7 @@ class HostSettings:
     nccl_overrides: dict[str, str] = field(default_factory=dict)
     gates: Any = None  # gpuserve.measure.gate_runs.GateSettings (gpuserve/host/plan.py)
     results_dir: str = "results"  # where the measuring stage records (roles.checks)
+    fabric: Any = None  # gpuserve.host.fabric.FabricSettings (gpuserve/host/plan.py)
 
 
 def kernel_settings(data: dict[str, Any], src: str) -> KernelSettings:

@@ -220,6 +220,9 @@ class HostFacts:
     kernel: Kernel = field(default_factory=Kernel)
     sglang_version: str | None = None
     measured: Measured | None = None
+    #: each GPU's fabric registration ({"bus_id", "state", "status"}; NVSwitch hosts),
+    #: None when not gathered
+    fabric: tuple[dict[str, str | None], ...] | None = None
     source: str | None = field(default=None, compare=False)
 
     # ---- derived views the rules share
@@ -309,6 +312,7 @@ class HostFacts:
             ),
             sglang_version=root.get("sglang_version", str),
             measured=_measured(root),
+            fabric=_fabric(root),
             source=f,
         )
 
@@ -335,6 +339,10 @@ class HostFacts:
         data.pop("source")
         if data["measured"] is None:
             data.pop("measured")  # optional section: documents without it stay as they were
+        if data["fabric"] is None:
+            data.pop("fabric")  # the same
+        else:
+            data["fabric"] = list(data["fabric"])
         return data
 
 
@@ -436,3 +444,17 @@ def _unwrap_pyinfra_fact(data: Any, file: str | Path | None, host: str | None) -
         raise InputError(file, f"{PYINFRA_FACT_NAME}.{host}",
                          "pyinfra gathered no document for this host (did the fact fail?)")
     return hosts[host]
+
+
+def _fabric(root: _Reader) -> tuple[dict[str, str | None], ...] | None:
+    raw = root.data.get("fabric")
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise InputError(root.file, "fabric", f"must be a list, got {_kind(raw)}")
+    out = []
+    for i, item in enumerate(raw):
+        r = _Reader(item, f"fabric[{i}]", root.file)
+        out.append({"bus_id": r.get("bus_id", str), "state": r.get("state", str),
+                    "status": r.get("status", str)})
+    return tuple(out)

@@ -66,6 +66,20 @@ def _report(lines: list[str] | None) -> dict | None:
     return None
 
 
+#: CUDA error 802 (cudaErrorSystemNotReady): on an NVSwitch host, the fabric is not
+#: registered (doctor rule fabric-not-ready; docs/nvswitch.md)
+FABRIC_HINT = ("CUDA error 802 means the GPUs' NVLink fabric is not registered: on an "
+               "NVSwitch host (HGX/DGX) NVIDIA Fabric Manager must run at exactly the "
+               "driver's version; run deploy/host.py (it installs, starts and waits for it), "
+               "then `nvidia-smi -q | grep -A 3 Fabric` shows State Completed "
+               "(gpuserve doctor: fabric-not-ready; docs/nvswitch.md)")
+
+
+def _not_ready(warning: object) -> bool:
+    text = str(warning or "")
+    return "802" in text or "system not yet initialized" in text
+
+
 def judge(lines: list[str] | None, lock: Lock, expect_gpus: int) -> Verification:
     """``expect_gpus``: GPUs the host's nvidia-smi lists (0: no GPU check possible)."""
     data = _report(lines)
@@ -88,7 +102,10 @@ def judge(lines: list[str] | None, lock: Lock, expect_gpus: int) -> Verification
             problems.append(f"{key} not reported")
     devices = data.get("devices") or []
     if expect_gpus:
-        if not data.get("cuda_available"):
+        if not data.get("cuda_available") and _not_ready(data.get("cuda_warning")):
+            problems.append(f"torch.cuda.is_available() is False: {data['cuda_warning']}. "
+                            f"{FABRIC_HINT}")
+        elif not data.get("cuda_available"):
             problems.append(f"torch.cuda.is_available() is False on a host with {expect_gpus} "
                             f"GPU(s): the driver cannot run CUDA {lock.torch_cuda} "
                             f"(needs >= {lock.driver_min}) or the GPUs are not visible to "

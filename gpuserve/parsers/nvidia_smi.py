@@ -488,3 +488,90 @@ def p2p_verdict(*matrices: P2PMatrix | None) -> P2PVerdict | None:
     if not any(pair_ok):
         return "none"
     return "partial"
+
+
+# -- nvidia-smi -q: the Fabric section ------------------------------------------------
+
+_Q_GPU_RE = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+_Q_FIELD_RE = re.compile(r"^(\s*)([^:]+?)\s*:\s*(.*?)\s*$")
+#: Fabric fields as ``nvidia-smi -q`` names them -> FabricInfo keys
+_FABRIC_FIELDS = {"State": "state", "Status": "status", "CliqueId": "clique_id",
+                  "ClusterUUID": "cluster_uuid", "Summary": "health_summary"}
+
+
+class FabricInfo(TypedDict):
+    """One GPU's ``Fabric`` block of ``nvidia-smi -q`` (values verbatim; "N/A" kept)."""
+
+    bus_id: str | None
+    state: str | None
+    status: str | None
+    clique_id: str | None
+    cluster_uuid: str | None
+    health_summary: str | None
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def parse_fabric(text: str | Iterable[str]) -> list[FabricInfo]:
+    """Every ``Fabric`` block of ``nvidia-smi -q`` output, in order, each with the bus id
+    of the ``GPU 00000000:19:00.0`` header above it (None for a block cut out of its
+    document, e.g. a ``grep -A`` excerpt).
+
+    The block is the lines indented deeper than its ``Fabric`` line; ``Health`` is a
+    sub-block whose ``Summary`` is kept (the NVML fields behind it: ``nvmlGpuFabricInfo``;
+    hosts.md §1.5). Lines that are not ``Key : Value`` are skipped."""
+    lines = text.splitlines() if isinstance(text, str) else list(text)
+    out: list[FabricInfo] = []
+    bus: str | None = None
+    block: FabricInfo | None = None
+    depth = 0
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            continue
+        gpu = _Q_GPU_RE.match(line)
+        if gpu:
+            bus, block = gpu.group(1), None
+            continue
+        if block is not None and _indent(line) <= depth:
+            block = None
+        if block is None:
+            if line.strip() == "Fabric":
+                block = FabricInfo(bus_id=bus, state=None, status=None, clique_id=None,
+                                   cluster_uuid=None, health_summary=None)
+                depth = _indent(line)
+                out.append(block)
+            continue
+        pair = _fabric_field(line)
+        if pair is not None:
+            key, value = pair
+            block[key] = value  # type: ignore[literal-required]
+    return out
+
+
+def _fabric_field(line: str) -> tuple[str, str] | None:
+    match = _Q_FIELD_RE.match(line)
+    if not match or match.group(2) not in _FABRIC_FIELDS:
+        return None
+    return _FABRIC_FIELDS[match.group(2)], match.group(3)
+
+
+#: ``--query-gpu`` fields of the fabric registration (NVML nvmlGpuFabricInfo; the same
+#: values as ``-q``'s Fabric block: NVIDIA/gpu-driver-container#909, NVIDIA/NVSentinel#889)
+FABRIC_QUERY_FIELDS = ("pci.bus_id", "fabric.state", "fabric.status")
+FABRIC_QUERY_COMMAND = (
+    f"nvidia-smi --query-gpu={','.join(FABRIC_QUERY_FIELDS)} --format=csv,noheader")
+
+
+def parse_fabric_query(text: str | Iterable[str]) -> list[FabricInfo]:
+    """:data:`FABRIC_QUERY_COMMAND` output as :class:`FabricInfo` records ("N/A" kept as
+    "N/A", as ``-q`` prints it)."""
+    out: list[FabricInfo] = []
+    for row in parse_query_csv(text, FABRIC_QUERY_FIELDS):
+        out.append(FabricInfo(bus_id=row.get("pci.bus_id"),
+                              state=row.get("fabric.state") or "N/A",
+                              status=row.get("fabric.status") or "N/A", clique_id=None,
+                              cluster_uuid=None, health_summary=None))
+    return out

@@ -160,6 +160,30 @@ def _box_files(deb: _Deb) -> None:
                     path.read_bytes())
 
 
+def fabric_manager_debs(files: Path, branch: str, version: str, v: str) -> list[_Deb]:
+    """Fabric Manager and NSCQ at the driver's version, named as NVIDIA's repository
+    names them: unbranched from R580, ``-<branch>`` up to R575 (shared reference
+    hosts.md §1.2). The daemon is a stand-in (files/nv-fabricmanager)."""
+    suffix = "" if int(branch) >= 580 else f"-{branch}"
+    fm = (_Deb(f"nvidia-fabricmanager{suffix}", v,
+               description="NVIDIA Fabric Manager (lab stand-in: checks the driver version "
+               "and the box's NVSwitches, then idles)")
+          .add("/usr/bin/nv-fabricmanager",
+               (files / "nv-fabricmanager").read_text().replace("@DRIVER_VERSION@", version),
+               0o755)
+          .add("/usr/bin/nvidia-fabricmanager-start.sh",
+               (files / "nvidia-fabricmanager-start.sh").read_text(), 0o755)
+          .add("/lib/systemd/system/nvidia-fabricmanager.service",
+               (files / "nvidia-fabricmanager.service").read_text())
+          .add("/usr/share/nvidia/nvswitch/fabricmanager.cfg",
+               "# gpuserve lab stand-in\nFABRIC_MODE=0\n", conffile=True))
+    nscq = (_Deb(f"libnvidia-nscq{suffix}", v,
+                 description="NVSwitch Configuration and Query library (lab stand-in)")
+            .add(f"/usr/lib/x86_64-linux-gnu/libnvidia-nscq.so.{version}",
+                 f"gpuserve lab stand-in of libnvidia-nscq {version}\n"))
+    return [fm, nscq]
+
+
 def packages(spec: dict, public_key: bytes, distro: str = DEFAULT_DISTRO) -> list[_Deb]:
     """Every package of ``distro``'s repository, built from packages.yaml and files/."""
     files = HERE / "files"
@@ -171,9 +195,14 @@ def packages(spec: dict, public_key: bytes, distro: str = DEFAULT_DISTRO) -> lis
                 f"deb [signed-by={KEYRING}] {nvidia_url(distro)} /\n", conffile=True)
     debs.append(keyring)
 
-    hardware = _Deb("gpuserve-lab-hardware", "1.1-1", "all",
+    hardware = _Deb("gpuserve-lab-hardware", "1.2-1", "all",
                     description="gpuserve lab: recorded GPU boxes (the stand-in's 'hardware')")
-    hardware.add("/etc/gpuserve-lab/box", f"{spec['default_box']}\n", conffile=True)
+    # the box is the lab's choice (`python -m lab up --box`, `python -m lab box`), which
+    # may be made before this package arrives: written only where none is chosen yet
+    hardware.add("/usr/share/gpuserve-lab/default-box", f"{spec['default_box']}\n")
+    hardware.scripts["postinst"] = (
+        "[ -e /etc/gpuserve-lab/box ] || { mkdir -p /etc/gpuserve-lab && "
+        "cp /usr/share/gpuserve-lab/default-box /etc/gpuserve-lab/box; }\n")
     hardware.add("/usr/local/bin/systemd-detect-virt",
                  (files / "systemd-detect-virt").read_text(), 0o755)
     _box_files(hardware)
@@ -218,6 +247,7 @@ def packages(spec: dict, public_key: bytes, distro: str = DEFAULT_DISTRO) -> lis
                          depends=f"nvidia-driver (= {v}), nvidia-kernel-open-dkms (= {v})"))
         debs.append(_Deb("cuda-drivers", v, description="NVIDIA driver, proprietary modules",
                          depends=f"nvidia-driver (= {v}), nvidia-kernel-dkms (= {v})"))
+        debs.extend(fabric_manager_debs(files, branch, version, v))
         if branch in spec["versioned_meta_branches"]:
             debs.append(_Deb(f"nvidia-open-{branch}", v, depends=f"nvidia-open (= {v})"))
             debs.append(_Deb(f"cuda-drivers-{branch}", v, depends=f"cuda-drivers (= {v})"))

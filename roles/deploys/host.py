@@ -10,8 +10,9 @@ from pyinfra import host
 from gpuserve.facts.host import Container
 from gpuserve.host.host_data import HostSettings
 from gpuserve.host.plan import plan_host
-from gpuserve.roles import cuda_toolkit, gpu_gates, kernel, nccl, nvidia_driver
+from gpuserve.roles import cuda_toolkit, fabric_manager, gpu_gates, kernel, nccl, nvidia_driver
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
+from gpuserve.roles.managed import DebInstalled
 from gpuserve.roles.nvidia_driver import userspace
 from gpuserve.roles.prefetch import defer, fact, prefetch
 
@@ -27,7 +28,7 @@ def provision_gpu_host() -> None:
     settings = plan_host(host.data.dict(), inventory_source())  # also run by gpuserve check
     # every read of the roles below in one remote command (roles/prefetch.py); the driver
     # role adds its files and packages once it knows the repository
-    prefetch([*kernel.reads(), *nvidia_driver.fact_reads(),
+    prefetch([*kernel.reads(), *nvidia_driver.fact_reads(), *fabric_manager.reads(),
               *cuda_toolkit.reads(settings.cuda_lane), *nccl.reads(),
               *gpu_gates.reads(settings.gates)])
     # the measuring tools' build stamps are named after the NCCL this batch found: they
@@ -36,9 +37,12 @@ def provision_gpu_host() -> None:
     container = fact(Container)
     if container:
         plan, url, sha256 = userspace.prepare(settings.repo_url, container)
+        fm = fabric_manager.decide(settings.fabric, plan.branch)
+        fm_changed = fabric_manager.stale(fm, plan.deb_version)
         userspace.install_userspace_driver(plan=plan, url=url, sha256=sha256,
                                            container_kind=container,
-                                           contrib=settings.debian_contrib)
+                                           contrib=settings.debian_contrib, fm=fm)
+        fabric_manager.activate(fm, fm_changed, settings.fabric.wait_timeout)
         provision_userspace(settings, plan.branch)
         return
     provision_kernel_host(settings)
@@ -50,6 +54,8 @@ def provision_kernel_host(settings: HostSettings) -> None:
     params = settings.kernel.params(*kernel.platform())
 
     kernel.configure_kernel(params=params)
+    fm = fabric_manager.decide(settings.fabric, settings.branch)
+    fm_changed = fm is not None and not all(fact(DebInstalled, package=p) for p in fm.versioned)
     nvidia_driver.install_nvidia_driver(
         repo_url=settings.repo_url,
         branch=settings.branch,
@@ -58,6 +64,7 @@ def provision_kernel_host(settings: HostSettings) -> None:
         install_headers=settings.install_headers,
         contrib=settings.debian_contrib,
         persistence=settings.persistence,
+        fm=fm,
     )
     cuda_toolkit.install_cuda_toolkit(lane=settings.cuda_lane, branch=settings.branch)
     nccl.configure_nccl(overrides=settings.nccl_overrides)
@@ -66,6 +73,9 @@ def provision_kernel_host(settings: HostSettings) -> None:
         allow_reboot=settings.kernel.allow_reboot,
         reboot_timeout=settings.kernel.reboot_timeout,
     )
+    # after the reboot that loads the new module (FM refuses any other version) and
+    # before anything uses CUDA (the measurement)
+    fabric_manager.activate(fm, fm_changed, settings.fabric.wait_timeout)
     measure(settings)
 
 

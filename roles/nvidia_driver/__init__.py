@@ -26,7 +26,7 @@ from pyinfra.operations import apt, files, server
 
 from gpuserve.errors import InputError
 from gpuserve.host import defaults as host_defaults
-from gpuserve.host import driver, keyring, passthrough
+from gpuserve.host import driver, fabric, keyring, passthrough
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import TEMPLATES_DIR
 from gpuserve.roles import managed
@@ -92,7 +92,7 @@ class DebVersion(FactBase):
     def process(self, output: list[str]) -> str | None:
         for line in output:
             status, _, version = line.partition("|")
-            if status == "install ok installed" and version:
+            if status in ("install ok installed", "hold ok installed") and version:
                 return version
         return None
 
@@ -184,9 +184,10 @@ def add_repository(repo_url: str, contrib: bool, keyring_sha256: str) -> list:
 
 
 def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contrib: bool,
-            keyring_sha256: str):
+            keyring_sha256: str, fm: fabric.FabricPlan | None = None):
     """Repository, keyring (checked against ``keyring_sha256``), branch pin and
-    flavour meta-package."""
+    flavour meta-package; ``fm``: Fabric Manager in the meta-package's transaction, at
+    the version apt resolves the driver to, both held (roles/fabric_manager)."""
     changes = add_repository(repo_url, contrib, keyring_sha256)
     apt.update(
         name="apt-get update after repository changes",
@@ -202,10 +203,16 @@ def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contr
             name=f"Lock driver branch {plan.branch} ({plan.pinning_package})",
             packages=[plan.pinning_package],
         )
+    metas = [p for p in plan.packages if p != plan.pinning_package]
+    if fm is not None and not all(fact(managed.DebInstalled, package=p)
+                                  for p in (*metas, *fm.versioned)):
+        server.shell(name=f"NVIDIA driver {plan.flavour} {plan.branch} and Fabric Manager "
+                          "in one transaction, held",
+                     commands=[fabric.meta_transaction(metas, ["nvidia-persistenced"], fm)])
+        return
     managed.packages(
         name=f"NVIDIA driver {plan.flavour} flavour, branch {plan.branch}",
-        packages=[p for p in plan.packages if p != plan.pinning_package]
-        + ["nvidia-persistenced"],
+        packages=[*metas, "nvidia-persistenced"],
     )
 
 
@@ -308,9 +315,10 @@ def install_nvidia_driver(
     contrib: bool = True,
     persistence: bool = True,
     keyring_sha256: str | None = None,
+    fm: fabric.FabricPlan | None = None,
 ):
-    """Install the pinned NVIDIA driver; refuses (raises) before changing anything
-    (``keyring_sha256``: see :func:`repository`)."""
+    """Install the pinned NVIDIA driver (with Fabric Manager: ``fm``); refuses (raises)
+    before changing anything (``keyring_sha256``: see :func:`repository`)."""
     preflight(flavour, mok_enrolled)
     meta = (fact(LinuxDistribution) or {}).get("release_meta") or {}
     problem = driver.repository_branch_problem(meta.get("ID"), meta.get("VERSION_ID"), branch)
@@ -321,6 +329,7 @@ def install_nvidia_driver(
     logger.info(
         f"{host.name}: NVIDIA driver {flavour} {branch} from {url}: {', '.join(plan.packages)}"
     )
-    prefetch(path_reads(url, plan, install_headers))
-    install(url, plan, install_headers, contrib, sha256)
+    prefetch(path_reads(url, plan, install_headers)
+             + [managed.read_package(p) for p in (fm.versioned if fm else ())])
+    install(url, plan, install_headers, contrib, sha256, fm)
     activate(configure(persistence))

@@ -14,10 +14,10 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import FactBase, deploy
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.operations import apt
+from pyinfra.operations import apt, server
 
-from gpuserve.host import container, driver
-from gpuserve.roles import managed
+from gpuserve.host import container, driver, fabric
+from gpuserve.roles import fabric_manager, managed
 from gpuserve.roles.inventory import inventory_source
 from gpuserve.roles.nvidia_driver import DebVersion, add_repository, repository
 from gpuserve.roles.prefetch import Read, fact, prefetch
@@ -85,9 +85,11 @@ def distribution_refusal(container_kind: str) -> None:
 
 @deploy("NVIDIA userspace driver (container host)")
 def install_userspace_driver(plan: container.UserspacePlan, url: str, sha256: str,
-                             container_kind: str, contrib: bool = True):
+                             container_kind: str, contrib: bool = True,
+                             fm: fabric.FabricPlan | None = None):
     """Install the userspace driver of exactly the container host's kernel module version
-    (``plan``, from :func:`prepare`)."""
+    (``plan``, from :func:`prepare`); ``fm``: Fabric Manager in the same apt transaction,
+    at that version, both held (roles/fabric_manager)."""
     logger.info(f"{host.name}: container host ({container_kind}): kernel module "
                 f"{plan.module_version} is its host's; userspace {plan.package_spec} from "
                 f"{url}")
@@ -97,7 +99,8 @@ def install_userspace_driver(plan: container.UserspacePlan, url: str, sha256: st
     prefetch([managed.read(container.PIN_FILE),
               managed.read(f"/etc/apt/sources.list.d/{list_name}.list"),
               *(managed.read_package(p) for p in ("ca-certificates", "curl")),
-              Read.of(DebVersion, package=container.USERSPACE_PACKAGE)])
+              Read.of(DebVersion, package=container.USERSPACE_PACKAGE),
+              *fabric_manager.path_reads(fm)])
     changes = add_repository(url, contrib, sha256)
     changes.append(managed.put(
         name=f"apt pin: NVIDIA userspace {plan.deb_version} only ({container.PIN_FILE})",
@@ -105,7 +108,14 @@ def install_userspace_driver(plan: container.UserspacePlan, url: str, sha256: st
         mode="644"))
     apt.update(name="apt-get update after repository changes",
                _if=[lambda: managed.changed(*changes)])
-    if fact(DebVersion, package=container.USERSPACE_PACKAGE) != plan.deb_version:
+    driver_stale = fact(DebVersion, package=container.USERSPACE_PACKAGE) != plan.deb_version
+    if fm is not None and (driver_stale or fabric_manager.stale(fm, plan.deb_version)):
+        server.shell(name=f"NVIDIA userspace driver {plan.package_spec} and Fabric Manager "
+                          f"({', '.join(fm.versioned)}) in one transaction, held",
+                     commands=[fabric.transaction([plan.package_spec,
+                                                   *fm.specs(plan.deb_version)],
+                                                  [container.USERSPACE_PACKAGE, *fm.held])])
+    elif driver_stale:
         apt.packages(name=f"NVIDIA userspace driver {plan.package_spec} (no kernel module)",
                      packages=[plan.package_spec], no_recommends=True)
 

@@ -51,7 +51,9 @@ def pytest_collection_modifyitems(config, items):
     faults (test_faults.py: a reboot, a full disk, a crashed server, a dropped deploy)
     last, on the host the other modules leave and where they cannot disturb them. The
     gateway (test_router.py) goes after the serve modules, in front of the server they
-    leave, so it needs no serve deploy of its own. The fleet (test_fleet.py: a clone of
+    leave, so it needs no serve deploy of its own. The NVSwitch box (test_nvswitch.py)
+    goes after the serve modules too: it switches the box and moves the driver, and
+    puts both back before the gateway. The fleet (test_fleet.py: a clone of
     the session host as a second worker, the gateway on the first) comes after all of
     them: it moves the host's server onto the fleet's private address. In the container
     tier the container host deploy (test_container_host.py) provisions the host right
@@ -63,8 +65,8 @@ def pytest_collection_modifyitems(config, items):
         if here in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.lab)
     order = {"test_lab.py": 0, "test_lab_vm.py": 0, "test_container_host.py": 0.5,
-             "test_monitor.py": 1.4, "test_router.py": 1.5, "test_faults.py": 2, "test_fleet.py": 3,
-             "test_kernel_cmdline.py": 4}
+             "test_monitor.py": 1.3, "test_nvswitch.py": 1.4, "test_router.py": 1.5,
+             "test_faults.py": 2, "test_fleet.py": 3, "test_kernel_cmdline.py": 4}
     items.sort(key=lambda it: order.get(Path(str(it.path)).name, 1))
 
 

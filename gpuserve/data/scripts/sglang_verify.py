@@ -11,6 +11,7 @@ judges it against the lock (gpuserve/launch/verify.py).
 import importlib.metadata
 import json
 import sys
+import warnings
 
 
 def main() -> None:
@@ -22,8 +23,11 @@ def main() -> None:
 
         out["torch"] = str(torch.__version__)
         out["torch_cuda"] = torch.version.cuda
-        available = bool(torch.cuda.is_available())
+        with warnings.catch_warnings(record=True) as caught:  # why CUDA is unavailable
+            warnings.simplefilter("always")
+            available = bool(torch.cuda.is_available())
         out["cuda_available"] = available
+        out["cuda_warning"] = " ".join(str(w.message) for w in caught)[:600] or None
         devices = []
         if available:
             for i in range(torch.cuda.device_count()):

@@ -104,7 +104,7 @@ def _smi(tmp_path: Path, repo: Path, box: str, *args: str, front: bool = True) -
 
 
 @pytest.mark.parametrize("box", ["rtxpro6000-kvm", "rtxpro6000-baremetal", "h200-nvlink",
-                                 "rtxpro6000-kvm-driver575"])
+                                 "hgx-h100", "rtxpro6000-kvm-driver575"])
 @pytest.mark.parametrize("args", [("topo", "-m"), ("topo", "-p2p", "r"), ("topo", "-p2p", "w"),
                                   ("topo", "-p2p", "n"), ("-L",)])
 def test_nvidia_smi_front_prints_what_the_python_stand_in_prints(repo, tmp_path, box, args):

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from lab import container
 from lab.deps import PACKAGES
 from lab.state import InstanceState, read_state, write_state
@@ -184,3 +186,20 @@ def test_processes_naming_an_instance_directory_are_found(tmp_path):
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def test_box_switch_writes_the_guest_box_and_its_nvswitches(tmp_path):
+    root = tmp_path / "root"
+    container.write_host_files(root, "580.126.20")
+    devices = root / container.NVSWITCH_DIR / "devices"
+    assert devices.is_dir() and not list(devices.iterdir())
+    assert container.set_box(root, "hgx-h100") == [
+        "0000:07:00.0", "0000:08:00.0", "0000:09:00.0", "0000:0a:00.0"]
+    assert (root / container.BOX_FILE).read_text() == "hgx-h100\n"
+    assert sorted(p.name for p in devices.iterdir())[0] == "0000:07:00.0"
+    assert container.set_box(root, "rtxpro6000-kvm") == []
+    assert not list(devices.iterdir())
+    argv = container.nspawn_argv(root, "ns", "m")
+    assert f"/{container.NVSWITCH_DIR}:/proc/driver/nvidia-nvswitch" in _opt(argv, "--bind-ro")
+    with pytest.raises(ValueError, match="unknown box"):
+        container.set_box(root, "no-such-box")

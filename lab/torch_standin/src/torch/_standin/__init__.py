@@ -10,6 +10,9 @@ this module asks it instead:
 - no ``nvidia-smi``, a failing one or no GPU: no CUDA (like a host without a driver);
 - a driver older than ``DRIVER_MIN`` (the build's CUDA minimum, torch/_standin/build.py):
   no CUDA, with the real torch's "driver too old" warning;
+- a GPU whose NVLink fabric registration is not done (``fabric.state`` "In Progress" or
+  "Not Started": an NVSwitch box without Fabric Manager at the driver's version): no
+  CUDA, with error 802 as the real torch words it (cudaErrorSystemNotReady);
 - the fault switch ``NO_CUDA_FILE`` exists: no CUDA, with the real torch's "CUDA unknown
   error" warning. It is a file, not an environment variable, so it reaches processes
   started under runuser/systemd as another user.
@@ -28,7 +31,8 @@ from torch._standin.build import DRIVER_MIN
 
 NVIDIA_SMI = "nvidia-smi"
 NO_CUDA_FILE = "/etc/gpuserve-lab/torch-no-cuda"
-QUERY = ["--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
+QUERY = ["--query-gpu=name,compute_cap,driver_version,fabric.state", "--format=csv,noheader"]
+FABRIC_PENDING = ("In Progress", "Not Started")
 
 # Real torch wording (torch/cuda/__init__.py, c10/cuda/CUDAFunctions.cpp).
 TOO_OLD = ("CUDA initialization: The NVIDIA driver on your system is too old (found version "
@@ -39,6 +43,11 @@ TOO_OLD = ("CUDA initialization: The NVIDIA driver on your system is too old (fo
 UNKNOWN_ERROR = ("CUDA initialization: CUDA unknown error - this may be due to an incorrectly "
                  "set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after "
                  "program start. Setting the available devices to be zero.")
+# torch's wording for cudaGetDeviceCount() failing with 802 (c10/cuda/CUDAFunctions.cpp;
+# pytorch/pytorch#35710, microsoft/lisa#2823)
+NOT_READY = ("CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run "
+             "some cuda functions before calling NumCudaDevices() that might have already set "
+             "an error? Error 802: system not yet initialized")
 NO_DRIVER = ("Found no NVIDIA driver on your system. Please check that you have an NVIDIA "
              "GPU and installed a driver from http://www.nvidia.com/Download/index.aspx")
 
@@ -89,12 +98,14 @@ def probe() -> Probe:
         return Probe((), NO_DRIVER, None)
     rows = [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines()
             if line.strip()]
-    if out.returncode != 0 or not rows or any(len(r) != 3 for r in rows):
+    if out.returncode != 0 or not rows or any(len(r) not in (3, 4) for r in rows):
         return Probe((), NO_DRIVER, None)
     driver = rows[0][2]
+    if any(r[3:] and r[3] in FABRIC_PENDING for r in rows):
+        return Probe((), NOT_READY.replace("CUDA initialization: ", ""), NOT_READY)
     try:
         too_old = _version_tuple(driver) < _version_tuple(DRIVER_MIN)
-        devices = [Device(name, _capability(cap)) for name, cap, _ in rows]
+        devices = [Device(r[0], _capability(r[1])) for r in rows]
     except ValueError:
         return Probe((), NO_DRIVER, None)
     if too_old:
