@@ -221,8 +221,8 @@ def misspelt_keys(data: dict, source: str) -> None:
 
     from pyinfra.api.connectors import get_all_connectors
 
-    from gpuserve.fleet.router_plan import defaults as router_defaults
-    from gpuserve.host.plan import defaults as host_defaults
+    from gpuserve.plans.host import defaults as host_defaults
+    from gpuserve.plans.router import defaults as router_defaults
     from gpuserve.serve.plan import defaults as serve_defaults
 
     ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults()})
@@ -349,7 +349,7 @@ def check_serve(name: str, data: dict, source: str,
 
 def check_host_deploy(name: str, data: dict, source: str) -> Result:
     """deploy/host.py's plan_host (its only prepare-time check of host data)."""
-    from gpuserve.host.plan import plan_host
+    from gpuserve.plans.host import plan_host
 
     s = plan_host(data, source)
     summary = (f"driver branch {s.branch} ({s.flavour}), CUDA {s.cuda_lane}, "
@@ -363,7 +363,7 @@ def check_host_deploy(name: str, data: dict, source: str) -> Result:
 
 
 def _is_router_host(data: dict) -> bool:
-    from gpuserve.fleet.router_plan import is_router_host
+    from gpuserve.plans.router import is_router_host
 
     return is_router_host(data)
 
@@ -372,7 +372,7 @@ def check_router(name: str, data: dict, source: str,
                  groups: dict[str, list[Member]] | None = None) -> Result:
     """deploy/router.py's plan_router (the router host's data and every host of its
     workers group), with the host's Python unknown: every smg lock is a candidate."""
-    from gpuserve.fleet.router_plan import plan_router
+    from gpuserve.plans.router import plan_router
 
     plan = plan_router(data, source, host_name=name, group_members=(groups or {}).get)
     served = [w for w in plan.workers if not w.drained]

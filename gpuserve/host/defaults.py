@@ -1,6 +1,6 @@
 """The host deploy's host data and defaults, one dict per role (roles/kernel,
 roles/nvidia_driver, roles/cuda_toolkit, roles/nccl, roles/gpu_gates export each as
-their ``DEFAULTS``); each key's comment documents it. Read by :mod:`gpuserve.host.plan`.
+their ``DEFAULTS``); each key's comment documents it. Read by :mod:`gpuserve.plans.host`.
 """
 
 from __future__ import annotations

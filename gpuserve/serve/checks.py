@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuserve.measure.bench import BenchSpec
+from gpuserve.launch.bench import BenchSpec
 from gpuserve.paths import PROJECT_ROOT
 
 DEFAULTS = {

@@ -21,6 +21,12 @@ from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.fleet.multinode import Member, NodePlacement, place_node
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
+from gpuserve.launch.bench import (
+    client_argv,
+    run_fingerprint,
+    validate_mode,
+    validate_on_regression,
+)
 from gpuserve.launch.catalog import available_versions, load_catalog
 from gpuserve.launch.dialect import Launch, render_launch
 from gpuserve.launch.lock_choice import (
@@ -36,12 +42,6 @@ from gpuserve.launch.locks import Lock, catalog_mismatch, load_locks
 from gpuserve.launch.profiles import Profile, load_profile, profile_ref_problem
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.launch.venvs import venv_path
-from gpuserve.measure.bench import (
-    client_argv,
-    run_fingerprint,
-    validate_mode,
-    validate_on_regression,
-)
 from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_catalog
 from gpuserve.measure.results import RecordSpec, launch_hash, record_spec
 from gpuserve.serve import checks, service, weights

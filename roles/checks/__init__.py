@@ -21,8 +21,8 @@ from pyinfra import host, logger, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 
 from gpuserve.errors import InputError
+from gpuserve.launch.bench import client_argv, judge, result_line
 from gpuserve.launch.profiles import load_profile
-from gpuserve.measure.bench import client_argv, judge, result_line
 from gpuserve.measure.health import (
     Decision,
     ProbeError,

@@ -20,7 +20,7 @@ from pyinfra.api import FactBase, StringCommand
 
 from gpuserve.errors import InputError
 from gpuserve.facts.base import print_file
-from gpuserve.measure.bench import (
+from gpuserve.launch.bench import (
     RunStatus,
     Scenario,
     parse_status,

@@ -23,7 +23,8 @@ from pyinfra.context import ctx_inventory, ctx_state
 
 from gpuserve.errors import InputError
 from gpuserve.fleet.rolling import GatewayWorker, normal_url, parse_workers, take_out_refusal
-from gpuserve.fleet.router_plan import (
+from gpuserve.launch.lock_choice import PreflightError
+from gpuserve.plans.router import (
     KEY_PATH,
     MANIFEST_PATH,
     PROBE,
@@ -32,8 +33,7 @@ from gpuserve.fleet.router_plan import (
     manifest_text,
     plan_router,
 )
-from gpuserve.fleet.router_plan import UNIT_NAME as ROUTER_UNIT
-from gpuserve.launch.lock_choice import PreflightError
+from gpuserve.plans.router import UNIT_NAME as ROUTER_UNIT
 from gpuserve.roles import failure, managed
 from gpuserve.roles.checks import IDLE, SglangProbe
 from gpuserve.roles.checks import PROBE as HEALTH_PROBE

@@ -7,7 +7,7 @@ import pytest
 
 from gpuserve.errors import InputError
 from gpuserve.host import keyring, mirrors
-from gpuserve.host.plan import plan_host
+from gpuserve.plans.host import plan_host
 
 SRC = "inventory/gpu.py"
 REPO = "http://10.0.2.2:8000/cuda/repos/debian12/x86_64/"

@@ -19,7 +19,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
-from gpuserve.measure.bench import BenchSpec, Scenario, parse_expectation
+from gpuserve.launch.bench import BenchSpec, Scenario, parse_expectation
 from gpuserve.measure.results import RecordSpec, read_results
 from gpuserve.roles.checks import throughput_checks
 from gpuserve.serve.checks import BenchPlan

@@ -6,7 +6,7 @@ yet nothing measured it after a deploy. The serve deploy runs SGLang's own clien
 per scenario after the health gate; this module is the pure part: what to run, with
 which argv, and whether the numbers pass.
 
-How: docs/benchmarks.md, "gpuserve.measure.bench: the profile's bench section"
+How: docs/benchmarks.md, "gpuserve.launch.bench: the profile's bench section"
 """
 
 from __future__ import annotations
