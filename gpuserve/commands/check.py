@@ -102,9 +102,8 @@ def run(args: argparse.Namespace) -> int:
 def parse_data(items: list[str]) -> dict:
     """``--data k=v`` like pyinfra's CLI: values through pyinfra's own ``parse_cli_arg``
     (true/false, integers, JSON, else the string); a later key wins."""
-    from pyinfra_cli.util import parse_cli_arg
-
     from gpuserve import safeload
+    from gpuserve.facts.compat import parse_cli_value
 
     data: dict = {}
     for item in items:
@@ -120,7 +119,7 @@ def parse_data(items: list[str]) -> dict:
             raise InputError("--data", key[:80], "nested too deeply (more than "
                              f"{safeload.CONFIG.max_depth} levels)")
         try:
-            parsed[key] = parse_cli_arg(value)
+            parsed[key] = parse_cli_value(value)
         except (RecursionError, ValueError) as exc:
             raise InputError("--data", key[:80], f"cannot be read: {exc}"[:200]) from None
     return parsed
@@ -137,23 +136,18 @@ def load_hosts(inventory: str, overrides: dict, group_data: list[str] | None = N
     for path in group_data or []:
         if not Path(path).exists():
             raise InputError(path, "--group-data", "no such file or directory")
-    from pyinfra.api.state import State
-    from pyinfra.context import ctx_state
-    from pyinfra_cli.inventory import make_inventory
+    from gpuserve.facts.compat import load_inventory
 
     cwd = os.getcwd()
     if cwd not in sys.path:  # as pyinfra's CLI does, for inventories importing local code
         sys.path.append(cwd)
-    state = State(check_for_changes=False)
-    state.cwd = cwd
     try:
-        with ctx_state.use(state):
-            validate_groups(inventory, _groups_of(inventory))
-            loaded = make_inventory(inventory, override_data=overrides or None, cwd=cwd,
-                                    group_data_directories=group_data or None)
-            hosts = [(h.name, h.data.dict()) for h in loaded]
-            groups = {g: [Member(h.name, h.data.dict()) for h in members]
-                      for g, members in loaded.groups.items()}
+        loaded = load_inventory(
+            inventory, overrides, cwd, group_data,
+            check=lambda: validate_groups(inventory, _groups_of(inventory)))
+        hosts = [(h.name, h.data.dict()) for h in loaded]
+        groups = {g: [Member(h.name, h.data.dict()) for h in members]
+                  for g, members in loaded.groups.items()}
     except GpuserveError:
         raise
     except SystemExit as exc:
@@ -168,9 +162,9 @@ def load_hosts(inventory: str, overrides: dict, group_data: list[str] | None = N
 
 def _groups_of(inventory: str) -> dict:
     """The inventory file's groups as pyinfra's CLI reads them (its own reader)."""
-    from pyinfra_cli.inventory import _get_groups_from_filename
+    from gpuserve.facts.compat import inventory_groups
 
-    return _get_groups_from_filename(inventory)
+    return inventory_groups(inventory)
 
 
 def validate_groups(inventory: str, groups: dict) -> None:
@@ -219,16 +213,13 @@ def misspelt_keys(data: dict, source: str) -> None:
     one are the user's own data and stay allowed."""
     import difflib
 
-    from pyinfra.api.connectors import get_all_connectors
-
+    from gpuserve.facts.compat import known_connector_keys
     from gpuserve.plans.host import defaults as host_defaults
     from gpuserve.plans.router import defaults as router_defaults
     from gpuserve.serve.plan import defaults as serve_defaults
 
     ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults()})
-    known = set(ours)
-    for connector in get_all_connectors().values():
-        known |= set(getattr(connector, "data_meta", None) or {})
+    known = set(ours) | known_connector_keys()
     for key in sorted(k for k in data if isinstance(k, str)):
         if key in known or key.startswith("_"):
             continue

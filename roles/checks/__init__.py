@@ -48,6 +48,7 @@ from gpuserve.roles import managed
 from gpuserve.roles.checks.bench import BenchMark, _poll, _results_for, _script_command
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.prefetch import Read, changed_so_far, fact_if_unchanged, prefetched
+from gpuserve.roles.run_context import run_context
 from gpuserve.roles.service.rollback import (
     RollbackSpec,
     read_state,
@@ -164,7 +165,6 @@ class SglangSmoke(FactBase):
 
 # A smoke completion the health gate's last probe already made (``SmokeRequest`` ->
 # the smoke script's JSON line), per host, for :func:`smoke_completion` to judge.
-_SMOKES: dict[str, tuple[SmokeRequest, str]] = {}
 
 
 def _smoke_seconds(smoke_line: str) -> float:
@@ -199,7 +199,7 @@ def _healthy_from_batch(text: str | None, smoke: SmokeRequest, timeout: float
     decision = decide(probe, 0.0, timeout, probe.n_restarts)
     if decision.verdict is not Verdict.HEALTHY:
         return None
-    _SMOKES[host.name] = (smoke, smoke_line)
+    run_context().host(host.name).smoke = (smoke, smoke_line)
     return decision, probe.tail
 
 
@@ -235,7 +235,7 @@ def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
                         else probe.n_restarts)
         decision = decide(probe, elapsed, timeout, baseline)
         if decision.verdict is Verdict.HEALTHY and smoke is not None and smoke_line:
-            _SMOKES[host.name] = (smoke, smoke_line)
+            run_context().host(host.name).smoke = (smoke, smoke_line)
             elapsed = max(0.0, elapsed - _smoke_seconds(smoke_line))  # ready before it
         if decision.verdict is not Verdict.WAIT:
             return decision, probe.tail, elapsed, ""
@@ -267,7 +267,7 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
     healthy is the one this deploy leaves running."""
     if not state.is_executing:
         return
-    _SMOKES.pop(host.name, None)
+    run_context().host(host.name).smoke = None
     found = None
     if smoke is not None and profile_name and not changed_so_far():
         batch = prefetched(serving_probe(script, unit, profile_name, smoke),
@@ -323,7 +323,8 @@ def smoke_completion(port: int, model: str, profile: str, script: str, config: s
     if not state.is_executing:
         return
     request = SmokeRequest(port=port, model=model, max_tokens=max_tokens, config=config)
-    made = _SMOKES.pop(host.name, None)
+    mine = run_context().host(host.name)
+    made, mine.smoke = mine.smoke, None
     if made is not None and made[0] == request:
         out = made[1]
     else:

@@ -1,5 +1,5 @@
 """https unless trusted, and the keyring digest, at the host deploy's prepare time
-(gpuserve/host/plan.plan_host, which deploy/host.py and ``gpuserve check`` both run)."""
+(gpuserve/plans/host.plan_host, which deploy/host.py and ``gpuserve check`` both run)."""
 
 from __future__ import annotations
 
