@@ -24,6 +24,7 @@ class HostContext:
     reads: Any = None  # gpuserve.roles.prefetch: the batch's values
     smoke: Any = None  # gpuserve.roles.checks: the smoke request the gate made
     on_failure: Any = None  # gpuserve.roles.failure: what to run when the host fails
+    serve_input: Any = None  # gpuserve.roles.deploys.serve: the host's parsed ServeInput
     serve_plan: Any = None  # gpuserve.roles.deploys.serve: the host's ServePlan
 
 

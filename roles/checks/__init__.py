@@ -21,8 +21,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 
 from gpuserve.errors import InputError
-from gpuserve.launch.bench import client_argv, judge, result_line
-from gpuserve.launch.profiles import load_profile
+from gpuserve.launch.bench import BenchMode, OnRegression, client_argv, judge, result_line
 from gpuserve.measure.health import (
     Decision,
     ProbeError,
@@ -63,7 +62,7 @@ from gpuserve.serve.checks import (  # DEFAULTS: re-exported
     BenchPlan,
     results_root,
 )
-from gpuserve.serve.plan import _data_and_profile_ref
+from gpuserve.serve.plan import ServeInput
 from gpuserve.serve.render import SERVICE_ENV_PATH, profile_line
 
 PROBE = "sglang_probe.py"
@@ -125,26 +124,18 @@ def serving_probe(script: str, unit: str, profile_name: str, smoke: SmokeRequest
                    only_profile=profile_name)
 
 
-def serving_probe_read(host_data: dict, source: str, home: str) -> Read | None:
+def serving_probe_read(inputs: ServeInput) -> Read | None:
     """The health gate's first probe with its smoke completion, as the deploy's checks
-    will ask for it (roles/checks ``serving_probe``), known before any host read, so
-    that a rerun with nothing to do proves health and a completion in its first batch.
-    None for a multi-node profile (only node 0 serves HTTP, which only the plan knows)
-    or bad input (:func:`plan_serve` then raises the error, in its own order). A guess
-    that differs from the plan costs nothing but the read: the gate looks it up by the
-    plan's own request and probes afresh when it is not there."""
-    data, ref = _data_and_profile_ref(host_data)
-    if ref is None:
-        return None
-    try:
-        profile = load_profile(ref)
-    except InputError:
-        return None
+    will ask for it (roles/checks ``serving_probe``), derived from the host's parsed
+    input before any host read, so that a rerun with nothing to do proves health and a
+    completion in its first batch. None for a multi-node profile (only node 0 serves
+    HTTP, which the plan decides once the host is read)."""
+    profile, home = inputs.profile, inputs.settings.home
     if profile.parallel.nnodes > 1:
         return None
     smoke = SmokeRequest(port=profile.server.port,
                          model=profile.model.served_name or profile.model.path,
-                         config=service.CONFIG_PATH if data["sglang_api_key"] else "")
+                         config=service.CONFIG_PATH if inputs.data["sglang_api_key"] else "")
     return serving_probe(f"{sglang.bin_dir(home)}/{PROBE}", service.UNIT_NAME,
                          profile.name, smoke)
 
@@ -356,7 +347,7 @@ def throughput_checks(plan: BenchPlan, script: str, record: RecordSpec | None,
     "gpuserve.roles.checks.bench: when, how and the gate")."""
     if not state.is_executing or plan.mode == "off":
         return
-    if plan.mode == "auto" and fact_if_unchanged(BenchMark, path=plan.mark_path) == \
+    if plan.mode == BenchMode.AUTO and fact_if_unchanged(BenchMark, path=plan.mark_path) == \
             plan.fingerprint:
         logger.info(f"{host.name}: bench: skipped, this configuration was measured and "
                     f"passed already (--data bench=always measures again)")
@@ -380,7 +371,7 @@ def throughput_checks(plan: BenchPlan, script: str, record: RecordSpec | None,
         return
     failed = (f"bench: profile {plan.profile} missed its throughput gate "
               f"(measured vs expected):")
-    if plan.on_regression == "rollback" and rollback is not None:
+    if plan.on_regression == OnRegression.ROLLBACK and rollback is not None:
         outcome = yield from roll_back(rollback, plan.port, health_script, health_timeout,
                                        what="bench")
     else:
@@ -487,7 +478,7 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
     smoke_completion(name=f"smoke completion on port {port}", port=port, model=served_name,
                      profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path,
                      record=record)
-    if bench is not None and bench.mode != "off":
+    if bench is not None and bench.mode != BenchMode.OFF:
         throughput_checks(name=f"throughput checks ({len(bench.spec.scenarios)} scenarios, "
                           f"SGLang's benchmark client)", plan=bench,
                           script=f"{bin_dir}/{BENCH}", record=record, rollback=rollback,

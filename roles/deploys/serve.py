@@ -33,17 +33,12 @@ from gpuserve.roles.router.rolling import (
     rollout_guard,
     take_out,
 )
+from gpuserve.roles.run_context import run_context
 from gpuserve.roles.service import UNIT_NAME, UNIT_PATH, configure_service, planned_steps
 from gpuserve.roles.service.rollback import RollbackSpec, keep_last_good
 from gpuserve.roles.sglang import install_sglang, prune_venvs
 from gpuserve.serve.install import state_dir
-from gpuserve.serve.plan import (
-    ServePlan,
-    candidate_locks,
-    checkpoint_path,
-    plan_serve,
-    weights_target,
-)
+from gpuserve.serve.plan import ServePlan, plan_serve, read_input
 
 # the unit files whose venv a prune keeps: the live one and the last good one
 UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
@@ -114,15 +109,11 @@ def plan_and_read() -> ServePlan:
     Reads run as one batched command (roles/prefetch.py): what the plan needs, and what
     every role below reads, for every lock the plan may choose; a second batch, once the
     plan names the lock and paths, reads only what the first could not know."""
-    home = sglang_role.validate_home(
-        host.data.get("sglang_home", sglang_role.DEFAULTS["sglang_home"]), inventory_source())
-    user = host.data.get("sglang_user", sglang_role.DEFAULTS["sglang_user"])
-    user = sglang_role.validate_user(user, inventory_source())
     data, source = host.data.dict(), inventory_source()
-    prefetch([*host_reads(home, user, checkpoint_path(data, source),
-                          weights_target(data, source)),
-              *role_reads(user, home, candidate_locks(data, source),
-                          serving_probe_read(data, source, home))])
+    inputs = read_input(data, source, host.name, group_members)  # the one profile load
+    home, user = inputs.settings.home, inputs.settings.user
+    prefetch([*host_reads(home, user, inputs.checkpoint_path, inputs.weights_target),
+              *role_reads(user, home, inputs.candidate_locks, serving_probe_read(inputs))])
     plan = plan_serve(
         data,
         source,
@@ -135,7 +126,10 @@ def plan_and_read() -> ServePlan:
         weights_state=lambda target, ref, models_dir: fact(
             WeightsState, target=target, ref=ref, models_dir=models_dir),
         remote=read_remote,
+        inputs=inputs,
     )
+    mine = run_context().host(host.name)
+    mine.serve_input, mine.serve_plan = inputs, plan
     for line in plan.preflight.info:
         logger.info(f"{host.name}: {line}")
     for line in plan.preflight.warnings:
