@@ -24,6 +24,7 @@ from gpuserve.roles import checks as checks_role
 from gpuserve.roles.checks import check_service, install_check_scripts, serving_probe_read
 from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import Read, fact, prefetch, reader
+from gpuserve.roles.preview import print_serve_preview
 from gpuserve.roles.router.rolling import (
     Switching,
     gateway_of,
@@ -100,6 +101,9 @@ def serve_sglang() -> None:
     plan = plan_and_read()
     rollback = RollbackSpec(profile_name=plan.service.profile_name, unit=UNIT_NAME)
     prefetch(role_reads(plan.user, plan.home, [plan.lock]))  # nothing, unless missed
+    run = run_context()
+    if run.dry:  # what the real run would change (roles/preview.py); pyinfra stops after
+        print_serve_preview(plan, with_diff=run.diff)
     serve(plan, rollback)
 
 
