@@ -34,12 +34,28 @@ def current_inventory() -> Any | None:
 
 
 def cli_params() -> dict[str, Any]:
-    """The command line pyinfra's CLI parsed for this run (its click parameters:
-    ``inventory``, ``serial``, ``dry``, ``diff`` ...); {} when pyinfra runs as a library."""
+    """The command line of this run as pyinfra's CLI parses it (its click parameters:
+    ``inventory``, ``serial``, ``dry``, ``diff`` ...); {} when pyinfra runs as a library.
+
+    From the CLI's click context where it is visible; deploy files run in gevent
+    greenlets, which do not see it, so there the process's arguments go through the
+    CLI's own click command (``resilient_parsing``: parsing only, no callbacks)."""
+    import sys
+
     import click
 
     context = click.get_current_context(silent=True)
-    return dict(context.params) if context is not None else {}
+    if context is not None and "inventory" in context.params:
+        return dict(context.params)
+    if not sys.argv or not sys.argv[0].endswith("pyinfra"):
+        return {}
+    from pyinfra_cli.cli import cli
+
+    try:
+        parsed = cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True)
+    except click.ClickException:
+        return {}
+    return dict(parsed.params)
 
 
 def add_state_callback(state: Any, handler_type: type, make: Callable[[], Any]) -> None:
