@@ -81,7 +81,8 @@ def preview_lines(p: Preview) -> list[str]:
     """The preview as lines to print, diffs last per file."""
     lines = [f"{p.host}: preview: {'changes' if p.changes else 'no changes'} "
              "(nothing on the host was changed)"]
-    lines += [f"{p.host}: preview: preflight: {line}" for line in p.preflight]
+    lines += [f"{p.host}: preview: preflight: {line.removeprefix('preflight: ')}"
+              for line in p.preflight]
     if p.install:
         lines.append(f"{p.host}: preview: would install {p.install}")
     if p.weights:
