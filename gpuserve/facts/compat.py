@@ -47,8 +47,10 @@ def cli_params() -> dict[str, Any]:
     context = click.get_current_context(silent=True)
     if context is not None and "inventory" in context.params:
         return dict(context.params)
-    if not sys.argv or not sys.argv[0].endswith("pyinfra"):
-        return {}
+    program = sys.argv[0].replace("\\", "/") if sys.argv else ""
+    if not (program.endswith("/pyinfra") or program == "pyinfra"
+            or program.endswith(("pyinfra/__main__.py", "pyinfra_cli/__main__.py"))):
+        return {}  # not pyinfra's CLI: a library user's own program
     from pyinfra_cli.cli import cli
 
     try:
