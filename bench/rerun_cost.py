@@ -3,6 +3,7 @@
     python -m lab up                                   # a lab host that serves already
     .venv/bin/python bench/rerun_cost.py [--runs 5] [--deploy serve|host|both]
     .venv/bin/python bench/rerun_cost.py --switch glm5-nvfp4-tp8-eagle3 [--runs 3]
+    .venv/bin/python bench/rerun_cost.py --dry-switch glm5-nvfp4-tp8-ep8 [--runs 5]
 
 For each deploy it prints, over ``--runs`` runs (medians, and min-max):
 
@@ -24,8 +25,13 @@ For each deploy it prints, over ``--runs`` runs (medians, and min-max):
   server generates (its own time, from the smoke record the deploy writes), and the
   rest (reads, file writes, the health gate's polling, the last-good copy, the prune).
 
-The goals: at most 15 remote commands and 3 times ``exec -- true``
-for a no-op rerun, at most 5 s added to a switch. On the lab host every process costs
+- with ``--dry-switch PROFILE``: the preview of a switch (``--dry --diff --data
+  profile=...``: roles/preview.py), its wall time beside the no-op rerun's and its
+  remote commands (the rerun's batch plus the live texts it diffs).
+
+The goals: 1 remote command and at most 3 times ``exec -- true`` for a no-op rerun of
+the serve deploy, at most 3 s added to a switch, and the preview of a switch costing at
+most a no-op rerun plus the reads it needs (one more batch). On the lab host every process costs
 tens of milliseconds (QEMU without KVM), so the ratios are the figures to compare, and
 a busy machine (another VM, a test run) inflates everything: run it on a quiet one.
 No test asserts on these times.
@@ -114,7 +120,7 @@ def fmt(values: list[float]) -> str:
     return f"{statistics.median(values):6.2f} s  ({min(values):.2f}-{max(values):.2f})"
 
 
-def noop(deploy: str, inventory: str, runs: int, env: dict[str, str]) -> None:
+def noop(deploy: str, inventory: str, runs: int, env: dict[str, str]) -> tuple[float, int]:
     first, out, rc = pyinfra(inventory, deploy, env=env)
     if rc != 0:
         raise SystemExit(f"{deploy} failed ({rc}):\n{out[-3000:]}")
@@ -132,7 +138,28 @@ def noop(deploy: str, inventory: str, runs: int, env: dict[str, str]) -> None:
     print(f"{deploy}: {runs} runs (first run discarded: {first:.1f} s)")
     print(f"  exec -- true          {fmt(floor)}")
     print(f"  no-op rerun           {fmt(rerun)}   ratio {ratio:.1f}x   (goal <= 3x)")
-    print(f"  remote commands       {commands:6d}     (goal <= 15)")
+    print(f"  remote commands       {commands:6d}     (goal: 1 for the serve deploy)")
+    return statistics.median(rerun), commands
+
+
+def dry_switch(profile: str, inventory: str, runs: int, env: dict[str, str],
+               rerun: float, rerun_commands: int) -> None:
+    """The preview of a switch (nothing changes: repeatable) against the no-op rerun."""
+    argv = ("deploy/serve.py", "--dry", "--diff", "--data", f"profile={profile}")
+    walls = []
+    for _ in range(runs):
+        seconds, out, rc = pyinfra(inventory, *argv, env=env)
+        if rc != 0 or "preview: changes" not in out:
+            raise SystemExit(f"--dry --diff of the switch to {profile} failed or showed "
+                             f"no change:\n{out[-3000:]}")
+        walls.append(seconds)
+    _, debug, _ = pyinfra(inventory, "--debug", *argv, env=env)
+    commands = len(re.findall(r"Running command on ", debug))
+    ratio = statistics.median(walls) / rerun
+    print(f"--dry --diff of a switch to {profile}: {runs} runs")
+    print(f"  preview wall time     {fmt(walls)}   {ratio:.2f}x the no-op rerun")
+    print(f"  remote commands       {commands:6d}     (no-op rerun: {rerun_commands}; "
+          "goal: + the live texts' batch)")
 
 
 def switch(profile: str, inventory: str, runs: int, name: str, env: dict[str, str]) -> None:
@@ -167,7 +194,7 @@ def switch(profile: str, inventory: str, runs: int, name: str, env: dict[str, st
     print(f"profile switch {profile} <-> {back}: {len(walls)} switches (bench=off)")
     print(f"  deploy wall time      {fmt(walls)}")
     print(f"  server's own start-up {fmt(startups)}")
-    print(f"  added by the deploy   {fmt(added)}   (goal <= 5 s)")
+    print(f"  added by the deploy   {fmt(added)}   (goal <= 3 s)")
     print("  of which any switch on this host pays:")
     print(f"    exec -- true        {fmt(floors)}")
     print(f"    restart             {fmt(restarts)}   (old server's exit, new sandbox)")
@@ -182,14 +209,19 @@ def main() -> None:
     p.add_argument("--deploy", choices=("serve", "host", "both"), default="serve")
     p.add_argument("--switch", metavar="PROFILE",
                    help="also time switches to PROFILE and back (serve deploy)")
+    p.add_argument("--dry-switch", metavar="PROFILE",
+                   help="also time the preview (--dry --diff) of a switch to PROFILE")
     p.add_argument("--name", default=os.environ.get("GPUSERVE_LAB_NAME", "default"),
                    help="lab instance (for the journal read of --switch)")
     args = p.parse_args()
     env = dict(os.environ, GPUSERVE_LAB_NAME=args.name)
     deploys = {"serve": ["deploy/serve.py"], "host": ["deploy/host.py"],
                "both": ["deploy/host.py", "deploy/serve.py"]}[args.deploy]
-    for deploy in deploys:
-        noop(deploy, args.inventory, args.runs, env)
+    rerun = {deploy: noop(deploy, args.inventory, args.runs, env) for deploy in deploys}
+    if args.dry_switch:
+        median, commands = rerun.get("deploy/serve.py") or noop(
+            "deploy/serve.py", args.inventory, args.runs, env)
+        dry_switch(args.dry_switch, args.inventory, args.runs, env, median, commands)
     if args.switch:
         switch(args.switch, args.inventory, args.runs, args.name, env)
 

@@ -14,6 +14,8 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Catalogs, locks, model records, rules, host tables and the scripts run on hosts.
 DATA_DIR = PACKAGE_DIR / "data"
+# The model architecture records (one YAML per architecture) the planner and doctor read.
+MODELS_DIR = DATA_DIR / "models"
 # Stdlib-only scripts the roles upload to hosts (probe, smoke, redact, verify).
 SCRIPTS_DIR = DATA_DIR / "scripts"
 # The repository this package runs from, or None when it runs installed from the wheel.
@@ -29,3 +31,8 @@ PROJECT_ROOT = CHECKOUT or Path()
 # The launch profiles bare names resolve to: profiles/ of the repository, or of the
 # current working directory when installed.
 PROFILES_DIR = PROJECT_ROOT / "profiles"
+
+
+def model_record_names() -> list[str]:
+    """The names of the shipped model records (``model.arch`` values), sorted."""
+    return sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))

@@ -19,11 +19,21 @@ from collections.abc import Callable, Sequence
 
 from pyinfra import logger
 from pyinfra.api import FunctionCommand
-from pyinfra.api.state import BaseStateCallback
-from pyinfra.context import ctx_state
 
-#: host name -> what to run when that host fails; returns lines for the report
-_HOOKS: dict[str, Callable[[], list[str]]] = {}
+from gpuserve.facts.compat import (
+    BaseStateCallback,
+    add_state_callback,
+    current_state,
+    op_global_argument,
+)
+from gpuserve.roles.run_context import run_context
+
+
+def _take_hook(host_name: str) -> Callable[[], list[str]] | None:
+    """The host's pending hook (the run's context holds it), removed."""
+    mine = run_context().host(host_name)
+    hook, mine.on_failure = mine.on_failure, None
+    return hook
 
 
 class _HooksOnOperationError(BaseStateCallback):
@@ -32,12 +42,8 @@ class _HooksOnOperationError(BaseStateCallback):
     @staticmethod
     def operation_host_error(state, host, op_hash, retry_count: int = 0,
                              max_retries: int = 0) -> None:
-        try:
-            ignored = state.get_op_data_for_host(host, op_hash).global_arguments.get(
-                "_ignore_errors")
-        except (KeyError, AttributeError):
-            ignored = False
-        hook = None if ignored else _HOOKS.pop(host.name, None)
+        ignored = op_global_argument(state, host, op_hash, "_ignore_errors")
+        hook = None if ignored else _take_hook(host.name)
         if hook is None:
             return
         for line in _run(hook):
@@ -58,22 +64,21 @@ def _run(hook: Callable[[], list[str]]) -> list[str]:
 def on_failure(host_name: str, hook: Callable[[], list[str]]) -> None:
     """Run ``hook`` when ``host_name`` next fails (one hook per host: the latest): from
     its next failure report, or when one of its operations fails."""
-    _HOOKS[host_name] = hook
-    state = ctx_state.get()
-    if state is not None and not any(isinstance(h, _HooksOnOperationError)
-                                     for h in state.callback_handlers):
-        state.add_callback_handler(_HooksOnOperationError())
+    run_context().host(host_name).on_failure = hook
+    state = current_state()
+    if state is not None:
+        add_state_callback(state, _HooksOnOperationError, _HooksOnOperationError)
 
 
 def clear(host_name: str) -> None:
-    _HOOKS.pop(host_name, None)
+    run_context().host(host_name).on_failure = None
 
 
 def fail_report(host, message: str, details: Sequence[str],
                 footer: Sequence[str] = ()) -> bool:
     """Log ``message`` (red), ``details`` (indented), ``footer`` (red), then what the
     host's failure hook did; return False (the host fails)."""
-    hook = _HOOKS.pop(host.name, None)
+    hook = _take_hook(host.name)
     after = _run(hook) if hook is not None else []
     host.log_styled(message, fg="red", log_func=logger.error)
     for line in details:

@@ -9,7 +9,6 @@ prepare time, before any operation has run on any host.
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,14 +18,16 @@ from pyinfra.api.exceptions import PyinfraError
 
 from gpuserve.errors import GpuserveError
 from gpuserve.fleet.multinode import Member
+from gpuserve.roles.run_context import run_context
 
 
 def inventory_source() -> str:
     """The inventory file this host came from, for error messages."""
-    for arg in sys.argv[1:]:
-        path = Path(arg)
+    given = run_context().inventory_file  # pyinfra's CLI's own parsed argument
+    if given:
+        path = Path(given)
         if path.suffix == ".py" and path.stem in host.groups and path.is_file():
-            return str(arg)
+            return given
     return f"inventory (host {host.name})"
 
 

@@ -21,6 +21,8 @@ from pyinfra import host, state
 from pyinfra.api import FactBase, StringCommand
 
 from gpuserve.facts.base import complete_jobs, in_parallel
+from gpuserve.facts.compat import changed_on_host
+from gpuserve.roles.run_context import run_context
 
 _MISSING = "##gpuserve-prefetch-missing-command##"
 BATCH_PREFIX = "_batch"  # the batch's shell functions and job frame (in_parallel)
@@ -45,7 +47,12 @@ class _Store:
     taken: dict[Read, float] = field(default_factory=dict)  # time.monotonic() of the read
 
 
-_STORES: dict[str, _Store] = {}
+def _store(create: bool = True) -> _Store | None:
+    """This host's prefetched values in the run's context (roles/run_context.py)."""
+    mine = run_context().host(host.name)
+    if mine.reads is None and create:
+        mine.reads = _Store()
+    return mine.reads
 
 
 def _command_text(command: object) -> str:
@@ -118,7 +125,7 @@ def prefetch(reads: Iterable[Read]) -> None:
     ``stat`` for every path). A read whose command fails (non-zero exit) is not kept:
     :func:`fact` then runs it on its own, so a failing fact behaves exactly as without
     the prefetch. Reads given to :func:`defer` before join this batch."""
-    store = _STORES.setdefault(host.name, _Store())
+    store = _store()
     todo = [r for r in dict.fromkeys([*store.deferred, *reads]) if r not in store.values]
     store.deferred.clear()
     if not todo:
@@ -160,7 +167,7 @@ def defer(reads: Iterable[Read]) -> None:
     after a library version) while a later batch is coming anyway (a role's second
     prefetch). A read still pending when it is needed is simply read on its own
     (:func:`fact`), so deferring never changes a value, only when it is fetched."""
-    store = _STORES.setdefault(host.name, _Store())
+    store = _store()
     store.deferred.extend(reads)
 
 
@@ -174,7 +181,7 @@ class _Group(FactBase):
 def fact(cls: type[FactBase], **kwargs: Any) -> Any:
     """``host.get_fact(cls, **kwargs)``, from the prefetch when it holds the read."""
     read = Read.of(cls, **kwargs)
-    store = _STORES.get(host.name)
+    store = _store(create=False)
     if store is not None and read in store.values:
         return store.values[read]
     return host.get_fact(cls, **kwargs)
@@ -184,7 +191,7 @@ def prefetched(read: Read, max_age: float | None = None) -> Any:
     """The batch's value of ``read``, or None when no batch kept it or it is older than
     ``max_age`` seconds (never a read of its own: for reads only worth their batch
     value, such as the gate's first probe)."""
-    store = _STORES.get(host.name)
+    store = _store(create=False)
     if store is None or read not in store.values:
         return None
     if max_age is not None and time.monotonic() - store.taken.get(read, 0.0) > max_age:
@@ -199,14 +206,7 @@ def changed_so_far() -> bool:
     Why not pyinfra's prepare-time count (``StateHostMeta.ops_change``): pyinfra 3.10
     skips change detection on a plain run ("Skipping change detection"), and the count
     stays 0 whatever the run changes."""
-    if not state.is_executing:
-        return False
-    for op_hash in host.op_hash_order:
-        data = state.ops.get(host, {}).get(op_hash)
-        meta = data.operation_meta if data is not None else None
-        if meta is not None and meta.is_complete() and meta.did_change():
-            return True
-    return False
+    return state.is_executing and changed_on_host(state, host)
 
 
 def fact_if_unchanged(cls: type[FactBase], **kwargs: Any) -> Any:
@@ -219,7 +219,7 @@ def fact_if_unchanged(cls: type[FactBase], **kwargs: Any) -> Any:
 
 def forget() -> None:
     """Drop the current host's prefetched values (tests; a second deploy in-process)."""
-    _STORES.pop(host.name, None)
+    run_context().host(host.name).reads = None
 
 
 class _Reader:

@@ -30,7 +30,7 @@ Host data (read with ``ast``, nothing imported):
   ``# accepts:`` makes the generator fail naming it.
 
 Profile schema (gpuserve/launch/profiles.py ``SECTIONS``/``TOP_LEVEL`` and the section
-dataclasses, gpuserve/measure/bench.py ``BENCH_KEYS``/``SCENARIO_KEYS``): types and
+dataclasses, gpuserve/launch/bench.py ``BENCH_KEYS``/``SCENARIO_KEYS``): types and
 defaults from the dataclasses, descriptions from the comment lines above each field or
 key, the SGLang flag from gpuserve/data/dialects/sglang.yaml.
 """
@@ -535,13 +535,12 @@ def literal_entries(mod: Module, name: str, prefix: str, typed: bool = True) -> 
 def collect_profile(root: Path) -> list[Field]:
     sys.path.insert(0, str(root))
     try:
-        from gpuserve.launch import profiles
-        from gpuserve.measure import bench
+        from gpuserve.launch import bench, profiles
     finally:
         sys.path.remove(str(root))
     project = Project(root)
     prof = project.module("gpuserve.launch.profiles")
-    bench_mod = project.module("gpuserve.measure.bench")
+    bench_mod = project.module("gpuserve.launch.bench")
     top = literal_entries(prof, "TOP_LEVEL", "", typed=False)
     for entry in top:
         entry.kind = entry.kind or type_name(profiles.TOP_LEVEL[entry.path])
@@ -595,7 +594,7 @@ def _flags(root: Path, fields: list[Field]) -> None:
 
 def render_profile(root: Path) -> str:
     fields = collect_profile(root)
-    out = [HEADER.format(what="gpuserve/launch/profiles.py and gpuserve/measure/bench.py"),
+    out = [HEADER.format(what="gpuserve/launch/profiles.py and gpuserve/launch/bench.py"),
            "", "# Launch profile reference", "",
            f"{len(fields)} fields of a launch profile (`profiles/*.yaml`), as the loader "
            "(`gpuserve.launch.profiles.load_profile`) accepts them: any other key is "

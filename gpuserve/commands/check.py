@@ -15,12 +15,12 @@ import argparse
 import functools
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gpuserve import versions as pep440
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.fleet.multinode import Member
 from gpuserve.terminal import escaped_key, non_ascii_note, printable
@@ -152,9 +152,8 @@ def limit_hosts(hosts: list[tuple[str, dict]], groups: dict[str, list[Member]],
 def parse_data(items: list[str]) -> dict:
     """``--data k=v`` like pyinfra's CLI: values through pyinfra's own ``parse_cli_arg``
     (true/false, integers, JSON, else the string); a later key wins."""
-    from pyinfra_cli.util import parse_cli_arg
-
     from gpuserve import safeload
+    from gpuserve.facts.compat import parse_cli_value
 
     data: dict = {}
     for item in items:
@@ -170,7 +169,7 @@ def parse_data(items: list[str]) -> dict:
             raise InputError("--data", key[:80], "nested too deeply (more than "
                              f"{safeload.CONFIG.max_depth} levels)")
         try:
-            parsed[key] = parse_cli_arg(value)
+            parsed[key] = parse_cli_value(value)
         except (RecursionError, ValueError) as exc:
             raise InputError("--data", key[:80], f"cannot be read: {exc}"[:200]) from None
     return parsed
@@ -187,23 +186,18 @@ def load_hosts(inventory: str, overrides: dict, group_data: list[str] | None = N
     for path in group_data or []:
         if not Path(path).exists():
             raise InputError(path, "--group-data", "no such file or directory")
-    from pyinfra.api.state import State
-    from pyinfra.context import ctx_state
-    from pyinfra_cli.inventory import make_inventory
+    from gpuserve.facts.compat import load_inventory
 
     cwd = os.getcwd()
     if cwd not in sys.path:  # as pyinfra's CLI does, for inventories importing local code
         sys.path.append(cwd)
-    state = State(check_for_changes=False)
-    state.cwd = cwd
     try:
-        with ctx_state.use(state):
-            validate_groups(inventory, _groups_of(inventory))
-            loaded = make_inventory(inventory, override_data=overrides or None, cwd=cwd,
-                                    group_data_directories=group_data or None)
-            hosts = [(h.name, h.data.dict()) for h in loaded]
-            groups = {g: [Member(h.name, h.data.dict()) for h in members]
-                      for g, members in loaded.groups.items()}
+        loaded = load_inventory(
+            inventory, overrides, cwd, group_data,
+            check=lambda: validate_groups(inventory, _groups_of(inventory)))
+        hosts = [(h.name, h.data.dict()) for h in loaded]
+        groups = {g: [Member(h.name, h.data.dict()) for h in members]
+                  for g, members in loaded.groups.items()}
     except GpuserveError:
         raise
     except SystemExit as exc:
@@ -218,9 +212,9 @@ def load_hosts(inventory: str, overrides: dict, group_data: list[str] | None = N
 
 def _groups_of(inventory: str) -> dict:
     """The inventory file's groups as pyinfra's CLI reads them (its own reader)."""
-    from pyinfra_cli.inventory import _get_groups_from_filename
+    from gpuserve.facts.compat import inventory_groups
 
-    return _get_groups_from_filename(inventory)
+    return inventory_groups(inventory)
 
 
 def validate_groups(inventory: str, groups: dict) -> None:
@@ -269,21 +263,18 @@ def misspelt_keys(data: dict, source: str) -> None:
     one are the user's own data and stay allowed."""
     import difflib
 
-    from pyinfra.api.connectors import get_all_connectors
-
-    from gpuserve.fleet.router_plan import defaults as router_defaults
+    from gpuserve.facts.compat import known_connector_keys
     from gpuserve.host.defaults import PROXMOX
-    from gpuserve.host.plan import defaults as host_defaults
     from gpuserve.monitor.dashboards import GRAFANA_DEFAULTS
     from gpuserve.monitor.plan import MONITOR_DEFAULTS
     from gpuserve.monitor.targets import EXPORTER_DEFAULTS
+    from gpuserve.plans.host import defaults as host_defaults
+    from gpuserve.plans.router import defaults as router_defaults
     from gpuserve.serve.plan import defaults as serve_defaults
 
     ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults(), *PROXMOX,
                    *EXPORTER_DEFAULTS, *MONITOR_DEFAULTS, *GRAFANA_DEFAULTS})
-    known = set(ours)
-    for connector in get_all_connectors().values():
-        known |= set(getattr(connector, "data_meta", None) or {})
+    known = set(ours) | known_connector_keys()
     for key in sorted(k for k in data if isinstance(k, str)):
         if key in known or key.startswith("_"):
             continue
@@ -376,7 +367,7 @@ def check_serve(name: str, data: dict, source: str,
     candidates = reachable(candidates)
     warnings = list(plan.preflight.warnings if plan.preflight else ())
     verdicts = []
-    for lock in sorted(candidates, key=lambda lk: (_nums(lk.sglang), lk.name), reverse=True):
+    for lock in sorted(candidates, key=lambda lk: (_release(lk.sglang), lk.name), reverse=True):
         problem = None
         if lock.name != plan.lock.name:
             try:
@@ -450,7 +441,7 @@ def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict 
     choice = choose_interpreter(facts, {lk.python for lk in locks}, sglang_python=asked,
                                 mirror=mirror, home=home, host=name, builds=builds)
     lock = max((lk for lk in locks if lk.python == choice.python),
-               key=lambda lk: (_nums(lk.sglang), lk.name))
+               key=lambda lk: (_release(lk.sglang), lk.name))
     return {"distribution": distro, "kind": choice.kind, "python": choice.python,
             "version": choice.version, "path": choice.path, "lock": lock.name,
             "packages": list(choice.packages), "url": choice.url,
@@ -460,7 +451,7 @@ def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict 
 
 def check_host_deploy(name: str, data: dict, source: str) -> Result:
     """deploy/host.py's plan_host (its only prepare-time check of host data)."""
-    from gpuserve.host.plan import plan_host
+    from gpuserve.plans.host import plan_host
 
     s = plan_host(data, source)
     distro = data.get("host_distribution")
@@ -508,7 +499,7 @@ def check_hypervisor(name: str, data: dict, source: str) -> Result:
 
 
 def _is_router_host(data: dict) -> bool:
-    from gpuserve.fleet.router_plan import is_router_host
+    from gpuserve.plans.router import is_router_host
 
     return is_router_host(data)
 
@@ -517,7 +508,7 @@ def check_router(name: str, data: dict, source: str,
                  groups: dict[str, list[Member]] | None = None) -> Result:
     """deploy/router.py's plan_router (the router host's data and every host of its
     workers group), with the host's Python unknown: every smg lock is a candidate."""
-    from gpuserve.fleet.router_plan import plan_router
+    from gpuserve.plans.router import plan_router
 
     plan = plan_router(data, source, host_name=name, group_members=(groups or {}).get)
     served = [w for w in plan.workers if not w.drained]
@@ -542,14 +533,15 @@ def reachable(locks: list) -> list:
     lock with a newer one of the same Python that needs no newer driver or glibc is
     never picked (reporting its problems would be noise)."""
     def shadows(a, b) -> bool:
-        return (a.python == b.python and _nums(a.sglang) > _nums(b.sglang)
-                and _nums(a.driver_min) <= _nums(b.driver_min)
-                and _nums(a.glibc_min) <= _nums(b.glibc_min))
+        return (a.python == b.python and _release(a.sglang) > _release(b.sglang)
+                and _release(a.driver_min) <= _release(b.driver_min)
+                and _release(a.glibc_min) <= _release(b.glibc_min))
     return [b for b in locks if not any(shadows(a, b) for a in locks)]
 
 
-def _nums(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version.split("+", 1)[0]))
+def _release(version: str):
+    """A lock's version field as the one version comparison reads it (local part dropped)."""
+    return pep440.parse(pep440.public(version))
 
 
 def _count(n: int, word: str) -> str:

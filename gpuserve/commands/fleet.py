@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 def router_plans(hosts: list[tuple[str, dict]], groups: dict, source: str,
                  override: str | None) -> list[tuple[st.GatewayTarget, str]]:
     """(target, API key) per router host, through the gateway deploy's own plan."""
-    from gpuserve.fleet.router_plan import is_router_host, plan_router
+    from gpuserve.plans.router import is_router_host, plan_router
 
     routers = [(name, data) for name, data in hosts if is_router_host(data)]
     if not routers:
@@ -266,7 +266,7 @@ def live_footer(url: str | None, error: str | None) -> str:
 
 def host_status(name: str, data: dict, source: str, groups: dict,
                 answers: list[st.GatewayAnswer]) -> st.HostStatus:
-    from gpuserve.fleet.router_plan import is_router_host
+    from gpuserve.plans.router import is_router_host
 
     row = st.HostStatus(host=name, views=st.views_of(name, answers))
     if is_router_host(data):

@@ -21,6 +21,7 @@ import math
 import sys
 from typing import Any
 
+from gpuserve import versions
 from gpuserve.errors import InputError
 from gpuserve.host.gpus import parse_gpus
 from gpuserve.memory.checkpoint import checkpoint_weights, scan_directory, unrecognised
@@ -387,7 +388,7 @@ def _profile_version(prof: Any) -> str | None:
     if prof is None or not prof.sglang_versions:
         return None
     known = [v for v in prof.sglang_versions if v in KNOWN_VERSIONS]
-    return max(known, key=lambda v: tuple(int(x) for x in v.split("."))) if known else None
+    return versions.newest(known) if known else None
 
 
 def _table(rows: list[tuple[str, Any]]) -> None:

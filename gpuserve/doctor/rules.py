@@ -16,11 +16,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuserve import safeload
+from gpuserve import safeload, versions
 from gpuserve.errors import InputError
 from gpuserve.host import fabric
-from gpuserve.host.hostfacts import HostFacts, version_tuple
-from gpuserve.launch.dialect import Launch, parse_version, render_launch, target_version
+from gpuserve.host.hostfacts import HostFacts
+from gpuserve.launch.dialect import Launch, render_launch, target_version
 from gpuserve.launch.profiles import Profile
 from gpuserve.paths import DATA_DIR
 
@@ -256,7 +256,7 @@ def diagnose(profile: Profile, facts: HostFacts, version: str | None = None) -> 
 
 
 def _older(version: str, than: str) -> bool:
-    return parse_version(version) < parse_version(than)
+    return versions.parse(version) < versions.parse(than)
 
 
 def _env_true(env: dict[str, str], key: str) -> bool:
@@ -290,13 +290,13 @@ def _gpu_count(ctx: Context) -> str | None:
 def _sglang_cuda_lane(ctx: Context) -> str | None:
     if _older(ctx.version, ctx.params["cuda13_since"]):
         return None
-    driver = version_tuple(ctx.facts.driver_version)
-    minimum = version_tuple(ctx.params["min_driver"])
-    toolkit = version_tuple(ctx.facts.cuda.toolkit)
+    driver = versions.loose(ctx.facts.driver_version)
+    minimum = versions.parse(ctx.params["min_driver"])
+    toolkit = versions.loose(ctx.facts.cuda.toolkit)
     problems = []
     if driver is not None and driver < minimum:
         problems.append(f"driver {ctx.facts.driver_version} < {ctx.params['min_driver']}")
-    if toolkit is not None and toolkit[0] < 13:
+    if toolkit is not None and toolkit.major < 13:
         problems.append(f"CUDA toolkit {ctx.facts.cuda.toolkit}")
     if problems:
         return f"SGLang {ctx.version} is CUDA 13 only; host has {', '.join(problems)}"
@@ -313,8 +313,8 @@ def _blackwell_open_driver(ctx: Context) -> str | None:
 
 @rule("blackwell-driver-branch")
 def _blackwell_driver_branch(ctx: Context) -> str | None:
-    driver = version_tuple(ctx.facts.driver_version)
-    if ctx.blackwell and driver is not None and driver[0] < ctx.params["min_major"]:
+    driver = versions.loose(ctx.facts.driver_version)
+    if ctx.blackwell and driver is not None and driver.major < ctx.params["min_major"]:
         return f"driver {ctx.facts.driver_version} on compute capability " \
                f"{', '.join(sorted(ctx.facts.compute_caps))}"
     return None
@@ -341,9 +341,9 @@ def _nvfp4_kv_arch(ctx: Context) -> str | None:
 
 @rule("nvfp4-cuda")
 def _nvfp4_cuda(ctx: Context) -> str | None:
-    toolkit = version_tuple(ctx.facts.cuda.toolkit)
+    toolkit = versions.loose(ctx.facts.cuda.toolkit)
     if ctx.nvfp4 and ctx.blackwell and toolkit is not None \
-            and toolkit < version_tuple(ctx.params["min_toolkit"]):
+            and toolkit < versions.parse(ctx.params["min_toolkit"]):
         return f"NVFP4 on compute capability {', '.join(sorted(ctx.facts.compute_caps))} " \
                f"with CUDA toolkit {ctx.facts.cuda.toolkit}"
     return None

@@ -1,7 +1,7 @@
 """The host deploy's host data and defaults, one dict per role (roles/kernel,
 roles/nvidia_driver, roles/cuda_toolkit, roles/nccl, roles/gpu_gates, roles/proxmox export
 each as their ``DEFAULTS``); each key's comment documents it. Read by
-:mod:`gpuserve.host.plan` (and ``gpuserve check`` for hypervisors).
+:mod:`gpuserve.plans.host` (and ``gpuserve check`` for hypervisors).
 """
 
 from __future__ import annotations

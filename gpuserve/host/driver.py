@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from gpuserve import safeload
+from gpuserve import safeload, versions
 from gpuserve.errors import GpuserveError
 from gpuserve.paths import DATA_DIR
 
@@ -28,13 +28,6 @@ class HostRefusal(GpuserveError):
 def nvidia_data() -> dict[str, Any]:
     """The committed driver/lane table (a data file, so updating a lane is not a code change)."""
     return safeload.load_yaml_file(DATA_DIR / "host" / "nvidia.yaml")
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """``"580.65.06"`` -> ``(580, 65, 6)``; NVIDIA versions compare numerically per field."""
-    if not re.fullmatch(r"\d+(\.\d+)*", version.strip()):
-        raise ValueError(f"not a driver version: {version!r}")
-    return tuple(int(part) for part in version.strip().split("."))
 
 
 def repository_branch_problem(distro_id: str | None, version_id: str | None,
@@ -113,17 +106,17 @@ def lane_problem(lane: str, branch: int, installed_driver: str | None = None) ->
     if lane not in table:
         return f"unknown CUDA lane {lane!r}; known lanes: {', '.join(sorted(table))}"
     minimum = table[lane]["min_driver"]
-    if branch < version_tuple(minimum)[0]:
+    if branch < versions.parse(minimum).major:
         return (
             f"CUDA {lane} needs driver >= {minimum} (CUDA release notes, Table 3) "
             f"but the pinned driver branch is {branch}"
         )
     if installed_driver:
         try:
-            installed = version_tuple(installed_driver)
+            installed = versions.parse(installed_driver)
         except ValueError:
             return None
-        if installed < version_tuple(minimum):
+        if installed < versions.parse(minimum):
             return (
                 f"CUDA {lane} needs driver >= {minimum} but driver {installed_driver} "
                 "is installed"

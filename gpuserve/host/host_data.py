@@ -80,7 +80,7 @@ class HostSettings:
     persistence: bool
     cuda_lane: str
     nccl_overrides: dict[str, str] = field(default_factory=dict)
-    gates: Any = None  # gpuserve.measure.gate_runs.GateSettings (gpuserve/host/plan.py)
+    gates: Any = None  # gpuserve.measure.gate_runs.GateSettings (gpuserve/plans/host.py)
     results_dir: str = "results"  # where the measuring stage records (roles.checks)
     fabric: Any = None  # gpuserve.host.fabric.FabricSettings (gpuserve/host/plan.py)
 

@@ -410,14 +410,6 @@ def _major(version: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def version_tuple(version: str | None) -> tuple[int, ...] | None:
-    """``"580.126.20"`` -> ``(580, 126, 20)``; None when unknown."""
-    if not version:
-        return None
-    numbers = re.findall(r"\d+", version)
-    return tuple(int(n) for n in numbers) if numbers else None
-
-
 PYINFRA_FACT_NAME = "gpuserve.facts.document.HostFactsDocument"
 
 

@@ -5,7 +5,7 @@ but the first download (the cuda-keyring package that *carries* that signing key
 the choice of what pip trusts are only as good as the transport. A plain-http URL is
 therefore refused unless host data names its mirror in ``trusted_mirrors`` (a list of
 URL prefixes, e.g. ``["http://10.0.2.2:8000/"]`` for a loopback mirror). Shared by the
-host deploy (gpuserve/host/plan.py: ``nvidia_repo_url``) and the serve deploy
+host deploy (gpuserve/plans/host.py: ``nvidia_repo_url``) and the serve deploy
 (roles/sglang: ``pip_index_url``, ``pip_find_links``), so both refuse alike at prepare
 time, before any host change.
 """

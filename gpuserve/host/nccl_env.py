@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuserve import safeload
+from gpuserve.env_names import reserved_env
 from gpuserve.errors import InputError
 from gpuserve.host.container import CONTAINER_NAMES
-from gpuserve.launch.env_names import reserved_env
 
 NCCL_ENV_PATH = "/etc/gpuserve/nccl.env"
 HOST_JSON_PATH = "/etc/gpuserve/host.json"

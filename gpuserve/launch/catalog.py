@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuserve import safeload
+from gpuserve import safeload, versions
 from gpuserve.errors import InputError
 from gpuserve.launch.flagparser import build_parser
 from gpuserve.paths import DATA_DIR
@@ -40,10 +40,6 @@ def base_version(version: str) -> str:
     return v.split("+", 1)[0]
 
 
-def _version_key(version: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\-]", version))
-
-
 def available_versions() -> list[str]:
     """Versions with a committed catalog, oldest first."""
     found = []
@@ -51,7 +47,7 @@ def available_versions() -> list[str]:
         m = _CATALOG_RE.match(path.name)
         if m:
             found.append(m.group("version"))
-    return sorted(found, key=_version_key)
+    return versions.ordered(found)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ real wheel (``gpuserve.launch.catalog``) before anything is deployed.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from gpuserve import versions
 from gpuserve.errors import InputError
 from gpuserve.launch.profiles import Profile
 from gpuserve.paths import DATA_DIR
@@ -68,23 +68,17 @@ class Rule:
     absent: str | None = None
 
     def applies(self, version: str) -> bool:
-        v = parse_version(version)
-        if self.since and v < parse_version(self.since):
+        v = versions.parse(version)
+        if self.since and v < versions.parse(self.since):
             return False
-        return not (self.until and v > parse_version(self.until))
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """``"0.5.23"`` -> ``(0, 5, 23, 0)``; ``"0.5.15.post1"`` -> ``(0, 5, 15, 1)``."""
-    numbers = [int(n) for n in re.findall(r"\d+", str(text))]
-    return tuple((numbers + [0, 0, 0, 0])[:4])
+        return not (self.until and v > versions.parse(self.until))
 
 
 def target_version(profile: Profile) -> str:
     """The newest SGLang version the profile targets, else the newest committed catalog."""
     from gpuserve.launch import catalog
 
-    return max(profile.sglang_versions or catalog.available_versions(), key=parse_version)
+    return versions.newest(profile.sglang_versions or catalog.available_versions())
 
 
 @cache

@@ -11,12 +11,11 @@ driver pip succeeds and torch then cannot start CUDA).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gpuserve import versions as pep440
 from gpuserve.errors import GpuserveError
-from gpuserve.host.driver import version_tuple
 from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.locks import Lock
 
@@ -50,13 +49,8 @@ class HostRuntime:
     interpreter: InterpreterChoice | None = None
 
 
-def public_version(version: str) -> str:
-    """``0.5.23+lab`` -> ``0.5.23``: a local build of a release has that release's flags."""
-    return version.split("+", 1)[0]
-
-
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", public_version(version)))
+#: ``0.5.23+lab`` -> ``0.5.23``: a local build of a release has that release's flags.
+public_version = pep440.public
 
 
 def _minor(version: str | None) -> str | None:
@@ -66,9 +60,15 @@ def _minor(version: str | None) -> str | None:
     return ".".join(parts[:2]) if len(parts) >= 2 else None
 
 
+def _major(version: str) -> int | None:
+    """The major of a toolkit version (``13.0`` -> 13); None when it is none."""
+    parsed = pep440.loose(version)
+    return parsed.major if parsed is not None else None
+
+
 def driver_ok(lock: Lock, driver: str | None) -> bool:
     """The driver runs the lock's CUDA (unknown drivers are judged by the caller)."""
-    return driver is not None and version_tuple(driver) >= version_tuple(lock.driver_min)
+    return driver is not None and pep440.at_least(driver, lock.driver_min)
 
 
 def _describe(lock: Lock) -> str:
@@ -100,7 +100,7 @@ def no_lock_reason(locks: Sequence[Lock], host: str, *, versions: Sequence[str] 
                 f"(its sglang_versions: {wanted}; a lock for {pinned} exists); pin one of "
                 f"{wanted}, or choose a profile that lists {public_version(pinned)}")
     what = f"sglang_version {pinned}{where}" if pinned else f"profile {profile}"
-    have = sorted({lk.sglang for lk in locks}, key=_key)
+    have = pep440.ordered({lk.sglang for lk in locks})
     return (f"{host}: no lock for {what} (SGLang {wanted}; locks exist for "
             f"{', '.join(have) or 'none'}); generate one with tools/gen_lock.py and point "
             "sglang_locks_dir at it")
@@ -139,7 +139,7 @@ def choose_lock(locks: Iterable[Lock], host: HostRuntime, *, versions: Sequence[
         if host.driver is None and host.gpus == 0:
             driven = runnable  # no NVIDIA driver at all: the verification says so later
         else:
-            newest = max(runnable, key=lambda lk: _key(lk.sglang))
+            newest = pep440.newest(runnable, key=lambda lk: lk.sglang)
             raise PreflightError(
                 f"{host.name}: driver {host.driver or 'unknown'} cannot run "
                 f"{_describe(newest)}, the newest lock profile {profile} renders for; "
@@ -147,14 +147,14 @@ def choose_lock(locks: Iterable[Lock], host: HostRuntime, *, versions: Sequence[
                 f"(pyinfra INVENTORY deploy/host.py --data nvidia_driver_branch="
                 f"{newest.driver_min.split('.')[0]}), or choose a profile whose "
                 f"sglang_versions include a release built for CUDA {_cuda_for(host.driver)}")
-    return max(driven, key=lambda lk: (_key(lk.sglang), lk.sglang))
+    return pep440.newest(driven, key=lambda lk: lk.sglang)
 
 
 def _cuda_for(driver: str | None) -> str:
     """The CUDA major a driver runs, by the same table the locks were checked against."""
     if driver is None:
         return "12"
-    return "13" if version_tuple(driver) >= (580,) else "12"
+    return "13" if pep440.at_least(driver, "580") else "12"
 
 
 def preflight(lock: Lock, host: HostRuntime) -> list[str]:
@@ -178,7 +178,7 @@ def preflight(lock: Lock, host: HostRuntime) -> list[str]:
                         f"({lock.download_bytes / 1024**3:.2f} GiB of wheels x{DISK_FACTOR:g} "
                         f"+ {DISK_MARGIN_BYTES / 1024**3:.0f} GiB); free space or set "
                         "sglang_home on a larger disk")
-    if host.cuda_toolkit and host.cuda_toolkit.split(".")[0] != str(lock.cuda_major):
+    if host.cuda_toolkit and _major(host.cuda_toolkit) != lock.cuda_major:
         problems.append(f"{host.name}: CUDA toolkit {host.cuda_toolkit} does not match "
                         f"{_describe(lock)}: run-time kernel builds would use nvcc "
                         f"{host.cuda_toolkit} for a CUDA {lock.torch_cuda} torch; install "
@@ -189,6 +189,6 @@ def preflight(lock: Lock, host: HostRuntime) -> list[str]:
 
 def cuda_home(host: HostRuntime, lock: Lock) -> str | None:
     """The toolkit the server's JIT compilers must use (same major as torch), if any."""
-    if host.cuda_toolkit and host.cuda_toolkit.split(".")[0] == str(lock.cuda_major):
+    if host.cuda_toolkit and _major(host.cuda_toolkit) == lock.cuda_major:
         return f"/usr/local/cuda-{host.cuda_toolkit}"
     return None

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from gpuserve import safeload
+from gpuserve import safeload, versions
 from gpuserve.errors import InputError
 from gpuserve.paths import DATA_DIR
 
@@ -161,7 +161,7 @@ class Lock:
         if glibc is not None:
             if not _MINOR.match(str(glibc)):
                 raise ValueError(f"glibc: expected N.M, got {glibc!r}")
-            if _tuple(glibc) < _tuple(self.glibc_min):
+            if versions.parse(glibc) < versions.parse(self.glibc_min):
                 return (f"glibc {glibc} is older than {self.glibc_min}, which lock "
                         f"{self.name} needs ({self.platform} wheels)")
         return None
@@ -169,19 +169,6 @@ class Lock:
 
 def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", version))
-
-
-def _version_key(version: str) -> tuple:
-    """Release, then post number: 0.5.10.post1 sorts after 0.5.10, before 0.5.19."""
-    public = version.split("+", 1)[0]
-    release = tuple(int(n) for n in re.match(r"^(?:\d+!)?([\d.]+)", public).group(1)
-                    .strip(".").split("."))
-    post = re.search(r"\.post(\d+)", public)
-    return release, int(post.group(1)) if post else -1
 
 
 # --------------------------------------------------------------------------
@@ -396,7 +383,7 @@ def _check_consistency(lock: Lock, doc: _Doc) -> None:
     # (a lock without torch is not a generated one, but nothing here needs the wheel)
     if torch is not None and torch.version != lock.torch:
         raise doc.error("torch", f"header says torch {lock.torch}, packages say {torch.version}")
-    if lock.cuda_major != int(lock.torch_cuda.split(".")[0]):
+    if lock.cuda_major != versions.parse(lock.torch_cuda).major:
         raise doc.error("cuda_major", f"{lock.cuda_major} does not match torch_cuda "
                         f"{lock.torch_cuda}")
     for name, version in lock.cuda_runtime.items():
@@ -476,16 +463,16 @@ def app_locks(package: str, locks_dir: str | Path | None = None) -> list[AppLock
     release first (``<package>-<V>-py<XY>.json``)."""
     where = Path(locks_dir) if locks_dir is not None else LOCKS_DIR
     found = [load_app_lock(p, package) for p in sorted(where.glob(f"{package}-*-py*.json"))]
-    return sorted(found, key=lambda lk: (_version_key(lk.version), lk.version,
-                                         _tuple(lk.python)))
+    return sorted(found, key=lambda lk: (versions.parse(lk.version), lk.version,
+                                         versions.parse(lk.python)))
 
 
 def available_locks(locks_dir: str | Path | None = None) -> list[Lock]:
     """Every lock in ``locks_dir`` (default: the committed ones), oldest SGLang first."""
     where = Path(locks_dir) if locks_dir is not None else LOCKS_DIR
     found = [load_lock(p) for p in sorted(where.glob("sglang-*.json"))]
-    return sorted(found, key=lambda lk: (_version_key(lk.sglang), lk.sglang, lk.cuda_major,
-                                         _tuple(lk.python)))
+    return sorted(found, key=lambda lk: (versions.parse(lk.sglang), lk.sglang, lk.cuda_major,
+                                         versions.parse(lk.python)))
 
 
 def load_locks(user_dir: str | None, source: str, field: str) -> list[Lock]:

@@ -25,11 +25,11 @@ from typing import Any
 import yaml
 
 from gpuserve import paths, safeload
+from gpuserve.env_names import reserved_env
 from gpuserve.errors import InputError
-from gpuserve.launch.env_names import reserved_env
+from gpuserve.launch.bench import BenchSpec, parse_bench
 from gpuserve.launch.hf_source import TOKEN_SHAPE, HfSource, parse_source, source_problem
 from gpuserve.launch.secrets import is_secret_env_name
-from gpuserve.measure.bench import BenchSpec, parse_bench
 from gpuserve.terminal import escaped_key, non_ascii_note
 
 PROFILES_DIR = paths.PROFILES_DIR
@@ -211,7 +211,7 @@ TOP_LEVEL: dict[str, Any] = {
     # further SGLang flags, validated against the version's flag catalog; no secret flags
     "extra_args": list[str],
     # the throughput checks the serve deploy runs after its smoke completion
-    "bench": BenchSpec,  # gpuserve.measure.bench.parse_bench
+    "bench": BenchSpec,  # gpuserve.launch.bench.parse_bench
 }
 
 
@@ -783,11 +783,7 @@ def _check_arch(p: Profile) -> None:
     doctor read; a typo would silently switch those checks off."""
     if p.model.arch is None:
         return
-    try:
-        from gpuserve.memory.models import record_names
-    except ImportError:  # pragma: no cover - planner side not present
-        return
-    names = record_names()
+    names = paths.model_record_names()
     if names and p.model.arch not in names:
         raise p.error("model.arch", f"no model record {p.model.arch!r} "
                       f"(known: {', '.join(names)})")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-from gpuserve import safeload
+from gpuserve import safeload, versions
 from gpuserve.errors import InputError
 from gpuserve.launch.catalog import base_version
 from gpuserve.launch.flagparser import build_parser
@@ -38,7 +38,7 @@ def available_bench_versions() -> list[str]:
     """Versions with a committed benchmark-client catalog."""
     found = [m.group("version") for p in _catalog_dir().glob("sglang-*-serving.json")
              if (m := _CATALOG_RE.match(p.name))]
-    return sorted(found, key=lambda v: [int(x) if x.isdigit() else x for x in v.split(".")])
+    return versions.ordered(found)
 
 
 # ---- the client's own type= functions (sglang/benchmark/serving.py, messages verbatim) ----

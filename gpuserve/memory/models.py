@@ -18,9 +18,7 @@ from typing import Any
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
-from gpuserve.paths import DATA_DIR
-
-MODELS_DIR = DATA_DIR / "models"
+from gpuserve.paths import MODELS_DIR, model_record_names
 
 # Bytes per parameter of a quantized weight, scales included.
 #  fp8 block-wise: 1 B + one fp32 scale per 128x128 block (DeepSeek-V3 quantization_config).
@@ -370,8 +368,8 @@ def from_directory(path: str | Path) -> ModelArch:
     )
 
 
-def record_names() -> list[str]:
-    return sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))
+#: The shipped records' names (gpuserve/paths.py: the profiles check model.arch with it).
+record_names = model_record_names
 
 
 def load_record(name: str) -> ModelArch:

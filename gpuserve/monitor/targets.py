@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuserve.errors import InputError
-from gpuserve.fleet.router_plan import DEFAULTS as ROUTER_DEFAULTS
-from gpuserve.fleet.router_plan import is_router_host
 from gpuserve.fleet.status import ssh_address
 from gpuserve.launch.dialect import target_version
 from gpuserve.launch.profiles import Profile, load_profile
 from gpuserve.measure.results import ResultRecord
+from gpuserve.plans.router import DEFAULTS as ROUTER_DEFAULTS
+from gpuserve.plans.router import is_router_host
 
 #: Host data of the exporters on a GPU host (roles/exporters).
 EXPORTER_DEFAULTS = {

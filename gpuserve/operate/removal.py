@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuserve.errors import InputError
-from gpuserve.fleet import router_plan
+from gpuserve.plans import router as router_plan
 from gpuserve.serve import install, service, weights
 
 DEFAULTS = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuserve.measure.bench import BenchSpec
+from gpuserve.launch.bench import BenchMode, BenchSpec, OnRegression
 from gpuserve.paths import PROJECT_ROOT
 
 DEFAULTS = {
@@ -46,10 +46,10 @@ def results_root(results_dir: str) -> Path:
 class BenchPlan:
     """Everything the throughput checks need, decided at prepare time (gpuserve/serve/plan.py)."""
 
-    mode: str  # auto | always | off
+    mode: BenchMode
     spec: BenchSpec
     fingerprint: str  # run_fingerprint(launch hash, lock, scenarios)
-    on_regression: str  # report | rollback
+    on_regression: OnRegression
     profile: str
     python: str  # the SGLang venv's interpreter
     user: str  # the service user the client runs as

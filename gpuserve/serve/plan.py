@@ -21,6 +21,14 @@ from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.fleet.multinode import Member, NodePlacement, place_node
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
+from gpuserve.launch.bench import (
+    BenchMode,
+    OnRegression,
+    client_argv,
+    run_fingerprint,
+    validate_mode,
+    validate_on_regression,
+)
 from gpuserve.launch.catalog import available_versions, load_catalog
 from gpuserve.launch.dialect import Launch, render_launch
 from gpuserve.launch.interpreter import InterpreterChoice
@@ -37,19 +45,13 @@ from gpuserve.launch.locks import Lock, catalog_mismatch, load_locks
 from gpuserve.launch.profiles import Profile, load_profile, profile_ref_problem
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.launch.venvs import venv_path
-from gpuserve.measure.bench import (
-    client_argv,
-    run_fingerprint,
-    validate_mode,
-    validate_on_regression,
-)
 from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_catalog
 from gpuserve.measure.results import RecordSpec, launch_hash, record_spec
 from gpuserve.serve import checks, metrics, service, weights
 from gpuserve.serve import install as sglang
 from gpuserve.serve.checks import BenchPlan
 from gpuserve.serve.checks import mark_path as bench_mark_path
-from gpuserve.serve.preflight import PreflightReport, run_preflight
+from gpuserve.serve.preflight import PreflightMode, PreflightReport, run_preflight
 from gpuserve.serve.preflight import validate_mode as validate_preflight
 
 
@@ -142,6 +144,65 @@ class _Settings:
     timeout: float
 
 
+@dataclass(frozen=True)
+class ServeInput:
+    """One host's host data and profile, parsed and validated once (before any host
+    read): everything the serve plan and the reads it needs are derived from. Bad
+    input raises here, naming file and field, in the order :func:`plan_serve` checks."""
+
+    data: dict  # host data over defaults(), every value bounded
+    source: str
+    settings: _Settings
+    profile: Profile  # with this host's rank when it is a node of a multi-node launch
+    placement: NodePlacement | None
+    locks: tuple[Lock, ...]  # every lock the host may choose from (sglang_locks_dir)
+    preflight: PreflightMode
+
+    @property
+    def candidate_locks(self) -> list[Lock]:
+        """The locks :func:`plan_serve` will choose among (the profile's versions, the
+        host's pin): the deploy reads their venvs in its first batch."""
+        return wanted_locks(self.locks,
+                            versions=self.profile.sglang_versions or available_versions(),
+                            pinned=self.settings.pinned)
+
+    @property
+    def weights_target(self) -> tuple[str, str] | None:
+        """(revision directory, models_dir) of a profile pinned to a Hub commit, read in
+        the first batch; None otherwise (a path, a floating revision)."""
+        hf = self.profile.model.source
+        if hf is None or not hf.pinned:
+            return None
+        models_dir = weights.models_dir_of(self.data, self.source, self.settings.home)
+        return hf.revision_dir(models_dir, hf.revision), models_dir
+
+    @property
+    def checkpoint_path(self) -> str | None:
+        """The local checkpoint directory the preflight will scan, read in the first
+        batch; None when nothing will be scanned (preflight off, a Hub id not pinned)."""
+        if self.preflight == PreflightMode.OFF:
+            return None
+        if self.profile.model.hf:
+            target = self.weights_target
+            return target[0] if target else None
+        path = self.profile.model.path
+        return path if path.startswith("/") else None
+
+
+def read_input(host_data: dict, source: str, host_name: str = "",
+               group_members: Callable[[str], list[Member] | None] = lambda group: None
+               ) -> ServeInput:
+    """Host data and profile checked and parsed once: the only place the serve deploy
+    loads the profile (``load_profile``) and its locks."""
+    data = _checked_data(host_data, source)
+    settings = _settings(data, source)
+    profile, placement = _placed_profile(settings.profile_ref, data["sglang_nodes_group"],
+                                         source, host_name, group_members)
+    locks = load_locks(settings.locks_dir, source=source, field="sglang_locks_dir")
+    return ServeInput(data, source, settings, profile, placement, tuple(locks),
+                      validate_preflight(data["preflight"], source))
+
+
 def plan_serve(
     host_data: dict,
     source: str,
@@ -153,6 +214,7 @@ def plan_serve(
     group_members: Callable[[str], list[Member] | None] = lambda group: None,
     weights_state: Callable[[str, str, str], str | None] | None = None,
     remote: Callable | None = None,
+    inputs: ServeInput | None = None,
 ) -> ServePlan:
     """Validate ``host_data`` (merged over :func:`defaults`), choose the lock, preflight
     the host against it, and render the launch for the lock's SGLang.
@@ -162,14 +224,14 @@ def plan_serve(
     ``--disable-custom-all-reduce``) are added when the profile does not set them.
     ``checkpoint(path)`` (the checkpoint scan's JSON) and ``host_facts()`` (the doctor's
     host-facts document) feed the preflight (gpuserve/serve/preflight.py); None skips it.
+    ``inputs``: the host's :func:`read_input`, when the caller has parsed it already
+    (the deploy, which derived its first reads from it); else parsed here.
     """
-    data = _checked_data(host_data, source)
-    settings = _settings(data, source)
-    profile, placement = _placed_profile(settings.profile_ref, data["sglang_nodes_group"],
-                                         source, host_name, group_members)
-    locks = load_locks(settings.locks_dir, source=source, field="sglang_locks_dir")
+    inputs = inputs or read_input(host_data, source, host_name, group_members)
+    data, settings, profile, placement = (inputs.data, inputs.settings, inputs.profile,
+                                          inputs.placement)
     runtime = host_runtime(settings.home)
-    lock, version = _chosen_lock(locks, settings, runtime, profile, source)
+    lock, version = _chosen_lock(list(inputs.locks), settings, runtime, profile, source)
     step = _weights(data, source, settings, profile, weights_state, remote) \
         if profile.model.hf else None
     if step is not None:
@@ -177,7 +239,7 @@ def plan_serve(
         if step.found is not None and step.found.scan is not None:
             checkpoint = _remote_first(step.plan.target, step.found.scan_json(), checkpoint)
     checks_report = run_preflight(
-        validate_preflight(data["preflight"], source), host=runtime.name, profile=profile,
+        inputs.preflight, host=runtime.name, profile=profile,
         version=version, gpus=list(runtime.gpu_list), checkpoint=checkpoint,
         host_facts=host_facts)
     # after the memory fit: a profile that cannot fit costs its headers, not a file list
@@ -389,76 +451,6 @@ def _arg_field(launch: Launch, profile: Profile, arg: str) -> str:
     return owner
 
 
-def _data_and_profile_ref(host_data: dict) -> tuple[dict, str | None]:
-    """Host data over :func:`defaults`, and its profile reference when it is usable
-    before any host read (else None: :func:`plan_serve` says why, in its own order)."""
-    data = defaults()
-    data.update({k: v for k, v in host_data.items() if k in data})
-    ref = data["profile"]
-    if not ref or not isinstance(ref, str) or profile_ref_problem(ref):
-        return data, None
-    return data, ref
-
-
-def checkpoint_path(host_data: dict, source: str) -> str | None:
-    """The local checkpoint directory :func:`plan_serve`'s preflight will scan, known
-    before any host read, so that the deploy reads it in its first batch (a command of
-    its own cost every rerun one more round trip). None when there is nothing to scan
-    (preflight off, a hub id) or the input is bad: :func:`plan_serve` then raises the
-    error, in its own order."""
-    data, ref = _data_and_profile_ref(host_data)
-    if ref is None:
-        return None
-    try:
-        if validate_preflight(data["preflight"], source) == "off":
-            return None
-        profile = load_profile(ref)
-        path = profile.model.path
-        if profile.model.hf:
-            target = weights_target(host_data, source)
-            return target[0] if target else None
-    except InputError:
-        return None
-    return path if path.startswith("/") else None
-
-
-def weights_target(host_data: dict, source: str) -> tuple[str, str] | None:
-    """(revision directory, models_dir) of a profile pinned to a Hub commit, known
-    before any host read, so that the deploy reads its state in the first batch; None
-    otherwise (a path, a floating revision, bad input: plan_serve says why)."""
-    data, ref = _data_and_profile_ref(host_data)
-    if ref is None:
-        return None
-    try:
-        hf = load_profile(ref).model.source
-        if hf is None or not hf.pinned:
-            return None
-        home = sglang.validate_home(data["sglang_home"], source)
-        models_dir = weights.models_dir_of(data, source, home)
-    except InputError:
-        return None
-    return hf.revision_dir(models_dir, hf.revision), models_dir
-
-
-def candidate_locks(host_data: dict, source: str) -> list[Lock]:
-    """The locks :func:`plan_serve` will choose among (the profile's versions, the
-    host's pin), known before any host read, so that the deploy reads their venvs in its
-    first batch along with the host's facts (a second batch cost every rerun one more
-    round trip). Empty when the input is bad: :func:`plan_serve` then raises the error,
-    in its own order."""
-    data, ref = _data_and_profile_ref(host_data)
-    if ref is None:
-        return []
-    try:
-        profile = load_profile(ref)
-        locks = load_locks(optional_str(data, "sglang_locks_dir", source), source=source,
-                           field="sglang_locks_dir")
-        return wanted_locks(locks, versions=profile.sglang_versions or available_versions(),
-                            pinned=optional_str(data, "sglang_version", source))
-    except InputError:
-        return []
-
-
 def profile_hash(profile) -> str:
     """sha256 over the profile file and every parent it extends (path order), so a record
     says exactly which profile text produced it."""
@@ -507,7 +499,7 @@ def _bench_plan(data: dict, source: str, *, profile, lock: Lock, user: str, home
     (gpuserve/data/bench/), so a flag the host's client lacks fails here, not after a
     ten-minute load."""
     mode = validate_mode(data["bench"], source)
-    if mode == "off":
+    if mode == BenchMode.OFF:
         return None
     if version in available_bench_versions():
         catalog = load_bench_catalog(version)
@@ -517,7 +509,7 @@ def _bench_plan(data: dict, source: str, *, profile, lock: Lock, user: str, home
             origin = profile.where(f"bench.scenarios.{s.name}")
             catalog.validate(argv, origin.file, f"bench.scenarios.{s.name}", origin.line)
     on_regression = (validate_on_regression(data["on_regression"], source)
-                     or profile.bench.on_regression or "report")
+                     or OnRegression(profile.bench.on_regression or "report"))
     return BenchPlan(
         mode=mode, spec=profile.bench,
         # the lock's hash too: the same name can pin other wheels (a user's own locks)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from gpuserve.doctor.rules import diagnose
@@ -28,12 +29,21 @@ from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.memory.checkpoint import parse_scan
 from gpuserve.memory.preflight import check_fit
 
-MODES = ("enforce", "warn", "off")
+
+class PreflightMode(StrEnum):
+    """Host data ``preflight``: what a profile that does not fit does."""
+
+    ENFORCE = "enforce"  # refused before any change
+    WARN = "warn"
+    OFF = "off"  # no memory fit, no checkpoint read
 
 
-def validate_mode(value: Any, source: str) -> str:
+MODES = tuple(PreflightMode)
+
+
+def validate_mode(value: Any, source: str) -> PreflightMode:
     """Host data ``preflight``: ``enforce`` (refuse), ``warn`` or ``off``."""
-    return one_of(value, source, "preflight", MODES, "enforce")
+    return PreflightMode(one_of(value, source, "preflight", MODES, "enforce"))
 
 
 @dataclass
@@ -51,13 +61,13 @@ def run_preflight(mode: str, *, host: str, profile, version: str, gpus: list[dic
     or return warnings (warn). ``checkpoint(path)`` returns the scan's JSON text;
     ``host_facts()`` the host-facts document; either may be None (not available)."""
     report = PreflightReport()
-    if mode == "off":
+    if mode == PreflightMode.OFF:
         return report
     refusals: list[str] = []
     _memory(report, refusals, host=host, profile=profile, version=version, gpus=gpus,
             checkpoint=checkpoint)
     _doctor(report, refusals, profile=profile, version=version, host_facts=host_facts)
-    if refusals and mode == "enforce":
+    if refusals and mode == PreflightMode.ENFORCE:
         raise PreflightError(f"{host}: preflight: " + "; ".join(refusals)
                              + f"; profile file: {profile.source}; nothing on the host was changed "
                              "(host data preflight: warn or off to deploy anyway)")

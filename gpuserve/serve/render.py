@@ -20,9 +20,9 @@ from pathlib import PurePosixPath
 
 import jinja2
 
+from gpuserve.env_names import ARGS_VAR
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.host.nccl_env import NCCL_ENV_PATH
-from gpuserve.launch.env_names import ARGS_VAR
 from gpuserve.launch.exec_limits import env_problem
 from gpuserve.paths import TEMPLATES_DIR
 

@@ -10,9 +10,9 @@ import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpuserve.env_names import ARGS_VAR, reserved_env
 from gpuserve.errors import InputError
 from gpuserve.launch.catalog import load_catalog
-from gpuserve.launch.env_names import ARGS_VAR, reserved_env
 from gpuserve.launch.exec_limits import args_problem
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.serve.render import (

@@ -9,7 +9,7 @@ from pyinfra import host
 
 from gpuserve.facts.host import Container
 from gpuserve.host.host_data import HostSettings
-from gpuserve.host.plan import plan_host
+from gpuserve.plans.host import plan_host
 from gpuserve.roles import cuda_toolkit, fabric_manager, gpu_gates, kernel, nccl, nvidia_driver
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
 from gpuserve.roles.managed import DebInstalled

@@ -9,12 +9,12 @@ from __future__ import annotations
 from pyinfra import host, inventory, logger
 
 from gpuserve.errors import InputError
-from gpuserve.fleet.router_plan import is_router_host
 from gpuserve.monitor.dashboards import plan_grafana
 from gpuserve.monitor.exporters import plan_exporters
 from gpuserve.monitor.plan import plan_monitor
 from gpuserve.monitor.records import last_recorded_run
 from gpuserve.monitor.targets import HostEntry, scrape_address
+from gpuserve.plans.router import is_router_host
 from gpuserve.roles import exporters as exporters_role
 from gpuserve.roles import grafana as grafana_role
 from gpuserve.roles import monitor as monitor_role

@@ -9,8 +9,8 @@ from pyinfra import host, inventory, logger
 
 from gpuserve.errors import InputError
 from gpuserve.facts.host import InstallTarget
-from gpuserve.fleet.router_plan import DEFAULTS, is_router_host, plan_router
 from gpuserve.launch.lock_choice import PreflightError
+from gpuserve.plans.router import DEFAULTS, is_router_host, plan_router
 from gpuserve.roles import router as router_role
 from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import fact, prefetch
@@ -21,7 +21,7 @@ def sglang_gateway() -> None:
     """On a router host (host data ``router_workers_group`` names the inventory group
     of its workers): smg's locked venv, manifest, API key and unit, then its checks.
     Every other host is skipped with a line saying so; an inventory without a router
-    host is refused. Keys and defaults: ``gpuserve.fleet.router_plan.DEFAULTS``. The
+    host is refused. Keys and defaults: ``gpuserve.plans.router.DEFAULTS``. The
     workers are served by :func:`gpuserve.roles.deploys.serve_sglang`, not here."""
     data = host.data.dict()
     if not is_router_host(data):

@@ -26,6 +26,7 @@ from gpuserve.roles import checks as checks_role
 from gpuserve.roles.checks import check_service, install_check_scripts, serving_probe_read
 from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import Read, fact, prefetch, reader
+from gpuserve.roles.preview import print_serve_preview
 from gpuserve.roles.router.rolling import (
     Switching,
     gateway_of,
@@ -35,17 +36,12 @@ from gpuserve.roles.router.rolling import (
     rollout_guard,
     take_out,
 )
+from gpuserve.roles.run_context import run_context
 from gpuserve.roles.service import UNIT_NAME, UNIT_PATH, configure_service, planned_steps
 from gpuserve.roles.service.rollback import RollbackSpec, keep_last_good
 from gpuserve.roles.sglang import install_sglang, prune_venvs
 from gpuserve.serve.install import state_dir, validate_python
-from gpuserve.serve.plan import (
-    ServePlan,
-    candidate_locks,
-    checkpoint_path,
-    plan_serve,
-    weights_target,
-)
+from gpuserve.serve.plan import ServePlan, plan_serve, read_input
 
 # the unit files whose venv a prune keeps: the live one and the last good one
 UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
@@ -104,14 +100,13 @@ def role_reads(user: str, home: str, locks: list[Lock], serving: Read | None = N
             *sglang_role.prune_reads(home, UNIT_PATHS), *([serving] if serving else [])]
 
 
-def host_runtime(home: str) -> HostRuntime:
+def host_runtime(home: str, locks: list[Lock]) -> HostRuntime:
     """The facts the lock choice and the preflight need, read before any change.
 
     GPUs, driver and CUDA toolkit come from the doctor's host-facts document, which runs
     the same commands through the same parsers as the NvidiaGpus, NvidiaDriver and
     CudaToolkit facts: reading them again cost a rerun three more tool runs."""
     target = fact(InstallTarget, path=home)
-    locks = candidate_locks(host.data.dict(), inventory_source())
     interpreter = choose_host_interpreter(locks, home) if locks else None
     document = fact(HostFactsDocument, sglang_python="")
     gpus = document["gpus"] or []
@@ -137,6 +132,9 @@ def serve_sglang() -> None:
     rollback = RollbackSpec(profile_name=plan.service.profile_name, unit=UNIT_NAME)
     prefetch([*role_reads(plan.user, plan.home, [plan.lock]),  # nothing, unless missed
               *sglang_python.reads(plan.interpreter)])
+    run = run_context()
+    if run.dry:  # what the real run would change (roles/preview.py); pyinfra stops after
+        print_serve_preview(plan, with_diff=run.diff)
     serve(plan, rollback)
 
 
@@ -146,20 +144,17 @@ def plan_and_read() -> ServePlan:
     Reads run as one batched command (roles/prefetch.py): what the plan needs, and what
     every role below reads, for every lock the plan may choose; a second batch, once the
     plan names the lock and paths, reads only what the first could not know."""
-    home = sglang_role.validate_home(
-        host.data.get("sglang_home", sglang_role.DEFAULTS["sglang_home"]), inventory_source())
-    user = host.data.get("sglang_user", sglang_role.DEFAULTS["sglang_user"])
-    user = sglang_role.validate_user(user, inventory_source())
     data, source = host.data.dict(), inventory_source()
-    locks = candidate_locks(data, source)
-    prefetch([*host_reads(home, user, checkpoint_path(data, source),
-                          weights_target(data, source)),
+    inputs = read_input(data, source, host.name, group_members)  # the one profile load
+    home, user = inputs.settings.home, inputs.settings.user
+    locks = inputs.candidate_locks
+    prefetch([*host_reads(home, user, inputs.checkpoint_path, inputs.weights_target),
               *([interpreter_read(locks)] if locks else []),
-              *role_reads(user, home, locks, serving_probe_read(data, source, home))])
+              *role_reads(user, home, locks, serving_probe_read(inputs))])
     plan = plan_serve(
         data,
         source,
-        host_runtime=host_runtime,
+        host_runtime=lambda home: host_runtime(home, locks),
         host_record=lambda: fact(FileContents, path=HOST_JSON_PATH),
         checkpoint=lambda path: fact(ModelCheckpoint, path=path),
         host_facts=lambda: host_facts_document(reader()),
@@ -168,7 +163,10 @@ def plan_and_read() -> ServePlan:
         weights_state=lambda target, ref, models_dir: fact(
             WeightsState, target=target, ref=ref, models_dir=models_dir),
         remote=read_remote,
+        inputs=inputs,
     )
+    mine = run_context().host(host.name)
+    mine.serve_input, mine.serve_plan = inputs, plan
     for line in plan.preflight.info:
         logger.info(f"{host.name}: {line}")
     for line in plan.preflight.warnings:

@@ -32,7 +32,7 @@ from gpuserve.roles.deploys.operate import ServiceJournal
 from gpuserve.roles.deploys.serve import host_runtime, plan_and_read
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import fact, reader
-from gpuserve.serve.plan import checkpoint_path
+from gpuserve.roles.run_context import run_context
 from gpuserve.serve.service import ENV_PATH, UNIT_NAME
 from gpuserve.tune.snapshot import SCHEMA
 
@@ -71,8 +71,7 @@ def tune_snapshot() -> None:
                          f"this run has {len(state.activated_hosts)}: give gpuserve tune "
                          "--limit HOST")
     plan = plan_and_read()
-    data = host.data.dict()
-    path = checkpoint_path(data, inventory_source())
+    path = run_context().host(host.name).serve_input.checkpoint_path
     host_json = fact(FileContents, path=HOST_JSON_PATH)
     doc = {
         "schema": SCHEMA, "host": host.name, "taken": utc_now(),

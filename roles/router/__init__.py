@@ -19,7 +19,8 @@ from pyinfra.operations import server
 
 from gpuserve.errors import InputError
 from gpuserve.facts.host import InstallTarget
-from gpuserve.fleet.router_plan import (
+from gpuserve.paths import SCRIPTS_DIR
+from gpuserve.plans.router import (
     CONFIG_DIR,
     DEFAULTS,
     KEY_PATH,
@@ -32,7 +33,6 @@ from gpuserve.fleet.router_plan import (
     manifest_text,
     render_unit,
 )
-from gpuserve.paths import SCRIPTS_DIR
 from gpuserve.roles import managed
 from gpuserve.roles import sglang as sglang_role
 from gpuserve.roles.failure import fail_host

@@ -12,18 +12,23 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 import time
 from dataclasses import dataclass, field
 
 from pyinfra import host, inventory, logger, state
 from pyinfra.api import FactBase, FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.context import ctx_inventory, ctx_state
 
 from gpuserve.errors import InputError
+from gpuserve.facts.compat import (
+    current_inventory,
+    current_state,
+    failed_host_names,
+    sort_active_hosts,
+)
 from gpuserve.fleet.rolling import GatewayWorker, normal_url, parse_workers, take_out_refusal
-from gpuserve.fleet.router_plan import (
+from gpuserve.launch.lock_choice import PreflightError
+from gpuserve.plans.router import (
     KEY_PATH,
     MANIFEST_PATH,
     PROBE,
@@ -32,12 +37,12 @@ from gpuserve.fleet.router_plan import (
     manifest_text,
     plan_router,
 )
-from gpuserve.fleet.router_plan import UNIT_NAME as ROUTER_UNIT
-from gpuserve.launch.lock_choice import PreflightError
+from gpuserve.plans.router import UNIT_NAME as ROUTER_UNIT
 from gpuserve.roles import failure, managed
 from gpuserve.roles.checks import IDLE, SglangProbe
 from gpuserve.roles.checks import PROBE as HEALTH_PROBE
 from gpuserve.roles.inventory import group_members
+from gpuserve.roles.run_context import run_context
 from gpuserve.roles.service import UNIT_NAME
 from gpuserve.roles.service.rollback import (
     RollbackSpec,
@@ -79,15 +84,13 @@ class Switching:
     gateway_stopped: bool = False  # execute time: no gateway runs, nothing to take out
 
 
-_PLANS: dict[tuple[int, str], RouterPlan] = {}
-_RESTARTING: dict[tuple[int, str], list[str]] = {}
 
 
 def _router_plan(name: str, data: dict, source: str) -> RouterPlan:
-    key = (id(ctx_state.get()), name)
-    if key not in _PLANS:  # one plan per gateway and run, not one per worker
-        _PLANS[key] = plan_router(data, source, host_name=name, group_members=group_members)
-    return _PLANS[key]
+    plans = run_context().router_plans
+    if name not in plans:  # one plan per gateway and run, not one per worker
+        plans[name] = plan_router(data, source, host_name=name, group_members=group_members)
+    return plans[name]
 
 
 def gateway_of(host_name: str, source: str) -> str | None:
@@ -96,7 +99,7 @@ def gateway_of(host_name: str, source: str) -> str | None:
     it must be cheap and must not refuse a host for its gateway's data when it will not
     roll (:func:`plan_rollout` does that, for a host that restarts)."""
     routers = []
-    for candidate in ctx_inventory.get():
+    for candidate in current_inventory():
         data = candidate.data.dict()
         if not is_router_host(data):
             continue
@@ -141,33 +144,19 @@ def plan_rollout(host_name: str, source: str) -> Rollout | None:
 
 
 def runs_serially() -> bool:
-    """Whether pyinfra was started with ``--serial`` (host by host). pyinfra keeps the
-    flag only as an argument of ``run_ops``, so the command line is the one source."""
-    return "--serial" in sys.argv[1:]
-
-
-class _InventoryOrder(set):
-    """pyinfra keeps the active hosts in a set, and ``--serial`` runs them in that set's
-    iteration order (hash order: arbitrary, and not the same from run to run). A rollout
-    goes through the hosts in the inventory's order instead, so that users know which
-    host is first (a canary) and which hosts a stopped rollout left on the old profile.
-    Only iteration changes; pyinfra's in-place set operations keep this type."""
-
-    def __init__(self, hosts, order: dict[str, int]):
-        super().__init__(hosts)
-        self.order = order
-
-    def __iter__(self):
-        return iter(sorted(set.__iter__(self),
-                           key=lambda h: (self.order.get(h.name, len(self.order)), h.name)))
+    """Whether pyinfra was started with ``--serial`` (host by host): its CLI's own
+    parsed flag (gpuserve.roles.run_context)."""
+    return run_context().serial
 
 
 def _serial_in_inventory_order() -> None:
-    current = ctx_state.get()
-    hosts = getattr(current, "active_hosts", None)  # set by pyinfra once hosts connect
-    if hosts is not None and not isinstance(hosts, _InventoryOrder):
-        order = {h.name: i for i, h in enumerate(ctx_inventory.get())}
-        current.active_hosts = _InventoryOrder(hosts, order)
+    """pyinfra keeps the active hosts in a set, and ``--serial`` runs them in that set's
+    iteration order (hash order: arbitrary, and not the same from run to run). A rollout
+    goes through the hosts in the inventory's order instead, so that users know which
+    host is first (a canary) and which hosts a stopped rollout left on the old profile."""
+    order = {h.name: i for i, h in enumerate(current_inventory() or ())}
+    sort_active_hosts(current_state(),
+                      key=lambda h: (order.get(h.name, len(order)), h.name))
 
 
 def register_restart(rollout: Rollout, switching: Switching) -> None:
@@ -178,7 +167,7 @@ def register_restart(rollout: Rollout, switching: Switching) -> None:
     switching.rollout = rollout
     if runs_serially():
         _serial_in_inventory_order()
-    hosts = _RESTARTING.setdefault((id(ctx_state.get()), rollout.router), [])
+    hosts = run_context().restarting.setdefault(rollout.router, [])
     if rollout.worker not in hosts:
         hosts.append(rollout.worker)
     if len(hosts) > 1 and not runs_serially():
@@ -286,8 +275,8 @@ def rollout_guard(router: str, switching: Switching):
     rollout = switching.rollout
     if not state.is_executing or not switching.restarts or rollout is None:
         return
-    failed = sorted(h.name for h in state.failed_hosts
-                    if h.name in rollout.members and h.name != host.name)
+    failed = sorted(name for name in failed_host_names(state)
+                    if name in rollout.members and name != host.name)
     if failed:
         yield failure.fail_host(
             f"rolling switch: not switched: {', '.join(failed)} failed first behind the "

@@ -215,3 +215,38 @@ def test_the_checks_find_what_they_look_for():
     assert _is_roles("gpuserve.roles.checks", []) and _is_roles("gpuserve", ["roles"])
     assert not _is_roles("gpuserve.rolesx", []) and not _is_roles("gpuserve", ["paths"])
     assert _module_name(REPO / "roles/checks/bench.py") == "gpuserve.roles.checks.bench"
+
+
+def _package_graph(graph: dict[str, set[str]], depth: int) -> dict[str, set[str]]:
+    """The module graph folded to packages ``depth`` names deep (``gpuserve.launch``):
+    an edge between two packages when any module of one imports any module of the
+    other. Top-level modules (``gpuserve.errors``) stay themselves."""
+    def package(name: str) -> str:
+        return ".".join(name.split(".")[:depth])
+
+    folded: dict[str, set[str]] = {}
+    for name, edges in graph.items():
+        mine = package(name)
+        folded.setdefault(mine, set()).update(package(e) for e in edges)
+    for name, edges in folded.items():
+        edges.discard(name)
+        for edge in edges:
+            folded.setdefault(edge, set())
+    return folded
+
+
+def test_no_import_circle_among_gpuserve_packages():
+    """The domain packages are layered, not only their files: a package's modules never
+    import a package that imports it back (host, launch and measure once formed a ring)."""
+    graph = _package_graph(_graph(_package_modules("gpuserve")), 2)
+    graph.pop("gpuserve", None)
+    for edges in graph.values():
+        edges.discard("gpuserve")  # gpuserve/__init__.py is the version string
+    cycles = _cycles(graph)
+    assert not cycles, "import circles among gpuserve's packages:\n" + "\n".join(
+        " -> ".join(c) for c in cycles)
+
+
+def test_the_package_fold_finds_a_ring_of_packages():
+    modules = {"p.a.x": {"p.b.y"}, "p.b.y": {"p.c.z"}, "p.c.z": {"p.a.w"}, "p.a.w": set()}
+    assert _cycles(_package_graph(modules, 2)) == [["p.a", "p.b", "p.c", "p.a"]]

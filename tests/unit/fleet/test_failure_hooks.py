@@ -17,6 +17,7 @@ from pyinfra.api.state import StateStage
 from pyinfra.operations import server
 
 from gpuserve.roles import failure
+from gpuserve.roles.run_context import run_context
 
 
 def _state() -> State:
@@ -45,9 +46,13 @@ def _execute_time(state: State, index: int, command: FunctionCommand) -> None:
 
 
 @pytest.fixture
-def calls(monkeypatch) -> list[str]:
-    monkeypatch.setattr(failure, "_HOOKS", {})
+def calls() -> list[str]:
     return []
+
+
+def _pending(state: State):
+    """The hook the run's context holds for @local (None: none pending)."""
+    return run_context(state).host("@local").on_failure
 
 
 def test_an_ordinary_command_failing_runs_the_pending_hook(calls, caplog) -> None:
@@ -61,7 +66,7 @@ def test_an_ordinary_command_failing_runs_the_pending_hook(calls, caplog) -> Non
         run_ops(state)
     assert calls == ["@local"]
     assert "put back: yes" in caplog.text
-    assert failure._HOOKS == {}
+    assert _pending(state) is None
 
 
 def test_a_failure_report_runs_the_hook_once(calls) -> None:
@@ -83,7 +88,7 @@ def test_an_ignored_error_keeps_the_hook(calls) -> None:
     add_op(state, server.shell, name="may fail", commands=["exit 1"], _ignore_errors=True)
     state.current_stage = StateStage.Execute
     run_ops(state)
-    assert calls == [] and "@local" in failure._HOOKS
+    assert calls == [] and _pending(state) is not None
 
 
 def test_a_hook_that_raises_is_reported_and_does_not_end_the_run(calls, caplog) -> None:

@@ -5,14 +5,13 @@ every host together."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.context import ctx_state
 
 from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.roles.router.rolling import Rollout, Switching, register_restart
+from gpuserve.roles.run_context import run_context
 
 
 def rollout(worker: str, router: str = "gw") -> Rollout:
@@ -31,8 +30,8 @@ def fresh_state():
         yield state
 
 
-def test_second_restart_without_serial_is_refused(fresh_state, monkeypatch) -> None:
-    monkeypatch.setattr(sys, "argv", ["pyinfra", "-y", "inv.py", "deploy/serve.py"])
+def test_second_restart_without_serial_is_refused(fresh_state) -> None:
+    assert not run_context(fresh_state).serial  # no CLI: no --serial
     first, second = Switching(), Switching()
     register_restart(rollout("a"), first)
     assert first.restarts
@@ -40,11 +39,10 @@ def test_second_restart_without_serial_is_refused(fresh_state, monkeypatch) -> N
         register_restart(rollout("b"), second)
 
 
-def test_serial_run_and_other_gateways_are_allowed(fresh_state, monkeypatch) -> None:
-    monkeypatch.setattr(sys, "argv", ["pyinfra", "-y", "--serial", "inv.py", "deploy/serve.py"])
+def test_serial_run_and_other_gateways_are_allowed(fresh_state) -> None:
+    run_context(fresh_state).serial = True  # as pyinfra's CLI parsed --serial
     register_restart(rollout("a"), Switching())
     register_restart(rollout("b"), Switching())
-    monkeypatch.setattr(sys, "argv", ["pyinfra", "-y", "inv.py", "deploy/serve.py"])
     with ctx_state.use(State(Inventory(([], {})), Config())):
         register_restart(rollout("a", router="gw1"), Switching())
         register_restart(rollout("b", router="gw2"), Switching())  # one per gateway: fine
@@ -93,7 +91,7 @@ def test_no_rollout_for_a_drained_worker_or_the_only_one() -> None:
                    "lab-gpu") is None
 
 
-def test_a_serial_rollout_goes_in_inventory_order(monkeypatch) -> None:
+def test_a_serial_rollout_goes_in_inventory_order() -> None:
     """pyinfra's --serial runs `inventory.get_active_hosts()`, a list of a set."""
     from pyinfra.context import ctx_inventory
 
@@ -101,7 +99,7 @@ def test_a_serial_rollout_goes_in_inventory_order(monkeypatch) -> None:
     inventory = Inventory((names, {}))
     state = State(inventory, Config())
     state.active_hosts = set(inventory.get_host(n) for n in reversed(names))
-    monkeypatch.setattr(sys, "argv", ["pyinfra", "--serial", "inv.py", "deploy/serve.py"])
+    run_context(state).serial = True
     with ctx_state.use(state), ctx_inventory.use(inventory):
         register_restart(rollout("gpu-05"), Switching())
     assert [h.name for h in inventory.get_active_hosts()] == names
@@ -133,3 +131,21 @@ def test_two_workers_with_another_key_are_refused_when_one_restarts() -> None:
     inv = fleet_inventory(**{"lab-gpu-2": {"sglang_api_key": "other-key-0123456789"}})
     with pytest.raises(InputError, match=r"sglang_api_key \(host lab-gpu-2\)"):
         plan_in(inv, "lab-gpu")
+
+
+def test_the_run_context_takes_the_command_line_pyinfra_parsed() -> None:
+    """--serial, --dry, --diff and the inventory file come from pyinfra's CLI's own click
+    parameters (no sys.argv sniffing), one context per run."""
+    import click
+
+    from gpuserve.roles.run_context import RunContext
+
+    params = {"inventory": "inventory/lab.py", "serial": True, "dry": True, "diff": False}
+    first, second = State(Inventory(([], {})), Config()), State(Inventory(([], {})), Config())
+    with click.Context(click.Command("pyinfra"), obj=None) as context:
+        context.params.update(params)
+        with ctx_state.use(first):
+            made = run_context()
+    assert made == RunContext(inventory_file="inventory/lab.py", serial=True, dry=True)
+    assert run_context(first) is made
+    assert run_context(second) == RunContext()  # another run, no CLI: nothing shared

@@ -1,4 +1,4 @@
-"""The gateway deploy's plan (gpuserve/fleet/router_plan.py): manifest, unit, refusals, lock.
+"""The gateway deploy's plan (gpuserve/plans/router.py): manifest, unit, refusals, lock.
 
 Everything here runs at prepare time, before any host changes, and again in
 ``gpuserve check`` (through the same ``plan_router``)."""
@@ -15,7 +15,10 @@ import pytest
 from gpuserve.commands.check import check_host
 from gpuserve.errors import InputError
 from gpuserve.fleet.multinode import Member
-from gpuserve.fleet.router_plan import (
+from gpuserve.launch.lock_choice import PreflightError
+from gpuserve.launch.locks import app_locks, load_app_lock
+from gpuserve.paths import SCRIPTS_DIR
+from gpuserve.plans.router import (
     KEY_PATH,
     MANIFEST_PATH,
     choose_app_lock,
@@ -23,9 +26,6 @@ from gpuserve.fleet.router_plan import (
     plan_router,
     render_unit,
 )
-from gpuserve.launch.lock_choice import PreflightError
-from gpuserve.launch.locks import app_locks, load_app_lock
-from gpuserve.paths import SCRIPTS_DIR
 
 KEY = "router-key-0123456789abcdef"
 SRC = "inventory/fleet.py"

@@ -78,7 +78,7 @@ def test_nccl_env_follows_the_measured_choice_over_the_driver_verdict():
 
 
 def test_host_plan_takes_the_collectives_from_the_serve_profile():
-    from gpuserve.host.plan import plan_host
+    from gpuserve.plans.host import plan_host
 
     def collectives(**data):
         return plan_host({**MIRROR, **data}, "inv.py").gates.collectives

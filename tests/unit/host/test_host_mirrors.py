@@ -1,5 +1,5 @@
 """https unless trusted, and the keyring digest, at the host deploy's prepare time
-(gpuserve/host/plan.plan_host, which deploy/host.py and ``gpuserve check`` both run)."""
+(gpuserve/plans/host.plan_host, which deploy/host.py and ``gpuserve check`` both run)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from gpuserve.errors import InputError
 from gpuserve.host import keyring, mirrors
-from gpuserve.host.plan import plan_host
+from gpuserve.plans.host import plan_host
 
 SRC = "inventory/gpu.py"
 REPO = "http://10.0.2.2:8000/cuda/repos/debian12/x86_64/"

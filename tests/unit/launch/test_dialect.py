@@ -11,7 +11,7 @@ import pytest
 from gpuserve.cli import main
 from gpuserve.errors import InputError
 from gpuserve.launch import catalog
-from gpuserve.launch.dialect import load_dialect, parse_version, render_launch
+from gpuserve.launch.dialect import load_dialect, render_launch
 from gpuserve.launch.profiles import SECTIONS, list_profiles, load_profile
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "profiles"
@@ -161,11 +161,6 @@ def test_unknown_version_is_refused():
     with pytest.raises(InputError) as info:
         render_launch(fixture("mfs-auto"), "0.4.0")
     assert "0.4.0" in info.value.message
-
-
-def test_parse_version_orders_post_releases():
-    assert parse_version("0.5.19") < parse_version("0.5.20") < parse_version("0.5.23")
-    assert parse_version("0.5.15") < parse_version("0.5.15.post1") < parse_version("0.5.16")
 
 
 def test_render_cli_prints_quoted_argv_one_flag_per_line(capsys, tmp_path):

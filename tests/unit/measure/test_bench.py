@@ -1,4 +1,4 @@
-"""Throughput-check scenarios, expectations and the gate (gpuserve/measure/bench.py),
+"""Throughput-check scenarios, expectations and the gate (gpuserve/launch/bench.py),
 through real profile files so every error names the file and line a user must fix."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuserve.errors import InputError
-from gpuserve.launch.profiles import load_profile
-from gpuserve.measure.bench import (
+from gpuserve.launch.bench import (
     DEFAULT_SCENARIOS,
     BenchSpec,
     client_argv,
@@ -19,6 +18,7 @@ from gpuserve.measure.bench import (
     validate_mode,
     validate_on_regression,
 )
+from gpuserve.launch.profiles import load_profile
 
 
 def write_profile(tmp_path: Path, bench: str, memory: str = "") -> Path:

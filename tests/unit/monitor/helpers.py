@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpuserve.launch.bench import Expectation
 from gpuserve.launch.profiles import load_profile
-from gpuserve.measure.bench import Expectation
 from gpuserve.measure.results import ResultRecord
 
 PROFILE = "deepseek-v3-fp8-h200-tp8"

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from gpuserve.measure.bench import parse_status
+from gpuserve.launch.bench import parse_status
 from gpuserve.paths import SCRIPTS_DIR
 
 SCRIPT = SCRIPTS_DIR / "sglang_bench.py"

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from gpuserve.errors import InputError
 from gpuserve.facts.host import CHECKPOINT_JSON_FILES, CHECKPOINT_SCAN_CACHE, ModelCheckpoint
 from gpuserve.paths import SCRIPTS_DIR
 from gpuserve.roles.managed import PathState
 from gpuserve.roles.prefetch import Read, _command_text, batch_script, split_output
-from gpuserve.serve.plan import checkpoint_path
+from gpuserve.serve.plan import read_input
 from tests.checkpoints import compose_record
 
 REPO = Path(__file__).resolve().parents[3]
@@ -28,13 +29,17 @@ REPO = Path(__file__).resolve().parents[3]
     ({"profile": "glm5-nvfp4-tp8", "preflight": "warn"}, "/models/GLM-5-NVFP4"),
     ({"profile": "glm5-nvfp4-tp8", "preflight": "off"}, None),     # nothing will scan it
     ({"profile": "deepseek-v3-fp8-h200-tp8"}, None),                # a hub id
-    ({}, None),                                                     # plan_serve says why
-    ({"profile": "../../etc/passwd"}, None),
-    ({"profile": "no-such-profile"}, None),
-    ({"profile": "glm5-nvfp4-tp8", "preflight": "maybe"}, None),
 ])
 def test_checkpoint_path(data, want) -> None:
-    assert checkpoint_path(data, "inventory/gpu.py") == want
+    assert read_input(data, "inventory/gpu.py").checkpoint_path == want
+
+
+@pytest.mark.parametrize("data", [{}, {"profile": "../../etc/passwd"},
+                                  {"profile": "no-such-profile"},
+                                  {"profile": "glm5-nvfp4-tp8", "preflight": "maybe"}])
+def test_bad_input_is_refused_before_the_batch(data) -> None:
+    with pytest.raises(InputError):
+        read_input(data, "inventory/gpu.py")
 
 
 def test_scan_in_a_batch_gives_the_facts_own_output(tmp_path) -> None:

@@ -19,7 +19,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
-from gpuserve.measure.bench import BenchSpec, Scenario, parse_expectation
+from gpuserve.launch.bench import BenchMode, BenchSpec, OnRegression, Scenario, parse_expectation
 from gpuserve.measure.results import RecordSpec, read_results
 from gpuserve.roles.checks import throughput_checks
 from gpuserve.serve.checks import BenchPlan
@@ -30,7 +30,7 @@ LINE = FIXTURE.read_text().splitlines()[0]
 SINGLE = Scenario("single", concurrency=1, prompts=5, input_len=1024, output_len=512)
 
 
-def plan(mode="auto", spec=None, on_regression="report") -> BenchPlan:
+def plan(mode=BenchMode.AUTO, spec=None, on_regression=OnRegression.REPORT) -> BenchPlan:
     return BenchPlan(mode=mode, spec=spec or BenchSpec(scenarios=(SINGLE,), timeout_s=30),
                      fingerprint="sha256:new", on_regression=on_regression,
                      profile="glm5-nvfp4-tp8", python="/opt/v/bin/python", user="sglang",
@@ -97,7 +97,7 @@ def test_new_configuration_is_benchmarked_recorded_and_marked(tmp_path, caplog):
 def test_always_benchmarks_even_when_marked():
     responses = {"last-pass.json": json.dumps({"fingerprint": "sha256:new"}),
                  "sglang_bench.py status": status()}
-    meta, cmds = run(plan(mode="always"), responses)
+    meta, cmds = run(plan(mode=BenchMode.ALWAYS), responses)
     assert meta.did_succeed() and any("sglang_bench.py start" in c for c in cmds)
 
 

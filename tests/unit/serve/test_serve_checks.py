@@ -196,26 +196,25 @@ def run_gate_from_batch(batch: str | None, responses: dict, change_first: bool =
 
     import gpuserve.roles.prefetch as prefetch_mod
     from gpuserve.roles.checks import serving_probe
+    from gpuserve.roles.run_context import run_context
 
     inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
     state = State(inv, Config())
     connect_all(state)
     request = SmokeRequest(port=SMOKE["port"], model=SMOKE["model"], config=SMOKE["config"])
     read = serving_probe(GATE["script"], GATE["unit"], SMOKE["profile"], request)
-    store = prefetch_mod._STORES.setdefault("@fake", prefetch_mod._Store())
+    store = prefetch_mod._Store()
+    run_context(state).host("@fake").reads = store
     if batch is not None:
         store.values[read] = batch
         store.taken[read] = time.monotonic() - age
-    try:
-        if change_first:
-            add_op(state, server.shell, commands=["touch /etc/gpuserve/sglang.env"])
-        gate = next(iter(add_op(state, wait_healthy, timeout=5, smoke=request,
-                                profile_name=SMOKE["profile"], **GATE).values()))
-        smoke = next(iter(add_op(state, smoke_completion, **SMOKE).values()))
-        with contextlib.suppress(PyinfraError):
-            run_ops(state)
-    finally:
-        prefetch_mod._STORES.pop("@fake", None)
+    if change_first:
+        add_op(state, server.shell, commands=["touch /etc/gpuserve/sglang.env"])
+    gate = next(iter(add_op(state, wait_healthy, timeout=5, smoke=request,
+                            profile_name=SMOKE["profile"], **GATE).values()))
+    smoke = next(iter(add_op(state, smoke_completion, **SMOKE).values()))
+    with contextlib.suppress(PyinfraError):
+        run_ops(state)
     return gate, smoke, [str(c) for c in next(iter(inv)).connector.executed_commands]
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from gpuserve.env_names import ARGS_VAR
 from gpuserve.errors import InputError
 from gpuserve.launch.catalog import load_catalog
-from gpuserve.launch.env_names import ARGS_VAR
 from gpuserve.serve.metrics import attention_dp, metrics_flags
 from gpuserve.serve.plan import plan_serve
 from tests.unit.serve.test_serve_plan import R580

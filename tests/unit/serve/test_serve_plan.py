@@ -16,7 +16,7 @@ from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
 from gpuserve.roles.checks import serving_probe_read
 from gpuserve.roles.sglang import pip_args
-from gpuserve.serve.plan import candidate_locks, plan_serve
+from gpuserve.serve.plan import plan_serve, read_input
 
 REPO = Path(__file__).resolve().parents[3]
 PYINFRA = Path(sys.executable).with_name("pyinfra")
@@ -378,7 +378,7 @@ def test_the_chosen_lock_is_among_the_candidates_read_in_the_first_batch(data, h
     """The deploy reads the venvs of every candidate lock in its first batch,
     so the lock the plan then chooses must be one of them (else a second batch runs)."""
     chosen = plan_serve(data, "inventory/gpu.py", host).lock
-    candidates = candidate_locks(data, "inventory/gpu.py")
+    candidates = read_input(data, "inventory/gpu.py").candidate_locks
     assert chosen in candidates
 
 
@@ -400,21 +400,59 @@ def test_the_batch_probe_is_the_one_the_gate_asks_for(data) -> None:
     asked = serving_probe(f"{plan.bin_dir}/{PROBE}", UNIT_NAME, plan.service.profile_name,
                           SmokeRequest(port=plan.service.port, model=plan.service.served_name,
                                        config=plan.config_path))
-    assert serving_probe_read(data, "inventory/gpu.py", plan.home) == asked
+    assert serving_probe_read(read_input(data, "inventory/gpu.py")) == asked
     assert bool(dict(asked.kwargs)["smoke"].config) == ("sglang_api_key" in data)
 
 
 @pytest.mark.parametrize("data", [{}, {"profile": "no-such-profile"}, {"profile": 5},
-                                  {"profile": "../../etc/passwd"}])
-def test_bad_input_has_no_batch_probe(data) -> None:
-    assert serving_probe_read(data, "inventory/gpu.py", "/opt/gpuserve") is None
-
-
-@pytest.mark.parametrize("data", [{}, {"profile": "no-such-profile"},
                                   {"profile": "../../etc/passwd"},
                                   {"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": "/nonexistent"},
                                   {"profile": "glm5-nvfp4-tp8", "sglang_version": 5}])
-def test_bad_input_has_no_candidates_and_the_plan_says_why(data) -> None:
-    assert candidate_locks(data, "inventory/gpu.py") == []
-    with pytest.raises((InputError, PreflightError)):
+def test_bad_input_stops_before_any_read_with_the_plans_own_error(data) -> None:
+    """No guess that swallows the error: the input the first batch is derived from
+    raises exactly what the plan raises, before any host read."""
+    with pytest.raises(InputError) as first:
+        read_input(data, "inventory/gpu.py")
+    with pytest.raises(InputError) as planned:
         plan_serve(data, "inventory/gpu.py", R580)
+    assert str(first.value) == str(planned.value)
+
+
+def test_the_serve_deploy_loads_the_profile_once_per_host(monkeypatch) -> None:
+    """The deploy's prepare step (roles/deploys/serve.plan_and_read) parses host data and
+    profile once per host (read_input), derives its first batch of reads from that, and
+    plans from the same parsed input: one profile load per host, counted wherever a
+    module holds load_profile."""
+    import sys
+
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.context import ctx_host, ctx_state
+
+    import gpuserve.launch.profiles as profiles
+    import gpuserve.roles.deploys.serve as deploy
+    from gpuserve.roles.run_context import run_context
+
+    loads: list[str] = []
+    real = profiles.load_profile
+
+    def counted(ref, *args, **kwargs):
+        loads.append(ref)
+        return real(ref, *args, **kwargs)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "load_profile", None) is real:
+            monkeypatch.setattr(module, "load_profile", counted)
+    batches: list[list] = []
+    monkeypatch.setattr(deploy, "prefetch", batches.append)
+    monkeypatch.setattr(deploy, "host_runtime", R580)
+    monkeypatch.setattr(deploy, "fact", lambda cls, **kwargs: None)  # nothing on the hosts
+    monkeypatch.setattr(deploy, "host_facts_document", lambda reader: None)
+    inv = Inventory((["gpu1", "gpu2"], {"profile": "glm5-nvfp4-tp8"}))
+    state = State(inv, Config())
+    plans = []
+    for host in inv:
+        with ctx_state.use(state), ctx_host.use(host):
+            plans.append(deploy.plan_and_read())
+    assert loads == ["glm5-nvfp4-tp8", "glm5-nvfp4-tp8"]
+    assert len(batches) == 2  # one first batch per host, derived from the parsed input
+    assert [run_context(state).host(h).serve_plan for h in ("gpu1", "gpu2")] == plans

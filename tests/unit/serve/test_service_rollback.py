@@ -21,7 +21,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
-import gpuserve.roles.checks
+import gpuserve.roles.checks.probe
 from gpuserve.measure.health import Probe
 from gpuserve.roles.checks import wait_healthy
 from gpuserve.roles.service.rollback import (
@@ -219,7 +219,7 @@ def probes(monkeypatch):
     def fake_parse(_stdout):
         return seq.pop(0) if len(seq) > 1 else seq[0]
 
-    monkeypatch.setattr(gpuserve.roles.checks, "parse_probe", fake_parse)
+    monkeypatch.setattr(gpuserve.roles.checks.probe, "parse_probe", fake_parse)
     return seq
 
 

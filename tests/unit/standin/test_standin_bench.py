@@ -233,8 +233,8 @@ def test_unsimulated_dataset_is_refused(site, server, model_dir, tmp_path):
 
 def test_every_version_runs_the_deploy_argv(site19, site23, model_dir, tmp_path):
     """Each stand-in wheel's client (its own version's catalog) completes the argv the
-    serve deploy builds (gpuserve.measure.bench.client_argv); 0.5.19 lacks --goodput."""
-    from gpuserve.measure.bench import Scenario, client_argv
+    serve deploy builds (gpuserve.launch.bench.client_argv); 0.5.19 lacks --goodput."""
+    from gpuserve.launch.bench import Scenario, client_argv
 
     for version, site in (("0.5.19+lab", site19), ("0.5.23+lab", site23)):
         out = tmp_path / f"{version}.jsonl"

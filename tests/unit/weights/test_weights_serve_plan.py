@@ -138,10 +138,10 @@ def test_check_without_host_or_hub_checks_the_host_data_only(tmp_path):
 
 
 def test_first_batch_knows_a_pinned_revision_directory(tmp_path):
-    from gpuserve.serve.plan import checkpoint_path, weights_target
+    from gpuserve.serve.plan import read_input
 
-    data = {"profile": str(_profile(tmp_path)), "models_dir": "/srv/m"}
+    inputs = read_input({"profile": str(_profile(tmp_path)), "models_dir": "/srv/m"}, "inv.py")
     target = f"/srv/m/zai-org--GLM-5-NVFP4/{COMMIT}"
-    assert weights_target(data, "inv.py") == (target, "/srv/m")
-    assert checkpoint_path(data, "inv.py") == target
-    assert weights_target({"profile": "glm5-nvfp4-tp8"}, "inv.py") is None
+    assert inputs.weights_target == (target, "/srv/m")
+    assert inputs.checkpoint_path == target
+    assert read_input({"profile": "glm5-nvfp4-tp8"}, "inv.py").weights_target is None

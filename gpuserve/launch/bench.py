@@ -6,7 +6,7 @@ yet nothing measured it after a deploy. The serve deploy runs SGLang's own clien
 per scenario after the health gate; this module is the pure part: what to run, with
 which argv, and whether the numbers pass.
 
-How: docs/benchmarks.md, "gpuserve.measure.bench: the profile's bench section"
+How: docs/benchmarks.md, "gpuserve.launch.bench: the profile's bench section"
 """
 
 from __future__ import annotations
@@ -17,13 +17,30 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from gpuserve.errors import InputError, one_of
 from gpuserve.terminal import escaped_key, non_ascii_note
 
-ON_REGRESSION = ("report", "rollback")
-BENCH_MODES = ("auto", "always", "off")
+
+class BenchMode(StrEnum):
+    """Host data ``bench``: when the throughput checks run."""
+
+    AUTO = "auto"  # when the served configuration is new to the host
+    ALWAYS = "always"
+    OFF = "off"
+
+
+class OnRegression(StrEnum):
+    """What a missed throughput gate does."""
+
+    REPORT = "report"  # keep serving, fail the host
+    ROLLBACK = "rollback"  # back to the last good configuration, fail the host
+
+
+ON_REGRESSION = tuple(OnRegression)
+BENCH_MODES = tuple(BenchMode)
 
 # SGLang client figures an expectation may name, and the unit family of each.
 _THROUGHPUT = ("output_throughput", "input_throughput", "total_throughput")
@@ -328,19 +345,19 @@ def _tolerance(raw: Any, error: ErrorAt) -> float | None:
 # ------------------------------------------------------------------------ host data
 
 
-def validate_mode(value: Any, source: str) -> str:
+def validate_mode(value: Any, source: str) -> BenchMode:
     """Host data ``bench``: ``auto`` (run when the served configuration changed since
     the host's last benchmarked one), ``always``, or ``off``."""
-    return one_of(value, source, "bench", BENCH_MODES, "auto")
+    return BenchMode(one_of(value, source, "bench", BENCH_MODES, "auto"))
 
 
-def validate_on_regression(value: Any, source: str) -> str | None:
+def validate_on_regression(value: Any, source: str) -> OnRegression | None:
     if value is None or value == "":
         return None
     if value not in ON_REGRESSION:
         raise InputError(source, "on_regression", f"must be one of "
                          f"{', '.join(ON_REGRESSION)}, got {value!r}")
-    return value
+    return OnRegression(value)
 
 
 # ------------------------------------------------------------------------------ argv

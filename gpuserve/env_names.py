@@ -7,7 +7,7 @@ the service's own writable cache instead of the root-owned venv. Refused by name
 server's arguments variable, the loader's and Python's code-locating names, and the
 paths the unit sets for run-time kernel builds.
 
-How: docs/security.md, "gpuserve.launch.env_names: the refused names"
+How: docs/security.md, "gpuserve.env_names: the refused names"
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuserve import safeload
+from gpuserve import safeload, versions
 from gpuserve.errors import InputError
 from gpuserve.fleet.multinode import Member, place_node
 from gpuserve.launch.lock_choice import PreflightError
@@ -442,8 +442,7 @@ def choose_app_lock(locks: list[AppLock], python: str, glibc: str | None,
         reasons = "; ".join(lk.supports(python, glibc) or "" for lk in locks)
         raise PreflightError(f"{host_name}: no {PACKAGE} lock fits this host ({reasons}); "
                              "nothing on the host was changed")
-    return max(usable, key=lambda lk: tuple(int(n) for n in lk.version.split(".")
-                                            if n.isdigit()))
+    return versions.newest(usable, key=lambda lk: lk.version)
 
 
 def manifest_text(workers: tuple[Worker, ...] | list[Worker]) -> str:

@@ -1,0 +1,95 @@
+"""What a serve deploy would change on a host, as text: the preview of ``--dry --diff``.
+
+Pure: the deploy (roles/preview.py) reads the live files and hands them here with the
+plan's own texts and decisions, so the preview is the plan the real run executes, not a
+second guess. Secrets never reach the text: the plan's secret values and any line whose
+key names a token, key, secret or password are redacted on both sides of a diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+REDACTED = "<redacted>"
+
+# KEY=value (EnvironmentFile) or key: value (the --config YAML) whose key names a secret
+_SECRET_LINE = re.compile(
+    r"^(\s*[\w.-]*(?:token|api[-_]?key|secret|password)[\w.-]*\s*[=:]\s*)(\S.*)$",
+    re.IGNORECASE)
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` with every secret value and every secret-named line's value replaced."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return "\n".join(_SECRET_LINE.sub(lambda m: m.group(1) + REDACTED, line)
+                     for line in text.split("\n"))
+
+
+def file_diff(path: str, live: str | None, planned: str | None,
+              secrets: Iterable[str | None] = ()) -> list[str]:
+    """A unified diff of ``path`` from its live text (None: absent) to the planned one
+    (None: removed), secrets redacted; [] when they are equal."""
+    if live == planned:
+        return []
+    kept = list(secrets)
+    before = redact(live, kept).splitlines() if live is not None else []
+    after = redact(planned, kept).splitlines() if planned is not None else []
+    return list(difflib.unified_diff(
+        before, after, fromfile=f"{path} (live)" if live is not None else "/dev/null",
+        tofile=f"{path} (planned)" if planned is not None else "/dev/null", lineterm=""))
+
+
+def gib(size: int) -> str:
+    return f"{size / 1024**3:.2f} GiB"
+
+
+@dataclass
+class Preview:
+    """One host's preview: what the real run would do, decided by the plan."""
+
+    host: str
+    diffs: dict[str, list[str]] = field(default_factory=dict)  # path -> diff lines
+    install: str | None = None  # the lock and venv it would install, None: installed
+    weights: str | None = None  # the weights it would fetch, None: none
+    steps: list[str] = field(default_factory=list)  # systemctl steps of the activation
+    restart_why: str = ""
+    preflight: list[str] = field(default_factory=list)  # the preflight's verdict lines
+    operations: list[str] = field(default_factory=list)  # what would run, in order
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.diffs or self.install or self.weights or self.steps)
+
+
+def restart_reason(changed: list[str], steps: list[str], stale: bool) -> str:
+    """Why the activation restarts (or starts) the server, in words."""
+    if not steps:
+        return "no restart: the server runs the planned files"
+    action = "restart" if "restart" in steps else "start" if "start" in steps else steps[-1]
+    if changed:
+        return f"{action}: {', '.join(changed)} would change"
+    if stale:
+        return f"{action}: the server runs an older configuration than its files"
+    return f"{action}: the unit is not running"
+
+
+def preview_lines(p: Preview) -> list[str]:
+    """The preview as lines to print, diffs last per file."""
+    lines = [f"{p.host}: preview: {'changes' if p.changes else 'no changes'} "
+             "(nothing on the host was changed)"]
+    lines += [f"{p.host}: preview: preflight: {line.removeprefix('preflight: ')}"
+              for line in p.preflight]
+    if p.install:
+        lines.append(f"{p.host}: preview: would install {p.install}")
+    if p.weights:
+        lines.append(f"{p.host}: preview: would fetch {p.weights}")
+    lines.append(f"{p.host}: preview: server: {p.restart_why}")
+    lines += [f"{p.host}: preview: operation: {op}" for op in p.operations]
+    for path, diff in p.diffs.items():
+        lines.append(f"{p.host}: preview: diff of {path}:")
+        lines += [f"    {line}" for line in diff]
+    return lines

@@ -1,0 +1,68 @@
+"""The health gate: wait until the restarted server is healthy; on failure, roll back
+to the last good configuration (roles/checks/rollback.py) and fail the host.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger, state
+from pyinfra.api import operation
+
+from gpuserve.measure.health import (
+    Verdict,
+    restart_warning,
+)
+from gpuserve.roles.checks.probe import (
+    BATCH_PROBE_MAX_AGE,
+    _gate,
+    _healthy_from_batch,
+    serving_probe,
+)
+from gpuserve.roles.checks.rollback import roll_back
+from gpuserve.roles.checks.smoke import SmokeRequest
+from gpuserve.roles.failure import fail_host
+from gpuserve.roles.prefetch import changed_so_far, prefetched
+from gpuserve.roles.run_context import run_context
+from gpuserve.roles.service.rollback import (
+    RollbackSpec,
+)
+
+
+@operation(is_idempotent=True)
+def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: float = 3.0,
+                 report_every: float = 15.0, rollback: RollbackSpec | None = None,
+                 smoke: SmokeRequest | None = None, profile_name: str = ""):
+    """Wait for ``/health`` 200, printing the startup phase; fail early or on timeout.
+
+    With ``rollback``, a failed gate first restores the last good configuration when
+    there is one that differs from the failing one (roles/service/rollback.py), waits
+    for it to be healthy again, and then fails the host saying so. With ``smoke``, the
+    probe that finds the server healthy also makes the smoke completion (judged by
+    :func:`smoke_completion`, the next operation). With ``profile_name`` too, and no
+    operation of this deploy having changed the host, the first batch's probe of this
+    profile (:func:`serving_probe`) stands for the first probe: the server it found
+    healthy is the one this deploy leaves running."""
+    if not state.is_executing:
+        return
+    run_context().host(host.name).smoke = None
+    found = None
+    if smoke is not None and profile_name and not changed_so_far():
+        batch = prefetched(serving_probe(script, unit, profile_name, smoke),
+                           max_age=BATCH_PROBE_MAX_AGE)
+        found = _healthy_from_batch(batch, smoke, timeout)
+    decision, tail, elapsed, error = ((*found, 0.0, "") if found else _gate(
+        unit, port, script, timeout, interval, report_every, smoke))
+    if decision is not None and decision.verdict is Verdict.HEALTHY:
+        logger.info(f"{host.name}: health: ready after {elapsed:.0f} s ({decision.message})")
+        # a crash systemd restarted is not a failed gate, but must not go unseen
+        if decision.probe and (note := restart_warning(host.name, unit, decision.probe)):
+            logger.warning(note)
+        return
+    reason = f"health: {error}" if decision is None else f"health: {decision.message}"
+    if rollback is None:
+        yield fail_host(reason + ("" if decision is None else
+                              f"; last journal lines of {unit}:"), tail)
+        return
+    failed = f"{reason}; profile {rollback.profile_name} failed, last journal lines of {unit}:"
+    outcome = yield from roll_back(rollback, port, script, timeout, interval, report_every,
+                                   what="health")
+    yield fail_host(failed, tail, outcome)
