@@ -23,6 +23,7 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import quote
 
+from gpuserve import versions as pep440
 from gpuserve.errors import GpuserveError
 from gpuserve.parsers.distro import AptCandidate
 
@@ -157,10 +158,6 @@ def is_release(deb_version: str) -> bool:
     return not re.search(r"(~|\d)(a|b|rc)\d*", upstream_version(deb_version))
 
 
-def _key(python: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in python.split("."))
-
-
 def managed_path(home: str, build: ManagedBuild) -> str:
     return f"{home}/python/{build.dirname}/bin/python{build.python}"
 
@@ -168,7 +165,7 @@ def managed_path(home: str, build: ManagedBuild) -> str:
 def packages_read_for(pythons: Collection[str]) -> list[str]:
     """Every apt package a choice for these lock Pythons may name (read in the deploy's
     first batch, so a rerun needs no second one)."""
-    return ["python3-venv", *(f"python{p}{s}" for p in sorted(pythons, key=_key)
+    return ["python3-venv", *(f"python{p}{s}" for p in pep440.ordered(pythons)
                               for s in ("", "-venv", "-dev"))]
 
 
@@ -179,7 +176,7 @@ def choose_interpreter(facts: DistroFacts, lock_pythons: Collection[str], *,
     """The interpreter for ``lock_pythons`` (the Python minors the wanted locks are for),
     or an :class:`InterpreterError` naming what was looked for and the fix."""
     builds = managed_builds() if builds is None else builds
-    wanted = sorted(set(lock_pythons), key=_key, reverse=True)
+    wanted = pep440.ordered(set(lock_pythons))[::-1]
     asked = sglang_python or AUTO
     if asked.startswith("/"):
         return _explicit(facts, wanted, asked, host)
