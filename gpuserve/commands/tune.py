@@ -233,7 +233,21 @@ def _ready_s(out: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def check_data(items: list[str]) -> None:
+    """``--data`` read as pyinfra's CLI reads it (gpuserve check's parser), before any
+    connection; a secret is refused: every deploy of the tune would carry it on its
+    command line."""
+    from gpuserve.commands.check import parse_data
+    from gpuserve.launch.secrets import is_secret_env_name
+
+    for key in parse_data(items):
+        if is_secret_env_name(key):
+            raise InputError("--data", key[:80], "carries a secret: set it in the inventory's "
+                             "host data, never on a command line (its value is not shown)")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_data(args.data)
     spec, raw_knobs = load_tune(args.tune_file)  # bad input: before any host is touched
     precheck(spec, raw_knobs)
     results = Path(args.results).resolve()
