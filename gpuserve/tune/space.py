@@ -30,7 +30,7 @@ from gpuserve.launch.profiles import (
 )
 
 TOP_KEYS = ("incumbent", "knobs", "loads", "requests", "objectives", "budget",
-            "early_stop", "combine", "description")
+            "early_stop", "combine", "repeats", "description")
 OBJECTIVES = ("single_stream", "goodput", "pareto")
 #: SLO names -> SGLang benchmark figure (milliseconds)
 SLO_FIGURES = {f"{stat}_{metric}": f"{stat}_{metric}_ms"
@@ -81,6 +81,16 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class Repeats:
+    """Benchmark runs in the same server: the incumbent's load levels run ``incumbent``
+    times (the host's noise); a candidate within the noise of the leader runs again, up
+    to ``most`` runs per load level."""
+
+    incumbent: int = 3
+    most: int = 6
+
+
+@dataclass(frozen=True)
 class TuneSpec:
     name: str
     source: Path
@@ -94,6 +104,7 @@ class TuneSpec:
     budget: Budget
     early_stop: float | None
     combine: int
+    repeats: Repeats = field(default_factory=Repeats)
     locations: dict[str, Origin] = field(default_factory=dict, repr=False, compare=False)
 
     def objective(self, name: str) -> Objective | None:
@@ -138,7 +149,7 @@ def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
         budget=_budget(data.get("budget"), error),
         early_stop=_fraction(data.get("early_stop", 0.75), "early_stop", error),
         combine=_int(data.get("combine", 2), "combine", error, low=0, high=8),
-        locations=locs, **requests)
+        repeats=_repeats(data.get("repeats"), error), locations=locs, **requests)
     if data.get("budget") is None:
         spec = _bounded_by_space(spec, knobs, error)
     return spec, dict(knobs)
@@ -279,6 +290,21 @@ def _objectives(raw: Any, error) -> tuple[Objective, ...]:
                 slo[SLO_FIGURES[key]] = parse_ms(limit, f"{at}.slo.{key}", error)
         out.append(Objective(name, slo))
     return tuple(out)
+
+
+def _repeats(raw: Any, error) -> Repeats:
+    if raw is None:
+        return Repeats()
+    if not isinstance(raw, Mapping):
+        raise error("repeats", "must be a mapping (incumbent, most)")
+    for key in raw:
+        if key not in ("incumbent", "most"):
+            raise error(f"repeats.{key}", "unknown key (valid: incumbent, most)")
+    runs = _int(raw.get("incumbent", Repeats.incumbent), "repeats.incumbent", error, low=1,
+                high=20)
+    most = _int(raw.get("most", max(Repeats.most, runs)), "repeats.most", error, low=runs,
+                high=50)
+    return Repeats(runs, most)
 
 
 def _budget(raw: Any, error) -> Budget:

@@ -120,8 +120,9 @@ def test_field_notes_shape(snapshot, tmp_path) -> None:
     run, lines, _ = tuned(snapshot, tmp_path, SPACE, host)
     by = {o.label: o for o in run.outcomes}
     # incumbent first, then calibration from its start
-    assert host.calls[0] == ("incumbent", (1, 16, 64))  # never stopped: one run
-    assert host.calls[1][0] != "incumbent"
+    # never stopped: every level in one run, three runs in the same server (the noise)
+    assert host.calls[:3] == [("incumbent", (1, 16, 64))] * 3 and host.loads >= 1
+    assert host.calls[3][0] != "incumbent"
     assert any("memory calibration" in line and "offset -16.25 GiB" in line for line in lines)
     # EP at 0.78 pruned before loading with its numbers; EP at 0.83 fits and is measured
     ep78 = next(o for o in run.outcomes if "mfs=0.78" in o.label)
@@ -242,7 +243,7 @@ def test_custom_all_reduce_without_measured_p2p_is_pruned(snapshot, tmp_path) ->
     pruned = [o for o in run.outcomes if o.status == "pruned"]
     assert [o.label for o in pruned] == ["communication.disable_custom_all_reduce=off"]
     assert "P2P was not measured working" in pruned[0].reason
-    assert [label for label, _ in host.calls] == ["incumbent"]
+    assert {label for label, _ in host.calls} == {"incumbent"} and host.loads == 1
 
 
 def test_auto_values_from_the_model_and_the_host(snapshot, tmp_path) -> None:
