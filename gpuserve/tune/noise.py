@@ -4,8 +4,9 @@ Why: on a real GPU box two runs of the same launch differ by 1-3 %, so one run p
 candidate picks a lucky launch about as often as a better one. The incumbent's load
 levels run several times in the same server; every repeated run of any candidate adds
 to one pooled estimate of the relative standard deviation of a run on this host. A
-candidate's figure is the mean of its runs, with an interval of ``Z`` standard errors;
-two candidates are told apart only when their difference passes the same test.
+candidate's figure is the mean of its runs, with an interval of Student's t (one-sided
+95 %, for the estimate's degrees of freedom) standard errors; two candidates are told
+apart only when their difference passes the same test.
 
 How: docs/tune.md, "Noise, repeats and significance"
 """
@@ -16,9 +17,18 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-#: standard errors of an interval and of a difference that counts (one-sided ~95 %)
+#: Student's t, one-sided 95 %, by degrees of freedom (a noise estimate from a few runs
+#: is itself uncertain: fewer runs, a wider band); beyond the table the normal's 1.645
+_T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
+        9: 1.833, 10: 1.812, 12: 1.782, 15: 1.753, 20: 1.725, 30: 1.697, 60: 1.671}
 Z = 1.645
-RUNS_KEY = "runs"  # Outcome.numbers[RUNS_KEY]: {level: [output tok/s of each run]}
+
+
+def t95(dof: int) -> float:
+    """Student's t quantile (one-sided 95 %) for ``dof`` degrees of freedom (rounded to
+    the next smaller tabled value: the wider band)."""
+    known = [d for d in _T95 if d <= max(dof, 1)]
+    return _T95[max(known)] if dof <= 60 else Z
 
 
 @dataclass(frozen=True)
@@ -28,20 +38,24 @@ class Noise:
     rel_sd: float
     dof: int
 
+    @property
+    def z(self) -> float:
+        return t95(self.dof)
+
     def se(self, value: float, runs: int) -> float:
         """Standard error of a mean of ``runs`` runs around ``value``."""
         return abs(value) * self.rel_sd / math.sqrt(max(runs, 1))
 
     def half_width(self, value: float, runs: int) -> float:
-        return Z * self.se(value, runs)
+        return self.z * self.se(value, runs)
 
     def separated(self, a: float, runs_a: int, b: float, runs_b: int) -> bool:
         """Whether ``a`` and ``b`` (means) differ beyond the noise."""
-        return abs(a - b) > Z * math.hypot(self.se(a, runs_a), self.se(b, runs_b))
+        return abs(a - b) > self.z * math.hypot(self.se(a, runs_a), self.se(b, runs_b))
 
     def beats(self, a: float, runs_a: int, b: float, runs_b: int) -> bool:
         """Whether ``a`` is higher than ``b`` beyond the noise."""
-        return a - b > Z * math.hypot(self.se(a, runs_a), self.se(b, runs_b))
+        return a - b > self.z * math.hypot(self.se(a, runs_a), self.se(b, runs_b))
 
 
 def pooled(groups: Iterable[list[float]]) -> Noise | None:

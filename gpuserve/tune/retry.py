@@ -1,4 +1,5 @@
-"""One more try for a value that failed alone for memory, with what relieves its cause.
+"""Follow-ups of the one-knob sweep: failures retried where they would fit, and knobs
+that made no difference alone tried again beside an objective's best.
 
 Why: a value can fail beside the incumbent's memory settings and start beside others
 (EAGLE-3 dies capturing decode graphs up to batch 512 and starts at 128). Measured
@@ -7,7 +8,12 @@ capture OOM is relieved by a smaller decode graph max bs; a KV pool without room
 larger mem_fraction_static; an out-of-memory without a known phase by either. The
 retry is judged like any candidate before it loads (the planner must say it fits).
 
-How: docs/tune.md, "Failures retried where they would fit"
+A knob can also matter only beside another value (decode graph sizes for a batch under
+EP8, not under TP): when every value of a knob measured alone was within the noise of
+the incumbent for an objective, its values are tried once more combined with that
+objective's best launch.
+
+How: docs/tune.md, "Failures retried where they would fit" and "Refinements"
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import re
 from typing import Any
 
 from gpuserve.tune.candidates import Candidate, candidate_name
-from gpuserve.tune.outcome import Outcome, score
+from gpuserve.tune.noise import Noise
+from gpuserve.tune.outcome import Outcome, best, score, score_level
 from gpuserve.tune.space import MAX_RETRIES, Knob, KnobValue, TuneSpec
 
 GRAPH = "memory.cuda_graph_max_bs"
@@ -65,7 +72,7 @@ def retries(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome], ct
     ``MAX_RETRIES``) with the best measured value of each knob that relieves its cause."""
     out: list[Candidate] = []
     seen = {o.candidate for o in outcomes}
-    for failed in outcomes:
+    for failed in outcomes:  # in the order they were measured: best predicted first
         causes = memory_cause(failed) if failed.phase == "one knob" else ()
         if not causes or len(out) >= MAX_RETRIES:
             continue
@@ -106,3 +113,52 @@ def _best_relief(knobs: tuple[Knob, ...], outcomes: list[Outcome], incumbent, fi
         return None
     _, _, name, value = max(found, key=lambda t: (t[0], t[1]))
     return name, value
+
+
+def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome],
+                config_key: str, objective: str, noise: Noise | None, seen: set[str]
+                ) -> list[Candidate]:
+    """The values of each knob that was flat alone for ``objective`` (every value within
+    the noise of the incumbent), each combined with the objective's best launch."""
+    top = best(outcomes, objective, spec)
+    base = next((o for o in outcomes if o.phase == "incumbent"), None)
+    if top is None or base is None or top is base:
+        return []
+    by_name = {k.name: k for k in knobs}
+    chosen = {k: next(v for v in by_name[k].values if v.label == label)
+              for k, label in top.choice.items() if k in by_name}
+    out = []
+    for knob in knobs:
+        if knob.name in chosen or not _flat(knob, outcomes, base, objective, spec, noise):
+            continue
+        tried = {o.choice[knob.name] for o in outcomes if o.phase == "one knob"
+                 and knob.name in o.choice and o.status != "failed"}
+        for value in knob.values:
+            if value.label not in tried:
+                continue
+            choice = {**chosen, knob.name: value}
+            name = candidate_name(spec, choice, config_key)
+            if name not in seen and name not in {c.name for c in out}:
+                out.append(Candidate(name, "refinement", choice))
+    return out
+
+
+def _flat(knob: Knob, outcomes: list[Outcome], base: Outcome, objective: str,
+          spec: TuneSpec, noise: Noise | None) -> bool:
+    """Whether every value of ``knob`` measured alone stayed within the noise of the
+    incumbent for ``objective`` (within 1 % when the noise was not measured)."""
+    ref, at = score_level(base, objective, spec)
+    if ref is None:
+        return False
+    mine = [(o, *score_level(o, objective, spec)) for o in outcomes
+            if o.phase == "one knob" and knob.name in o.choice]
+    mine = [(o, s, level) for o, s, level in mine if s is not None]
+    if not mine:
+        return False
+    for o, s, level in mine:
+        if noise is None:
+            if abs(s - ref) > 0.01 * ref:
+                return False
+        elif noise.separated(s, o.count(level), ref, base.count(at)):
+            return False
+    return True

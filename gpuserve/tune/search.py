@@ -18,6 +18,7 @@ measured again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -26,7 +27,7 @@ from gpuserve.tune.candidates import Candidate, combinations, one_knob
 from gpuserve.tune.noise import Noise, mean_figures, pooled
 from gpuserve.tune.outcome import Outcome, best, primary, score, score_level
 from gpuserve.tune.predict import Comm
-from gpuserve.tune.retry import retries
+from gpuserve.tune.retry import refinements, retries
 from gpuserve.tune.space import Knob, TuneSpec
 
 
@@ -137,6 +138,7 @@ class _State:
         self.per_load_s: list[float] = []
         self.verdicts: dict[str, Any] = {}
         self.noise: Noise | None = None
+        self.sweep_loads: int | None = None  # loads of the incumbent and the one-knob sweep
 
     def update_noise(self, extra: Outcome | None = None) -> None:
         every = [*self.outcomes, *([extra] if extra else [])]
@@ -193,6 +195,7 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
         _estimate(st, singles)
         for candidate in _ordered(st, singles):
             _step(st, candidate)
+        st.sweep_loads = st.tally.loads
         _phase(st, retries(spec, knobs, st.outcomes, ctx, spec.objectives[0].name))
         seen = {o.candidate for o in st.outcomes}
         for objective in spec.objectives:
@@ -200,6 +203,11 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
                                   seen)
             seen |= {c.name for c in combos}
             _phase(st, combos)
+        for objective in spec.objectives:
+            around = refinements(spec, knobs, st.outcomes, ctx.config_key, objective.name,
+                                 st.noise, seen)
+            seen |= {c.name for c in around}
+            _phase(st, around)
     except BudgetSpent as e:
         ctx.log(f"tune: stopping: {e}")
     except KeyboardInterrupt:
@@ -210,10 +218,22 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
     return TuneRun(spec, st.outcomes, st.tally, st.calibration, st.noise)
 
 
+#: after the one-knob sweep, retries, combinations and refinements load at most this
+#: fraction of the sweep's loads more (rounded up): they follow up what the sweep found
+FOLLOW_UP = 0.5
+
+
 def _phase(st: _State, candidates: list[Candidate]) -> None:
     st.planned = st.index + len(candidates)
     st.tally.generated += len(candidates)
+    cap = math.ceil(FOLLOW_UP * st.sweep_loads) if st.sweep_loads is not None else None
     for candidate in _ordered(st, candidates):
+        if cap is not None and st.tally.loads - st.sweep_loads >= cap and \
+                st.store.get(candidate.name) is None:
+            st.index += 1
+            st.say(candidate, f"skipped: follow-ups after the sweep load at most {cap} "
+                   f"launches ({FOLLOW_UP:g} x the sweep's {st.sweep_loads})")
+            continue
         _step(st, candidate)
 
 
@@ -396,9 +416,13 @@ def _to_repeat(st: _State, candidate: Candidate, outcome: Outcome) -> tuple[int,
         if mine is None or level is None or top is None:
             continue
         theirs, at = score_level(top, objective.name, st.spec)
-        if theirs is None or len(outcome.runs(level)) >= st.spec.repeats.most:
+        runs = len(outcome.runs(level))
+        if theirs is None or runs >= st.spec.repeats.most:
             continue
-        if not st.noise.separated(mine, outcome.count(level), theirs, top.count(at)):
+        # a new leader is measured as well as the incumbent was: it is what the rest
+        # are compared with, and what may win
+        leads = mine > theirs
+        if leads or not st.noise.separated(mine, runs, theirs, top.count(at)):
             levels.add(level)
     return tuple(sorted(levels))
 
