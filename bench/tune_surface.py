@@ -76,7 +76,8 @@ class SurfaceHost:
     def now(self) -> float:
         return self.t
 
-    def measure(self, candidate: Candidate, profile, levels, first) -> Measurement:
+    def measure(self, candidate: Candidate, profile, levels, first, repeat=1
+                ) -> Measurement:
         launch = launch_of(profile)
         self.t += LOAD_S if first else 0.0
         self.loads += bool(first)
@@ -91,15 +92,18 @@ class SurfaceHost:
                 m.after_weights_gib = ev.memory.get("free_after_weights_gb")
             if not ev.ok:
                 return Measurement("failed", reason=f"{ev.failed}: {ev.error}"[:200])
-            self.runs += 1
-            f = self.start_factor * surfaces.noise_factor(noise["run"], noise["seed"], "run",
-                                                          str(self.runs))
-            itl = 1000.0 / (ev.per_stream_tps * f) if ev.per_stream_tps else None
-            m.levels[c] = {"output_throughput": ev.output_tps * f,
-                           "median_ttft_ms": ev.ttft_s * 1000, "p99_ttft_ms": ev.ttft_s * 1000,
-                           "median_itl_ms": itl, "p99_itl_ms": itl}
-            self.t += c * self.spec.prompts_per_level * self.spec.output_len / max(
-                ev.output_tps, 1e-9)
+            for _ in range(repeat):
+                self.runs += 1
+                f = self.start_factor * surfaces.noise_factor(noise["run"], noise["seed"],
+                                                              "run", str(self.runs))
+                itl = 1000.0 / (ev.per_stream_tps * f) if ev.per_stream_tps else None
+                m.levels[c] = {"output_throughput": ev.output_tps * f,
+                               "median_ttft_ms": ev.ttft_s * 1000,
+                               "p99_ttft_ms": ev.ttft_s * 1000,
+                               "median_itl_ms": itl, "p99_itl_ms": itl}
+                m.runs.setdefault(c, []).append(m.levels[c])
+                self.t += c * self.spec.prompts_per_level * self.spec.output_len / max(
+                    ev.output_tps, 1e-9)
         return m
 
 
@@ -267,7 +271,7 @@ def report(r: dict) -> bool:
         ok &= noisy["loads_ratio_max"] <= 1.5
         print(f"  loads under noise: median x{noisy['loads_ratio_median']:.2f}, max "
               f"x{noisy['loads_ratio_max']:.2f} of the one-knob sweep; median "
-              f"{noisy['repeats_median']} repeated benchmark runs (no load)")
+              f"{noisy['repeats_median']} rounds of repeated benchmark runs (no load)")
     return ok
 
 

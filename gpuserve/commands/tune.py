@@ -114,12 +114,14 @@ class PyinfraExecutor:
     def now(self) -> float:
         return time.monotonic()
 
-    def measure(self, candidate: Candidate, profile, levels, first: bool) -> Measurement:
+    def measure(self, candidate: Candidate, profile, levels, first: bool, repeat: int = 1
+                ) -> Measurement:
         path = self.work / "profiles" / f"{candidate.name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         cap = profile.memory.max_running_requests
         levels = tuple(c for c in levels if cap is None or c <= cap) or tuple(levels[:1])
-        path.write_text(profile_text(self.spec, candidate, path.parent, levels))
+        path.write_text(profile_text(self.spec, candidate, path.parent, levels,
+                                     repeat=repeat))
         since = utc_now()
         rc, out = self.runner.deploy(SERVE, f"profile={path}")
         if rc != 0:
@@ -146,6 +148,7 @@ class PyinfraExecutor:
             if level not in levels:
                 continue
             m.levels[level] = {k: record.figures.get(k) for k in FIGURES}
+            m.runs.setdefault(level, []).append(m.levels[level])
             m.records.append(record.source.rsplit(":", 1)[0] if record.source else "")
             done = record.figures.get("completed")
             asked = max(2, self.spec.prompts_per_level * level)  # bench_section's count

@@ -40,11 +40,15 @@ class Measurement:
     diagnosis: dict[str, Any] | None = None
     records: list[str] = field(default_factory=list)
     after_weights_gib: float | None = None  # SGLang's own figure of this start
+    runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # each run's, when
+    # a level ran more than once (``repeat``); ``levels`` then holds the last
 
 
 class Executor(Protocol):
     def measure(self, candidate: Candidate, profile: Any, levels: tuple[int, ...],
-                first: bool) -> Measurement: ...
+                first: bool, repeat: int = 1) -> Measurement:
+        """Load ``candidate`` (``first``) or keep it loaded, and run the benchmark at each
+        of ``levels``, ``repeat`` times each."""
 
     def now(self) -> float: ...
 
@@ -345,10 +349,14 @@ def _measure(st: _State, candidate: Candidate) -> None:
                       gpus=profile.gpus, numbers=dict(verdict.numbers), prediction=pred,
                       timestamp=st.ctx.stamp())
     # the incumbent is never stopped early: all its load levels in one run
-    levels = st.spec.loads if candidate.phase == "incumbent" else st.spec.loads[:1]
-    st.say(candidate, f"loading and measuring concurrency {', '.join(map(str, levels))}")
+    # its load levels repeated in the same run: the host's noise
+    incumbent = candidate.phase == "incumbent"
+    levels = st.spec.loads if incumbent else st.spec.loads[:1]
+    repeat = st.spec.repeats.incumbent if incumbent else 1
+    st.say(candidate, f"loading and measuring concurrency {', '.join(map(str, levels))}"
+           + (f", {repeat} runs each" if repeat > 1 else ""))
     t0 = st.executor.now()
-    first = st.executor.measure(candidate, profile, levels, True)
+    first = st.executor.measure(candidate, profile, levels, True, repeat)
     if first.status != "refused":
         st.tally.loads += 1
     samples: dict[int, list[dict]] = {}
@@ -391,7 +399,8 @@ def _after_first(st: _State, candidate: Candidate, profile, outcome: Outcome,
         st.say(candidate, f"running concurrency {', '.join(map(str, levels))} again in "
                "the same server (" + ("the host's noise" if candidate.phase == "incumbent"
                                       else "within the noise of the leader") + ")")
-        again = st.executor.measure(candidate, profile, levels, False)
+        left = st.spec.repeats.most - min(len(outcome.runs(c)) for c in levels)
+        again = st.executor.measure(candidate, profile, levels, False, min(2, left))
         if again.status != "ok":
             outcome.reason = f"repeat incomplete: {again.reason}"
             return
@@ -431,7 +440,7 @@ def _take(outcome: Outcome, m: Measurement, samples: dict[int, list[dict]]) -> N
     """A run's figures: each level's mean over its runs, and its tok/s per run."""
     runs = outcome.numbers.setdefault("runs", {})
     for level, figures in m.levels.items():
-        samples.setdefault(level, []).append(figures)
+        samples.setdefault(level, []).extend(m.runs.get(level) or [figures])
         outcome.levels[level] = mean_figures(samples[level])
         tok = [f.get("output_throughput") for f in samples[level]]
         runs[str(level)] = [round(float(t), 3) for t in tok if isinstance(t, int | float)]

@@ -47,7 +47,7 @@ class FakeHost:
     def now(self) -> float:
         return self.t
 
-    def measure(self, candidate, profile, levels, first) -> Measurement:
+    def measure(self, candidate, profile, levels, first, repeat=1) -> Measurement:
         self.calls.append((candidate.label, tuple(levels)))
         self.t += 60 if first else 30
         self.loads += first
@@ -69,7 +69,8 @@ class FakeHost:
         out = {c: {"output_throughput": min(cap, single * c / (1 + 0.1 * (c - 1))),
                    "median_ttft_ms": 300.0 + 10 * c, "p99_itl_ms": 11.0 + c}
                for c in levels}
-        m = Measurement("ok", levels=out, load_s=42.0)
+        m = Measurement("ok", levels=out, load_s=42.0,
+                        runs={c: [figures] * repeat for c, figures in out.items()})
         if first and candidate.phase == "incumbent":
             m.after_weights_gib = TP8_AFTER_WEIGHTS_GIB
         return m
@@ -120,9 +121,12 @@ def test_field_notes_shape(snapshot, tmp_path) -> None:
     run, lines, _ = tuned(snapshot, tmp_path, SPACE, host)
     by = {o.label: o for o in run.outcomes}
     # incumbent first, then calibration from its start
-    # never stopped: every level in one run, three runs in the same server (the noise)
-    assert host.calls[:3] == [("incumbent", (1, 16, 64))] * 3 and host.loads >= 1
-    assert host.calls[3][0] != "incumbent"
+    # never stopped: every level in one call, three runs each in the same server (the
+    # host's noise: none on this fake host)
+    assert host.calls[0] == ("incumbent", (1, 16, 64)) and host.calls[1][0] != "incumbent"
+    assert run.outcomes[0].numbers["runs"] == {"1": [89.5] * 3, "16": [225.0] * 3,
+                                               "64": [225.0] * 3}
+    assert run.noise is not None and run.noise.rel_sd == 0
     assert any("memory calibration" in line and "offset -16.25 GiB" in line for line in lines)
     # EP at 0.78 pruned before loading with its numbers; EP at 0.83 fits and is measured
     ep78 = next(o for o in run.outcomes if "mfs=0.78" in o.label)
@@ -243,7 +247,7 @@ def test_custom_all_reduce_without_measured_p2p_is_pruned(snapshot, tmp_path) ->
     pruned = [o for o in run.outcomes if o.status == "pruned"]
     assert [o.label for o in pruned] == ["communication.disable_custom_all_reduce=off"]
     assert "P2P was not measured working" in pruned[0].reason
-    assert {label for label, _ in host.calls} == {"incumbent"} and host.loads == 1
+    assert [label for label, _ in host.calls] == ["incumbent"]
 
 
 def test_auto_values_from_the_model_and_the_host(snapshot, tmp_path) -> None:
@@ -261,10 +265,10 @@ def test_auto_values_from_the_model_and_the_host(snapshot, tmp_path) -> None:
 
 def test_ctrl_c_stops_between_steps_and_keeps_what_was_measured(snapshot, tmp_path) -> None:
     class Interrupted(FakeHost):
-        def measure(self, candidate, profile, levels, first):
+        def measure(self, candidate, profile, levels, first, repeat=1):
             if len(self.calls) >= 3:
                 raise KeyboardInterrupt
-            return super().measure(candidate, profile, levels, first)
+            return super().measure(candidate, profile, levels, first, repeat)
 
     store = DictStore()
     run, lines, _ = tuned(snapshot, tmp_path, SPACE, Interrupted(), store)
