@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuserve.tune.candidates import Candidate, combinations, one_knob
+from gpuserve.tune.judge import risky
 from gpuserve.tune.noise import Noise, mean_figures, pooled
 from gpuserve.tune.outcome import Outcome, best, primary, score, score_level
 from gpuserve.tune.predict import Comm
@@ -317,6 +318,12 @@ def _ordered(st: _State, candidates: list[Candidate]) -> list[Candidate]:
         key = (pred.single_tok_s if primary(st.spec) == "single_stream" else pred.peak_tok_s) \
             if pred else 0.0
         st.verdicts[candidate.name] = verdict
+        if risky(verdict):  # room inside the calibration's error: loaded last
+            key = -1e12 + key
+            st.ctx.log(f"tune: {candidate.label}: calibrated room "
+                       f"{verdict.numbers['calibrated_rest_gib']:+.2f} GiB is inside its "
+                       f"uncertainty ({verdict.numbers['uncertainty_gib']:.2f} GiB): "
+                       "loaded after the launches that surely fit")
         keep.append((key, candidate))
     return [c for _, c in sorted(keep, key=lambda t: -t[0])]
 

@@ -305,3 +305,26 @@ def test_roofline_uses_the_measured_read_bandwidth_where_gpus_yaml_has_one():
     # datasheet's 4800; a card without a measurement keeps its datasheet figure
     assert bandwidth_gbs("NVIDIA H200") == 4237.0
     assert bandwidth_gbs("NVIDIA H100 80GB HBM3") == 3350.0
+
+
+def test_room_inside_the_calibrations_error_loads_last(snapshot, tmp_path) -> None:
+    """The pre-load check counts what a draft model adds (SGLang's own reserve for it)
+    and the calibration's error: a candidate whose calibrated room lies inside that
+    loads after every candidate that surely fits, whatever its prediction."""
+    from gpuserve.tune.judge import CALIBRATION_ERROR_GIB, DRAFT_DEFAULT_GIB, Verdict, risky
+
+    host = FakeHost()
+    run, lines, _ = tuned(snapshot, tmp_path, SPACE, host)
+    singles = [o for o in run.outcomes if o.phase == "one knob" and o.status != "pruned"]
+    eagle = next(o for o in singles if o.label.startswith("speculative="))
+    assert eagle.numbers["uncertainty_gib"] == CALIBRATION_ERROR_GIB + DRAFT_DEFAULT_GIB
+    graph = next(o for o in singles if o.label == "memory.cuda_graph_max_bs=256")
+    assert graph.numbers["uncertainty_gib"] == CALIBRATION_ERROR_GIB
+    order = [label for label, _ in host.calls]
+    flags = {o.label: risky(Verdict(numbers=o.numbers)) for o in singles}
+    assert any(flags.values()) and not all(flags.values()), flags
+    firsts = {o.label: order.index(o.label) for o in singles}
+    assert max(firsts[k] for k, v in flags.items() if not v) < \
+        min(firsts[k] for k, v in flags.items() if v), (flags, order)
+    assert any("inside its uncertainty" in line for line in lines)
+
