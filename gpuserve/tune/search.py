@@ -29,7 +29,7 @@ from gpuserve.tune.noise import Noise, mean_figures, pooled
 from gpuserve.tune.outcome import Outcome, best, primary, score, score_level
 from gpuserve.tune.predict import Comm
 from gpuserve.tune.retry import refinements, retries
-from gpuserve.tune.space import Knob, TuneSpec
+from gpuserve.tune.space import FOLLOW_UP, Knob, TuneSpec
 
 
 @dataclass
@@ -221,11 +221,6 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
                 "gate (or the rollback's)")
     st.update_noise()
     return TuneRun(spec, st.outcomes, st.tally, st.calibration, st.noise)
-
-
-#: after the one-knob sweep, retries, combinations and refinements load at most this
-#: fraction of the sweep's loads more (rounded up): they follow up what the sweep found
-FOLLOW_UP = 0.5
 
 
 def _phase(st: _State, candidates: list[Candidate]) -> None:

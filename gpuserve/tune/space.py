@@ -155,15 +155,17 @@ def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
     return spec, dict(knobs)
 
 
-def plan_bound(one_knob: int, knob_count: int, combine: int, objectives: int) -> int:
-    """The most launches a tune can plan: the incumbent, every one-knob value, each
-    objective's combinations of its best values, and the retries of values that failed
-    alone (at most ``MAX_RETRIES``)."""
-    k = min(combine, knob_count)
-    combos = max(0, 2 ** k - k - 1) * max(objectives, 1)
-    return 1 + one_knob + combos + min(MAX_RETRIES, one_knob)
+def plan_bound(one_knob: int) -> int:
+    """The most launches a tune can load: the incumbent and every one-knob value (the
+    sweep), then follow-ups (retries, each objective's combinations, refinements) of at
+    most ``FOLLOW_UP`` x the sweep's loads, rounded up."""
+    sweep = 1 + one_knob
+    return sweep + math.ceil(FOLLOW_UP * sweep)
 
 
+#: after the one-knob sweep, retries, combinations and refinements load at most this
+#: fraction of the sweep's loads more (rounded up): they follow up what the sweep found
+FOLLOW_UP = 0.5
 #: a tune retries at most this many values that failed alone for memory
 MAX_RETRIES = 2
 
@@ -172,7 +174,7 @@ def _bounded_by_space(spec: TuneSpec, knobs: Mapping, error) -> TuneSpec:
     """No budget: the tune measures its whole plan, so the plan must be small."""
     one_knob = sum(AUTO_VALUES if v == "auto" else len(v) if isinstance(v, list) else 1
                    for v in knobs.values())
-    bound = plan_bound(one_knob, len(knobs), spec.combine, len(spec.objectives))
+    bound = plan_bound(one_knob)
     if bound > UNBUDGETED_LAUNCHES:
         raise error("knobs", f"{len(knobs)} knobs with {one_knob} values plan up to {bound} "
                     f"launches; without a budget a tune measures at most "

@@ -68,7 +68,8 @@ def bench_files(results: Path) -> list[Path]:
 def serving(lab):
     """The host serving its inventory profile, whatever ran before (nothing, on a fresh
     lab): the host deploy where the driver is missing, then the serve deploy."""
-    if served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab):
+    served = lab.ssh("test -f /etc/gpuserve/sglang.env").returncode == 0
+    if served and served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab):
         return
     if lab.ssh("command -v nvidia-smi").returncode != 0:
         lab.run_pyinfra("deploy/host.py", "--data", "nvidia_install_headers=False")
