@@ -112,7 +112,9 @@ def bench_section(spec: TuneSpec, levels: tuple[int, ...], repeat: int = 1
 
 def scenario_level(name: str | None) -> int | None:
     """The load level of a scenario name (``single``, ``c8``, ``c8-r2``)."""
-    base = (name or "").split("-r", 1)[0]
+    base, _, run = (name or "").partition("-r")
+    if run and not run.isdigit():
+        return None
     if base == "single":
         return 1
     if base.startswith("c") and base[1:].isdigit():

@@ -328,3 +328,18 @@ def test_room_inside_the_calibrations_error_loads_last(snapshot, tmp_path) -> No
         min(firsts[k] for k, v in flags.items() if v), (flags, order)
     assert any("inside its uncertainty" in line for line in lines)
 
+
+
+def test_repeated_runs_are_scenarios_of_one_deploy(tmp_path) -> None:
+    """Repeats are benchmark runs in the loaded server: one deploy whose bench section
+    holds each level's scenario again (single-r2, c8-r3), read back by level."""
+    from gpuserve.tune.candidates import bench_section, scenario_level
+
+    path = tmp_path / "t.tune.yaml"
+    path.write_text(f"incumbent: {REPO / 'profiles/glm5-nvfp4-tp8.yaml'}\n"
+                    "knobs:\n  memory.cuda_graph_max_bs: [128]\nloads: [1, 8]\n")
+    spec, _ = load_tune(path)
+    names = list(bench_section(spec, (1, 8), 3)["scenarios"])
+    assert names == ["single", "single-r2", "single-r3", "c8", "c8-r2", "c8-r3"]
+    assert [scenario_level(n) for n in names] == [1, 1, 1, 8, 8, 8]
+    assert scenario_level("batch") is None and scenario_level("c8-rx") is None
