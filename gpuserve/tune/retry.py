@@ -13,7 +13,7 @@ EP8, not under TP): when every value of a knob measured alone was within the noi
 the incumbent for an objective, its values are tried once more combined with that
 objective's best launch.
 
-How: docs/tune.md, "Failures retried where they would fit" and "Refinements"
+How: docs/tune.md, "Combinations, retries and refinements"
 """
 
 from __future__ import annotations
