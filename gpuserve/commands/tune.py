@@ -116,6 +116,8 @@ class PyinfraExecutor:
 
     def measure(self, candidate: Candidate, profile, levels, first: bool, repeat: int = 1
                 ) -> Measurement:
+        if not levels:  # no bench section would mean the profile's own scenarios
+            raise ValueError(f"{candidate.name}: no load level to measure")
         path = self.work / "profiles" / f"{candidate.name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         cap = profile.memory.max_running_requests
@@ -123,7 +125,10 @@ class PyinfraExecutor:
         path.write_text(profile_text(self.spec, candidate, path.parent, levels,
                                      repeat=repeat))
         since = utc_now()
-        rc, out = self.runner.deploy(SERVE, f"profile={path}")
+        # the same server again (a sweep, a repeat): its benchmark must run even where
+        # the bench section equals the last one (bench auto skips an unchanged one)
+        rc, out = self.runner.deploy(SERVE, f"profile={path}",
+                                     *([] if first else ["bench=always"]))
         if rc != 0:
             m = self._failed(out, path)
             if m.status == "failed" and "rolled back to" not in m.reason:

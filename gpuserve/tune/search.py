@@ -387,7 +387,7 @@ def _after_first(st: _State, candidate: Candidate, profile, outcome: Outcome,
         st.tally.stopped += 1
         st.say(candidate, f"stopped early: {stop}")
         return
-    if candidate.phase != "incumbent":
+    if candidate.phase != "incumbent" and st.spec.loads[1:]:
         st.say(candidate, f"sweeping concurrency {', '.join(map(str, st.spec.loads[1:]))}")
         rest = st.executor.measure(candidate, profile, st.spec.loads[1:], False)
         _take(outcome, rest, samples)

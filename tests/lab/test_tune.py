@@ -8,9 +8,9 @@ the next graph size is 3.4 % slower), measure the noise, prune TP8+EP8 at
 mem_fraction_static 0.78 before loading it (calibrated from the incumbent's own start),
 roll back the EAGLE-3 tree-decoding candidate that crashes under load and carry on, and
 leave the host on its inventory profile; a rerun measures nothing. On every other shipped
-surface the same tune file must find that surface's optimum within its budget; on
-pcie-draft-graphs that takes EAGLE-3, which fails alone at graph max bs 512, retried
-beside 128 and measured.
+surface but pcie-draft-graphs the same tune file must find that surface's optimum within
+its budget; on pcie-draft-graphs a small tune file shows EAGLE-3, which fails alone at
+graph max bs 512, retried beside 128, measured and picked.
 
 The module brings the host to what it needs itself (`serving`): the host deploy on a
 bare lab, then the serve deploy of the inventory profile.
@@ -34,25 +34,28 @@ pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 TUNE = REPO / "tests/fixtures/tune/lab.tune.yaml"
+RETRY = REPO / "tests/fixtures/tune/lab-retry.tune.yaml"
 SURFACES = sorted(p.stem for p in (REPO / "lab/surfaces").glob("*.yaml"))
 # the tune file's TP8+EP8 layout, by its label (+ the mem_fraction_static)
 EP8 = "layout=ep=8,a2a_backend=flashinfer,runner_backend=flashinfer_cutlass,mfs="
 
 
-def tune(lab, results: Path, surface: str, noise: float = 0.0) -> tuple[int, str]:
+def tune(lab, results: Path, surface: str, noise: float = 0.0, file: Path = TUNE
+         ) -> tuple[int, str]:
     env = {"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "3", "GPUSERVE_LAB_STANDIN_SURFACE": surface}
     if noise:
         env.update(GPUSERVE_LAB_STANDIN_SURFACE_NOISE=str(noise),
                    GPUSERVE_LAB_STANDIN_SURFACE_SEED="1")
     env = json.dumps(env)
-    r = lab.run_tool("gpuserve", "tune", "inventory/lab.py", str(TUNE), "--results",
+    r = lab.run_tool("gpuserve", "tune", "inventory/lab.py", str(file), "--results",
                      str(results), "--data", f"sglang_extra_env={env}", timeout=1500)
     return r.returncode, clean(r.stdout)
 
 
-def outcomes(results: Path) -> dict[str, dict]:
+def outcomes(results: Path, name: str = "lab") -> dict[str, dict]:
     """label -> the tune's record of that candidate."""
-    docs = [json.loads(p.read_text()) for p in (results / "lab-gpu/tune-lab").glob("*.json")]
+    docs = [json.loads(p.read_text())
+            for p in (results / f"lab-gpu/tune-{name}").glob("*.json")]
     out = {}
     for doc in docs:
         label = " ".join(f"{k}={v}" for k, v in doc["choice"].items()) or "incumbent"
@@ -146,7 +149,8 @@ def _optimum(surface: str):
     return module
 
 
-@pytest.mark.parametrize("surface", [s for s in SURFACES if s != "field-notes"] or
+@pytest.mark.parametrize("surface", [s for s in SURFACES if s not in (
+    "field-notes", "pcie-draft-graphs")] or
                          [pytest.param("second", marks=pytest.mark.skip(
                              reason="no second surface shipped in lab/surfaces"))])
 def test_finds_another_surfaces_optimum_within_budget(lab, serving, tmp_path, surface
@@ -185,12 +189,28 @@ def test_finds_another_surfaces_optimum_within_budget(lab, serving, tmp_path, su
         found = max(docs, key=lambda d: d["levels"][level]["output_throughput"] if level
                     else max(f["output_throughput"] for f in d["levels"].values()))
         assert launch(found) in opt.near, (objective, found["choice"], opt.launch)
-    if surface == "pcie-draft-graphs":  # failed alone at 512, retried beside 128
-        alone = [d for d in outcomes(tmp_path).values() if d["phase"] == "one knob"
-                 and "num_steps=4" in d["choice"].get("speculative", "")]
-        assert alone and alone[0]["status"] == "failed", alone
-        retry = [d for d in docs if d["phase"] == "retry"]
-        assert any(d["choice"].get("memory.cuda_graph_max_bs") == "128" for d in retry), docs
+
+
+def test_a_value_failing_alone_is_retried_beside_what_relieves_it(lab, serving,
+                                                                  tmp_path) -> None:
+    """pcie-draft-graphs: EAGLE-3 dies capturing graphs at the incumbent's 512 (SGLang's
+    capture OOM, rolled back) and starts at 128, where it is the single-stream optimum;
+    the tune retries it beside 128, measures it and picks it. (The surface's optimum over
+    the lab tune file is bench/tune_surface.py's; a small tune file keeps this cheap.)"""
+    rc, out = tune(lab, tmp_path, "pcie-draft-graphs", file=RETRY)
+    assert rc == 0, out[-6000:]
+    docs = outcomes(tmp_path, "lab-retry")
+    alone = next(d for d in docs.values() if d["phase"] == "one knob"
+                 and "speculative" in d["choice"])
+    assert alone["status"] == "failed" and "out of memory" in (
+        alone["reason"] + str(alone["diagnosis"])).lower(), alone
+    retry = next(d for d in docs.values() if d["phase"] == "retry")
+    assert retry["status"] == "measured", retry
+    assert retry["choice"]["memory.cuda_graph_max_bs"] == "128"
+    assert re.search(r"best single_stream: [\d.,]+ tok/s: memory\.cuda_graph_max_bs=128 "
+                     r"speculative=|best single_stream: [\d.,]+ tok/s: speculative=.* "
+                     r"memory\.cuda_graph_max_bs=128", out), out[-3000:]
+    assert served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab)
 
 
 def _bench_module():

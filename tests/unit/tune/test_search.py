@@ -48,6 +48,7 @@ class FakeHost:
         return self.t
 
     def measure(self, candidate, profile, levels, first, repeat=1) -> Measurement:
+        assert levels, "a measurement without a load level"
         self.calls.append((candidate.label, tuple(levels)))
         self.t += 60 if first else 30
         self.loads += first
