@@ -110,6 +110,7 @@ class PyinfraExecutor:
         self.runner, self.spec, self.work, self.host = runner, spec, work, host
         self.snapshot_path = snapshot_path
         self.good: Path | None = None  # the last candidate file that measured cleanly
+        self.taken: set[str] = set()  # records already read (timestamps are to the second)
 
     def now(self) -> float:
         return time.monotonic()
@@ -150,8 +151,9 @@ class PyinfraExecutor:
         (the server crashed while serving) is a failure."""
         for record in self._records(name, since):
             level = scenario_level(record.scenario)
-            if level not in levels:
+            if level not in levels or record.source in self.taken:
                 continue
+            self.taken.add(record.source)
             m.levels[level] = {k: record.figures.get(k) for k in FIGURES}
             m.runs.setdefault(level, []).append(m.levels[level])
             m.records.append(record.source.rsplit(":", 1)[0] if record.source else "")

@@ -195,21 +195,25 @@ def test_a_value_failing_alone_is_retried_beside_what_relieves_it(lab, serving,
                                                                   tmp_path) -> None:
     """pcie-draft-graphs: EAGLE-3 dies capturing graphs at the incumbent's 512 (SGLang's
     capture OOM, rolled back) and starts at 128, where it is the single-stream optimum;
-    the tune retries it beside 128, measures it and picks it. (The surface's optimum over
+    the tune retries it beside 128, measures it and picks it (or says the gain is within
+    the noise the machine showed). (The surface's optimum over
     the lab tune file is bench/tune_surface.py's; a small tune file keeps this cheap.)"""
     rc, out = tune(lab, tmp_path, "pcie-draft-graphs", file=RETRY)
     assert rc == 0, out[-6000:]
     docs = outcomes(tmp_path, "lab-retry")
     alone = next(d for d in docs.values() if d["phase"] == "one knob"
                  and "speculative" in d["choice"])
-    assert alone["status"] == "failed" and "out of memory" in (
-        alone["reason"] + str(alone["diagnosis"])).lower(), alone
+    # SGLang's capture OOM, read back from the journal by the startup-log diagnosis
+    assert alone["status"] == "failed" and alone["diagnosis"]["outcome"] == "oom", alone
     retry = next(d for d in docs.values() if d["phase"] == "retry")
     assert retry["status"] == "measured", retry
     assert retry["choice"]["memory.cuda_graph_max_bs"] == "128"
-    assert re.search(r"best single_stream: [\d.,]+ tok/s: memory\.cuda_graph_max_bs=128 "
-                     r"speculative=|best single_stream: [\d.,]+ tok/s: speculative=.* "
-                     r"memory\.cuda_graph_max_bs=128", out), out[-3000:]
+    # picked, unless this machine's own run-to-run noise hides the gain (the surface
+    # adds none here; a busy shared runner does): then the tune says so
+    picked = re.search(r"best single_stream: [\d.,]+ tok/s: speculative=.* "
+                       r"memory\.cuda_graph_max_bs=128", out)
+    assert picked or re.search(r"no significant gain: speculative=.*"
+                               r"memory\.cuda_graph_max_bs=128", out), out[-3000:]
     assert served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab)
 
 
