@@ -47,7 +47,10 @@ MODEL_KEYS = ("architectures", "model_type", "num_hidden_layers", "num_attention
               "num_key_value_heads", "head_dim", "hidden_size", "max_position_embeddings",
               "kv_lora_rank", "qk_rope_head_dim")
 TOP_KEYS = ("format", "name", "description", "sources", "box", "hardware", "model", "base",
-            "rules")
+            "rules", "noise")
+# noise: relative standard deviation per benchmark run and per server start, and the seed
+NOISE_KEYS = ("run", "start", "seed")
+MAX_NOISE = 0.2
 RULE_KEYS = ("name", "when", "set", "mul", "add", "table", "fail")
 TABLE_KEYS = ("knob", "op", "interpolate", "points", "default")
 FAIL_KEYS = ("phase", "builtin", "exception", "message", "frame", "after_requests")
@@ -305,6 +308,7 @@ class Surface:
     rules: list[Rule]
     launch_keys: frozenset | None = None
     box: str | None = None    # the lab box (lab/nvidia_repo/boxes/) whose GPUs match
+    noise: dict = field(default_factory=lambda: {"run": 0.0, "start": 0.0, "seed": 0})
 
     # -- rules ----------------------------------------------------------------
     def apply(self, launch: dict) -> tuple[dict, list[Fail]]:
@@ -331,9 +335,13 @@ class Surface:
                                    f"(must be >= {METRICS[k][1]})")
         return metrics, fails
 
-    def start(self, args: Any, shape: Any, speedup: float = 1.0) -> Startup:
+    def start(self, args: Any, shape: Any, speedup: float = 1.0, start_key: str = ""
+              ) -> Startup:
         """What the stand-in does when it starts with ``args`` (argparse-like) serving a
-        model of ``shape``: resolved launch, memory plan, speed, failures."""
+        model of ``shape``: resolved launch, memory plan, speed, failures. With
+        ``noise.start``, the whole speed of this start is drawn around the surface's
+        (seeded by the surface's seed and ``start_key``)."""
+        speedup *= noise_factor(self.noise["start"], self.noise["seed"], "start", start_key)
         sim = _sim()
         box = sim.Box(gpu_mem_mib=float(self.hardware["gpu_mem_mib"]),
                       init_gb=float(self.hardware["init_gb"]),
@@ -355,6 +363,7 @@ class Surface:
             error = _startup_error(sim, start_fails[0], p)
         crash = next((f for f in fails if f.phase == "serve"), None)
         perf = Perf.from_metrics(metrics, p, speedup)
+        perf.noise_run, perf.noise_seed = self.noise["run"], f"{self.noise['seed']}|{start_key}"
         return Startup(launch=launch, plan=p, metrics=metrics, perf=perf, error=error,
                        crash=crash)
 
@@ -430,6 +439,13 @@ class Perf:
     max_running: int | None = None    # admission limits (surface only), whole server
     kv_tokens: int | None = None
     attn_dp: int = 1                  # attention-DP ranks: each captures its own graphs
+    noise_run: float = 0.0            # relative sd of the speed of one benchmark run
+    noise_seed: str = ""
+
+    def run_factor(self, run: int) -> float:
+        """The speed factor of benchmark run number ``run`` of this start (1.0 without
+        noise)."""
+        return noise_factor(self.noise_run, self.noise_seed, "run", str(run))
 
     @classmethod
     def from_metrics(cls, m: dict, p: Any, speedup: float = 1.0) -> Perf:
@@ -460,6 +476,17 @@ class Perf:
         if self.batch_decode_tps > 0:
             step = max(step, n / (self.batch_decode_tps * factor))
         return step
+
+
+def noise_factor(sd: float, seed: Any, *key: str) -> float:
+    """A seeded draw around 1.0 with relative standard deviation ``sd`` (normal, cut at
+    three sd): the same seed and key give the same factor."""
+    if not sd:
+        return 1.0
+    import random
+
+    rng = random.Random("|".join(["gpuserve-lab-noise", str(seed), *key]))
+    return 1.0 + sd * max(-3.0, min(3.0, rng.gauss(0.0, 1.0)))
 
 
 class LaunchArgs:
@@ -809,7 +836,21 @@ def from_data(data: Any, path: str = "<surface>", launch_keys: Any = None) -> Su
     return Surface(path=path, name=data["name"], description=data["description"],
                    hardware=hardware, model=model, base=base,
                    rules=[_rule(path, i, r, known) for i, r in enumerate(rules)],
-                   launch_keys=known, box=box)
+                   launch_keys=known, box=box, noise=_noise(path, data.get("noise")))
+
+
+def _noise(path: str, value: Any) -> dict:
+    """``noise: {run: 0.02, start: 0.01, seed: 7}``: relative sd per benchmark run and
+    per server start (each 0..0.2), and the seed of the draws."""
+    raw = _mapping_of(path, "noise", value if value is not None else {}, NOISE_KEYS)
+    out = {k: _number(path, f"noise.{k}", raw.get(k, 0.0), 0.0) for k in ("run", "start")}
+    for k, v in out.items():
+        if v > MAX_NOISE:
+            raise SurfaceError(path, f"noise.{k}", f"at most {MAX_NOISE}, got {v!r}")
+    seed = raw.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise SurfaceError(path, "noise.seed", f"must be an integer, got {seed!r}")
+    return {**out, "seed": seed}
 
 
 def load(path: str | Path, launch_keys: Any = None) -> Surface:

@@ -110,18 +110,26 @@ class PyinfraExecutor:
         self.runner, self.spec, self.work, self.host = runner, spec, work, host
         self.snapshot_path = snapshot_path
         self.good: Path | None = None  # the last candidate file that measured cleanly
+        self.taken: set[str] = set()  # records already read (timestamps are to the second)
 
     def now(self) -> float:
         return time.monotonic()
 
-    def measure(self, candidate: Candidate, profile, levels, first: bool) -> Measurement:
+    def measure(self, candidate: Candidate, profile, levels, first: bool, repeat: int = 1
+                ) -> Measurement:
+        if not levels:  # no bench section would mean the profile's own scenarios
+            raise ValueError(f"{candidate.name}: no load level to measure")
         path = self.work / "profiles" / f"{candidate.name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         cap = profile.memory.max_running_requests
         levels = tuple(c for c in levels if cap is None or c <= cap) or tuple(levels[:1])
-        path.write_text(profile_text(self.spec, candidate, path.parent, levels))
+        path.write_text(profile_text(self.spec, candidate, path.parent, levels,
+                                     repeat=repeat))
         since = utc_now()
-        rc, out = self.runner.deploy(SERVE, f"profile={path}")
+        # the same server again (a sweep, a repeat): its benchmark must run even where
+        # the bench section equals the last one (bench auto skips an unchanged one)
+        rc, out = self.runner.deploy(SERVE, f"profile={path}",
+                                     *([] if first else ["bench=always"]))
         if rc != 0:
             m = self._failed(out, path)
             if m.status == "failed" and "rolled back to" not in m.reason:
@@ -143,9 +151,11 @@ class PyinfraExecutor:
         (the server crashed while serving) is a failure."""
         for record in self._records(name, since):
             level = scenario_level(record.scenario)
-            if level not in levels:
+            if level not in levels or record.source in self.taken:
                 continue
+            self.taken.add(record.source)
             m.levels[level] = {k: record.figures.get(k) for k in FIGURES}
+            m.runs.setdefault(level, []).append(m.levels[level])
             m.records.append(record.source.rsplit(":", 1)[0] if record.source else "")
             done = record.figures.get("completed")
             asked = max(2, self.spec.prompts_per_level * level)  # bench_section's count
@@ -233,7 +243,21 @@ def _ready_s(out: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def check_data(items: list[str]) -> None:
+    """``--data`` read as pyinfra's CLI reads it (gpuserve check's parser), before any
+    connection; a secret is refused: every deploy of the tune would carry it on its
+    command line."""
+    from gpuserve.commands.check import parse_data
+    from gpuserve.launch.secrets import is_secret_env_name
+
+    for key in parse_data(items):
+        if is_secret_env_name(key):
+            raise InputError("--data", key[:80], "carries a secret: set it in the inventory's "
+                             "host data, never on a command line (its value is not shown)")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_data(args.data)
     spec, raw_knobs = load_tune(args.tune_file)  # bad input: before any host is touched
     precheck(spec, raw_knobs)
     results = Path(args.results).resolve()

@@ -22,7 +22,7 @@ import yaml
 
 from gpuserve.tune.space import Knob, KnobValue, TuneSpec, nested
 
-PHASES = ("incumbent", "one knob", "combination")
+PHASES = ("incumbent", "one knob", "retry", "combination", "refinement")
 
 
 @dataclass(frozen=True)
@@ -94,29 +94,36 @@ def combinations(spec: TuneSpec, winners: list[tuple[str, KnobValue]], config_ke
     return out
 
 
-def bench_section(spec: TuneSpec, levels: tuple[int, ...]) -> dict[str, Any]:
-    """The profile's ``bench`` section for ``levels``: SGLang's client once per level,
-    inside one server (``single`` is concurrency 1)."""
+def bench_section(spec: TuneSpec, levels: tuple[int, ...], repeat: int = 1
+                  ) -> dict[str, Any]:
+    """The profile's ``bench`` section for ``levels``: SGLang's client ``repeat`` times
+    per level, inside one server (``single`` is concurrency 1; ``single-r2`` its second
+    run)."""
     scenarios = {}
     for c in levels:
         name = "single" if c == 1 else f"c{c}"
-        scenarios[name] = {"concurrency": c, "prompts": max(2, spec.prompts_per_level * c),
-                           "input_len": spec.input_len, "output_len": spec.output_len,
-                           "warmup": 1}
+        for run in range(1, max(repeat, 1) + 1):
+            scenarios[name if run == 1 else f"{name}-r{run}"] = {
+                "concurrency": c, "prompts": max(2, spec.prompts_per_level * c),
+                "input_len": spec.input_len, "output_len": spec.output_len, "warmup": 1}
     # a parent's sweep or expectations would name other scenarios: dropped (null)
     return {"scenarios": scenarios, "sweep": None, "expect": None}
 
 
 def scenario_level(name: str | None) -> int | None:
-    if name == "single":
+    """The load level of a scenario name (``single``, ``c8``, ``c8-r2``)."""
+    base, _, run = (name or "").partition("-r")
+    if run and not run.isdigit():
+        return None
+    if base == "single":
         return 1
-    if name and name.startswith("c") and name[1:].isdigit():
-        return int(name[1:])
+    if base.startswith("c") and base[1:].isdigit():
+        return int(base[1:])
     return None
 
 
 def profile_text(spec: TuneSpec, candidate: Candidate, directory: Path,
-                 levels: tuple[int, ...] | None, header: str = "") -> str:
+                 levels: tuple[int, ...] | None, header: str = "", repeat: int = 1) -> str:
     """The candidate's profile file (to be written into ``directory``): extends the
     incumbent by a relative path, sets the chosen fields and extra args, and (with
     ``levels``) the bench scenarios of those load levels."""
@@ -135,6 +142,6 @@ def profile_text(spec: TuneSpec, candidate: Candidate, directory: Path,
 
         doc["extra_args"] = [*load_profile(spec.incumbent).extra_args, *extra]
     if levels:
-        doc["bench"] = bench_section(spec, levels)
+        doc["bench"] = bench_section(spec, levels, repeat)
     body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
     return header + body

@@ -21,6 +21,15 @@ from gpuserve.tune.predict import Comm, Prediction, predict
 from gpuserve.tune.snapshot import HostSnapshot
 
 _EXPERTS = "routed experts"
+#: how far a calibrated rest may still be off: an EP8 launch calibrated to +0.42 GiB of
+#: room had -0.89 (1.31 GiB), rounded up
+CALIBRATION_ERROR_GIB = 1.5
+#: what a draft model adds that no checkpoint scan of the target shows (its weights, KV
+#: and CUDA graphs): SGLang's own reserve for it (server_args.py, "eagle draft models
+#: and cuda graphs" 4 GiB, "standalone draft model and cuda graphs" 6 GiB;
+#: gpuserve/memory/memory_defaults.py)
+DRAFT_GIB = {"STANDALONE": 6.0}
+DRAFT_DEFAULT_GIB = 4.0
 
 
 @dataclass
@@ -74,6 +83,7 @@ def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnaps
     rest = plan.rest_gib + calibration_gib
     verdict.numbers["calibrated_rest_gib"] = round(rest, 2)
     verdict.numbers["calibration_gib"] = round(calibration_gib, 2)
+    verdict.numbers["uncertainty_gib"] = round(uncertainty(profile), 2)
     if rest <= 0:
         total = plan.pre_load_free_gib
         after = plan.avail_after_weights_gib + calibration_gib
@@ -85,6 +95,23 @@ def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnaps
             f"{total * (1 - plan.mem_fraction_static):.2f} GiB: rest {rest:.2f} GiB, SGLang "
             "would stop with 'Not enough memory'"
             + (f"; fits from mem_fraction_static {need:.3f}" if need else ""))
+
+
+def uncertainty(profile) -> float:
+    """GiB by which a calibrated rest may be wrong for ``profile``: the calibration's
+    error, plus, with speculation, what the draft adds that the plan does not see."""
+    algorithm = profile.speculative.algorithm
+    draft = 0.0 if algorithm in (None, "NGRAM") else DRAFT_GIB.get(algorithm,
+                                                                  DRAFT_DEFAULT_GIB)
+    return CALIBRATION_ERROR_GIB + draft
+
+
+def risky(verdict: Verdict) -> bool:
+    """Whether the candidate's calibrated room lies inside its uncertainty: it may well
+    die at start, so it loads after every candidate that surely fits."""
+    rest = verdict.numbers.get("calibrated_rest_gib")
+    error = verdict.numbers.get("uncertainty_gib")
+    return isinstance(rest, int | float) and isinstance(error, int | float) and rest < error
 
 
 def _doctor(verdict: Verdict, profile, snapshot: HostSnapshot) -> None:

@@ -55,6 +55,17 @@ class Outcome:
     def single(self) -> float | None:
         return self.figure(1)
 
+    def runs(self, level: int) -> list[float]:
+        """Output tok/s of each benchmark run at ``level`` (one when not repeated)."""
+        stored = (self.numbers.get("runs") or {}).get(str(level))
+        if isinstance(stored, list) and stored:
+            return [float(v) for v in stored if isinstance(v, int | float)]
+        value = self.figure(level)
+        return [value] if value is not None else []
+
+    def count(self, level: int | None) -> int:
+        return max(1, len(self.runs(level))) if level is not None else 1
+
     def to_dict(self, tune: str) -> dict:
         return {"schema": SCHEMA, "tune": tune, "candidate": self.candidate,
                 "phase": self.phase, "choice": self.choice, "status": self.status,
@@ -128,15 +139,22 @@ def pareto_front(outcomes: list[Outcome]) -> list[tuple[float, float, int, str]]
 
 def score(outcome: Outcome, objective: str, spec: TuneSpec) -> float | None:
     """The figure an objective ranks by (higher is better); None: no figure."""
+    return score_level(outcome, objective, spec)[0]
+
+
+def score_level(outcome: Outcome, objective: str, spec: TuneSpec
+                ) -> tuple[float | None, int | None]:
+    """(the figure an objective ranks by, the load level it comes from)."""
     if outcome.status not in ("measured", "stopped"):
-        return None
+        return None, None
     if objective == "single_stream":
-        return outcome.single
+        return outcome.single, 1
     if objective == "goodput":
         obj = spec.objective("goodput")
-        return goodput(outcome, obj.slo if obj else {})[0]
+        return goodput(outcome, obj.slo if obj else {})
     pts = points(outcome)
-    return max((g for _, g, _ in pts), default=None)
+    top = max(pts, key=lambda p: p[1], default=None)
+    return (top[1], top[2]) if top else (None, None)
 
 
 def best(outcomes: list[Outcome], objective: str, spec: TuneSpec) -> Outcome | None:

@@ -28,8 +28,8 @@ def table(run: TuneRun) -> list[str]:
     spec = run.spec
     good = spec.objective("goodput")
     top = max(spec.loads)
-    head = ("candidate", "phase", "status", "pred c1", "c1 tok/s", "ratio",
-            f"c{top} tok/s", "goodput", "why / numbers")
+    head = ("candidate", "phase", "status", "pred c1", "c1 tok/s (mean +- interval, runs)",
+            "ratio", f"c{top} tok/s", "goodput", "why / numbers")
     rows = [head]
     for o in run.outcomes:
         pred = (o.prediction or {}).get("single_tok_s")
@@ -42,14 +42,23 @@ def table(run: TuneRun) -> list[str]:
             why += " [" + ", ".join(f"{k} {v}" for k, v in o.numbers.items()) + "]"
         if o.status == "failed" and o.diagnosis:
             why += f" [startup log: {o.diagnosis.get('outcome')}]"
-        rows.append((o.label, o.phase, o.status, _num(pred), _num(o.single),
-                     _num(ratio, 2), _num(o.figure(top)), slo, why))
+        rows.append((o.label, o.phase, o.status, _num(pred), _spread(run, o, 1),
+                     _num(ratio, 2), _spread(run, o, top), slo, why))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
     out = []
     for r in rows:
         out.append("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True))
                    + "  " + r[-1])
     return out
+
+
+def _spread(run: TuneRun, o: Outcome, level: int) -> str:
+    """A level's mean, with its interval and runs where it ran more than once."""
+    value = o.figure(level)
+    runs = len(o.runs(level))
+    if value is None or runs < 2 or run.noise is None:
+        return _num(value)
+    return f"{value:,.1f} +- {run.noise.half_width(value, runs):,.1f} ({runs})"
 
 
 def provenance(run: TuneRun, outcome: Outcome, objective: str,
@@ -133,9 +142,14 @@ def summary(run: TuneRun) -> list[str]:
     for objective in spec.objectives:
         top = run.best(objective.name)
         value = score(top, objective.name, spec) if top else None
+        gain = run.gain(objective.name)
         lines.append(f"best {objective.name}: " + (
             f"{value:,.1f} tok/s: {top.label} ({top.candidate})" if top and value is not None
-            else "none"))
+            else "none") + (f"; {gain}" if gain else ""))
+    if run.noise is not None:
+        lines.append(f"run-to-run noise: {100 * run.noise.rel_sd:.2f} % per benchmark run "
+                     f"({run.noise.dof} degrees of freedom); intervals are one-sided 95 %; "
+                     f"{run.tally.repeats} rounds of repeated runs in loaded servers")
     front = pareto_front(run.outcomes)
     if spec.objective("pareto") and front:
         lines.append("Pareto front (tok/s per user, tok/s per GPU, concurrency, candidate): "

@@ -1,27 +1,35 @@
-"""The search: incumbent, one knob at a time, then the best values combined.
+"""The search: incumbent, one knob at a time, retries, then each objective's combinations.
 
 Pure: the loads and benchmarks happen behind an :class:`Executor` (the pyinfra serve
 deploy in ``gpuserve tune``; a performance surface in the lab's bench script), the
 records behind a :class:`Store`, so the same search runs on a GPU box and in a test.
 
-Order: the incumbent first (its start calibrates the memory planner: judge.py), then
-every value of every knob alone, judged on the controller (pruned ones never load) and
-ordered by predicted tok/s, then combinations of the knobs' best values. Each measured
-candidate runs concurrency 1 first; one that is clearly dominated there stops
-(:func:`_dominated`), the rest sweep the other load levels in the same server. A
-candidate with an outcome in the store is not measured again.
+Order: the incumbent first (its start calibrates the memory planner: judge.py; its load
+levels run ``repeats.incumbent`` times in the same server: the host's noise), then every
+value of every knob alone, judged on the controller (pruned ones never load) and
+ordered by predicted tok/s, then one retry of each value that failed alone for memory,
+combined with the values that relieve it, then per objective combinations of the knobs'
+best values for that objective. Each measured candidate runs concurrency 1 first; one
+that is clearly dominated there stops (:func:`_dominated`), the rest sweep the other
+load levels in the same server, and run again there while they are within the noise of
+the leader (gpuserve/tune/noise.py). A candidate with an outcome in the store is not
+measured again.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuserve.tune.candidates import Candidate, combinations, one_knob
-from gpuserve.tune.outcome import Outcome, best, primary, score
+from gpuserve.tune.judge import risky
+from gpuserve.tune.noise import Noise, mean_figures, pooled
+from gpuserve.tune.outcome import Outcome, best, primary, score, score_level
 from gpuserve.tune.predict import Comm
-from gpuserve.tune.space import Knob, TuneSpec
+from gpuserve.tune.retry import refinements, retries
+from gpuserve.tune.space import FOLLOW_UP, Knob, TuneSpec
 
 
 @dataclass
@@ -33,11 +41,15 @@ class Measurement:
     diagnosis: dict[str, Any] | None = None
     records: list[str] = field(default_factory=list)
     after_weights_gib: float | None = None  # SGLang's own figure of this start
+    runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # each run's, when
+    # a level ran more than once (``repeat``); ``levels`` then holds the last
 
 
 class Executor(Protocol):
     def measure(self, candidate: Candidate, profile: Any, levels: tuple[int, ...],
-                first: bool) -> Measurement: ...
+                first: bool, repeat: int = 1) -> Measurement:
+        """Load ``candidate`` (``first``) or keep it loaded, and run the benchmark at each
+        of ``levels``, ``repeat`` times each."""
 
     def now(self) -> float: ...
 
@@ -72,6 +84,8 @@ class Tally:
     failed: int = 0
     stopped: int = 0
     loads: int = 0
+    repeats: int = 0  # benchmark runs again in a loaded server (no load)
+    retried: int = 0
     reused: int = 0
     interrupted: bool = False
     budget_hit: str = ""
@@ -83,9 +97,38 @@ class TuneRun:
     outcomes: list[Outcome]
     tally: Tally
     calibration_gib: float | None
+    noise: Noise | None = None
 
     def best(self, objective: str) -> Outcome | None:
-        return best(self.outcomes, objective, self.spec)
+        """The objective's winner: the highest mean, if it beats the incumbent beyond the
+        noise; else the incumbent stays (:meth:`gain`)."""
+        top = best(self.outcomes, objective, self.spec)
+        base = self.incumbent
+        if self.gain(objective, top).startswith("no significant gain"):
+            return base
+        return top
+
+    @property
+    def incumbent(self) -> Outcome | None:
+        return next((o for o in self.outcomes if o.phase == "incumbent"), None)
+
+    def gain(self, objective: str, top: Outcome | None = None) -> str:
+        """"no significant gain ..." when the highest mean does not beat the incumbent
+        beyond the noise; else how much it gains ("" without a figure)."""
+        top = top or best(self.outcomes, objective, self.spec)
+        base = self.incumbent
+        if top is None or base is None or top is base:
+            return ""
+        s_top, l_top = score_level(top, objective, self.spec)
+        s_base, l_base = score_level(base, objective, self.spec)
+        if s_top is None or s_base is None or s_base <= 0:
+            return ""
+        pct = 100 * (s_top / s_base - 1)
+        if self.noise is not None and not self.noise.beats(
+                s_top, top.count(l_top), s_base, base.count(l_base)):
+            return (f"no significant gain: {top.label} {pct:+.1f} % over the incumbent is "
+                    f"within the noise ({100 * self.noise.rel_sd:.1f} % per run)")
+        return f"{pct:+.1f} % over the incumbent"
 
 
 class _State:
@@ -99,6 +142,14 @@ class _State:
         self.index = 0
         self.per_load_s: list[float] = []
         self.verdicts: dict[str, Any] = {}
+        self.noise: Noise | None = None
+        self.sweep_loads: int | None = None  # loads of the incumbent and the one-knob sweep
+
+    def update_noise(self, extra: Outcome | None = None) -> None:
+        every = [*self.outcomes, *([extra] if extra else [])]
+        self.noise = pooled(runs for o in every
+                            for runs in (o.numbers.get("runs") or {}).values()
+                            if isinstance(runs, list))
 
     def elapsed(self) -> float:
         return self.executor.now() - self.start
@@ -145,22 +196,56 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
         _estimate(st, singles)  # before any load: the host's own last start time
         _step(st, incumbent)
         _calibrate(st)
+        _noise_line(st)
         _estimate(st, singles)
         for candidate in _ordered(st, singles):
             _step(st, candidate)
-        combos = combinations(spec, _winners(st, knobs), ctx.config_key,
-                              {o.candidate for o in st.outcomes})
-        st.planned = st.index + len(combos)
-        st.tally.generated += len(combos)
-        for candidate in _ordered(st, combos):
-            _step(st, candidate)
+        st.sweep_loads = st.tally.loads
+        _phase(st, retries(spec, knobs, st.outcomes, ctx, spec.objectives[0].name))
+        seen = {o.candidate for o in st.outcomes}
+        for objective in spec.objectives:
+            combos = combinations(spec, _winners(st, knobs, objective.name), ctx.config_key,
+                                  seen)
+            seen |= {c.name for c in combos}
+            _phase(st, combos)
+        for objective in spec.objectives:
+            around = refinements(spec, knobs, st.outcomes, ctx.config_key, objective.name,
+                                 st.noise, seen)
+            seen |= {c.name for c in around}
+            _phase(st, around)
     except BudgetSpent as e:
         ctx.log(f"tune: stopping: {e}")
     except KeyboardInterrupt:
         st.tally.interrupted = True
         ctx.log("tune: interrupted; the host keeps the last profile that passed its health "
                 "gate (or the rollback's)")
-    return TuneRun(spec, st.outcomes, st.tally, st.calibration)
+    st.update_noise()
+    return TuneRun(spec, st.outcomes, st.tally, st.calibration, st.noise)
+
+
+def _phase(st: _State, candidates: list[Candidate]) -> None:
+    st.planned = st.index + len(candidates)
+    st.tally.generated += len(candidates)
+    cap = math.ceil(FOLLOW_UP * st.sweep_loads) if st.sweep_loads is not None else None
+    for candidate in _ordered(st, candidates):
+        if cap is not None and st.tally.loads - st.sweep_loads >= cap and \
+                st.store.get(candidate.name) is None:
+            st.index += 1
+            st.say(candidate, f"skipped: follow-ups after the sweep load at most {cap} "
+                   f"launches ({FOLLOW_UP:g} x the sweep's {st.sweep_loads})")
+            continue
+        _step(st, candidate)
+
+
+def _noise_line(st: _State) -> None:
+    st.update_noise()
+    if st.noise is None:
+        st.ctx.log("tune: run-to-run noise not measured (repeats.incumbent is 1): every "
+                   "difference counts")
+        return
+    st.ctx.log(f"tune: run-to-run noise on this host: {100 * st.noise.rel_sd:.2f} % per "
+               f"benchmark run ({st.noise.dof} degrees of freedom from the incumbent's "
+               f"{st.spec.repeats.incumbent} runs per load level in one server)")
 
 
 def _name(spec: TuneSpec, choice: dict, ctx: Context) -> str:
@@ -171,7 +256,7 @@ def _name(spec: TuneSpec, choice: dict, ctx: Context) -> str:
 
 def _combo_estimate(spec: TuneSpec, knobs: tuple[Knob, ...]) -> int:
     k = min(spec.combine, len(knobs))
-    return max(0, 2 ** k - k - 1)
+    return max(0, 2 ** k - k - 1) * len(spec.objectives)
 
 
 def _calibrate(st: _State) -> None:
@@ -228,6 +313,12 @@ def _ordered(st: _State, candidates: list[Candidate]) -> list[Candidate]:
         key = (pred.single_tok_s if primary(st.spec) == "single_stream" else pred.peak_tok_s) \
             if pred else 0.0
         st.verdicts[candidate.name] = verdict
+        if risky(verdict):  # room inside the calibration's error: loaded last
+            key = -1e12 + key
+            st.ctx.log(f"tune: {candidate.label}: calibrated room "
+                       f"{verdict.numbers['calibrated_rest_gib']:+.2f} GiB is inside its "
+                       f"uncertainty ({verdict.numbers['uncertainty_gib']:.2f} GiB): "
+                       "loaded after the launches that surely fit")
         keep.append((key, candidate))
     return [c for _, c in sorted(keep, key=lambda t: -t[0])]
 
@@ -260,38 +351,101 @@ def _measure(st: _State, candidate: Candidate) -> None:
                       gpus=profile.gpus, numbers=dict(verdict.numbers), prediction=pred,
                       timestamp=st.ctx.stamp())
     # the incumbent is never stopped early: all its load levels in one run
-    levels = st.spec.loads if candidate.phase == "incumbent" else st.spec.loads[:1]
-    st.say(candidate, f"loading and measuring concurrency {', '.join(map(str, levels))}")
+    # its load levels repeated in the same run: the host's noise
+    incumbent = candidate.phase == "incumbent"
+    levels = st.spec.loads if incumbent else st.spec.loads[:1]
+    repeat = st.spec.repeats.incumbent if incumbent else 1
+    st.say(candidate, f"loading and measuring concurrency {', '.join(map(str, levels))}"
+           + (f", {repeat} runs each" if repeat > 1 else ""))
     t0 = st.executor.now()
-    first = st.executor.measure(candidate, profile, levels, True)
+    first = st.executor.measure(candidate, profile, levels, True, repeat)
     if first.status != "refused":
         st.tally.loads += 1
-    _take(outcome, first)
+    samples: dict[int, list[dict]] = {}
+    _take(outcome, first, samples)
     if first.status != "ok":
         outcome.status = "failed"
         st.tally.failed += 1
     else:
-        stop = _dominated(st, outcome)
-        if stop:
-            outcome.status, outcome.reason = "stopped", stop
-            st.tally.stopped += 1
-            st.say(candidate, f"stopped early: {stop}")
-        elif len(levels) < len(st.spec.loads):
-            st.say(candidate, f"sweeping concurrency {', '.join(map(str, st.spec.loads[1:]))}")
-            rest = st.executor.measure(candidate, profile, st.spec.loads[1:], False)
-            _take(outcome, rest)
-            if rest.status != "ok":
-                outcome.reason = f"sweep incomplete: {rest.reason}"
+        _after_first(st, candidate, profile, outcome, samples)
         st.tally.measured += 1
     st.per_load_s.append(st.executor.now() - t0)
     outcome.numbers["wall_s"] = round(st.per_load_s[-1], 1)
     st.store.put(outcome)
     st.outcomes.append(outcome)
-    st.say(candidate, f"{outcome.status}: " + _result_line(outcome))
+    st.update_noise()
+    st.say(candidate, f"{outcome.status}: " + _result_line(outcome, st.noise))
 
 
-def _take(outcome: Outcome, m: Measurement) -> None:
-    outcome.levels.update(m.levels)
+def _after_first(st: _State, candidate: Candidate, profile, outcome: Outcome,
+                 samples: dict[int, list[dict]]) -> None:
+    """Stop a dominated candidate; else sweep the other load levels and run again
+    while it is within the noise of the leader, all in the same server."""
+    stop = _dominated(st, outcome)
+    if stop:
+        outcome.status, outcome.reason = "stopped", stop
+        st.tally.stopped += 1
+        st.say(candidate, f"stopped early: {stop}")
+        return
+    if candidate.phase != "incumbent" and st.spec.loads[1:]:
+        st.say(candidate, f"sweeping concurrency {', '.join(map(str, st.spec.loads[1:]))}")
+        rest = st.executor.measure(candidate, profile, st.spec.loads[1:], False)
+        _take(outcome, rest, samples)
+        if rest.status != "ok":
+            outcome.reason = f"sweep incomplete: {rest.reason}"
+            return
+    for _ in range(st.spec.repeats.most - 1):
+        levels = _to_repeat(st, candidate, outcome)
+        if not levels:
+            return
+        st.say(candidate, f"running concurrency {', '.join(map(str, levels))} again in "
+               "the same server (" + ("the host's noise" if candidate.phase == "incumbent"
+                                      else "within the noise of the leader") + ")")
+        left = st.spec.repeats.most - min(len(outcome.runs(c)) for c in levels)
+        again = st.executor.measure(candidate, profile, levels, False, min(2, left))
+        if again.status != "ok":
+            outcome.reason = f"repeat incomplete: {again.reason}"
+            return
+        st.tally.repeats += 1
+        _take(outcome, again, samples)
+        st.update_noise(outcome)
+
+
+def _to_repeat(st: _State, candidate: Candidate, outcome: Outcome) -> tuple[int, ...]:
+    """The load levels to run again: the incumbent's all, until it has its
+    ``repeats.incumbent`` runs; a candidate's, where an objective's figure is within
+    the noise of the leader's (and it has fewer than ``repeats.most`` runs)."""
+    if candidate.phase == "incumbent":
+        return tuple(c for c in st.spec.loads if len(outcome.runs(c)) <
+                     st.spec.repeats.incumbent)
+    if st.noise is None:
+        return ()
+    levels = set()
+    for objective in st.spec.objectives:
+        mine, level = score_level(outcome, objective.name, st.spec)
+        top = best(st.outcomes, objective.name, st.spec)
+        if mine is None or level is None or top is None:
+            continue
+        theirs, at = score_level(top, objective.name, st.spec)
+        runs = len(outcome.runs(level))
+        if theirs is None or runs >= st.spec.repeats.most:
+            continue
+        # a new leader is measured as well as the incumbent was: it is what the rest
+        # are compared with, and what may win
+        leads = mine > theirs
+        if leads or not st.noise.separated(mine, runs, theirs, top.count(at)):
+            levels.add(level)
+    return tuple(sorted(levels))
+
+
+def _take(outcome: Outcome, m: Measurement, samples: dict[int, list[dict]]) -> None:
+    """A run's figures: each level's mean over its runs, and its tok/s per run."""
+    runs = outcome.numbers.setdefault("runs", {})
+    for level, figures in m.levels.items():
+        samples.setdefault(level, []).extend(m.runs.get(level) or [figures])
+        outcome.levels[level] = mean_figures(samples[level])
+        tok = [f.get("output_throughput") for f in samples[level]]
+        runs[str(level)] = [round(float(t), 3) for t in tok if isinstance(t, int | float)]
     outcome.records.extend(m.records)
     if m.load_s is not None:
         outcome.load_s = m.load_s
@@ -337,12 +491,15 @@ def _dominated(st: _State, outcome: Outcome) -> str:
     return ""
 
 
-def _result_line(o: Outcome) -> str:
+def _result_line(o: Outcome, noise: Noise | None = None) -> str:
     parts = []
     for level, figures in sorted(o.levels.items()):
         tok = figures.get("output_throughput")
         if isinstance(tok, int | float):
-            parts.append(f"c{level} {tok:.1f}")
+            n = len(o.runs(level))
+            spread = f" +- {noise.half_width(tok, n):.1f} ({n} runs)" if noise and n > 1 \
+                else ""
+            parts.append(f"c{level} {tok:.1f}{spread}")
     pred = o.prediction or {}
     text = ", ".join(parts) or o.reason or "no figures"
     if pred.get("single_tok_s") and o.single:
@@ -351,9 +508,9 @@ def _result_line(o: Outcome) -> str:
     return text
 
 
-def _winners(st: _State, knobs: tuple[Knob, ...]) -> list:
-    """Per knob, its best one-knob value that beat the incumbent, best gain first."""
-    objective = primary(st.spec)
+def _winners(st: _State, knobs: tuple[Knob, ...], objective: str) -> list:
+    """Per knob, its best one-knob value for ``objective`` if its mean beats the
+    incumbent's, best gain first (each objective combines its own best values)."""
     base = next((o for o in st.outcomes if o.phase == "incumbent"), None)
     base_score = score(base, objective, st.spec) if base else None
     gains = []

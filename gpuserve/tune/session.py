@@ -47,9 +47,13 @@ def resolve_knobs(spec: TuneSpec, raw: dict[str, Any], incumbent, scan: Checkpoi
 def precheck(spec: TuneSpec, raw: dict[str, Any]) -> None:
     """Check every listed (not ``auto``) knob value against each SGLang version the
     incumbent targets, before the host is even read (bad input changes nothing)."""
+    from gpuserve.errors import InputError
     from gpuserve.launch.dialect import target_version
 
-    incumbent = load_profile(spec.incumbent)
+    try:
+        incumbent = load_profile(spec.incumbent)
+    except InputError as e:
+        raise spec.error("incumbent", f"the profile {spec.incumbent} is refused: {e}") from e
     knobs = tuple(knob_values(str(name), values, spec) for name, values in raw.items()
                   if values != "auto")
     for version in incumbent.sglang_versions or [target_version(incumbent)]:

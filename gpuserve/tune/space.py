@@ -30,7 +30,7 @@ from gpuserve.launch.profiles import (
 )
 
 TOP_KEYS = ("incumbent", "knobs", "loads", "requests", "objectives", "budget",
-            "early_stop", "combine", "description")
+            "early_stop", "combine", "repeats", "description")
 OBJECTIVES = ("single_stream", "goodput", "pareto")
 #: SLO names -> SGLang benchmark figure (milliseconds)
 SLO_FIGURES = {f"{stat}_{metric}": f"{stat}_{metric}_ms"
@@ -39,7 +39,14 @@ _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]+)\s*$")
 _MS_UNITS = {"ms": 1.0, "s": 1000.0}
 _WALL_UNITS = {"s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
 MAX_KNOB_VALUES = 32
+MAX_KNOBS = 16
 MAX_LOADS = 16
+#: without a budget the tune measures its whole plan: at most this many launches
+UNBUDGETED_LAUNCHES = 12
+#: ``auto`` values count as this many when sizing a plan before the host is read
+#: (gpuserve/tune/defaults.py gives at most five per knob)
+AUTO_VALUES = 5
+MAX_WALL_S = 30 * 24 * 3600.0
 DEFAULT_REQUESTS = {"input_len": 1024, "output_len": 256, "prompts_per_level": 2}
 OFF = "off"
 
@@ -74,6 +81,16 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class Repeats:
+    """Benchmark runs in the same server: the incumbent's load levels run ``incumbent``
+    times (the host's noise); a candidate within the noise of the leader runs again, up
+    to ``most`` runs per load level."""
+
+    incumbent: int = 3
+    most: int = 6
+
+
+@dataclass(frozen=True)
 class TuneSpec:
     name: str
     source: Path
@@ -87,6 +104,7 @@ class TuneSpec:
     budget: Budget
     early_stop: float | None
     combine: int
+    repeats: Repeats = field(default_factory=Repeats)
     locations: dict[str, Origin] = field(default_factory=dict, repr=False, compare=False)
 
     def objective(self, name: str) -> Objective | None:
@@ -121,6 +139,8 @@ def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
     if not isinstance(knobs, Mapping) or not knobs:
         raise error("knobs", "the search space is empty: give at least one knob with "
                     "values (e.g. memory.cuda_graph_max_bs: [128, 256])")
+    if len(knobs) > MAX_KNOBS:
+        raise error("knobs", f"{len(knobs)} knobs: at most {MAX_KNOBS}")
     requests = _requests(data.get("requests"), error)
     spec = TuneSpec(
         name=name, source=src, incumbent=incumbent, knobs=(),
@@ -129,8 +149,39 @@ def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
         budget=_budget(data.get("budget"), error),
         early_stop=_fraction(data.get("early_stop", 0.75), "early_stop", error),
         combine=_int(data.get("combine", 2), "combine", error, low=0, high=8),
-        locations=locs, **requests)
+        repeats=_repeats(data.get("repeats"), error), locations=locs, **requests)
+    if data.get("budget") is None:
+        spec = _bounded_by_space(spec, knobs, error)
     return spec, dict(knobs)
+
+
+def plan_bound(one_knob: int) -> int:
+    """The most launches a tune can load: the incumbent and every one-knob value (the
+    sweep), then follow-ups (retries, each objective's combinations, refinements) of at
+    most ``FOLLOW_UP`` x the sweep's loads, rounded up."""
+    sweep = 1 + one_knob
+    return sweep + math.ceil(FOLLOW_UP * sweep)
+
+
+#: after the one-knob sweep, retries, combinations and refinements load at most this
+#: fraction of the sweep's loads more (rounded up): they follow up what the sweep found
+FOLLOW_UP = 0.5
+#: a tune retries at most this many values that failed alone for memory
+MAX_RETRIES = 2
+
+
+def _bounded_by_space(spec: TuneSpec, knobs: Mapping, error) -> TuneSpec:
+    """No budget: the tune measures its whole plan, so the plan must be small."""
+    one_knob = sum(AUTO_VALUES if v == "auto" else len(v) if isinstance(v, list) else 1
+                   for v in knobs.values())
+    bound = plan_bound(one_knob)
+    if bound > UNBUDGETED_LAUNCHES:
+        raise error("knobs", f"{len(knobs)} knobs with {one_knob} values plan up to {bound} "
+                    f"launches; without a budget a tune measures at most "
+                    f"{UNBUDGETED_LAUNCHES}: give budget: {{loads: N}} and/or {{wall: 2 h}}")
+    import dataclasses
+
+    return dataclasses.replace(spec, budget=Budget(loads=bound))
 
 
 def _incumbent(raw: Any, src: Path, error) -> Path:
@@ -145,7 +196,11 @@ def _incumbent(raw: Any, src: Path, error) -> Path:
         path = src.parent / raw  # a path: relative to the tune file
     if not path.is_file():
         raise error("incumbent", f"no such profile: {path}")
-    return path.resolve()
+    target = path.resolve()
+    if target.suffix not in (".yaml", ".yml"):
+        raise error("incumbent", f"{raw!r} resolves to {target}, which is not a profile's "
+                    ".yaml file (a symlink out of place?)")
+    return target
 
 
 def _int(value: Any, at: str, error, *, low: int, high: int) -> int:
@@ -239,9 +294,24 @@ def _objectives(raw: Any, error) -> tuple[Objective, ...]:
     return tuple(out)
 
 
+def _repeats(raw: Any, error) -> Repeats:
+    if raw is None:
+        return Repeats()
+    if not isinstance(raw, Mapping):
+        raise error("repeats", "must be a mapping (incumbent, most)")
+    for key in raw:
+        if key not in ("incumbent", "most"):
+            raise error(f"repeats.{key}", "unknown key (valid: incumbent, most)")
+    runs = _int(raw.get("incumbent", Repeats.incumbent), "repeats.incumbent", error, low=1,
+                high=20)
+    most = _int(raw.get("most", max(Repeats.most, runs)), "repeats.most", error, low=runs,
+                high=50)
+    return Repeats(runs, most)
+
+
 def _budget(raw: Any, error) -> Budget:
     if raw is None:
-        return Budget(loads=12)
+        return Budget(loads=None)
     if not isinstance(raw, Mapping) or not raw:
         raise error("budget", "must be a mapping with loads and/or wall")
     for key in raw:
@@ -260,6 +330,9 @@ def _budget(raw: Any, error) -> Budget:
         wall_s = float(m.group(1)) * _WALL_UNITS[m.group(2)]
         if wall_s <= 0:
             raise error("budget.wall", f"must be positive, got {wall!r}")
+        if not math.isfinite(wall_s) or wall_s > MAX_WALL_S:
+            raise error("budget.wall", f"at most 30 days ({MAX_WALL_S:.0f} s), got "
+                        f"{wall[:40]!r}")
     return Budget(loads=loads, wall_s=wall_s)
 
 
@@ -273,10 +346,44 @@ def _section_fields() -> set[str]:
             for f in dataclasses.fields(cls)}
 
 
-#: fields a tune may not vary: where the model is and where the server listens
-FIXED_FIELDS = {"model.path", "model.served_name", "model.arch", "server.host", "server.port",
-                "parallel.nnodes", "parallel.node_rank", "parallel.dist_init_addr",
+#: sections and fields a tune may not vary: the model and its checkpoint, where the
+#: server listens, the node layout; a tune varies how one node launches one model
+FIXED_SECTIONS = ("model", "server")
+FIXED_FIELDS = {"parallel.nnodes", "parallel.node_rank", "parallel.dist_init_addr",
                 "parallel.dist_init_port"}
+#: SGLang dests of the same things, for raw flags (``--nnodes``, ``--model-path``, ...)
+FIXED_DESTS = frozenset({
+    "model_path", "tokenizer_path", "served_model_name", "revision", "load_format",
+    "download_dir", "trust_remote_code", "quantization", "model_loader_extra_config",
+    "host", "port", "nnodes", "node_rank", "dist_init_addr", "dist_init_port",
+    "config", "tokenizer_mode", "skip_tokenizer_init", "model_impl"})
+
+
+def fixed_field(name: str) -> bool:
+    return name.split(".", 1)[0] in FIXED_SECTIONS or name in FIXED_FIELDS
+
+
+def _check_raw(value: Any, at: str, spec: TuneSpec) -> None:
+    """Every scalar of a knob value: finite numbers, text without control characters
+    (a newline or a terminal escape would reach a command line and a terminal)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_raw(key, at, spec)
+            _check_raw(item, f"{at}.{key}" if _printable(key) else at, spec)
+    elif isinstance(value, list):
+        for item in value:
+            _check_raw(item, at, spec)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise spec.error(at, f"must be a finite number, got {value!r}")
+    elif isinstance(value, str) and not _printable(value):
+        raise spec.error(at, f"holds a control character (newline, tab, escape, ...): "
+                         f"{ascii(value)[:60]}")
+    elif isinstance(value, str) and len(value) > 512:
+        raise spec.error(at, f"at most 512 characters, got {len(value)}")
+
+
+def _printable(value: Any) -> bool:
+    return not isinstance(value, str) or value.isprintable()
 
 
 def _label(value: Any) -> str:
@@ -290,8 +397,16 @@ def _label(value: Any) -> str:
 def knob_values(name: str, raw: Any, spec: TuneSpec) -> Knob:
     """One knob's values (``auto`` already replaced by the caller), checked for shape and
     field names; the types and the catalog are checked by :func:`check_space`."""
+    if not _printable(name) or len(name) > 128:
+        raise spec.error("knobs", f"a knob's name holds a control character or is too long: "
+                         f"{ascii(name)[:60]}")
     at = f"knobs.{name}"
     origin = spec.locations.get(at) or Origin(str(spec.source), None)
+    if name.startswith("--"):
+        _check_flag_name(name, at, spec)
+    elif fixed_field(name):
+        raise spec.error(at, "a tune varies launch settings, not the model, its checkpoint, "
+                         "where the server listens or the node layout")
     if not isinstance(raw, list) or not raw:
         raise spec.error(at, "must be a non-empty list of values")
     if len(raw) > MAX_KNOB_VALUES:
@@ -300,12 +415,10 @@ def knob_values(name: str, raw: Any, spec: TuneSpec) -> Knob:
     values: list[KnobValue] = []
     for index, value in enumerate(raw):
         vat = f"{at}[{index}]"
+        _check_raw(value, vat, spec)
         if name.startswith("--"):
             values.append(_flag_value(name, value, vat, spec))
         elif name in fields:
-            if name in FIXED_FIELDS:
-                raise spec.error(at, "a tune does not vary where the model is or where the "
-                                 "server listens")
             if isinstance(value, Mapping | list):
                 raise spec.error(vat, f"{name} takes a single value, got {type(value).__name__}")
             value = None if value == "auto" else value
@@ -341,6 +454,21 @@ def _short_labels(values: list[KnobValue]) -> list[KnobValue]:
     return out
 
 
+def _check_flag_name(name: str, at: str, spec: TuneSpec) -> None:
+    """A flag knob's name alone: no ``=value`` in it, and no secret (its values are
+    never shown: they would be the secret)."""
+    from gpuserve.launch.secrets import secret_flags
+
+    if "=" in name:
+        raise spec.error("knobs", "a flag knob is named without '=VALUE' (the values go in "
+                         "its list)")
+    hits = secret_flags([name])
+    if hits:
+        raise spec.error(at, f"{name} carries a secret ({hits[0].flag}): set it in host data "
+                         "(sglang_api_key / hf_token), never in a tune; its values are not "
+                         "shown")
+
+
 def _flag_value(name: str, value: Any, at: str, spec: TuneSpec) -> KnobValue:
     if value is None or value == OFF or value is False:  # YAML reads off as false
         return KnobValue(OFF)
@@ -364,8 +492,9 @@ def _bundle(name: str, value: Any, at: str, fields: set[str], spec: TuneSpec) ->
     for key, item in value.items():
         if key not in fields:
             raise spec.error(f"{at}.{key}", "not a profile field (e.g. memory.cuda_graph_max_bs)")
-        if key in FIXED_FIELDS:
-            raise spec.error(f"{at}.{key}", "a tune does not vary this field")
+        if fixed_field(key):
+            raise spec.error(f"{at}.{key}", "a tune varies launch settings, not the model, "
+                             "its checkpoint, where the server listens or the node layout")
         out[key] = None if item == "auto" else item
     label = ",".join(f"{k.rsplit('.', 1)[-1]}={_label(v)}" for k, v in out.items())
     return KnobValue(label, out)
@@ -443,6 +572,10 @@ def _check_flag(knob: Knob, flags, spec: TuneSpec) -> None:
                          "the right spelling per version (e.g. memory.cuda_graph_max_bs)")
     if knob.name not in option.flags:
         raise spec.error(at, f"{knob.name} only abbreviates {option.name}: name it in full")
+    if option.dest in FIXED_DESTS:
+        raise spec.error(at, f"{knob.name} sets {option.dest}: a tune varies launch settings, "
+                         "not the model, its checkpoint, where the server listens or the "
+                         "node layout")
 
 
 def _value_line(spec: TuneSpec, knob: Knob, index: int) -> int | None:

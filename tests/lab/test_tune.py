@@ -1,12 +1,19 @@
 """`gpuserve tune` on the lab host: the real driver, the real serve deploy per candidate,
 the SGLang stand-in following a performance surface (lab/surfaces/, lab/surface.py).
 
-On the default surface (the field notes' box) the tune file tests/fixtures/tune/lab.tune.yaml
-starts from decode graph max bs 512 and must pick 128 for single stream, prune TP8+EP8 at
+On the default surface (the field notes' box), with 2 % run-to-run noise drawn by the
+stand-in per benchmark run, the tune file tests/fixtures/tune/lab.tune.yaml starts from
+decode graph max bs 512 and must pick 128 for single stream (within 1 % of the optimum:
+the next graph size is 3.4 % slower), measure the noise, prune TP8+EP8 at
 mem_fraction_static 0.78 before loading it (calibrated from the incumbent's own start),
 roll back the EAGLE-3 tree-decoding candidate that crashes under load and carry on, and
 leave the host on its inventory profile; a rerun measures nothing. On every other shipped
-surface the same tune file must find that surface's optimum within its budget.
+surface but pcie-draft-graphs the same tune file must find that surface's optimum within
+its budget; on pcie-draft-graphs a small tune file shows EAGLE-3, which fails alone at
+graph max bs 512, retried beside 128, measured and picked.
+
+The module brings the host to what it needs itself (`serving`): the host deploy on a
+bare lab, then the serve deploy of the inventory profile.
 
 Kept cheap: 3 s simulated loads, 32/32-token requests, two load levels; a tune runs
 about a dozen deploys, some 110 s (docs/tune.md has the lab's figures,
@@ -27,22 +34,28 @@ pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 TUNE = REPO / "tests/fixtures/tune/lab.tune.yaml"
+RETRY = REPO / "tests/fixtures/tune/lab-retry.tune.yaml"
 SURFACES = sorted(p.stem for p in (REPO / "lab/surfaces").glob("*.yaml"))
 # the tune file's TP8+EP8 layout, by its label (+ the mem_fraction_static)
 EP8 = "layout=ep=8,a2a_backend=flashinfer,runner_backend=flashinfer_cutlass,mfs="
 
 
-def tune(lab, results: Path, surface: str) -> tuple[int, str]:
-    env = json.dumps({"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "3",
-                      "GPUSERVE_LAB_STANDIN_SURFACE": surface})
-    r = lab.run_tool("gpuserve", "tune", "inventory/lab.py", str(TUNE), "--results",
+def tune(lab, results: Path, surface: str, noise: float = 0.0, file: Path = TUNE
+         ) -> tuple[int, str]:
+    env = {"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "3", "GPUSERVE_LAB_STANDIN_SURFACE": surface}
+    if noise:
+        env.update(GPUSERVE_LAB_STANDIN_SURFACE_NOISE=str(noise),
+                   GPUSERVE_LAB_STANDIN_SURFACE_SEED="1")
+    env = json.dumps(env)
+    r = lab.run_tool("gpuserve", "tune", "inventory/lab.py", str(file), "--results",
                      str(results), "--data", f"sglang_extra_env={env}", timeout=1500)
     return r.returncode, clean(r.stdout)
 
 
-def outcomes(results: Path) -> dict[str, dict]:
+def outcomes(results: Path, name: str = "lab") -> dict[str, dict]:
     """label -> the tune's record of that candidate."""
-    docs = [json.loads(p.read_text()) for p in (results / "lab-gpu/tune-lab").glob("*.json")]
+    docs = [json.loads(p.read_text())
+            for p in (results / f"lab-gpu/tune-{name}").glob("*.json")]
     out = {}
     for doc in docs:
         label = " ".join(f"{k}={v}" for k, v in doc["choice"].items()) or "incumbent"
@@ -55,9 +68,22 @@ def bench_files(results: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def field_notes(lab, tmp_path_factory):
+def serving(lab):
+    """The host serving its inventory profile, whatever ran before (nothing, on a fresh
+    lab): the host deploy where the driver is missing, then the serve deploy."""
+    served = lab.ssh("test -f /etc/gpuserve/sglang.env").returncode == 0
+    if served and served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab):
+        return
+    if lab.ssh("command -v nvidia-smi").returncode != 0:
+        lab.run_pyinfra("deploy/host.py", "--data", "nvidia_install_headers=False")
+    lab.run_pyinfra("deploy/serve.py", "--data", "bench=off")
+    assert served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab)
+
+
+@pytest.fixture(scope="module")
+def field_notes(lab, serving, tmp_path_factory):
     results = tmp_path_factory.mktemp("tune-results")
-    rc, out = tune(lab, results, "field-notes")
+    rc, out = tune(lab, results, "field-notes", noise=0.02)
     return results, rc, out
 
 
@@ -69,6 +95,11 @@ def test_picks_graph_max_bs_128_for_single_stream(field_notes) -> None:
     text = winner.read_text()
     assert "cuda_graph_max_bs: 128" in text and "# host lab-gpu, SGLang 0.5.23" in text
     assert re.search(r"tune: candidate \d+/\d+ \[one knob\] .*elapsed; best single_stream", out)
+    # under noise: measured, repeated in the incumbent's server, shown with intervals
+    assert re.search(r"tune: run-to-run noise on this host: [\d.]+ % per benchmark run", out)
+    incumbent = outcomes(results)["incumbent"]
+    assert len(incumbent["numbers"]["runs"]["1"]) == 3, incumbent["numbers"]
+    assert re.search(r"run-to-run noise: [\d.]+ % per benchmark run", out)
 
 
 def test_prunes_ep_at_mfs_078_before_loading_it(field_notes) -> None:
@@ -104,7 +135,7 @@ def test_rerun_measures_nothing(lab, field_notes) -> None:
     results, rc, _ = field_notes
     assert rc == 0
     before = bench_files(results)
-    rc, out = tune(lab, results, "field-notes")
+    rc, out = tune(lab, results, "field-notes", noise=0.02)
     assert rc == 0, out[-6000:]
     assert "0 measured" in out and "0 loads used" in out, out[-3000:]
     assert "loading and measuring" not in out
@@ -118,10 +149,12 @@ def _optimum(surface: str):
     return module
 
 
-@pytest.mark.parametrize("surface", [s for s in SURFACES if s != "field-notes"] or
+@pytest.mark.parametrize("surface", [s for s in SURFACES if s not in (
+    "field-notes", "pcie-draft-graphs")] or
                          [pytest.param("second", marks=pytest.mark.skip(
                              reason="no second surface shipped in lab/surfaces"))])
-def test_finds_another_surfaces_optimum_within_budget(lab, tmp_path, surface) -> None:
+def test_finds_another_surfaces_optimum_within_budget(lab, serving, tmp_path, surface
+                                                      ) -> None:
     """The same tune file on a surface with another optimum: the single-stream and
     throughput picks are that surface's true optimum over the whole space (within its
     2% tolerance: the stand-in's timings are real)."""
@@ -156,6 +189,32 @@ def test_finds_another_surfaces_optimum_within_budget(lab, tmp_path, surface) ->
         found = max(docs, key=lambda d: d["levels"][level]["output_throughput"] if level
                     else max(f["output_throughput"] for f in d["levels"].values()))
         assert launch(found) in opt.near, (objective, found["choice"], opt.launch)
+
+
+def test_a_value_failing_alone_is_retried_beside_what_relieves_it(lab, serving,
+                                                                  tmp_path) -> None:
+    """pcie-draft-graphs: EAGLE-3 dies capturing graphs at the incumbent's 512 (SGLang's
+    capture OOM, rolled back) and starts at 128, where it is the single-stream optimum;
+    the tune retries it beside 128, measures it and picks it (or says the gain is within
+    the noise the machine showed). (The surface's optimum over
+    the lab tune file is bench/tune_surface.py's; a small tune file keeps this cheap.)"""
+    rc, out = tune(lab, tmp_path, "pcie-draft-graphs", file=RETRY)
+    assert rc == 0, out[-6000:]
+    docs = outcomes(tmp_path, "lab-retry")
+    alone = next(d for d in docs.values() if d["phase"] == "one knob"
+                 and "speculative" in d["choice"])
+    # SGLang's capture OOM, read back from the journal by the startup-log diagnosis
+    assert alone["status"] == "failed" and alone["diagnosis"]["outcome"] == "oom", alone
+    retry = next(d for d in docs.values() if d["phase"] == "retry")
+    assert retry["status"] == "measured", retry
+    assert retry["choice"]["memory.cuda_graph_max_bs"] == "128"
+    # picked, unless this machine's own run-to-run noise hides the gain (the surface
+    # adds none here; a busy shared runner does): then the tune says so
+    picked = re.search(r"best single_stream: [\d.,]+ tok/s: speculative=.* "
+                       r"memory\.cuda_graph_max_bs=128", out)
+    assert picked or re.search(r"no significant gain: speculative=.*"
+                               r"memory\.cuda_graph_max_bs=128", out), out[-3000:]
+    assert served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab)
 
 
 def _bench_module():

@@ -313,3 +313,39 @@ def test_wheel_carries_this_module_and_the_surfaces(tmp_path):
                                                          ).read_bytes()
         for path in SURFACES.glob("*.yaml"):
             assert zf.read(f"sglang/_standin/surfaces/{path.name}") == path.read_bytes()
+
+
+# -- noise --------------------------------------------------------------------------------
+
+
+def _with_noise(noise):
+    data = surface.parse_yaml((SURFACES / "field-notes.yaml").read_text())
+    data["noise"] = noise
+    return surface.from_data(data, "noisy.yaml")
+
+
+def test_noise_is_seeded_per_run_and_start():
+    s = _with_noise({"run": 0.02, "start": 0.01, "seed": 7})
+    assert s.noise == {"run": 0.02, "start": 0.01, "seed": 7}
+    draws = [surface.noise_factor(0.02, 7, "run", str(i)) for i in range(400)]
+    assert draws == [surface.noise_factor(0.02, 7, "run", str(i)) for i in range(400)]
+    assert draws != [surface.noise_factor(0.02, 8, "run", str(i)) for i in range(400)]
+    mean = sum(draws) / len(draws)
+    sd = (sum((d - mean) ** 2 for d in draws) / (len(draws) - 1)) ** 0.5
+    assert abs(mean - 1) < 0.004 and 0.016 < sd < 0.024
+    assert all(0.94 <= d <= 1.06 for d in draws)  # cut at three sd
+    assert surface.noise_factor(0.0, 7, "run", "1") == 1.0
+    # a start's factor scales the whole start; each run of it draws its own
+    a = s.start(surface.LaunchArgs({}), surface._shape(surface._sim(), s.model), 1.0, "x")
+    b = s.start(surface.LaunchArgs({}), surface._shape(surface._sim(), s.model), 1.0, "y")
+    assert a.perf.decode_tps != b.perf.decode_tps
+    assert a.perf.run_factor(1) != a.perf.run_factor(2)
+
+
+@pytest.mark.parametrize(("noise", "field"), [
+    ({"run": -0.1}, "noise.run"), ({"run": 0.5}, "noise.run"), ({"start": "x"}, "noise.start"),
+    ({"seed": 1.5}, "noise.seed"), ({"burst": 0.1}, "noise.burst")])
+def test_bad_noise_names_its_field(noise, field):
+    with pytest.raises(surface.SurfaceError) as info:
+        _with_noise(noise)
+    assert info.value.field == field

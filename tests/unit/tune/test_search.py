@@ -47,7 +47,8 @@ class FakeHost:
     def now(self) -> float:
         return self.t
 
-    def measure(self, candidate, profile, levels, first) -> Measurement:
+    def measure(self, candidate, profile, levels, first, repeat=1) -> Measurement:
+        assert levels, "a measurement without a load level"
         self.calls.append((candidate.label, tuple(levels)))
         self.t += 60 if first else 30
         self.loads += first
@@ -69,7 +70,8 @@ class FakeHost:
         out = {c: {"output_throughput": min(cap, single * c / (1 + 0.1 * (c - 1))),
                    "median_ttft_ms": 300.0 + 10 * c, "p99_itl_ms": 11.0 + c}
                for c in levels}
-        m = Measurement("ok", levels=out, load_s=42.0)
+        m = Measurement("ok", levels=out, load_s=42.0,
+                        runs={c: [figures] * repeat for c, figures in out.items()})
         if first and candidate.phase == "incumbent":
             m.after_weights_gib = TP8_AFTER_WEIGHTS_GIB
         return m
@@ -120,8 +122,12 @@ def test_field_notes_shape(snapshot, tmp_path) -> None:
     run, lines, _ = tuned(snapshot, tmp_path, SPACE, host)
     by = {o.label: o for o in run.outcomes}
     # incumbent first, then calibration from its start
-    assert host.calls[0] == ("incumbent", (1, 16, 64))  # never stopped: one run
-    assert host.calls[1][0] != "incumbent"
+    # never stopped: every level in one call, three runs each in the same server (the
+    # host's noise: none on this fake host)
+    assert host.calls[0] == ("incumbent", (1, 16, 64)) and host.calls[1][0] != "incumbent"
+    assert run.outcomes[0].numbers["runs"] == {"1": [89.5] * 3, "16": [225.0] * 3,
+                                               "64": [225.0] * 3}
+    assert run.noise is not None and run.noise.rel_sd == 0
     assert any("memory calibration" in line and "offset -16.25 GiB" in line for line in lines)
     # EP at 0.78 pruned before loading with its numbers; EP at 0.83 fits and is measured
     ep78 = next(o for o in run.outcomes if "mfs=0.78" in o.label)
@@ -260,10 +266,10 @@ def test_auto_values_from_the_model_and_the_host(snapshot, tmp_path) -> None:
 
 def test_ctrl_c_stops_between_steps_and_keeps_what_was_measured(snapshot, tmp_path) -> None:
     class Interrupted(FakeHost):
-        def measure(self, candidate, profile, levels, first):
+        def measure(self, candidate, profile, levels, first, repeat=1):
             if len(self.calls) >= 3:
                 raise KeyboardInterrupt
-            return super().measure(candidate, profile, levels, first)
+            return super().measure(candidate, profile, levels, first, repeat)
 
     store = DictStore()
     run, lines, _ = tuned(snapshot, tmp_path, SPACE, Interrupted(), store)
@@ -300,3 +306,41 @@ def test_roofline_uses_the_measured_read_bandwidth_where_gpus_yaml_has_one():
     # datasheet's 4800; a card without a measurement keeps its datasheet figure
     assert bandwidth_gbs("NVIDIA H200") == 4237.0
     assert bandwidth_gbs("NVIDIA H100 80GB HBM3") == 3350.0
+
+
+def test_room_inside_the_calibrations_error_loads_last(snapshot, tmp_path) -> None:
+    """The pre-load check counts what a draft model adds (SGLang's own reserve for it)
+    and the calibration's error: a candidate whose calibrated room lies inside that
+    loads after every candidate that surely fits, whatever its prediction."""
+    from gpuserve.tune.judge import CALIBRATION_ERROR_GIB, DRAFT_DEFAULT_GIB, Verdict, risky
+
+    host = FakeHost()
+    run, lines, _ = tuned(snapshot, tmp_path, SPACE, host)
+    singles = [o for o in run.outcomes if o.phase == "one knob" and o.status != "pruned"]
+    eagle = next(o for o in singles if o.label.startswith("speculative="))
+    assert eagle.numbers["uncertainty_gib"] == CALIBRATION_ERROR_GIB + DRAFT_DEFAULT_GIB
+    graph = next(o for o in singles if o.label == "memory.cuda_graph_max_bs=256")
+    assert graph.numbers["uncertainty_gib"] == CALIBRATION_ERROR_GIB
+    order = [label for label, _ in host.calls]
+    flags = {o.label: risky(Verdict(numbers=o.numbers)) for o in singles}
+    assert any(flags.values()) and not all(flags.values()), flags
+    firsts = {o.label: order.index(o.label) for o in singles}
+    assert max(firsts[k] for k, v in flags.items() if not v) < \
+        min(firsts[k] for k, v in flags.items() if v), (flags, order)
+    assert any("inside its uncertainty" in line for line in lines)
+
+
+
+def test_repeated_runs_are_scenarios_of_one_deploy(tmp_path) -> None:
+    """Repeats are benchmark runs in the loaded server: one deploy whose bench section
+    holds each level's scenario again (single-r2, c8-r3), read back by level."""
+    from gpuserve.tune.candidates import bench_section, scenario_level
+
+    path = tmp_path / "t.tune.yaml"
+    path.write_text(f"incumbent: {REPO / 'profiles/glm5-nvfp4-tp8.yaml'}\n"
+                    "knobs:\n  memory.cuda_graph_max_bs: [128]\nloads: [1, 8]\n")
+    spec, _ = load_tune(path)
+    names = list(bench_section(spec, (1, 8), 3)["scenarios"])
+    assert names == ["single", "single-r2", "single-r3", "c8", "c8-r2", "c8-r3"]
+    assert [scenario_level(n) for n in names] == [1, 1, 1, 8, 8, 8]
+    assert scenario_level("batch") is None and scenario_level("c8-rx") is None

@@ -79,7 +79,7 @@ def test_a_flag_knob_checked_against_the_catalog(tmp_path) -> None:
     ("knobs:\n  memory.cuda_graph_max_bs: [128]\nbudget: {wall: 0 h}\n", "budget.wall",
      "positive"),
     # a field a tune may not vary, an unknown key
-    ("knobs:\n  model.path: [/models/x]\n", "knobs.model.path", "does not vary"),
+    ("knobs:\n  model.path: [/models/x]\n", "knobs.model.path", "not the model"),
     ("knobs:\n  memory.cuda_graph_max_bs: [128]\nbudgets: {}\n", "budgets", "unknown key"),
 ])
 def test_bad_input_names_file_line_and_field(tmp_path, body, field, words) -> None:
@@ -123,3 +123,100 @@ def test_cli_help_lists_tune() -> None:
     out = subprocess.run([sys.executable, "-m", "gpuserve", "tune", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "--leave" in out and "tune_file" in out
+
+
+def _fake_pyinfra(tmp_path: Path) -> tuple[Path, Path]:
+    mark = tmp_path / "pyinfra-ran"
+    fake = tmp_path / "pyinfra"
+    fake.write_text(f"#!/bin/sh\ntouch {mark}\nexit 1\n")
+    fake.chmod(0o755)
+    return fake, mark
+
+
+_MANY = "knobs:\n" + "".join(f"  --knob-{i}: [{', '.join(str(v) for v in range(10))}]\n"
+                             for i in range(12))
+SECRET = "sk-live-0123456789abcdef"
+
+
+@pytest.mark.parametrize(("body", "field", "line", "words"), [
+    # an unbounded space: 12 knobs x 10 values and no budget at all
+    (_MANY, "knobs", 2, "without a budget"),
+    # values that are not finite, or hold a newline or a terminal escape
+    ("knobs:\n  --schedule-conservativeness: [.nan, 1.3]\nbudget: {loads: 4}\n",
+     "knobs.--schedule-conservativeness[0]", 3, "finite"),
+    ("knobs:\n  --schedule-conservativeness: [1.0, .inf]\nbudget: {loads: 4}\n",
+     "knobs.--schedule-conservativeness[1]", 3, "finite"),
+    ("knobs:\n  attention.decode_backend: [\"flashinfer\\n--api-key x\"]\n"
+     "budget: {loads: 4}\n", "knobs.attention.decode_backend[0]", 3, "control character"),
+    ("knobs:\n  attention.decode_backend: [\"\\e[31mred\"]\nbudget: {loads: 4}\n",
+     "knobs.attention.decode_backend[0]", 3, "control character"),
+    # the model, its checkpoint and the node layout are not launch settings
+    ("knobs:\n  model.hf: [zai-org/GLM-5]\nbudget: {loads: 4}\n", "knobs.model.hf", 3,
+     "not the model"),
+    ("knobs:\n  layout:\n    - {parallel.ep: 8, model.path: /models/other}\n"
+     "budget: {loads: 4}\n", "knobs.layout[0].model.path", None, "not the model"),
+    ("knobs:\n  --nnodes: [1, 2]\nbudget: {loads: 4}\n", "knobs.--nnodes", 3,
+     "node layout"),
+    ("knobs:\n  --model-path: [/models/x]\nbudget: {loads: 4}\n", "knobs.--model-path", 3,
+     "checkpoint"),
+    # a wall budget that overflows to infinity
+    ("knobs:\n  memory.cuda_graph_max_bs: [128]\nbudget: {wall: " + "9" * 400 + " h}\n",
+     "budget.wall", 4, "at most 30 days"),
+])
+def test_issue_inputs_refused_before_any_connection(tmp_path, capsys, body, field, line,
+                                                    words) -> None:
+    fake, mark = _fake_pyinfra(tmp_path)
+    bad = tune_file(tmp_path, body)
+    rc = cli_main(["tune", "inventory.py", str(bad), "--pyinfra", str(fake),
+                   "--results", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert rc == 2 and not mark.exists(), err
+    where = f"{bad}:{line}: " if line else f"{bad}:"
+    assert where in err and f"{field}: " in err and words in err, err
+    assert "\x1b" not in err and "flashinfer\n" not in err
+
+
+def test_secret_flag_refused_without_its_value(tmp_path, capsys) -> None:
+    fake, mark = _fake_pyinfra(tmp_path)
+    bad = tune_file(tmp_path, f"knobs:\n  --api-key: [{SECRET}]\nbudget: {{loads: 4}}\n")
+    rc = cli_main(["tune", "inventory.py", str(bad), "--pyinfra", str(fake)])
+    err = capsys.readouterr().err
+    assert rc == 2 and not mark.exists()
+    assert f"{bad}:3: knobs.--api-key: " in err and "secret" in err
+    assert SECRET not in err
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    (["nonsense"], "must be KEY=VALUE"),
+    (["=x"], "must be KEY=VALUE"),
+    (["profile=" + "[" * 3000], "nested too deeply"),
+    ([f"sglang_api_key={SECRET}"], "carries a secret"),
+])
+def test_data_checked_like_pyinfra_before_any_connection(tmp_path, capsys, data,
+                                                         words) -> None:
+    fake, mark = _fake_pyinfra(tmp_path)
+    good = tune_file(tmp_path, "knobs:\n  memory.cuda_graph_max_bs: [128]\n")
+    argv = ["tune", "inventory.py", str(good), "--pyinfra", str(fake)]
+    for item in data:
+        argv += ["--data", item]
+    rc = cli_main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and not mark.exists() and "--data" in err and words in err, err
+    assert SECRET not in err and "internal exception" not in err
+
+
+def test_incumbent_symlink_to_a_system_file(tmp_path, capsys) -> None:
+    fake, mark = _fake_pyinfra(tmp_path)
+    (tmp_path / "evil.yaml").symlink_to("/etc/passwd")
+    bad = tmp_path / "t.tune.yaml"
+    bad.write_text("incumbent: ./evil.yaml\nknobs:\n  memory.cuda_graph_max_bs: [128]\n")
+    rc = cli_main(["tune", "inventory.py", str(bad), "--pyinfra", str(fake)])
+    err = capsys.readouterr().err
+    assert rc == 2 and not mark.exists()
+    assert f"{bad}:1: incumbent: " in err and "/etc/passwd" in err, err
+
+
+def test_small_space_without_budget_says_its_size(tmp_path) -> None:
+    spec, _ = load_tune(tune_file(tmp_path, "knobs:\n  memory.cuda_graph_max_bs: [128, 256]\n"
+                                            "objectives: {single_stream: {}}\n"))
+    assert spec.budget.loads == 1 + 2 + 2 and spec.budget.wall_s is None

@@ -132,7 +132,13 @@ def _launch(args, shape: ModelShape) -> Launch:
                              batch_decode_tps=env_float("BATCH_DECODE_TPS", 1500.0),
                              prefill_tps=env_float("PREFILL_TPS", 8000.0))
         return Launch(plan=plan(args, shape), perf=perf)
-    st = _load_surface(ref).start(args, shape, speedup=env_float("SURFACE_SPEEDUP", 1.0))
+    surface = _load_surface(ref)
+    # GPUSERVE_LAB_STANDIN_SURFACE_NOISE / _SEED: a bundled surface with run-to-run noise
+    surface.noise["run"] = env_float("SURFACE_NOISE", surface.noise["run"])
+    surface.noise["seed"] = int(env_float("SURFACE_SEED", surface.noise["seed"]))
+    # a start's noise is keyed by systemd's id of this start (another start, another draw)
+    st = surface.start(args, shape, speedup=env_float("SURFACE_SPEEDUP", 1.0),
+                       start_key=os.environ.get("INVOCATION_ID", ""))
     error = None if st.plan.errors else st.error
     return Launch(plan=st.plan, perf=st.perf, error=error, crash=st.crash, surface=True)
 

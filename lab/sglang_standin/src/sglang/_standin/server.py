@@ -47,6 +47,9 @@ class Histogram:
                 self.counts[i] += 1
 
 
+IDLE_RUN_GAP_S = 1.0
+
+
 class State:
     """Shared between the startup thread, the HTTP threads and the warmup thread."""
 
@@ -86,6 +89,11 @@ class State:
         self.startup_time = time.time()
         self.active_tokens = 0          # KV tokens held by running requests
         self.window_tokens = 0          # tokens generated since the last decode log
+        # a surface's noise per benchmark run: a burst of requests after a second idle
+        # is a new run (the benchmark client starts anew) with its own speed factor
+        self.bursts = 0
+        self.idle_since: float | None = time.monotonic()
+        self.run_factor = 1.0
 
     def decode_logger(self, interval_steps: int) -> None:
         """Log SGLang's periodic decode line while requests run
@@ -115,7 +123,7 @@ class State:
         """Seconds per decode step of one request now: 1/DECODE_TPS while the batch is
         small, stretched so the running requests together stay under BATCH_DECODE_TPS
         (a real server's throughput saturates as the batch grows)."""
-        return self.perf.step_seconds(self.running)
+        return self.perf.step_seconds(self.running) / self.run_factor
 
     def admit(self, tokens: int) -> int:
         """Wait (bounded, 600 s) for a running slot and KV room for ``tokens``; returns
@@ -137,6 +145,12 @@ class State:
             self.reserved_tokens += need
         return need
 
+    def finished(self) -> None:
+        """A request ended: the server is idle from now when none runs."""
+        with self.lock:
+            if self.running == 0:
+                self.idle_since = time.monotonic()
+
     def release(self, reserved: int) -> None:
         if not self.admission:
             return
@@ -149,6 +163,11 @@ class State:
         with self.lock:
             self.started += 1
             fire = self.crash_after is not None and self.started == self.crash_after
+            now = time.monotonic()
+            if self.running == 0 and (self.idle_since is None or now - self.idle_since
+                                      >= IDLE_RUN_GAP_S):
+                self.bursts += 1
+                self.run_factor = self.perf.run_factor(self.bursts)
         if fire and self.on_crash is not None:
             # a moment later, so the request is in flight when the process dies
             threading.Timer(0.05, self.on_crash).start()
@@ -384,6 +403,7 @@ def make_handler(state: State):
                     state.running -= 1
                     state.active_tokens -= held
                 state.release(reserved)
+                state.finished()
             e2e = time.monotonic() - start
             with state.lock:
                 state.requests_total += 1

@@ -1,0 +1,164 @@
+"""Follow-ups of the one-knob sweep: failures retried where they would fit, and knobs
+that made no difference alone tried again beside an objective's best.
+
+Why: a value can fail beside the incumbent's memory settings and start beside others
+(EAGLE-3 dies capturing decode graphs up to batch 512 and starts at 128). Measured
+alone it is a failure; the pairing is never measured unless the tune asks for it. A
+capture OOM is relieved by a smaller decode graph max bs; a KV pool without room by a
+larger mem_fraction_static; an out-of-memory without a known phase by either. The
+retry is judged like any candidate before it loads (the planner must say it fits).
+
+A knob can also matter only beside another value (decode graph sizes for a batch under
+EP8, not under TP): when every value of a knob measured alone was within the noise of
+the incumbent for an objective, its values are tried once more combined with that
+objective's best launch.
+
+How: docs/tune.md, "Combinations, retries and refinements"
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpuserve.tune.candidates import Candidate, candidate_name
+from gpuserve.tune.noise import Noise
+from gpuserve.tune.outcome import Outcome, best, score, score_level
+from gpuserve.tune.space import MAX_RETRIES, Knob, KnobValue, TuneSpec
+
+GRAPH = "memory.cuda_graph_max_bs"
+FRACTION = "memory.mem_fraction_static"
+_MEMORY = re.compile(r"out of memory|OutOfMemory|not enough memory|no GPU memory|"
+                     r"KV cache|\boom\b", re.I)
+_CAPTURE = re.compile(r"captur|cuda graph", re.I)
+_KV = re.compile(r"not enough memory|no GPU memory|KV cache|mem[-_]fraction", re.I)
+
+
+def memory_cause(outcome: Outcome) -> tuple[str, ...]:
+    """Which fields relieve ``outcome``'s failure: () when it did not fail for memory."""
+    diagnosis = outcome.diagnosis or {}
+    text = " ".join(str(x) for x in (outcome.reason, diagnosis.get("outcome"),
+                                     diagnosis.get("error")) if x)
+    if outcome.status != "failed" or not _MEMORY.search(text):
+        return ()
+    if _CAPTURE.search(text):
+        return (GRAPH,)
+    if _KV.search(text):
+        return (FRACTION,)
+    return (GRAPH, FRACTION)
+
+
+def _relieves(value: KnobValue, field: str, incumbent, knob: Knob) -> bool:
+    """Whether ``value`` sets only memory fields and moves ``field`` the relieving way
+    from the incumbent's (smaller graphs, a larger fraction)."""
+    if value.extra_args or not value.fields or \
+            not all(k.startswith("memory.") for k in value.fields):
+        return False
+    mine = value.fields.get(field)
+    if not isinstance(mine, int | float) or isinstance(mine, bool):
+        return False
+    section, _, key = field.partition(".")
+    theirs = getattr(getattr(incumbent, section), key, None)
+    if theirs is None:  # SGLang's automatic value: relative to the knob's other values
+        known = [v.fields.get(field) for v in knob.values
+                 if isinstance(v.fields.get(field), int | float)]
+        theirs = max(known) if field == GRAPH else min(known)
+    return mine < theirs if field == GRAPH else mine > theirs
+
+
+def retries(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome], ctx: Any,
+            objective: str) -> list[Candidate]:
+    """Candidates pairing each value that failed alone for memory (at most
+    ``MAX_RETRIES``) with the best measured value of each knob that relieves its cause."""
+    out: list[Candidate] = []
+    seen = {o.candidate for o in outcomes}
+    for failed in outcomes:  # in the order they were measured: best predicted first
+        causes = memory_cause(failed) if failed.phase == "one knob" else ()
+        if not causes or len(out) >= MAX_RETRIES:
+            continue
+        (knob_name, label), = failed.choice.items()
+        knob = next(k for k in knobs if k.name == knob_name)
+        choice = {knob_name: next(v for v in knob.values if v.label == label)}
+        for field in causes:
+            relief = _best_relief(knobs, outcomes, ctx.incumbent, field, knob_name, spec,
+                                  objective)
+            if relief is not None:
+                choice.setdefault(relief[0], relief[1])
+        if len(choice) < 2:
+            continue
+        name = candidate_name(spec, choice, ctx.config_key)
+        if name not in seen:
+            seen.add(name)
+            out.append(Candidate(name, "retry", choice))
+    return out
+
+
+def _best_relief(knobs: tuple[Knob, ...], outcomes: list[Outcome], incumbent, field: str,
+                 skip: str, spec: TuneSpec, objective: str) -> tuple[str, KnobValue] | None:
+    """The relieving value that measured best alone (else the first that relieves)."""
+    found: list[tuple[float, int, str, KnobValue]] = []
+    for knob in knobs:
+        if knob.name == skip:
+            continue
+        for index, value in enumerate(knob.values):
+            if not _relieves(value, field, incumbent, knob):
+                continue
+            measured = next((o for o in outcomes if o.phase == "one knob"
+                             and o.choice == {knob.name: value.label}), None)
+            if measured is not None and measured.status == "failed":
+                continue
+            s = score(measured, objective, spec) if measured else None
+            found.append((s if s is not None else float("-inf"), -index, knob.name, value))
+    if not found:
+        return None
+    _, _, name, value = max(found, key=lambda t: (t[0], t[1]))
+    return name, value
+
+
+def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome],
+                config_key: str, objective: str, noise: Noise | None, seen: set[str]
+                ) -> list[Candidate]:
+    """The values of each knob that was flat alone for ``objective`` (every value within
+    the noise of the incumbent), each combined with the objective's best launch."""
+    top = best(outcomes, objective, spec)
+    base = next((o for o in outcomes if o.phase == "incumbent"), None)
+    if top is None or base is None or top is base:
+        return []
+    by_name = {k.name: k for k in knobs}
+    chosen = {k: next(v for v in by_name[k].values if v.label == label)
+              for k, label in top.choice.items() if k in by_name}
+    out = []
+    for knob in knobs:
+        if knob.name in chosen or not _flat(knob, outcomes, base, objective, spec, noise):
+            continue
+        tried = {o.choice[knob.name] for o in outcomes if o.phase == "one knob"
+                 and knob.name in o.choice and o.status != "failed"}
+        for value in knob.values:
+            if value.label not in tried:
+                continue
+            choice = {**chosen, knob.name: value}
+            name = candidate_name(spec, choice, config_key)
+            if name not in seen and name not in {c.name for c in out}:
+                out.append(Candidate(name, "refinement", choice))
+    return out
+
+
+def _flat(knob: Knob, outcomes: list[Outcome], base: Outcome, objective: str,
+          spec: TuneSpec, noise: Noise | None) -> bool:
+    """Whether every value of ``knob`` measured alone stayed within the noise of the
+    incumbent for ``objective`` (within 1 % when the noise was not measured)."""
+    ref, at = score_level(base, objective, spec)
+    if ref is None:
+        return False
+    mine = [(o, *score_level(o, objective, spec)) for o in outcomes
+            if o.phase == "one knob" and knob.name in o.choice]
+    mine = [(o, s, level) for o, s, level in mine if s is not None]
+    if not mine:
+        return False
+    for o, s, level in mine:
+        if noise is None:
+            if abs(s - ref) > 0.01 * ref:
+                return False
+        elif noise.separated(s, o.count(level), ref, base.count(at)):
+            return False
+    return True

@@ -1,0 +1,169 @@
+"""The search on purpose-built performance surfaces, one per way a one-knob search with
+single runs breaks: combinations fed by the first objective only, one noisy run
+deciding, a value that fails alone never tried again, and a launch whose predicted room
+lies inside the calibration's error loaded first.
+
+Each surface is lab/surface.py data on the field notes' box (its hardware, model and
+base figures), with rules written for the case; the executor is the bench's
+(bench/tune_surface.py ``SurfaceHost``: each benchmark run drawn with the surface's
+seeded noise), the host the lab's (reference box, composed GLM-5 NVFP4 checkpoint).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpuserve.tune.predict import Comm
+from gpuserve.tune.search import run_search
+from gpuserve.tune.session import prepare
+from gpuserve.tune.space import load_tune
+from lab import surface as surfaces
+
+REPO = Path(__file__).resolve().parents[3]
+INCUMBENT = REPO / "tests/fixtures/profiles/lab-glm5-graph512.yaml"
+EP8 = ("{parallel.ep: 8, moe.a2a_backend: flashinfer, moe.runner_backend: "
+       "flashinfer_cutlass, memory.mem_fraction_static: 0.83}")
+EAGLE = ("{speculative.algorithm: EAGLE3, speculative.draft_model: /models/GLM-5-NVFP4, "
+         "speculative.num_steps: 4, speculative.eagle_topk: 1, "
+         "speculative.num_draft_tokens: 5}")
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("tune_surface_bench",
+                                                  REPO / "bench/tune_surface.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = _bench()
+
+
+@pytest.fixture(scope="module")
+def snapshot():
+    with tempfile.TemporaryDirectory() as tmp:
+        yield BENCH.snapshot(Path(tmp))
+
+
+def surface(rules: list[dict], run_noise: float = 0.0, seed: int = 0):
+    """The field notes' box with these rules instead of its own."""
+    data = surfaces.parse_yaml((REPO / "lab/surfaces/field-notes.yaml").read_text())
+    data.update(name="purpose-built", rules=rules,
+                noise={"run": run_noise, "start": 0.0, "seed": seed})
+    return surfaces.from_data(data, "purpose-built", surfaces.catalog_dests())
+
+
+def tune(snapshot, tmp_path: Path, body: str, surf):
+    path = tmp_path / "t.tune.yaml"
+    path.write_text(f"incumbent: {INCUMBENT}\n{body}")
+    spec, raw = load_tune(path)
+    prepared = prepare(spec, raw, snapshot, comm=Comm(105.6, 9.59), log=lambda _: None,
+                       stamp=lambda: "")
+    host = BENCH.SurfaceHost(surf, spec)
+    return run_search(spec, prepared.knobs, prepared.ctx, host, BENCH.Memory()), host
+
+
+GRAPHS = {"name": "graphs", "table": {"knob": "cuda_graph_max_bs", "op": "mul",
+                                      "interpolate": "log2", "points": {
+                                          128: {"decode_tps": 1.0, "batch_decode_tps": 1.04},
+                                          512: {"decode_tps": 0.95,
+                                                "batch_decode_tps": 1.0}}}}
+
+
+def test_each_objective_combines_its_own_best_values(snapshot, tmp_path) -> None:
+    """EP8 is 2.6 % slower for one stream and the best batch layout; graph max bs 128
+    is best for both. Single stream ranks EP8 below the incumbent, so combinations fed
+    by it never pair EP8 with 128: the throughput optimum (EP8 + 128, about 4 % over
+    EP8 alone) is reached only by the throughput objective's own combination."""
+    ep = {"name": "ep", "when": {"ep_size": {"gt": 1}}, "add": {"weights_gb": 5.4},
+          "mul": {"decode_tps": 0.974, "batch_decode_tps": 1.2}}
+    # EP8 at 512 is 0.974 x the incumbent for one stream: below it
+    body = (f"knobs:\n  memory.cuda_graph_max_bs: [128, 512]\n  layout:\n"
+            f"    - {{parallel.ep: 1}}\n    - {EP8}\nloads: [1, 8]\n"
+            "requests: {input_len: 32, output_len: 32, prompts_per_level: 2}\n"
+            "objectives: {single_stream: {}, pareto: {}}\nbudget: {loads: 10}\n")
+    run, _ = tune(snapshot, tmp_path, body, surface([GRAPHS, ep]))
+    ep_alone = next(o for o in run.outcomes if o.phase == "one knob" and "layout" in o.choice)
+    assert ep_alone.single < run.incumbent.single  # slower alone, for one stream
+    top = run.best("pareto")
+    assert top.phase == "combination" and top.choice["memory.cuda_graph_max_bs"] == "128"
+    assert "ep=8" in top.choice["layout"]
+    gain = max(f["output_throughput"] for f in top.levels.values()) / max(
+        f["output_throughput"] for f in ep_alone.levels.values())
+    assert gain > 1.03
+    assert run.best("single_stream").label == "memory.cuda_graph_max_bs=128"
+
+
+def test_noise_is_measured_and_a_gain_must_pass_it(snapshot, tmp_path) -> None:
+    """2 % noise per benchmark run. The incumbent (graph max bs 512) is 3.7 % slower for
+    one stream than 128, and 256 1 % slower than 512: over ten seeds the pick is 128 at
+    least eight times and never 256 (one run each decides wrongly about a quarter of the
+    time; at this gain and noise one tune in twenty keeps the incumbent, "no significant
+    gain", and these seeds hold two), the noise
+    estimate is near 2 %, and runs repeat in the same server, never in another load.
+    Six runs of the incumbent: three resolve gains of about 3 % at this noise
+    (docs/tune.md)."""
+    rule = {"name": "graphs", "table": {"knob": "cuda_graph_max_bs", "op": "mul",
+                                        "points": {128: {"decode_tps": 1.0},
+                                                   256: {"decode_tps": 0.953},
+                                                   512: {"decode_tps": 0.963}}}}
+    body = ("knobs:\n  memory.cuda_graph_max_bs: [128, 256, 512]\nloads: [1]\n"
+            "requests: {input_len: 32, output_len: 32, prompts_per_level: 2}\n"
+            "objectives: {single_stream: {}}\nbudget: {loads: 5}\n"
+            "repeats: {incumbent: 6, most: 10}\n")
+    picks = []
+    for seed in range(10):
+        run, host = tune(snapshot, tmp_path, body, surface([rule], 0.02, seed))
+        picks.append(run.best("single_stream").label)
+        if picks[-1] == "incumbent":
+            assert run.gain("single_stream").startswith("no significant gain")
+        assert host.loads == 3 and run.tally.repeats >= 1
+        assert 0.005 < run.noise.rel_sd < 0.04
+        assert len(run.incumbent.runs(1)) == 6  # repeats.incumbent, in its one load
+    assert picks.count("memory.cuda_graph_max_bs=128") >= 8, picks
+    assert "memory.cuda_graph_max_bs=256" not in picks
+
+
+def test_no_significant_gain_keeps_the_incumbent(snapshot, tmp_path) -> None:
+    """A launch 0.3 % faster than the incumbent under 2 % noise is not a winner: the
+    report says so and the incumbent stays."""
+    rule = {"name": "graphs", "table": {"knob": "cuda_graph_max_bs", "op": "mul",
+                                        "points": {128: {"decode_tps": 1.003},
+                                                   512: {"decode_tps": 1.0}}}}
+    body = ("knobs:\n  memory.cuda_graph_max_bs: [128, 512]\nloads: [1]\n"
+            "requests: {input_len: 32, output_len: 32, prompts_per_level: 2}\n"
+            "objectives: {single_stream: {}}\nbudget: {loads: 3}\n")
+    kept = 0
+    for seed in range(5):
+        run, _ = tune(snapshot, tmp_path, body, surface([rule], 0.02, seed))
+        if run.best("single_stream") is run.incumbent:
+            kept += 1
+            top = run.outcomes[1]
+            if top.single > run.incumbent.single:
+                assert run.gain("single_stream").startswith("no significant gain")
+    assert kept >= 4
+
+
+def test_a_value_that_fails_alone_is_retried_where_it_would_fit(snapshot, tmp_path) -> None:
+    """EAGLE-3 dies capturing graphs at the incumbent's decode graph max bs 512 and
+    starts at 128, where it is the single-stream optimum: the retry pairs it with 128
+    (the value that relieves a capture OOM) and measures it."""
+    rules = [GRAPHS,
+             {"name": "eagle", "when": {"speculative_algorithm": {"ne": None}},
+              "mul": {"decode_tps": 1.15}},
+             {"name": "draft graphs", "when": {"speculative_algorithm": {"ne": None},
+                                               "cuda_graph_max_bs": {"ge": 384}},
+              "fail": {"phase": "start", "builtin": "capture_oom"}}]
+    body = (f"knobs:\n  memory.cuda_graph_max_bs: [128, 512]\n  speculative: [off, {EAGLE}]\n"
+            "loads: [1]\nrequests: {input_len: 32, output_len: 32, prompts_per_level: 2}\n"
+            "objectives: {single_stream: {}}\nbudget: {loads: 6}\n")
+    run, _ = tune(snapshot, tmp_path, body, surface(rules))
+    alone = next(o for o in run.outcomes if o.phase == "one knob" and "speculative" in o.choice)
+    assert alone.status == "failed" and "out of memory" in alone.reason.lower()
+    retry = next(o for o in run.outcomes if o.phase == "retry")
+    assert retry.status == "measured" and retry.choice["memory.cuda_graph_max_bs"] == "128"
+    assert run.best("single_stream") is retry
