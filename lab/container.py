@@ -286,13 +286,32 @@ def clear_leftovers(p: Paths, netns: str) -> list[str]:
     if Path(f"/run/netns/{netns}").exists():
         netns_delete(netns)
         removed.append(f"network namespace {netns}")
-    r = subprocess.run(["losetup", "--associated", str(p.disk_file)], capture_output=True,
-                       text=True, timeout=60)
-    for line in r.stdout.splitlines():
-        device = line.split(":", 1)[0]
-        subprocess.run(["losetup", "--detach", device], capture_output=True, timeout=60)
-        removed.append(f"{device} (loop device of {p.disk_file.name})")
+    removed += [f"{d} (loop device of {p.disk_file.name})" for d in detach_loops(p)]
     return removed
+
+
+def _loops_of(disk_file: Path) -> list[str]:
+    r = subprocess.run(["losetup", "--associated", str(disk_file)], capture_output=True,
+                       text=True, timeout=60)
+    return [line.split(":", 1)[0] for line in r.stdout.splitlines() if line.strip()]
+
+
+def detach_loops(p: Paths, wait: float = 10.0) -> list[str]:
+    """Detach the loop devices still holding the host's disk file, and wait (bounded)
+    until none is left: after a lazy unmount a busy loop device only goes once its last
+    user has, so a check right after ``down`` could still see it. Returns the devices
+    that were still attached at first."""
+    devices = _loops_of(p.disk_file)
+    deadline = time.monotonic() + wait
+    left = devices
+    while left:
+        for device in left:
+            subprocess.run(["losetup", "--detach", device], capture_output=True, timeout=60)
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+        left = _loops_of(p.disk_file)
+    return devices
 
 
 def processes_naming(directory: Path) -> list[int]:

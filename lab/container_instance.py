@@ -241,6 +241,7 @@ def down(name: str, timeout: float = 60.0) -> str:
     if not borrowed and st.mirror_pid:
         mirror.stop(st.mirror_pid)
     stuck = container.unmount_root(paths)
+    container.detach_loops(paths)
     container.remove_cgroups(container.host_cgroups(netns))
     container.netns_delete(netns)
     clear_state(name)
