@@ -66,6 +66,9 @@ class Rollout:
     idle_timeout: float
     drain_grace: float
     ready_timeout: float
+    # the served workers after this one in the inventory's order (the order of a serial
+    # rollout): the hosts not switched yet, which the live judgement compares it with
+    later: tuple[str, ...] = ()
 
 
 @dataclass
@@ -137,7 +140,17 @@ def plan_rollout(host_name: str, source: str) -> Rollout | None:
         manifest_group=plan.user, probe=f"{plan.bin_dir}/{PROBE}", port=plan.port,
         max_unavailable=plan.max_unavailable, drain_timeout=plan.drain_timeout,
         idle_timeout=plan.idle_timeout, drain_grace=plan.drain_grace,
-        ready_timeout=max(plan.ready_timeout, 60.0))
+        ready_timeout=max(plan.ready_timeout, 60.0),
+        later=_after_in_inventory(host_name, [(w.host, normal_url(w.url)) for w in others]))
+
+
+def _after_in_inventory(host_name: str, workers: list[tuple[str, str]]) -> tuple[str, ...]:
+    """The URLs of ``workers`` (host, URL) that come after ``host_name`` in the
+    inventory, in that order (:class:`_InventoryOrder`)."""
+    order = {h.name: i for i, h in enumerate(ctx_inventory.get())}
+    mine = order.get(host_name, len(order))
+    later = sorted((order.get(h, len(order)), h, url) for h, url in workers)
+    return tuple(url for index, h, url in later if (index, h) > (mine, host_name))
 
 
 def runs_serially() -> bool:
