@@ -221,6 +221,7 @@ def misspelt_keys(data: dict, source: str) -> None:
 
     from pyinfra.api.connectors import get_all_connectors
 
+    from gpuserve.fleet.live_judge import LIVE_DEFAULTS
     from gpuserve.fleet.router_plan import defaults as router_defaults
     from gpuserve.host.plan import defaults as host_defaults
     from gpuserve.monitor.dashboards import GRAFANA_DEFAULTS
@@ -229,7 +230,7 @@ def misspelt_keys(data: dict, source: str) -> None:
     from gpuserve.serve.plan import defaults as serve_defaults
 
     ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults(),
-                   *EXPORTER_DEFAULTS, *MONITOR_DEFAULTS, *GRAFANA_DEFAULTS})
+                   *EXPORTER_DEFAULTS, *MONITOR_DEFAULTS, *GRAFANA_DEFAULTS, *LIVE_DEFAULTS})
     known = set(ours)
     for connector in get_all_connectors().values():
         known |= set(getattr(connector, "data_meta", None) or {})

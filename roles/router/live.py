@@ -32,6 +32,20 @@ from gpuserve.roles.failure import fail_host
 from gpuserve.roles.router.rolling import Rollout, Switching, _command, _router, _take_out
 from gpuserve.roles.service.rollback import RollbackSpec
 
+#: a line while the window runs, this often (seconds)
+PROGRESS_EVERY_S = 60
+
+
+def _wait_window(host_name: str, seconds: float) -> None:
+    """Sleep the window, with a progress line every minute of a long one."""
+    left = float(seconds)
+    while left > 0:
+        step = min(left, PROGRESS_EVERY_S)
+        time.sleep(step)
+        left -= step
+        if left > 0:
+            logger.info(f"{host_name}: live: {left:.0f} s of the window left")
+
 
 def read_workers(router, rollout: Rollout) -> Reads:
     """This worker's and the later workers' ``/metrics`` now, read on the router host."""
@@ -62,7 +76,7 @@ def watch(host_name: str, rollout: Rollout, settings: LiveSettings) -> Verdict:
         return compare(host_name, rollout.url, rollout.later, first, first, settings, 0)[0]
     logger.info(f"{host_name}: live: watching {rollout.url} under the gateway's traffic for "
                 f"{settings.window_s} s against {', '.join(rollout.later)} (not switched yet)")
-    time.sleep(settings.window_s)
+    _wait_window(host_name, settings.window_s)
     while True:
         last = read_workers(router, rollout)
         waited = max(0.0, last.at - first.at - settings.window_s)

@@ -185,6 +185,16 @@ def test_equal_traffic_passes_and_too_little_goes_on_unjudged(monkeypatch) -> No
     assert sum(clock.sleeps) - 20 == 60  # waited rolling_live_max_wait, no more
 
 
+def test_a_long_window_says_how_long_is_left(monkeypatch, caplog) -> None:
+    clock = Clock()
+    monkeypatch.setattr(live, "time", clock)
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        live._wait_window("a", 150)
+    assert clock.sleeps == [60, 60, 30]
+    assert "a: live: 90 s of the window left" in caplog.text
+    assert "a: live: 30 s of the window left" in caplog.text
+
+
 def test_the_last_worker_of_a_roll_is_not_watched(monkeypatch) -> None:
     clock = Clock()
     monkeypatch.setattr(live, "time", clock)
@@ -265,3 +275,13 @@ def test_no_watch_when_the_gateway_was_stopped(monkeypatch) -> None:
     stopped = Switching(restarts=True, rollout=rollout("a"), gateway_stopped=True)
     meta, events = run_judge(monkeypatch, Verdict("regression", "never"), stopped)
     assert meta.did_succeed() and events == []
+
+
+def test_gpuserve_check_knows_the_live_keys_and_catches_their_typos() -> None:
+    from gpuserve.commands.check import misspelt_keys
+    from gpuserve.errors import InputError
+
+    misspelt_keys({"rolling_live_window": 0, "rolling_live_max_wait": 60}, "inv.py")
+    with pytest.raises(InputError) as info:
+        misspelt_keys({"rolling_live_windows": 20}, "inv.py")
+    assert "did you mean rolling_live_window" in info.value.message
