@@ -112,7 +112,10 @@ def judge_live(rollout: Rollout, switching: Switching, settings: LiveSettings | 
                  "gateway again to roll it back")
     # drained like any take-out; its failure hook puts the worker back once it serves
     # its last good configuration again
-    yield _command(_take_out, rollout, switching, bin_dir, port, config)
+    kept = (f"live traffic: {verdict.message}; not rolled back, {host.name} keeps serving "
+            f"profile {rollback.profile_name}: roll it back with a serve deploy of the "
+            "previous profile")
+    yield _command(_take_out, rollout, switching, bin_dir, port, config, kept)
     outcome = yield from roll_back(rollback, port, f"{bin_dir}/{PROBE}", health_timeout,
                                    what="live")
     yield fail_host(f"rolling switch: live traffic: {verdict.message}; profile "

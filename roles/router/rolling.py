@@ -327,8 +327,14 @@ def _command(func, *args) -> FunctionCommand:
     return FunctionCommand(run, (), {})
 
 
+#: what a take-out that fails before the switch says of the host
+NOT_SWITCHED = "not switched, nothing changed"
+
+
 def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port: int,
-              config: str) -> bool:
+              config: str, outcome: str = NOT_SWITCHED) -> bool:
+    """Take the worker out (see :func:`take_out`); ``outcome`` ends a failure's message
+    (a take-out to roll back a live regression says what keeps serving instead)."""
     t0 = time.monotonic()
     try:
         router = _router(rollout)
@@ -349,7 +355,7 @@ def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port:
                                    rollout.max_unavailable)
     except (ValueError, InputError, PyinfraError) as exc:
         return _fail(host_, f"rolling switch: cannot read the gateway's workers: {exc}; "
-                     "not switched, nothing changed")
+                     f"{outcome}")
     mine = next((w for w in workers if w.url == rollout.url), None)
     if mine is None or not mine.ready:
         # the gateway sends it nothing now (not listed yet, pending, unhealthy): nothing
@@ -364,11 +370,11 @@ def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port:
         return True
     if refusal is not None:
         return _fail(host_, f"rolling switch: {host_.name} may not leave the gateway now: "
-                     f"{refusal} (gateway: {_states(workers)}); not switched, nothing changed")
+                     f"{refusal} (gateway: {_states(workers)}); {outcome}")
     try:
         _write_manifest(router, rollout, rollout.manifest_without)
     except ValueError as exc:
-        return _fail(host_, f"rolling switch: {exc}; not switched")
+        return _fail(host_, f"rolling switch: {exc}; {outcome}")
     switching.out = True
     # from here a failure of any kind (even a command error pyinfra catches) must not
     # leave the worker out unsaid: the hook puts it back when its server is healthy
@@ -378,7 +384,8 @@ def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port:
     if problem is not None:
         # the server still runs its old configuration: back into the gateway at once
         back = _put_back_and_wait(host_, rollout, switching)
-        return _fail(host_, f"rolling switch: {problem}; not switched",
+        said = "not switched" if outcome == NOT_SWITCHED else outcome
+        return _fail(host_, f"rolling switch: {problem}; {said}",
                      [f"gateway: {back}" if back else
                       f"gateway: {host_.name} is back in {rollout.router}'s list, unchanged"])
     return True

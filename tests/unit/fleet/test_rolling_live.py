@@ -285,3 +285,22 @@ def test_gpuserve_check_knows_the_live_keys_and_catches_their_typos() -> None:
     with pytest.raises(InputError) as info:
         misspelt_keys({"rolling_live_windows": 20}, "inv.py")
     assert "did you mean rolling_live_window" in info.value.message
+
+
+def test_a_take_out_for_a_rollback_that_fails_says_the_regressed_profile_keeps_serving(
+        monkeypatch) -> None:
+    """The take-out judge_live yields: a gateway whose unit runs but does not answer
+    stops it, and the report says the host was switched and not rolled back."""
+    from test_rolling_take_out import RouterHost
+
+    import gpuserve.roles.router.rolling as rolling
+
+    seen: list[str] = []
+    monkeypatch.setattr(rolling, "_fail", lambda host_, message, footer=(): seen.append(
+        message) or False)
+    monkeypatch.setattr(rolling, "_router", lambda r: RouterHost("active"))
+    switching = Switching(restarts=True, rollout=rollout("a"))
+    kept = "live traffic: a: ITL p99 50 ms; not rolled back, a keeps serving profile slow"
+    assert rolling._take_out(SimpleNamespace(name="a"), switching.rollout, switching, "/bin",
+                             30000, "/c", kept) is False
+    assert seen and seen[0].endswith(kept) and "nothing changed" not in seen[0]
