@@ -14,6 +14,14 @@ and ``listen_address``; only the first is the gateway's host.
 $GPUSERVE_LAB_FLEET_FAIL="HOST=MODE" makes the SGLang stand-in on that host fail at
 start (GPUSERVE_LAB_STANDIN_FAIL: oom or crash): the fleet test's failing second host.
 Lab knobs only; product code never reads them.
+
+A rolling switch here is judged by live traffic over 20 s (not 5 minutes), with 10
+requests a side: the fleet test's client sends a few a second. The gateway routes round
+robin, so every worker gets its share of the client's one-at-a-time requests (cache-aware
+routing would keep them on one worker). The stand-ins prefill at 35 tokens/s, so the
+client's 5-word prompt's TTFT (~143 ms) sits inside one of the stand-in's TTFT buckets
+(100-250 ms), where the scheduling noise of a busy 2-core machine (tens of ms) cannot
+move its p99 into another (at ~2 ms it did, and an equal profile was rolled back).
 """
 
 from __future__ import annotations
@@ -37,6 +45,11 @@ _spec.loader.exec_module(_lab)
 _ROUTER_KEYS = tuple(k for k in _lab.LAB_HOST_DATA if k.startswith("router_"))
 
 
+#: the live judgement of a rolling switch, short for the lab (roles/router/live.py)
+_LIVE = {"rolling_live_window": 20, "rolling_live_min_requests": 10,
+         "rolling_live_max_wait": 30}
+
+
 def _names() -> list[str]:
     env = os.environ.get("GPUSERVE_LAB_FLEET")
     if env:
@@ -54,11 +67,15 @@ def _fleet_host(index: int, name: str) -> tuple[str, dict]:
                                  "`python -m lab link A B` first")
     # a multi-node profile's ranks follow this group; NCCL and Gloo talk over the link
     data.update(private_address=address, listen_address=address, sglang_nodes_group="gpu",
-                nccl_socket_ifname=st.extra.get("fleet_ifname"))
+                nccl_socket_ifname=st.extra.get("fleet_ifname"), **_LIVE)
+    data["sglang_extra_env"] = {**data.get("sglang_extra_env", {}),
+                                "GPUSERVE_LAB_STANDIN_PREFILL_TPS": "35"}
     host = "lab-gpu" if index == 0 else f"lab-gpu-{index + 1}"
     if index > 0:
         for key in _ROUTER_KEYS:
             data.pop(key, None)
+    else:
+        data["router_policy"] = "round_robin"
     fail = dict(item.split("=", 1) for item in
                 os.environ.get("GPUSERVE_LAB_FLEET_FAIL", "").split(",") if "=" in item)
     if host in fail:

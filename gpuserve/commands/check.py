@@ -266,6 +266,7 @@ def misspelt_keys(data: dict, source: str) -> None:
     from gpuserve.facts.compat import known_connector_keys
     from gpuserve.host.defaults import PROXMOX
     from gpuserve.monitor.dashboards import GRAFANA_DEFAULTS
+    from gpuserve.monitor.live_judge import LIVE_DEFAULTS
     from gpuserve.monitor.plan import MONITOR_DEFAULTS
     from gpuserve.monitor.targets import EXPORTER_DEFAULTS
     from gpuserve.plans.host import defaults as host_defaults
@@ -273,7 +274,7 @@ def misspelt_keys(data: dict, source: str) -> None:
     from gpuserve.serve.plan import defaults as serve_defaults
 
     ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults(), *PROXMOX,
-                   *EXPORTER_DEFAULTS, *MONITOR_DEFAULTS, *GRAFANA_DEFAULTS})
+                   *EXPORTER_DEFAULTS, *MONITOR_DEFAULTS, *GRAFANA_DEFAULTS, *LIVE_DEFAULTS})
     known = set(ours) | known_connector_keys()
     for key in sorted(k for k in data if isinstance(k, str)):
         if key in known or key.startswith("_"):

@@ -4,7 +4,7 @@ TTFT and ITL percentiles from the histograms' bucket increases, as Prometheus's
 ``histogram_quantile`` computes them).
 
 Why two reads and not a Prometheus query: a rolling switch must judge a host with or
-without a monitor host, from the hosts' own counters (gpuserve/fleet/live_judge.py).
+without a monitor host, from the hosts' own counters (gpuserve/monitor/live_judge.py).
 """
 
 from __future__ import annotations

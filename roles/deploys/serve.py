@@ -22,11 +22,13 @@ from gpuserve.launch.interpreter import InterpreterChoice, choose_interpreter, f
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.locks import Lock
 from gpuserve.memory.remote import read_remote
+from gpuserve.monitor.live_judge import live_settings
 from gpuserve.roles import checks as checks_role
 from gpuserve.roles.checks import check_service, install_check_scripts, serving_probe_read
 from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import Read, fact, prefetch, reader
 from gpuserve.roles.preview import print_serve_preview
+from gpuserve.roles.router.live import judge_live
 from gpuserve.roles.router.rolling import (
     Switching,
     gateway_of,
@@ -212,7 +214,22 @@ def serve(plan: ServePlan, rollback: RollbackSpec) -> None:
     if switching.rollout is not None:
         put_back(name=f"put {switching.rollout.url} back into the gateway on {router}, "
                       "wait until it is ready", rollout=switching.rollout, switching=switching)
+        watch_live_traffic(plan, rollback, switching)
     keep_last_good(name="keep this configuration as the last good one (root-only copies)",
                    spec=rollback, service_changed=service_changed)
     prune_venvs(name=f"prune venvs beyond keep_venvs={plan.keep_venvs}", home=plan.home,
                 keep=plan.keep_venvs, unit_paths=UNIT_PATHS)
+
+
+def watch_live_traffic(plan: ServePlan, rollback: RollbackSpec, switching: Switching) -> None:
+    """A switched worker under the gateway's real traffic against the workers not
+    switched yet (roles/router/live.py); host data ``rolling_live_window`` 0: not at all.
+    Its settings are checked here, before any change."""
+    settings = live_settings(host.data.dict(), inventory_source())
+    if settings is None or switching.rollout is None:
+        return
+    judge_live(name=f"judge {switching.rollout.url} by live traffic for "
+                    f"{settings.window_s} s against the workers not switched yet",
+               rollout=switching.rollout, switching=switching, settings=settings,
+               bin_dir=plan.bin_dir, port=plan.service.port, config=plan.config_path,
+               rollback=rollback, health_timeout=plan.health_timeout)

@@ -71,6 +71,9 @@ class Rollout:
     idle_timeout: float
     drain_grace: float
     ready_timeout: float
+    # the served workers after this one in the inventory's order (the order of a serial
+    # rollout): the hosts not switched yet, which the live judgement compares it with
+    later: tuple[str, ...] = ()
 
 
 @dataclass
@@ -140,7 +143,17 @@ def plan_rollout(host_name: str, source: str) -> Rollout | None:
         manifest_group=plan.user, probe=f"{plan.bin_dir}/{PROBE}", port=plan.port,
         max_unavailable=plan.max_unavailable, drain_timeout=plan.drain_timeout,
         idle_timeout=plan.idle_timeout, drain_grace=plan.drain_grace,
-        ready_timeout=max(plan.ready_timeout, 60.0))
+        ready_timeout=max(plan.ready_timeout, 60.0),
+        later=_after_in_inventory(host_name, [(w.host, normal_url(w.url)) for w in others]))
+
+
+def _after_in_inventory(host_name: str, workers: list[tuple[str, str]]) -> tuple[str, ...]:
+    """The URLs of ``workers`` (host, URL) that come after ``host_name`` in the
+    inventory, in that order (as a serial rollout goes: :func:`_serial_in_inventory_order`)."""
+    order = {h.name: i for i, h in enumerate(current_inventory() or ())}
+    mine = order.get(host_name, len(order))
+    later = sorted((order.get(h, len(order)), h, url) for h, url in workers)
+    return tuple(url for index, h, url in later if (index, h) > (mine, host_name))
 
 
 def runs_serially() -> bool:
@@ -303,8 +316,14 @@ def _command(func, *args) -> FunctionCommand:
     return FunctionCommand(run, (), {})
 
 
+#: what a take-out that fails before the switch says of the host
+NOT_SWITCHED = "not switched, nothing changed"
+
+
 def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port: int,
-              config: str) -> bool:
+              config: str, outcome: str = NOT_SWITCHED) -> bool:
+    """Take the worker out (see :func:`take_out`); ``outcome`` ends a failure's message
+    (a take-out to roll back a live regression says what keeps serving instead)."""
     t0 = time.monotonic()
     try:
         router = _router(rollout)
@@ -325,7 +344,7 @@ def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port:
                                    rollout.max_unavailable)
     except (ValueError, InputError, PyinfraError) as exc:
         return _fail(host_, f"rolling switch: cannot read the gateway's workers: {exc}; "
-                     "not switched, nothing changed")
+                     f"{outcome}")
     mine = next((w for w in workers if w.url == rollout.url), None)
     if mine is None or not mine.ready:
         # the gateway sends it nothing now (not listed yet, pending, unhealthy): nothing
@@ -340,11 +359,11 @@ def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port:
         return True
     if refusal is not None:
         return _fail(host_, f"rolling switch: {host_.name} may not leave the gateway now: "
-                     f"{refusal} (gateway: {_states(workers)}); not switched, nothing changed")
+                     f"{refusal} (gateway: {_states(workers)}); {outcome}")
     try:
         _write_manifest(router, rollout, rollout.manifest_without)
     except ValueError as exc:
-        return _fail(host_, f"rolling switch: {exc}; not switched")
+        return _fail(host_, f"rolling switch: {exc}; {outcome}")
     switching.out = True
     # from here a failure of any kind (even a command error pyinfra catches) must not
     # leave the worker out unsaid: the hook puts it back when its server is healthy
@@ -354,7 +373,8 @@ def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port:
     if problem is not None:
         # the server still runs its old configuration: back into the gateway at once
         back = _put_back_and_wait(host_, rollout, switching)
-        return _fail(host_, f"rolling switch: {problem}; not switched",
+        said = "not switched" if outcome == NOT_SWITCHED else outcome
+        return _fail(host_, f"rolling switch: {problem}; {said}",
                      [f"gateway: {back}" if back else
                       f"gateway: {host_.name} is back in {rollout.router}'s list, unchanged"])
     return True

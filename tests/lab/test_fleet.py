@@ -10,6 +10,9 @@ lists every host as its workers.
 The client runs on this machine against the gateway's port forwarded to 127.0.0.1, one
 request at a time, bounded in count and time; every request must succeed.
 
+Each switched host is judged by live traffic over 20 s against the hosts not switched
+yet (inventory/lab_fleet.py): an equal profile goes on, a slower one is rolled back.
+
 Runs last (conftest): it changes where the first host's server listens, and takes the
 other instances down at the end.
 """
@@ -30,6 +33,7 @@ FLEET_INVENTORY = "inventory/lab_fleet.py"
 KEY = "lab-router-key-not-a-secret-0001"  # inventory/lab.py: the lab's own, not a secret
 SWITCH_TO = "glm5-nvfp4-tp8-eagle3"
 BACK_TO = "glm5-nvfp4-tp8"
+SLOWER = "tests/fixtures/profiles/lab-slower-decode.yaml"  # SWITCH_TO decoding 40 % slower
 HOSTS = ("lab-gpu", "lab-gpu-2", "lab-gpu-3")
 URLS = {h: f"http://10.77.0.{i + 1}:30000" for i, h in enumerate(HOSTS)}
 
@@ -149,8 +153,12 @@ def fleet(lab):
         # nothing, so each restarts undrained (a fleet's first deploy, before its
         # gateway exists, goes the same way); the router deploy then starts the gateway
         # with all of them.
+        # On a fresh lab (this module alone) nothing serves yet: a first start, nothing
+        # to drain either.
+        served = lab.ssh("systemctl is-active gpuserve-sglang.service",
+                         check=False).stdout.strip() == "active"
         r = f.pyinfra("--serial", "deploy/serve.py", "--data", "bench=off")
-        for host in HOSTS:
+        for host in HOSTS if served else ():
             assert (f"{host}: gateway: gpuserve-router.service on {HOSTS[0]} is inactive: "
                     "no traffic through it to drain, switching") in r.stdout
         r = f.pyinfra("deploy/router.py")
@@ -187,6 +195,10 @@ def test_rolling_switch_fails_no_request(fleet) -> None:
     for h in HOSTS:
         marks += [out.index(f"{h}: gateway: out of"), out.index(f"{h}: gateway: back in")]
     assert marks == sorted(marks), marks
+    # judged by the gateway's traffic against the hosts after it; the last one has none
+    for h in HOSTS[:-1]:
+        assert f"{h}: live traffic as good as the not-yet-switched hosts" in out, out[-4000:]
+    assert f"{HOSTS[-1]}: the last worker of the roll" in out
     assert {h: fleet.profile(h) for h in HOSTS} == {h: SWITCH_TO for h in HOSTS}
     seen = fleet.wait_ready(30)
     assert all(seen.get(u) == "ready" for u in URLS.values()), seen
@@ -203,19 +215,47 @@ def test_rolling_switch_fails_no_request(fleet) -> None:
     assert KEY not in status.stdout
 
 
+def test_a_slower_profile_is_rolled_back_by_the_live_comparison_and_the_roll_stops(
+        fleet) -> None:
+    assert {h: fleet.profile(h) for h in HOSTS} == {h: SWITCH_TO for h in HOSTS}
+    with Client(fleet.gateway_port) as client:
+        time.sleep(3)
+        r = fleet.pyinfra("--serial", "deploy/serve.py", "--data", f"profile={SLOWER}",
+                          "--data", "bench=off", check=False)
+        time.sleep(3)
+    assert r.returncode != 0
+    out = r.stdout
+    assert client.failures == [], client.failures[:10]
+    # the stand-in's ITL buckets: 25-50 ms on the switched host, 10-25 ms on the others
+    assert ("rolling switch: live traffic: lab-gpu: ITL p99 50 ms against 25 ms on the "
+            "not-yet-switched hosts (x2.00, limit x1.2)") in out, out[-4000:]
+    assert (f"the host was rolled back to profile {SWITCH_TO}, which is healthy again"
+            in out), out[-4000:]
+    assert "gateway: lab-gpu is back in lab-gpu's list and ready" in out, out[-4000:]
+    assert ("rolling switch: not switched: lab-gpu failed first behind the gateway on "
+            "lab-gpu; lab-gpu-2 was not changed") in out
+    assert "lab-gpu-3 was not changed and keeps its current profile" in out
+    assert {h: fleet.profile(h) for h in HOSTS} == {h: SWITCH_TO for h in HOSTS}
+    seen = fleet.wait_ready(60)
+    assert all(seen.get(u) == "ready" for u in URLS.values()), seen
+
+
 def test_second_host_failing_is_rolled_back_and_put_back_and_the_first_keeps_the_new_profile(
         fleet) -> None:
     assert {h: fleet.profile(h) for h in HOSTS} == {h: SWITCH_TO for h in HOSTS}
     with Client(fleet.gateway_port) as client:
         time.sleep(3)
+        # rolling_live_window 0: no live judgement (the first host's is not the point here)
         r = fleet.pyinfra("--serial", "deploy/serve.py", "--data", f"profile={BACK_TO}",
                           "--data", "bench=off", "--data", "health_timeout=300",
-                          fail="lab-gpu-2=oom", check=False)
+                          "--data", "rolling_live_window=0", fail="lab-gpu-2=oom",
+                          check=False)
         time.sleep(3)
     assert r.returncode != 0
     out = r.stdout
     assert client.failures == [], client.failures[:10]
     assert re.search(r"lab-gpu-2.*profile glm5-nvfp4-tp8 failed", out), out[-4000:]
+    assert "by live traffic" not in out and "live:" not in out
     assert (f"the host was rolled back to profile {SWITCH_TO}, which is healthy again"
             in out), out[-4000:]
     assert "gateway: lab-gpu-2 is back in lab-gpu's list and ready" in out, out[-4000:]

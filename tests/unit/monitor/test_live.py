@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuserve.errors import InputError
-from gpuserve.fleet.live_judge import judge, live_settings
 from gpuserve.monitor.live import Snapshot, Window, now, quantile, window
+from gpuserve.monitor.live_judge import judge, live_settings
 from gpuserve.parsers.common import ParseError
 from gpuserve.parsers.prometheus_text import parse_metrics
 

@@ -9,10 +9,15 @@ switch (roles/router/rolling.py) reads the hosts and acts on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import shlex
+from dataclasses import dataclass, field
 
 from gpuserve.errors import InputError
-from gpuserve.monitor.live import Window, pooled, quantile
+from gpuserve.monitor.live import Snapshot, Window, pooled, quantile, window
+from gpuserve.parsers.common import ParseError
+from gpuserve.parsers.prometheus_text import parse_metrics
+from gpuserve.paths import SCRIPTS_DIR
 
 LIVE_DEFAULTS = {
     # A rolling switch watches each switched host under live traffic for this many
@@ -33,6 +38,10 @@ LIVE_DEFAULTS = {
     # accepts: float (0..1)
     "rolling_live_error_rate_delta": 0.01,
 }
+#: seconds between reads while a window has too few requests (bounded by max_wait)
+WAIT_STEP_S = 15
+#: the host script that reads the workers' /metrics on the router host
+READ_SCRIPT = SCRIPTS_DIR / "metrics_read.py"
 #: latencies closer than this (seconds) are equal, whatever the ratio (bucket noise)
 LATENCY_FLOOR_S = 0.005
 
@@ -116,3 +125,65 @@ def judge(host: str, switched: Window, old: list[Window], settings: LiveSettings
     return Verdict("pass", f"{host}: live traffic as good as the not-yet-switched hosts "
                    f"over {switched.seconds:.0f} s ({switched.requests:.0f} requests, "
                    f"{switched.tok_s:.0f} tok/s)")
+
+
+def read_command(urls: tuple[str, ...]) -> str:
+    """Shell that reads every URL's ``/metrics`` on the router host (metrics_read.py,
+    passed inline with ``python3 -c``: nothing to install first)."""
+    return " ".join(shlex.quote(a) for a in ("python3", "-c", READ_SCRIPT.read_text(), *urls))
+
+
+@dataclass(frozen=True)
+class Reads:
+    """One read of several workers at ``at``: a snapshot per URL, or why there is none."""
+
+    at: float
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def parse_reads(text: str, urls: tuple[str, ...], at: float) -> Reads:
+    """metrics_read.py's JSON line; a URL it did not answer for, or whose text does not
+    parse, gets an error (bounded), never an exception."""
+    snapshots: dict[str, Snapshot] = {}
+    errors: dict[str, str] = {}
+    try:
+        doc = json.loads((text or "").strip().splitlines()[-1])
+        answers = {r["url"]: r for r in doc["reads"] if isinstance(r, dict)}
+    except (ValueError, IndexError, KeyError, TypeError):
+        return Reads(at, {}, {u: f"the read printed {(text or '')[-200:]!r}" for u in urls})
+    for url in urls:
+        answer = answers.get(url)
+        if answer is None or not isinstance(answer.get("text"), str):
+            errors[url] = str((answer or {}).get("error") or "no answer")[:300]
+            continue
+        try:
+            snapshots[url] = Snapshot(at, tuple(parse_metrics(answer["text"])))
+        except ParseError as exc:
+            errors[url] = f"/metrics of {url}: {exc}"[:300]
+    return Reads(at, snapshots, errors)
+
+
+def compare(host: str, url: str, old_urls: tuple[str, ...], first: Reads, last: Reads,
+            settings: LiveSettings, waited_s: float) -> tuple[Verdict, list[str]]:
+    """The verdict between two reads, and notes on hosts left out of the comparison. A
+    switched host whose /metrics cannot be read is not judged (a judgement that cannot
+    be made rolls nothing back); an old host that cannot be read is left out."""
+    mine = [r.errors.get(url) for r in (first, last) if url not in r.snapshots]
+    if mine:
+        return Verdict("unjudged", f"{host}: its /metrics could not be read ({mine[0]}): "
+                       "not judged by live traffic"), []
+    notes, old = [], []
+    for other in old_urls:
+        missing = [r.errors.get(other) for r in (first, last) if other not in r.snapshots]
+        if missing:
+            notes.append(f"{other} left out of the comparison: {missing[0]}")
+        else:
+            old.append(window(first.snapshots[other], last.snapshots[other]))
+    switched = window(first.snapshots[url], last.snapshots[url])
+    return judge(host, switched, old, settings, waited_s), notes
+
+
+def next_read_in(settings: LiveSettings, waited_s: float) -> float:
+    """Seconds until the next read while waiting for traffic (at least 1)."""
+    return max(1.0, min(float(WAIT_STEP_S), settings.max_wait_s - waited_s))
