@@ -23,7 +23,7 @@ from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 from test_rolling_serial import fleet_inventory, plan_in, rollout
 
-import gpuserve.roles.checks
+import gpuserve.roles.checks.probe
 import gpuserve.roles.router.live as live
 from gpuserve.measure.health import Probe
 from gpuserve.monitor.live_judge import (
@@ -230,7 +230,7 @@ def run_judge(monkeypatch, verdict: Verdict, switching: Switching | None = None)
         return True
 
     monkeypatch.setattr(live, "_take_out", take_out)
-    monkeypatch.setattr(gpuserve.roles.checks, "parse_probe", lambda _out: Probe(
+    monkeypatch.setattr(gpuserve.roles.checks.probe, "parse_probe", lambda _out: Probe(
         200, "active", "running", 0, None, [], []))
     responses = {"sha1sum": state_lines(B, A, "good")}
     inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))

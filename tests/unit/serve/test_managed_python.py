@@ -103,6 +103,9 @@ def test_the_venv_is_built_with_the_chosen_interpreter(tmp_path) -> None:
     from gpuserve.roles.sglang import locked_venv
 
     choice = choice_for(tmp_path, archive(tmp_path))
-    _, cmds = run(locked_venv, {".gpuserve-verified": ""}, **BUILD, python=choice.path)
+    from tests.unit.serve.test_serve_checks import JOB_DONE  # the detached install, done
+
+    _, cmds = run(locked_venv, {".gpuserve-verified": "", **JOB_DONE}, **BUILD,
+                  python=choice.path)
     assert any(f"{choice.path} -m venv {BUILD['venv']}" in c for c in cmds)
     assert not any("python3 -m venv" in c for c in cmds)
