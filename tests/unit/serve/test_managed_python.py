@@ -16,26 +16,7 @@ from pathlib import Path
 from gpuserve.launch.interpreter import ManagedBuild, choose_interpreter, managed_builds
 from gpuserve.launch.locks import available_locks
 from gpuserve.roles.sglang.python import STAMP, managed_python
-
-
-def run(op, responses: dict, **kwargs):
-    """The operation on a @fake host (as tests/unit/serve/test_serve_checks.py does)."""
-    import contextlib
-
-    from pyinfra.api import Config, Inventory, State
-    from pyinfra.api.connect import connect_all
-    from pyinfra.api.exceptions import PyinfraError
-    from pyinfra.api.operation import add_op
-    from pyinfra.api.operations import run_ops
-
-    inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
-    state = State(inv, Config())
-    connect_all(state)
-    meta = next(iter(add_op(state, op, **kwargs).values()))
-    with contextlib.suppress(PyinfraError):
-        run_ops(state)
-    return meta, [str(c) for c in next(iter(inv)).connector.executed_commands]
-
+from tests.unit.serve.test_service_rollback import run  # the operation on a @fake host
 
 BUILD = dict(venv="/opt/gpuserve/venvs/0.5.23-abc", lock=next(
     lk for lk in available_locks() if lk.name == "sglang-0.5.23-cu13-py312"),
