@@ -71,12 +71,13 @@ def tune_snapshot() -> None:
                          f"this run has {len(state.activated_hosts)}: give gpuserve tune "
                          "--limit HOST")
     plan = plan_and_read()
-    path = run_context().host(host.name).serve_input.checkpoint_path
+    inputs = run_context().host(host.name).serve_input
+    path = inputs.checkpoint_path
     host_json = fact(FileContents, path=HOST_JSON_PATH)
     doc = {
         "schema": SCHEMA, "host": host.name, "taken": utc_now(),
         "sglang_version": plan.version, "lock": f"{plan.lock.name}@{plan.lock.hash}",
-        "gpus": [dict(g) for g in host_runtime(plan.home).gpu_list],
+        "gpus": [dict(g) for g in host_runtime(plan.home, inputs.candidate_locks).gpu_list],
         "checkpoint": fact(ModelCheckpoint, path=path) if path else None,
         "host_facts": host_facts_document(reader()),
         "host_json": "\n".join(host_json) if host_json else None,
