@@ -22,8 +22,16 @@ from sglang._standin.surface import Perf
 
 STARTING, UP, UNHEALTHY = "Starting", "Up", "UnHealthy"
 
-# Bucket edges of the simulated histograms (seconds).
-_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# Bucket edges (seconds) of the latency histograms: SGLang's defaults, taken from
+# python/sglang/srt/metrics/collector.py (TokenizerMetricsCollector.__init__,
+# bucket_time_to_first_token / bucket_inter_token_latency / bucket_e2e_request_latency)
+# of sgl-project/sglang at commit 00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538.
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
+               0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000,
+               8.000)
+E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400,
+               600, 1200, 1800, 2400)
 _WORDS = ("the", "lab", "stands", "in", "for", "a", "gpu", "box", "and", "answers",
           "with", "simulated", "tokens", "at", "a", "steady", "rate")
 
@@ -34,17 +42,26 @@ def _dumps(obj: Any) -> str:
 
 
 class Histogram:
-    def __init__(self) -> None:
-        self.counts = [0] * len(_BUCKETS)
+    """Cumulative counts over ``edges`` (Prometheus's ``le`` buckets), sum and count."""
+
+    def __init__(self, edges: tuple[float, ...]) -> None:
+        self.edges = edges
+        self.counts = [0] * len(edges)
         self.total = 0.0
         self.n = 0
 
     def observe(self, v: float) -> None:
         self.n += 1
         self.total += v
-        for i, edge in enumerate(_BUCKETS):
+        for i, edge in enumerate(self.edges):
             if v <= edge:
                 self.counts[i] += 1
+
+
+def _bounds(args, flag: str, default: tuple[float, ...]) -> tuple[float, ...]:
+    """A histogram's bucket bounds: the server argument when given, else SGLang's."""
+    given = getattr(args, flag, None)
+    return tuple(float(v) for v in given) if given else default
 
 
 IDLE_RUN_GAP_S = 1.0
@@ -83,9 +100,10 @@ class State:
         self.generation_tokens_total = 0
         self.requests_total = 0
         self.last_gen_throughput = 0.0
-        self.ttft = Histogram()
-        self.e2e = Histogram()
-        self.itl = Histogram()
+        # SGLang's --bucket-* flags replace a default (TokenizerMetricsCollector)
+        self.ttft = Histogram(_bounds(args, "bucket_time_to_first_token", TTFT_BUCKETS))
+        self.e2e = Histogram(_bounds(args, "bucket_e2e_request_latency", E2E_BUCKETS))
+        self.itl = Histogram(_bounds(args, "bucket_inter_token_latency", ITL_BUCKETS))
         self.startup_time = time.time()
         self.active_tokens = 0          # KV tokens held by running requests
         self.window_tokens = 0          # tokens generated since the last decode log
@@ -558,8 +576,8 @@ def render_metrics(state: State) -> str:
 
     def histogram(metric: str, doc: str, h: Histogram, labels: str) -> None:
         lines.extend([f"# HELP sglang:{metric} {doc}", f"# TYPE sglang:{metric} histogram"])
-        for edge, count in zip(_BUCKETS, h.counts, strict=True):
-            lines.append(f'sglang:{metric}_bucket{{{labels},le="{edge}"}} {float(count)}')
+        for edge, count in zip(h.edges, h.counts, strict=True):
+            lines.append(f'sglang:{metric}_bucket{{{labels},le="{float(edge)}"}} {float(count)}')
         lines.append(f'sglang:{metric}_bucket{{{labels},le="+Inf"}} {float(h.n)}')
         lines.append(f"sglang:{metric}_count{{{labels}}} {float(h.n)}")
         lines.append(f"sglang:{metric}_sum{{{labels}}} {h.total}")
