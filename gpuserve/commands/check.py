@@ -554,12 +554,13 @@ def format_results(results: list[Result], deploys: tuple[str, ...]) -> str:
     checked (so a green run is never mistaken for a checked host)."""
     # every value escaped here: a line break in a host name must not forge a report line
     width = max(len(printable(r.host)) for r in results)
+    kind = max(5, *(len(r.deploy) for r in results))  # serve, host, router, hypervisor
     lines = []
     for r in results:
         status = "ok" if r.ok else "FAIL"
-        lines.append(f"{printable(r.host):<{width}}  {r.deploy:<6}  {status:<4}  "
+        lines.append(f"{printable(r.host):<{width}}  {r.deploy:<{kind}}  {status:<4}  "
                      f"{printable((r.summary if r.ok else r.error) or '')}")
-        lines += [f"{'':<{width}}  {'':<6}  warn  {printable(w)}" for w in r.warnings]
+        lines += [f"{'':<{width}}  {'':<{kind}}  warn  {printable(w)}" for w in r.warnings]
     failed = sum(not r.ok for r in results)
     hosts = len({r.host for r in results})
     lines.append(f"# {_count(hosts, 'host')}, {_count(len(results), 'check')}, "

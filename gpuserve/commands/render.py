@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
                              "--profile (host-free), not both; the host's data names its "
                              "profile (--data profile=P to try another)")
         return run_host(args)
-    if not args.profile:
+    if args.profile is None:
         raise InputError("--profile", None, "required without an INVENTORY")
     profile = load_profile(args.profile)
     version = args.sglang_version or target_version(profile)

@@ -444,7 +444,7 @@ def test_the_serve_deploy_loads_the_profile_once_per_host(monkeypatch) -> None:
             monkeypatch.setattr(module, "load_profile", counted)
     batches: list[list] = []
     monkeypatch.setattr(deploy, "prefetch", batches.append)
-    monkeypatch.setattr(deploy, "host_runtime", R580)
+    monkeypatch.setattr(deploy, "host_runtime", lambda home, locks: R580(home))
     monkeypatch.setattr(deploy, "fact", lambda cls, **kwargs: None)  # nothing on the hosts
     monkeypatch.setattr(deploy, "host_facts_document", lambda reader: None)
     inv = Inventory((["gpu1", "gpu2"], {"profile": "glm5-nvfp4-tp8"}))
