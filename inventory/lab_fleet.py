@@ -18,10 +18,13 @@ Lab knobs only; product code never reads them.
 A rolling switch here is judged by live traffic over 20 s (not 5 minutes), with 10
 requests a side: the fleet test's client sends a few a second. The gateway routes round
 robin, so every worker gets its share of the client's one-at-a-time requests (cache-aware
-routing would keep them on one worker). The stand-ins prefill at 17 tokens/s, so the
-client's 5-word prompt's TTFT (~294 ms) sits in the middle of one of SGLang's default TTFT
-buckets (200-400 ms), where the scheduling noise of a busy 2-core machine (tens of ms)
-cannot move its p99 into another (at ~2 ms it did, and an equal profile was rolled back).
+routing would keep them on one worker). The stand-ins run the fleet's performance
+surface (lab/surfaces/fleet.yaml): every launch decodes at 60 tokens/s except one without
+decode CUDA graphs (30 % slower: the fleet test's slower profile), and they prefill at 17
+tokens/s, so the client's 5-word prompt's TTFT (~294 ms) sits in the middle of one of
+SGLang's default TTFT buckets (200-400 ms), where the scheduling noise of a busy 2-core
+machine (tens of ms) cannot move its p99 into another (at ~2 ms it did, and an equal
+profile was rolled back).
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ def _fleet_host(index: int, name: str) -> tuple[str, dict]:
     data.update(private_address=address, listen_address=address, sglang_nodes_group="gpu",
                 nccl_socket_ifname=st.extra.get("fleet_ifname"), **_LIVE)
     data["sglang_extra_env"] = {**data.get("sglang_extra_env", {}),
-                                "GPUSERVE_LAB_STANDIN_PREFILL_TPS": "17"}
+                                "GPUSERVE_LAB_STANDIN_SURFACE": "fleet"}
     host = "lab-gpu" if index == 0 else f"lab-gpu-{index + 1}"
     if index > 0:
         for key in _ROUTER_KEYS:

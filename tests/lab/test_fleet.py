@@ -33,7 +33,7 @@ FLEET_INVENTORY = "inventory/lab_fleet.py"
 KEY = "lab-router-key-not-a-secret-0001"  # inventory/lab.py: the lab's own, not a secret
 SWITCH_TO = "glm5-nvfp4-tp8-eagle3"
 BACK_TO = "glm5-nvfp4-tp8"
-SLOWER = "tests/fixtures/profiles/lab-slower-decode.yaml"  # SWITCH_TO decoding 30 % slower
+SLOWER = "tests/fixtures/profiles/lab-slower-decode.yaml"  # SWITCH_TO, eager: 30 % slower
 HOSTS = ("lab-gpu", "lab-gpu-2", "lab-gpu-3")
 URLS = {h: f"http://10.77.0.{i + 1}:30000" for i, h in enumerate(HOSTS)}
 

@@ -1,8 +1,10 @@
 """The SGLang stand-in's latency histograms: SGLang's default bucket bounds
 (python/sglang/srt/metrics/collector.py of sgl-project/sglang at
 00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538), and what the live judge of a rolling switch
-sees through them with the lab fleet's settings (inventory/lab_fleet.py): a decode 30 %
-slower is a regression, an equal one passes.
+sees through them with the lab fleet's settings (inventory/lab_fleet.py): the fleet's
+surface (lab/surfaces/fleet.yaml, bundled in the wheel) makes the slower profile's launch
+(tests/fixtures/profiles/lab-slower-decode.yaml) decode 30 % slower, a regression, and
+the two shipped profiles a rolling switch moves between equal.
 
 The stand-in's ``render_metrics`` runs in a subprocess from the built wheel (conftest's
 ``site23``), as the other stand-in tests run it.
@@ -28,17 +30,27 @@ SGLANG_ITL = [0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.0
               0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0]
 SGLANG_E2E = SGLANG_TTFT + [600, 1200, 1800, 2400]
 
-# One stand-in per decode speed, serving ``n`` one-at-a-time requests of 10 tokens with a
-# ~0.29 s TTFT (the lab fleet's 5-token prompt at 17 tokens/s); prints /metrics' text.
+# One stand-in per decode speed (a number), or per launch on the wheel's fleet surface (a
+# mapping of server-args dests: the speed the server would run at), serving ``n``
+# one-at-a-time requests of 10 tokens with a ~0.29 s TTFT (the lab fleet's 5-token prompt
+# at 17 tokens/s); prints /metrics' text.
 _RENDER = """
 import json, sys
 from types import SimpleNamespace
+from sglang._standin import surface
+from sglang._standin.main import _load_surface
 from sglang._standin.server import State, render_metrics
+from sglang._standin.sim import ModelShape
+fleet = _load_surface("fleet")
 out = {}
-for name, tps in json.loads(sys.argv[1]).items():
+for name, speed in json.loads(sys.argv[1]).items():
     flags = {"bucket_inter_token_latency": [0.01, 0.05]} if name == "flagged" else {}
+    perf = None
+    if isinstance(speed, dict):
+        perf = fleet.start(surface.LaunchArgs(speed), ModelShape()).perf
+        assert perf.prefill_tps == 17.0, perf
     state = State(SimpleNamespace(served_model_name="m", model_path="m", **flags), {}, "0",
-                  decode_tps=tps, prefill_tps=17.0)
+                  decode_tps=speed if perf is None else 0.0, prefill_tps=17.0, perf=perf)
     for _ in range(40):
         state.ttft.observe(5 / 17.0)
         for _ in range(9):
@@ -51,7 +63,18 @@ print(json.dumps(out))
 """
 
 
-def _render(site: Path, speeds: dict[str, float]) -> dict[str, Snapshot]:
+def _launch(profile: str) -> dict:
+    """The server args (dest names) the stand-in's parser holds for ``profile``."""
+    from gpuserve.launch import catalog
+    from gpuserve.launch.dialect import render_launch
+    from gpuserve.launch.profiles import load_profile
+
+    args = render_launch(load_profile(profile), "0.5.23").args
+    return {k: v for k, v in vars(catalog.load_catalog("0.5.23").parse(args)).items()
+            if v is not None}
+
+
+def _render(site: Path, speeds: dict[str, float | dict]) -> dict[str, Snapshot]:
     env = {**os.environ, "PYTHONPATH": str(site)}
     done = subprocess.run([sys.executable, "-c", _RENDER, json.dumps(speeds)], env=env,
                           capture_output=True, text=True, timeout=60, check=True)
@@ -76,8 +99,12 @@ def test_the_histograms_have_sglangs_default_bounds_and_names(site23) -> None:
 
 def test_the_live_judge_sees_a_30_percent_slower_decode_and_passes_an_equal_one(
         site23) -> None:
-    # the lab's slower profile: GPUSERVE_LAB_STANDIN_DECODE_TPS 46.15 (60 / 1.3)
-    snaps = _render(site23, {"old": 60.0, "same": 60.0, "slower": 46.15})
+    # a rolling switch in the lab fleet: from glm5-nvfp4-tp8 to glm5-nvfp4-tp8-eagle3
+    # (equal), then to the slower profile (--disable-decode-cuda-graph: 60 / 1.3 tok/s)
+    snaps = _render(site23, {"old": _launch("glm5-nvfp4-tp8"),
+                             "same": _launch("glm5-nvfp4-tp8-eagle3"),
+                             "slower": _launch(str(REPO / "tests/fixtures/profiles/"
+                                                   "lab-slower-decode.yaml"))})
     zero = Snapshot(0.0, ())
     old, same, slower = (window(zero, snaps[k]) for k in ("old", "same", "slower"))
     # the lab fleet's window and minimum (inventory/lab_fleet.py); ratio and floor: defaults
