@@ -1,6 +1,7 @@
-"""Grafana dashboards as files: the fleet dashboard of our own (built here), NVIDIA's
-DCGM dashboard (vendored with its licence, gpuserve/data/monitor/dashboards/), and
-the provisioning files that load them into Grafana from disk on a ``grafana`` host.
+"""Grafana dashboards as files: the fleet dashboard of our own (built here), the
+upstream ones the grafana host fetches from their pinned sources (NVIDIA's DCGM
+dashboard, SGLang's: gpuserve/monitor/upstream_dashboards.py), and the provisioning
+files that load them into Grafana from disk on a ``grafana`` host.
 
 Why built in code: its panels name our recording rules and labels (host, profile), so
 one source keeps the dashboard, the rules and the tests in step.
@@ -13,16 +14,9 @@ import re
 from dataclasses import dataclass
 
 from gpuserve.errors import InputError
-from gpuserve.paths import DATA_DIR
+from gpuserve.host import mirrors
+from gpuserve.monitor.upstream_dashboards import DashboardFetch, plan_fetches
 
-DASHBOARDS_DIR = DATA_DIR / "monitor" / "dashboards"
-#: vendored dashboards: file -> where it comes from
-VENDORED = {
-    "dcgm-exporter-dashboard.json": (
-        "NVIDIA/dcgm-exporter grafana/dcgm-exporter-dashboard.json at commit "
-        "d5e5f510a1b6b393f39a43293ccd9dc985defc79 (Apache License 2.0: "
-        "dcgm-exporter-LICENSE)"),
-}
 FLEET_FILE = "gpuserve-fleet.json"
 FLEET_UID = "gpuserve-fleet"
 GRAFANA_DASHBOARDS = "/var/lib/grafana/dashboards/gpuserve"
@@ -86,11 +80,9 @@ def fleet_dashboard_text() -> str:
 
 
 def dashboard_files() -> dict[str, str]:
-    """File name -> JSON text of every dashboard Grafana is given."""
-    files = {FLEET_FILE: fleet_dashboard_text()}
-    for name in VENDORED:
-        files[name] = (DASHBOARDS_DIR / name).read_text(encoding="utf-8")
-    return files
+    """File name -> JSON text of every dashboard built here (the upstream ones are
+    fetched on the grafana host: :class:`GrafanaPlan` ``fetches``)."""
+    return {FLEET_FILE: fleet_dashboard_text()}
 
 
 def provisioning_files(prometheus_url: str) -> dict[str, str]:
@@ -117,6 +109,14 @@ GRAFANA_DEFAULTS = {
     # the apt version of the grafana package to pin; None: the newest
     # accepts: str (an apt version) or None
     "grafana_version": None,
+    # Where the grafana host fetches the upstream dashboards (NVIDIA's DCGM dashboard,
+    # SGLang's; gpuserve/data/monitor/dashboards.yaml) for an air-gapped host: a mirror
+    # holding each at <mirror>/<repository>/<commit>/<path>, the raw URL's layout (an
+    # https or trusted http URL, or file:// on the host). Each file is checked against
+    # the catalog's sha256 before Grafana sees it. None: GitHub's raw files at the
+    # pinned commits.
+    # accepts: str (a URL) or None
+    "grafana_dashboards_mirror": None,
 }
 GRAFANA_REPO = "https://apt.grafana.com"
 GRAFANA_KEY_URL = f"{GRAFANA_REPO}/gpg.key"
@@ -129,6 +129,7 @@ class GrafanaPlan:
     files: dict[str, str]  # path on the grafana host -> text
     keyring_sha256: str
     package: str  # grafana, or grafana=VERSION
+    fetches: tuple[DashboardFetch, ...] = ()  # upstream dashboards, sha256-checked
 
 
 def plan_grafana(data: dict, source: str, prometheus_url: str) -> GrafanaPlan:
@@ -143,9 +144,18 @@ def plan_grafana(data: dict, source: str, prometheus_url: str) -> GrafanaPlan:
             r"[0-9][A-Za-z0-9.+~:-]{0,63}", version)):
         raise InputError(source, "grafana_version", f"must be an apt version, got "
                          f"{version!r:.40}")
+    mirror = data.get("grafana_dashboards_mirror") or None
+    if mirror is not None:
+        if not isinstance(mirror, str):
+            raise InputError(source, "grafana_dashboards_mirror", f"must be a URL, got "
+                             f"{mirror!r:.80}")
+        trusted = mirrors.validate_trusted_mirrors(data.get("trusted_mirrors") or [], source)
+        mirrors.require_https(mirror, "grafana_dashboards_mirror", trusted, source,
+                              allow_file=True)
     files = dict(provisioning_files(prometheus_url))
     for name, text in dashboard_files().items():
         files[f"{GRAFANA_DASHBOARDS}/{name}"] = text
     files[GRAFANA_SOURCES] = (f"Types: deb\nURIs: {GRAFANA_REPO}\nSuites: stable\n"
                               f"Components: main\nSigned-By: {GRAFANA_KEYRING}\n")
-    return GrafanaPlan(files, digest.lower(), f"grafana={version}" if version else "grafana")
+    return GrafanaPlan(files, digest.lower(), f"grafana={version}" if version else "grafana",
+                       plan_fetches(GRAFANA_DASHBOARDS, mirror))

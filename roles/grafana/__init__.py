@@ -1,5 +1,6 @@
 """Grafana from Grafana's own apt repository on a ``grafana`` host, provisioned with the
-monitor's Prometheus and the dashboards (gpuserve/monitor/dashboards.py).
+monitor's Prometheus and the dashboards: ours (gpuserve/monitor/dashboards.py) written,
+the upstream ones fetched from their pinned sources and sha256-checked (upstream.py).
 
 Why its repository: Grafana is not in Debian's archive. The signing key is fetched once
 and checked against host data ``grafana_keyring_sha256`` before apt trusts it (as the
@@ -23,6 +24,7 @@ from gpuserve.monitor.dashboards import (
 )
 from gpuserve.roles import managed
 from gpuserve.roles.exporters import missing_packages, package_reads
+from gpuserve.roles.grafana import upstream
 from gpuserve.roles.prefetch import Read
 from gpuserve.roles.service import activation_steps
 
@@ -35,7 +37,7 @@ __all__ = ["DEFAULTS", "configure_grafana", "reads"]
 def reads(plan: GrafanaPlan) -> list[Read]:
     return [*package_reads([plan.package]), managed.read(GRAFANA_KEYRING),
             managed.read(GRAFANA_DASHBOARDS), *(managed.read(p) for p in plan.files),
-            managed.read_unit(UNIT)]
+            *upstream.reads(plan.fetches), managed.read_unit(UNIT)]
 
 
 @operation()
@@ -67,6 +69,7 @@ def configure_grafana(plan: GrafanaPlan) -> None:
     changed = [managed.put(name=f"Write {path}", dest=path, text=text, user="root",
                            group="root", mode="644")
                for path, text in plan.files.items() if path != GRAFANA_SOURCES]
+    changed += [upstream.fetch(f) for f in plan.fetches]
     files_changed = installed is not None or any(op is not None for op in changed)
     steps = activation_steps(managed.unit_state(UNIT), files_changed, False)
     if steps:

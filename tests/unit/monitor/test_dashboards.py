@@ -1,6 +1,8 @@
-"""The dashboards load as Grafana JSON: ours and NVIDIA's parse, every panel has what
-Grafana's dashboard model needs, our queries name only series the exporters and the
-rules make, and promtool parses each of them."""
+"""Our fleet dashboard loads as Grafana JSON: it parses, every panel has what Grafana's
+dashboard model needs, its queries name only series the exporters and the rules make,
+and promtool parses each of them. The upstream dashboards are not shipped (their
+catalog and fetch: test_upstream_dashboards.py); the grafana plan carries their
+fetches."""
 
 from __future__ import annotations
 
@@ -14,13 +16,13 @@ import yaml
 
 from gpuserve.monitor import rules
 from gpuserve.monitor.dashboards import (
-    DASHBOARDS_DIR,
     FLEET_FILE,
-    VENDORED,
     dashboard_files,
     fleet_dashboard,
     provisioning_files,
 )
+from gpuserve.monitor.upstream_dashboards import upstream_dashboards
+from gpuserve.paths import DATA_DIR
 from tests.unit.monitor.test_promtool import PROMTOOL, needs_promtool
 
 
@@ -48,15 +50,9 @@ def test_dashboard_is_grafana_json(name: str) -> None:
             assert target["expr"].strip()
 
 
-def test_vendored_dashboards_keep_their_licence() -> None:
-    for name in VENDORED:
-        assert (DASHBOARDS_DIR / name).is_file()
-    assert "Apache License" in (DASHBOARDS_DIR / "dcgm-exporter-LICENSE").read_text()
-
-
 def _known_series() -> set[str]:
     recording, _ = rules.load_rules()
-    counters = (DASHBOARDS_DIR.parent / "dcgm-counters.csv").read_text()
+    counters = (DATA_DIR / "monitor" / "dcgm-counters.csv").read_text()
     return ({r["record"] for r in recording}
             | {line.split(",")[0].strip() for line in counters.splitlines()
                if line and not line.startswith("#")}
@@ -113,3 +109,37 @@ def test_grafana_plan_needs_the_keys_digest_and_carries_every_dashboard() -> Non
     assert {f"{GRAFANA_DASHBOARDS}/{name}" for name in dashboard_files()} <= set(plan.files)
     assert "Signed-By: /usr/share/keyrings/grafana.gpg" in plan.files[
         "/etc/apt/sources.list.d/grafana.sources"]
+    # the upstream ones: fetched from their pinned raw URLs, checked by the catalog's digest
+    catalog = {e.name: e for e in upstream_dashboards()}
+    assert {f.name: (f.url, f.sha256, f.dest) for f in plan.fetches} == {
+        name: (e.url, e.sha256, f"{GRAFANA_DASHBOARDS}/{e.file}")
+        for name, e in catalog.items()}
+    assert not set(plan.files) & {f.dest for f in plan.fetches}
+
+
+@pytest.mark.parametrize("mirror, url", [
+    ("https://mirror.example/dash/", "https://mirror.example/dash/sgl-project/sglang/"),
+    ("file:///srv/dash", "file:///srv/dash/sgl-project/sglang/"),
+    ("/srv/dash", "file:///srv/dash/sgl-project/sglang/"),
+    ("http://10.0.0.9:8000/", "http://10.0.0.9:8000/sgl-project/sglang/"),
+])
+def test_grafana_dashboards_mirror_moves_every_fetch(mirror, url) -> None:
+    from gpuserve.monitor.dashboards import plan_grafana
+
+    data = {"grafana_keyring_sha256": "a" * 64, "grafana_dashboards_mirror": mirror,
+            "trusted_mirrors": ["http://10.0.0.9:8000/"]}
+    plan = plan_grafana(data, "inv.py", "http://10.0.0.3:9090")
+    sglang = next(f for f in plan.fetches if f.name == "sglang")
+    entry = next(e for e in upstream_dashboards() if e.name == "sglang")
+    assert sglang.url == f"{url}{entry.commit}/{entry.path}"
+
+
+@pytest.mark.parametrize("mirror", ["http://10.0.0.8/", "ftp://mirror/", 42])
+def test_an_untrusted_or_odd_mirror_is_refused_naming_the_key(mirror) -> None:
+    from gpuserve.errors import InputError
+    from gpuserve.monitor.dashboards import plan_grafana
+
+    with pytest.raises(InputError) as info:
+        plan_grafana({"grafana_keyring_sha256": "a" * 64,
+                      "grafana_dashboards_mirror": mirror}, "inv.py", "http://10.0.0.3:9090")
+    assert (info.value.file, info.value.field) == ("inv.py", "grafana_dashboards_mirror")
