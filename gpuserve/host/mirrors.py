@@ -81,3 +81,17 @@ def require_https(url: str | None, field: str, trusted: tuple[str, ...], source:
                          + HOW_TO_TRUST.format(prefix=_prefix(url)))
     allowed = "https or file (or an absolute path)" if allow_file else "https"
     raise InputError(source, field, f"must be an {allowed} URL, got scheme {scheme!r}")
+
+
+def mirror_from(mirror: object, field: str, trusted_mirrors: object,
+                source: str) -> str | None:
+    """Host data ``field``'s value naming a mirror (None when unset): a string that is
+    https, a plain-http URL under ``trusted_mirrors`` (host data's value), or file:// /
+    an absolute path on the host; InputError naming ``field`` otherwise. The callers read
+    both keys themselves, so tools/gen_reference.py sees which deploy reads them."""
+    if mirror is None:
+        return None
+    if not isinstance(mirror, str):
+        raise InputError(source, field, f"must be a URL, got {mirror!r:.80}")
+    trusted = validate_trusted_mirrors(trusted_mirrors or [], source)
+    return require_https(mirror, field, trusted, source, allow_file=True)

@@ -144,14 +144,9 @@ def plan_grafana(data: dict, source: str, prometheus_url: str) -> GrafanaPlan:
             r"[0-9][A-Za-z0-9.+~:-]{0,63}", version)):
         raise InputError(source, "grafana_version", f"must be an apt version, got "
                          f"{version!r:.40}")
-    mirror = data.get("grafana_dashboards_mirror") or None
-    if mirror is not None:
-        if not isinstance(mirror, str):
-            raise InputError(source, "grafana_dashboards_mirror", f"must be a URL, got "
-                             f"{mirror!r:.80}")
-        trusted = mirrors.validate_trusted_mirrors(data.get("trusted_mirrors") or [], source)
-        mirrors.require_https(mirror, "grafana_dashboards_mirror", trusted, source,
-                              allow_file=True)
+    mirror = mirrors.mirror_from(data.get("grafana_dashboards_mirror"),
+                                 "grafana_dashboards_mirror", data.get("trusted_mirrors"),
+                                 source)
     files = dict(provisioning_files(prometheus_url))
     for name, text in dashboard_files().items():
         files[f"{GRAFANA_DASHBOARDS}/{name}"] = text

@@ -63,6 +63,7 @@ class UpstreamDashboard:
 
 
 def raw_path(repository: str, commit: str, path: str) -> str:
+    """``<owner>/<name>/<commit>/<path>``, each part URL-quoted: the raw URL's path."""
     return "/".join(quote(part) for part in (*repository.split("/"), commit,
                                              *path.split("/")))
 

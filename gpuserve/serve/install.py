@@ -72,12 +72,8 @@ def validate_python(data: dict, source: str) -> tuple[str, str | None]:
             and "/../" not in value + "/")):
         raise InputError(source, "sglang_python", f"{value!r:.80} is not auto, system, "
                          "managed or an absolute interpreter path")
-    mirror = data.get("sglang_python_mirror")
-    if mirror is not None:
-        if not isinstance(mirror, str):
-            raise InputError(source, "sglang_python_mirror", f"must be a URL, got {mirror!r:.80}")
-        trusted = mirrors.validate_trusted_mirrors(data.get("trusted_mirrors") or [], source)
-        mirrors.require_https(mirror, "sglang_python_mirror", trusted, source, allow_file=True)
+    mirror = mirrors.mirror_from(data.get("sglang_python_mirror"), "sglang_python_mirror",
+                                 data.get("trusted_mirrors"), source)
     builds = data.get("sglang_python_builds")
     if builds is not None:
         from pathlib import Path
