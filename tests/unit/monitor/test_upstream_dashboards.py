@@ -191,3 +191,29 @@ def test_a_file_with_the_catalogs_digest_is_no_change(tmp_path) -> None:
     meta, cmds = run(upstream_dashboard, {"sha256sum --": f"{'0' * 64}  {f.dest}"},
                      fetch_=f)
     assert meta.did_change() and any("curl" in c for c in cmds)
+
+
+def test_the_role_adds_a_fetch_only_for_a_file_without_the_catalogs_digest() -> None:
+    """roles/grafana's per-dashboard step on a @fake host: the DCGM file already has
+    the catalog's digest (no operation), SGLang's is absent (one fetch)."""
+    import re
+
+    from pyinfra.api import deploy
+
+    from gpuserve.roles.grafana import upstream
+    from tests.unit.host.test_host_roles import plan
+
+    fetches = plan_fetches("/var/lib/grafana/dashboards/gpuserve", None)
+    dcgm, sglang = (next(f for f in fetches if f.name == n) for n in ("dcgm-exporter",
+                                                                       "sglang"))
+
+    @deploy("dashboards")
+    def dashboards() -> None:
+        for f in fetches:
+            upstream.fetch(f)
+
+    ops = plan(dashboards, {re.compile(f"sha256sum -- {re.escape(dcgm.dest)}"):
+                            [f"{dcgm.sha256}  {dcgm.dest}"]})
+    assert [name for name, _ in ops] == ["dashboards | Fetch dashboard sglang (sha256-checked)"]
+    (command,) = [c[1] for _, cmds in ops for c in cmds]
+    assert sglang.url in command and sglang.sha256 in command
