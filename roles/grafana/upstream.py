@@ -1,6 +1,6 @@
 """The upstream dashboards on the Grafana host: each fetched from its pinned source (or
-the operator's mirror) into a temporary file beside its place, checked against the
-catalog's sha256 and size, and only then renamed into Grafana's dashboards directory.
+the operator's mirror) into a temporary file beside its place (at most 4 MiB), checked
+against the catalog's sha256, and only then renamed into Grafana's dashboards directory.
 
 Why this way: Grafana loads every ``*.json`` there, so a file that is not the catalog's
 must never appear under its name, not even half-written; a file that already has the
