@@ -82,7 +82,7 @@ def choose_on_host(pythons: Collection[str], home: str, role: VenvRole = SGLANG
     choice = choose_interpreter(facts_from(fact(read.cls, **dict(read.kwargs))), pythons,
                                 asked=wanted, mirror=mirror, home=home, host=host.name,
                                 builds=tuple(builds_for_host()), role=role)
-    logger.info(f"{host.name}: interpreter for {role.purpose}: {choice.kind} Python "
+    logger.info(f"{host.name}: {role.label} interpreter: {choice.kind} Python "
                 f"{choice.version} ({choice.path}): {choice.reason}")
     return choice
 

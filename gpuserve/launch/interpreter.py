@@ -44,6 +44,7 @@ class VenvRole:
 
     key: str = "sglang_python"
     purpose: str = "the SGLang venvs"
+    label: str = "SGLang"  # "<label> interpreter: ..." in the deploy's output
     #: whether the venv needs the interpreter's headers: Triton's JIT compiles against
     #: Python.h (SGLang); smg is a prebuilt binary wheel and compiles nothing
     headers: bool = True
@@ -55,7 +56,7 @@ class VenvRole:
 
 
 SGLANG = VenvRole()
-GATEWAY = VenvRole("router_python", "the gateway's (smg) venv", headers=False)
+GATEWAY = VenvRole("router_python", "the gateway's (smg) venv", "gateway", headers=False)
 
 
 class InterpreterError(GpuserveError):
