@@ -143,3 +143,22 @@ def test_the_wheelhouse_python_builds_carry_every_interpreter_a_lock_needs() -> 
     pythons = SMG_PYTHONS | {lk.python for lk in available_locks()}
     missing = {(p, a) for p in pythons for a in ("x86_64", "aarch64")} - catalog
     assert not missing
+
+
+def test_the_wheelhouse_takes_smgs_lock_with_its_filters(tmp_path, capsys) -> None:
+    """``gpuserve wheelhouse --lock`` on smg's lock (it has no CUDA facts): the plan of
+    exactly its wheels, and ``--check`` naming each one missing; a wrong filter refused."""
+    from gpuserve.cli import main
+
+    lock = next(lk for lk in app_locks("smg") if lk.python == "3.12")
+    assert main(["wheelhouse", "--lock", str(lock.path), "--dry-run", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"lock smg-1.13.0-py312: {len(lock.packages)} wheels" in out
+    assert f"to fetch: {len(lock.packages)} wheels" in out
+    assert main(["wheelhouse", "--lock", str(lock.path), "--check", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("is missing or its sha256 differs") == len(lock.packages)
+    assert f"smg==1.13.0: {tmp_path}/{lock.package('smg').filename}" in err
+    assert main(["wheelhouse", "--lock", str(lock.path), "--version", "1.12.0", "--dry-run",
+                 str(tmp_path)]) != 0
+    assert "is for 1.13.0, not 1.12.0" in capsys.readouterr().err
