@@ -411,17 +411,36 @@ def _interpreter_summary(found: dict | None) -> str:
 def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict | None:
     """The interpreter the serve deploy would choose on a host whose data names its
     distribution (``host_distribution``), judged by that distribution's recorded
-    answers (gpuserve/data/distros); None when the data does not say."""
+    answers (gpuserve/data/distros), with the lock it picks; None when the data does
+    not say."""
+    from gpuserve.serve.install import DEFAULTS, validate_home
+
+    home = validate_home(data.get("sglang_home", DEFAULTS["sglang_home"]), source)
+    found = recorded_choice(name, data, source, {lk.python for lk in locks}, home)
+    if found is not None and found["python"] is not None:
+        found["lock"] = max((lk for lk in locks if lk.python == found["python"]),
+                            key=lambda lk: (_release(lk.sglang), lk.name)).name
+    return found
+
+
+def recorded_choice(name: str, data: dict, source: str, pythons: set[str], home: str,
+                    role=None) -> dict | None:
+    """The interpreter a deploy would choose for ``role``'s venv (SGLang's by default)
+    and lock Pythons ``pythons`` on a host whose data names its distribution
+    (``host_distribution``), judged by that distribution's recorded answers
+    (gpuserve/data/distros); None when the data does not say."""
     from gpuserve.launch.interpreter import (
+        SGLANG,
         choose_interpreter,
         known_distributions,
         managed_builds,
         recorded_facts,
     )
-    from gpuserve.serve.install import DEFAULTS, validate_home, validate_python
+    from gpuserve.serve.install import validate_python
 
+    role = role or SGLANG
     distro = data.get("host_distribution")
-    asked, mirror = validate_python(data, source)
+    asked, mirror = validate_python(data, source, role.key)
     if distro is None:
         return None
     try:
@@ -434,17 +453,14 @@ def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict 
     if asked.startswith("/"):  # its version is read on the host only
         return {"distribution": distro, "kind": "explicit", "python": None, "version": "?",
                 "path": asked, "lock": "by its version", "packages": [], "url": None,
-                "sha256": None, "reason": f"sglang_python names {asked}; its version (and "
+                "sha256": None, "reason": f"{role.key} names {asked}; its version (and "
                 "so the lock) is read on the host"}
-    home = validate_home(data.get("sglang_home", DEFAULTS["sglang_home"]), source)
     catalog = data.get("sglang_python_builds")
     builds = managed_builds(Path(catalog)) if catalog else None
-    choice = choose_interpreter(facts, {lk.python for lk in locks}, sglang_python=asked,
-                                mirror=mirror, home=home, host=name, builds=builds)
-    lock = max((lk for lk in locks if lk.python == choice.python),
-               key=lambda lk: (_release(lk.sglang), lk.name))
+    choice = choose_interpreter(facts, pythons, asked=asked, mirror=mirror, home=home,
+                                host=name, builds=builds, role=role)
     return {"distribution": distro, "kind": choice.kind, "python": choice.python,
-            "version": choice.version, "path": choice.path, "lock": lock.name,
+            "version": choice.version, "path": choice.path, "lock": None,
             "packages": list(choice.packages), "url": choice.url,
             "sha256": choice.build.sha256 if choice.build else None,
             "reason": choice.reason}
@@ -512,6 +528,7 @@ def check_router(name: str, data: dict, source: str,
     from gpuserve.plans.router import plan_router
 
     plan = plan_router(data, source, host_name=name, group_members=(groups or {}).get)
+    interpreter = gateway_interpreter(name, data, source, plan)
     served = [w for w in plan.workers if not w.drained]
     drained = [w.host for w in plan.workers if w.drained]
     urls = ", ".join(w.url for w in served) or "-"
@@ -519,14 +536,29 @@ def check_router(name: str, data: dict, source: str,
     summary = (f"gateway on {plan.listen}:{plan.port} (metrics {plan.prometheus}:"
                f"{plan.prometheus_port}) for group {plan.group}: "
                f"{_count(len(served), 'worker')} ({urls}){drained_text}; lock candidates "
-               f"{', '.join(lk.name for lk in plan.locks)}")
-    details = {"group": plan.group, "listen": f"{plan.listen}:{plan.port}",
+               f"{', '.join(lk.name for lk in plan.locks)}"
+               + _interpreter_summary(interpreter))
+    details = {"group": plan.group, "interpreter": interpreter,
+               "listen": f"{plan.listen}:{plan.port}",
                "prometheus": f"{plan.prometheus}:{plan.prometheus_port}",
                "workers": [{"host": w.host, "url": w.url, "drained": w.drained}
                            for w in plan.workers],
                "lock_candidates": [lk.name for lk in plan.locks]}
     return Result(name, "router", ok=True, summary=summary, warnings=list(plan.warnings),
                   details=details)
+
+
+def gateway_interpreter(name: str, data: dict, source: str, plan) -> dict | None:
+    """The interpreter and smg lock the gateway deploy would choose on a host whose data
+    names its distribution (``host_distribution``); None when it does not say."""
+    from gpuserve.launch.interpreter import GATEWAY
+    from gpuserve.plans.router import choose_app_lock
+
+    found = recorded_choice(name, data, source, {lk.python for lk in plan.locks},
+                            plan.home, GATEWAY)
+    if found is not None and found["python"] is not None:
+        found["lock"] = choose_app_lock(list(plan.locks), found["version"], None, name).name
+    return found
 
 
 def reachable(locks: list) -> list:

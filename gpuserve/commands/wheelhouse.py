@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import re
 import sys
 import urllib.request
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.launch.lock_choice import public_version
-from gpuserve.launch.locks import Lock, available_locks, load_lock
+from gpuserve.launch.locks import AppLock, Lock, available_locks, load_app_lock, load_lock
 from gpuserve.launch.profiles import load_profile
 
 CHUNK = 1 << 20
@@ -38,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Point the host's pip_find_links at DIR (served over https, or a trusted mirror).",
     )
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--lock", help="a lock file (gpuserve/data/locks/*.json or your own)")
+    which.add_argument("--lock", help="a lock file (gpuserve/data/locks/*.json, SGLang's or "
+                       "the gateway's smg-*.json, or your own)")
     which.add_argument("--profile", help="every committed lock the profile renders for")
     which.add_argument("--python-builds", dest="python_builds", action="store_true",
                        help="the managed CPython archives of gpuserve's catalog instead, "
@@ -62,9 +64,10 @@ def select_locks(args: argparse.Namespace) -> list[Lock]:
                          f"{args.python!r:.40}")
     version = getattr(args, "version", None)
     if args.lock:
-        lock = load_lock(Path(args.lock))
+        lock = lock_file(Path(args.lock))
+        released = lock.version if isinstance(lock, AppLock) else public_version(lock.sglang)
         for flag, want, have in (("--python", args.python, lock.python),
-                                 ("--version", version, public_version(lock.sglang))):
+                                 ("--version", version, released)):
             if want is not None and want != have:
                 raise InputError(flag, flag[2:], f"{args.lock} is for {have}, not {want}")
         return [lock]
@@ -82,6 +85,18 @@ def select_locks(args: argparse.Namespace) -> list[Lock]:
                             f"(SGLang {version or ', '.join(sorted(wanted)) or 'any'}"
                             f"{', Python ' + args.python if args.python else ''})")
     return locks
+
+
+def lock_file(path: Path) -> Lock | AppLock:
+    """An SGLang lock, or the lock of another package (smg, the gateway: its document
+    names its ``package``), each validated by its own loader."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        doc = None  # load_lock says what is wrong with it, naming the file
+    if isinstance(doc, dict) and "package" in doc:
+        return load_app_lock(path)
+    return load_lock(path)
 
 
 def fetch_plan(locks: list[Lock], target: Path) -> tuple[int, int, int]:

@@ -95,6 +95,62 @@ def driver_plan(branch: int, flavour: str) -> DriverPlan:
     return DriverPlan(branch, flavour, tuple(p for p in (pin, meta) if p), pin)
 
 
+def flavour_meta(flavour: str) -> str:
+    """The flavour's unversioned meta-package (``nvidia-open``, ``cuda-drivers``): every
+    branch's driver installs it (the versioned metas up to 580 depend on it at their own
+    version), so its installed version is the driver's."""
+    return str(nvidia_data()["flavours"][flavour])
+
+
+def upstream(deb_version: str) -> str:
+    """``580.126.20-1`` -> ``580.126.20`` (epoch and Debian revision dropped)."""
+    return deb_version.split(":", 1)[-1].split("-", 1)[0]
+
+
+@dataclass(frozen=True)
+class KernelDriverChange:
+    """On a host with a kernel of its own: the driver installed (the flavour meta's
+    version) against the branch planned. A branch change must move the driver, and
+    Fabric Manager with it: the metas of the new branch are installed already (580's
+    ``nvidia-open-580`` pulled ``nvidia-open``), so "is it installed" never says so."""
+
+    plan: DriverPlan
+    installed: str | None  # deb version of flavour_meta, None: no driver
+
+    @property
+    def from_branch(self) -> int | None:
+        if not self.installed:
+            return None
+        major = upstream(self.installed).split(".")[0]
+        return int(major) if major.isdigit() else None
+
+    @property
+    def branch_change(self) -> bool:
+        return self.from_branch is not None and self.from_branch != self.plan.branch
+
+    @property
+    def leftovers(self) -> tuple[str, ...]:
+        """The old branch's pinning package and versioned meta, removed before the move:
+        another branch's pin left installed makes apt's candidate the newer of the two
+        branches (both pin at priority 1000), and its versioned meta depends on the old
+        driver."""
+        if not self.branch_change:
+            return ()
+        old = driver_plan(int(self.from_branch or 0), self.plan.flavour)
+        keep = (*self.plan.packages, flavour_meta(self.plan.flavour))  # the driver itself
+        return tuple(p for p in old.packages if p not in keep)
+
+
+def module_mismatch(module: str | None, installed: str | None) -> str | None:
+    """Why the running kernel must be rebooted after a driver change: the loaded module
+    (``580.126.20``) is not the installed driver (``590.48.01-1``); None when either
+    is unknown or they agree."""
+    if not module or not installed or module == upstream(installed):
+        return None
+    return (f"the loaded NVIDIA module is {module}, the installed driver "
+            f"{upstream(installed)} (its module loads at boot)")
+
+
 def lane_problem(lane: str, branch: int, installed_driver: str | None = None) -> str | None:
     """Why ``lane`` cannot run on ``branch`` (or on the installed driver), or None.
 

@@ -201,16 +201,28 @@ def transaction(specs: Sequence[str], held: Sequence[str]) -> str:
     return f"{_APT} {quoted} && apt-mark hold {' '.join(shlex.quote(h) for h in held)}"
 
 
-def meta_transaction(metas: Sequence[str], extra: Sequence[str], plan: FabricPlan) -> str:
+def meta_transaction(metas: Sequence[str], extra: Sequence[str], plan: FabricPlan | None,
+                     *, branch: int | None = None, remove: Sequence[str] = ()) -> str:
     """The driver's meta-packages (which resolve the driver's version through the
-    branch pin) with Fabric Manager at the version apt's candidate of the last meta has,
-    in the same transaction: the version is read on the host, after the pin package and
-    ``apt-get update``, so it is what apt is about to install."""
+    branch pin) with Fabric Manager (``plan``) at the version apt's candidate of the
+    last meta has, in the same transaction, both held: the version is read on the host,
+    after the pin package and ``apt-get update``, so it is what apt is about to install.
+
+    A branch change (``branch``, the packages of the old branch to ``remove`` first:
+    its pin and versioned meta, which move no driver) checks that the candidate is of
+    ``branch`` before anything is installed, so a pin apt did not take stops the move
+    instead of installing another driver."""
     meta = shlex.quote(metas[-1])
+    fm_versioned = plan.versioned if plan else ()
     specs = " ".join([*(shlex.quote(s) for s in (*metas, *extra)),
-                      *(f"{shlex.quote(p)}=\"$v\"" for p in plan.versioned),
-                      *(shlex.quote(p) for p in plan.unversioned)])
-    held = " ".join(shlex.quote(h) for h in (*metas, *plan.held))
-    return (f"v=$(apt-cache policy {meta} | sed -n 's/^ *Candidate: *//p'); "
+                      *(f"{shlex.quote(p)}=\"$v\"" for p in fm_versioned),
+                      *(shlex.quote(p) for p in (plan.unversioned if plan else ()))])
+    held = " ".join(shlex.quote(h) for h in (*metas, *(plan.held if plan else ())))
+    first = ("DEBIAN_FRONTEND=noninteractive apt-get remove -y --allow-change-held-packages "
+             f"{' '.join(shlex.quote(p) for p in remove)} || exit 1; " if remove else "")
+    other = (f"{branch}.*) ;; *) echo \"apt's candidate of {metas[-1]} is $v, not branch "
+             f"{branch}\" >&2; exit 1;; " if branch else "")
+    hold = f" && apt-mark hold {held}" if plan else ""
+    return (f"{first}v=$(apt-cache policy {meta} | sed -n 's/^ *Candidate: *//p'); "
             f"case \"$v\" in ''|'(none)') echo \"no candidate version of {metas[-1]}\" >&2; "
-            f"exit 1;; esac; {_APT} {specs} && apt-mark hold {held}")
+            f"exit 1;; {other}esac; {_APT} {specs}{hold}")

@@ -1,13 +1,15 @@
-"""Which CPython builds the SGLang venvs, and why: decided before any change.
+"""Which CPython builds a locked venv (SGLang's, the gateway's), and why: decided before
+any change.
 
 A lock is for one Python minor, and a host's ``python3`` is whatever its distribution
 ships: 3.10 on Ubuntu 22.04 (SGLang 0.5.23 needs 3.11+), 3.13 on Debian 13 (no
 all-binary 0.5.23 stack: outlines-core 0.1.26 has no cp313 wheel). The choice, in order:
-host data ``sglang_python`` when set; the system ``python3`` when a lock is for its
-minor; a distribution package ``python3.X`` when a lock is for it and it is a release
-(Ubuntu 22.04's python3.11 is 3.11.0~rc1 in universe: never); else a managed,
-hash-pinned CPython build (python-build-standalone's install_only archive, as uv
-installs it) fetched from ``sglang_python_mirror``. The interpreter builds the venvs only;
+host data ``sglang_python`` (the gateway's: ``router_python``) when set; the system
+``python3`` when a lock is for its minor; a distribution package ``python3.X`` when a
+lock is for it and it is a release (Ubuntu 22.04's python3.11 is 3.11.0~rc1 in
+universe: never); else a managed, hash-pinned CPython build (python-build-standalone's
+install_only archive, as uv installs it) fetched from ``sglang_python_mirror``. The
+interpreter builds the venvs only;
 ``python3`` is never replaced. Every choice brings the headers Triton's JIT compiles
 against (Python.h): ``python3.X-dev`` for distribution interpreters, ``include/`` in the
 managed archive. Sources: docs/hosts.md.
@@ -33,6 +35,28 @@ CATALOG = Path(__file__).resolve().parents[1] / "data" / "python" / "managed-cpy
 UPSTREAM = "https://github.com/astral-sh/python-build-standalone/releases/download"
 #: host-data values of ``sglang_python`` besides an absolute interpreter path
 AUTO, SYSTEM, MANAGED = "auto", "system", "managed"
+
+
+@dataclass(frozen=True)
+class VenvRole:
+    """Whose venv an interpreter is chosen for: the host-data key that names it and the
+    words the deploy's output and refusals use (docs/hosts.md)."""
+
+    key: str = "sglang_python"
+    purpose: str = "the SGLang venvs"
+    label: str = "SGLang"  # "<label> interpreter: ..." in the deploy's output
+    #: whether the venv needs the interpreter's headers: Triton's JIT compiles against
+    #: Python.h (SGLang); smg is a prebuilt binary wheel and compiles nothing
+    headers: bool = True
+
+    def packages(self, *names: str) -> tuple[str, ...]:
+        """The apt packages of a distribution interpreter, its ``-dev`` left out when
+        the venv compiles nothing against it."""
+        return tuple(n for n in names if self.headers or not n.endswith("-dev"))
+
+
+SGLANG = VenvRole()
+GATEWAY = VenvRole("router_python", "the gateway's (smg) venv", "gateway", headers=False)
 
 
 class InterpreterError(GpuserveError):
@@ -131,7 +155,7 @@ def facts_from(sections: dict[str, list[str]]) -> DistroFacts:
 
 @dataclass(frozen=True)
 class InterpreterChoice:
-    """The interpreter that builds the SGLang venvs, what it needs, and why."""
+    """The interpreter that builds a role's venvs, what it needs, and why."""
 
     kind: str  # "system", "distribution", "managed", "explicit"
     python: str  # "3.12": the lock's Python
@@ -170,43 +194,46 @@ def packages_read_for(pythons: Collection[str]) -> list[str]:
 
 
 def choose_interpreter(facts: DistroFacts, lock_pythons: Collection[str], *,
-                       sglang_python: str | None, mirror: str | None, home: str,
+                       asked: str | None, mirror: str | None, home: str,
                        host: str, builds: tuple[ManagedBuild, ...] | None = None,
-                       ) -> InterpreterChoice:
-    """The interpreter for ``lock_pythons`` (the Python minors the wanted locks are for),
-    or an :class:`InterpreterError` naming what was looked for and the fix."""
+                       role: VenvRole = SGLANG) -> InterpreterChoice:
+    """The interpreter for ``lock_pythons`` (the Python minors the wanted locks are for)
+    of ``role``'s venv, ``asked`` its host-data value (None: auto), or an
+    :class:`InterpreterError` naming what was looked for and the key that fixes it."""
     builds = managed_builds() if builds is None else builds
     wanted = pep440.ordered(set(lock_pythons))[::-1]
-    asked = sglang_python or AUTO
+    asked = asked or AUTO
     if asked.startswith("/"):
-        return _explicit(facts, wanted, asked, host)
+        return _explicit(facts, wanted, asked, host, role)
     if asked not in (AUTO, SYSTEM, MANAGED):
-        raise InterpreterError(f"{host}: sglang_python: {asked!r:.80} is not auto, system, "
+        raise InterpreterError(f"{host}: {role.key}: {asked!r:.80} is not auto, system, "
                                "managed or an absolute interpreter path")
     notes: list[str] = []
     if asked != MANAGED:
-        system = _system(facts, wanted, notes)
+        system = _system(facts, wanted, notes, role)
         if system is not None or asked == SYSTEM:
-            return system or _refuse(facts, wanted, notes, host, asked)
-        distro = _distribution(facts, wanted, notes)
+            return system or _refuse(facts, wanted, notes, host, asked, role)
+        distro = _distribution(facts, wanted, notes, role)
         if distro is not None:
             return distro
-    managed = _managed(facts, wanted, builds, mirror, home, notes)
-    return managed or _refuse(facts, wanted, notes, host, asked)
+    managed = _managed(facts, wanted, builds, mirror, home, notes, role)
+    return managed or _refuse(facts, wanted, notes, host, asked, role)
 
 
-def _system(facts: DistroFacts, wanted: list[str], notes: list[str]) -> InterpreterChoice | None:
+def _system(facts: DistroFacts, wanted: list[str], notes: list[str], role: VenvRole
+            ) -> InterpreterChoice | None:
     py = minor(facts.python3)
     if py in wanted:
         return InterpreterChoice(
-            "system", py, facts.python3, "python3", ("python3-venv", f"python{py}-dev"),
+            "system", py, facts.python3, "python3",
+            role.packages("python3-venv", f"python{py}-dev"),
             f"{facts.name}'s python3 is {facts.python3}, and a lock is for Python {py}")
     notes.append(f"python3 is {facts.python3 or 'missing'} (no lock for "
                  f"{py or 'it'})")
     return None
 
 
-def _distribution(facts: DistroFacts, wanted: list[str], notes: list[str]
+def _distribution(facts: DistroFacts, wanted: list[str], notes: list[str], role: VenvRole
                   ) -> InterpreterChoice | None:
     for py in wanted:
         pkg = facts.apt.get(f"python{py}")
@@ -219,7 +246,7 @@ def _distribution(facts: DistroFacts, wanted: list[str], notes: list[str]
             continue
         return InterpreterChoice(
             "distribution", py, upstream_version(pkg.candidate), f"/usr/bin/python{py}",
-            (f"python{py}", f"python{py}-venv", f"python{py}-dev"),
+            role.packages(f"python{py}", f"python{py}-venv", f"python{py}-dev"),
             f"{facts.name}'s python3 is {facts.python3}, no lock for it; the "
             f"distribution's python{py} {pkg.candidate} ({where}) is a release a lock "
             "is for (installed beside python3, which stays)")
@@ -227,7 +254,8 @@ def _distribution(facts: DistroFacts, wanted: list[str], notes: list[str]
 
 
 def _managed(facts: DistroFacts, wanted: list[str], builds: tuple[ManagedBuild, ...],
-             mirror: str | None, home: str, notes: list[str]) -> InterpreterChoice | None:
+             mirror: str | None, home: str, notes: list[str], role: VenvRole
+             ) -> InterpreterChoice | None:
     for py in wanted:
         build = next((b for b in builds if b.python == py and b.arch == facts.arch), None)
         if build is None:
@@ -236,31 +264,31 @@ def _managed(facts: DistroFacts, wanted: list[str], builds: tuple[ManagedBuild, 
         url = build.url_from(mirror)
         return InterpreterChoice(
             "managed", py, build.version, managed_path(home, build), (),
-            f"{'; '.join(notes) or 'sglang_python=managed'}; managed CPython "
+            f"{'; '.join(notes) or role.key + '=managed'}; managed CPython "
             f"{build.version} (python-build-standalone {build.build}, sha256 "
-            f"{build.sha256}) from {url}, for the SGLang venvs only",
+            f"{build.sha256}) from {url}, for {role.purpose} only",
             build=build, url=url)
     return None
 
 
-def _explicit(facts: DistroFacts, wanted: list[str], path: str, host: str
+def _explicit(facts: DistroFacts, wanted: list[str], path: str, host: str, role: VenvRole
               ) -> InterpreterChoice:
     py = minor(facts.explicit)
     if py in wanted:
         return InterpreterChoice("explicit", py, facts.explicit, path, (),
-                                 f"sglang_python names {path} (Python {facts.explicit})")
+                                 f"{role.key} names {path} (Python {facts.explicit})")
     found = f"Python {facts.explicit}" if facts.explicit else "does not run"
     raise InterpreterError(
-        f"{host}: sglang_python {path} {found}, but the locks are for Python "
-        f"{', '.join(wanted) or 'none'}; name an interpreter of one of those, or "
-        "sglang_python=managed for a managed CPython build")
+        f"{host}: {role.key} {path} {found}, but the locks of {role.purpose} are for "
+        f"Python {', '.join(wanted) or 'none'}; name an interpreter of one of those, or "
+        f"{role.key}=managed for a managed CPython build")
 
 
 def _refuse(facts: DistroFacts, wanted: list[str], notes: list[str], host: str,
-            asked: str) -> InterpreterChoice:
+            asked: str, role: VenvRole) -> InterpreterChoice:
     top = wanted[0] if wanted else "3.12"
     raise InterpreterError(
-        f"{host} ({facts.name}): no interpreter for the locks' Python "
-        f"{', '.join(wanted) or 'none'} (sglang_python={asked}): {'; '.join(notes)}; set "
-        f"sglang_python=managed (a managed CPython {top}, with sglang_python_mirror for "
-        f"an air-gapped host) or sglang_python=/path/to/python{top}")
+        f"{host} ({facts.name}): no interpreter for {role.purpose}: its locks are for Python "
+        f"{', '.join(wanted) or 'none'} ({role.key}={asked}): {'; '.join(notes)}; set "
+        f"{role.key}=managed (a managed CPython {top}, with sglang_python_mirror for "
+        f"an air-gapped host) or {role.key}=/path/to/python{top}")

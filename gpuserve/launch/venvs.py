@@ -30,10 +30,15 @@ def venv_path(home: str, lock: Lock, interpreter: str | None = None) -> str:
     hash so that a regenerated lock of the same version gets a venv of its own; built by
     another ``interpreter`` than python3 (its path), a suffix of that path's hash, so a
     change of interpreter builds a venv beside the old one (which a rollback finds)."""
-    base = f"{venvs_dir(home)}/{lock.sglang}-{lock.hash}"
+    return f"{venvs_dir(home)}/{lock.sglang}-{lock.hash}{interpreter_suffix(interpreter)}"
+
+
+def interpreter_suffix(interpreter: str | None) -> str:
+    """``-py1a2b3c4d`` for a venv built by another interpreter than python3 (SGLang's
+    and the gateway's venvs alike), else nothing."""
     if not interpreter or interpreter == "python3":
-        return base
-    return f"{base}-py{hashlib.sha256(interpreter.encode()).hexdigest()[:8]}"
+        return ""
+    return f"-py{hashlib.sha256(interpreter.encode()).hexdigest()[:8]}"
 
 
 def requirements_path(home: str, lock: Lock) -> str:

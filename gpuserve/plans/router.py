@@ -25,9 +25,11 @@ from pathlib import Path
 from gpuserve import safeload, versions
 from gpuserve.errors import InputError
 from gpuserve.fleet.multinode import Member, place_node
+from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.launch.locks import AppLock, app_locks
 from gpuserve.launch.profiles import load_profile, profile_ref_problem
+from gpuserve.launch.venvs import interpreter_suffix
 from gpuserve.paths import TEMPLATES_DIR
 from gpuserve.serve import install as sglang
 from gpuserve.serve.plan import optional_str
@@ -74,6 +76,12 @@ DEFAULTS = {
     # a directory of smg locks generated with tools/gen_lock.py --package smg
     # accepts: str (a directory) or None
     "router_locks_dir": None,
+    # The CPython that builds smg's venv (never replacing python3): auto, system, managed
+    # or an absolute interpreter path, chosen as the SGLang venvs' is (docs/hosts.md); a
+    # managed build comes from sglang_python_mirror (catalog: sglang_python_builds) and
+    # is unpacked under router_home. None: the host's sglang_python.
+    # accepts: str: auto, system, managed or an absolute path; or None
+    "router_python": None,
     # the system account smg runs as, and the root of its venvs, locks and scripts
     "router_user": "smg",
     "router_home": "/opt/gpuserve-router",
@@ -142,6 +150,12 @@ class RouterPlan:
     drain_grace: float = 30.0
     api_key: str = field(repr=False, default="")
     warnings: tuple[str, ...] = ()
+    interpreter: InterpreterChoice | None = None  # builds the venv (None: python3)
+
+    @property
+    def python(self) -> str:
+        """What runs ``-m venv`` on the host."""
+        return self.interpreter.path if self.interpreter else "python3"
 
     @property
     def served(self) -> tuple[Worker, ...]:
@@ -150,7 +164,8 @@ class RouterPlan:
     @property
     def venv(self) -> str:
         assert self.lock is not None
-        return f"{self.home}/venvs/{self.lock.package_name}-{self.lock.version}-{self.lock.hash}"
+        return (f"{self.home}/venvs/{self.lock.package_name}-{self.lock.version}-"
+                f"{self.lock.hash}{interpreter_suffix(self.python)}")
 
     @property
     def requirements(self) -> str:
@@ -270,9 +285,11 @@ def worker_of(member: Member, *, router_host: str, router_ports: dict[str, int],
 
 def plan_router(host_data: dict, source: str, *, host_name: str,
                 group_members: Callable[[str], list[Member] | None],
-                python: str | None = None, glibc: str | None = None) -> RouterPlan:
+                python: str | None = None, glibc: str | None = None,
+                interpreter: InterpreterChoice | None = None) -> RouterPlan:
     """Validate the router host's data and its workers group; choose the smg lock for
-    the host's ``python``/``glibc`` (unknown: no lock chosen, every candidate listed)."""
+    the ``python``/``glibc`` of the host's ``interpreter`` (gpuserve/launch/interpreter.py;
+    unknown: no lock chosen, every candidate listed)."""
     data = defaults()
     data.update({k: v for k, v in host_data.items() if k in data})
     for key, value in data.items():  # before any message repeats a value
@@ -286,6 +303,7 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
     listen, prometheus, port, prom_port, policy = _listeners(data, source)
     numbers = _numbers(data, source)
     user, home, index_url, find_links, trusted = _install_settings(data, host_data, source)
+    sglang.validate_python(host_data, source, "router_python")
     ports = {"router_port": port, "router_prometheus_port": prom_port}
     workers, warnings = _workers(members, group, host_name=host_name, ports=ports,
                                  api_key=api_key, source=source, group_members=group_members)
@@ -302,7 +320,7 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
                       drain_timeout=float(numbers["router_drain_timeout"]),
                       idle_timeout=float(numbers["router_idle_timeout"]),
                       drain_grace=float(numbers["router_drain_grace"]),
-                      api_key=api_key, warnings=tuple(warnings))
+                      api_key=api_key, warnings=tuple(warnings), interpreter=interpreter)
 
 
 def _workers_group(data: dict, source: str,

@@ -63,14 +63,17 @@ DEFAULTS = {
 }
 
 
-def validate_python(data: dict, source: str) -> tuple[str, str | None]:
-    """Host data ``sglang_python`` and ``sglang_python_mirror``, checked before any change
-    (the mirror as every other URL: https, or a trusted plain-http prefix)."""
-    value = data.get("sglang_python", "auto")
+def validate_python(data: dict, source: str, key: str = "sglang_python"
+                    ) -> tuple[str, str | None]:
+    """Host data ``key`` (``sglang_python``, or the gateway's ``router_python``, which
+    when unset is ``sglang_python``'s value) and ``sglang_python_mirror``, checked before
+    any change (the mirror as every other URL: https, or a trusted plain-http prefix)."""
+    field = key if data.get(key) is not None else "sglang_python"
+    value = data.get(field, "auto")
     if not isinstance(value, str) or not (value in ("auto", "system", "managed") or (
             value.startswith("/") and re.fullmatch(r"/[A-Za-z0-9_./+-]+", value)
             and "/../" not in value + "/")):
-        raise InputError(source, "sglang_python", f"{value!r:.80} is not auto, system, "
+        raise InputError(source, field, f"{value!r:.80} is not auto, system, "
                          "managed or an absolute interpreter path")
     mirror = mirrors.mirror_from(data.get("sglang_python_mirror"), "sglang_python_mirror",
                                  data.get("trusted_mirrors"), source)

@@ -8,11 +8,11 @@ from __future__ import annotations
 from pyinfra import host
 
 from gpuserve.facts.host import Container
+from gpuserve.host.driver import driver_plan, flavour_meta
 from gpuserve.host.host_data import HostSettings
 from gpuserve.plans.host import plan_host
 from gpuserve.roles import cuda_toolkit, fabric_manager, gpu_gates, kernel, nccl, nvidia_driver
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
-from gpuserve.roles.managed import DebInstalled
 from gpuserve.roles.nvidia_driver import userspace
 from gpuserve.roles.prefetch import defer, fact, prefetch
 
@@ -55,7 +55,8 @@ def provision_kernel_host(settings: HostSettings) -> None:
 
     kernel.configure_kernel(params=params)
     fm = fabric_manager.decide(settings.fabric, settings.branch)
-    fm_changed = fm is not None and not all(fact(DebInstalled, package=p) for p in fm.versioned)
+    change = nvidia_driver.installed_change(driver_plan(settings.branch, settings.flavour))
+    fm_changed = nvidia_driver.fabric_moves(change, fm)
     nvidia_driver.install_nvidia_driver(
         repo_url=settings.repo_url,
         branch=settings.branch,
@@ -72,6 +73,7 @@ def provision_kernel_host(settings: HostSettings) -> None:
         params=params,
         allow_reboot=settings.kernel.allow_reboot,
         reboot_timeout=settings.kernel.reboot_timeout,
+        driver_package=flavour_meta(settings.flavour),
     )
     # after the reboot that loads the new module (FM refuses any other version) and
     # before anything uses CUDA (the measurement)

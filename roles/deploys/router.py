@@ -9,8 +9,10 @@ from pyinfra import host, inventory, logger
 
 from gpuserve.errors import InputError
 from gpuserve.facts.host import InstallTarget
+from gpuserve.launch.interpreter import GATEWAY
 from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.plans.router import DEFAULTS, is_router_host, plan_router
+from gpuserve.roles import interpreter as interpreter_role
 from gpuserve.roles import router as router_role
 from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import fact, prefetch
@@ -34,15 +36,19 @@ def sglang_gateway() -> None:
     home = data.get("router_home", DEFAULTS["router_home"])
     user = data.get("router_user", DEFAULTS["router_user"])
     # the plan validates both before anything is read with them
-    plan_router(data, inventory_source(), host_name=host.name, group_members=group_members)
-    prefetch(router_role.plan_reads(home, user))
+    candidates = plan_router(data, inventory_source(), host_name=host.name,
+                             group_members=group_members).locks
+    pythons = {lk.python for lk in candidates}
+    prefetch([*router_role.plan_reads(home, user),
+              *interpreter_role.prepare_reads(home, pythons, GATEWAY)])
     target = fact(InstallTarget, path=home)
-    if not target["python"]:
-        raise PreflightError(f"{host.name}: no python3 on the host (smg's venv needs one); "
-                             "nothing on the host was changed")
+    if not target["python"]:  # the gateway's probe runs with it (roles/router)
+        raise PreflightError(f"{host.name}: no python3 on the host (the gateway's probe "
+                             "needs one); nothing on the host was changed")
+    choice = interpreter_role.choose_on_host(pythons, home, GATEWAY)
     plan = plan_router(data, inventory_source(), host_name=host.name,
-                       group_members=group_members, python=target["python"],
-                       glibc=target["glibc"])
+                       group_members=group_members, python=choice.version,
+                       glibc=target["glibc"], interpreter=choice)
     for line in plan.warnings:
         logger.warning(f"{host.name}: {line}")
     prefetch(router_role.reads(plan))

@@ -10,15 +10,14 @@ from pyinfra import host, logger
 from pyinfra.facts.files import FileContents
 
 import gpuserve.roles.checks.bench as bench_role
+import gpuserve.roles.interpreter as interpreter_role
 import gpuserve.roles.service as service_role
 import gpuserve.roles.service.rollback as rollback_role
 import gpuserve.roles.sglang as sglang_role
-import gpuserve.roles.sglang.python as sglang_python
 import gpuserve.roles.weights as weights_role
 from gpuserve.facts.document import HostFactsDocument, host_facts_document
-from gpuserve.facts.host import InstallTarget, ModelCheckpoint, SglangInterpreter, WeightsState
+from gpuserve.facts.host import InstallTarget, ModelCheckpoint, WeightsState
 from gpuserve.host.nccl_env import HOST_JSON_PATH
-from gpuserve.launch.interpreter import InterpreterChoice, choose_interpreter, facts_from
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.locks import Lock
 from gpuserve.memory.remote import read_remote
@@ -42,34 +41,11 @@ from gpuserve.roles.run_context import run_context
 from gpuserve.roles.service import UNIT_NAME, UNIT_PATH, configure_service, planned_steps
 from gpuserve.roles.service.rollback import RollbackSpec, keep_last_good
 from gpuserve.roles.sglang import install_sglang, prune_venvs
-from gpuserve.serve.install import state_dir, validate_python
+from gpuserve.serve.install import state_dir
 from gpuserve.serve.plan import ServePlan, plan_serve, read_input
 
 # the unit files whose venv a prune keeps: the live one and the last good one
 UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
-
-
-def interpreter_read(locks: list[Lock]) -> Read:
-    """The interpreter facts for the Pythons of ``locks`` and host data's
-    ``sglang_python`` (read in the first batch; apt only where python3 has no lock)."""
-    pythons = " ".join(sorted({lk.python for lk in locks}))
-    asked = host.data.get("sglang_python") or "auto"
-    return Read.of(SglangInterpreter, pythons=pythons,
-                   explicit=asked if isinstance(asked, str) and asked.startswith("/") else "")
-
-
-def choose_host_interpreter(locks: list[Lock], home: str) -> InterpreterChoice:
-    """The interpreter the venvs are built with (gpuserve/launch/interpreter.py), said
-    in the deploy's output with why."""
-    asked, mirror = validate_python(host.data.dict(), inventory_source())
-    read = interpreter_read(locks)
-    choice = choose_interpreter(facts_from(fact(read.cls, **dict(read.kwargs))),
-                                {lk.python for lk in locks}, sglang_python=asked,
-                                mirror=mirror, home=home, host=host.name,
-                                builds=tuple(sglang_python.builds_for_host()))
-    logger.info(f"{host.name}: SGLang interpreter: {choice.kind} Python {choice.version} "
-                f"({choice.path}): {choice.reason}")
-    return choice
 
 
 def host_reads(home: str, user: str, checkpoint: str | None,
@@ -94,9 +70,9 @@ def role_reads(user: str, home: str, locks: list[Lock], serving: Read | None = N
     this missed, the probe never (the gate probes when it must)."""
     bin_dir = sglang_role.bin_dir(home)
     return [*(read for lock in locks for read in sglang_role.reads(
-                user, home, lock, sglang_python.candidate_paths(home, lock.python))),
-            *sglang_python.package_reads(sorted({lk.python for lk in locks})),
-            *sglang_python.stamp_reads(home, sorted({lk.python for lk in locks})),
+                user, home, lock, interpreter_role.candidate_paths(home, lock.python))),
+            *interpreter_role.package_reads(sorted({lk.python for lk in locks})),
+            *interpreter_role.stamp_reads(home, sorted({lk.python for lk in locks})),
             *service_role.reads(bin_dir), *checks_role.reads(bin_dir),
             *bench_role.reads(home), *rollback_role.reads(RollbackSpec(profile_name="")),
             *sglang_role.prune_reads(home, UNIT_PATHS), *([serving] if serving else [])]
@@ -109,7 +85,8 @@ def host_runtime(home: str, locks: list[Lock]) -> HostRuntime:
     the same commands through the same parsers as the NvidiaGpus, NvidiaDriver and
     CudaToolkit facts: reading them again cost a rerun three more tool runs."""
     target = fact(InstallTarget, path=home)
-    interpreter = choose_host_interpreter(locks, home) if locks else None
+    interpreter = (interpreter_role.choose_on_host({lk.python for lk in locks}, home)
+                   if locks else None)
     document = fact(HostFactsDocument, sglang_python="")
     gpus = document["gpus"] or []
     driver = next((g["driver_version"] for g in gpus if g.get("driver_version")), None)
@@ -133,7 +110,7 @@ def serve_sglang() -> None:
     plan = plan_and_read()
     rollback = RollbackSpec(profile_name=plan.service.profile_name, unit=UNIT_NAME)
     prefetch([*role_reads(plan.user, plan.home, [plan.lock]),  # nothing, unless missed
-              *sglang_python.reads(plan.interpreter)])
+              *interpreter_role.reads(plan.interpreter)])
     run = run_context()
     if run.dry:  # what the real run would change (roles/preview.py); pyinfra stops after
         print_serve_preview(plan, with_diff=run.diff)
@@ -151,7 +128,7 @@ def plan_and_read() -> ServePlan:
     home, user = inputs.settings.home, inputs.settings.user
     locks = inputs.candidate_locks
     prefetch([*host_reads(home, user, inputs.checkpoint_path, inputs.weights_target),
-              *([interpreter_read(locks)] if locks else []),
+              *([interpreter_role.choice_read({lk.python for lk in locks})] if locks else []),
               *role_reads(user, home, locks, serving_probe_read(inputs))])
     plan = plan_serve(
         data,

@@ -82,11 +82,20 @@ def boot_cmdline(params: list[str], boot_loader: str | None):
     yield StringCommand(apply)
 
 
-def reboot_reasons(params: list[str]) -> list[str]:
+def reboot_reasons(params: list[str], driver_package: str | None = None) -> list[str]:
     """Why this host needs a reboot now (read at execute time inside the op: after the
-    other roles' changes, unless the deploy changes nothing; roles/prefetch.py)."""
+    other roles' changes, unless the deploy changes nothing; roles/prefetch.py), the
+    NVIDIA module loaded against ``driver_package``'s installed version included."""
     facts = _host_facts()
     reasons: list[str] = []
+    if driver_package:
+        from gpuserve.host.driver import module_mismatch
+        from gpuserve.roles.nvidia_driver import DebVersion
+
+        mismatch = module_mismatch(fact_if_unchanged(facts.NvidiaModuleVersion),
+                                   fact_if_unchanged(DebVersion, package=driver_package))
+        if mismatch:
+            reasons.append(mismatch)
     missing = boot.missing_params(fact_if_unchanged(facts.KernelCmdline), params)
     if missing:
         reasons.append(f"the running kernel lacks {' '.join(missing)}")
@@ -98,9 +107,10 @@ def reboot_reasons(params: list[str]) -> list[str]:
 
 
 @operation(is_idempotent=True)
-def reboot_if_pending(params: list[str], allow_reboot: bool, reboot_timeout: int = 900):
+def reboot_if_pending(params: list[str], allow_reboot: bool, reboot_timeout: int = 900,
+                      driver_package: str | None = None):
     """Reboot only when needed and allowed; otherwise report the pending reboot."""
-    reasons = reboot_reasons(params)
+    reasons = reboot_reasons(params, driver_package)
     if not reasons:
         host.noop("no reboot pending")
         return
@@ -129,11 +139,14 @@ def configure_kernel(params: list[str]):
 
 
 @deploy("Reboot when pending")
-def activate_kernel(params: list[str], allow_reboot: bool, reboot_timeout: int = 900):
-    """activate step: run last, after every role that may need a reboot."""
+def activate_kernel(params: list[str], allow_reboot: bool, reboot_timeout: int = 900,
+                    driver_package: str | None = None):
+    """activate step: run last, after every role that may need a reboot (the driver's
+    too: ``driver_package``'s version against the loaded module)."""
     reboot_if_pending(
         name="Reboot if the running kernel lacks the configuration",
         params=params,
         allow_reboot=allow_reboot,
         reboot_timeout=reboot_timeout,
+        driver_package=driver_package,
     )

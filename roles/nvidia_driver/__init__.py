@@ -68,6 +68,7 @@ def fact_reads() -> list[Read]:
             Read.of(_host_facts().SecureBoot), Read.of(_gpu_facts().NvidiaGpus),
             Read.of(_host_facts().NouveauLoaded), Read.of(DebVersion, package="cuda-keyring"),
             Read.of(_host_facts().Container), Read.of(_host_facts().NvidiaModuleVersion),
+            *(Read.of(DebVersion, package=driver.flavour_meta(f)) for f in driver.FLAVOURS),
             Read.of(AptSources), *(Read.of(FileContents, path=p) for p in DEBIAN_SOURCES)]
 
 
@@ -204,16 +205,40 @@ def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contr
             packages=[plan.pinning_package],
         )
     metas = [p for p in plan.packages if p != plan.pinning_package]
-    if fm is not None and not all(fact(managed.DebInstalled, package=p)
-                                  for p in (*metas, *fm.versioned)):
-        server.shell(name=f"NVIDIA driver {plan.flavour} {plan.branch} and Fabric Manager "
-                          "in one transaction, held",
-                     commands=[fabric.meta_transaction(metas, ["nvidia-persistenced"], fm)])
+    change = installed_change(plan)
+    if change.branch_change or fabric_moves(change, fm):
+        moved = (f"branch {change.from_branch} -> {plan.branch}" if change.branch_change
+                 else str(plan.branch))
+        with_fm = " and Fabric Manager in one transaction, held" if fm else ""
+        server.shell(name=f"NVIDIA driver {plan.flavour} {moved}{with_fm}",
+                     commands=[fabric.meta_transaction(
+                         metas, ["nvidia-persistenced"], fm, remove=change.leftovers,
+                         branch=plan.branch if change.branch_change else None)])
         return
     managed.packages(
         name=f"NVIDIA driver {plan.flavour} flavour, branch {plan.branch}",
         packages=[*metas, "nvidia-persistenced"],
     )
+
+
+def installed_change(plan: driver.DriverPlan) -> driver.KernelDriverChange:
+    """The installed driver (its flavour meta's version, read in the first batch) against
+    ``plan``: whether this run moves it to another branch."""
+    return driver.KernelDriverChange(
+        plan, fact(DebVersion, package=driver.flavour_meta(plan.flavour)))
+
+
+def fabric_moves(change: driver.KernelDriverChange, fm: fabric.FabricPlan | None) -> bool:
+    """Whether this run installs or moves Fabric Manager on a host with its own kernel:
+    a package of it or of the driver's metas missing, a driver branch change, or Fabric
+    Manager at another version than the installed driver (Fabric Manager is then
+    restarted after the reboot that loads the new module: roles/fabric_manager)."""
+    if fm is None:
+        return False
+    metas = [p for p in change.plan.packages if p != change.plan.pinning_package]
+    return (change.branch_change or change.installed is None
+            or not all(fact(managed.DebInstalled, package=p) for p in (*metas, *fm.versioned))
+            or any(fact(DebVersion, package=p) != change.installed for p in fm.versioned))
 
 
 def _source_configured(repo_url: str) -> bool:

@@ -33,6 +33,7 @@ from gpuserve.plans.router import (
     manifest_text,
     render_unit,
 )
+from gpuserve.roles import interpreter as interpreter_role
 from gpuserve.roles import managed
 from gpuserve.roles import sglang as sglang_role
 from gpuserve.roles.failure import fail_host
@@ -49,9 +50,9 @@ RESTART_FILES = (UNIT_PATH, KEY_PATH)
 
 
 def plan_reads(home: str, user: str) -> list[Read]:
-    """What the plan reads from the host before any change (the host's Python, glibc)."""
-    return [Read.of(InstallTarget, path=home), Read.of(ServiceAccount, user=user),
-            managed.read_package("python3-venv")]
+    """What the plan reads from the host before any change (python3, glibc, the
+    account; the interpreter choice's reads are roles/interpreter.prepare_reads)."""
+    return [Read.of(InstallTarget, path=home), Read.of(ServiceAccount, user=user)]
 
 
 def directories(plan: RouterPlan) -> tuple[tuple[str, str, str, str], ...]:
@@ -69,7 +70,8 @@ def reads(plan: RouterPlan) -> list[Read]:
         plan.requirements, f"{plan.bin_dir}/{LAUNCHER}", f"{plan.bin_dir}/{PROBE}",
         MANIFEST_PATH, KEY_PATH, UNIT_PATH]
     return [*(managed.read(p) for p in paths), Read.of(VenvVerified, venv=plan.venv),
-            managed.read_unit(UNIT_NAME, (*RESTART_FILES, f"{plan.bin_dir}/{LAUNCHER}"))]
+            managed.read_unit(UNIT_NAME, (*RESTART_FILES, f"{plan.bin_dir}/{LAUNCHER}")),
+            *interpreter_role.reads(plan.interpreter)]
 
 
 class RouterVenvReport(FactBase):
@@ -128,8 +130,7 @@ def install_router(plan: RouterPlan) -> None:
     for path, owner, group, mode in directories(plan):
         managed.directory(name=f"{path} ({owner}:{group}, {mode})", path=path, user=owner,
                           group=group, mode=mode)
-    managed.packages(name="python3-venv for the gateway's venv", packages=["python3-venv"],
-                     update=True)
+    interpreter_role.install_interpreter(plan.interpreter, "the gateway's venv")
     managed.put(name=f"lock {plan.lock.name} ({len(plan.lock.packages)} hashed wheels)",
                 text=plan.lock.requirements_text(), dest=plan.requirements, user="root",
                 group="root", mode="644")
@@ -137,7 +138,8 @@ def install_router(plan: RouterPlan) -> None:
         locked_venv(name=f"venv {plan.venv} from lock {plan.lock.name}", venv=plan.venv,
                     lock=plan.lock, requirements=plan.requirements,
                     pip_options=sglang_role.pip_args(plan.index_url, plan.find_links,
-                                                     inventory_source(), plan.trusted))
+                                                     inventory_source(), plan.trusted),
+                    python=plan.python)
         verify_router_venv(name=f"verify {plan.venv} as {plan.user}", venv=plan.venv,
                            version=plan.lock.version, lock_hash=plan.lock.hash,
                            lock_name=plan.lock.name, user=plan.user, home=plan.state_dir)

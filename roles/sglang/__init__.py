@@ -34,9 +34,9 @@ from gpuserve.launch.verify import judge
 from gpuserve.paths import SCRIPTS_DIR
 from gpuserve.roles import managed, progress
 from gpuserve.roles.failure import fail_host
+from gpuserve.roles.interpreter import install_interpreter
 from gpuserve.roles.inventory import inventory_source
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
-from gpuserve.roles.sglang.python import managed_python
 from gpuserve.serve.install import (
     DEFAULTS,
     PIP_CONFIG,
@@ -387,16 +387,7 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
     for path, owner, mode in directories(user, home):
         managed.directory(name=f"{path} ({owner}, {mode})", path=path, user=owner,
                           group=owner, mode=mode)
-    # Debian splits venv/ensurepip (and Python.h, which Triton's JIT compiles against)
-    # out of python3; checked at prepare so a rerun is a no-op.
-    packages = list(interpreter.packages) if interpreter else ["python3-venv"]
-    if packages:
-        managed.packages(name=f"{', '.join(packages)} for the SGLang venv",
-                         packages=packages, update=True)
-    if interpreter is not None and interpreter.build is not None:
-        managed_python(name=f"managed CPython {interpreter.version} for the SGLang venvs "
-                            f"(sha256 {interpreter.build.sha256[:12]}...)",
-                       choice=interpreter)
+    install_interpreter(interpreter, "the SGLang venv")
     venv = venv_path(home, lock, interpreter and interpreter.path)
     requirements = requirements_path(home, lock)
     managed.put(name=f"lock {lock.name} ({len(lock.packages)} hashed wheels)",

@@ -9,7 +9,8 @@ from that repository. SGLang runs from the mirror's managed-CPython stand-in, ch
 because python3 3.13 has no lock. A profile whose model comes from the Hub stand-in
 then has its weights fetched on this host. And apt refuses a repository whose key's
 binding uses SHA1, as it refuses NVIDIA's debian12 key. What it does not prove: a real
-python-build-standalone build, the real debian13 repository's key (docs/hosts.md).
+python-build-standalone build, the real debian13 repository's key (docs/hosts.md). Last,
+the host is its own gateway: smg's venv on the same interpreter choice, and a rerun.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ def runs(debian13_lab, tmp_path_factory) -> dict[str, tuple[int, str]]:
                f"hf_plan_endpoint={hub.local_url}")
     out["weights"] = deploy(lab, "deploy/serve.py", *weights)
     out["weights again"] = deploy(lab, "deploy/serve.py", *weights)
+    # the host is its own gateway (inventory/lab.py): smg's venv on the same choice
+    out["gateway"] = deploy(lab, "deploy/router.py")
+    out["gateway again"] = deploy(lab, "deploy/router.py")
     return out
 
 
@@ -140,6 +144,24 @@ def test_weights_fetched_verified_and_served_then_kept(debian13_lab, runs) -> No
     assert re.search(rf"weights: {TINY}@[0-9a-f]{{12}} verified \(\d+ files", out), out[-4000:]
     assert healthy(debian13_lab)
     rc, out = runs["weights again"]
+    assert rc == 0 and no_changes(out), out[-4000:]
+
+
+def test_gateway_runs_smg_on_a_managed_interpreter_beside_python3(debian13_lab, runs) -> None:
+    """deploy/router.py chooses as the serve deploy does: python3 3.13 has no smg lock,
+    so the mirror's managed stand-in under router_home, with smg's py311 lock."""
+    lab = debian13_lab
+    rc, out = runs["gateway"]
+    assert rc == 0, out[-6000:]
+    assert ("gateway interpreter: managed Python 3.11.2" in out and "python3 is 3.13" in out
+            and "for the gateway's (smg) venv only" in out), out[-6000:]
+    assert "router venv: verified smg 1.13.0" in out and "1/1 workers ready" in out, out[-4000:]
+    unit = lab.ssh("systemctl cat gpuserve-router.service", check=True).stdout
+    venv = re.search(r"(/opt/gpuserve-router/venvs/smg-1\.13\.0-\S+?)/bin/python", unit).group(1)
+    base = lab.ssh(f"{venv}/bin/python -c 'import sys; print(sys.base_prefix)'",
+                   check=True).stdout.strip()
+    assert base == MANAGED.replace("/opt/gpuserve/", "/opt/gpuserve-router/")
+    rc, out = runs["gateway again"]
     assert rc == 0 and no_changes(out), out[-4000:]
 
 

@@ -35,7 +35,7 @@ def facts(distro: str, **kw) -> DistroFacts:
 
 
 def choose(distro: str, pythons=None, **kw):
-    args = dict(sglang_python=None, mirror=None, home="/opt/gpuserve", host="gpu1")
+    args = dict(asked=None, mirror=None, home="/opt/gpuserve", host="gpu1")
     args.update(kw)
     return choose_interpreter(facts(distro), PY_0523 if pythons is None else pythons, **args)
 
@@ -83,7 +83,7 @@ def test_system_python3_when_a_lock_is_for_it(distro, python, headers) -> None:
 def test_a_release_distribution_interpreter_is_used_a_candidate_is_not() -> None:
     release = DistroFacts(facts("ubuntu2204").os_release, "3.10.12",
                           parse_apt_policy((FIXTURES / "debian12" / "apt-policy").read_text()))
-    choice = choose_interpreter(release, PY_0523, sglang_python=None, mirror=None,
+    choice = choose_interpreter(release, PY_0523, asked=None, mirror=None,
                                 home="/opt/gpuserve", host="gpu1")
     assert (choice.kind, choice.path) == ("distribution", "/usr/bin/python3.11")
     assert "python3.11-dev" in choice.packages and "python3.11-venv" in choice.packages
@@ -99,22 +99,24 @@ def test_mirror_keeps_the_release_layout() -> None:
 
 def test_refusals_name_what_was_looked_for_and_the_key() -> None:
     with pytest.raises(InterpreterError) as e:
-        choose("ubuntu2204", sglang_python="system")
+        choose("ubuntu2204", asked="system")
     msg = str(e.value)
-    assert "gpu1 (Ubuntu 22.04.4 LTS): no interpreter for the locks' Python 3.12, 3.11" in msg
+    assert ("gpu1 (Ubuntu 22.04.4 LTS): no interpreter for the SGLang venvs: its locks are "
+            "for Python 3.12, 3.11 (sglang_python=system)") in msg
     assert "python3 is 3.10.12" in msg and "sglang_python=managed" in msg
     with pytest.raises(InterpreterError, match="sglang_python=managed"):
         choose("ubuntu2204", builds=())
     with pytest.raises(InterpreterError, match="sglang_python /opt/py/bin/python3.10 "
-                       "Python 3.10.12, but the locks are for Python 3.12, 3.11"):
+                       "Python 3.10.12, but the locks of the SGLang venvs are for "
+                       "Python 3.12, 3.11"):
         choose_interpreter(facts("ubuntu2204", explicit="3.10.12"), PY_0523,
-                           sglang_python="/opt/py/bin/python3.10", mirror=None,
+                           asked="/opt/py/bin/python3.10", mirror=None,
                            home="/opt/gpuserve", host="gpu1")
 
 
 def test_explicit_interpreter_is_used_as_named() -> None:
     choice = choose_interpreter(facts("ubuntu2204", explicit="3.12.9"), PY_0523,
-                                sglang_python="/opt/py/bin/python3.12", mirror=None,
+                                asked="/opt/py/bin/python3.12", mirror=None,
                                 home="/opt/gpuserve", host="gpu1")
     assert (choice.kind, choice.python, choice.path) == ("explicit", "3.12",
                                                          "/opt/py/bin/python3.12")

@@ -1,21 +1,34 @@
-"""The managed CPython the SGLang venvs are built with where no system or distribution
-interpreter has a lock (gpuserve/launch/interpreter.py decides which and why).
+"""The interpreter a locked venv is built with (SGLang's and the gateway's): chosen on
+the host (gpuserve/launch/interpreter.py decides which and why), its apt packages, and
+the managed CPython where no system or distribution interpreter has a lock.
 
 One python-build-standalone ``install_only`` archive per build, fetched from the URL the
 choice names (the inventory's ``sglang_python_mirror`` or upstream), checked against the
 catalog's sha256 before it is unpacked, unpacked beside the venvs under
-``<sglang_home>/python/<cpython-VERSION+BUILD>`` and stamped with that sha256. It never
-replaces ``python3`` and nothing but the SGLang venvs uses it.
+``<home>/python/<cpython-VERSION+BUILD>`` (the role's own home: ``sglang_home``,
+``router_home``) and stamped with that sha256. It never replaces ``python3`` and
+nothing but the role's venvs uses it.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Collection
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 
-from gpuserve.launch.interpreter import InterpreterChoice, packages_read_for
+from gpuserve.facts.host import SglangInterpreter
+from gpuserve.launch.interpreter import (
+    SGLANG,
+    InterpreterChoice,
+    VenvRole,
+    choose_interpreter,
+    facts_from,
+    packages_read_for,
+)
+from gpuserve.roles import managed
+from gpuserve.roles.inventory import inventory_source
 from gpuserve.roles.prefetch import Read, fact
 
 STAMP = ".gpuserve-archive-sha256"
@@ -42,12 +55,52 @@ def reads(choice: InterpreterChoice | None) -> list[Read]:
     return [Read.of(ManagedPythonStamp, path=install_dir(choice))]
 
 
-def candidate_paths(home: str, python: str) -> tuple[str, ...]:
+def asked(role: VenvRole = SGLANG) -> str:
+    """Host data's interpreter for ``role`` (the gateway's ``router_python`` falls back to
+    ``sglang_python``), checked before any change, and the managed-CPython mirror."""
+    from gpuserve.serve.install import validate_python
+
+    return validate_python(host.data.dict(), inventory_source(), role.key)[0]
+
+
+def choice_read(pythons: Collection[str], role: VenvRole = SGLANG) -> Read:
+    """The interpreter facts for these lock Pythons and ``role``'s host data (read in the
+    deploy's first batch; apt only where python3 has no lock)."""
+    wanted = asked(role)
+    return Read.of(SglangInterpreter, pythons=" ".join(sorted(set(pythons))),
+                   explicit=wanted if wanted.startswith("/") else "")
+
+
+def choose_on_host(pythons: Collection[str], home: str, role: VenvRole = SGLANG
+                   ) -> InterpreterChoice:
+    """The interpreter ``role``'s venvs are built with (gpuserve/launch/interpreter.py),
+    said in the deploy's output with why; an InterpreterError before any change."""
+    from gpuserve.serve.install import validate_python
+
+    wanted, mirror = validate_python(host.data.dict(), inventory_source(), role.key)
+    read = choice_read(pythons, role)
+    choice = choose_interpreter(facts_from(fact(read.cls, **dict(read.kwargs))), pythons,
+                                asked=wanted, mirror=mirror, home=home, host=host.name,
+                                builds=tuple(builds_for_host()), role=role)
+    logger.info(f"{host.name}: {role.label} interpreter: {choice.kind} Python "
+                f"{choice.version} ({choice.path}): {choice.reason}")
+    return choice
+
+
+def prepare_reads(home: str, pythons: Collection[str], role: VenvRole = SGLANG
+                  ) -> list[Read]:
+    """Everything a choice for these lock Pythons reads or may install, for the deploy's
+    first prefetch: the choice's facts, the apt packages and managed builds' stamps."""
+    ordered = sorted(set(pythons))
+    return [choice_read(ordered, role), *package_reads(ordered), *stamp_reads(home, ordered)]
+
+
+def candidate_paths(home: str, python: str, role: VenvRole = SGLANG) -> tuple[str, ...]:
     """The interpreters a choice for this lock Python may name besides python3: the
     distribution's and the catalog's managed builds (host data's explicit path too)."""
     from gpuserve.launch.interpreter import managed_path
 
-    explicit = host.data.get("sglang_python")
+    explicit = asked(role)
     return (f"/usr/bin/python{python}",
             *(managed_path(home, b) for b in builds_for_host() if b.python == python),
             *([explicit] if isinstance(explicit, str) and explicit.startswith("/") else []))
@@ -73,9 +126,21 @@ def stamp_reads(home: str, pythons: list[str]) -> list[Read]:
 
 def package_reads(pythons: list[str]) -> list[Read]:
     """The packages any choice for these lock Pythons may install (deploy prefetch)."""
-    from gpuserve.roles import managed
-
     return [managed.read_package(p) for p in packages_read_for(pythons)]
+
+
+def install_interpreter(choice: InterpreterChoice | None, purpose: str) -> None:
+    """The choice's apt packages (``-venv``, and ``-dev`` for Python.h, which Triton's JIT
+    compiles against; Debian splits both out of python3) and, for a managed build, its
+    archive; None: python3 with python3-venv. A rerun with everything there adds no
+    operation (roles/managed.py)."""
+    packages = list(choice.packages) if choice else ["python3-venv"]
+    if packages:
+        managed.packages(name=f"{', '.join(packages)} for {purpose}", packages=packages,
+                         update=True)
+    if choice is not None and choice.build is not None:
+        managed_python(name=f"managed CPython {choice.version} for {purpose} "
+                            f"(sha256 {choice.build.sha256[:12]}...)", choice=choice)
 
 
 @operation()
