@@ -25,7 +25,7 @@ from pyinfra.facts.apt import noninteractive_apt
 
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state
 from gpuserve.launch.install_progress import APT_LINES, apt_progress
-from gpuserve.roles import progress
+from gpuserve.roles import planned, progress
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 
@@ -184,6 +184,7 @@ def directory(*, name: str, path: str, user: str, group: str,
     """Make ``path`` that directory unless it already is (then no operation)."""
     if _is(state(path), "dir", user, group, mode):
         return None
+    planned.action(f"make directory {path} ({user}:{group}, {mode})")
     return _directory(name=name, path=path, user=user, group=group, mode=mode)
 
 
@@ -194,8 +195,7 @@ def put(*, name: str, dest: str, user: str, group: str, mode: str,
     if (src is None) == (text is None):
         raise TypeError("managed.put takes src or text")
     data = Path(src).read_bytes().decode() if src is not None else str(text)
-    return secret(name=name, dest=dest, contents=lambda: data, user=user, group=group,
-                  mode=mode)
+    return _write(name, dest, lambda: data, user, group, mode, shown=True)
 
 
 def secret(*, name: str, dest: str, contents: Callable[[], str], user: str, group: str,
@@ -204,9 +204,17 @@ def secret(*, name: str, dest: str, contents: Callable[[], str], user: str, grou
     pyinfra's logged operation arguments never hold the text."""
     if not callable(contents):
         raise TypeError("managed.secret(contents=...) takes a function returning the text")
+    return _write(name, dest, contents, user, group, mode, shown=False)
+
+
+def _write(name: str, dest: str, contents: Callable[[], str], user: str, group: str,
+           mode: str, shown: bool) -> OperationMeta | None:
+    """The write of :func:`put` (``shown``) and :func:`secret`, noted for a dry run's
+    preview (roles/planned.py; a secret's whole text is redacted there)."""
     want = hashlib.sha1(contents().encode()).hexdigest()
     if _is(state(dest), "file", user, group, mode, want):
         return None
+    planned.file(dest, contents(), secret=not shown)
     return _file(name=name, dest=dest, contents=contents, user=user, group=group, mode=mode)
 
 
@@ -318,8 +326,11 @@ def read_package(package: str) -> Read:
 def packages(*, name: str, packages: list[str], update: bool = False) -> OperationMeta | None:
     """:func:`apt_install` unless every package is installed already (then no
     operation; pyinfra's ``apt.packages`` read ``dpkg -l`` of the whole host, twice)."""
-    if all(fact(DebInstalled, package=p) for p in packages):
+    missing = [p for p in packages if not fact(DebInstalled, package=p)]
+    if not missing:
         return None
+    planned.action(f"apt-get install {' '.join(packages)} ({name})",
+                   would=f"install {', '.join(missing)} (apt: {name})")
     return apt_install(name=name, packages=packages, update=update)
 
 
@@ -352,10 +363,15 @@ def apt_install(packages: list[str], update: bool = False):
     yield StringCommand("rm", "-rf", QuoteString(run_dir))
 
 
-@operation()
-def systemctl(unit: str, steps: tuple[str, ...]):
+def systemctl(*, name: str, unit: str, steps: tuple[str, ...]) -> OperationMeta:
     """Run ``systemctl`` steps in order as one command (``daemon-reload``, then
     ``reset-failed``/``restart``/``start``/``enable`` of ``unit``)."""
+    planned.systemctl(unit, steps)
+    return _systemctl(name=name, unit=unit, steps=steps)
+
+
+@operation()
+def _systemctl(unit: str, steps: tuple[str, ...]):
     q = shlex.quote(unit)
     commands = {"daemon-reload": "systemctl daemon-reload",
                 "reset-failed": f"systemctl reset-failed {q}",

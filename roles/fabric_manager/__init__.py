@@ -18,7 +18,7 @@ from gpuserve.host import defaults as host_defaults
 from gpuserve.host import fabric, passthrough
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.roles import managed
+from gpuserve.roles import managed, planned
 from gpuserve.roles.prefetch import Read, fact
 
 DEFAULTS = host_defaults.FABRIC_MANAGER
@@ -121,5 +121,7 @@ def activate(plan: fabric.FabricPlan | None, changed: bool, timeout: int) -> Non
                           steps=tuple(steps))
     verdict = fabric.judge(fact(_gpu_facts().NvidiaFabric) or [])
     if steps or verdict.state != "ready":
+        planned.action(f"wait for every GPU's fabric registration (up to {timeout} s; a "
+                       "read)", changes=False)
         wait_for_fabric(name=f"Wait for NVLink fabric registration (up to {timeout} s)",
                         timeout=timeout)

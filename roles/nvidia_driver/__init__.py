@@ -29,7 +29,7 @@ from gpuserve.host import defaults as host_defaults
 from gpuserve.host import driver, fabric, keyring, passthrough
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import TEMPLATES_DIR
-from gpuserve.roles import managed
+from gpuserve.roles import managed, planned
 from gpuserve.roles.inventory import inventory_source
 from gpuserve.roles.prefetch import Read, fact, prefetch
 
@@ -132,10 +132,9 @@ def cuda_keyring(repo_url: str, sha256: str):
     yield keyring.install_command(f"{repo_url}{KEYRING_DEB}", sha256)
 
 
-@operation()
-def debian_contrib():
-    """Add contrib next to main in Debian's own sources (one-line and deb822 files)."""
-    changed = False
+def contrib_sources() -> dict[str, str]:
+    """Debian's own sources files that lack contrib next to main: path -> new text."""
+    changed = {}
     for path in DEBIAN_SOURCES:
         lines = fact(FileContents, path=path)
         if not lines:
@@ -143,8 +142,16 @@ def debian_contrib():
         current = "\n".join(lines) + "\n"
         new = driver.with_contrib(current)
         if new != current:
-            changed = True
-            yield from files.put._inner(src=StringIO(new), dest=path, mode="644")
+            changed[path] = new
+    return changed
+
+
+@operation()
+def debian_contrib():
+    """Add contrib next to main in Debian's own sources (one-line and deb822 files)."""
+    changed = contrib_sources()
+    for path, new in changed.items():
+        yield from files.put._inner(src=StringIO(new), dest=path, mode="644")
     if not changed:
         host.noop("Debian sources already enable contrib (or have no main component)")
 
@@ -154,11 +161,19 @@ def add_repository(repo_url: str, contrib: bool, keyring_sha256: str) -> list:
     source of the repository; returns the operations whose change needs an apt update."""
     changes = []
     distro = (fact(LinuxDistribution) or {}).get("name") or ""
-    if contrib and distro.lower().startswith("debian"):
+    debian = contrib and distro.lower().startswith("debian")
+    sources = contrib_sources() if debian else {}
+    if debian:
+        for path, new in sources.items():
+            planned.file(path, new)
         changes.append(debian_contrib(name="Enable Debian contrib"))
     # the keyring is fetched with curl; minimal images have neither it nor the CA bundle.
     managed.packages(name="Tools to fetch the repository keyring",
                      packages=["ca-certificates", "curl"])
+    keyring_missing = fact(DebVersion, package="cuda-keyring") != KEYRING_VERSION
+    if keyring_missing:
+        planned.action(f"install cuda-keyring {KEYRING_VERSION} from {repo_url} (sha256 "
+                       "checked before dpkg)", would=f"install cuda-keyring {KEYRING_VERSION}")
     changes.append(cuda_keyring(name=f"Install cuda-keyring (sha256 {keyring_sha256[:12]}...)",
                                 repo_url=repo_url, sha256=keyring_sha256))
     list_name = driver.repo_list_name(repo_url)
@@ -170,7 +185,13 @@ def add_repository(repo_url: str, contrib: bool, keyring_sha256: str) -> list:
             path=f"/etc/apt/sources.list.d/{list_name}.list",
         )
     )
-    if not _source_configured(repo_url):
+    configured = _source_configured(repo_url)
+    if not configured:
+        planned.action(f"add the apt source {list_name} (deb822: {repo_url}, signed by "
+                       f"{KEYRING_PATH})")
+    if sources or keyring_missing or not configured:
+        planned.action("apt-get update (the repository's sources change)")
+    if not configured:
         changes.append(
             apt.sources_file(
                 name=f"NVIDIA CUDA repository {repo_url}",
@@ -206,6 +227,11 @@ def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contr
     metas = [p for p in plan.packages if p != plan.pinning_package]
     if fm is not None and not all(fact(managed.DebInstalled, package=p)
                                   for p in (*metas, *fm.versioned)):
+        planned.action(f"apt-get install {' '.join([*metas, 'nvidia-persistenced'])} with "
+                       f"{' '.join(fm.versioned)} at the driver's version, then apt-mark "
+                       f"hold {' '.join([*metas, *fm.held])}",
+                       would=f"install and hold {', '.join([*metas, *fm.versioned])} "
+                             f"(driver {plan.flavour} {plan.branch} with Fabric Manager)")
         server.shell(name=f"NVIDIA driver {plan.flavour} {plan.branch} and Fabric Manager "
                           "in one transaction, held",
                      commands=[fabric.meta_transaction(metas, ["nvidia-persistenced"], fm)])
@@ -236,12 +262,14 @@ def configure(persistence: bool) -> bool | None:
         dest=BLACKLIST, user="root", group="root", mode="644",
     )
     if blacklist is not None:
+        planned.action("update-initramfs -u (the initramfs without nouveau)")
         server.shell(
             name="Rebuild the initramfs without nouveau",
             commands=["update-initramfs -u"],
             _if=blacklist.did_change,
         )
     if fact(_host_facts().NouveauLoaded):
+        planned.action("modprobe -r nouveau (loaded now)")
         server.modprobe(name="Unload nouveau if loaded", module="nouveau", present=False)
     if not persistence:
         return None
