@@ -120,7 +120,7 @@ def activate(plan: fabric.FabricPlan | None, changed: bool, timeout: int) -> Non
         managed.systemctl(name=f"{plan.service}: {', '.join(steps)}", unit=plan.service,
                           steps=tuple(steps))
     verdict = fabric.judge(fact(_gpu_facts().NvidiaFabric) or [])
-    if steps or verdict.state != "ready":
+    if steps or verdict.state != fabric.FabricState.READY:
         planned.action(f"wait for every GPU's fabric registration (up to {timeout} s; a "
                        "read)", changes=False)
         wait_for_fabric(name=f"Wait for NVLink fabric registration (up to {timeout} s)",
