@@ -341,24 +341,38 @@ APT_LOCK_TIMEOUT_S = 600
 
 
 @operation()
-def apt_install(packages: list[str], update: bool = False):
+def apt_install(packages: list[str], update: bool = False, no_recommends: bool = False):
     """``apt-get install`` (after ``apt-get update`` when asked), detached and polled with
     a progress line at least every 10 s (roles/progress.py): a driver or a CUDA toolkit
     is gigabytes of archives. A failure fails the host with apt's last lines."""
     lock = f"-o DPkg::Lock::Timeout={APT_LOCK_TIMEOUT_S}"
     steps = [noninteractive_apt(f"{lock} update")] if update else []
     steps.append(noninteractive_apt(f"{lock} install "
+                                    + ("--no-install-recommends " if no_recommends else "")
                                     + " ".join(shlex.quote(p) for p in packages)))
+    yield from _apt_job(" && ".join(steps), f"apt {' '.join(packages)}",
+                        f"installing {' '.join(packages)}")
+
+
+@operation()
+def apt_script(script: str, label: str):
+    """A shell script of apt-get steps (the driver and Fabric Manager in one transaction,
+    then held: gpuserve/host/fabric.py), with :func:`apt_install`'s progress lines and
+    failure report; ``label`` names it in both."""
+    yield from _apt_job(script, label, label)
+
+
+def _apt_job(script: str, label: str, what: str):
+    """Run ``script`` detached, poll it with apt's progress (packages fetched and bytes,
+    unpacked, set up), fail the host with its last lines when it fails."""
     run_dir = progress.fresh_dir("apt")
-    yield progress.start_command(run_dir, " && ".join(steps))
+    yield progress.start_command(run_dir, script)
     if not run_state.is_executing:
         return
-    label = f"apt {' '.join(packages)}"[:80]
-    job = progress.wait(run_dir, APT_LINES, apt_progress, label=label,
+    job = progress.wait(run_dir, APT_LINES, apt_progress, label=label[:80],
                         timeout=APT_TIMEOUT_S)
     if job.rc != 0:
-        yield fail_host(f"apt: installing {' '.join(packages)} failed "
-                        f"({job.outcome(APT_TIMEOUT_S)}):", job.tail)
+        yield fail_host(f"apt: {what} failed ({job.outcome(APT_TIMEOUT_S)}):", job.tail)
         return
     yield StringCommand("rm", "-rf", QuoteString(run_dir))
 

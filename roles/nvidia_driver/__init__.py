@@ -232,9 +232,10 @@ def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contr
                        f"hold {' '.join([*metas, *fm.held])}",
                        would=f"install and hold {', '.join([*metas, *fm.versioned])} "
                              f"(driver {plan.flavour} {plan.branch} with Fabric Manager)")
-        server.shell(name=f"NVIDIA driver {plan.flavour} {plan.branch} and Fabric Manager "
-                          "in one transaction, held",
-                     commands=[fabric.meta_transaction(metas, ["nvidia-persistenced"], fm)])
+        managed.apt_script(name=f"NVIDIA driver {plan.flavour} {plan.branch} and Fabric "
+                                "Manager in one transaction, held",
+                           script=fabric.meta_transaction(metas, ["nvidia-persistenced"], fm),
+                           label=f"apt driver {plan.branch} with Fabric Manager")
         return
     managed.packages(
         name=f"NVIDIA driver {plan.flavour} flavour, branch {plan.branch}",

@@ -14,7 +14,7 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import FactBase, deploy
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.operations import apt, server
+from pyinfra.operations import apt
 
 from gpuserve.host import container, driver, fabric
 from gpuserve.roles import fabric_manager, managed, planned
@@ -115,15 +115,15 @@ def install_userspace_driver(plan: container.UserspacePlan, url: str, sha256: st
                        f"{' '.join(fm.specs(plan.deb_version))}, then apt-mark hold "
                        f"{' '.join(held)}", would=f"install and hold {plan.package_spec} with "
                        f"Fabric Manager {', '.join(fm.specs(plan.deb_version))}")
-        server.shell(name=f"NVIDIA userspace driver {plan.package_spec} and Fabric Manager "
-                          f"({', '.join(fm.versioned)}) in one transaction, held",
-                     commands=[fabric.transaction([plan.package_spec,
-                                                   *fm.specs(plan.deb_version)],
-                                                  [container.USERSPACE_PACKAGE, *fm.held])])
+        managed.apt_script(name=f"NVIDIA userspace driver {plan.package_spec} and Fabric "
+                                f"Manager ({', '.join(fm.versioned)}) in one transaction, held",
+                           script=fabric.transaction([plan.package_spec,
+                                                      *fm.specs(plan.deb_version)], held),
+                           label=f"apt {plan.package_spec} with Fabric Manager")
     elif driver_stale:
         planned.action(f"apt-get install --no-install-recommends {plan.package_spec}",
                        would=f"install {plan.package_spec} (pinned to {plan.deb_version} by "
                              f"{container.PIN_FILE}; no kernel module)")
-        apt.packages(name=f"NVIDIA userspace driver {plan.package_spec} (no kernel module)",
-                     packages=[plan.package_spec], no_recommends=True)
+        managed.apt_install(name=f"NVIDIA userspace driver {plan.package_spec} (no kernel "
+                                 "module)", packages=[plan.package_spec], no_recommends=True)
 
