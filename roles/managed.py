@@ -222,6 +222,8 @@ def absent(*, name: str, path: str) -> OperationMeta:
     """Remove the file at ``path``. Decided inside the operation, at execute time: a
     package an earlier operation installs may create it (cuda-keyring ships the very
     sources.list entry the driver role removes)."""
+    if planned.collecting() and state(path).kind != "absent":  # no read on a real run
+        planned.file(path, None)
     return _absent(name=name, path=path)
 
 
@@ -326,11 +328,12 @@ def read_package(package: str) -> Read:
 def packages(*, name: str, packages: list[str], update: bool = False) -> OperationMeta | None:
     """:func:`apt_install` unless every package is installed already (then no
     operation; pyinfra's ``apt.packages`` read ``dpkg -l`` of the whole host, twice)."""
-    missing = [p for p in packages if not fact(DebInstalled, package=p)]
-    if not missing:
+    if all(fact(DebInstalled, package=p) for p in packages):
         return None
-    planned.action(f"apt-get install {' '.join(packages)} ({name})",
-                   would=f"install {', '.join(missing)} (apt: {name})")
+    if planned.collecting():  # the dry run's preview names the missing ones
+        missing = [p for p in packages if not fact(DebInstalled, package=p)]
+        planned.action(f"apt-get install {' '.join(packages)} ({name})",
+                       would=f"install {', '.join(missing)} ({name})")
     return apt_install(name=name, packages=packages, update=update)
 
 

@@ -37,8 +37,9 @@ def account(p) -> dict:
         f"group={p.user}:x:998:", f"primary={p.user}"]}
 
 
-def preview(router_plan, responses: dict, caplog) -> list[str]:
-    """The preview lines of the gateway's install and configure steps on @fake/gw."""
+def preview(router_plan, responses: dict, caplog, dry: bool = True) -> list[str]:
+    """The preview lines of the gateway's install and configure steps on @fake/gw
+    (``dry`` False: a real run's prepare, which notes nothing)."""
     answers = {**responses, **account(router_plan), "uname -s": ["Linux"]}
     inv = Inventory((["@fake/gw"], {"fake_responses": answers,
                                     "fake_delay": 0,
@@ -46,18 +47,22 @@ def preview(router_plan, responses: dict, caplog) -> list[str]:
     state = State(inv, Config())
     connect_all(state)
     run = run_context(state)
-    run.dry = run.diff = True
+    run.dry = run.diff = dry
 
     @deploy("gateway")
     def gateway() -> None:
         install_router(plan=router_plan)
         configure_router(plan=router_plan)
-        print_planned_preview(with_diff=True, secrets=[router_plan.api_key])
+        if dry:
+            print_planned_preview(with_diff=True, secrets=[router_plan.api_key])
 
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="pyinfra"):
         add_deploy(state, gateway)
     logged = [r.getMessage() for r in caplog.records]
+    if not dry:
+        assert run.host("@fake/gw").planned is None  # nothing noted, nothing printed
+        return [line for line in logged if ": preview: " in line]
     first = next(i for i, line in enumerate(logged) if ": preview: " in line)
     return logged[first:]  # the preview's lines and its diffs' lines
 
@@ -99,3 +104,7 @@ def test_a_changed_key_restarts_the_gateway_and_never_shows_either_value(caplog)
     assert KEY not in text and OLD_KEY not in text
     assert f"diff of {UNIT_PATH}:" not in text
     assert f"@fake/gw: preview: gateway: restart: {KEY_PATH} would change" in text
+
+
+def test_a_real_run_notes_nothing(caplog) -> None:
+    assert preview(plan(python="3.11", glibc="2.36"), {}, caplog, dry=False) == []
