@@ -25,7 +25,7 @@ from pyinfra.facts.apt import noninteractive_apt
 
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state
 from gpuserve.launch.install_progress import APT_LINES, apt_progress
-from gpuserve.roles import progress
+from gpuserve.roles import planned, progress
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 
@@ -184,6 +184,7 @@ def directory(*, name: str, path: str, user: str, group: str,
     """Make ``path`` that directory unless it already is (then no operation)."""
     if _is(state(path), "dir", user, group, mode):
         return None
+    planned.action(f"make directory {path} ({user}:{group}, {mode})")
     return _directory(name=name, path=path, user=user, group=group, mode=mode)
 
 
@@ -194,8 +195,7 @@ def put(*, name: str, dest: str, user: str, group: str, mode: str,
     if (src is None) == (text is None):
         raise TypeError("managed.put takes src or text")
     data = Path(src).read_bytes().decode() if src is not None else str(text)
-    return secret(name=name, dest=dest, contents=lambda: data, user=user, group=group,
-                  mode=mode)
+    return _write(name, dest, lambda: data, user, group, mode, shown=True)
 
 
 def secret(*, name: str, dest: str, contents: Callable[[], str], user: str, group: str,
@@ -204,9 +204,17 @@ def secret(*, name: str, dest: str, contents: Callable[[], str], user: str, grou
     pyinfra's logged operation arguments never hold the text."""
     if not callable(contents):
         raise TypeError("managed.secret(contents=...) takes a function returning the text")
+    return _write(name, dest, contents, user, group, mode, shown=False)
+
+
+def _write(name: str, dest: str, contents: Callable[[], str], user: str, group: str,
+           mode: str, shown: bool) -> OperationMeta | None:
+    """The write of :func:`put` (``shown``) and :func:`secret`, noted for a dry run's
+    preview (roles/planned.py; a secret's whole text is redacted there)."""
     want = hashlib.sha1(contents().encode()).hexdigest()
     if _is(state(dest), "file", user, group, mode, want):
         return None
+    planned.file(dest, contents(), secret=not shown)
     return _file(name=name, dest=dest, contents=contents, user=user, group=group, mode=mode)
 
 
@@ -214,6 +222,8 @@ def absent(*, name: str, path: str) -> OperationMeta:
     """Remove the file at ``path``. Decided inside the operation, at execute time: a
     package an earlier operation installs may create it (cuda-keyring ships the very
     sources.list entry the driver role removes)."""
+    if planned.collecting() and state(path).kind != "absent":  # no read on a real run
+        planned.file(path, None)
     return _absent(name=name, path=path)
 
 
@@ -320,6 +330,10 @@ def packages(*, name: str, packages: list[str], update: bool = False) -> Operati
     operation; pyinfra's ``apt.packages`` read ``dpkg -l`` of the whole host, twice)."""
     if all(fact(DebInstalled, package=p) for p in packages):
         return None
+    if planned.collecting():  # the dry run's preview names the missing ones
+        missing = [p for p in packages if not fact(DebInstalled, package=p)]
+        planned.action(f"apt-get install {' '.join(packages)} ({name})",
+                       would=f"install {', '.join(missing)} ({name})")
     return apt_install(name=name, packages=packages, update=update)
 
 
@@ -330,32 +344,51 @@ APT_LOCK_TIMEOUT_S = 600
 
 
 @operation()
-def apt_install(packages: list[str], update: bool = False):
+def apt_install(packages: list[str], update: bool = False, no_recommends: bool = False):
     """``apt-get install`` (after ``apt-get update`` when asked), detached and polled with
     a progress line at least every 10 s (roles/progress.py): a driver or a CUDA toolkit
     is gigabytes of archives. A failure fails the host with apt's last lines."""
     lock = f"-o DPkg::Lock::Timeout={APT_LOCK_TIMEOUT_S}"
     steps = [noninteractive_apt(f"{lock} update")] if update else []
     steps.append(noninteractive_apt(f"{lock} install "
+                                    + ("--no-install-recommends " if no_recommends else "")
                                     + " ".join(shlex.quote(p) for p in packages)))
+    yield from _apt_job(" && ".join(steps), f"apt {' '.join(packages)}",
+                        f"installing {' '.join(packages)}")
+
+
+@operation()
+def apt_script(script: str, label: str):
+    """A shell script of apt-get steps (the driver and Fabric Manager in one transaction,
+    then held: gpuserve/host/fabric.py), with :func:`apt_install`'s progress lines and
+    failure report; ``label`` names it in both."""
+    yield from _apt_job(script, label, label)
+
+
+def _apt_job(script: str, label: str, what: str):
+    """Run ``script`` detached, poll it with apt's progress (packages fetched and bytes,
+    unpacked, set up), fail the host with its last lines when it fails."""
     run_dir = progress.fresh_dir("apt")
-    yield progress.start_command(run_dir, " && ".join(steps))
+    yield progress.start_command(run_dir, script)
     if not run_state.is_executing:
         return
-    label = f"apt {' '.join(packages)}"[:80]
-    job = progress.wait(run_dir, APT_LINES, apt_progress, label=label,
+    job = progress.wait(run_dir, APT_LINES, apt_progress, label=label[:80],
                         timeout=APT_TIMEOUT_S)
     if job.rc != 0:
-        yield fail_host(f"apt: installing {' '.join(packages)} failed "
-                        f"({job.outcome(APT_TIMEOUT_S)}):", job.tail)
+        yield fail_host(f"apt: {what} failed ({job.outcome(APT_TIMEOUT_S)}):", job.tail)
         return
     yield StringCommand("rm", "-rf", QuoteString(run_dir))
 
 
-@operation()
-def systemctl(unit: str, steps: tuple[str, ...]):
+def systemctl(*, name: str, unit: str, steps: tuple[str, ...]) -> OperationMeta:
     """Run ``systemctl`` steps in order as one command (``daemon-reload``, then
     ``reset-failed``/``restart``/``start``/``enable`` of ``unit``)."""
+    planned.systemctl(unit, steps)
+    return _systemctl(name=name, unit=unit, steps=steps)
+
+
+@operation()
+def _systemctl(unit: str, steps: tuple[str, ...]):
     q = shlex.quote(unit)
     commands = {"daemon-reload": "systemctl daemon-reload",
                 "reset-failed": f"systemctl reset-failed {q}",

@@ -26,6 +26,7 @@ class HostContext:
     on_failure: Any = None  # gpuserve.roles.failure: what to run when the host fails
     serve_input: Any = None  # gpuserve.roles.deploys.serve: the host's parsed ServeInput
     serve_plan: Any = None  # gpuserve.roles.deploys.serve: the host's ServePlan
+    planned: Any = None  # gpuserve.roles.planned: what a dry run notes it would change
 
 
 @dataclass

@@ -27,7 +27,15 @@ from gpuserve.host.gpus import parse_gpus
 from gpuserve.memory.checkpoint import checkpoint_weights, scan_directory, unrecognised
 from gpuserve.memory.memory_defaults import DEFAULT_VERSION, KNOWN_VERSIONS
 from gpuserve.memory.models import load_record, resolve_model
-from gpuserve.memory.planner import GIB, Layout, kv_cell, predict, resolve_kv_dtype, weights_per_gpu
+from gpuserve.memory.planner import (
+    GIB,
+    FitVerdict,
+    Layout,
+    kv_cell,
+    predict,
+    resolve_kv_dtype,
+    weights_per_gpu,
+)
 from gpuserve.memory.preflight import launch_settings
 from gpuserve.memory.startup_log import diagnose, read_log
 from gpuserve.terminal import printable
@@ -313,13 +321,13 @@ def _run_predict(args: argparse.Namespace) -> int:
     )
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
-        return 0 if plan.verdict != "invalid" else 2
+        return 0 if plan.verdict != FitVerdict.INVALID else 2
     _print_plan(plan, arch)
     if scan is not None:
         unknown = unrecognised(scan, arch)
         if unknown:
             print(f"unrecognised tensors (counted as replicated): {', '.join(unknown)}")
-    return 0 if plan.verdict != "invalid" else 2
+    return 0 if plan.verdict != FitVerdict.INVALID else 2
 
 
 def default_tp(tp: int | None, prof: Any, gpu_count: int) -> int | None:

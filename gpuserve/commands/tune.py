@@ -26,7 +26,7 @@ from gpuserve.measure.record_files import safe_name
 from gpuserve.measure.results import read_results, utc_now
 from gpuserve.memory.startup_log import diagnose, parse_log
 from gpuserve.tune.candidates import Candidate, profile_text, scenario_level
-from gpuserve.tune.outcome import FIGURES, Outcome, from_dict
+from gpuserve.tune.outcome import FIGURES, LoadStatus, Outcome, from_dict
 from gpuserve.tune.report import plot, summary, table, winner_text
 from gpuserve.tune.search import Measurement, run_search
 from gpuserve.tune.session import comm_from, precheck, prepare
@@ -132,15 +132,15 @@ class PyinfraExecutor:
                                      *([] if first else ["bench=always"]))
         if rc != 0:
             m = self._failed(out, path)
-            if m.status == "failed" and "rolled back to" not in m.reason:
+            if m.status == LoadStatus.FAILED and "rolled back to" not in m.reason:
                 self.restore()
                 m.reason += f"; the tune switched the host back to {self.good or 'its own'}"
             return m
-        m = Measurement("ok", load_s=_ready_s(out))
+        m = Measurement(LoadStatus.OK, load_s=_ready_s(out))
         self._take_records(m, candidate.name, since, levels)
         if first and candidate.phase == "incumbent":
             m.after_weights_gib = self._after_weights(path)
-        if m.status == "ok":
+        if m.status == LoadStatus.OK:
             self.good = path
         else:
             self.restore()
@@ -160,12 +160,12 @@ class PyinfraExecutor:
             done = record.figures.get("completed")
             asked = max(2, self.spec.prompts_per_level * level)  # bench_section's count
             if isinstance(done, int | float) and asked and done < asked:
-                m.status = "failed"
+                m.status = LoadStatus.FAILED
                 m.reason = (f"crashed while serving: {int(done)} of {asked} requests "
                             f"completed at concurrency {level}")
         missing = [c for c in levels if c not in m.levels]
-        if missing and m.status == "ok":
-            m.status, m.reason = "failed", (
+        if missing and m.status == LoadStatus.OK:
+            m.status, m.reason = LoadStatus.FAILED, (
                 f"no bench record for concurrency {missing} (results_dir is "
                 f"{self.runner.results}; is bench off in host data?)")
 
@@ -215,8 +215,8 @@ class PyinfraExecutor:
         rolled = re.search(r"the host was rolled back to profile (\S+)", out)
         if rolled:
             reason += f"; rolled back to {rolled.group(1).rstrip(',')}"
-        return Measurement("refused" if refused else "failed", reason=reason[:600],
-                           diagnosis=diagnosis)
+        return Measurement(LoadStatus.REFUSED if refused else LoadStatus.FAILED,
+                           reason=reason[:600], diagnosis=diagnosis)
 
     def _journal(self, path: Path) -> str:
         """The service journal of the last start, read with the snapshot deploy."""

@@ -705,7 +705,7 @@ def _spec_vs_baseline(ctx: Context) -> str | None:
 @rule("fabric-not-ready")
 def _fabric_not_ready(ctx: Context) -> str | None:
     verdict = fabric.judge(ctx.facts.fabric or ())
-    if verdict.state == "ready":
+    if verdict.state == fabric.FabricState.READY:
         return None
     return (f"fabric registration {verdict.state}: {verdict.detail}; until every GPU shows "
             "State Completed / Status Success, CUDA fails with error 802")

@@ -19,13 +19,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
 
-#: smg 1.13.0 worker states (``GET /workers`` ``status``): pending, ready, not_ready,
-#: failed, draining (fleet.md section 4; smg-project/smg crates/protocols/src/worker.rs).
-STATUSES = ("pending", "ready", "not_ready", "failed", "draining")
+
+class WorkerStatus(StrEnum):
+    """smg 1.13.0 worker states (``GET /workers`` ``status``; fleet.md section 4;
+    smg-project/smg crates/protocols/src/worker.rs)."""
+
+    PENDING = "pending"
+    READY = "ready"
+    NOT_READY = "not_ready"
+    FAILED = "failed"
+    DRAINING = "draining"
+
+
+STATUSES = tuple(WorkerStatus)
 
 #: Bounded: a fleet's worker list is small; a gateway answer beyond this is not one.
 _LIMITS = safeload.DATA.but(max_bytes=4 * safeload.MiB)
@@ -36,12 +47,12 @@ class GatewayWorker:
     """One worker as the gateway reports it."""
 
     url: str
-    status: str
+    status: WorkerStatus
     healthy: bool
 
     @property
     def ready(self) -> bool:
-        return self.status == "ready" and self.healthy
+        return self.status == WorkerStatus.READY and self.healthy
 
 
 def parse_workers(text: str, source: str = "GET /workers") -> list[GatewayWorker]:
@@ -66,7 +77,8 @@ def parse_workers(text: str, source: str = "GET /workers") -> list[GatewayWorker
                              f"(smg 1.13.0 knows {', '.join(STATUSES)})")
         if not isinstance(healthy, bool):
             raise InputError(source, f"{field}.is_healthy", "must be true or false")
-        out.append(GatewayWorker(url=normal_url(url), status=status, healthy=healthy))
+        out.append(GatewayWorker(url=normal_url(url), status=WorkerStatus(status),
+                                 healthy=healthy))
     return out
 
 

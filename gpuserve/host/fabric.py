@@ -15,6 +15,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cache
 from typing import Any
 
@@ -158,12 +159,19 @@ def fabric_plan(branch: int, nvl5: bool = False) -> FabricPlan:
                       tuple(data["nvlink5_unversioned"]) if nvl5 else ())
 
 
+class FabricState(StrEnum):
+    """The fabric's registration on a host (a StrEnum: prints as its word)."""
+
+    READY = "ready"  # every GPU registered, or without a fabric state
+    PENDING = "pending"  # keep waiting
+    FAILED = "failed"  # registration done with an error: waiting will not help
+
+
 @dataclass(frozen=True)
 class FabricVerdict:
-    """``ready`` (every GPU registered or without a fabric state), ``pending`` (keep
-    waiting) or ``failed`` (registration done with an error: waiting will not help)."""
+    """The fabric's :class:`FabricState` and what it rests on."""
 
-    state: str
+    state: FabricState
     detail: str
 
 
@@ -182,10 +190,10 @@ def judge(blocks: Iterable[Mapping[str, Any]]) -> FabricVerdict:
             else:
                 done += 1
     if failed:
-        return FabricVerdict("failed", "; ".join(failed))
+        return FabricVerdict(FabricState.FAILED, "; ".join(failed))
     if pending:
-        return FabricVerdict("pending", "; ".join(pending))
-    return FabricVerdict("ready", f"{done} GPU(s) registered with the fabric")
+        return FabricVerdict(FabricState.PENDING, "; ".join(pending))
+    return FabricVerdict(FabricState.READY, f"{done} GPU(s) registered with the fabric")
 
 
 _APT = ("DEBIAN_FRONTEND=noninteractive apt-get install -y -o Dpkg::Options::=--force-confold "

@@ -462,11 +462,20 @@ def result_line(host: str, scenario: Scenario, figures: Mapping[str, Any]) -> st
 # ------------------------------------------------------------------- host run status
 
 
+class RunState(StrEnum):
+    """A benchmark run's state on the host (``sglang_bench.py status``'s words)."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    MISSING = "missing"
+
+
 @dataclass(frozen=True)
 class RunStatus:
     """One ``sglang_bench.py status`` report (gpuserve/data/scripts/sglang_bench.py)."""
 
-    state: str  # running | done | failed | missing
+    state: RunState
     done: int = 0
     total: int | None = None
     elapsed: float = 0.0
@@ -480,13 +489,12 @@ def parse_status(text: str) -> RunStatus:
     try:
         doc = json.loads(text)
     except (json.JSONDecodeError, TypeError):
-        return RunStatus("failed", tail=tuple(str(text).splitlines()[-15:]))
-    if not isinstance(doc, dict) or doc.get("state") not in ("running", "done", "failed",
-                                                             "missing"):
-        return RunStatus("failed", tail=(str(text)[:500],))
+        return RunStatus(RunState.FAILED, tail=tuple(str(text).splitlines()[-15:]))
+    if not isinstance(doc, dict) or doc.get("state") not in tuple(RunState):
+        return RunStatus(RunState.FAILED, tail=(str(text)[:500],))
     total = doc.get("total")
     return RunStatus(
-        state=doc["state"], done=int(doc.get("done") or 0),
+        state=RunState(doc["state"]), done=int(doc.get("done") or 0),
         total=int(total) if isinstance(total, int) else None,
         elapsed=float(doc.get("elapsed") or 0.0),
         rc=doc.get("rc") if isinstance(doc.get("rc"), int) else None,

@@ -507,7 +507,8 @@ def evaluate(
         lines.append(f"gates: {o.spec.tool} ({_env_label(o.spec.env)}) hung: killed after "
                      f"{o.timeout_s:g} s")
     for v in verdicts:
-        if v.status in ("fail", "missing") and not v.check.endswith(":no_hang"):
+        failed = v.status in (gates.GateStatus.FAIL, gates.GateStatus.MISSING)
+        if failed and not v.check.endswith(":no_hang"):
             problems.append(f"{v.check}: {v.message}")
     if choice is not None:
         lines.append(f"gates: NCCL env chosen from measurement: {choice.reason}")
@@ -558,8 +559,8 @@ def _matrix_verdict(report: P2PBandwidthReport, choice: gates.NcclChoice,
     if choice.p2p or verdict.passed:
         return verdict
     return gates.GateVerdict(
-        verdict.check, "skip", f"P2P copies work ({verdict.measured:g} GPU pairs behave as "
-        "P2P) but NCCL's P2P path was measured slower or hung: kept off",
+        verdict.check, gates.GateStatus.SKIP, f"P2P copies work ({verdict.measured:g} GPU "
+        "pairs behave as P2P) but NCCL's P2P path was measured slower or hung: kept off",
         measured=verdict.measured, expected=verdict.expected)
 
 

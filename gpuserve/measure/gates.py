@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -612,6 +613,17 @@ def choose_nccl_env(
 # ----------------------------------------------------------------------------- verdicts
 
 
+class GateStatus(StrEnum):
+    """A gate's outcome (a StrEnum: records and output keep the word; a record read back
+    compares equal as its plain string)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    BASELINE = "baseline"  # no reference yet: this run becomes the host's baseline
+    SKIP = "skip"  # the check does not apply (another GPU count)
+    MISSING = "missing"  # the run has no such figure: counts as a failure
+
+
 @dataclass(frozen=True)
 class GateVerdict:
     """One gate's outcome with the numbers side by side.
@@ -622,7 +634,7 @@ class GateVerdict:
     """
 
     check: str
-    status: str
+    status: GateStatus
     message: str
     measured: float | None = None
     expected: float | None = None
@@ -634,7 +646,7 @@ class GateVerdict:
 
     @property
     def passed(self) -> bool:
-        return self.status in ("pass", "baseline", "skip")
+        return self.status in (GateStatus.PASS, GateStatus.BASELINE, GateStatus.SKIP)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -647,21 +659,22 @@ def judge(
     """Judge one figure against the check's published figure, else the host's baseline."""
     name, unit = check.key, check.unit
     if check.gpus is not None and gpus is not None and gpus != check.gpus:
-        return GateVerdict(name, "skip", f"figure is for {check.gpus} GPUs, run had {gpus}",
+        return GateVerdict(name, GateStatus.SKIP,
+                           f"figure is for {check.gpus} GPUs, run had {gpus}",
                            measured=measured, unit=unit, source=check.source)
     if measured is None:
-        return GateVerdict(name, "missing", "the run has no such figure", unit=unit,
+        return GateVerdict(name, GateStatus.MISSING, "the run has no such figure", unit=unit,
                            source=check.source)
     reference, expected = "expectation", check.expected
     if expected is None:
         reference, expected = "baseline", baseline
     if check.floor is not None and measured < check.floor:
-        return GateVerdict(name, "fail", f"{measured:g} {unit} is below the floor "
+        return GateVerdict(name, GateStatus.FAIL, f"{measured:g} {unit} is below the floor "
                            f"{check.floor:g} {unit}", measured, expected, "floor",
                            check.tolerance, check.floor, unit, check.source)
     if expected is None:
-        return GateVerdict(name, "baseline", f"{measured:g} {unit}: no baseline yet, this run "
-                           "becomes the host's baseline", measured, None, "baseline",
+        return GateVerdict(name, GateStatus.BASELINE, f"{measured:g} {unit}: no baseline "
+                           "yet, this run becomes the host's baseline", measured, None, "baseline",
                            check.tolerance, check.floor, unit, check.source)
     if check.better == "higher":
         limit = expected * (1 - check.tolerance)
@@ -671,13 +684,13 @@ def judge(
         ok, side = measured <= limit, "above"
     text = (f"{measured:g} {unit} vs {reference} {expected:g} {unit} "
             f"(tolerance {check.tolerance:.0%}, limit {limit:.4g})")
-    return GateVerdict(name, "pass" if ok else "fail",
+    return GateVerdict(name, GateStatus.PASS if ok else GateStatus.FAIL,
                        text if ok else f"{text}: {side} the limit", measured, expected,
                        reference, check.tolerance, round(limit, 6), unit, check.source)
 
 
 def judge_hang(hang: Hang) -> GateVerdict:
-    return GateVerdict(f"{hang.tool}:no_hang", "fail",
+    return GateVerdict(f"{hang.tool}:no_hang", GateStatus.FAIL,
                        f"{hang.tool} did not finish within {hang.timeout_s:g} s "
                        f"(env {_env_text(hang.env)})")
 
@@ -690,11 +703,11 @@ def judge_gpus(result: NcclTestsResult, host_gpus: int) -> GateVerdict:
     """Did every GPU of the host take part? nccl-tests prints one ``# Rank`` line per rank."""
     devices = {(r.host, r.device) for r in result.ranks}
     if not result.ranks:
-        return GateVerdict("gpus_present", "missing", "the output has no '# Rank' lines",
+        return GateVerdict("gpus_present", GateStatus.MISSING, "the output has no '# Rank' lines",
                            expected=host_gpus)
     n = len(devices)
     ok = n == host_gpus
-    return GateVerdict("gpus_present", "pass" if ok else "fail",
+    return GateVerdict("gpus_present", GateStatus.PASS if ok else GateStatus.FAIL,
                        f"{n} of the host's {host_gpus} GPUs took part in the run",
                        measured=n, expected=host_gpus)
 
@@ -711,20 +724,20 @@ def judge_p2p_matrix(
     """
     pairs = _p2p_pairs(report, expectations)
     if pairs is None:
-        return GateVerdict("p2p_matrix_consistent", "missing", "no P2P=Enabled/Disabled "
+        return GateVerdict("p2p_matrix_consistent", GateStatus.MISSING, "no P2P=Enabled/Disabled "
                            "latency or bidirectional matrices in the output")
     basis, working = pairs
     n_ok = sum(working)
     total = len(working)
     measured = f"{n_ok} of {total} GPU pairs behave as P2P ({basis})"
     if p2p_expected and n_ok < total:
-        return GateVerdict("p2p_matrix_consistent", "fail",
+        return GateVerdict("p2p_matrix_consistent", GateStatus.FAIL,
                            f"P2P expected but only {measured}", measured=n_ok, expected=total)
     if not p2p_expected and n_ok:
-        return GateVerdict("p2p_matrix_consistent", "fail",
+        return GateVerdict("p2p_matrix_consistent", GateStatus.FAIL,
                            f"P2P expected off but {measured}: the verdict is stale",
                            measured=n_ok, expected=0)
-    return GateVerdict("p2p_matrix_consistent", "pass", measured,
+    return GateVerdict("p2p_matrix_consistent", GateStatus.PASS, measured,
                        measured=n_ok, expected=total if p2p_expected else 0)
 
 
@@ -870,7 +883,7 @@ def baseline_for(
         if doc.get("host") != host or doc.get("topology_class") != topology \
                 or key not in (doc.get("figures") or {}):
             continue
-        if any(isinstance(v, dict) and v.get("check") == key and v.get("status") == "fail"
+        if any(isinstance(v, dict) and v.get("check") == key and v.get("status") == GateStatus.FAIL
                for v in doc.get("verdicts") or []):
             continue  # a run that failed (e.g. below the floor) is no baseline
         return float(doc["figures"][key])
@@ -925,7 +938,7 @@ def measured_section(doc: Mapping[str, Any], path: str | Path | None = None) -> 
                "expected": _number_or_none(v.get("expected")),
                "limit": _number_or_none(v.get("limit")),
                "unit": v.get("unit") if isinstance(v.get("unit"), str) else None}
-              for v in verdicts if v.get("status") in ("fail", "missing")
+              for v in verdicts if v.get("status") in (GateStatus.FAIL, GateStatus.MISSING)
               and v["check"].split("@")[0] in METRICS]
     env = choice.get("env") if isinstance(choice.get("env"), dict) else None
     problems = doc.get("problems")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
@@ -141,7 +141,9 @@ def parse_probe(stdout: str) -> Probe:
         raise ProbeError(f"unreadable probe output ({e}): {stdout[:200]!r}") from e
 
 
-class Verdict(Enum):
+class Verdict(StrEnum):
+    """The health gate's decision on one poll (a StrEnum: prints and compares as its word)."""
+
     HEALTHY = "healthy"
     WAIT = "wait"
     FAILED = "failed"

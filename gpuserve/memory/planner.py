@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
 from gpuserve.errors import InputError
 from gpuserve.memory.memory_defaults import DEFAULT_VERSION, MemoryDefaults, memory_defaults
@@ -558,6 +559,23 @@ def mfs_for_tokens(pre: float, avail_after: float, tokens: int, cell_bytes: int)
 # ------------------------------------------------------------------------- predict
 
 
+class FitVerdict(StrEnum):
+    """The planner's verdict on a launch (a StrEnum: output and records keep the word)."""
+
+    FITS = "fits"
+    TIGHT = "tight"  # a KV pool, smaller than the context
+    REFUSED = "refused"  # SGLang raises: the weights leave no memory for the KV cache
+    NO_KV = "no-kv"  # SGLang raises: not enough memory for one KV token
+    INVALID = "invalid"  # a layout SGLang refuses
+    TOO_FEW_GPUS = "too-few-gpus"  # the preflight's: the host has fewer GPUs than needed
+    NO_GPUS = "no-gpus"  # the preflight's: the host shows no GPU
+
+    @property
+    def starts(self) -> bool:
+        """Whether SGLang would size a KV pool and start."""
+        return self in (FitVerdict.FITS, FitVerdict.TIGHT)
+
+
 @dataclass
 class Plan:
     model: str
@@ -580,7 +598,7 @@ class Plan:
     context_length: int | None
     max_running_requests: int | None
     graph_reserve_gib: float
-    verdict: str  # "fits", "tight", "refused", "no-kv", "invalid"
+    verdict: FitVerdict
     min_viable_mfs: float
     max_safe_mfs: float
     explanation: list[str]
@@ -940,34 +958,35 @@ def _record_notes(arch: ModelArch, layout: Layout, draft_weights_gib: float) -> 
     return notes
 
 
-def _verdict(problems: list[str], s: _Sizing) -> tuple[str, list[str]]:
+def _verdict(problems: list[str], s: _Sizing) -> tuple[FitVerdict, list[str]]:
     """The verdict and the line that explains it, checked in SGLang's order: a layout it
     refuses, then _profile_available_bytes (rest <= 0), then the pool sizing (no token)."""
     if problems:
-        return "invalid", []
+        return FitVerdict.INVALID, []
     mfs, pre, after, b = s.mfs, s.pre, s.after, s.budget
     if b.refused:
-        return "refused", [
+        return FitVerdict.REFUSED, [
             f"SGLang raises: Loaded weights leave no GPU memory for the KV cache under "
             f"--mem-fraction-static={mfs}; minimum viable = 1 - {after:.2f}/{pre:.2f} = "
             f"{b.min_viable_mfs:.4f}"
         ]
     if s.tokens <= 0:
-        return "no-kv", [
+        return FitVerdict.NO_KV, [
             "SGLang raises: Not enough memory. Please try to increase --mem-fraction-static."
         ]
     ctx, tokens = s.ctx, s.tokens
-    verdict = "fits" if (ctx is None or tokens >= ctx) else "tight"
+    verdict = FitVerdict.FITS if (ctx is None or tokens >= ctx) else FitVerdict.TIGHT
     return verdict, [
         f"KV tokens {tokens:,} ({tokens * s.cell.bytes_per_token / GIB:.2f} GiB)"
         + (f"; context {ctx:,}" if ctx else "")
     ]
 
 
-def _changes_for_verdict(arch: ModelArch, layout: Layout, s: _Sizing, verdict: str) -> list[str]:
+def _changes_for_verdict(arch: ModelArch, layout: Layout, s: _Sizing,
+                         verdict: FitVerdict) -> list[str]:
     """Fixes when the launch fails or falls short of the context; when it fits, a warning
     if the fraction leaves less than SGLang's own reserve (graph capture would OOM)."""
-    if verdict in ("refused", "no-kv", "tight"):
+    if verdict in (FitVerdict.REFUSED, FitVerdict.NO_KV, FitVerdict.TIGHT):
         return suggest_changes(
             arch,
             layout,
@@ -986,7 +1005,7 @@ def _changes_for_verdict(arch: ModelArch, layout: Layout, s: _Sizing, verdict: s
         )
     mfs, max_safe, graph_reserve = s.mfs, s.max_safe, s.graph_reserve
     total = s.gpu_memory_mib / 1024
-    if mfs > max_safe and verdict == "fits":
+    if mfs > max_safe and verdict == FitVerdict.FITS:
         return [
             f"mem_fraction_static {mfs:.3f} leaves {total * (1 - mfs):.2f} GiB of the "
             f"{total:.2f} GiB GPU outside the static pool, "

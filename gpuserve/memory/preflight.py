@@ -19,7 +19,7 @@ from gpuserve.errors import InputError
 from gpuserve.host.gpus import get_gpu
 from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, unrecognised
 from gpuserve.memory.models import load_record
-from gpuserve.memory.planner import GIB, Layout, Plan, predict
+from gpuserve.memory.planner import GIB, FitVerdict, Layout, Plan, predict
 
 # Free memory lost before weights load when the GPU is not in gpus.yaml (CUDA context,
 # NCCL, cuBLAS); the planner's own default.
@@ -85,7 +85,7 @@ class FitReport:
     """The preflight's answer for one profile on one host."""
 
     ok: bool
-    verdict: str  # planner verdict, or "too-few-gpus" / "no-gpus"
+    verdict: FitVerdict
     lines: list[str]
     message: str = ""  # why it is refused and the change that would fit ("" when ok)
     notes: list[str] = field(default_factory=list)
@@ -130,12 +130,13 @@ def check_fit(
     """Plan ``profile`` with the checkpoint's own weights on the host's GPUs (NvidiaGpus
     dicts) under SGLang ``version``'s defaults; ``ok`` when SGLang would size a KV pool."""
     if not gpus:
-        return FitReport(False, "no-gpus", [], f"profile {profile.name}: the host shows no GPU")
+        return FitReport(False, FitVerdict.NO_GPUS, [],
+                         f"profile {profile.name}: the host shows no GPU")
     need = profile.gpus
     if need > len(gpus):
         return FitReport(
             False,
-            "too-few-gpus",
+            FitVerdict.TOO_FEW_GPUS,
             [],
             f"profile {profile.name} needs {need} GPUs (tp {profile.parallel.tp} x dp "
             f"{profile.parallel.dp}), the host has {len(gpus)}",
@@ -177,7 +178,7 @@ def check_fit(
         f"{plan.mem_fraction_static:.3f}",
         f"KV tokens {plan.kv_tokens:,} ({plan.kv_cell['bytes_per_token']:,} B/token)",
     ]
-    ok = plan.verdict in ("fits", "tight")
+    ok = plan.verdict.starts
     message = ""
     if not ok:
         why = plan.problems or [line for line in plan.explanation if line.startswith("SGLang")]

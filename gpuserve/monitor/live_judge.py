@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from gpuserve.errors import InputError
 from gpuserve.monitor.live import Snapshot, Window, pooled, quantile, window
@@ -58,9 +59,18 @@ class LiveSettings:
     error_delta: float
 
 
+class LiveKind(StrEnum):
+    """What the live judgement found (a StrEnum: prints and compares as its word)."""
+
+    PASS = "pass"
+    REGRESSION = "regression"
+    WAIT = "wait"  # not enough traffic yet
+    UNJUDGED = "unjudged"  # nothing to compare against, or unreadable figures
+
+
 @dataclass(frozen=True)
 class Verdict:
-    kind: str  # "pass", "regression", "wait", "unjudged"
+    kind: LiveKind
     message: str
     metric: str | None = None
 
@@ -96,7 +106,7 @@ def judge(host: str, switched: Window, old: list[Window], settings: LiveSettings
           waited_s: float = 0.0) -> Verdict:
     """The switched host against the pooled hosts not switched yet."""
     if not old:
-        return Verdict("unjudged", f"{host}: no host on the previous profile left to "
+        return Verdict(LiveKind.UNJUDGED, f"{host}: no host on the previous profile left to "
                        "compare with: not judged by live traffic")
     base = pooled(old)
     short = [f"{name} served {n:.0f} requests" for name, n in (
@@ -106,11 +116,11 @@ def judge(host: str, switched: Window, old: list[Window], settings: LiveSettings
         text = f"{'; '.join(short)} in {switched.seconds:.0f} s (minimum " \
                f"{settings.min_requests})"
         if waited_s >= settings.max_wait_s:
-            return Verdict("unjudged", f"{host}: {text}, after waiting {waited_s:.0f} s: "
+            return Verdict(LiveKind.UNJUDGED, f"{host}: {text}, after waiting {waited_s:.0f} s: "
                            "too little traffic to judge; going on")
-        return Verdict("wait", f"{host}: {text}: waiting for more traffic")
+        return Verdict(LiveKind.WAIT, f"{host}: {text}: waiting for more traffic")
     if switched.error_rate - base.error_rate > settings.error_delta:
-        return Verdict("regression", f"{host}: error rate {switched.error_rate:.1%} "
+        return Verdict(LiveKind.REGRESSION, f"{host}: error rate {switched.error_rate:.1%} "
                        f"({switched.aborted:.0f} of {switched.requests:.0f} aborted) against "
                        f"{base.error_rate:.1%} on the not-yet-switched hosts (limit "
                        f"+{settings.error_delta:.1%})", "error_rate")
@@ -121,11 +131,11 @@ def judge(host: str, switched: Window, old: list[Window], settings: LiveSettings
         if mine is None or theirs is None:
             continue
         if mine > theirs * settings.latency_ratio and mine - theirs > LATENCY_FLOOR_S:
-            return Verdict("regression", f"{host}: {metric} {_ms(mine)} against "
+            return Verdict(LiveKind.REGRESSION, f"{host}: {metric} {_ms(mine)} against "
                            f"{_ms(theirs)} on the not-yet-switched hosts "
                            f"(x{mine / theirs:.2f}, limit x{settings.latency_ratio:g})",
                            metric)
-    return Verdict("pass", f"{host}: live traffic as good as the not-yet-switched hosts "
+    return Verdict(LiveKind.PASS, f"{host}: live traffic as good as the not-yet-switched hosts "
                    f"over {switched.seconds:.0f} s ({switched.requests:.0f} requests, "
                    f"{switched.tok_s:.0f} tok/s)")
 
@@ -174,7 +184,7 @@ def compare(host: str, url: str, old_urls: tuple[str, ...], first: Reads, last: 
     be made rolls nothing back); an old host that cannot be read is left out."""
     mine = [r.errors.get(url) for r in (first, last) if url not in r.snapshots]
     if mine:
-        return Verdict("unjudged", f"{host}: its /metrics could not be read ({mine[0]}): "
+        return Verdict(LiveKind.UNJUDGED, f"{host}: its /metrics could not be read ({mine[0]}): "
                        "not judged by live traffic"), []
     notes, old = [], []
     for other in old_urls:

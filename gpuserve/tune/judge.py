@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from gpuserve.doctor.rules import diagnose
 from gpuserve.host.hostfacts import HostFacts
 from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights
+from gpuserve.memory.planner import FitVerdict
 from gpuserve.memory.preflight import check_fit, launch_settings
 from gpuserve.tune.predict import Comm, Prediction, predict
 from gpuserve.tune.snapshot import HostSnapshot
@@ -74,7 +75,8 @@ def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnaps
             "mem_fraction_static": round(plan.mem_fraction_static, 3),
             "rest_gib": round(plan.rest_gib, 2)})
     calibrated = calibration_gib is not None and plan is not None and \
-        plan.verdict in ("fits", "tight", "refused", "no-kv")
+        plan.verdict in (FitVerdict.FITS, FitVerdict.TIGHT, FitVerdict.REFUSED,
+                         FitVerdict.NO_KV)
     if not fit.ok and not calibrated:
         verdict.pruned = f"memory planner: {fit.message}"
         return

@@ -11,12 +11,30 @@ How: docs/tune.md, "gpuserve.tune.outcome: outcomes" and "Objectives"
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from gpuserve.tune.space import TuneSpec
 
 SCHEMA = "gpuserve.tune-candidate/1"
-STATUSES = ("measured", "stopped", "failed", "pruned")
+class OutcomeStatus(StrEnum):
+    """A candidate's outcome (a StrEnum: the stored document keeps the word)."""
+
+    MEASURED = "measured"
+    STOPPED = "stopped"  # measured, then stopped early (its reason says why)
+    FAILED = "failed"  # the start or the deploy failed; the host was rolled back
+    PRUNED = "pruned"  # judged before loading, never started
+
+
+STATUSES = tuple(OutcomeStatus)
+
+
+class LoadStatus(StrEnum):
+    """How one load of a candidate went (a StrEnum: prints as its word)."""
+
+    OK = "ok"
+    FAILED = "failed"  # the start or the deploy failed; the host was rolled back
+    REFUSED = "refused"  # refused before any change (the preflight)
 FIGURES = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_itl_ms",
            "p99_itl_ms", "mean_ttft_ms", "mean_itl_ms", "median_tpot_ms", "p99_tpot_ms",
            "mean_tpot_ms")
@@ -27,7 +45,7 @@ class Outcome:
     candidate: str
     phase: str
     choice: dict[str, str]
-    status: str
+    status: OutcomeStatus
     gpus: int = 1
     levels: dict[int, dict[str, Any]] = field(default_factory=dict)
     reason: str = ""
@@ -45,7 +63,8 @@ class Outcome:
     @property
     def loaded(self) -> bool:
         """Whether the server was started for it (a load spent)."""
-        return self.status in ("measured", "stopped", "failed") and self.reason != "refused"
+        return (self.status in (OutcomeStatus.MEASURED, OutcomeStatus.STOPPED,
+                                OutcomeStatus.FAILED) and self.reason != "refused")
 
     def figure(self, level: int, name: str = "output_throughput") -> float | None:
         value = self.levels.get(level, {}).get(name)
@@ -85,7 +104,7 @@ def from_dict(doc: dict) -> Outcome | None:
             return None
         return Outcome(candidate=str(doc["candidate"]), phase=str(doc["phase"]),
                        choice={str(k): str(v) for k, v in doc["choice"].items()},
-                       status=doc["status"], gpus=int(doc.get("gpus") or 1),
+                       status=OutcomeStatus(doc["status"]), gpus=int(doc.get("gpus") or 1),
                        levels={int(k): dict(v) for k, v in doc.get("levels", {}).items()},
                        reason=str(doc.get("reason") or ""),
                        numbers=dict(doc.get("numbers") or {}),
@@ -145,7 +164,7 @@ def score(outcome: Outcome, objective: str, spec: TuneSpec) -> float | None:
 def score_level(outcome: Outcome, objective: str, spec: TuneSpec
                 ) -> tuple[float | None, int | None]:
     """(the figure an objective ranks by, the load level it comes from)."""
-    if outcome.status not in ("measured", "stopped"):
+    if outcome.status not in (OutcomeStatus.MEASURED, OutcomeStatus.STOPPED):
         return None, None
     if objective == "single_stream":
         return outcome.single, 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from gpuserve.errors import GpuserveError
-from gpuserve.tune.outcome import Outcome, goodput, pareto_front, score
+from gpuserve.tune.outcome import Outcome, OutcomeStatus, goodput, pareto_front, score
 from gpuserve.tune.search import TuneRun
 from gpuserve.tune.snapshot import HostSnapshot
 from gpuserve.tune.space import TuneSpec, nested
@@ -35,12 +35,12 @@ def table(run: TuneRun) -> list[str]:
         pred = (o.prediction or {}).get("single_tok_s")
         ratio = (o.single / pred) if (pred and o.single) else None
         gp = goodput(o, good.slo)[0] if good and o.levels else None
-        slo = "-" if not good or o.status in ("pruned", "failed") else (
+        slo = "-" if not good or o.status in (OutcomeStatus.PRUNED, OutcomeStatus.FAILED) else (
             f"{gp:,.1f}" if gp is not None else "misses SLO")
         why = o.reason
-        if o.status == "pruned" and o.numbers:
+        if o.status == OutcomeStatus.PRUNED and o.numbers:
             why += " [" + ", ".join(f"{k} {v}" for k, v in o.numbers.items()) + "]"
-        if o.status == "failed" and o.diagnosis:
+        if o.status == OutcomeStatus.FAILED and o.diagnosis:
             why += f" [startup log: {o.diagnosis.get('outcome')}]"
         rows.append((o.label, o.phase, o.status, _num(pred), _spread(run, o, 1),
                      _num(ratio, 2), _spread(run, o, top), slo, why))

@@ -23,7 +23,7 @@ from typing import Any
 
 from gpuserve.tune.candidates import Candidate, candidate_name
 from gpuserve.tune.noise import Noise
-from gpuserve.tune.outcome import Outcome, best, score, score_level
+from gpuserve.tune.outcome import LoadStatus, Outcome, OutcomeStatus, best, score, score_level
 from gpuserve.tune.space import MAX_RETRIES, Knob, KnobValue, TuneSpec
 
 GRAPH = "memory.cuda_graph_max_bs"
@@ -39,7 +39,7 @@ def memory_cause(outcome: Outcome) -> tuple[str, ...]:
     diagnosis = outcome.diagnosis or {}
     text = " ".join(str(x) for x in (outcome.reason, diagnosis.get("outcome"),
                                      diagnosis.get("error")) if x)
-    if outcome.status != "failed" or not _MEMORY.search(text):
+    if outcome.status != OutcomeStatus.FAILED or not _MEMORY.search(text):
         return ()
     if _CAPTURE.search(text):
         return (GRAPH,)
@@ -105,7 +105,7 @@ def _best_relief(knobs: tuple[Knob, ...], outcomes: list[Outcome], incumbent, fi
                 continue
             measured = next((o for o in outcomes if o.phase == "one knob"
                              and o.choice == {knob.name: value.label}), None)
-            if measured is not None and measured.status == "failed":
+            if measured is not None and measured.status == LoadStatus.FAILED:
                 continue
             s = score(measured, objective, spec) if measured else None
             found.append((s if s is not None else float("-inf"), -index, knob.name, value))
@@ -132,7 +132,7 @@ def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome]
         if knob.name in chosen or not _flat(knob, outcomes, base, objective, spec, noise):
             continue
         tried = {o.choice[knob.name] for o in outcomes if o.phase == "one knob"
-                 and knob.name in o.choice and o.status != "failed"}
+                 and knob.name in o.choice and o.status != OutcomeStatus.FAILED}
         for value in knob.values:
             if value.label not in tried:
                 continue

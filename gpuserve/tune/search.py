@@ -26,7 +26,15 @@ from typing import Any, Protocol
 from gpuserve.tune.candidates import Candidate, combinations, one_knob
 from gpuserve.tune.judge import risky
 from gpuserve.tune.noise import Noise, mean_figures, pooled
-from gpuserve.tune.outcome import Outcome, best, primary, score, score_level
+from gpuserve.tune.outcome import (
+    LoadStatus,
+    Outcome,
+    OutcomeStatus,
+    best,
+    primary,
+    score,
+    score_level,
+)
 from gpuserve.tune.predict import Comm
 from gpuserve.tune.retry import refinements, retries
 from gpuserve.tune.space import FOLLOW_UP, Knob, TuneSpec
@@ -34,7 +42,7 @@ from gpuserve.tune.space import FOLLOW_UP, Knob, TuneSpec
 
 @dataclass
 class Measurement:
-    status: str  # "ok", "failed" (start or deploy failed; host rolled back), "refused"
+    status: LoadStatus
     levels: dict[int, dict[str, Any]] = field(default_factory=dict)
     reason: str = ""
     load_s: float | None = None
@@ -301,8 +309,8 @@ def _ordered(st: _State, candidates: list[Candidate]) -> list[Candidate]:
         verdict = st.ctx.judge(profile, st.calibration)
         if verdict.pruned:
             st.index += 1
-            outcome = Outcome(candidate.name, candidate.phase, candidate.labels(), "pruned",
-                              gpus=profile.gpus, reason=verdict.pruned,
+            outcome = Outcome(candidate.name, candidate.phase, candidate.labels(),
+                              OutcomeStatus.PRUNED, gpus=profile.gpus, reason=verdict.pruned,
                               numbers=verdict.numbers, timestamp=st.ctx.stamp())
             st.store.put(outcome)
             st.outcomes.append(outcome)
@@ -347,7 +355,7 @@ def _measure(st: _State, candidate: Candidate) -> None:
     profile = st.ctx.profile_for(candidate)
     verdict = st.verdicts.get(candidate.name) or st.ctx.judge(profile, st.calibration)
     pred = verdict.prediction.to_dict() if verdict.prediction else None
-    outcome = Outcome(candidate.name, candidate.phase, candidate.labels(), "measured",
+    outcome = Outcome(candidate.name, candidate.phase, candidate.labels(), OutcomeStatus.MEASURED,
                       gpus=profile.gpus, numbers=dict(verdict.numbers), prediction=pred,
                       timestamp=st.ctx.stamp())
     # the incumbent is never stopped early: all its load levels in one run
@@ -359,12 +367,12 @@ def _measure(st: _State, candidate: Candidate) -> None:
            + (f", {repeat} runs each" if repeat > 1 else ""))
     t0 = st.executor.now()
     first = st.executor.measure(candidate, profile, levels, True, repeat)
-    if first.status != "refused":
+    if first.status != LoadStatus.REFUSED:
         st.tally.loads += 1
     samples: dict[int, list[dict]] = {}
     _take(outcome, first, samples)
-    if first.status != "ok":
-        outcome.status = "failed"
+    if first.status != LoadStatus.OK:
+        outcome.status = OutcomeStatus.FAILED
         st.tally.failed += 1
     else:
         _after_first(st, candidate, profile, outcome, samples)
@@ -383,7 +391,7 @@ def _after_first(st: _State, candidate: Candidate, profile, outcome: Outcome,
     while it is within the noise of the leader, all in the same server."""
     stop = _dominated(st, outcome)
     if stop:
-        outcome.status, outcome.reason = "stopped", stop
+        outcome.status, outcome.reason = OutcomeStatus.STOPPED, stop
         st.tally.stopped += 1
         st.say(candidate, f"stopped early: {stop}")
         return
@@ -391,7 +399,7 @@ def _after_first(st: _State, candidate: Candidate, profile, outcome: Outcome,
         st.say(candidate, f"sweeping concurrency {', '.join(map(str, st.spec.loads[1:]))}")
         rest = st.executor.measure(candidate, profile, st.spec.loads[1:], False)
         _take(outcome, rest, samples)
-        if rest.status != "ok":
+        if rest.status != LoadStatus.OK:
             outcome.reason = f"sweep incomplete: {rest.reason}"
             return
     for _ in range(st.spec.repeats.most - 1):
@@ -403,7 +411,7 @@ def _after_first(st: _State, candidate: Candidate, profile, outcome: Outcome,
                                       else "within the noise of the leader") + ")")
         left = st.spec.repeats.most - min(len(outcome.runs(c)) for c in levels)
         again = st.executor.measure(candidate, profile, levels, False, min(2, left))
-        if again.status != "ok":
+        if again.status != LoadStatus.OK:
             outcome.reason = f"repeat incomplete: {again.reason}"
             return
         st.tally.repeats += 1
@@ -453,7 +461,7 @@ def _take(outcome: Outcome, m: Measurement, samples: dict[int, list[dict]]) -> N
         outcome.diagnosis = m.diagnosis
     if m.after_weights_gib is not None:
         outcome.numbers["measured_after_weights_gib"] = round(m.after_weights_gib, 2)
-    if m.status != "ok" and not outcome.reason:
+    if m.status != LoadStatus.OK and not outcome.reason:
         outcome.reason = m.reason
 
 

@@ -23,6 +23,7 @@ from gpuserve.facts.base import print_file
 from gpuserve.launch.bench import (
     BenchMode,
     OnRegression,
+    RunState,
     RunStatus,
     Scenario,
     client_argv,
@@ -104,7 +105,7 @@ def _poll(script: str, run_dir: str, scenario: Scenario, timeout: float, interva
     last_report, last_done = -report_every, -1
     while True:
         status = parse_status(host.get_fact(BenchStatus, script=script, run_dir=run_dir))
-        if status.state != "running":
+        if status.state != RunState.RUNNING:
             return status, False
         if time.monotonic() - start > timeout:
             return status, True
@@ -189,9 +190,9 @@ def _bench_scenario(plan: BenchPlan, scenario, script: str, history: list,
                         f"{status.done}/{status.total or scenario.prompts} requests; the "
                         f"service keeps serving; run directory {run_dir}", [])
         return None
-    if status.state != "done" or status.line is None:
+    if status.state != RunState.DONE or status.line is None:
         why = ("exited with status " + str(status.rc) if status.rc is not None
-               else "ended without an exit status" if status.state == "failed"
+               else "ended without an exit status" if status.state == RunState.FAILED
                else "wrote no result line")
         yield fail_host(f"bench: {scenario.name}: SGLang's benchmark client {why}; "
                         f"last lines ({run_dir}):", status.tail)

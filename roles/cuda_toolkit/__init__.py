@@ -16,7 +16,7 @@ from pyinfra.facts.server import Command
 from gpuserve.host import defaults as host_defaults
 from gpuserve.host import driver
 from gpuserve.paths import TEMPLATES_DIR
-from gpuserve.roles import managed
+from gpuserve.roles import managed, planned
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 
 TEMPLATES = TEMPLATES_DIR  # templates/ of the checkout, or gpuserve/templates installed
@@ -68,6 +68,8 @@ def install_cuda_toolkit(lane: str, branch: int):
     preflight(lane, branch)
     package = driver.lanes()[lane]["package"]
     managed.packages(name=f"CUDA {lane} toolkit ({package})", packages=[package])
+    if (fact(Command, command=CUDA_LINK) or "").strip() != f"/usr/local/cuda-{lane}":
+        planned.action(f"point /usr/local/cuda at /usr/local/cuda-{lane}")
     cuda_alternative(name=f"/usr/local/cuda is CUDA {lane}", lane=lane)
     managed.put(
         name=f"CUDA {lane} on PATH",

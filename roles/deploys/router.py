@@ -13,9 +13,12 @@ from gpuserve.launch.interpreter import GATEWAY
 from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.plans.router import DEFAULTS, is_router_host, plan_router
 from gpuserve.roles import interpreter as interpreter_role
+from gpuserve.roles import planned
 from gpuserve.roles import router as router_role
 from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import fact, prefetch
+from gpuserve.roles.preview import print_planned_preview
+from gpuserve.roles.run_context import run_context
 
 
 @packaged_deploy
@@ -24,7 +27,8 @@ def sglang_gateway() -> None:
     of its workers): smg's locked venv, manifest, API key and unit, then its checks.
     Every other host is skipped with a line saying so; an inventory without a router
     host is refused. Keys and defaults: ``gpuserve.plans.router.DEFAULTS``. The
-    workers are served by :func:`gpuserve.roles.deploys.serve_sglang`, not here."""
+    workers are served by :func:`gpuserve.roles.deploys.serve_sglang`, not here. Under
+    ``--dry`` it prints what the run would change (roles/preview.py)."""
     data = host.data.dict()
     if not is_router_host(data):
         if not any(is_router_host(h.data.dict()) for h in inventory):
@@ -54,5 +58,9 @@ def sglang_gateway() -> None:
     prefetch(router_role.reads(plan))
     router_role.install_router(plan=plan)
     router_role.configure_router(plan=plan)
-    router_role.check_router(name=f"gateway answers on port {plan.port}, workers ready",
-                             plan=plan)
+    check = f"gateway answers on port {plan.port}, workers ready"
+    planned.action(f"check: {check} (a read)", changes=False)
+    router_role.check_router(name=check, plan=plan)
+    run = run_context()
+    if run.dry:  # what the real run would change (roles/preview.py); pyinfra stops after
+        print_planned_preview(with_diff=run.diff, secrets=[plan.api_key])

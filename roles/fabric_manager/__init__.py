@@ -18,7 +18,7 @@ from gpuserve.host import defaults as host_defaults
 from gpuserve.host import fabric, passthrough
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.roles import managed
+from gpuserve.roles import managed, planned
 from gpuserve.roles.prefetch import Read, fact
 
 DEFAULTS = host_defaults.FABRIC_MANAGER
@@ -120,6 +120,8 @@ def activate(plan: fabric.FabricPlan | None, changed: bool, timeout: int) -> Non
         managed.systemctl(name=f"{plan.service}: {', '.join(steps)}", unit=plan.service,
                           steps=tuple(steps))
     verdict = fabric.judge(fact(_gpu_facts().NvidiaFabric) or [])
-    if steps or verdict.state != "ready":
+    if steps or verdict.state != fabric.FabricState.READY:
+        planned.action(f"wait for every GPU's fabric registration (up to {timeout} s; a "
+                       "read)", changes=False)
         wait_for_fabric(name=f"Wait for NVLink fabric registration (up to {timeout} s)",
                         timeout=timeout)

@@ -22,7 +22,7 @@ from gpuserve.host import defaults as host_defaults
 from gpuserve.host import nccl_env
 from gpuserve.measure import gate_runs, gates
 from gpuserve.measure.results import safe_name
-from gpuserve.roles import managed, progress
+from gpuserve.roles import managed, planned, progress
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 
@@ -224,6 +224,16 @@ def _write_files(overrides: dict[str, str], choice: dict | None, measured: str |
         host.noop("measured.json, NCCL env and host.json are up to date")
 
 
+def note_builds(settings: gate_runs.GateSettings) -> None:
+    """The builds a dry run's preview lists: each tool whose directory holds no
+    finished build (the stamps the deploy's second batch read)."""
+    dirs = _build_dirs(settings, nccl_location(now=False))
+    for tool, dest in zip((gate_runs.NCCL_TOOL, gate_runs.P2P_TOOL), dirs, strict=True):
+        stamp = managed.state(f"{dest}/{gate_runs.STAMP}")
+        if not (stamp.kind == "file" and stamp.user == "root"):
+            planned.action(f"build {tool} {settings.sources[tool].version} into {dest}")
+
+
 @deploy("Measured GPU gates")
 def measure_gpu_gates(settings: gate_runs.GateSettings, nccl_overrides: dict[str, str],
                       results_dir: str):
@@ -238,9 +248,14 @@ def measure_gpu_gates(settings: gate_runs.GateSettings, nccl_overrides: dict[str
                          packages=SYSTEM_NCCL_PACKAGES)
     managed.directory(name=f"{settings.root} (measuring tools)", path=settings.root,
                       user="root", group="root", mode="755")
+    if planned.collecting():
+        note_builds(settings)
     for tool in (gate_runs.NCCL_TOOL, gate_runs.P2P_TOOL):
         src = settings.sources[tool]
         build_tool(name=f"build {tool} {src.version} ({(src.commit or src.sha256)[:12]})",
                    tool=tool, settings=settings)
+    planned.action("measure all-reduce and P2P unless the last measurement still holds "
+                   "(a read; its choice writes nccl.env and host.json as noted above)",
+                   changes=False)
     measure(name="measure all-reduce and P2P; choose the NCCL env",
             settings=settings, nccl_overrides=nccl_overrides, results_dir=results_dir)

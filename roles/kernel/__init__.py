@@ -18,6 +18,7 @@ from pyinfra.operations import files, server
 
 from gpuserve.host import boot
 from gpuserve.host import defaults as host_defaults
+from gpuserve.roles import planned
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 
 DEFAULTS = host_defaults.KERNEL
@@ -55,13 +56,9 @@ def _text(lines: list[str] | None) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-@operation()
-def boot_cmdline(params: list[str], boot_loader: str | None):
-    """Merge ``params`` into the boot loader's command line and regenerate its config.
-
-    Idempotent: the file is rewritten (and update-grub / proxmox-boot-tool run) only
-    when the merged text differs from what is there.
-    """
+def boot_config(params: list[str], boot_loader: str | None) -> tuple[str, str, str, str]:
+    """(path, current text, merged text, regenerate command) of the boot loader's
+    command line with ``params`` merged in."""
     path, apply = boot.boot_loader_config(boot_loader)
     current = _text(fact(FileContents, path=path))
     if path == "/etc/kernel/cmdline":
@@ -72,9 +69,18 @@ def boot_cmdline(params: list[str], boot_loader: str | None):
             current = " ".join(
                 t for t in running.split() if not t.startswith(("BOOT_IMAGE=", "initrd="))
             )
-        new = boot.edit_kernel_cmdline_file(current, params)
-    else:
-        new = boot.edit_grub_default(current, params)
+        return path, current, boot.edit_kernel_cmdline_file(current, params), apply
+    return path, current, boot.edit_grub_default(current, params), apply
+
+
+@operation()
+def boot_cmdline(params: list[str], boot_loader: str | None):
+    """Merge ``params`` into the boot loader's command line and regenerate its config.
+
+    Idempotent: the file is rewritten (and update-grub / proxmox-boot-tool run) only
+    when the merged text differs from what is there.
+    """
+    path, current, new, apply = boot_config(params, boot_loader)
     if new == current:
         host.noop(f"{path} already has {' '.join(params) or 'no extra parameters'}")
         return
@@ -106,6 +112,19 @@ def reboot_reasons(params: list[str], driver_package: str | None = None) -> list
     return reasons
 
 
+def reboot_preview(params: list[str], allow_reboot: bool,
+                   driver_package: str | None = None) -> str:
+    """Whether a reboot would follow, and why, from the state read before any change
+    (the dry run's preview; the driver's install may add a reason of its own)."""
+    reasons = reboot_reasons(params, driver_package)
+    if not reasons:
+        return "none: the running kernel has the parameters"
+    if not allow_reboot:
+        return f"pending, not taken (allow_reboot is off): {'; '.join(reasons)}"
+    planned.action("reboot the host and wait for it")
+    return f"would follow: {'; '.join(reasons)}"
+
+
 @operation(is_idempotent=True)
 def reboot_if_pending(params: list[str], allow_reboot: bool, reboot_timeout: int = 900,
                       driver_package: str | None = None):
@@ -131,6 +150,11 @@ def reboot_if_pending(params: list[str], allow_reboot: bool, reboot_timeout: int
 def configure_kernel(params: list[str]):
     """configure step: the boot loader carries ``params`` (decided by gpuserve.host.boot)."""
     boot_loader = fact(_host_facts().BootLoader)
+    if planned.collecting():  # decided when executing: noted for the dry run's preview
+        path, current, new, apply = boot_config(params, boot_loader)
+        if new != current:
+            planned.file(path, new)
+            planned.action(f"{apply} (the boot loader's configuration)")
     boot_cmdline(
         name=f"Kernel parameters {' '.join(params)} ({boot_loader or 'grub'})",
         params=params,
@@ -143,6 +167,8 @@ def activate_kernel(params: list[str], allow_reboot: bool, reboot_timeout: int =
                     driver_package: str | None = None):
     """activate step: run last, after every role that may need a reboot (the driver's
     too: ``driver_package``'s version against the loaded module)."""
+    if planned.collecting():
+        planned.restart("reboot", reboot_preview(params, allow_reboot, driver_package))
     reboot_if_pending(
         name="Reboot if the running kernel lacks the configuration",
         params=params,

@@ -22,7 +22,7 @@ from pyinfra.operations import files
 from gpuserve.host import defaults as host_defaults
 from gpuserve.host import nccl_env
 from gpuserve.measure.gate_runs import MEASURED_JSON, read_measured
-from gpuserve.roles import managed
+from gpuserve.roles import managed, planned
 from gpuserve.roles.prefetch import Read, fact_if_unchanged
 
 DEFAULTS = host_defaults.NCCL
@@ -75,9 +75,15 @@ def current_plan(overrides: dict[str, str], measured: object = _UNREAD) -> nccl_
                               measured=measured if isinstance(measured, dict) else None)
 
 
+def planned_files(overrides: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """(path, text) of nccl.env and host.json from the facts as they are now."""
+    plan = current_plan(overrides)
+    return ((nccl_env.NCCL_ENV_PATH, nccl_env.render_env_file(plan)),
+            (nccl_env.HOST_JSON_PATH, nccl_env.host_json(plan)))
+
+
 @operation()
 def nccl_files(overrides: dict[str, str]):
-    plan = current_plan(overrides)
     # Ensure the directory only: its owner and mode belong to the serve deploy
     # (roles/service: 0750 root:<service group>, it holds the secrets), so the host
     # deploy must not loosen them back (and the two deploys must not undo each other).
@@ -85,13 +91,16 @@ def nccl_files(overrides: dict[str, str]):
     if fact_if_unchanged(managed.PathState, path=CONFIG_DIR).kind != "dir":
         changed = True
         yield from files.directory._inner(path=CONFIG_DIR)
-    changed |= yield from managed.write_changed(
-        ((nccl_env.NCCL_ENV_PATH, nccl_env.render_env_file(plan)),
-         (nccl_env.HOST_JSON_PATH, nccl_env.host_json(plan))))
+    changed |= yield from managed.write_changed(planned_files(overrides))
     if not changed:
         host.noop("NCCL env and host.json are up to date")
 
 
 @deploy("NCCL environment")
 def configure_nccl(overrides: dict[str, str] | None = None):
+    if planned.collecting():  # decided when executing: noted for the dry run's preview
+        for path, text in planned_files(overrides or {}):
+            if not managed.matches(managed.state(path), "file", "root", "root", "644",
+                                   managed.sha1(text)):
+                planned.file(path, text)
     nccl_files(name="NCCL env and host.json from the P2P verdict", overrides=overrides or {})

@@ -29,7 +29,7 @@ from gpuserve.host import defaults as host_defaults
 from gpuserve.host import driver, fabric, keyring, passthrough
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import TEMPLATES_DIR
-from gpuserve.roles import managed
+from gpuserve.roles import managed, planned
 from gpuserve.roles.inventory import inventory_source
 from gpuserve.roles.prefetch import Read, fact, prefetch
 
@@ -133,10 +133,9 @@ def cuda_keyring(repo_url: str, sha256: str):
     yield keyring.install_command(f"{repo_url}{KEYRING_DEB}", sha256)
 
 
-@operation()
-def debian_contrib():
-    """Add contrib next to main in Debian's own sources (one-line and deb822 files)."""
-    changed = False
+def contrib_sources() -> dict[str, str]:
+    """Debian's own sources files that lack contrib next to main: path -> new text."""
+    changed = {}
     for path in DEBIAN_SOURCES:
         lines = fact(FileContents, path=path)
         if not lines:
@@ -144,8 +143,16 @@ def debian_contrib():
         current = "\n".join(lines) + "\n"
         new = driver.with_contrib(current)
         if new != current:
-            changed = True
-            yield from files.put._inner(src=StringIO(new), dest=path, mode="644")
+            changed[path] = new
+    return changed
+
+
+@operation()
+def debian_contrib():
+    """Add contrib next to main in Debian's own sources (one-line and deb822 files)."""
+    changed = contrib_sources()
+    for path, new in changed.items():
+        yield from files.put._inner(src=StringIO(new), dest=path, mode="644")
     if not changed:
         host.noop("Debian sources already enable contrib (or have no main component)")
 
@@ -155,11 +162,19 @@ def add_repository(repo_url: str, contrib: bool, keyring_sha256: str) -> list:
     source of the repository; returns the operations whose change needs an apt update."""
     changes = []
     distro = (fact(LinuxDistribution) or {}).get("name") or ""
-    if contrib and distro.lower().startswith("debian"):
+    debian = contrib and distro.lower().startswith("debian")
+    sources = contrib_sources() if debian else {}
+    if debian:
+        for path, new in sources.items():
+            planned.file(path, new)
         changes.append(debian_contrib(name="Enable Debian contrib"))
     # the keyring is fetched with curl; minimal images have neither it nor the CA bundle.
     managed.packages(name="Tools to fetch the repository keyring",
                      packages=["ca-certificates", "curl"])
+    keyring_missing = fact(DebVersion, package="cuda-keyring") != KEYRING_VERSION
+    if keyring_missing:
+        planned.action(f"install cuda-keyring {KEYRING_VERSION} from {repo_url} (sha256 "
+                       "checked before dpkg)", would=f"install cuda-keyring {KEYRING_VERSION}")
     changes.append(cuda_keyring(name=f"Install cuda-keyring (sha256 {keyring_sha256[:12]}...)",
                                 repo_url=repo_url, sha256=keyring_sha256))
     list_name = driver.repo_list_name(repo_url)
@@ -171,7 +186,13 @@ def add_repository(repo_url: str, contrib: bool, keyring_sha256: str) -> list:
             path=f"/etc/apt/sources.list.d/{list_name}.list",
         )
     )
-    if not _source_configured(repo_url):
+    configured = _source_configured(repo_url)
+    if not configured:
+        planned.action(f"add the apt source {list_name} (deb822: {repo_url}, signed by "
+                       f"{KEYRING_PATH})")
+    if sources or keyring_missing or not configured:
+        planned.action("apt-get update (the repository's sources change)")
+    if not configured:
         changes.append(
             apt.sources_file(
                 name=f"NVIDIA CUDA repository {repo_url}",
@@ -210,15 +231,31 @@ def install(repo_url: str, plan: driver.DriverPlan, install_headers: bool, contr
         moved = (f"branch {change.from_branch} -> {plan.branch}" if change.branch_change
                  else str(plan.branch))
         with_fm = " and Fabric Manager in one transaction, held" if fm else ""
-        server.shell(name=f"NVIDIA driver {plan.flavour} {moved}{with_fm}",
-                     commands=[fabric.meta_transaction(
-                         metas, ["nvidia-persistenced"], fm, remove=change.leftovers,
-                         branch=plan.branch if change.branch_change else None)])
+        preview_transaction(change, metas, fm, f"driver {plan.flavour} {moved}{with_fm}")
+        managed.apt_script(
+            name=f"NVIDIA driver {plan.flavour} {moved}{with_fm}",
+            script=fabric.meta_transaction(
+                metas, ["nvidia-persistenced"], fm, remove=change.leftovers,
+                branch=plan.branch if change.branch_change else None),
+            label=f"apt driver {plan.branch}{' with Fabric Manager' if fm else ''}")
         return
     managed.packages(
         name=f"NVIDIA driver {plan.flavour} flavour, branch {plan.branch}",
         packages=[*metas, "nvidia-persistenced"],
     )
+
+
+def preview_transaction(change: driver.KernelDriverChange, metas: list[str],
+                        fm: fabric.FabricPlan | None, what: str) -> None:
+    """The dry run's line for the driver's apt transaction (with Fabric Manager, held)."""
+    fm_packages = list(fm.versioned) if fm else []
+    steps = [f"apt-get remove {' '.join(change.leftovers)}"] if change.leftovers else []
+    steps.append(f"apt-get install {' '.join([*metas, 'nvidia-persistenced', *fm_packages])}")
+    if fm:
+        steps.append(f"apt-mark hold {' '.join([*metas, *fm.held])}")
+    planned.action(", then ".join(steps),
+                   would=f"install{' and hold' if fm else ''} "
+                         f"{', '.join([*metas, *fm_packages])} ({what})")
 
 
 def installed_change(plan: driver.DriverPlan) -> driver.KernelDriverChange:
@@ -261,12 +298,14 @@ def configure(persistence: bool) -> bool | None:
         dest=BLACKLIST, user="root", group="root", mode="644",
     )
     if blacklist is not None:
+        planned.action("update-initramfs -u (the initramfs without nouveau)")
         server.shell(
             name="Rebuild the initramfs without nouveau",
             commands=["update-initramfs -u"],
             _if=blacklist.did_change,
         )
     if fact(_host_facts().NouveauLoaded):
+        planned.action("modprobe -r nouveau (loaded now)")
         server.modprobe(name="Unload nouveau if loaded", module="nouveau", present=False)
     if not persistence:
         return None

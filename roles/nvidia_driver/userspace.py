@@ -14,10 +14,10 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import FactBase, deploy
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.operations import apt, server
+from pyinfra.operations import apt
 
 from gpuserve.host import container, driver, fabric
-from gpuserve.roles import fabric_manager, managed
+from gpuserve.roles import fabric_manager, managed, planned
 from gpuserve.roles.inventory import inventory_source
 from gpuserve.roles.nvidia_driver import DebVersion, add_repository, repository
 from gpuserve.roles.prefetch import Read, fact, prefetch
@@ -110,12 +110,20 @@ def install_userspace_driver(plan: container.UserspacePlan, url: str, sha256: st
                _if=[lambda: managed.changed(*changes)])
     driver_stale = fact(DebVersion, package=container.USERSPACE_PACKAGE) != plan.deb_version
     if fm is not None and (driver_stale or fabric_manager.stale(fm, plan.deb_version)):
-        server.shell(name=f"NVIDIA userspace driver {plan.package_spec} and Fabric Manager "
-                          f"({', '.join(fm.versioned)}) in one transaction, held",
-                     commands=[fabric.transaction([plan.package_spec,
-                                                   *fm.specs(plan.deb_version)],
-                                                  [container.USERSPACE_PACKAGE, *fm.held])])
+        held = [container.USERSPACE_PACKAGE, *fm.held]
+        planned.action(f"apt-get install {plan.package_spec} "
+                       f"{' '.join(fm.specs(plan.deb_version))}, then apt-mark hold "
+                       f"{' '.join(held)}", would=f"install and hold {plan.package_spec} with "
+                       f"Fabric Manager {', '.join(fm.specs(plan.deb_version))}")
+        managed.apt_script(name=f"NVIDIA userspace driver {plan.package_spec} and Fabric "
+                                f"Manager ({', '.join(fm.versioned)}) in one transaction, held",
+                           script=fabric.transaction([plan.package_spec,
+                                                      *fm.specs(plan.deb_version)], held),
+                           label=f"apt {plan.package_spec} with Fabric Manager")
     elif driver_stale:
-        apt.packages(name=f"NVIDIA userspace driver {plan.package_spec} (no kernel module)",
-                     packages=[plan.package_spec], no_recommends=True)
+        planned.action(f"apt-get install --no-install-recommends {plan.package_spec}",
+                       would=f"install {plan.package_spec} (pinned to {plan.deb_version} by "
+                             f"{container.PIN_FILE}; no kernel module)")
+        managed.apt_install(name=f"NVIDIA userspace driver {plan.package_spec} (no kernel "
+                                 "module)", packages=[plan.package_spec], no_recommends=True)
 

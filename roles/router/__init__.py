@@ -33,8 +33,9 @@ from gpuserve.plans.router import (
     manifest_text,
     render_unit,
 )
+from gpuserve.preview import lock_install, restart_reason
 from gpuserve.roles import interpreter as interpreter_role
-from gpuserve.roles import managed
+from gpuserve.roles import managed, planned
 from gpuserve.roles import sglang as sglang_role
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.inventory import inventory_source
@@ -123,6 +124,7 @@ def install_router(plan: RouterPlan) -> None:
                          exc.message.replace("sglang_user", "router_user")) from None
     if not sglang_role.account_is_ours(account["entry"], account["group_exists"], plan.user,
                                        plan.home):
+        planned.action(f"make the service account {plan.user} (system user and group)")
         server.group(name=f"Service group {plan.user}", group=plan.user, system=True)
         server.user(name=f"Service user {plan.user}", user=plan.user, group=plan.user,
                     home=plan.state_dir, shell=NOLOGIN, system=True, create_home=False,
@@ -135,6 +137,11 @@ def install_router(plan: RouterPlan) -> None:
                 text=plan.lock.requirements_text(), dest=plan.requirements, user="root",
                 group="root", mode="644")
     if fact(VenvVerified, venv=plan.venv) != plan.lock.hash:
+        lock = plan.lock
+        planned.action(f"install the venv {plan.venv} and verify it against the lock as "
+                       f"{plan.user}", would="install " + lock_install(
+                           lock.name, "smg", lock.version, len(lock.packages),
+                           lock.download_bytes, plan.venv))
         locked_venv(name=f"venv {plan.venv} from lock {plan.lock.name}", venv=plan.venv,
                     lock=plan.lock, requirements=plan.requirements,
                     pip_options=sglang_role.pip_args(plan.index_url, plan.find_links,
@@ -163,9 +170,12 @@ def configure_router(plan: RouterPlan) -> None:
                        user="root", group="root", mode="644")
     del manifest  # smg rereads it itself: a changed worker list needs no restart
     live = managed.unit_state(UNIT_NAME, (*RESTART_FILES, f"{plan.bin_dir}/{LAUNCHER}"))
-    steps = activation_steps(live, files_changed=any(op is not None for op in
-                                                      (unit, key, launcher)),
+    restart_files = [path for path, op in ((UNIT_PATH, unit), (KEY_PATH, key),
+                                           (f"{plan.bin_dir}/{LAUNCHER}", launcher))
+                     if op is not None]
+    steps = activation_steps(live, files_changed=bool(restart_files),
                              unit_changed=unit is not None)
+    planned.restart("gateway", restart_reason(restart_files, steps, live.stale, "gateway"))
     if steps:
         managed.systemctl(name=f"activate {UNIT_NAME}: {', '.join(steps)}", unit=UNIT_NAME,
                           steps=tuple(steps))

@@ -19,6 +19,7 @@ from pyinfra.api import operation
 from pyinfra.api.exceptions import PyinfraError
 
 from gpuserve.monitor.live_judge import (
+    LiveKind,
     LiveSettings,
     Reads,
     Verdict,
@@ -63,14 +64,14 @@ def watch(host_name: str, rollout: Rollout, settings: LiveSettings) -> Verdict:
     """Read, wait the window, read again (and again, every few seconds, while either
     side has too few requests, up to ``max_wait_s``); the verdict."""
     if not rollout.later:
-        return Verdict("unjudged", f"{host_name}: the last worker of the roll: no host on "
+        return Verdict(LiveKind.UNJUDGED, f"{host_name}: the last worker of the roll: no host on "
                        "the previous profile left to compare with: not judged by live "
                        "traffic")
     try:
         router = _router(rollout)
         first = read_workers(router, rollout)
     except (PyinfraError, OSError) as exc:
-        return Verdict("unjudged", f"{host_name}: the router host {rollout.router} could "
+        return Verdict(LiveKind.UNJUDGED, f"{host_name}: the router host {rollout.router} could "
                        f"not be reached ({exc}): not judged by live traffic")
     if rollout.url not in first.snapshots:
         return compare(host_name, rollout.url, rollout.later, first, first, settings, 0)[0]
@@ -84,7 +85,7 @@ def watch(host_name: str, rollout: Rollout, settings: LiveSettings) -> Verdict:
                                  settings, waited)
         for note in notes:
             logger.warning(f"{host_name}: live: {note}")
-        if verdict.kind != "wait":
+        if verdict.kind != LiveKind.WAIT:
             return verdict
         logger.info(f"{verdict.message} (waited {waited:.0f} of {settings.max_wait_s} s)")
         time.sleep(next_read_in(settings, waited))
@@ -102,10 +103,10 @@ def judge_live(rollout: Rollout, switching: Switching, settings: LiveSettings | 
     if not state.is_executing or settings is None or switching.gateway_stopped:
         return
     verdict = watch(host.name, rollout, settings)
-    if verdict.kind == "pass":
+    if verdict.kind == LiveKind.PASS:
         logger.info(f"{verdict.message}")
         return
-    if verdict.kind != "regression":
+    if verdict.kind != LiveKind.REGRESSION:
         logger.warning(f"{verdict.message}")
         return
     logger.error(f"{host.name}: live: regression: {verdict.message}; taking it out of the "

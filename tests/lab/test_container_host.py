@@ -5,7 +5,8 @@ The lab's stand-in for that module is the version file the lab binds at
 /proc/driver/nvidia/version (lab/container.py); nothing of a real module is there, so
 this shows the deploy's decisions and operations, not a real driver/library match.
 Runs right after the container self-test (conftest.py): the serve modules after it use
-the host it provisions, as they would on a real container host.
+the host it provisions, as they would on a real container host. On the provisioned host
+it also previews (``--dry --diff``) a changed NCCL override and a no-op.
 """
 
 from __future__ import annotations
@@ -85,3 +86,27 @@ def test_container_host_rerun_reports_no_changes(lab, provisioned) -> None:
     rc, out = host_deploy(lab)
     assert rc == 0, out[-4000:]
     assert no_changes(out), out[-4000:]
+
+
+NCCL_FILES = "/etc/gpuserve/nccl.env /etc/gpuserve/host.json"
+
+
+def test_dry_diff_of_a_changed_nccl_env_shows_the_diff_and_changes_nothing(
+        lab, provisioned) -> None:
+    before = lab.ssh(f"sha256sum {NCCL_FILES}", check=True).stdout
+    rc, out = host_deploy(lab, "--dry", "--diff", "--data", 'nccl_env={"NCCL_DEBUG": "INFO"}')
+    assert rc == 0, out[-6000:]
+    assert "lab-gpu: preview: changes (nothing on the host was changed)" in out, out[-6000:]
+    assert "lab-gpu: preview: diff of /etc/gpuserve/nccl.env:" in out
+    assert "+NCCL_DEBUG=INFO" in [line.strip() for line in out.splitlines()]
+    assert "lab-gpu: preview: diff of /etc/gpuserve/host.json:" in out
+    assert "lab-gpu: preview: operation: write /etc/gpuserve/nccl.env" in out
+    assert "Beginning operation run" not in out
+    assert lab.ssh(f"sha256sum {NCCL_FILES}", check=True).stdout == before
+
+
+def test_dry_diff_of_a_no_op_shows_no_diff(lab, provisioned) -> None:
+    rc, out = host_deploy(lab, "--dry", "--diff")
+    assert rc == 0, out[-6000:]
+    assert "lab-gpu: preview: no changes (nothing on the host was changed)" in out, out[-6000:]
+    assert "preview: diff of" not in out and "preview: would " not in out

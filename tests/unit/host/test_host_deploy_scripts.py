@@ -53,6 +53,33 @@ def test_dry_run_shows_the_plan(tmp_path):
     assert "Reboot if the running kernel lacks the configuration" in out
 
 
+def test_dry_diff_previews_packages_files_and_the_reboot(tmp_path):
+    """--dry --diff: what would be installed, each file's diff, the initramfs and the
+    reboot that would follow, from the state read before any change (roles/preview.py)."""
+    r = run(tmp_path, "deploy/host.py", {**MIRROR, "allow_reboot": True}, "--dry", "--diff")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    h = "@fake/gpu1: preview: "
+    assert f"{h}changes (nothing on the host was changed)" in out
+    for line in ("would install nvidia-driver-pinning-580", "would install nvidia-open-580, "
+                 "nvidia-persistenced", "would install cuda-toolkit-13-0",
+                 "would install cuda-keyring 1.1-1",
+                 "reboot: would follow: the running kernel lacks intel_iommu=on iommu=pt",
+                 "operation: update-grub (the boot loader's configuration)",
+                 "operation: update-initramfs -u (the initramfs without nouveau)",
+                 "operation: reboot the host and wait for it",
+                 "diff of /etc/default/grub:", "diff of /etc/modprobe.d/blacklist-nouveau.conf:",
+                 "diff of /etc/gpuserve/nccl.env:"):
+        assert h + line in out, line
+    assert '    +GRUB_CMDLINE_LINUX_DEFAULT="intel_iommu=on iommu=pt"' in out
+    assert "    +NCCL_P2P_DISABLE=1" in out and "    +blacklist nouveau" in out
+    assert "Beginning operation run" not in out
+    r = run(tmp_path, "deploy/host.py", MIRROR, "--dry")
+    out = r.stdout + r.stderr
+    assert f"{h}reboot: pending, not taken (allow_reboot is off)" in out
+    assert f"{h}diff of /etc/default/grub:" in out and "(changes; --diff shows them)" in out
+
+
 def test_untrusted_http_repo_stops_before_any_operation(tmp_path):
     data = {**MIRROR, "trusted_mirrors": []}
     r = run(tmp_path, "deploy/host.py", data, "-y")

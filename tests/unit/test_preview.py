@@ -1,8 +1,8 @@
-"""gpuserve/serve/preview.py: the diff, the redaction and the lines of ``--dry --diff``."""
+"""gpuserve/preview.py: the diff, the redaction and the lines of ``--dry --diff``."""
 
 from __future__ import annotations
 
-from gpuserve.serve.preview import (
+from gpuserve.preview import (
     REDACTED,
     Preview,
     file_diff,
@@ -53,11 +53,35 @@ def test_the_restart_says_why() -> None:
 
 
 def test_a_no_op_prints_no_diff_and_says_so() -> None:
-    lines = preview_lines(Preview(host="h", restart_why="no restart: x",
+    lines = preview_lines(Preview(host="h", restarts={"server": "no restart: x"},
                                   operations=["health gate"]))
     assert lines[0] == "h: preview: no changes (nothing on the host was changed)"
     assert not any("diff of" in line for line in lines)
     switch = Preview(host="h", diffs={"/u": ["--- a", "+++ b", "-x", "+y"]},
-                     steps=["restart"], restart_why="restart: /u would change")
+                     steps=["restart"], restarts={"server": "restart: /u would change"})
     text = "\n".join(preview_lines(switch))
     assert "h: preview: changes" in text and "diff of /u:" in text and "    +y" in text
+
+
+def test_a_key_file_diffs_as_redacted_lines_only() -> None:
+    """The gateway's API key file is a secret as a whole: its diff never shows a value,
+    and a changed key still shows as a change."""
+    changed = file_diff("/etc/smg/api-key", "sk-old-value\n", "sk-new-value\n",
+                        whole_secret=True)
+    text = "\n".join(changed)
+    assert "sk-old" not in text and "sk-new" not in text
+    assert f"-{REDACTED} (live)" in changed and f"+{REDACTED}" in changed
+    assert file_diff("/etc/smg/api-key", "sk-same\n", "sk-same\n", whole_secret=True) == []
+
+
+def test_would_lines_and_restart_subjects_print_in_order() -> None:
+    p = Preview(host="h", would=["install lock x: smg 1.0, 3 packages, 0.01 GiB of wheels, "
+                                 "into /v"],
+                restarts={"gateway": "restart: /u would change", "reboot": "would follow"},
+                acts=True)
+    lines = preview_lines(p)
+    assert lines[0] == "h: preview: changes (nothing on the host was changed)"
+    assert lines[1:4] == ["h: preview: would install lock x: smg 1.0, 3 packages, 0.01 GiB of "
+                          "wheels, into /v", "h: preview: gateway: restart: /u would change",
+                          "h: preview: reboot: would follow"]
+    assert Preview(host="h", acts=True).changes and not Preview(host="h").changes

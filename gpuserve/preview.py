@@ -1,9 +1,10 @@
-"""What a serve deploy would change on a host, as text: the preview of ``--dry --diff``.
+"""What a deploy would change on a host, as text: the preview of ``--dry --diff``.
 
-Pure: the deploy (roles/preview.py) reads the live files and hands them here with the
-plan's own texts and decisions, so the preview is the plan the real run executes, not a
-second guess. Secrets never reach the text: the plan's secret values and any line whose
-key names a token, key, secret or password are redacted on both sides of a diff.
+Pure, one for every deploy (serve, host, gateway): the deploy (roles/preview.py) reads
+the live files and hands them here with the plan's own texts and decisions, so the
+preview is the plan the real run executes, not a second guess. Secrets never reach the
+text: the plan's secret values and any line whose key names a token, key, secret or
+password are redacted on both sides of a diff.
 """
 
 from __future__ import annotations
@@ -30,14 +31,21 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
 
 
 def file_diff(path: str, live: str | None, planned: str | None,
-              secrets: Iterable[str | None] = ()) -> list[str]:
+              secrets: Iterable[str | None] = (), whole_secret: bool = False) -> list[str]:
     """A unified diff of ``path`` from its live text (None: absent) to the planned one
-    (None: removed), secrets redacted; [] when they are equal."""
+    (None: removed), secrets redacted (``whole_secret``: every line, a key file's);
+    [] when they are equal."""
     if live == planned:
         return []
     kept = list(secrets)
-    before = redact(live, kept).splitlines() if live is not None else []
-    after = redact(planned, kept).splitlines() if planned is not None else []
+
+    def shown(text: str) -> list[str]:
+        return [REDACTED] if whole_secret else redact(text, kept).splitlines()
+
+    before = shown(live) if live is not None else []
+    after = shown(planned) if planned is not None else []
+    if whole_secret and before == after:  # a key file whose value changes
+        before = [f"{REDACTED} (live)"]
     return list(difflib.unified_diff(
         before, after, fromfile=f"{path} (live)" if live is not None else "/dev/null",
         tofile=f"{path} (planned)" if planned is not None else "/dev/null", lineterm=""))
@@ -47,33 +55,41 @@ def gib(size: int) -> str:
     return f"{size / 1024**3:.2f} GiB"
 
 
+def lock_install(lock_name: str, what: str, version: str, packages: int,
+                 download_bytes: int, venv: str) -> str:
+    """The ``would install`` text of a locked venv (the SGLang server's, the gateway's)."""
+    return (f"lock {lock_name}: {what} {version}, {packages} packages, "
+            f"{gib(download_bytes)} of wheels, into {venv}")
+
+
 @dataclass
 class Preview:
     """One host's preview: what the real run would do, decided by the plan."""
 
     host: str
     diffs: dict[str, list[str]] = field(default_factory=dict)  # path -> diff lines
-    install: str | None = None  # the lock and venv it would install, None: installed
-    weights: str | None = None  # the weights it would fetch, None: none
+    would: list[str] = field(default_factory=list)  # "install ...", "fetch ...", "hold ..."
     steps: list[str] = field(default_factory=list)  # systemctl steps of the activation
-    restart_why: str = ""
+    restarts: dict[str, str] = field(default_factory=dict)  # subject -> what and why
     preflight: list[str] = field(default_factory=list)  # the preflight's verdict lines
     operations: list[str] = field(default_factory=list)  # what would run, in order
+    acts: bool = False  # an operation beyond the above would change the host
 
     @property
     def changes(self) -> bool:
-        return bool(self.diffs or self.install or self.weights or self.steps)
+        return bool(self.diffs or self.would or self.steps or self.acts)
 
 
-def restart_reason(changed: list[str], steps: list[str], stale: bool) -> str:
-    """Why the activation restarts (or starts) the server, in words."""
+def restart_reason(changed: list[str], steps: list[str], stale: bool,
+                   what: str = "server") -> str:
+    """Why the activation restarts (or starts) the ``what`` (the server, the gateway)."""
     if not steps:
-        return "no restart: the server runs the planned files"
+        return f"no restart: the {what} runs the planned files"
     action = "restart" if "restart" in steps else "start" if "start" in steps else steps[-1]
     if changed:
         return f"{action}: {', '.join(changed)} would change"
     if stale:
-        return f"{action}: the server runs an older configuration than its files"
+        return f"{action}: the {what} runs an older configuration than its files"
     return f"{action}: the unit is not running"
 
 
@@ -83,11 +99,8 @@ def preview_lines(p: Preview) -> list[str]:
              "(nothing on the host was changed)"]
     lines += [f"{p.host}: preview: preflight: {line.removeprefix('preflight: ')}"
               for line in p.preflight]
-    if p.install:
-        lines.append(f"{p.host}: preview: would install {p.install}")
-    if p.weights:
-        lines.append(f"{p.host}: preview: would fetch {p.weights}")
-    lines.append(f"{p.host}: preview: server: {p.restart_why}")
+    lines += [f"{p.host}: preview: would {line}" for line in p.would]
+    lines += [f"{p.host}: preview: {subject}: {why}" for subject, why in p.restarts.items()]
     lines += [f"{p.host}: preview: operation: {op}" for op in p.operations]
     for path, diff in p.diffs.items():
         lines.append(f"{p.host}: preview: diff of {path}:")
