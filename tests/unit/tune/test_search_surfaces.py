@@ -104,9 +104,7 @@ def test_noise_is_measured_and_a_gain_must_pass_it(snapshot, tmp_path) -> None:
     least eight times and never 256 (one run each decides wrongly about a quarter of the
     time; at this gain and noise one tune in twenty keeps the incumbent, "no significant
     gain", and these seeds hold two), the noise
-    estimate is near 2 %, and runs repeat in the same server, never in another load.
-    Six runs of the incumbent: three resolve gains of about 3 % at this noise
-    (docs/tune.md)."""
+    estimate is near 2 %, and runs repeat in the same server, never in another load."""
     rule = {"name": "graphs", "table": {"knob": "cuda_graph_max_bs", "op": "mul",
                                         "points": {128: {"decode_tps": 1.0},
                                                    256: {"decode_tps": 0.953},
@@ -123,7 +121,9 @@ def test_noise_is_measured_and_a_gain_must_pass_it(snapshot, tmp_path) -> None:
             assert run.gain("single_stream").startswith("no significant gain")
         assert host.loads == 3 and run.tally.repeats >= 1
         assert 0.005 < run.noise.rel_sd < 0.04
-        assert len(run.incumbent.runs(1)) == 6  # repeats.incumbent, in its one load
+        # repeats.incumbent, then more as the baseline of every comparison (at most
+        # twice repeats.most), all in its one load
+        assert 6 <= len(run.incumbent.runs(1)) <= 20
     assert picks.count("memory.cuda_graph_max_bs=128") >= 8, picks
     assert "memory.cuda_graph_max_bs=256" not in picks
 
