@@ -118,8 +118,11 @@ def _best_relief(knobs: tuple[Knob, ...], outcomes: list[Outcome], incumbent, fi
 def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome],
                 config_key: str, objective: str, noise: Noise | None, seen: set[str]
                 ) -> list[Candidate]:
-    """The values of each knob that was flat alone for ``objective`` (every value within
-    the noise of the incumbent), each combined with the objective's best launch."""
+    """Values whose effect alone was undecided for ``objective``, each tried beside the
+    objective's best launch: for a knob the best launch leaves as the incumbent has it,
+    a value within the noise of the incumbent alone; for a knob it sets, another value
+    within the noise of the chosen one alone (which of two tied values a combination
+    took was the noise's choice)."""
     top = best(outcomes, objective, spec)
     base = next((o for o in outcomes if o.phase == "incumbent"), None)
     if top is None or base is None or top is base:
@@ -129,12 +132,16 @@ def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome]
               for k, label in top.choice.items() if k in by_name}
     out = []
     for knob in knobs:
-        if knob.name in chosen or not _flat(knob, outcomes, base, objective, spec, noise):
+        alone = {o.choice[knob.name]: o for o in outcomes if o.phase == "one knob"
+                 and set(o.choice) == {knob.name} and o.status != "failed"}
+        current = chosen.get(knob.name)
+        ref = base if current is None else alone.get(current.label)
+        if ref is None:
             continue
-        tried = {o.choice[knob.name] for o in outcomes if o.phase == "one knob"
-                 and knob.name in o.choice and o.status != "failed"}
         for value in knob.values:
-            if value.label not in tried:
+            mine = alone.get(value.label)
+            if value is current or mine is None or not _tied(mine, ref, objective, spec,
+                                                              noise):
                 continue
             choice = {**chosen, knob.name: value}
             name = candidate_name(spec, choice, config_key)
@@ -143,22 +150,14 @@ def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome]
     return out
 
 
-def _flat(knob: Knob, outcomes: list[Outcome], base: Outcome, objective: str,
-          spec: TuneSpec, noise: Noise | None) -> bool:
-    """Whether every value of ``knob`` measured alone stayed within the noise of the
-    incumbent for ``objective`` (within 1 % when the noise was not measured)."""
-    ref, at = score_level(base, objective, spec)
-    if ref is None:
+def _tied(a: Outcome, b: Outcome, objective: str, spec: TuneSpec, noise: Noise | None
+          ) -> bool:
+    """Whether ``a`` and ``b`` are within the noise of each other for ``objective``
+    (within 1 % when the noise was not measured)."""
+    mine, level = score_level(a, objective, spec)
+    ref, at = score_level(b, objective, spec)
+    if mine is None or ref is None:
         return False
-    mine = [(o, *score_level(o, objective, spec)) for o in outcomes
-            if o.phase == "one knob" and knob.name in o.choice]
-    mine = [(o, s, level) for o, s, level in mine if s is not None]
-    if not mine:
-        return False
-    for o, s, level in mine:
-        if noise is None:
-            if abs(s - ref) > 0.01 * ref:
-                return False
-        elif noise.separated(s, o.count(level), ref, base.count(at)):
-            return False
-    return True
+    if noise is None:
+        return abs(mine - ref) <= 0.01 * ref
+    return not noise.separated(mine, a.count(level), ref, b.count(at))
