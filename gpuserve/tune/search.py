@@ -227,7 +227,7 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
 def _phase(st: _State, candidates: list[Candidate]) -> None:
     st.planned = st.index + len(candidates)
     st.tally.generated += len(candidates)
-    cap = math.ceil(FOLLOW_UP * st.sweep_loads) if st.sweep_loads is not None else None
+    cap = math.floor(FOLLOW_UP * st.sweep_loads) if st.sweep_loads is not None else None
     for candidate in _ordered(st, candidates):
         if cap is not None and st.tally.loads - st.sweep_loads >= cap and \
                 st.store.get(candidate.name) is None:

@@ -88,7 +88,7 @@ class Repeats:
     a gain of ``resolution`` from the noise, at most ``most`` runs per load level."""
 
     incumbent: int = 3
-    most: int = 12
+    most: int = 10
     resolution: float = 0.02
 
 

@@ -172,17 +172,18 @@ def test_a_value_that_fails_alone_is_retried_where_it_would_fit(snapshot, tmp_pa
 
 
 def test_a_value_hidden_in_the_noise_is_tried_beside_the_best(snapshot, tmp_path) -> None:
-    """EAGLE-3 is 2 % faster for one stream than the incumbent alone, within 2 % noise
+    """EAGLE-3 is 1 % faster for one stream than the incumbent alone, within 2 % noise
     of it (one run may put it below, so it does not always beat the incumbent's mean);
     tree decoding, the knob's other value, is 20 % slower (the knob is not flat);
     graph max bs 128 is 3.6 % faster. The optimum is the two together: each seed
     measures EAGLE-3 beside 128, as a combination (its mean beat the incumbent's) or a
-    refinement (its effect alone was within the noise), and picks it."""
+    refinement (its effect alone was within the noise; seeds 0 and 10), and the pick
+    carries 128 (with or without EAGLE-3: 1 % apart, within the noise)."""
     rules = [{"name": "graphs", "table": {"knob": "cuda_graph_max_bs", "op": "mul",
                                           "points": {128: {"decode_tps": 1.0},
                                                      512: {"decode_tps": 0.965}}}},
              {"name": "eagle", "when": {"speculative_eagle_topk": 1},
-              "mul": {"decode_tps": 1.02}},
+              "mul": {"decode_tps": 1.01}},
              {"name": "tree", "when": {"speculative_eagle_topk": {"gt": 1}},
               "mul": {"decode_tps": 0.8}}]
     body = (f"knobs:\n  memory.cuda_graph_max_bs: [128, 512]\n  speculative: [off, {EAGLE},"
@@ -190,13 +191,13 @@ def test_a_value_hidden_in_the_noise_is_tried_beside_the_best(snapshot, tmp_path
             "requests: {input_len: 32, output_len: 32, prompts_per_level: 2}\n"
             "objectives: {single_stream: {}}\nbudget: {loads: 7}\n")
     phases, picks = [], []
-    for seed in range(6):
+    for seed in range(12):
         run, host = tune(snapshot, tmp_path, body, surface(rules, 0.02, seed))
         both = next(o for o in run.outcomes if len(o.choice) == 2
                     and "eagle_topk=1" in o.choice["speculative"])
         assert both.status == "measured" and both.phase in ("combination", "refinement")
         phases.append(both.phase)
         assert host.loads <= 6  # the sweep's four and its follow-ups, at most half as many
-        picks.append(run.best("single_stream") is both)
+        picks.append(run.best("single_stream").choice.get("memory.cuda_graph_max_bs"))
     assert "refinement" in phases, phases  # the case a combination alone misses
-    assert picks.count(True) >= 5, picks
+    assert picks.count("128") >= 11, picks
