@@ -13,6 +13,7 @@ import random
 import pytest
 
 from gpuserve.tune.noise import Noise, pooled
+from gpuserve.tune.report import summary
 from gpuserve.tune.search import Measurement
 from tests.unit.tune.test_search import FakeHost, snapshot, tuned  # noqa: F401 (fixture)
 
@@ -105,6 +106,10 @@ def test_repeats_race_where_the_pick_is_undecided(snapshot, tmp_path, seed) -> N
     assert run.best("single_stream") is leader
     assert run.gain("single_stream").endswith("over the incumbent")
     assert any("the baseline every candidate is compared with" in line for line in lines)
+    # the summary counts them: every repeated run, none of them a load
+    assert run.tally.repeat_runs == sum(r for _, r in host.repeats)
+    assert any(f"({run.tally.repeat_runs} benchmark runs, no load)" in line
+               for line in summary(run))
 
 
 def test_no_noise_no_repeats(snapshot, tmp_path) -> None:  # noqa: F811
