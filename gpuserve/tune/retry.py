@@ -67,7 +67,7 @@ def _relieves(value: KnobValue, field: str, incumbent, knob: Knob) -> bool:
 
 
 def retries(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome], ctx: Any,
-            objective: str) -> list[Candidate]:
+            objective: str, noise: Noise | None = None) -> list[Candidate]:
     """Candidates pairing each value that failed alone for memory (at most
     ``MAX_RETRIES``) with the best measured value of each knob that relieves its cause."""
     out: list[Candidate] = []
@@ -81,7 +81,7 @@ def retries(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome], ct
         choice = {knob_name: next(v for v in knob.values if v.label == label)}
         for field in causes:
             relief = _best_relief(knobs, outcomes, ctx.incumbent, field, knob_name, spec,
-                                  objective)
+                                  objective, noise)
             if relief is not None:
                 choice.setdefault(relief[0], relief[1])
         if len(choice) < 2:
@@ -94,9 +94,13 @@ def retries(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome], ct
 
 
 def _best_relief(knobs: tuple[Knob, ...], outcomes: list[Outcome], incumbent, field: str,
-                 skip: str, spec: TuneSpec, objective: str) -> tuple[str, KnobValue] | None:
-    """The relieving value that measured best alone (else the first that relieves)."""
-    found: list[tuple[float, int, str, KnobValue]] = []
+                 skip: str, spec: TuneSpec, objective: str, noise: Noise | None = None
+                 ) -> tuple[str, KnobValue] | None:
+    """The relieving value that measured best alone (else the first that relieves); of
+    values within the noise of that one alone, the one that relieves most (the smallest
+    graphs, the largest fraction): their speed alone does not tell them apart, and the
+    retry is for the failure."""
+    found: list[tuple[float, int, str, KnobValue, Outcome | None]] = []
     for knob in knobs:
         if knob.name == skip:
             continue
@@ -108,11 +112,17 @@ def _best_relief(knobs: tuple[Knob, ...], outcomes: list[Outcome], incumbent, fi
             if measured is not None and measured.status == "failed":
                 continue
             s = score(measured, objective, spec) if measured else None
-            found.append((s if s is not None else float("-inf"), -index, knob.name, value))
+            found.append((s if s is not None else float("-inf"), -index, knob.name, value,
+                          measured))
     if not found:
         return None
-    _, _, name, value = max(found, key=lambda t: (t[0], t[1]))
-    return name, value
+    top = max(found, key=lambda t: (t[0], t[1]))
+    if noise is not None and top[4] is not None:
+        tied = [t for t in found if t[4] is not None
+                and _tied(t[4], top[4], objective, spec, noise)]
+        sign = -1 if field == GRAPH else 1
+        top = max(tied, key=lambda t: sign * t[3].fields[field])
+    return top[2], top[3]
 
 
 def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome],

@@ -202,7 +202,8 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
         for candidate in _ordered(st, singles):
             _step(st, candidate)
         st.sweep_loads = st.tally.loads
-        _phase(st, retries(spec, knobs, st.outcomes, ctx, spec.objectives[0].name))
+        _phase(st, retries(spec, knobs, st.outcomes, ctx, spec.objectives[0].name,
+                           st.noise))
         seen = {o.candidate for o in st.outcomes}
         for objective in spec.objectives:
             combos = combinations(spec, _winners(st, knobs, objective.name), ctx.config_key,
