@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuserve.launch.bench import MAX_SCENARIOS
 from gpuserve.tune.candidates import Candidate, combinations, one_knob
 from gpuserve.tune.judge import risky
 from gpuserve.tune.noise import Noise, mean_figures, pooled
@@ -405,7 +406,8 @@ def _after_first(st: _State, candidate: Candidate, profile, outcome: Outcome,
         runs = _target_runs(st, candidate) - have
         if candidate.phase != "incumbent":  # a race: doubling rounds, stopped once separated
             runs = min(runs, max(2, have))
-        runs = max(1, runs)
+        # one deploy's bench section holds at most MAX_SCENARIOS scenarios
+        runs = max(1, min(runs, MAX_SCENARIOS // len(levels)))
         st.say(candidate, f"running concurrency {', '.join(map(str, levels))} {runs} more "
                "times in the same server (" + ("the host's noise and the baseline every "
                "candidate is compared with" if candidate.phase == "incumbent"

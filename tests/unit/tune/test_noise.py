@@ -120,3 +120,16 @@ def test_no_noise_no_repeats(snapshot, tmp_path) -> None:  # noqa: F811
     assert run.noise.rel_sd == 0 and host.repeats == [] and run.tally.repeat_runs == 0
     assert len(run.incumbent.runs(1)) == 3
     assert run.best("single_stream").label == "memory.cuda_graph_max_bs=256"
+
+
+def test_a_round_fits_one_bench_section(snapshot, tmp_path) -> None:  # noqa: F811
+    """At 30 % noise and ``repeats.most`` 50 the incumbent asks for 100 runs: they come
+    in rounds of at most 64 scenarios (a bench section's limit), never one deploy that
+    the profile loader would refuse."""
+    from gpuserve.launch.bench import MAX_SCENARIOS
+
+    host = NoisyHost(0.3, 4)
+    body = RACE.replace("budget: {loads: 4}", "budget: {loads: 4}\nrepeats: {most: 50}")
+    run, _, _ = tuned(snapshot, tmp_path, body, host)
+    assert host.repeats and all(r <= MAX_SCENARIOS for _, r in host.repeats)
+    assert len(run.incumbent.runs(1)) > MAX_SCENARIOS
