@@ -3,6 +3,8 @@
     .venv/bin/python bench/tune_surface.py                 # every lab/surfaces/*.yaml
     .venv/bin/python bench/tune_surface.py --noise 0.02 --seeds 30   # picks under noise
     .venv/bin/python bench/tune_surface.py --lab           # also one real lab tune (wall time)
+    .venv/bin/python bench/tune_surface.py --noise 0.02 --seeds 30 \
+        --surfaces lab/surfaces/*.yaml bench/surfaces/*.yaml  # and surfaces the tuner never saw
 
 For each surface it runs the tuner's own search (gpuserve/tune: the same preparation,
 pruning, calibration, order, early stop and combinations as ``gpuserve tune``) over
@@ -16,7 +18,10 @@ incumbent and every value alone that was not pruned). With ``--noise SD --seeds 
 benchmark run's figures are drawn around the surface's with that relative standard
 deviation (``--start-noise`` adds one draw per server start), N seeded tunes per
 surface, and it prints per objective how often the pick lands within 1 % and 3 % of
-the optimum (judged by the pick's noise-free figure). With ``--lab`` it also runs
+the optimum (judged by the pick's noise-free figure), and the benchmark runs those
+tunes took. ``--surfaces`` takes other surface files: bench/surfaces/ holds some the
+lab does not ship (bench/surfaces/README.md), to check the search on surfaces it was
+not written for. With ``--lab`` it also runs
 ``gpuserve tune`` on the running lab host ($GPUSERVE_LAB_NAME, inventory/lab.py) on
 the default surface and prints what a tune costs there in wall time.
 
@@ -175,7 +180,7 @@ def one_surface(path: Path, snap: HostSnapshot, noise: tuple[float, float] = (0.
            "pruned": t.pruned, "measured": t.measured, "failed": t.failed,
            "stopped": t.stopped, "loads": t.loads, "sweep_loads": sweep,
            "retried": sum(1 for o in run.outcomes if o.phase == "retry"),
-           "sim_wall_s": host.t, "search_cpu_s": search_s,
+           "sim_wall_s": host.t, "search_cpu_s": search_s, "runs": host.runs,
            "rows": {o: (v, optima[o], top.label if top else "-")
                     for o, (v, top) in picks.items()}, "noisy": None}
     if seeds:
@@ -187,18 +192,20 @@ def noisy_picks(tune, optima: dict, noise: tuple[float, float], seeds: int) -> d
     """Per objective: picks within 1 % and 3 % of the optimum over ``seeds`` tunes, and
     the loads and repeats those tunes used against a one-knob sweep's."""
     within = {o: [0, 0] for o, _ in OBJECTIVES}
-    ratios, repeats = [], []
+    ratios, repeats, runs = [], [], []
     for seed in range(seeds):
-        run, _, sweep, picks, _ = tune({"run": noise[0], "start": noise[1], "seed": seed})
+        run, host, sweep, picks, _ = tune({"run": noise[0], "start": noise[1], "seed": seed})
         ratios.append(run.tally.loads / sweep)
         repeats.append(run.tally.repeats)
+        runs.append(host.runs)
         for objective, (value, _) in picks.items():
             opt = optima[objective]
             within[objective][0] += value is not None and value >= opt * 0.99 - 1e-9
             within[objective][1] += value is not None and value >= opt * 0.97 - 1e-9
     return {"within": within, "seeds": seeds, "loads_ratio_max": max(ratios),
             "loads_ratio_median": sorted(ratios)[len(ratios) // 2],
-            "repeats_median": sorted(repeats)[len(repeats) // 2]}
+            "repeats_median": sorted(repeats)[len(repeats) // 2],
+            "runs_median": sorted(runs)[len(runs) // 2], "runs_max": max(runs)}
 
 
 def lab_tune() -> float | None:
@@ -253,7 +260,8 @@ def report(r: dict) -> bool:
           f"generated {r['generated']}, pruned {r['pruned']}, measured "
           f"{r['measured']} ({r['stopped']} stopped early), failed {r['failed']}, "
           f"retried {r['retried']}; loads used {r['loads']} (one-knob sweep "
-          f"{r['sweep_loads']}: x{r['loads'] / r['sweep_loads']:.2f}); simulated lab time "
+          f"{r['sweep_loads']}: x{r['loads'] / r['sweep_loads']:.2f}); {r['runs']} benchmark "
+          f"runs; simulated lab time "
           f"{r['sim_wall_s']:.0f} s of loads and benchmarks (search CPU "
           f"{r['search_cpu_s']:.1f} s)")
     for objective, (found, opt, label) in r["rows"].items():
@@ -271,7 +279,9 @@ def report(r: dict) -> bool:
         ok &= noisy["loads_ratio_max"] <= 1.5
         print(f"  loads under noise: median x{noisy['loads_ratio_median']:.2f}, max "
               f"x{noisy['loads_ratio_max']:.2f} of the one-knob sweep; median "
-              f"{noisy['repeats_median']} rounds of repeated benchmark runs (no load)")
+              f"{noisy['repeats_median']} rounds of repeated benchmark runs (no load); "
+              f"benchmark runs in all (every level of every run): median "
+              f"{noisy['runs_median']}, max {noisy['runs_max']}")
     return ok
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 _T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
         9: 1.833, 10: 1.812, 12: 1.782, 15: 1.753, 20: 1.725, 30: 1.697, 60: 1.671}
 Z = 1.645
+#: the normal's one-sided 80 % quantile: a gain of the resolution is found 4 times in 5
+POWER_Z = 0.8416
 
 
 def t95(dof: int) -> float:
@@ -56,6 +58,15 @@ class Noise:
     def beats(self, a: float, runs_a: int, b: float, runs_b: int) -> bool:
         """Whether ``a`` is higher than ``b`` beyond the noise."""
         return a - b > self.z * math.hypot(self.se(a, runs_a), self.se(b, runs_b))
+
+    def runs_needed(self, resolution: float) -> int:
+        """Runs of each of two launches for which a relative gain of ``resolution``
+        passes :meth:`beats` four times in five: n = 2 ((z95 + z80) sd / resolution)^2
+        (the usual sample size of a two-sample comparison, planned with the normal's
+        quantiles and the host's sd; the test itself then uses Student's t)."""
+        if self.rel_sd <= 0:
+            return 1
+        return max(1, math.ceil(2 * ((Z + POWER_Z) * self.rel_sd / resolution) ** 2))
 
 
 def pooled(groups: Iterable[list[float]]) -> Noise | None:

@@ -149,7 +149,8 @@ def summary(run: TuneRun) -> list[str]:
     if run.noise is not None:
         lines.append(f"run-to-run noise: {100 * run.noise.rel_sd:.2f} % per benchmark run "
                      f"({run.noise.dof} degrees of freedom); intervals are one-sided 95 %; "
-                     f"{run.tally.repeats} rounds of repeated runs in loaded servers")
+                     f"{run.tally.repeats} rounds of repeated runs in loaded servers "
+                     f"({run.tally.repeat_runs} benchmark runs, no load)")
     front = pareto_front(run.outcomes)
     if spec.objective("pareto") and front:
         lines.append("Pareto front (tok/s per user, tok/s per GPU, concurrency, candidate): "

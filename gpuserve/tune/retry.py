@@ -67,7 +67,7 @@ def _relieves(value: KnobValue, field: str, incumbent, knob: Knob) -> bool:
 
 
 def retries(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome], ctx: Any,
-            objective: str) -> list[Candidate]:
+            objective: str, noise: Noise | None = None) -> list[Candidate]:
     """Candidates pairing each value that failed alone for memory (at most
     ``MAX_RETRIES``) with the best measured value of each knob that relieves its cause."""
     out: list[Candidate] = []
@@ -81,7 +81,7 @@ def retries(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome], ct
         choice = {knob_name: next(v for v in knob.values if v.label == label)}
         for field in causes:
             relief = _best_relief(knobs, outcomes, ctx.incumbent, field, knob_name, spec,
-                                  objective)
+                                  objective, noise)
             if relief is not None:
                 choice.setdefault(relief[0], relief[1])
         if len(choice) < 2:
@@ -94,9 +94,13 @@ def retries(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome], ct
 
 
 def _best_relief(knobs: tuple[Knob, ...], outcomes: list[Outcome], incumbent, field: str,
-                 skip: str, spec: TuneSpec, objective: str) -> tuple[str, KnobValue] | None:
-    """The relieving value that measured best alone (else the first that relieves)."""
-    found: list[tuple[float, int, str, KnobValue]] = []
+                 skip: str, spec: TuneSpec, objective: str, noise: Noise | None = None
+                 ) -> tuple[str, KnobValue] | None:
+    """The relieving value that measured best alone (else the first that relieves); of
+    values within the noise of that one alone, the one that relieves most (the smallest
+    graphs, the largest fraction): their speed alone does not tell them apart, and the
+    retry is for the failure."""
+    found: list[tuple[float, int, str, KnobValue, Outcome | None]] = []
     for knob in knobs:
         if knob.name == skip:
             continue
@@ -108,18 +112,27 @@ def _best_relief(knobs: tuple[Knob, ...], outcomes: list[Outcome], incumbent, fi
             if measured is not None and measured.status == LoadStatus.FAILED:
                 continue
             s = score(measured, objective, spec) if measured else None
-            found.append((s if s is not None else float("-inf"), -index, knob.name, value))
+            found.append((s if s is not None else float("-inf"), -index, knob.name, value,
+                          measured))
     if not found:
         return None
-    _, _, name, value = max(found, key=lambda t: (t[0], t[1]))
-    return name, value
+    top = max(found, key=lambda t: (t[0], t[1]))
+    if noise is not None and top[4] is not None:
+        tied = [t for t in found if t[4] is not None
+                and _tied(t[4], top[4], objective, spec, noise)]
+        sign = -1 if field == GRAPH else 1
+        top = max(tied, key=lambda t: sign * t[3].fields[field])
+    return top[2], top[3]
 
 
 def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome],
                 config_key: str, objective: str, noise: Noise | None, seen: set[str]
                 ) -> list[Candidate]:
-    """The values of each knob that was flat alone for ``objective`` (every value within
-    the noise of the incumbent), each combined with the objective's best launch."""
+    """Values whose effect alone was undecided for ``objective``, each tried beside the
+    objective's best launch: for a knob the best launch leaves as the incumbent has it,
+    a value within the noise of the incumbent alone; for a knob it sets, another value
+    within the noise of the chosen one alone (which of two tied values a combination
+    took was the noise's choice)."""
     top = best(outcomes, objective, spec)
     base = next((o for o in outcomes if o.phase == "incumbent"), None)
     if top is None or base is None or top is base:
@@ -129,12 +142,16 @@ def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome]
               for k, label in top.choice.items() if k in by_name}
     out = []
     for knob in knobs:
-        if knob.name in chosen or not _flat(knob, outcomes, base, objective, spec, noise):
+        alone = {o.choice[knob.name]: o for o in outcomes if o.phase == "one knob"
+                 and set(o.choice) == {knob.name} and o.status != OutcomeStatus.FAILED}
+        current = chosen.get(knob.name)
+        ref = base if current is None else alone.get(current.label)
+        if ref is None:
             continue
-        tried = {o.choice[knob.name] for o in outcomes if o.phase == "one knob"
-                 and knob.name in o.choice and o.status != OutcomeStatus.FAILED}
         for value in knob.values:
-            if value.label not in tried:
+            mine = alone.get(value.label)
+            if value is current or mine is None or not _tied(mine, ref, objective, spec,
+                                                              noise):
                 continue
             choice = {**chosen, knob.name: value}
             name = candidate_name(spec, choice, config_key)
@@ -143,22 +160,14 @@ def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome]
     return out
 
 
-def _flat(knob: Knob, outcomes: list[Outcome], base: Outcome, objective: str,
-          spec: TuneSpec, noise: Noise | None) -> bool:
-    """Whether every value of ``knob`` measured alone stayed within the noise of the
-    incumbent for ``objective`` (within 1 % when the noise was not measured)."""
-    ref, at = score_level(base, objective, spec)
-    if ref is None:
+def _tied(a: Outcome, b: Outcome, objective: str, spec: TuneSpec, noise: Noise | None
+          ) -> bool:
+    """Whether ``a`` and ``b`` are within the noise of each other for ``objective``
+    (within 1 % when the noise was not measured)."""
+    mine, level = score_level(a, objective, spec)
+    ref, at = score_level(b, objective, spec)
+    if mine is None or ref is None:
         return False
-    mine = [(o, *score_level(o, objective, spec)) for o in outcomes
-            if o.phase == "one knob" and knob.name in o.choice]
-    mine = [(o, s, level) for o, s, level in mine if s is not None]
-    if not mine:
-        return False
-    for o, s, level in mine:
-        if noise is None:
-            if abs(s - ref) > 0.01 * ref:
-                return False
-        elif noise.separated(s, o.count(level), ref, base.count(at)):
-            return False
-    return True
+    if noise is None:
+        return abs(mine - ref) <= 0.01 * ref
+    return not noise.separated(mine, a.count(level), ref, b.count(at))

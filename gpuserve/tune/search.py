@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuserve.launch.bench import MAX_SCENARIOS
 from gpuserve.tune.candidates import Candidate, combinations, one_knob
 from gpuserve.tune.judge import risky
 from gpuserve.tune.noise import Noise, mean_figures, pooled
@@ -92,7 +93,8 @@ class Tally:
     failed: int = 0
     stopped: int = 0
     loads: int = 0
-    repeats: int = 0  # benchmark runs again in a loaded server (no load)
+    repeats: int = 0  # rounds of benchmark runs again in a loaded server (no load)
+    repeat_runs: int = 0  # the benchmark runs those rounds took (runs x levels)
     retried: int = 0
     reused: int = 0
     interrupted: bool = False
@@ -209,7 +211,8 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
         for candidate in _ordered(st, singles):
             _step(st, candidate)
         st.sweep_loads = st.tally.loads
-        _phase(st, retries(spec, knobs, st.outcomes, ctx, spec.objectives[0].name))
+        _phase(st, retries(spec, knobs, st.outcomes, ctx, spec.objectives[0].name,
+                           st.noise))
         seen = {o.candidate for o in st.outcomes}
         for objective in spec.objectives:
             combos = combinations(spec, _winners(st, knobs, objective.name), ctx.config_key,
@@ -234,7 +237,7 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
 def _phase(st: _State, candidates: list[Candidate]) -> None:
     st.planned = st.index + len(candidates)
     st.tally.generated += len(candidates)
-    cap = math.ceil(FOLLOW_UP * st.sweep_loads) if st.sweep_loads is not None else None
+    cap = math.floor(FOLLOW_UP * st.sweep_loads) if st.sweep_loads is not None else None
     for candidate in _ordered(st, candidates):
         if cap is not None and st.tally.loads - st.sweep_loads >= cap and \
                 st.store.get(candidate.name) is None:
@@ -402,46 +405,88 @@ def _after_first(st: _State, candidate: Candidate, profile, outcome: Outcome,
         if rest.status != LoadStatus.OK:
             outcome.reason = f"sweep incomplete: {rest.reason}"
             return
-    for _ in range(st.spec.repeats.most - 1):
+    st.update_noise(outcome)
+    for _ in range(st.spec.repeats.most):  # each round adds runs: bounded by ``most``
         levels = _to_repeat(st, candidate, outcome)
         if not levels:
             return
-        st.say(candidate, f"running concurrency {', '.join(map(str, levels))} again in "
-               "the same server (" + ("the host's noise" if candidate.phase == "incumbent"
-                                      else "within the noise of the leader") + ")")
-        left = st.spec.repeats.most - min(len(outcome.runs(c)) for c in levels)
-        again = st.executor.measure(candidate, profile, levels, False, min(2, left))
+        have = min(len(outcome.runs(c)) for c in levels)
+        runs = _target_runs(st, candidate) - have
+        if candidate.phase != "incumbent":  # a race: doubling rounds, stopped once separated
+            runs = min(runs, max(2, have))
+        # one deploy's bench section holds at most MAX_SCENARIOS scenarios
+        runs = max(1, min(runs, MAX_SCENARIOS // len(levels)))
+        st.say(candidate, f"running concurrency {', '.join(map(str, levels))} {runs} more "
+               "times in the same server (" + ("the host's noise and the baseline every "
+               "candidate is compared with" if candidate.phase == "incumbent"
+               else "within the noise of the leader") + ")")
+        again = st.executor.measure(candidate, profile, levels, False, runs)
         if again.status != LoadStatus.OK:
             outcome.reason = f"repeat incomplete: {again.reason}"
             return
         st.tally.repeats += 1
+        st.tally.repeat_runs += runs * len(levels)
         _take(outcome, again, samples)
         st.update_noise(outcome)
 
 
-def _to_repeat(st: _State, candidate: Candidate, outcome: Outcome) -> tuple[int, ...]:
-    """The load levels to run again: the incumbent's all, until it has its
-    ``repeats.incumbent`` runs; a candidate's, where an objective's figure is within
-    the noise of the leader's (and it has fewer than ``repeats.most`` runs)."""
+#: the square-root rule's k: a baseline compared with k launches runs sqrt(k) times as
+#: often as each (Dunnett); about four launches near the top contend in a tune's race
+CONTENDERS = 4
+
+
+def _target_runs(st: _State, candidate: Candidate) -> int:
+    """Runs per level a candidate may reach.
+
+    Two launches each run :meth:`Noise.runs_needed` times tell a gain of
+    ``repeats.resolution`` from the host's noise. The incumbent is the baseline of
+    every comparison, so it takes more and each candidate fewer for the same
+    resolution (the square-root rule, :data:`CONTENDERS`): a candidate 3/4 of that
+    count, at most ``repeats.most``; the incumbent twice a candidate's, at least
+    ``repeats.incumbent``, at most twice ``repeats.most`` (it is run before any
+    candidate is known, and its runs are one benchmark session in its server)."""
+    r = st.spec.repeats
+    if st.noise is None:
+        return r.incumbent if candidate.phase == "incumbent" else 1
+    equal = st.noise.runs_needed(r.resolution)
+    root = math.sqrt(CONTENDERS)
+    each = math.ceil(equal * (1 + 1 / root) / 2)
     if candidate.phase == "incumbent":
-        return tuple(c for c in st.spec.loads if len(outcome.runs(c)) <
-                     st.spec.repeats.incumbent)
+        return min(2 * r.most, max(r.incumbent, math.ceil(root * each)))
+    return min(r.most, each)
+
+
+def _to_repeat(st: _State, candidate: Candidate, outcome: Outcome) -> tuple[int, ...]:
+    """The load levels to run again (a race: repeats go where the pick is undecided).
+
+    The incumbent: every level until it has ``repeats.incumbent`` runs (the noise),
+    then each objective's level up to :func:`_target_runs`: every winner must beat it,
+    so it is measured as well as any candidate can be. A candidate: each objective's
+    level while it leads (it is what the rest are compared with) or is not separated
+    from the leader, up to :func:`_target_runs`."""
+    target = _target_runs(st, candidate)
+    if candidate.phase == "incumbent":
+        first = tuple(c for c in st.spec.loads if len(outcome.runs(c)) <
+                      st.spec.repeats.incumbent)
+        if first:
+            return first
     if st.noise is None:
         return ()
     levels = set()
     for objective in st.spec.objectives:
         mine, level = score_level(outcome, objective.name, st.spec)
+        if mine is None or level is None or len(outcome.runs(level)) >= target:
+            continue
+        if candidate.phase == "incumbent":
+            levels.add(level)
+            continue
         top = best(st.outcomes, objective.name, st.spec)
-        if mine is None or level is None or top is None:
+        theirs, at = score_level(top, objective.name, st.spec) if top else (None, None)
+        if theirs is None:
             continue
-        theirs, at = score_level(top, objective.name, st.spec)
-        runs = len(outcome.runs(level))
-        if theirs is None or runs >= st.spec.repeats.most:
-            continue
-        # a new leader is measured as well as the incumbent was: it is what the rest
-        # are compared with, and what may win
         leads = mine > theirs
-        if leads or not st.noise.separated(mine, runs, theirs, top.count(at)):
+        if leads or not st.noise.separated(mine, len(outcome.runs(level)), theirs,
+                                           top.count(at)):
             levels.add(level)
     return tuple(sorted(levels))
 

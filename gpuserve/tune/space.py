@@ -83,11 +83,13 @@ class Budget:
 @dataclass(frozen=True)
 class Repeats:
     """Benchmark runs in the same server: the incumbent's load levels run ``incumbent``
-    times (the host's noise); a candidate within the noise of the leader runs again, up
-    to ``most`` runs per load level."""
+    times (the host's noise); then the incumbent, the leader and every candidate within
+    the noise of the leader run again until separated or they have the runs that tell
+    a gain of ``resolution`` from the noise, at most ``most`` runs per load level."""
 
     incumbent: int = 3
-    most: int = 6
+    most: int = 10
+    resolution: float = 0.02
 
 
 @dataclass(frozen=True)
@@ -298,15 +300,20 @@ def _repeats(raw: Any, error) -> Repeats:
     if raw is None:
         return Repeats()
     if not isinstance(raw, Mapping):
-        raise error("repeats", "must be a mapping (incumbent, most)")
+        raise error("repeats", "must be a mapping (incumbent, most, resolution)")
     for key in raw:
-        if key not in ("incumbent", "most"):
-            raise error(f"repeats.{key}", "unknown key (valid: incumbent, most)")
+        if key not in ("incumbent", "most", "resolution"):
+            raise error(f"repeats.{key}", "unknown key (valid: incumbent, most, resolution)")
     runs = _int(raw.get("incumbent", Repeats.incumbent), "repeats.incumbent", error, low=1,
                 high=20)
     most = _int(raw.get("most", max(Repeats.most, runs)), "repeats.most", error, low=runs,
                 high=50)
-    return Repeats(runs, most)
+    resolution = raw.get("resolution", Repeats.resolution)
+    if isinstance(resolution, bool) or not isinstance(resolution, int | float) or \
+            not 0.001 <= resolution <= 0.5:
+        raise error("repeats.resolution", "must be a relative gain between 0.001 and 0.5 "
+                    f"(0.02: 2 %), got {resolution!r}")
+    return Repeats(runs, most, float(resolution))
 
 
 def _budget(raw: Any, error) -> Budget:

@@ -97,8 +97,10 @@ def test_picks_graph_max_bs_128_for_single_stream(field_notes) -> None:
     assert re.search(r"tune: candidate \d+/\d+ \[one knob\] .*elapsed; best single_stream", out)
     # under noise: measured, repeated in the incumbent's server, shown with intervals
     assert re.search(r"tune: run-to-run noise on this host: [\d.]+ % per benchmark run", out)
+    # three runs for the noise, then more as the baseline every candidate is compared
+    # with (at most twice repeats.most), all in its one server
     incumbent = outcomes(results)["incumbent"]
-    assert len(incumbent["numbers"]["runs"]["1"]) == 3, incumbent["numbers"]
+    assert 3 <= len(incumbent["numbers"]["runs"]["1"]) <= 20, incumbent["numbers"]
     assert re.search(r"run-to-run noise: [\d.]+ % per benchmark run", out)
 
 

@@ -27,6 +27,8 @@ REPO = Path(__file__).resolve().parents[3]
 INCUMBENT = REPO / "tests/fixtures/profiles/lab-glm5-graph512.yaml"
 EP8 = ("{parallel.ep: 8, moe.a2a_backend: flashinfer, moe.runner_backend: "
        "flashinfer_cutlass, memory.mem_fraction_static: 0.83}")
+TREE = ("{speculative.algorithm: EAGLE3, speculative.draft_model: /models/GLM-5-NVFP4, "
+        "speculative.num_steps: 3, speculative.eagle_topk: 2, speculative.num_draft_tokens: 4}")
 EAGLE = ("{speculative.algorithm: EAGLE3, speculative.draft_model: /models/GLM-5-NVFP4, "
          "speculative.num_steps: 4, speculative.eagle_topk: 1, "
          "speculative.num_draft_tokens: 5}")
@@ -104,9 +106,7 @@ def test_noise_is_measured_and_a_gain_must_pass_it(snapshot, tmp_path) -> None:
     least eight times and never 256 (one run each decides wrongly about a quarter of the
     time; at this gain and noise one tune in twenty keeps the incumbent, "no significant
     gain", and these seeds hold two), the noise
-    estimate is near 2 %, and runs repeat in the same server, never in another load.
-    Six runs of the incumbent: three resolve gains of about 3 % at this noise
-    (docs/tune.md)."""
+    estimate is near 2 %, and runs repeat in the same server, never in another load."""
     rule = {"name": "graphs", "table": {"knob": "cuda_graph_max_bs", "op": "mul",
                                         "points": {128: {"decode_tps": 1.0},
                                                    256: {"decode_tps": 0.953},
@@ -123,7 +123,9 @@ def test_noise_is_measured_and_a_gain_must_pass_it(snapshot, tmp_path) -> None:
             assert run.gain("single_stream").startswith("no significant gain")
         assert host.loads == 3 and run.tally.repeats >= 1
         assert 0.005 < run.noise.rel_sd < 0.04
-        assert len(run.incumbent.runs(1)) == 6  # repeats.incumbent, in its one load
+        # repeats.incumbent, then more as the baseline of every comparison (at most
+        # twice repeats.most), all in its one load
+        assert 6 <= len(run.incumbent.runs(1)) <= 20
     assert picks.count("memory.cuda_graph_max_bs=128") >= 8, picks
     assert "memory.cuda_graph_max_bs=256" not in picks
 
@@ -167,3 +169,59 @@ def test_a_value_that_fails_alone_is_retried_where_it_would_fit(snapshot, tmp_pa
     retry = next(o for o in run.outcomes if o.phase == "retry")
     assert retry.status == "measured" and retry.choice["memory.cuda_graph_max_bs"] == "128"
     assert run.best("single_stream") is retry
+
+
+def test_a_value_hidden_in_the_noise_is_tried_beside_the_best(snapshot, tmp_path) -> None:
+    """EAGLE-3 is 1 % faster for one stream than the incumbent alone, within 2 % noise
+    of it (one run may put it below, so it does not always beat the incumbent's mean);
+    tree decoding, the knob's other value, is 20 % slower (the knob is not flat);
+    graph max bs 128 is 3.6 % faster. The optimum is the two together: each seed
+    measures EAGLE-3 beside 128, as a combination (its mean beat the incumbent's) or a
+    refinement (its effect alone was within the noise; seeds 0 and 10), and the pick
+    carries 128 (with or without EAGLE-3: 1 % apart, within the noise)."""
+    rules = [{"name": "graphs", "table": {"knob": "cuda_graph_max_bs", "op": "mul",
+                                          "points": {128: {"decode_tps": 1.0},
+                                                     512: {"decode_tps": 0.965}}}},
+             {"name": "eagle", "when": {"speculative_eagle_topk": 1},
+              "mul": {"decode_tps": 1.01}},
+             {"name": "tree", "when": {"speculative_eagle_topk": {"gt": 1}},
+              "mul": {"decode_tps": 0.8}}]
+    body = (f"knobs:\n  memory.cuda_graph_max_bs: [128, 512]\n  speculative: [off, {EAGLE},"
+            f" {TREE}]\nloads: [1]\n"
+            "requests: {input_len: 32, output_len: 32, prompts_per_level: 2}\n"
+            "objectives: {single_stream: {}}\nbudget: {loads: 7}\n")
+    phases, picks = [], []
+    for seed in range(12):
+        run, host = tune(snapshot, tmp_path, body, surface(rules, 0.02, seed))
+        both = next(o for o in run.outcomes if len(o.choice) == 2
+                    and "eagle_topk=1" in o.choice["speculative"])
+        assert both.status == "measured" and both.phase in ("combination", "refinement")
+        phases.append(both.phase)
+        assert host.loads <= 6  # the sweep's four and its follow-ups, at most half as many
+        picks.append(run.best("single_stream").choice.get("memory.cuda_graph_max_bs"))
+    assert "refinement" in phases, phases  # the case a combination alone misses
+    assert picks.count("128") >= 11, picks
+
+
+def test_a_retry_takes_the_most_relieving_of_tied_values(snapshot, tmp_path) -> None:
+    """Graph max bs 128 and 256 are equally fast alone; EAGLE-3 fails capturing graphs
+    at 512. Under 2 % noise which of the two measured faster is the noise's choice: the
+    retry pairs EAGLE-3 with 128, the one that relieves a capture OOM most, every time
+    (by the faster mean alone, about half the seeds would take 256)."""
+    rules = [{"name": "graphs", "table": {"knob": "cuda_graph_max_bs", "op": "mul",
+                                          "points": {128: {"decode_tps": 1.0},
+                                                     256: {"decode_tps": 1.0},
+                                                     512: {"decode_tps": 0.95}}}},
+             {"name": "eagle", "when": {"speculative_algorithm": {"ne": None}},
+              "mul": {"decode_tps": 1.15}},
+             {"name": "draft graphs", "when": {"speculative_algorithm": {"ne": None},
+                                               "cuda_graph_max_bs": {"ge": 384}},
+              "fail": {"phase": "start", "builtin": "capture_oom"}}]
+    body = (f"knobs:\n  memory.cuda_graph_max_bs: [128, 256, 512]\n  speculative: [off, "
+            f"{EAGLE}]\nloads: [1]\n"
+            "requests: {input_len: 32, output_len: 32, prompts_per_level: 2}\n"
+            "objectives: {single_stream: {}}\nbudget: {loads: 7}\n")
+    for seed in range(6):
+        run, _ = tune(snapshot, tmp_path, body, surface(rules, 0.02, seed))
+        retry = next(o for o in run.outcomes if o.phase == "retry")
+        assert retry.choice["memory.cuda_graph_max_bs"] == "128", (seed, retry.choice)

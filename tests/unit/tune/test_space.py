@@ -78,6 +78,13 @@ def test_a_flag_knob_checked_against_the_catalog(tmp_path) -> None:
      "1..10000"),
     ("knobs:\n  memory.cuda_graph_max_bs: [128]\nbudget: {wall: 0 h}\n", "budget.wall",
      "positive"),
+    # a repeat resolution that is not a relative gain (0 would ask for endless runs)
+    ("knobs:\n  memory.cuda_graph_max_bs: [128]\nrepeats: {resolution: 0}\n",
+     "repeats.resolution", "between 0.001 and 0.5"),
+    ("knobs:\n  memory.cuda_graph_max_bs: [128]\nrepeats: {resolution: .nan}\n",
+     "repeats.resolution", "between 0.001 and 0.5"),
+    ("knobs:\n  memory.cuda_graph_max_bs: [128]\nrepeats: {resolution: 2 %}\n",
+     "repeats.resolution", "0.02: 2 %"),
     # a field a tune may not vary, an unknown key
     ("knobs:\n  model.path: [/models/x]\n", "knobs.model.path", "not the model"),
     ("knobs:\n  memory.cuda_graph_max_bs: [128]\nbudgets: {}\n", "budgets", "unknown key"),
