@@ -3,6 +3,7 @@
     .venv/bin/python bench/tune_surface.py                 # every lab/surfaces/*.yaml
     .venv/bin/python bench/tune_surface.py --noise 0.02 --seeds 30   # picks under noise
     .venv/bin/python bench/tune_surface.py --lab           # also one real lab tune (wall time)
+    .venv/bin/python bench/tune_surface.py --hosts 2,4     # a fleet's simulated wall time
 
 For each surface it runs the tuner's own search (gpuserve/tune: the same preparation,
 pruning, calibration, order, early stop and combinations as ``gpuserve tune``) over
@@ -18,7 +19,10 @@ deviation (``--start-noise`` adds one draw per server start), N seeded tunes per
 surface, and it prints per objective how often the pick lands within 1 % and 3 % of
 the optimum (judged by the pick's noise-free figure). With ``--lab`` it also runs
 ``gpuserve tune`` on the running lab host ($GPUSERVE_LAB_NAME, inventory/lab.py) on
-the default surface and prints what a tune costs there in wall time.
+the default surface and prints what a tune costs there in wall time. With ``--hosts N``
+it also runs each surface's tune over a simulated fleet of N such hosts (gpuserve/tune/
+schedule.py, the same search spread over them) and prints its simulated wall time beside
+one host's, the loads on each host and the rounds (the most loads any host ran).
 
 The host is the lab's: the reference box's GPUs and host facts, the composed GLM-5 NVFP4
 checkpoint (the same headers the on-host preflight reads).
@@ -44,6 +48,7 @@ from gpuserve.launch.dialect import render_launch  # noqa: E402
 from gpuserve.memory.checkpoint import _scan_module  # noqa: E402
 from gpuserve.tune.candidates import Candidate  # noqa: E402
 from gpuserve.tune.predict import Comm  # noqa: E402
+from gpuserve.tune.schedule import Fleet  # noqa: E402
 from gpuserve.tune.search import Measurement, run_search  # noqa: E402
 from gpuserve.tune.session import prepare  # noqa: E402
 from gpuserve.tune.snapshot import HostSnapshot  # noqa: E402
@@ -183,6 +188,35 @@ def one_surface(path: Path, snap: HostSnapshot, noise: tuple[float, float] = (0.
     return out
 
 
+def fleet_tune(path: Path, snap: HostSnapshot, hosts: int, tune_file: Path = TUNE):
+    """The noise-free tune of ``path`` over ``hosts`` simulated hosts: (run, fleet, one
+    host's run, its SurfaceHost)."""
+    spec, raw = load_tune(tune_file)
+    prepared = prepare(spec, raw, snap, comm=Comm(105.6, 9.59), log=lambda line: None,
+                       stamp=lambda: "")
+    one = SurfaceHost(surfaces.load(path), spec)
+    single = run_search(spec, prepared.knobs, prepared.ctx, one, Memory())
+    executors = {f"sim-{i + 1}": SurfaceHost(surfaces.load(path), spec) for i in range(hosts)}
+    fleet = Fleet(executors, ordered=True, log=lambda line: None)
+    prepared = prepare(spec, raw, snap, comm=Comm(105.6, 9.59), log=lambda line: None,
+                       stamp=lambda: "")
+    run = run_search(spec, prepared.knobs, prepared.ctx, fleet, Memory())
+    return run, fleet, single, one
+
+
+def fleet_report(path: Path, snap: HostSnapshot, hosts: int) -> None:
+    """One line: the fleet's simulated wall time against one host's, side by side."""
+    run, fleet, single, one = fleet_tune(path, snap, hosts)
+    wall = max(h.clock for h in fleet.hosts)
+    same = all(run.best(o) and single.best(o) and run.best(o).candidate ==
+               single.best(o).candidate for o, _ in OBJECTIVES)
+    print(f"  fleet of {hosts}: simulated wall {wall:.0f} s vs one host's {one.t:.0f} s "
+          f"(x{wall / one.t:.2f}); loads {run.tally.loads} vs {single.tally.loads} "
+          f"(per host {', '.join(str(h.loads) for h in fleet.hosts)}); rounds "
+          f"{max(h.loads for h in fleet.hosts)} vs {one.loads}; picks "
+          f"{'the same' if same else 'DIFFERENT'}")
+
+
 def noisy_picks(tune, optima: dict, noise: tuple[float, float], seeds: int) -> dict:
     """Per objective: picks within 1 % and 3 % of the optimum over ``seeds`` tunes, and
     the loads and repeats those tunes used against a one-knob sweep's."""
@@ -228,6 +262,8 @@ def main() -> int:
     ap.add_argument("--start-noise", type=float, default=0.0,
                     help="relative sd of each server start (default 0)")
     ap.add_argument("--seeds", type=int, default=30, help="seeded tunes under noise")
+    ap.add_argument("--hosts", default="",
+                    help="fleet sizes to simulate, comma-separated (e.g. 2,4)")
     ap.add_argument("--surfaces", nargs="*", type=Path,
                     help="surface files (default: every lab/surfaces/*.yaml)")
     args = ap.parse_args()
@@ -239,6 +275,8 @@ def main() -> int:
         for path in paths:
             r = one_surface(path, snap, (args.noise, args.start_noise), seeds)
             ok &= report(r)
+            for n in [int(x) for x in args.hosts.split(",") if x.strip()]:
+                fleet_report(path, snap, n)
     if args.lab:
         took = lab_tune()
         print(f"lab tune wall time: {took:.0f} s" if took else "lab tune failed")
