@@ -36,5 +36,15 @@ def _names() -> list[str]:
     return [first, f"{first}-2"]
 
 
-gpu = [("lab-gpu" if i == 0 else f"lab-gpu-{i + 1}", _lab.host_data_for(name))
-       for i, name in enumerate(_names())]
+#: the gateway's keys: no gateway here (inventory/lab_fleet.py has one)
+_ROUTER_KEYS = tuple(k for k in _lab.LAB_HOST_DATA if k.startswith("router_"))
+
+
+def _host(index: int, name: str) -> tuple[str, dict]:
+    data = _lab.host_data_for(name)
+    for key in _ROUTER_KEYS:
+        data.pop(key, None)
+    return ("lab-gpu" if index == 0 else f"lab-gpu-{index + 1}"), data
+
+
+gpu = [_host(i, name) for i, name in enumerate(_names())]

@@ -184,7 +184,7 @@ class Fleet:
             t.start()
         interrupted = self._wait(threads, sched.stop)
         self.assigned.append(sched.assigned)
-        if interrupted:
+        if interrupted or self.stopping.is_set():
             raise KeyboardInterrupt
         if errors:
             raise errors[0]
@@ -217,7 +217,9 @@ class Fleet:
                     if candidate is None:
                         return
                     step(candidate)
-                except KeyboardInterrupt:
+                except KeyboardInterrupt:  # this host's deploy was interrupted
+                    self.stopping.set()
+                    sched.stop()
                     return
                 except BaseException as e:  # noqa: BLE001 - raised again by spread()
                     errors.append(e)

@@ -125,3 +125,24 @@ def test_budget_counts_every_hosts_loads(snapshot) -> None:
                            {n: BENCH.SurfaceHost for n in "abc"}, "budget: {loads: 6}")
     assert run.tally.budget_hit == "budget of 6 loads spent"
     assert sum(h.loads for h in fleet.hosts) == run.tally.loads == 6
+
+
+class InterruptedHost(BENCH.SurfaceHost):
+    """Ctrl-C arrives during this host's second load."""
+
+    def measure(self, candidate, profile, levels, first, repeat=1):
+        if first and self.loads == 1:
+            raise KeyboardInterrupt
+        return super().measure(candidate, profile, levels, first, repeat)
+
+
+def test_ctrl_c_on_one_host_stops_the_fleet_and_records_nothing_interrupted(snapshot
+                                                                          ) -> None:
+    run, fleet, _ = _fleet(snapshot, SURFACES / "h200-nvlink.yaml",
+                           {"a": BENCH.SurfaceHost, "b": InterruptedHost})
+    assert run.tally.interrupted
+    # the incumbent, and what host a finished before it learnt of the interrupt
+    done = {o.candidate for o in run.outcomes}
+    assert [o.phase for o in run.outcomes][0] == "incumbent" and len(done) <= 2
+    interrupted = fleet.assigned[0]["b"][0]
+    assert interrupted not in done
