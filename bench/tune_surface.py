@@ -22,7 +22,8 @@ the optimum (judged by the pick's noise-free figure). With ``--lab`` it also run
 the default surface and prints what a tune costs there in wall time. With ``--hosts N``
 it also runs each surface's tune over a simulated fleet of N such hosts (gpuserve/tune/
 schedule.py, the same search spread over them) and prints its simulated wall time beside
-one host's, the loads on each host and the rounds (the most loads any host ran).
+one host's, the loads on each host and the rounds (the most loads any host ran), for
+the lab tune file and the lab's fleet tune file (tests/fixtures/tune/lab-fleet.tune.yaml).
 
 The host is the lab's: the reference box's GPUs and host facts, the composed GLM-5 NVFP4
 checkpoint (the same headers the on-host preflight reads).
@@ -57,6 +58,7 @@ from lab import surface as surfaces  # noqa: E402
 from tests.checkpoints import compose_record  # noqa: E402
 
 TUNE = REPO / "tests/fixtures/tune/lab.tune.yaml"
+FLEET_TUNE = REPO / "tests/fixtures/tune/lab-fleet.tune.yaml"  # one knob, twelve values
 BOX = REPO / "tests/fixtures/hostfacts/reference-box-kvm.json"
 VERSION = "0.5.23"
 LOAD_S = 3.0  # inventory/lab.py's simulated weight load
@@ -204,13 +206,15 @@ def fleet_tune(path: Path, snap: HostSnapshot, hosts: int, tune_file: Path = TUN
     return run, fleet, single, one
 
 
-def fleet_report(path: Path, snap: HostSnapshot, hosts: int) -> None:
+def fleet_report(path: Path, snap: HostSnapshot, hosts: int, tune_file: Path = TUNE) -> None:
     """One line: the fleet's simulated wall time against one host's, side by side."""
-    run, fleet, single, one = fleet_tune(path, snap, hosts)
+    run, fleet, single, one = fleet_tune(path, snap, hosts, tune_file)
     wall = max(h.clock for h in fleet.hosts)
+    names = [o.name for o in run.spec.objectives]
     same = all(run.best(o) and single.best(o) and run.best(o).candidate ==
-               single.best(o).candidate for o, _ in OBJECTIVES)
-    print(f"  fleet of {hosts}: simulated wall {wall:.0f} s vs one host's {one.t:.0f} s "
+               single.best(o).candidate for o in names)
+    print(f"  {tune_file.name}, fleet of {hosts}: simulated wall {wall:.0f} s vs one "
+          f"host's {one.t:.0f} s "
           f"(x{wall / one.t:.2f}); loads {run.tally.loads} vs {single.tally.loads} "
           f"(per host {', '.join(str(h.loads) for h in fleet.hosts)}); rounds "
           f"{max(h.loads for h in fleet.hosts)} vs {one.loads}; picks "
@@ -275,8 +279,9 @@ def main() -> int:
         for path in paths:
             r = one_surface(path, snap, (args.noise, args.start_noise), seeds)
             ok &= report(r)
-            for n in [int(x) for x in args.hosts.split(",") if x.strip()]:
-                fleet_report(path, snap, n)
+            for tune_file in (TUNE, FLEET_TUNE) if args.hosts else ():
+                for n in [int(x) for x in args.hosts.split(",") if x.strip()]:
+                    fleet_report(path, snap, n, tune_file)
     if args.lab:
         took = lab_tune()
         print(f"lab tune wall time: {took:.0f} s" if took else "lab tune failed")
