@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -119,3 +120,35 @@ def test_equal_hosts_go_on_to_the_snapshots(tmp_path, capsys) -> None:
     err = capsys.readouterr()
     assert rc != 0 and mark.exists()
     assert "the snapshot of gpu1 failed (nothing changed)" in err.err + err.out
+
+
+def test_snapshots_that_differ_are_refused_before_any_load(tmp_path, capsys) -> None:
+    """The snapshots (read-only runs) go ahead; gpu2's has four GPUs: refused, naming
+    host, field and both values, before any serve deploy (the fake pyinfra writes the
+    snapshot it is asked for and marks any other deploy)."""
+    loaded = tmp_path / "serve-ran"
+    doc = {"schema": "gpuserve.tune-snapshot/1", "sglang_version": "0.5.23",
+           "lock": "sglang-0.5.23@abc", "gpus": BOX["gpus"], "checkpoint": SCAN,
+           "host_facts": BOX, "host_json": None}
+    fake = tmp_path / "pyinfra"
+    fake.write_text(f"""#!{sys.executable}
+import json, os, sys
+args = sys.argv[1:]
+host = args[args.index("--limit") + 1]
+target = [a.split("=", 1)[1] for a in args if a.startswith("tune_snapshot=")]
+if not target:
+    open({str(loaded)!r}, "w").close()
+    sys.exit(1)
+doc = dict({doc!r}, host=host)
+if host == "gpu2":
+    doc["gpus"] = doc["gpus"][:4]
+os.makedirs(os.path.dirname(target[0]), exist_ok=True)  # as the deploy does
+open(target[0], "w").write(json.dumps(doc))
+""")
+    fake.chmod(0o755)
+    rc = cli_main(["tune", str(_inventory(tmp_path, {})), str(_tune_file(tmp_path)),
+                   "--limit", "gpu1,gpu2", "--pyinfra", str(fake),
+                   "--results", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert rc == 2 and not loaded.exists(), err
+    assert "gpu2: gpu count is 4, gpu1's is 8" in err and "before any load" in err, err
