@@ -5,6 +5,7 @@
     .venv/bin/python bench/tune_surface.py --lab           # also one real lab tune (wall time)
     .venv/bin/python bench/tune_surface.py --noise 0.02 --seeds 30 \
         --surfaces lab/surfaces/*.yaml bench/surfaces/*.yaml  # and surfaces the tuner never saw
+    .venv/bin/python bench/tune_surface.py --hosts 2,4     # a fleet's simulated wall time
 
 For each surface it runs the tuner's own search (gpuserve/tune: the same preparation,
 pruning, calibration, order, early stop and combinations as ``gpuserve tune``) over
@@ -23,7 +24,11 @@ tunes took. ``--surfaces`` takes other surface files: bench/surfaces/ holds some
 lab does not ship (bench/surfaces/README.md), to check the search on surfaces it was
 not written for. With ``--lab`` it also runs
 ``gpuserve tune`` on the running lab host ($GPUSERVE_LAB_NAME, inventory/lab.py) on
-the default surface and prints what a tune costs there in wall time.
+the default surface and prints what a tune costs there in wall time. With ``--hosts N``
+it also runs each surface's tune over a simulated fleet of N such hosts (gpuserve/tune/
+schedule.py, the same search spread over them) and prints its simulated wall time beside
+one host's, the loads on each host and the rounds (the most loads any host ran), for
+the lab tune file and the lab's fleet tune file (tests/fixtures/tune/lab-fleet.tune.yaml).
 
 The host is the lab's: the reference box's GPUs and host facts, the composed GLM-5 NVFP4
 checkpoint (the same headers the on-host preflight reads).
@@ -49,6 +54,7 @@ from gpuserve.launch.dialect import render_launch  # noqa: E402
 from gpuserve.memory.checkpoint import _scan_module  # noqa: E402
 from gpuserve.tune.candidates import Candidate  # noqa: E402
 from gpuserve.tune.predict import Comm  # noqa: E402
+from gpuserve.tune.schedule import Fleet  # noqa: E402
 from gpuserve.tune.search import Measurement, run_search  # noqa: E402
 from gpuserve.tune.session import prepare  # noqa: E402
 from gpuserve.tune.snapshot import HostSnapshot  # noqa: E402
@@ -57,6 +63,7 @@ from lab import surface as surfaces  # noqa: E402
 from tests.checkpoints import compose_record  # noqa: E402
 
 TUNE = REPO / "tests/fixtures/tune/lab.tune.yaml"
+FLEET_TUNE = REPO / "tests/fixtures/tune/lab-fleet.tune.yaml"  # one knob, twelve values
 BOX = REPO / "tests/fixtures/hostfacts/reference-box-kvm.json"
 VERSION = "0.5.23"
 LOAD_S = 3.0  # inventory/lab.py's simulated weight load
@@ -188,6 +195,37 @@ def one_surface(path: Path, snap: HostSnapshot, noise: tuple[float, float] = (0.
     return out
 
 
+def fleet_tune(path: Path, snap: HostSnapshot, hosts: int, tune_file: Path = TUNE):
+    """The noise-free tune of ``path`` over ``hosts`` simulated hosts: (run, fleet, one
+    host's run, its SurfaceHost)."""
+    spec, raw = load_tune(tune_file)
+    prepared = prepare(spec, raw, snap, comm=Comm(105.6, 9.59), log=lambda line: None,
+                       stamp=lambda: "")
+    one = SurfaceHost(surfaces.load(path), spec)
+    single = run_search(spec, prepared.knobs, prepared.ctx, one, Memory())
+    executors = {f"sim-{i + 1}": SurfaceHost(surfaces.load(path), spec) for i in range(hosts)}
+    fleet = Fleet(executors, ordered=True, log=lambda line: None)
+    prepared = prepare(spec, raw, snap, comm=Comm(105.6, 9.59), log=lambda line: None,
+                       stamp=lambda: "")
+    run = run_search(spec, prepared.knobs, prepared.ctx, fleet, Memory())
+    return run, fleet, single, one
+
+
+def fleet_report(path: Path, snap: HostSnapshot, hosts: int, tune_file: Path = TUNE) -> None:
+    """One line: the fleet's simulated wall time against one host's, side by side."""
+    run, fleet, single, one = fleet_tune(path, snap, hosts, tune_file)
+    wall = max(h.clock for h in fleet.hosts)
+    names = [o.name for o in run.spec.objectives]
+    same = all(run.best(o) and single.best(o) and run.best(o).candidate ==
+               single.best(o).candidate for o in names)
+    print(f"  {tune_file.name}, fleet of {hosts}: simulated wall {wall:.0f} s vs one "
+          f"host's {one.t:.0f} s "
+          f"(x{wall / one.t:.2f}); loads {run.tally.loads} vs {single.tally.loads} "
+          f"(per host {', '.join(str(h.loads) for h in fleet.hosts)}); rounds "
+          f"{max(h.loads for h in fleet.hosts)} vs {one.loads}; picks "
+          f"{'the same' if same else 'DIFFERENT'}")
+
+
 def noisy_picks(tune, optima: dict, noise: tuple[float, float], seeds: int) -> dict:
     """Per objective: picks within 1 % and 3 % of the optimum over ``seeds`` tunes, and
     the loads and repeats those tunes used against a one-knob sweep's."""
@@ -235,6 +273,8 @@ def main() -> int:
     ap.add_argument("--start-noise", type=float, default=0.0,
                     help="relative sd of each server start (default 0)")
     ap.add_argument("--seeds", type=int, default=30, help="seeded tunes under noise")
+    ap.add_argument("--hosts", default="",
+                    help="fleet sizes to simulate, comma-separated (e.g. 2,4)")
     ap.add_argument("--surfaces", nargs="*", type=Path,
                     help="surface files (default: every lab/surfaces/*.yaml)")
     args = ap.parse_args()
@@ -246,6 +286,9 @@ def main() -> int:
         for path in paths:
             r = one_surface(path, snap, (args.noise, args.start_noise), seeds)
             ok &= report(r)
+            for tune_file in (TUNE, FLEET_TUNE) if args.hosts else ():
+                for n in [int(x) for x in args.hosts.split(",") if x.strip()]:
+                    fleet_report(path, snap, n, tune_file)
     if args.lab:
         took = lab_tune()
         print(f"lab tune wall time: {took:.0f} s" if took else "lab tune failed")

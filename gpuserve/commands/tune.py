@@ -50,9 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "results, as the serve deploy's results_dir)")
     p.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                    help="host data override passed to every deploy (pyinfra --data)")
-    p.add_argument("--limit", help="the one inventory host to tune")
+    p.add_argument("--limit", help="the inventory host to tune, or several with the same "
+                   "GPUs, lock and checkpoint, comma-separated: one search spread over them "
+                   "(docs/tune.md, \"A fleet in parallel\")")
     p.add_argument("--leave", default="original", choices=("original", *OBJECTIVES),
-                   help="leave the host on its original profile (default) or a winner")
+                   help="leave the host (each host) on its original profile (default) or a "
+                   "winner")
     p.add_argument("--pyinfra", default=str(Path(sys.executable).with_name("pyinfra")),
                    help="the pyinfra executable")
     p.set_defaults(func=run)
@@ -79,18 +82,29 @@ class FileStore:
 
 
 class PyinfraRunner:
-    """Runs the deploys as subprocesses, echoing their progress lines."""
+    """Runs the deploys as subprocesses, echoing their progress lines. ``limit``: the
+    host (else ``--limit``); ``stopping``: a fleet's Ctrl-C, after which a deploy that
+    ends (or would start) raises KeyboardInterrupt in its thread, as Ctrl-C does in the
+    one host's."""
 
-    def __init__(self, args: argparse.Namespace, results: Path):
+    def __init__(self, args: argparse.Namespace, results: Path, limit: str | None = None,
+                 stopping=None):
         self.args, self.results = args, results
+        self.limit = limit or args.limit
+        self.stopping = stopping
+
+    def _stopped(self) -> None:
+        if self.stopping is not None and self.stopping.is_set():
+            raise KeyboardInterrupt
 
     def deploy(self, op: str, *data: str) -> tuple[int, str]:
+        self._stopped()
         argv = [self.args.pyinfra, "-y", self.args.inventory, op,
                 "--data", f"results_dir={self.results}"]
         for item in [*self.args.data, *data]:
             argv += ["--data", item]
-        if self.args.limit:
-            argv += ["--limit", self.args.limit]
+        if self.limit:
+            argv += ["--limit", self.limit]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace")
         assert proc.stdout is not None
@@ -100,7 +114,9 @@ class PyinfraRunner:
             lines.append(line)
             if _ECHO.search(line):
                 print(f"    | {line.strip()}", flush=True)
-        return proc.wait(), "\n".join(lines)
+        rc = proc.wait()
+        self._stopped()
+        return rc, "\n".join(lines)
 
 
 class PyinfraExecutor:
@@ -260,6 +276,12 @@ def run(args: argparse.Namespace) -> int:
     check_data(args.data)
     spec, raw_knobs = load_tune(args.tune_file)  # bad input: before any host is touched
     precheck(spec, raw_knobs)
+    hosts = limit_hosts(args.limit)
+    if len(hosts) > 1:
+        from gpuserve.commands._tune_fleet import Parts, run_fleet
+
+        return run_fleet(args, spec, raw_knobs, hosts, Parts(
+            PyinfraRunner, PyinfraExecutor, FileStore, _report, _leave, SNAPSHOT))
     results = Path(args.results).resolve()
     runner = PyinfraRunner(args, results)
     work = results / ".tune" / spec.name
@@ -287,6 +309,16 @@ def run(args: argparse.Namespace) -> int:
     _report(tune, prepared, store_dir, args)
     _leave(tune, runner, store_dir, args)
     return 130 if tune.tally.interrupted else 0
+
+
+def limit_hosts(limit: str | None) -> list[str]:
+    """``--limit``'s hosts: one, or several comma-separated (a fleet)."""
+    names = [n.strip() for n in (limit or "").split(",") if n.strip()]
+    if limit is not None and not names:
+        raise InputError("--limit", None, "names no host")
+    if len(set(names)) < len(names):
+        raise InputError("--limit", None, "names a host twice")
+    return names
 
 
 def _report(tune, prepared, store_dir: Path, args) -> None:

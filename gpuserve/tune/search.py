@@ -52,6 +52,8 @@ class Measurement:
     after_weights_gib: float | None = None  # SGLang's own figure of this start
     runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # each run's, when
     # a level ran more than once (``repeat``); ``levels`` then holds the last
+    extra_loads: int = 0  # loads on other hosts this measurement made (a fleet's
+    # incumbent on each host: gpuserve/tune/schedule.py)
 
 
 class Executor(Protocol):
@@ -208,17 +210,19 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
         _calibrate(st)
         _noise_line(st)
         _estimate(st, singles)
-        for candidate in _ordered(st, singles):
-            _step(st, candidate)
+        _each(st, _ordered(st, singles), _step)
         st.sweep_loads = st.tally.loads
-        _phase(st, retries(spec, knobs, st.outcomes, ctx, spec.objectives[0].name,
-                           st.noise))
-        seen = {o.candidate for o in st.outcomes}
+        # retries and each objective's combinations follow from the one-knob outcomes
+        # alone: all known now (a fleet measures them side by side: _phases)
+        retried = retries(spec, knobs, st.outcomes, ctx, spec.objectives[0].name, st.noise)
+        seen = {o.candidate for o in st.outcomes} | {c.name for c in retried}
+        groups = [retried]
         for objective in spec.objectives:
             combos = combinations(spec, _winners(st, knobs, objective.name), ctx.config_key,
                                   seen)
             seen |= {c.name for c in combos}
-            _phase(st, combos)
+            groups.append(combos)
+        _phases(st, groups)
         for objective in spec.objectives:
             around = refinements(spec, knobs, st.outcomes, ctx.config_key, objective.name,
                                  st.noise, seen)
@@ -234,18 +238,44 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
     return TuneRun(spec, st.outcomes, st.tally, st.calibration, st.noise)
 
 
-def _phase(st: _State, candidates: list[Candidate]) -> None:
+def _phases(st: _State, groups: list[list[Candidate]]) -> None:
+    """Each group a phase of its own; over a fleet, one phase (no host waits for the
+    slowest of a group before the next group starts)."""
+    if getattr(st.executor, "spread", None) is None:
+        for group in groups:
+            _phase(st, group)
+    else:
+        _phase(st, *groups)
+
+
+def _phase(st: _State, *groups: list[Candidate]) -> None:
+    candidates = [c for group in groups for c in group]
     st.planned = st.index + len(candidates)
     st.tally.generated += len(candidates)
     cap = math.floor(FOLLOW_UP * st.sweep_loads) if st.sweep_loads is not None else None
-    for candidate in _ordered(st, candidates):
+
+    def one(st: _State, candidate: Candidate) -> None:
         if cap is not None and st.tally.loads - st.sweep_loads >= cap and \
                 st.store.get(candidate.name) is None:
             st.index += 1
             st.say(candidate, f"skipped: follow-ups after the sweep load at most {cap} "
                    f"launches ({FOLLOW_UP:g} x the sweep's {st.sweep_loads})")
-            continue
+            return
         _step(st, candidate)
+
+    _each(st, [c for group in groups for c in _ordered(st, group)], one)
+
+
+def _each(st: _State, candidates: list[Candidate], step: Callable[[_State, Candidate], None]
+          ) -> None:
+    """``step`` each candidate in order; over a fleet, each on whichever host is free
+    (the executor's ``spread``: gpuserve/tune/schedule.py)."""
+    spread = getattr(st.executor, "spread", None)
+    if spread is None:
+        for candidate in candidates:
+            step(st, candidate)
+    else:
+        spread(candidates, lambda candidate: step(st, candidate))
 
 
 def _noise_line(st: _State) -> None:
@@ -369,9 +399,9 @@ def _measure(st: _State, candidate: Candidate) -> None:
     st.say(candidate, f"loading and measuring concurrency {', '.join(map(str, levels))}"
            + (f", {repeat} runs each" if repeat > 1 else ""))
     t0 = st.executor.now()
+    st.tally.loads += 1  # counted while it loads: over a fleet, others check the budget
     first = st.executor.measure(candidate, profile, levels, True, repeat)
-    if first.status != LoadStatus.REFUSED:
-        st.tally.loads += 1
+    st.tally.loads += first.extra_loads - (first.status == LoadStatus.REFUSED)
     samples: dict[int, list[dict]] = {}
     _take(outcome, first, samples)
     if first.status != LoadStatus.OK:
