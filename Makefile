@@ -32,41 +32,49 @@ unit: setup
 lab: lab-deps
 	$(BIN)/pytest -m lab
 
-# Everything CI runs: lint, then four pytest processes side by side, each with its own log
+# Everything CI runs: lint, then five pytest processes side by side, each with its own log
 # and temporary directory: the unit tier (niced), the VM lab tier (`-m "lab and vm"`: the
 # tests that need a kernel, on the QEMU VM, bound by its emulated CPUs) and the container
-# lab tier in two halves on two hosts of their own (`-m "lab and not vm"`: everything
-# above the kernel, on systemd-nspawn hosts at native speed): the modules that bring
-# their own host to the state they need and spend most of their time waiting on servers
-# (the tuner's, Debian 13's: CONTAINER_OWN_HOST) on lab host "pytest-own", the rest, in
-# their order, on "pytest", whose output streams here. The lab's disk images (debootstrap
+# lab tier in three parts on hosts of their own (`-m "lab and not vm"`: everything above
+# the kernel, on systemd-nspawn hosts at native speed): modules that bring their own
+# hosts to the state they need and spend most of their time waiting on servers, the
+# tuner's on lab host "pytest-own" (CONTAINER_OWN_HOST), the fleet's, the fleet tune's
+# and Debian 13's on "pytest-side" and its clones (CONTAINER_SIDE), the rest, in their
+# order, on "pytest", whose output streams here. The lab's disk images (debootstrap
 # and dpkg, minutes on a fresh machine) are built first, beside the unit tier. The logs of
 # the others are printed once all are done; an interrupted run stops them (background
 # jobs ignore Ctrl-C: the trap).
 # (The unit tier stays on one core: under pytest-xdist a worker was lost near the end of
 # the run, at a different test each time, 2 of 3 runs; not understood yet.)
 PYTEST_TIER = $(BIN)/pytest -p no:cacheprovider
-CONTAINER_OWN_HOST = tests/lab/test_tune.py tests/lab/test_debian13.py
+CONTAINER_OWN_HOST = tests/lab/test_tune.py
+# in this order: the fleet tune clones "pytest-side-2", which the fleet module names too
+CONTAINER_SIDE = tests/lab/test_tune_fleet.py tests/lab/test_debian13.py tests/lab/test_fleet.py
 test: lab-deps
 	$(BIN)/ruff check .
 	@nice -n 10 $(PYTEST_TIER) -m "not lab" --basetemp=$(VENV)/tmp-unit >$(VENV)/unit.log 2>&1 & unit=$$!; \
-	vm=; own=; trap 'kill $$unit $$vm $$own 2>/dev/null; tail -n 20 $(VENV)/unit.log $(VENV)/vm.log $(VENV)/own.log; exit 130' INT TERM HUP; \
+	vm=; own=; side=; trap 'kill $$unit $$vm $$own $$side 2>/dev/null; tail -n 20 $(VENV)/unit.log $(VENV)/vm.log $(VENV)/own.log $(VENV)/side.log; exit 130' INT TERM HUP; \
 	echo "the unit tier runs beside the lab tiers (log: $(VENV)/unit.log)"; \
-	lab=1; vmrc=1; ownrc=1; if $(BIN)/python -m lab image; then \
+	lab=1; vmrc=1; ownrc=1; siderc=1; if $(BIN)/python -m lab image; then \
 	  $(PYTEST_TIER) -m "lab and vm" --basetemp=$(VENV)/tmp-vm --durations=30 >$(VENV)/vm.log 2>&1 & vm=$$!; \
 	  echo "the VM lab tier runs beside the container lab tier (log: $(VENV)/vm.log)"; \
 	  GPUSERVE_LAB_NAME=pytest-own $(PYTEST_TIER) -m "lab and not vm" --basetemp=$(VENV)/tmp-own \
 	    --durations=20 $(CONTAINER_OWN_HOST) >$(VENV)/own.log 2>&1 & own=$$!; \
 	  echo "$(CONTAINER_OWN_HOST) run beside it on a host of their own (log: $(VENV)/own.log)"; \
+	  GPUSERVE_LAB_NAME=pytest-side $(PYTEST_TIER) -m "lab and not vm" --basetemp=$(VENV)/tmp-side \
+	    --durations=20 $(CONTAINER_SIDE) >$(VENV)/side.log 2>&1 & side=$$!; \
+	  echo "$(CONTAINER_SIDE) run beside it on hosts of their own (log: $(VENV)/side.log)"; \
 	  $(PYTEST_TIER) -m "lab and not vm" --basetemp=$(VENV)/tmp-container --durations=40 \
-	    $(foreach m,$(CONTAINER_OWN_HOST),--ignore=$(m)); lab=$$?; \
-	  echo "waiting for the other lab processes"; wait $$own; ownrc=$$?; wait $$vm; vmrc=$$?; fi; \
+	    $(foreach m,$(CONTAINER_OWN_HOST) $(CONTAINER_SIDE),--ignore=$(m)); lab=$$?; \
+	  echo "waiting for the other lab processes"; wait $$own; ownrc=$$?; wait $$side; siderc=$$?; \
+	  wait $$vm; vmrc=$$?; fi; \
 	echo "waiting for the unit tier"; wait $$unit; unit=$$?; \
 	echo "=== container lab tier, own-host modules (exit $$ownrc) ==="; cat $(VENV)/own.log; \
+	echo "=== container lab tier, side modules (exit $$siderc) ==="; cat $(VENV)/side.log; \
 	echo "=== VM lab tier (exit $$vmrc) ==="; cat $(VENV)/vm.log; \
 	echo "=== unit tier (exit $$unit) ==="; cat $(VENV)/unit.log; \
-	echo "=== container lab tier: exit $$lab, own-host modules: exit $$ownrc, VM lab tier: exit $$vmrc, unit tier: exit $$unit ==="; \
-	[ $$unit -eq 0 ] && [ $$lab -eq 0 ] && [ $$ownrc -eq 0 ] && [ $$vmrc -eq 0 ]
+	echo "=== container lab tier: exit $$lab, own-host modules: exit $$ownrc, side modules: exit $$siderc, VM lab tier: exit $$vmrc, unit tier: exit $$unit ==="; \
+	[ $$unit -eq 0 ] && [ $$lab -eq 0 ] && [ $$ownrc -eq 0 ] && [ $$siderc -eq 0 ] && [ $$vmrc -eq 0 ]
 
 # Boot a container lab host and serve on it, ending with the smoke completion line.
 demo: lab-deps

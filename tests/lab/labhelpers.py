@@ -5,7 +5,9 @@ for the modules there (no package, rootdir import mode ``prepend``)."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 UNIT = "gpuserve-sglang.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
@@ -136,3 +138,32 @@ def lab_hub(lab) -> LabHub:
     hub = LabHub(lab)
     hub.reset()
     return hub
+
+
+def serve_inventory_profile(lab) -> None:
+    """The host serving its inventory profile, whatever ran before (nothing, on a fresh
+    lab): the host deploy where the driver is missing, then the serve deploy."""
+    served = lab.ssh("test -f /etc/gpuserve/sglang.env").returncode == 0
+    if served and served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab):
+        return
+    if lab.ssh("command -v nvidia-smi").returncode != 0:
+        lab.run_pyinfra("deploy/host.py", "--data", "nvidia_install_headers=False")
+    lab.run_pyinfra("deploy/serve.py", "--data", "bench=off")
+    assert served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab)
+
+
+def tune(lab, results: Path, surface: str, file: Path, noise: float = 0.0,
+         limit: tuple[str, ...] = ()) -> tuple[int, str]:
+    """`gpuserve tune` of ``file`` on the lab host (or, with ``limit``, on those hosts of
+    inventory/lab_pair.py), the stand-in following ``surface`` with ``noise``; (rc,
+    output without colours)."""
+    env = {"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "3", "GPUSERVE_LAB_STANDIN_SURFACE": surface}
+    if noise:
+        env.update(GPUSERVE_LAB_STANDIN_SURFACE_NOISE=str(noise),
+                   GPUSERVE_LAB_STANDIN_SURFACE_SEED="1")
+    where = ["inventory/lab_pair.py", "--limit", ",".join(limit)] if limit else \
+        ["inventory/lab.py"]
+    r = lab.run_tool("gpuserve", "tune", where[0], str(file), "--results", str(results),
+                     "--data", f"sglang_extra_env={json.dumps(env)}", *where[1:],
+                     timeout=1500)
+    return r.returncode, clean(r.stdout)

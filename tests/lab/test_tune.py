@@ -12,14 +12,11 @@ surface but pcie-draft-graphs the same tune file must find that surface's optimu
 its budget; on pcie-draft-graphs a small tune file shows EAGLE-3, which fails alone at
 graph max bs 512, retried beside 128, measured and picked.
 
-A fleet: the small one-knob tune file tests/fixtures/tune/lab-fleet.tune.yaml on the
-h200-nvlink surface, once on the host, then over the host and a clone of it
-(inventory/lab_pair.py, `--limit lab-gpu,lab-gpu-2`): the two finish in at most 0.6 x
-the one host's wall time, each measured its own incumbent and its share of candidates.
+A fleet's parallel tune is tests/lab/test_tune_fleet.py (a module of its own, so that
+`make test` runs it beside this one).
 
 The module brings the host to what it needs itself (`serving`): the host deploy on a
-bare lab, then the serve deploy of the inventory profile; the fleet's second host is a
-clone of the served host (`lab up --clone-from`: a copy of its disk), down at the end.
+bare lab, then the serve deploy of the inventory profile.
 
 Kept cheap: 3 s simulated loads, 32/32-token requests, two load levels; a tune runs
 about a dozen deploys, some 110 s (docs/tune.md has the lab's figures,
@@ -30,37 +27,20 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import time
 from pathlib import Path
 
 import pytest
-from labhelpers import clean, healthy, served_profile
+from labhelpers import healthy, serve_inventory_profile, served_profile, tune
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 TUNE = REPO / "tests/fixtures/tune/lab.tune.yaml"
 RETRY = REPO / "tests/fixtures/tune/lab-retry.tune.yaml"
-FLEET = REPO / "tests/fixtures/tune/lab-fleet.tune.yaml"
-PAIR = "inventory/lab_pair.py"
 SURFACES = sorted(p.stem for p in (REPO / "lab/surfaces").glob("*.yaml"))
 # the tune file's TP8+EP8 layout, by its label (+ the mem_fraction_static)
 EP8 = "layout=ep=8,a2a_backend=flashinfer,runner_backend=flashinfer_cutlass,mfs="
-
-
-def tune(lab, results: Path, surface: str, noise: float = 0.0, file: Path = TUNE,
-         *limit: str) -> tuple[int, str]:
-    env = {"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "3", "GPUSERVE_LAB_STANDIN_SURFACE": surface}
-    if noise:
-        env.update(GPUSERVE_LAB_STANDIN_SURFACE_NOISE=str(noise),
-                   GPUSERVE_LAB_STANDIN_SURFACE_SEED="1")
-    env = json.dumps(env)
-    where = [PAIR, "--limit", ",".join(limit)] if limit else ["inventory/lab.py"]
-    r = lab.run_tool("gpuserve", "tune", where[0], str(file), "--results", str(results),
-                     "--data", f"sglang_extra_env={env}", *where[1:], timeout=1500)
-    return r.returncode, clean(r.stdout)
 
 
 def outcomes(results: Path, name: str = "lab") -> dict[str, dict]:
@@ -80,21 +60,14 @@ def bench_files(results: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def serving(lab):
-    """The host serving its inventory profile, whatever ran before (nothing, on a fresh
-    lab): the host deploy where the driver is missing, then the serve deploy."""
-    served = lab.ssh("test -f /etc/gpuserve/sglang.env").returncode == 0
-    if served and served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab):
-        return
-    if lab.ssh("command -v nvidia-smi").returncode != 0:
-        lab.run_pyinfra("deploy/host.py", "--data", "nvidia_install_headers=False")
-    lab.run_pyinfra("deploy/serve.py", "--data", "bench=off")
-    assert served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab)
+    """The host serving its inventory profile, whatever ran before (labhelpers)."""
+    serve_inventory_profile(lab)
 
 
 @pytest.fixture(scope="module")
 def field_notes(lab, serving, tmp_path_factory):
     results = tmp_path_factory.mktemp("tune-results")
-    rc, out = tune(lab, results, "field-notes", noise=0.02)
+    rc, out = tune(lab, results, "field-notes", TUNE, noise=0.02)
     return results, rc, out
 
 
@@ -148,7 +121,7 @@ def test_rerun_measures_nothing(lab, field_notes) -> None:
     results, rc, _ = field_notes
     assert rc == 0
     before = bench_files(results)
-    rc, out = tune(lab, results, "field-notes", noise=0.02)
+    rc, out = tune(lab, results, "field-notes", TUNE, noise=0.02)
     assert rc == 0, out[-6000:]
     assert "0 measured" in out and "0 loads used" in out, out[-3000:]
     assert "loading and measuring" not in out
@@ -180,7 +153,7 @@ def test_finds_another_surfaces_optimum_within_budget(lab, serving, tmp_path, su
     from lab import surface as surfaces
 
     bench = _bench_module()
-    rc, out = tune(lab, tmp_path, surface)
+    rc, out = tune(lab, tmp_path, surface, TUNE)
     assert rc == 0, out[-6000:]
     assert "budget of" not in out, out[-3000:]  # found within the budget
     spec, raw = load_tune(TUNE)
@@ -213,7 +186,7 @@ def test_a_value_failing_alone_is_retried_beside_what_relieves_it(lab, serving,
     the tune retries it beside 128, measures it and picks it (or says the gain is within
     the noise the machine showed). (The surface's optimum over
     the lab tune file is bench/tune_surface.py's; a small tune file keeps this cheap.)"""
-    rc, out = tune(lab, tmp_path, "pcie-draft-graphs", file=RETRY)
+    rc, out = tune(lab, tmp_path, "pcie-draft-graphs", RETRY)
     assert rc == 0, out[-6000:]
     docs = outcomes(tmp_path, "lab-retry")
     alone = next(d for d in docs.values() if d["phase"] == "one knob"
@@ -238,48 +211,3 @@ def _bench_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="module")
-def fleet_tunes(lab, serving, tmp_path_factory):
-    """The fleet tune file on the host alone, then on it and a clone of it: (results,
-    rc, output, wall seconds) of each. The clone is down at the end."""
-    second = f"{lab.name}-2"
-    lab.lab_cli("up", "--name", second, "--clone-from", lab.name, timeout=900)
-    try:
-        runs = []
-        for hosts in (("lab-gpu",), ("lab-gpu", "lab-gpu-2")):
-            results = tmp_path_factory.mktemp(f"fleet-{len(hosts)}")
-            t0 = time.monotonic()
-            rc, out = tune(lab, results, "h200-nvlink", 0.0, FLEET, *hosts)
-            runs.append((results, rc, out, time.monotonic() - t0))
-        yield runs
-    finally:
-        if os.environ.get("GPUSERVE_LAB_KEEP") != "1":
-            lab.lab_cli("down", "--name", second, check=False)
-
-
-def test_two_hosts_tune_in_at_most_0_6_of_one_hosts_wall_time(lab, fleet_tunes) -> None:
-    (_, rc1, out1, wall1), (results, rc2, out2, wall2) = fleet_tunes
-    assert rc1 == 0, out1[-6000:]
-    assert rc2 == 0, out2[-6000:]
-    print(f"fleet tune: one host {wall1:.0f} s, two hosts {wall2:.0f} s "
-          f"(x{wall2 / wall1:.2f})")
-    assert wall2 <= 0.6 * wall1, (wall1, wall2)
-    # each host measured its own incumbent (its noise, its scale) and its share
-    fleet = json.loads((results / "lab-gpu/tune-lab-fleet/lab-fleet-fleet.json").read_text())
-    assert [h["host"] for h in fleet["hosts"]] == ["lab-gpu", "lab-gpu-2"]
-    assert all(h["loads"] >= 3 and h["incumbent_tok_s"]["1"] for h in fleet["hosts"]), fleet
-    assert fleet["loads"] == sum(h["loads"] for h in fleet["hosts"])
-    assert re.search(r"tune: lab-gpu-2: run-to-run noise [\d.]+ % per benchmark run .*"
-                     r"scaled to lab-gpu's incumbent: c1 x[\d.]+", out2), out2[-3000:]
-    for host in ("lab-gpu", "lab-gpu-2"):
-        docs = [json.loads(p.read_text())
-                for p in (results / f"{host}/tune-lab-fleet").glob("*.json")
-                if not p.name.endswith("-fleet.json")]
-        measured = [d for d in docs if d["status"] == "measured"]
-        assert len(measured) >= 3 and all(d["numbers"]["host"] == host for d in measured)
-    assert re.search(r"best single_stream: [\d.,]+ tok/s: memory\.cuda_graph_max_bs=", out2)
-    # every host left on its inventory profile; the first checked live
-    assert out2.count("tune: leaving the host on the inventory's profile") == 2
-    assert served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab)
