@@ -197,10 +197,14 @@ class GatewayView(FactBase):
     ready (``until``), or at once (``timeout`` 0); one JSON line."""
 
     def command(self, script: str, port: int, url: str, until: str, timeout: float) -> str:
-        return " ".join(shlex.quote(a) for a in (
-            "python3", script, "--port", str(port), "--key-file", KEY_PATH, "--live-timeout",
-            "10", "--ready-timeout", f"{timeout:.0f}", "--url", url, "--until", until)
-        ) + " 2>&1 || true"
+        # a router host the gateway deploy has not reached yet has no probe: no gateway
+        # answers there (the caller then asks systemd whether one is meant to run)
+        absent = json.dumps({"live": False, "error": f"{script} is not installed"})
+        return f"test -f {shlex.quote(script)} || {{ echo {shlex.quote(absent)}; exit 0; }}; " + \
+            " ".join(shlex.quote(a) for a in (
+                "python3", script, "--port", str(port), "--key-file", KEY_PATH,
+                "--live-timeout", "10", "--ready-timeout", f"{timeout:.0f}", "--url", url,
+                "--until", until)) + " 2>&1 || true"
 
     def process(self, output: list[str]) -> str:
         return "\n".join(output)

@@ -1,15 +1,14 @@
 """`gpuserve tune` over a fleet: the small one-knob tune file
 tests/fixtures/tune/lab-fleet.tune.yaml on the h200-nvlink surface, once on the lab host,
 then over the host and a clone of it (inventory/lab_pair.py, `--limit lab-gpu,lab-gpu-2`):
-the two finish in a fraction of the one host's wall time, each measured its own
-incumbent (its noise, its scale) and its share of candidates, and both are left on the
-inventory's profile.
+the two hosts measure side by side, each its own incumbent (its noise, its scale) and
+its share of candidates, and both are left on the inventory's profile.
 
 The module brings the host to what it needs itself (labhelpers.serve_inventory_profile);
 the second host is a clone of the served host (`lab up --clone-from`: a copy of its
-disk), down at the end. The wall-time ratio depends on the machine: 0.58 x with nothing
-else running, 0.63 x inside `make test` on 2 cores (docs/performance.md), so the test
-asserts MOST, a bound that only a fleet tune no longer running side by side exceeds.
+disk), down at the end. The two wall times are printed, not asserted: their ratio is a
+figure of the machine's free cores, 0.58 x with nothing else running and 0.63-0.73 x
+inside `make test` on 2 cores (docs/tune.md); speed goals are the bench scripts'.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import json
 import os
 import re
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -27,9 +27,6 @@ pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET = REPO / "tests/fixtures/tune/lab-fleet.tune.yaml"
-#: the most the two hosts may take, as a fraction of the one host's wall time (an
-#: ideal split of this tune file's 13 loads plus a second incumbent is 0.54)
-MOST = 0.75
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +54,15 @@ def fleet_tunes(lab, serving, tmp_path_factory):
             lab.lab_cli("down", "--name", second, check=False)
 
 
-def test_two_hosts_tune_in_a_fraction_of_one_hosts_wall_time(lab, fleet_tunes) -> None:
-    """Two hosts in well under one host's wall time (the goal, 0.6 x, is a figure of
-    docs/performance.md, measured on a quiet machine; this guards against a fleet tune
-    that stops running side by side), each with its own incumbent and share."""
+def test_two_hosts_tune_side_by_side(lab, fleet_tunes) -> None:
+    """The two hosts' candidates ran side by side (their measurements interleave over
+    most of the search), each host with its own incumbent and share; the wall times are
+    printed, not asserted (a figure of the machine: docs/tune.md)."""
     (_, rc1, out1, wall1), (results, rc2, out2, wall2) = fleet_tunes
     assert rc1 == 0, out1[-6000:]
     assert rc2 == 0, out2[-6000:]
     print(f"fleet tune: one host {wall1:.0f} s, two hosts {wall2:.0f} s "
           f"(x{wall2 / wall1:.2f})")
-    assert wall2 <= MOST * wall1, (wall1, wall2)
     # each host measured its own incumbent (its noise, its scale) and its share
     fleet = json.loads((results / "lab-gpu/tune-lab-fleet/lab-fleet-fleet.json").read_text())
     assert [h["host"] for h in fleet["hosts"]] == ["lab-gpu", "lab-gpu-2"]
@@ -74,12 +70,19 @@ def test_two_hosts_tune_in_a_fraction_of_one_hosts_wall_time(lab, fleet_tunes) -
     assert fleet["loads"] == sum(h["loads"] for h in fleet["hosts"])
     assert re.search(r"tune: lab-gpu-2: run-to-run noise [\d.]+ % per benchmark run .*"
                      r"scaled to lab-gpu's incumbent: c1 x[\d.]+", out2), out2[-3000:]
+    spans = []
     for host in ("lab-gpu", "lab-gpu-2"):
         docs = [json.loads(p.read_text())
                 for p in (results / f"{host}/tune-lab-fleet").glob("*.json")
                 if not p.name.endswith("-fleet.json")]
         measured = [d for d in docs if d["status"] == "measured"]
         assert len(measured) >= 3 and all(d["numbers"]["host"] == host for d in measured)
+        spans.append(sorted(datetime.fromisoformat(d["timestamp"].replace("Z", "+00:00"))
+                            for d in measured))
+    # side by side: both hosts measured over most of the search, not one after the other
+    (a, b), whole = spans, max(s[-1] for s in spans) - min(s[0] for s in spans)
+    both = min(a[-1], b[-1]) - max(a[0], b[0])
+    assert both >= 0.5 * whole, spans  # one after the other: about 0
     assert re.search(r"best single_stream: [\d.,]+ tok/s: memory\.cuda_graph_max_bs=", out2)
     # every host left on its inventory profile; the first checked live
     assert out2.count("tune: leaving the host on the inventory's profile") == 2

@@ -74,3 +74,18 @@ def test_a_gateway_that_may_be_running_and_does_not_answer_stops_the_switch(
     assert len(reports) == 1 and "does not answer GET /liveness" in reports[0]
     assert "nothing changed" in reports[0]
     assert not switching.gateway_stopped and not switching.out
+
+
+def test_a_router_host_without_the_probe_reads_as_a_gateway_that_does_not_answer(
+        tmp_path) -> None:
+    """Workers served before the gateway deploy reached the router host: the view says
+    no gateway answers (so the take-out asks systemd, as for a stopped gateway) instead
+    of failing on python3's 'can't open file'."""
+    import subprocess
+
+    command = rolling.GatewayView().command(str(tmp_path / "absent" / "smg_probe.py"),
+                                            30080, "http://10.77.0.1:30000", "ready", 0)
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30)
+    view = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 0 and view["live"] is False
+    assert "smg_probe.py is not installed" in view["error"]
