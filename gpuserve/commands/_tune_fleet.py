@@ -22,7 +22,7 @@ from gpuserve.measure.record_files import safe_name
 from gpuserve.measure.results import read_results, utc_now
 from gpuserve.tune.outcome import Outcome
 from gpuserve.tune.sameness import data_fields, require_same, snapshot_fields
-from gpuserve.tune.schedule import Fleet
+from gpuserve.tune.schedule import Fleet, join_all
 from gpuserve.tune.search import run_search
 from gpuserve.tune.session import comm_from, prepare
 from gpuserve.tune.snapshot import HostSnapshot, parse_snapshot
@@ -59,14 +59,7 @@ def side_by_side(names: list[str], work: Callable[[str], Any]) -> dict[str, Any]
     threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in names]
     for t in threads:
         t.start()
-    interrupted = False
-    for t in threads:
-        while t.is_alive():
-            try:
-                t.join(0.2)
-            except KeyboardInterrupt:
-                interrupted = True
-    if interrupted:
+    if join_all(threads):
         raise KeyboardInterrupt
     return out
 

@@ -193,18 +193,12 @@ class Fleet:
     def _wait(self, threads: list[threading.Thread], stop: Callable[[], None]) -> bool:
         """Join ``threads``; on Ctrl-C stop handing out and wait for each host's running
         deploy to end (whether it was interrupted is the answer)."""
-        interrupted = False
-        for t in threads:
-            while t.is_alive():
-                try:
-                    t.join(0.2)
-                except KeyboardInterrupt:
-                    interrupted = True
-                    stop()
-                    self.stopping.set()
-                    self.log("tune: interrupted: waiting for each host's running deploy "
-                             "to end")
-        return interrupted
+        def interrupted() -> None:
+            stop()
+            self.stopping.set()
+            self.log("tune: interrupted: waiting for each host's running deploy to end")
+
+        return join_all(threads, interrupted)
 
     def _work(self, host: HostState, sched: Scheduler, step: Callable[[Candidate], None],
               errors: list[BaseException]) -> None:
@@ -311,3 +305,20 @@ class Fleet:
                          + ("" if h is ref else f"; its figures scaled to {ref.name}'s "
                             f"incumbent: {scale or 'none'}"))
         return lines
+
+
+def join_all(threads: list[threading.Thread],
+             on_interrupt: Callable[[], None] | None = None) -> bool:
+    """Join ``threads``, Ctrl-C included: each one is still waited for (a host's
+    running deploy is never abandoned); ``on_interrupt`` is called at each Ctrl-C.
+    Whether one came is the answer."""
+    interrupted = False
+    for t in threads:
+        while t.is_alive():
+            try:
+                t.join(0.2)
+            except KeyboardInterrupt:
+                interrupted = True
+                if on_interrupt is not None:
+                    on_interrupt()
+    return interrupted
