@@ -46,7 +46,9 @@ FIGURES = {"smoke": SMOKE_FIGURES, "bench": BENCH_FIGURES}
 MAIN_FIGURE = {"smoke": "tok_s", "bench": "output_throughput"}
 TEXT_FIELDS = ("host", "profile", "launch_hash", "sglang_version", "model", "served_name",
                "timestamp", "note")
-V2_TEXT_FIELDS = ("scenario", "profile_hash", "lock")
+V2_TEXT_FIELDS = ("scenario", "profile_hash", "lock", "server_start")
+#: text fields written only when set (older records and most kinds have none)
+OPTIONAL_TEXT_FIELDS = ("note", "server_start")
 V2_FIELDS = (*V2_TEXT_FIELDS, "context", "gate", "sglang")
 CONTEXT_KEYS = ("argv", "env", "gpus", "driver", "cuda", "nccl_env", "p2p",
                 "gpuserve_version")
@@ -79,13 +81,14 @@ class ResultRecord:
     context: dict | None = None
     gate: dict | None = None
     sglang: dict | None = None
+    server_start: str | None = None  # a smoke's unit start (InvocationID): which server
 
     def to_dict(self) -> dict:
         """The stored document: strict JSON types only, secrets removed (again)."""
         doc: dict = {"schema": SCHEMA, "kind": self.kind}
         for key in (*TEXT_FIELDS, *V2_TEXT_FIELDS):
             value = getattr(self, key)
-            if value is not None or key != "note":
+            if value is not None or key not in OPTIONAL_TEXT_FIELDS:
                 doc[key] = value
         doc["context"] = None if self.context is None else clean_context(self.context)
         doc["gate"] = self.gate
@@ -271,6 +274,7 @@ def smoke_record(spec: RecordSpec, host: str, result: SmokeResult,
         figures={"tokens": result.completion_tokens, "seconds": round(result.elapsed_s, 4),
                  "tok_s": round(result.tokens_per_s, 3)},
         profile_hash=spec.profile_hash, lock=spec.lock, context=spec.context,
+        server_start=result.server_start,
     )
 
 
@@ -371,6 +375,25 @@ def write_record(results_dir: str | Path, record: ResultRecord) -> Path:
 
 
 # ----------------------------------------------------------------------------- readers
+
+
+def newest_smoke(results_dir: str | Path, host: str) -> ResultRecord | None:
+    """The newest smoke record of ``host`` under ``results_dir`` (file names start with
+    their UTC timestamp), or None when there is none or it does not read: the serve
+    deploy then makes the smoke again rather than trust it."""
+    folder = Path(results_dir) / safe_name(host)
+    try:
+        names = sorted(p.name for p in folder.glob("*-smoke-*.json")
+                       if not p.name.startswith("."))
+    except OSError:
+        return None
+    if not names:
+        return None
+    try:
+        records = read_results(folder / names[-1])
+    except (InputError, OSError):
+        return None
+    return records[0] if len(records) == 1 and records[0].kind == "smoke" else None
 
 
 def read_results(path: str | Path, skipped: list[str] | None = None,

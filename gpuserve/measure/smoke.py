@@ -13,7 +13,8 @@ request, prefill included. It is a smoke figure, not a benchmark (that is ``benc
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 
 class SmokeError(ValueError):
@@ -27,6 +28,9 @@ class SmokeResult:
     prompt_tokens: int | None
     elapsed_s: float
     text: str
+    # the unit's InvocationID when the health probe made the completion: which start of
+    # the server this measured (None from the smoke script alone, or unreadable)
+    server_start: str | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -83,7 +87,29 @@ def parse_smoke_output(stdout: str) -> SmokeResult:
         raise SmokeError(f"{endpoint} answered HTTP {status}: {detail}")
     if not isinstance(body, dict):
         raise SmokeError(f"{endpoint} reply is not a JSON object: {str(body)[:200]}")
-    return parse_completion(endpoint, body, elapsed)
+    result = parse_completion(endpoint, body, elapsed)
+    start = server_start(doc.get("start"))
+    return result if start is None else replace(result, server_start=start)
+
+
+#: systemd's InvocationID: 128 bits as 32 lower-case hex digits (sd_id128_to_string)
+_INVOCATION = re.compile(r"[0-9a-f]{32}")
+
+
+def server_start(value: object) -> str | None:
+    """A unit start's InvocationID as the host sent it, or None when it is not one."""
+    return value if isinstance(value, str) and _INVOCATION.fullmatch(value) else None
+
+
+def same_start(stdout: str | None) -> str | None:
+    """The InvocationID of the probe's ``{"same_start": ID}`` line: the server still
+    runs the start the newest smoke record measured, so no completion was made; None
+    for any other line."""
+    try:
+        doc = json.loads(stdout or "")
+    except ValueError:
+        return None
+    return server_start(doc.get("same_start")) if isinstance(doc, dict) else None
 
 
 def smoke_line(host: str, result: SmokeResult, model: str, profile: str) -> str:

@@ -14,6 +14,7 @@ How: docs/reruns.md, "gpuserve.roles.checks: how a check stays a read"
 
 from __future__ import annotations
 
+from pyinfra import host
 from pyinfra.api import deploy
 
 from gpuserve.launch.bench import BenchMode
@@ -36,7 +37,12 @@ from gpuserve.roles.checks.scripts import (
     install_check_scripts,
     reads,
 )
-from gpuserve.roles.checks.smoke import SglangSmoke, SmokeRequest, smoke_completion
+from gpuserve.roles.checks.smoke import (
+    SglangSmoke,
+    SmokeRequest,
+    smoke_completion,
+    smoked_start,
+)
 from gpuserve.roles.service.rollback import RollbackSpec
 from gpuserve.serve.checks import DEFAULTS, BenchPlan, results_root
 
@@ -65,14 +71,17 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
                      port=0, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,
                      rollback=rollback)
         return
+    # one smoke per server start: none while the start the newest record measured runs
+    unless_start = smoked_start(record.results_dir if record else None, host.name)
     wait_healthy(name=f"health gate: {unit} answers /health 200",
                  unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,
                  rollback=rollback, smoke=SmokeRequest(port=port, model=served_name,
-                                                       config=config_path),
+                                                       config=config_path,
+                                                       unless_start=unless_start),
                  profile_name=profile_name)
     smoke_completion(name=f"smoke completion on port {port}", port=port, model=served_name,
                      profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path,
-                     record=record)
+                     record=record, unless_start=unless_start)
     if bench is not None and bench.mode != BenchMode.OFF:
         throughput_checks(name=f"throughput checks ({len(bench.spec.scenarios)} scenarios, "
                           f"SGLang's benchmark client)", plan=bench,

@@ -18,9 +18,10 @@ from gpuserve.measure.health import (
     parse_probe,
     progress_line,
 )
-from gpuserve.measure.smoke import SmokeError, parse_smoke_output
+from gpuserve.measure.results import validate_results_dir
+from gpuserve.measure.smoke import SmokeError, parse_smoke_output, same_start
 from gpuserve.roles.checks.scripts import PROBE
-from gpuserve.roles.checks.smoke import SmokeRequest, _smoke_seconds
+from gpuserve.roles.checks.smoke import SmokeRequest, _smoke_seconds, smoked_start
 from gpuserve.roles.prefetch import Read
 from gpuserve.roles.run_context import run_context
 from gpuserve.serve import install as sglang
@@ -41,6 +42,8 @@ class SglangProbe(FactBase):
         if smoke is not None:
             extra += ("--smoke-model", smoke.model, "--smoke-max-tokens",
                       str(smoke.max_tokens), "--smoke-config", smoke.config)
+            if smoke.unless_start:
+                extra += ("--smoke-unless-start", smoke.unless_start)
         probe = " ".join(shlex.quote(a) for a in (
             "python3", script, "--unit", unit, "--port", str(port), *extra))
         if not only_profile:
@@ -66,18 +69,22 @@ def serving_probe(script: str, unit: str, profile_name: str, smoke: SmokeRequest
                    only_profile=profile_name)
 
 
-def serving_probe_read(inputs: ServeInput) -> Read | None:
+def serving_probe_read(inputs: ServeInput, host_name: str) -> Read | None:
     """The health gate's first probe with its smoke completion, as the deploy's checks
     will ask for it (roles/checks ``serving_probe``), derived from the host's parsed
     input before any host read, so that a rerun with nothing to do proves health and a
     completion in its first batch. None for a multi-node profile (only node 0 serves
-    HTTP, which the plan decides once the host is read)."""
+    HTTP, which the plan decides once the host is read). Its smoke is asked unless the
+    start of ``host_name``'s newest smoke record still runs (roles/checks/smoke.py)."""
     profile, home = inputs.profile, inputs.settings.home
     if profile.parallel.nnodes > 1:
         return None
     smoke = SmokeRequest(port=profile.server.port,
                          model=profile.model.served_name or profile.model.path,
-                         config=service.CONFIG_PATH if inputs.data["sglang_api_key"] else "")
+                         config=service.CONFIG_PATH if inputs.data["sglang_api_key"] else "",
+                         unless_start=smoked_start(
+                             validate_results_dir(inputs.data.get("results_dir"),
+                                                  inputs.source), host_name))
     return serving_probe(f"{sglang.bin_dir(home)}/{PROBE}", service.UNIT_NAME,
                          profile.name, smoke)
 
@@ -99,7 +106,8 @@ def _healthy_from_batch(text: str | None, smoke: SmokeRequest, timeout: float
         return None
     try:
         probe = parse_probe(probe_line)
-        parse_smoke_output(smoke_line)
+        if not smoke.unless_start or same_start(smoke_line) != smoke.unless_start:
+            parse_smoke_output(smoke_line)
     except (ProbeError, SmokeError):
         return None
     decision = decide(probe, 0.0, timeout, probe.n_restarts)

@@ -1,5 +1,7 @@
 """The smoke completion: one real completion through the served model, judged and
-recorded on the controller (the health gate's probe may have made it already).
+recorded on the controller (the health gate's probe may have made it already). One per
+start of the server: a rerun that finds the start its newest record measured still
+running makes none (its /health generated a token: docs/reruns.md).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from pyinfra.api import FactBase, operation
 
 from gpuserve.measure.results import (
     RecordSpec,
+    newest_smoke,
     smoke_record,
     write_record,
 )
-from gpuserve.measure.smoke import SmokeError, parse_smoke_output, smoke_line
+from gpuserve.measure.smoke import SmokeError, parse_smoke_output, same_start, smoke_line
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.run_context import run_context
 from gpuserve.serve.checks import (
@@ -32,6 +35,19 @@ class SmokeRequest:
     model: str
     max_tokens: int = 64
     config: str = ""
+    # the server start (InvocationID) the newest smoke record measured: the probe makes
+    # no completion while that start still runs ("" : always make one)
+    unless_start: str = ""
+
+
+def smoked_start(results_dir: str | None, host_name: str) -> str:
+    """The server start the newest smoke record of ``host_name`` measured, or "" (no
+    recording, no record, or one without a start): a :class:`SmokeRequest`'s
+    ``unless_start``, the same for the first batch's probe and the gate's."""
+    if not results_dir:
+        return ""
+    record = newest_smoke(results_root(results_dir), host_name)
+    return (record.server_start or "") if record is not None else ""
 
 
 class SglangSmoke(FactBase):
@@ -63,19 +79,26 @@ def _smoke_seconds(smoke_line: str) -> float:
 
 @operation(is_idempotent=True)
 def smoke_completion(port: int, model: str, profile: str, script: str, config: str = "",
-                     max_tokens: int = 64, record: RecordSpec | None = None):
+                     max_tokens: int = 64, record: RecordSpec | None = None,
+                     unless_start: str = ""):
     """One completion on the host; print ``<host>: smoke: N tokens in T s = X tok/s``
     and, with ``record``, write the result on the controller (no host command).
 
     The completion the health gate's probe made just before, for the same request, is
-    judged instead of making another (:func:`wait_healthy` with ``smoke``)."""
+    judged instead of making another (:func:`wait_healthy` with ``smoke``); when that
+    probe found the start ``unless_start`` still running, it made none, and this says
+    which record measured it."""
     if not state.is_executing:
         return
-    request = SmokeRequest(port=port, model=model, max_tokens=max_tokens, config=config)
+    request = SmokeRequest(port=port, model=model, max_tokens=max_tokens, config=config,
+                           unless_start=unless_start)
     mine = run_context().host(host.name)
     made, mine.smoke = mine.smoke, None
     if made is not None and made[0] == request:
         out = made[1]
+        if unless_start and same_start(out) == unless_start:
+            logger.info(_same_start_line(record, unless_start))
+            return
     else:
         out = host.get_fact(SglangSmoke, script=script, port=port, model=model,
                             max_tokens=max_tokens, config=config)
@@ -93,3 +116,15 @@ def smoke_completion(port: int, model: str, profile: str, script: str, config: s
             logger.warning(f"{host.name}: smoke: result not recorded: {e}")
         else:
             logger.info(f"{host.name}: smoke: recorded {path}")
+
+
+def _same_start_line(record: RecordSpec | None, start: str) -> str:
+    """``gpu1: smoke: none made, the server has run since its smoke of <time> (X tok/s,
+    <record>) and its /health generated a token now``."""
+    smoked = newest_smoke(results_root(record.results_dir), host.name) if record else None
+    if smoked is None or smoked.server_start != start:  # the record went meanwhile
+        return (f"{host.name}: smoke: none made, the server (start {start[:12]}) has "
+                "run since its recorded smoke and its /health generated a token now")
+    return (f"{host.name}: smoke: none made, the server has run since its smoke of "
+            f"{smoked.timestamp} ({smoked.output_tok_s} tok/s, {smoked.source}) and its "
+            "/health generated a token now")

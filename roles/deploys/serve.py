@@ -129,7 +129,7 @@ def plan_and_read() -> ServePlan:
     locks = inputs.candidate_locks
     prefetch([*host_reads(home, user, inputs.checkpoint_path, inputs.weights_target),
               *([interpreter_role.choice_read({lk.python for lk in locks})] if locks else []),
-              *role_reads(user, home, locks, serving_probe_read(inputs))])
+              *role_reads(user, home, locks, serving_probe_read(inputs, host.name))])
     plan = plan_serve(
         data,
         source,

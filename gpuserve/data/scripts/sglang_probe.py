@@ -6,7 +6,8 @@ It only reads: GET /health on the host itself (so the port need not be open to t
 controller), `systemctl show` and `journalctl`. It always exits 0 and prints one JSON
 line; every judgement is made on the controller (gpuserve/measure/health.py). With
 ``--smoke-model`` and a healthy server, it then makes sglang_smoke.py's completion and
-prints that script's JSON line second.
+prints that script's JSON line second (with the unit's InvocationID as ``start``), or,
+with ``--smoke-unless-start`` naming the unit's current start, ``{"same_start": ID}``.
 
 Where on the host: :func:`server_host` finds the address the server listens on at the
 port in /proc/net/tcp{,6} (127.0.0.1 when it listens on every interface or not yet).
@@ -247,6 +248,10 @@ def main():
     p.add_argument("--smoke-model", default="")
     p.add_argument("--smoke-max-tokens", type=int, default=64)
     p.add_argument("--smoke-config", default="")
+    # ... unless the unit's start (its InvocationID) is this one: the controller's newest
+    # smoke record measured it, and /health has just generated a token (SGLang's health
+    # handler does), so the server is proven to serve; a second line says so instead
+    p.add_argument("--smoke-unless-start", default="")
     args = p.parse_args()
     deadline = time.monotonic() + max(0.0, args.wait)
     # the first request gets the whole --http-timeout (a loaded server's /health runs a
@@ -286,12 +291,16 @@ def main():
                       "last_exit": last_exit(args.unit, unit.get("NRestarts", ""))}),
           flush=True)
     if healthy and serves_http and args.smoke_model:
+        if args.invocation and args.smoke_unless_start == args.invocation:
+            print(json.dumps({"same_start": args.invocation}))
+            return
         try:
             smoke = complete(args.port, args.smoke_model, args.smoke_max_tokens,
                              args.smoke_config)
         except Exception as e:  # the smoke check reports it; the gate has passed
             smoke = {"endpoint": "/v1/completions", "status": None, "elapsed_s": 0.0,
                      "body": None, "error": f"{type(e).__name__}: {e}"}
+        smoke["start"] = args.invocation  # which start of the unit this measured
         print(json.dumps(smoke))
 
 

@@ -107,3 +107,92 @@ def test_recording_off_and_default_location(tmp_path: Path) -> None:
     assert results_root("results") == PROJECT_ROOT / "results"
     assert (PROJECT_ROOT / "pyproject.toml").is_file()  # a checkout: the repository root
     assert results_root(str(tmp_path)) == tmp_path
+
+
+START = "4f6e0c2b9d5a4e7f8a1b3c5d7e9f0a12"  # a systemd InvocationID
+
+
+def gate_then_smoke(results_dir: Path, probe_second_line: str, responses: dict | None = None):
+    """The health gate (asking for the smoke unless the newest record's start still
+    runs, as roles/checks.check_service does) and the smoke check, in one pyinfra run."""
+    from gpuserve.roles.checks import SmokeRequest, wait_healthy
+    from gpuserve.roles.checks.smoke import smoked_start
+
+    probe = json.dumps({"health": 200, "unit": {"ActiveState": "active",
+                                                "SubState": "running", "NRestarts": "0"},
+                        "lines": [], "tail": []})
+    inv = Inventory((["@fake"], {"fake_responses": {
+        "sglang_probe.py": probe + "\n" + probe_second_line, **(responses or {})},
+        "fake_delay": 0}))
+    state = State(inv, Config())
+    connect_all(state)
+    args = smoke_args(results_dir)
+    unless = smoked_start(str(results_dir), "@fake")
+    request = SmokeRequest(port=30000, model="glm-5", config=args["config"],
+                           unless_start=unless)
+    add_op(state, wait_healthy, unit="u.service", port=30000,
+           script="/opt/gpuserve/bin/sglang_probe.py", timeout=5, smoke=request)
+    meta = next(iter(add_op(state, smoke_completion, unless_start=unless, **args).values()))
+    with contextlib.suppress(PyinfraError):
+        run_ops(state)
+    cmds = [str(c) for c in next(iter(inv)).connector.executed_commands]
+    return meta, cmds
+
+
+def smoke_of_start(start: str, elapsed: float = 1.6) -> str:
+    return json.dumps({**json.loads(smoke_doc(elapsed=elapsed)), "start": start})
+
+
+def test_one_smoke_per_server_start_and_the_rerun_names_it(tmp_path: Path, caplog) -> None:
+    """The first smoke of a start is recorded with that start; a rerun that finds the
+    same start running asks for no completion, records nothing and names the record;
+    a new start (a restart, a reboot) is smoked and recorded again."""
+    meta, cmds = gate_then_smoke(tmp_path, smoke_of_start(START))
+    assert meta.did_succeed() and "--smoke-unless-start" not in " ".join(cmds)
+    [first] = read_results(tmp_path)
+    assert first.server_start == START and first.figures["tok_s"] == 40.0
+
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, cmds = gate_then_smoke(tmp_path, json.dumps({"same_start": START}))
+    assert meta.did_succeed() and not meta.did_change()
+    assert any(f"--smoke-unless-start {START}" in c for c in cmds)
+    assert not any("sglang_smoke.py" in c for c in cmds)
+    assert len(read_results(tmp_path)) == 1
+    assert (f"@fake: smoke: none made, the server has run since its smoke of "
+            f"{first.timestamp} (40.0 tok/s, {first.source}) and its /health generated a "
+            "token now") in caplog.text
+
+    other = "0" * 31 + "1"
+    meta, cmds = gate_then_smoke(tmp_path, smoke_of_start(other, elapsed=2.0))
+    assert meta.did_succeed()
+    assert sorted(r.server_start for r in read_results(tmp_path)) == sorted([START, other])
+
+
+def test_a_same_start_answer_for_another_start_is_no_proof(tmp_path: Path, caplog) -> None:
+    """The host answers "same start" for a start the controller did not name: that is
+    not a smoke result, and the check fails rather than pass unproven."""
+    gate_then_smoke(tmp_path, smoke_of_start(START))
+    with caplog.at_level(logging.INFO, logger="pyinfra"):
+        meta, _ = gate_then_smoke(tmp_path, json.dumps({"same_start": "1" * 32}))
+    assert not meta.did_succeed()
+    assert "[@fake] smoke: unreadable smoke output" in caplog.text
+
+
+def test_a_smoke_line_without_a_valid_start_records_none(tmp_path: Path) -> None:
+    """Anything the host sends is input: a start that is not an InvocationID is dropped,
+    and the next rerun smokes again rather than trust it."""
+    from gpuserve.roles.checks.smoke import smoked_start
+
+    gate_then_smoke(tmp_path, smoke_of_start("../../etc\nx"))
+    [rec] = read_results(tmp_path)
+    assert rec.server_start is None and smoked_start(str(tmp_path), "@fake") == ""
+
+
+def test_the_newest_unreadable_record_means_smoke_again(tmp_path: Path) -> None:
+    from gpuserve.measure.results import newest_smoke
+
+    gate_then_smoke(tmp_path, smoke_of_start(START))
+    assert newest_smoke(tmp_path, "@fake").server_start == START
+    (tmp_path / "@fake" / "29991231T000000Z-smoke-glm5-nvfp4-tp8.json").write_text("{")
+    assert newest_smoke(tmp_path, "@fake") is None
+    assert newest_smoke(tmp_path, "other-host") is None

@@ -112,14 +112,14 @@ def test_smoke_script_posts_the_completion_with_the_key(server, tmp_path) -> Non
     assert seen["body"]["max_tokens"] == 8 and seen["body"]["ignore_eos"] is True
 
 
-def _fake_systemctl(tmp_path, active: str) -> dict:
+def _fake_systemctl(tmp_path, active: str, invocation: str = "") -> dict:
     """PATH with a ``systemctl`` that answers ``show`` the way systemd does (the probe's
     only other command on a healthy server)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     tool = bin_dir / "systemctl"
     tool.write_text(f"#!/bin/sh\nprintf 'ActiveState={active}\\nSubState=running\\n"
-                    "NRestarts=0\\nInvocationID=\\n'\n")
+                    f"NRestarts=0\\nInvocationID={invocation}\\n'\n")
     tool.chmod(0o755)
     return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
 
@@ -145,6 +145,27 @@ def test_a_healthy_probe_makes_the_smoke_completion_too(server, tmp_path) -> Non
     seen = Handler.seen[-1]
     assert seen["auth"] == "Bearer sk-smoke-0123456789abcdef"
     assert seen["body"]["max_tokens"] == 16 and seen["body"]["model"] == "glm-5"
+
+
+START = "4f6e0c2b9d5a4e7f8a1b3c5d7e9f0a12"  # systemd's InvocationID: 32 hex digits
+
+
+def test_a_smoke_line_names_the_unit_start_it_measured(server, tmp_path) -> None:
+    lines = _probe(server, _fake_systemctl(tmp_path, "active", START), "--smoke-model",
+                   "glm-5", "--smoke-unless-start", "0" * 32)
+    assert json.loads(lines[1])["start"] == START
+    assert json.loads(lines[1])["status"] == 200
+
+
+def test_the_start_already_smoked_gets_no_second_completion(server, tmp_path) -> None:
+    """The controller's newest smoke record measured this start: the probe's /health
+    (a one-token generation on SGLang) is the proof, and no completion is sent."""
+    before = len(Handler.seen)
+    lines = _probe(server, _fake_systemctl(tmp_path, "active", START), "--smoke-model",
+                   "glm-5", "--smoke-unless-start", START)
+    assert json.loads(lines[0])["health"] == 200
+    assert json.loads(lines[1]) == {"same_start": START}
+    assert len(Handler.seen) == before
 
 
 @pytest.mark.parametrize("active, path", [("active", "/other"), ("failed", "/health")])

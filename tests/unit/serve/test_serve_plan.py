@@ -388,19 +388,27 @@ def test_the_chosen_lock_is_among_the_candidates_read_in_the_first_batch(data, h
     {"profile": "deepseek-v3-fp8-h200-tp8-dpattn", "sglang_api_key": "sk-" + "k" * 20},
     {"profile": str(REPO / "profiles/glm5-nvfp4-tp8-ep8.yaml")},
 ])
-def test_the_batch_probe_is_the_one_the_gate_asks_for(data) -> None:
+def test_the_batch_probe_is_the_one_the_gate_asks_for(data, tmp_path) -> None:
     """The first batch reads the gate's first probe with its smoke, guessed
     from host data and profile before any host read; the gate looks it up by the plan's
-    own request, so the guess must equal it (else every rerun probes again)."""
+    own request, so the guess must equal it (else every rerun probes again). Both skip
+    the completion while the start of the host's newest smoke record runs."""
+    from gpuserve.measure.results import ResultRecord, write_record
     from gpuserve.roles.checks import PROBE, SmokeRequest, serving_probe
     from gpuserve.roles.service import UNIT_NAME
 
+    start = "4f6e0c2b9d5a4e7f8a1b3c5d7e9f0a12"
+    write_record(tmp_path, ResultRecord(kind="smoke", profile="p", host="gpu1",
+                                        figures={"tok_s": 40.0}, server_start=start))
+    data = {**data, "results_dir": str(tmp_path)}
     plan = plan_serve(data, "inventory/gpu.py", R580 if "deepseek" not in data["profile"]
                       else runtime(python="3.12.3", glibc="2.39"))
     asked = serving_probe(f"{plan.bin_dir}/{PROBE}", UNIT_NAME, plan.service.profile_name,
                           SmokeRequest(port=plan.service.port, model=plan.service.served_name,
-                                       config=plan.config_path))
-    assert serving_probe_read(read_input(data, "inventory/gpu.py")) == asked
+                                       config=plan.config_path, unless_start=start))
+    assert serving_probe_read(read_input(data, "inventory/gpu.py"), "gpu1") == asked
+    assert dict(serving_probe_read(read_input(data, "inventory/gpu.py"), "gpu2")
+                .kwargs)["smoke"].unless_start == ""
     assert bool(dict(asked.kwargs)["smoke"].config) == ("sglang_api_key" in data)
 
 
