@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -110,6 +111,19 @@ class Probe:
 
 class ProbeError(ValueError):
     """The probe script printed something that is not its JSON document."""
+
+
+#: SGLang's switch that makes ``/health`` a plain 200 instead of a one-token generation
+#: (``sglang/srt/environ.py``, default true; reference sglang.md §4)
+HEALTH_GENERATION_ENV = "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"
+
+
+def health_generates(env: Mapping[str, str]) -> bool:
+    """Whether the server's ``/health`` 200 means it has just generated a token: unless
+    its environment sets :data:`HEALTH_GENERATION_ENV` to anything but a plain true
+    (then a rerun makes its smoke completion every time: roles/checks/smoke.py)."""
+    value = env.get(HEALTH_GENERATION_ENV)
+    return value is None or str(value).strip().lower() in ("1", "true", "yes", "y")
 
 
 def _count(value: object) -> int | None:

@@ -57,13 +57,16 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
                   bin_dir: str, health_timeout: float, config_path: str = "",
                   record: RecordSpec | None = None,
                   rollback: RollbackSpec | None = None,
-                  bench: BenchPlan | None = None, serves_http: bool = True) -> None:
+                  bench: BenchPlan | None = None, serves_http: bool = True,
+                  smoke_per_start: bool = True) -> None:
     """Gate on health (the scripts: :func:`install_check_scripts`), then one smoke
     completion (recorded on the controller when ``record`` is given), then the
     throughput checks when ``bench`` is given (roles/checks/bench.py). With
     ``rollback``, a failed gate restores the last good configuration first (see
     :func:`wait_healthy`). ``serves_http`` False (a multi-node rank > 0): the gate
-    waits for the unit to run, and nothing else runs."""
+    waits for the unit to run, and nothing else runs. ``smoke_per_start`` (the server's
+    ``/health`` generates a token: gpuserve.measure.health.health_generates): no smoke
+    while the start the newest smoke record measured still runs; False: one every run."""
     if not serves_http:
         # a multi-node rank > 0: no HTTP here, so no smoke or throughput check either;
         # node 0's gate, smoke and checks cover the group
@@ -72,7 +75,8 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
                      rollback=rollback)
         return
     # one smoke per server start: none while the start the newest record measured runs
-    unless_start = smoked_start(record.results_dir if record else None, host.name)
+    unless_start = smoked_start(record.results_dir if record and smoke_per_start else None,
+                                host.name)
     wait_healthy(name=f"health gate: {unit} answers /health 200",
                  unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,
                  rollback=rollback, smoke=SmokeRequest(port=port, model=served_name,

@@ -15,6 +15,7 @@ from gpuserve.measure.health import (
     ProbeError,
     Verdict,
     decide,
+    health_generates,
     parse_probe,
     progress_line,
 )
@@ -84,9 +85,17 @@ def serving_probe_read(inputs: ServeInput, host_name: str) -> Read | None:
                          config=service.CONFIG_PATH if inputs.data["sglang_api_key"] else "",
                          unless_start=smoked_start(
                              validate_results_dir(inputs.data.get("results_dir"),
-                                                  inputs.source), host_name))
+                                                  inputs.source)
+                             if health_generates(launch_env(inputs)) else None, host_name))
     return serving_probe(f"{sglang.bin_dir(home)}/{PROBE}", service.UNIT_NAME,
                          profile.name, smoke)
+
+
+def launch_env(inputs: ServeInput) -> dict:
+    """The server's environment as far as host data and profile give it before any
+    read: the profile's ``env`` under host data's ``sglang_extra_env``."""
+    extra = inputs.data.get("sglang_extra_env")
+    return {**inputs.profile.env, **(extra if isinstance(extra, dict) else {})}
 
 
 #: How old the first batch's probe may be for the gate to take it (seconds). On a

@@ -20,6 +20,7 @@ from gpuserve.facts.host import InstallTarget, ModelCheckpoint, WeightsState
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.locks import Lock
+from gpuserve.measure.health import health_generates
 from gpuserve.memory.remote import read_remote
 from gpuserve.monitor.live_judge import live_settings
 from gpuserve.roles import checks as checks_role
@@ -187,7 +188,8 @@ def serve(plan: ServePlan, rollback: RollbackSpec) -> None:
                   profile_name=plan.service.profile_name, bin_dir=plan.bin_dir,
                   health_timeout=plan.health_timeout, config_path=plan.config_path,
                   record=plan.record, rollback=rollback, bench=plan.bench,
-                  serves_http=plan.node is None or plan.node.is_head)
+                  serves_http=plan.node is None or plan.node.is_head,
+                  smoke_per_start=health_generates(dict(plan.service.environment)))
     if switching.rollout is not None:
         put_back(name=f"put {switching.rollout.url} back into the gateway on {router}, "
                       "wait until it is ready", rollout=switching.rollout, switching=switching)

@@ -412,6 +412,26 @@ def test_the_batch_probe_is_the_one_the_gate_asks_for(data, tmp_path) -> None:
     assert bool(dict(asked.kwargs)["smoke"].config) == ("sglang_api_key" in data)
 
 
+@pytest.mark.parametrize("value, per_start", [(None, True), ("1", True), ("true", True),
+                                              ("0", False), ("false", False), ("", False)])
+def test_a_health_that_generates_nothing_asks_for_a_smoke_every_run(tmp_path, value,
+                                                                     per_start) -> None:
+    """SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0 makes /health a plain 200: it proves no
+    generation, so the batch's probe asks for the completion whatever was recorded."""
+    from gpuserve.measure.health import health_generates
+    from gpuserve.measure.results import ResultRecord, write_record
+
+    start = "4f6e0c2b9d5a4e7f8a1b3c5d7e9f0a12"
+    write_record(tmp_path, ResultRecord(kind="smoke", profile="p", host="gpu1",
+                                        figures={"tok_s": 40.0}, server_start=start))
+    extra = {} if value is None else {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": value}
+    data = {"profile": "glm5-nvfp4-tp8", "results_dir": str(tmp_path),
+            "sglang_extra_env": extra}
+    asked = dict(serving_probe_read(read_input(data, "inventory/gpu.py"), "gpu1").kwargs)
+    assert asked["smoke"].unless_start == (start if per_start else "")
+    assert health_generates(extra) is per_start
+
+
 @pytest.mark.parametrize("data", [{}, {"profile": "no-such-profile"}, {"profile": 5},
                                   {"profile": "../../etc/passwd"},
                                   {"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": "/nonexistent"},
