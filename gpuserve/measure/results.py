@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -389,11 +389,14 @@ def newest_smoke(results_dir: str | Path, host: str) -> ResultRecord | None:
         return None
     if not names:
         return None
+    path = folder / names[-1]
     try:
-        records = read_results(folder / names[-1])
+        records = read_results(path)
     except (InputError, OSError):
         return None
-    return records[0] if len(records) == 1 and records[0].kind == "smoke" else None
+    if len(records) != 1 or records[0].kind != "smoke":
+        return None
+    return replace(records[0], source=str(path))  # the file, not file:line
 
 
 def read_results(path: str | Path, skipped: list[str] | None = None,

@@ -126,5 +126,5 @@ def _same_start_line(record: RecordSpec | None, start: str) -> str:
         return (f"{host.name}: smoke: none made, the server (start {start[:12]}) has "
                 "run since its recorded smoke and its /health generated a token now")
     return (f"{host.name}: smoke: none made, the server has run since its smoke of "
-            f"{smoked.timestamp} ({smoked.output_tok_s} tok/s, {smoked.source}) and its "
+            f"{smoked.timestamp} ({smoked.output_tok_s:.1f} tok/s, {smoked.source}) and its "
             "/health generated a token now")

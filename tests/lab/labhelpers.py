@@ -140,14 +140,20 @@ def lab_hub(lab) -> LabHub:
     return hub
 
 
+def host_provisioned(lab) -> None:
+    """The host deploy, where the driver is missing (a fresh lab: no module before this
+    one ran it)."""
+    if lab.ssh("command -v nvidia-smi").returncode != 0:
+        lab.run_pyinfra("deploy/host.py", "--data", "nvidia_install_headers=False")
+
+
 def serve_inventory_profile(lab) -> None:
     """The host serving its inventory profile, whatever ran before (nothing, on a fresh
     lab): the host deploy where the driver is missing, then the serve deploy."""
     served = lab.ssh("test -f /etc/gpuserve/sglang.env").returncode == 0
     if served and served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab):
         return
-    if lab.ssh("command -v nvidia-smi").returncode != 0:
-        lab.run_pyinfra("deploy/host.py", "--data", "nvidia_install_headers=False")
+    host_provisioned(lab)
     lab.run_pyinfra("deploy/serve.py", "--data", "bench=off")
     assert served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab)
 

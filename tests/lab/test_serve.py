@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from labhelpers import host_provisioned
 
 pytestmark = pytest.mark.lab
 
@@ -52,6 +53,7 @@ def fingerprint(lab) -> str:
 
 @pytest.fixture(scope="module")
 def first_run(lab, secrets_data, tmp_path_factory):
+    host_provisioned(lab)  # the records' context names the GPUs the host deploy found
     # 1. An unknown flag in the profile: refused at prepare, the host is not touched.
     bad = tmp_path_factory.mktemp("profiles") / "bad-flag.yaml"
     bad.write_text("extends: " + str(REPO / "profiles/glm5-nvfp4-tp8.yaml") +
@@ -226,9 +228,14 @@ def test_rerun_reports_no_changes(lab, vm, first_run, secrets_data) -> None:
     assert not re.search(r"^\s*\[lab-gpu\]\s+Success\s*$", out, re.M), out[-6000:]
     total = [line for line in out.splitlines() if line.strip().startswith("Grand total")]
     assert total and total[-1].split()[3] == "-", total  # Hosts, Success(-), Error, ...
-    assert "lab-gpu: smoke: " in out  # still verified
     assert "lab-gpu: bench: skipped" in out and not BENCH_LINE.search(out)
     assert vm.check_output(f"systemctl show -p InvocationID --value {UNIT}") == invocation
+    # still verified: /health generated a token, and the record that measured this very
+    # start of the server is named (one smoke per start: docs/reruns.md)
+    m = re.search(r"lab-gpu: smoke: none made, the server has run since its smoke of \S+ "
+                  r"\([\d.]+ tok/s, (\S+\.json)\) and its /health generated a token now", out)
+    assert m, out[-6000:]
+    assert json.loads(Path(m.group(1)).read_text())["server_start"] == invocation
 
 
 def test_oom_start_fails_early_with_the_cause(lab, vm, first_run, secrets_data) -> None:

@@ -158,8 +158,9 @@ def test_one_smoke_per_server_start_and_the_rerun_names_it(tmp_path: Path, caplo
     assert any(f"--smoke-unless-start {START}" in c for c in cmds)
     assert not any("sglang_smoke.py" in c for c in cmds)
     assert len(read_results(tmp_path)) == 1
+    [path] = (tmp_path / "@fake").iterdir()
     assert (f"@fake: smoke: none made, the server has run since its smoke of "
-            f"{first.timestamp} (40.0 tok/s, {first.source}) and its /health generated a "
+            f"{first.timestamp} (40.0 tok/s, {path}) and its /health generated a "
             "token now") in caplog.text
 
     other = "0" * 31 + "1"
