@@ -29,36 +29,27 @@ profile was rolled back).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-if str(_HERE.parent) not in sys.path:
-    sys.path.insert(0, str(_HERE.parent))
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
 
-from lab.state import instance_name, read_state  # noqa: E402
+from lab.inventories import (  # noqa: E402
+    fleet_host_name,
+    fleet_names,
+    lab_inventory,
+    without_gateway,
+)
+from lab.state import read_state  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("gpuserve_lab_inventory", _HERE / "lab.py")
-_lab = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_lab)
-
-#: keys only the gateway's host keeps
-_ROUTER_KEYS = tuple(k for k in _lab.LAB_HOST_DATA if k.startswith("router_"))
-
+_lab = lab_inventory()
 
 #: the live judgement of a rolling switch, short for the lab (roles/router/live.py)
 _LIVE = {"rolling_live_window": 20, "rolling_live_min_requests": 10,
          "rolling_live_max_wait": 30}
-
-
-def _names() -> list[str]:
-    env = os.environ.get("GPUSERVE_LAB_FLEET")
-    if env:
-        return [instance_name(n.strip()) for n in env.split(",") if n.strip()]
-    first = instance_name()
-    return [first, f"{first}-2"]
 
 
 def _fleet_host(index: int, name: str) -> tuple[str, dict]:
@@ -73,10 +64,9 @@ def _fleet_host(index: int, name: str) -> tuple[str, dict]:
                 nccl_socket_ifname=st.extra.get("fleet_ifname"), **_LIVE)
     data["sglang_extra_env"] = {**data.get("sglang_extra_env", {}),
                                 "GPUSERVE_LAB_STANDIN_SURFACE": "fleet"}
-    host = "lab-gpu" if index == 0 else f"lab-gpu-{index + 1}"
+    host = fleet_host_name(index)
     if index > 0:
-        for key in _ROUTER_KEYS:
-            data.pop(key, None)
+        data = without_gateway(data)
     else:
         data["router_policy"] = "round_robin"
     fail = dict(item.split("=", 1) for item in
@@ -87,4 +77,4 @@ def _fleet_host(index: int, name: str) -> tuple[str, dict]:
     return host, data
 
 
-gpu = [_fleet_host(i, n) for i, n in enumerate(_names())]
+gpu = [_fleet_host(i, n) for i, n in enumerate(fleet_names())]

@@ -14,22 +14,17 @@ resolve within seconds. Lab knobs only; product code never reads this file.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-if str(_HERE.parent) not in sys.path:
-    sys.path.insert(0, str(_HERE.parent))
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
 
+from lab.inventories import lab_inventory, without_gateway  # noqa: E402
 from lab.state import instance_name  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("gpuserve_lab_inventory", _HERE / "lab.py")
-_lab = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_lab)
-
-_data = {k: v for k, v in _lab.host_data_for(instance_name()).items()
-         if not k.startswith("router_")}
+_data = without_gateway(lab_inventory().host_data_for(instance_name()))
 _data.update(dcgm_exporter=False, monitor_scrape_interval=2, monitor_alertmanager=False,
              monitor_alert_for={"SGLangServerDown": 10})
 

@@ -12,39 +12,21 @@ network, for the gateway and multi-node launches).
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-if str(_HERE.parent) not in sys.path:
-    sys.path.insert(0, str(_HERE.parent))
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
 
-from lab.state import instance_name  # noqa: E402
+from lab.inventories import (  # noqa: E402
+    fleet_host_name,
+    fleet_names,
+    lab_inventory,
+    without_gateway,
+)
 
-_spec = importlib.util.spec_from_file_location("gpuserve_lab_inventory", _HERE / "lab.py")
-_lab = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_lab)
-
-
-def _names() -> list[str]:
-    env = os.environ.get("GPUSERVE_LAB_FLEET")
-    if env:
-        return [instance_name(n.strip()) for n in env.split(",") if n.strip()]
-    first = instance_name()
-    return [first, f"{first}-2"]
-
-
-#: the gateway's keys: no gateway here (inventory/lab_fleet.py has one)
-_ROUTER_KEYS = tuple(k for k in _lab.LAB_HOST_DATA if k.startswith("router_"))
-
-
-def _host(index: int, name: str) -> tuple[str, dict]:
-    data = _lab.host_data_for(name)
-    for key in _ROUTER_KEYS:
-        data.pop(key, None)
-    return ("lab-gpu" if index == 0 else f"lab-gpu-{index + 1}"), data
-
-
-gpu = [_host(i, name) for i, name in enumerate(_names())]
+_lab = lab_inventory()
+# no gateway here (inventory/lab_fleet.py has one)
+gpu = [(fleet_host_name(i), without_gateway(_lab.host_data_for(name)))
+       for i, name in enumerate(fleet_names())]
