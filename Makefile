@@ -52,7 +52,7 @@ CONTAINER_OWN_HOST = tests/lab/test_tune.py
 CONTAINER_SIDE = tests/lab/test_tune_fleet.py tests/lab/test_debian13.py tests/lab/test_fleet.py
 test: lab-deps
 	$(BIN)/ruff check .
-	@nice -n 10 $(PYTEST_TIER) -m "not lab" --basetemp=$(VENV)/tmp-unit >$(VENV)/unit.log 2>&1 & unit=$$!; \
+	@nice -n 10 $(PYTEST_TIER) -m "not lab" --basetemp=$(VENV)/tmp-unit --durations=25 >$(VENV)/unit.log 2>&1 & unit=$$!; \
 	vm=; own=; side=; trap 'kill $$unit $$vm $$own $$side 2>/dev/null; tail -n 20 $(VENV)/unit.log $(VENV)/vm.log $(VENV)/own.log $(VENV)/side.log; exit 130' INT TERM HUP; \
 	echo "the unit tier runs beside the lab tiers (log: $(VENV)/unit.log)"; \
 	lab=1; vmrc=1; ownrc=1; siderc=1; if $(BIN)/python -m lab image; then \
