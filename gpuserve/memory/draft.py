@@ -134,6 +134,21 @@ def load_draft_record(name: str, *, algorithm: str, layout: Layout) -> Draft:
                              algorithm=algorithm, layout=layout, file=str(path))
 
 
+def resolve_draft(algorithm: str | None, *, layout: Layout, draft_arch: str | None = None,
+                  scan: CheckpointScan | None = None) -> Draft | None:
+    """The separate draft a launch loads, as well as it is known: its checkpoint's scan,
+    else its record; None without a separate draft (NEXTN/MTP layers of the target,
+    NGRAM) or when nothing describes it (the plan then says its weights are unknown)."""
+    algo = (algorithm or "").upper()
+    if algo not in SEPARATE_DRAFT:
+        return None
+    if scan is not None:
+        return draft_from_scan(scan, algorithm=algo, layout=layout)
+    if draft_arch:
+        return load_draft_record(draft_arch, algorithm=algo, layout=layout)
+    return None
+
+
 def _draft_layout(layout: Layout) -> Layout:
     """The draft runs on the target's TP group (eagle_worker.py, draft_tp_context), dense."""
     return Layout(tp=layout.tp, attn_dp=layout.attn_dp, pp=layout.pp)
@@ -167,7 +182,7 @@ def _head_parts(arch: ModelArch, cfg: dict, algo: str, layout: Layout) -> list[W
         kv_share, _ = shard("attention_kv", layout, arch)
         extra = h * (arch.num_attention_heads * arch.head_dim * q_share
                      + 2 * arch.num_kv_heads * arch.head_dim * kv_share)
-        parts.append(WeightPart("draft QKV of [embedding, hidden]", extra, bpp, how))
+        parts.append(WeightPart("draft wide QKV (2h in)", extra, bpp, how))
     target_h = cfg.get("target_hidden_size") if isinstance(cfg.get("target_hidden_size"),
                                                             int) else h
     fc_in = 3 * target_h if algo == "EAGLE3" else 2 * h

@@ -19,14 +19,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Any
 
 from gpuserve.errors import InputError
 from gpuserve.memory.memory_defaults import DEFAULT_VERSION, MemoryDefaults, memory_defaults
 from gpuserve.memory.models import ModelArch, component_modules
-
-if TYPE_CHECKING:
-    from gpuserve.memory.draft import Draft
 
 GIB = 1 << 30
 
@@ -676,7 +673,7 @@ class DraftCharge:
     graphs_gib: float
     outside_pool_gib: float  # G x (1 - mem_fraction_static)
     sglang_need_gib: float  # SGLang's reserve less its padding
-    room_gib: float  # outside - need - draft graphs - KV extra
+    room_gib: float  # max(0, outside - need) - draft graphs - KV extra
 
     def to_dict(self) -> dict:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -706,7 +703,7 @@ def predict(
     weight_parts: list[WeightPart] | None = None,
     weights_from: str | None = None,
     record: ModelArch | None = None,
-    draft: Draft | None = None,
+    draft: Any = None,
 ) -> Plan:
     """Predict a launch: SGLang's defaults, weights, KV capacity and a verdict with fixes.
 
@@ -714,7 +711,7 @@ def predict(
     checkpoint, gpuserve.memory.checkpoint.checkpoint_weights), ``weights_from`` says where
     they came from, and ``record`` (the model record a profile names) is compared with them:
     a difference above 5% becomes a note with both figures. ``draft`` is a separate draft
-    model (gpuserve.memory.draft): its weights, KV layers and pool geometry are charged.
+    model (a gpuserve.memory.draft.Draft): its weights, KV layers and pool are charged.
     """
     layout = layout or Layout()
     if draft is not None:
@@ -751,19 +748,9 @@ def predict(
     verdict, explanation, changes = _judged(
         arch, layout, s, problems, version=version, draft_weights_gib=draft_weights_gib,
         record=record if weight_parts is not None else None)
-    plan = _plan(
-        arch,
-        layout,
-        s,
-        gpu_name=gpu_name,
-        gpu_count=gpu_count,
-        version=version,
-        requested_max_running=max_running_requests,
-        verdict=verdict,
-        explanation=explanation,
-        changes=changes,
-        problems=problems,
-    )
+    plan = _plan(arch, layout, s, gpu_name=gpu_name, gpu_count=gpu_count, version=version,
+                 requested_max_running=max_running_requests, verdict=verdict,
+                 explanation=explanation, changes=changes, problems=problems)
     if weight_parts is not None:
         plan.weights_from = weights_from or "checkpoint"
     if s.draft is not None:
@@ -869,7 +856,7 @@ def _size_launch(
     page_size: int,
     context_length: int | None,
     weight_parts: list[WeightPart] | None = None,
-    draft: Draft | None = None,
+    draft: Any = None,
 ) -> _Sizing:
     """Follow SGLang's startup: weights load, then _profile_available_bytes sizes the pool.
 
@@ -923,7 +910,7 @@ def _size_launch(
 
 
 def _draft_charge(arch: ModelArch, layout: Layout, heuristic: MemoryDefaults,
-                  draft: Draft | None, *, gpu_memory_mib: float, mfs: float, cell: KvCell,
+                  draft: Any, *, gpu_memory_mib: float, mfs: float, cell: KvCell,
                   tokens: int, kv_dtype: str, draft_weights_gib: float) -> DraftCharge | None:
     """What speculation adds, None when it drafts with no model (NGRAM) or is off.
 
@@ -956,7 +943,16 @@ def _draft_charge(arch: ModelArch, layout: Layout, heuristic: MemoryDefaults,
         weights_error_gib=error, kv_layers=draft_layers(arch, layout),
         kv_budget_bytes=cell.draft_bytes, kv_real_bytes=real, kv_extra_gib=extra,
         graphs_gib=graphs, outside_pool_gib=outside, sglang_need_gib=need,
-        room_gib=outside - need - graphs - extra)
+        room_gib=_spare(outside, need) - graphs - extra)
+
+
+def _spare(outside: float, need: float) -> float:
+    """What the memory outside the static pool holds beyond SGLang's own estimate of its
+    graphs and activations: the draft's graphs and pool overflow go there. A fraction
+    that leaves less than that estimate has no spare to give (whether the target alone
+    still starts there is the max-safe warning's matter: SGLang's estimate is generous,
+    so a shortfall of its own is no proof of an OOM, and is not charged to the draft)."""
+    return max(0.0, outside - need)
 
 
 def _draft_lines(s: _Sizing) -> list[str]:
@@ -978,9 +974,9 @@ def _draft_lines(s: _Sizing) -> list[str]:
     lines.append(kv)
     lines.append(
         f"draft CUDA graphs ~{d.graphs_gib:.2f} GiB ({DRAFT_GRAPH_SHARE:g} x the decode "
-        f"graphs' 2 MiB x bs {s.heuristic.decode_max_bs}); outside the static pool "
-        f"{d.outside_pool_gib:.2f} GiB - SGLang's graphs and activations "
-        f"{d.sglang_need_gib:.2f} - draft graphs {d.graphs_gib:.2f} - draft KV beyond "
+        f"graphs' 2 MiB x bs {s.heuristic.decode_max_bs}); spare outside the static pool "
+        f"max(0, {d.outside_pool_gib:.2f} GiB - SGLang's graphs and activations "
+        f"{d.sglang_need_gib:.2f}) - draft graphs {d.graphs_gib:.2f} - draft KV beyond "
         f"its budget {d.kv_extra_gib:.2f} = room {d.room_gib:+.2f} GiB")
     return lines
 
@@ -1007,7 +1003,7 @@ def _draft_changes(arch: ModelArch, layout: Layout, s: _Sizing, verdict: FitVerd
             mem_fraction_static=None, chunked_prefill_size=s.heuristic.chunked_prefill_size,
             cuda_graph_max_bs=bs, max_running_requests=None)
         padding = sum(lower.reserve_breakdown.get(k, 0.0) for k in RESERVE_PADDING)
-        room = d.outside_pool_gib - (lower.reserved_mb - padding) / 1024 \
+        room = _spare(d.outside_pool_gib, (lower.reserved_mb - padding) / 1024) \
             - DRAFT_GRAPH_SHARE * 2 * bs / 1024 - d.kv_extra_gib
         if room >= 0:
             fixes.append(f"{bs_flag} {bs}{keep} (room {room:+.2f} GiB)")
@@ -1114,8 +1110,9 @@ def _record_notes(arch: ModelArch, layout: Layout, draft_weights_gib: float | bo
         )
     if layout.speculative and not uses_builtin_mtp(arch, layout) and not draft_weights_gib:
         notes.append(
-            f"{layout.speculative} draft model weights are not included (unknown): pass "
-            "--draft-weights-gib; SGLang charges them to the same KV budget"
+            f"{layout.speculative} draft model weights are not included (unknown): name its "
+            "record (speculative.draft_arch, --draft-arch) or checkpoint (--draft-dir), or "
+            "pass --draft-weights-gib; SGLang charges them to the same KV budget"
         )
     return notes
 
