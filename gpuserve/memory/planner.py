@@ -1015,7 +1015,7 @@ def _draft_changes(arch: ModelArch, layout: Layout, s: _Sizing, verdict: FitVerd
     return [
         f"the {d.algorithm} draft does not fit outside the static pool: room "
         f"{d.room_gib:+.2f} GiB (draft CUDA graphs {d.graphs_gib:.2f} GiB, draft KV beyond "
-        f"its budget {d.kv_extra_gib:.2f} GiB): CUDA graph capture would run out of memory"
+        f"its budget {d.kv_extra_gib:.2f} GiB): CUDA graph capture may run out of memory"
         + (f"; use {' or '.join(fixes)}" if fixes else "")
     ]
 

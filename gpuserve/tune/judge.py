@@ -74,7 +74,7 @@ def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnaps
             "weights_gib": round(plan.weights_gib, 2),
             "mem_fraction_static": round(plan.mem_fraction_static, 3),
             "rest_gib": round(plan.rest_gib, 2)})
-        _draft_numbers(verdict, plan.draft)
+        draft_numbers(verdict, plan.draft)
     calibrated = calibration_gib is not None and plan is not None and \
         plan.verdict in (FitVerdict.FITS, FitVerdict.TIGHT, FitVerdict.REFUSED,
                          FitVerdict.NO_KV)
@@ -100,7 +100,7 @@ def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnaps
             + (f"; fits from mem_fraction_static {need:.3f}" if need else ""))
 
 
-def _draft_numbers(verdict: Verdict, draft: dict | None) -> None:
+def draft_numbers(verdict: Verdict, draft: dict | None) -> None:
     """The plan's draft figures: what it adds and the room it leaves outside the static
     pool, whose error is the draft graphs' estimate (never a prune: SGLang's own estimate
     of the target's graphs and activations, which the room is measured from, is generous;
