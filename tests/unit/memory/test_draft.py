@@ -212,3 +212,42 @@ def test_plan_cli_charges_a_draft_record(capsys):
     assert cli_main(["plan", "--model", "kimi-k2-instruct", "--gpus", "8xH200",
                      "--draft-arch", "kimi-k2.5-eagle3"]) == 2
     assert "--draft-arch" in capsys.readouterr().err
+
+
+def write_head_checkpoint(directory: Path) -> Path:
+    """``head_scan()``'s tensors as a real safetensors file (header, sparse data) with its
+    config.json: what the serve preflight reads on a host."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(HEAD))
+    header, offset = {}, 0
+    for t in head_scan().tensors:
+        header[t.pattern] = {"dtype": t.dtype, "shape": list(t.shape),
+                             "data_offsets": [offset, offset + t.nbytes]}
+        offset += t.nbytes
+    raw = json.dumps(header).encode()
+    with (directory / "model.safetensors").open("wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        f.truncate(8 + len(raw) + offset)
+    return directory
+
+
+def test_the_serve_preflight_reads_the_drafts_checkpoint_on_the_host(glm5, tmp_path):
+    """A local speculative.draft_model is scanned like the target's directory and its real
+    weights charged; one that cannot be read is a warning, not a refusal."""
+    from gpuserve.memory.checkpoint import _scan_module
+    from gpuserve.serve.preflight import run_preflight
+
+    head = write_head_checkpoint(tmp_path / "glm5-eagle3-head")
+    docs = {"/models/GLM-5-NVFP4": json.dumps(_scan_module().scan(glm5.directory)),
+            "/models/glm5-eagle3-head": json.dumps(_scan_module().scan(str(head)))}
+    prof = _profile(tmp_path, 128, True)
+    report = run_preflight("enforce", host="gpu1", profile=prof, version="0.5.23", gpus=GPUS,
+                           checkpoint=docs.get, host_facts=None)
+    line = next(i for i in report.info if "draft glm5-eagle3-head" in i)
+    scanned = draft_from_scan(head_scan(), algorithm="EAGLE3", layout=TP8)
+    assert f"checkpoint {head}" in line and f"weights {scanned.weights_gib:.2f} GiB" in line
+    docs["/models/glm5-eagle3-head"] = "not a scan"
+    report = run_preflight("enforce", host="gpu1", profile=prof, version="0.5.23", gpus=GPUS,
+                           checkpoint=docs.get, host_facts=None)
+    assert any("draft checkpoint" in w and "gpu1:/models/glm5-eagle3-head" in w
+               and "without its weights" in w for w in report.warnings), report.warnings
