@@ -1012,10 +1012,14 @@ def _draft_changes(arch: ModelArch, layout: Layout, s: _Sizing, verdict: FitVerd
     mfs = math.floor((1 - need / total) * 1000) / 1000
     if 0 < mfs < s.mfs:
         fixes.append(f"--mem-fraction-static {mfs:.3f} (fewer KV tokens)")
+    short = d.outside_pool_gib < d.sglang_need_gib
     return [
         f"the {d.algorithm} draft does not fit outside the static pool: room "
         f"{d.room_gib:+.2f} GiB (draft CUDA graphs {d.graphs_gib:.2f} GiB, draft KV beyond "
-        f"its budget {d.kv_extra_gib:.2f} GiB): CUDA graph capture may run out of memory"
+        f"its budget {d.kv_extra_gib:.2f} GiB"
+        + ("; the fraction leaves nothing beyond SGLang's own graph/activation reserve"
+           if short else "")
+        + "): CUDA graph capture may run out of memory"
         + (f"; use {' or '.join(fixes)}" if fixes else "")
     ]
 
