@@ -12,10 +12,12 @@ How: docs/tune.md, "gpuserve.tune.judge: calibration and measured gates"
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from gpuserve.doctor.rules import diagnose
+from gpuserve.errors import InputError
 from gpuserve.host.hostfacts import HostFacts
-from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights
+from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, parse_scan
 from gpuserve.memory.planner import FitVerdict
 from gpuserve.memory.preflight import check_fit, launch_settings
 from gpuserve.tune.predict import Comm, Prediction, predict
@@ -42,8 +44,28 @@ class Verdict:
 
 def avail_after_weights(profile, scan: CheckpointScan, snapshot: HostSnapshot) -> float | None:
     """The planner's free GiB/GPU after weights for ``profile`` (None: not planned)."""
-    fit = check_fit(profile, scan, snapshot.gpus, snapshot.sglang_version)
+    fit = check_fit(profile, scan, snapshot.gpus, snapshot.sglang_version,
+                    draft_scan=draft_scan(profile, snapshot))
     return fit.plan.avail_after_weights_gib if fit.plan else None
+
+
+def draft_scan(profile, snapshot: HostSnapshot) -> CheckpointScan | None:
+    """The candidate's separate draft as the snapshot read it on the host (its
+    ``speculative.draft_model`` directory), else None: then its record, if it names one,
+    or nothing (unknown) describes it. A scan that does not parse is treated as absent."""
+    path = profile.speculative.draft_model or ""
+    text = snapshot.drafts.get(path)
+    if not text or path.rstrip("/") == profile.model.path.rstrip("/"):
+        return None
+    return _parsed(text, f"{snapshot.host}:{path}")
+
+
+@lru_cache(maxsize=16)
+def _parsed(text: str, source: str) -> CheckpointScan | None:
+    try:
+        return parse_scan(text, source)
+    except InputError:
+        return None
 
 
 def judge(profile, scan: CheckpointScan | None, snapshot: HostSnapshot, *,
@@ -67,7 +89,8 @@ def judge(profile, scan: CheckpointScan | None, snapshot: HostSnapshot, *,
 
 def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnapshot,
             calibration_gib: float | None) -> None:
-    fit = check_fit(profile, scan, snapshot.gpus, snapshot.sglang_version)
+    fit = check_fit(profile, scan, snapshot.gpus, snapshot.sglang_version,
+                    draft_scan=draft_scan(profile, snapshot))
     plan = fit.plan
     if plan is not None:
         verdict.numbers.update({

@@ -251,3 +251,47 @@ def test_the_serve_preflight_reads_the_drafts_checkpoint_on_the_host(glm5, tmp_p
                            checkpoint=docs.get, host_facts=None)
     assert any("draft checkpoint" in w and "gpu1:/models/glm5-eagle3-head" in w
                and "without its weights" in w for w in report.warnings), report.warnings
+
+
+def test_a_tune_reads_the_drafts_its_candidates_name_and_plans_them(glm5, tmp_path):
+    """The snapshot asks for every local speculative.draft_model of the knobs (not hub ids,
+    not the model's own directory); the pre-load check then plans the scanned draft: its
+    real weights, and no more uncertainty than the calibration's own."""
+    from gpuserve.memory.checkpoint import _scan_module
+    from gpuserve.tune.judge import judge
+    from gpuserve.tune.predict import Comm
+    from gpuserve.tune.snapshot import draft_paths, parse_snapshot
+
+    knobs = {"speculative": ["off", {"speculative.algorithm": "EAGLE3",
+                                     "speculative.draft_model": "/models/glm5-eagle3-head"},
+                             {"speculative.algorithm": "EAGLE3",
+                              "speculative.draft_model": "org/hub-draft"},
+                             {"speculative.algorithm": "EAGLE3",
+                              "speculative.draft_model": "/models/GLM-5-NVFP4"}],
+             "speculative.draft_model": ["/models/other-head"]}
+    assert draft_paths(knobs, "/models/incumbent-head", "/models/GLM-5-NVFP4") == \
+        ["/models/glm5-eagle3-head", "/models/incumbent-head", "/models/other-head"]
+
+    head = write_head_checkpoint(tmp_path / "glm5-eagle3-head")
+    box = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
+    doc = {"schema": "gpuserve.tune-snapshot/1", "host": "box", "sglang_version": "0.5.23",
+           "lock": "x", "gpus": GPUS, "host_facts": box,
+           "checkpoint": json.dumps(_scan_module().scan(glm5.directory)),
+           "drafts": {"/models/glm5-eagle3-head": json.dumps(_scan_module().scan(str(head))),
+                      "/models/unreadable": None}}
+    (tmp_path / "snap.json").write_text(json.dumps(doc))
+    snapshot = parse_snapshot(tmp_path / "snap.json")
+    assert list(snapshot.drafts) == ["/models/glm5-eagle3-head"]
+    verdict = judge(_profile(tmp_path, 128, True), glm5, snapshot, calibration_gib=0.0,
+                    comm=Comm(105.6, 9.59), peak_batch=8)
+    scanned = draft_from_scan(head_scan(), algorithm="EAGLE3", layout=TP8)
+    assert verdict.pruned is None, verdict.pruned
+    assert verdict.numbers["draft_weights_gib"] == pytest.approx(scanned.weights_gib, abs=1e-3)
+    assert verdict.numbers["uncertainty_gib"] == CALIBRATION_ERROR_GIB
+    assert risk(verdict) is None
+    doc["drafts"] = {}
+    (tmp_path / "snap.json").write_text(json.dumps(doc))
+    unknown = judge(_profile(tmp_path, 128, True), glm5, parse_snapshot(tmp_path / "snap.json"),
+                    calibration_gib=0.0, comm=Comm(105.6, 9.59), peak_batch=8)
+    assert unknown.numbers["uncertainty_gib"] == CALIBRATION_ERROR_GIB + DRAFT_DEFAULT_GIB
+    assert unknown.numbers["draft_weights_gib"] is None
