@@ -295,3 +295,21 @@ def test_a_tune_reads_the_drafts_its_candidates_name_and_plans_them(glm5, tmp_pa
                     calibration_gib=0.0, comm=Comm(105.6, 9.59), peak_batch=8)
     assert unknown.numbers["uncertainty_gib"] == CALIBRATION_ERROR_GIB + DRAFT_DEFAULT_GIB
     assert unknown.numbers["draft_weights_gib"] is None
+
+
+@pytest.mark.parametrize("value, ok", [
+    (None, True), (["/models/a", "/models/b"], True), (["models/a"], False),
+    ("/models/a", False), ([f"/m/{i}" for i in range(9)], False), (["/m/a\n"], False)])
+def test_the_snapshot_deploy_takes_only_a_short_list_of_absolute_draft_dirs(
+        monkeypatch, value, ok):
+    """Host data ``tune_drafts`` as gpuserve tune sets it; anything else is refused naming
+    the key before any read."""
+    from gpuserve.roles.deploys import tune as role
+
+    monkeypatch.setattr(role, "host", SimpleNamespace(data={"tune_drafts": value}))
+    monkeypatch.setattr(role, "inventory_source", lambda: "inventory.py")
+    if ok:
+        assert role._draft_dirs() == (value or [])
+    else:
+        with pytest.raises(InputError, match="tune_drafts"):
+            role._draft_dirs()
