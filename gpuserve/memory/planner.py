@@ -884,8 +884,8 @@ def _size_launch(
     b = budget(pre, after, mfs, cell.bytes_per_token, page_size)
     graph_reserve = heuristic.reserved_mb / 1024
     charge = _draft_charge(arch, layout, heuristic, draft, gpu_memory_mib=gpu_memory_mib,
-                           mfs=mfs, cell=cell, tokens=b.kv_tokens or 0, kv_dtype=kv_dtype,
-                           draft_weights_gib=draft_weights_gib)
+                           mfs=mfs, cell=cell, tokens=b.kv_tokens or 0,
+                           kv_cache_dtype=kv_cache_dtype, draft_weights_gib=draft_weights_gib)
     return _Sizing(
         gpu_memory_mib=gpu_memory_mib,
         sm_major=sm_major,
@@ -911,14 +911,18 @@ def _size_launch(
 
 def _draft_charge(arch: ModelArch, layout: Layout, heuristic: MemoryDefaults,
                   draft: Any, *, gpu_memory_mib: float, mfs: float, cell: KvCell,
-                  tokens: int, kv_dtype: str, draft_weights_gib: float) -> DraftCharge | None:
+                  tokens: int, kv_cache_dtype: str, draft_weights_gib: float
+                  ) -> DraftCharge | None:
     """What speculation adds, None when it drafts with no model (NGRAM) or is off.
 
     The draft's KV inside the cell is SGLang's own budget (pool_configurator.py scales the
     target's cell by 1 + draft layers / L); the draft worker then allocates its pool with
     its own heads for the same tokens (scheduler.py init_memory_pools hands it the
     target's MemoryPoolConfig), so a wider draft takes the difference from the memory
-    outside the static pool, where its CUDA graphs are captured too."""
+    outside the static pool, where its CUDA graphs are captured too. Its KV dtype is the
+    launch's, "auto" resolved for the draft's own checkpoint (an FP8-KV target's draft
+    without that quantization keeps its model dtype: configure_kv_cache_dtype runs per
+    model runner)."""
     algo = (layout.speculative or "").upper()
     if algo not in DRAFTING:
         return None
@@ -926,7 +930,8 @@ def _draft_charge(arch: ModelArch, layout: Layout, heuristic: MemoryDefaults,
     if draft is not None:
         model, source = draft.name, draft.source
         weights, error = draft.weights_gib, draft.weights_error_gib
-        real = draft.kv_bytes_per_token(kv_dtype, layout.attn_tp)
+        real = draft.kv_bytes_per_token(resolve_kv_dtype(draft.arch, kv_cache_dtype),
+                                        layout.attn_tp)
     elif uses_builtin_mtp(arch, layout):
         model, source, weights, error = None, "the target's MTP layers", 0.0, 0.0
     elif draft_weights_gib:

@@ -313,3 +313,20 @@ def test_the_snapshot_deploy_takes_only_a_short_list_of_absolute_draft_dirs(
     else:
         with pytest.raises(InputError, match="tune_drafts"):
             role._draft_dirs()
+
+
+def test_auto_kv_dtype_is_resolved_for_the_draft_itself():
+    """"auto" is resolved per model runner: a target whose checkpoint says FP8 KV keeps an
+    fp8 pool, its BF16 head a bf16 one (1 KV head x (128 + 128) x 2 B at TP8); an explicit
+    dtype applies to both."""
+    from dataclasses import replace
+
+    glm = load_record("glm-5-nvfp4")
+    fp8_kv = replace(glm, quantization=replace(glm.quantization, kv_cache_quant_algo="FP8"))
+    head = draft_from_config(HEAD, name="head", source="record head", algorithm="EAGLE3",
+                             layout=TP8, file="head.yaml")
+    auto = predict(fp8_kv, gpu_memory_mib=97887, gpu_count=8, layout=TP8, draft=head)
+    assert auto.kv_dtype == "fp8_e4m3" and auto.draft["kv_real_bytes"] == 512
+    explicit = predict(glm, gpu_memory_mib=97887, gpu_count=8, layout=TP8, draft=head,
+                       kv_cache_dtype="fp8_e4m3")
+    assert explicit.draft["kv_real_bytes"] == 256
