@@ -16,6 +16,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_DIR = PACKAGE_DIR / "data"
 # The model architecture records (one YAML per architecture) the planner and doctor read.
 MODELS_DIR = DATA_DIR / "models"
+# The draft model records (EAGLE heads, small STANDALONE drafts) the planner charges.
+DRAFT_MODELS_DIR = MODELS_DIR / "drafts"
 # Stdlib-only scripts the roles upload to hosts (probe, smoke, redact, verify).
 SCRIPTS_DIR = DATA_DIR / "scripts"
 # The repository this package runs from, or None when it runs installed from the wheel.
@@ -36,3 +38,8 @@ PROFILES_DIR = PROJECT_ROOT / "profiles"
 def model_record_names() -> list[str]:
     """The names of the shipped model records (``model.arch`` values), sorted."""
     return sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))
+
+
+def draft_record_names() -> list[str]:
+    """The names of the shipped draft records (``speculative.draft_arch`` values), sorted."""
+    return sorted(p.stem for p in DRAFT_MODELS_DIR.glob("*.yaml"))

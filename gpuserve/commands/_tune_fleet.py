@@ -25,7 +25,7 @@ from gpuserve.tune.sameness import data_fields, require_same, snapshot_fields
 from gpuserve.tune.schedule import Fleet, join_all
 from gpuserve.tune.search import run_search
 from gpuserve.tune.session import comm_from, prepare
-from gpuserve.tune.snapshot import HostSnapshot, parse_snapshot
+from gpuserve.tune.snapshot import HostSnapshot, draft_data, parse_snapshot
 
 
 class FleetStore:
@@ -90,14 +90,15 @@ class Parts:
     snapshot_op: str
 
 
-def snapshots(args, runners: dict, spec, work: Path, op: str) -> dict[str, HostSnapshot]:
+def snapshots(args, runners: dict, spec, work: Path, op: str, extra: tuple[str, ...] = ()
+              ) -> dict[str, HostSnapshot]:
     """Each host's read-only snapshot, side by side; compared before any load."""
     names = list(runners)
     paths = {n: work / f"snapshot-{safe_name(n)}.json" for n in names}
     print(f"tune {spec.name}: reading {len(names)} hosts (one read-only run each, side by "
           "side)", flush=True)
     done = side_by_side(names, lambda n: runners[n].deploy(
-        op, f"profile={spec.incumbent}", f"tune_snapshot={paths[n]}"))
+        op, f"profile={spec.incumbent}", f"tune_snapshot={paths[n]}", *extra))
     for name in names:
         result = done[name]
         if isinstance(result, BaseException):
@@ -119,7 +120,8 @@ def run_fleet(args: argparse.Namespace, spec, raw_knobs, names: list[str], parts
     work = results / ".tune" / spec.name
     stopping = threading.Event()
     runners = {n: parts.runner(args, results, limit=n, stopping=stopping) for n in names}
-    snaps = snapshots(args, runners, spec, work, parts.snapshot_op)
+    snaps = snapshots(args, runners, spec, work, parts.snapshot_op,
+                      tuple(draft_data(spec, raw_knobs)))
     dirs = {n: results / safe_name(n) / f"tune-{spec.name}" for n in names}
     executors = {n: parts.executor(runners[n], spec, dirs[n], snaps[n].host,
                                     work / f"snapshot-{safe_name(n)}.json") for n in names}

@@ -25,6 +25,7 @@ from gpuserve import versions
 from gpuserve.errors import InputError
 from gpuserve.host.gpus import parse_gpus
 from gpuserve.memory.checkpoint import checkpoint_weights, scan_directory, unrecognised
+from gpuserve.memory.draft import Draft, resolve_draft
 from gpuserve.memory.memory_defaults import DEFAULT_VERSION, KNOWN_VERSIONS
 from gpuserve.memory.models import load_record, resolve_model
 from gpuserve.memory.planner import (
@@ -106,6 +107,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="draft_weights_gib",
         type=finite_float,
         help="weights of a separate draft model per GPU (EAGLE3 heads)",
+    )
+    g.add_argument(
+        "--draft-arch",
+        dest="draft_arch",
+        help="the separate draft's record (gpuserve/data/models/drafts/; default: the "
+        "profile's speculative.draft_arch): its weights, KV and CUDA graphs are planned",
+    )
+    g.add_argument(
+        "--draft-dir",
+        dest="draft_dir",
+        help="the separate draft's local checkpoint directory: its weights from the "
+        "safetensors headers",
     )
     g.add_argument(
         "--pre-load-free-gib",
@@ -317,6 +330,7 @@ def _run_predict(args: argparse.Namespace) -> int:
         weight_parts=parts,
         weights_from=f"checkpoint {scan.directory}" if scan is not None else None,
         record=record,
+        draft=_draft(args, prof, settings.layout),
         **settings.knobs,
     )
     if args.json:
@@ -328,6 +342,17 @@ def _run_predict(args: argparse.Namespace) -> int:
         if unknown:
             print(f"unrecognised tensors (counted as replicated): {', '.join(unknown)}")
     return 0 if plan.verdict != FitVerdict.INVALID else 2
+
+
+def _draft(args: argparse.Namespace, prof: Any, layout: Layout) -> Draft | None:
+    """The separate draft to plan: ``--draft-dir`` scanned, else ``--draft-arch`` or the
+    profile's ``speculative.draft_arch`` record."""
+    if (args.draft_dir or args.draft_arch) and not layout.speculative:
+        raise InputError("--draft-dir" if args.draft_dir else "--draft-arch", "speculative",
+                         "a draft needs a speculative algorithm (--speculative EAGLE3)")
+    scan = scan_directory(args.draft_dir) if args.draft_dir else None
+    record = args.draft_arch or (prof.speculative.draft_arch if prof else None)
+    return resolve_draft(layout.speculative, layout=layout, draft_arch=record, scan=scan)
 
 
 def default_tp(tp: int | None, prof: Any, gpu_count: int) -> int | None:

@@ -30,7 +30,7 @@ from gpuserve.tune.outcome import FIGURES, LoadStatus, Outcome, from_dict
 from gpuserve.tune.report import plot, summary, table, winner_text
 from gpuserve.tune.search import Measurement, run_search
 from gpuserve.tune.session import comm_from, precheck, prepare
-from gpuserve.tune.snapshot import error_line, last_run, last_start, parse_snapshot
+from gpuserve.tune.snapshot import draft_data, error_line, last_run, last_start, parse_snapshot
 from gpuserve.tune.space import OBJECTIVES, load_tune
 
 SERVE = "gpuserve.roles.deploys.serve_sglang"
@@ -288,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     snapshot_path = work / "snapshot.json"
     print(f"tune {spec.name}: reading the host (one read-only run)", flush=True)
     rc, out = runner.deploy(SNAPSHOT, f"profile={spec.incumbent}",
-                            f"tune_snapshot={snapshot_path}")
+                            f"tune_snapshot={snapshot_path}", *draft_data(spec, raw_knobs))
     if rc != 0:
         raise GpuserveError(f"tune {spec.name}: the host snapshot failed (nothing changed):\n"
                             + "\n".join(out.splitlines()[-15:]))

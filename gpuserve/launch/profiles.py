@@ -161,6 +161,9 @@ class SpeculativeSection:
     algorithm: str | None = None
     # the draft model's directory or hub id
     draft_model: str | None = None
+    # the draft model's record (gpuserve/data/models/drafts/), which sizes its weights, KV
+    # and CUDA graphs for the memory planner when its checkpoint is not scanned
+    draft_arch: str | None = None
     # draft steps per verification (num_steps, eagle_topk, num_draft_tokens: all three
     # or none, when SGLang picks them)
     num_steps: int | None = None
@@ -780,13 +783,16 @@ def _check_secret_args(p: Profile) -> None:
 
 def _check_arch(p: Profile) -> None:
     """``model.arch`` names a model record (gpuserve/data/models/) the planner and the
-    doctor read; a typo would silently switch those checks off."""
-    if p.model.arch is None:
-        return
+    doctor read, ``speculative.draft_arch`` a draft record (models/drafts/); a typo would
+    silently switch those checks off."""
     names = paths.model_record_names()
-    if names and p.model.arch not in names:
+    if p.model.arch is not None and names and p.model.arch not in names:
         raise p.error("model.arch", f"no model record {p.model.arch!r} "
                       f"(known: {', '.join(names)})")
+    drafts = paths.draft_record_names()
+    if p.speculative.draft_arch is not None and p.speculative.draft_arch not in drafts:
+        raise p.error("speculative.draft_arch", f"no draft record "
+                      f"{p.speculative.draft_arch!r} (known: {', '.join(drafts) or 'none'})")
 
 
 def _check_catalog(p: Profile) -> None:

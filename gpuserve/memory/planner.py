@@ -17,8 +17,9 @@ Everything here takes plain numbers so it can be tested without profiles or host
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 from gpuserve.errors import InputError
 from gpuserve.memory.memory_defaults import DEFAULT_VERSION, MemoryDefaults, memory_defaults
@@ -57,6 +58,18 @@ KV_DTYPE_BYTES = {
 # GLM-5 NVFP4 TP-vs-EP field measurement (5.4 GiB less free under EP, 4.6 GiB of which is
 # the replicated BF16 shared expert). Override with --a2a-buffer-gib.
 DEFAULT_A2A_BUFFER_GIB = {"deepep": 2.0, "flashinfer": 0.8}
+#: Speculative algorithms that draft with a model (its weights, KV and CUDA graphs); NGRAM
+#: drafts from the prompt and has none.
+DRAFTING = ("EAGLE", "EAGLE3", "STANDALONE", "NEXTN", "MTP")
+#: The draft's CUDA graphs as a share of the target's decode-graph memory: two measured
+#: startups agree on 0.39 (sglang#10088: "Capture cuda graph end ... mem usage=0.54 GB",
+#: "Capture draft cuda graph end ... mem usage=0.21 GB"; sglang#30891, EAGLE3 on
+#: Qwen3-30B-A3B FP8, B300: graph 1.19 GB, draft_graph 0.47 GB), rounded up.
+DRAFT_GRAPH_SHARE = 0.4
+#: Terms of SGLang's reserve that are padding, not memory anything needs: the 10 GiB
+#: floor of large GPUs and 0.5.10.post1's flat 4/6 GiB for a draft. A draft's graphs and
+#: pool overflow use that padding first (and are not counted twice).
+RESERVE_PADDING = ("floor_10GiB", "speculative")
 
 
 class UnsupportedKvDtype(InputError, ValueError):
@@ -605,6 +618,7 @@ class Plan:
     changes: list[str]
     problems: list[str] = field(default_factory=list)
     weights_from: str = "model record"  # or "checkpoint <dir>" (safetensors headers)
+    draft: dict | None = None  # what speculation adds (DraftCharge), None without it
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -637,6 +651,32 @@ class _Sizing:
     ctx: int | None
     graph_reserve: float
     max_safe: float
+    draft: DraftCharge | None = None
+
+
+@dataclass
+class DraftCharge:
+    """What a drafting speculative launch adds on one GPU (GiB unless named): the separate
+    draft's weights (already in the weights), the KV SGLang budgets for the draft and what
+    its real pool takes beyond that, its CUDA graphs, and the room left outside the static
+    pool once SGLang's own graphs and activations are in it."""
+
+    algorithm: str
+    model: str | None  # the separate draft's name; None: built-in MTP layers or unknown
+    source: str  # "checkpoint <dir>", "record <name>", "target's MTP layers", "unknown"
+    weights_gib: float | None  # None: a separate draft nobody described
+    weights_error_gib: float | None  # what the weights may still be off by (None: unknown)
+    kv_layers: int
+    kv_budget_bytes: int  # per token, SGLang's share in the cell (target cell x layers / L)
+    kv_real_bytes: int | None  # per token, the draft's own pool geometry
+    kv_extra_gib: float  # (real - budget) x tokens, taken outside the static pool
+    graphs_gib: float
+    outside_pool_gib: float  # G x (1 - mem_fraction_static)
+    sglang_need_gib: float  # SGLang's reserve less its padding
+    room_gib: float  # max(0, outside - need) - draft graphs - KV extra
+
+    def to_dict(self) -> dict:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
 def predict(
@@ -663,15 +703,19 @@ def predict(
     weight_parts: list[WeightPart] | None = None,
     weights_from: str | None = None,
     record: ModelArch | None = None,
+    draft: Any = None,
 ) -> Plan:
     """Predict a launch: SGLang's defaults, weights, KV capacity and a verdict with fixes.
 
     ``weight_parts`` replaces the weights computed from ``arch`` (e.g. those of the real
     checkpoint, gpuserve.memory.checkpoint.checkpoint_weights), ``weights_from`` says where
     they came from, and ``record`` (the model record a profile names) is compared with them:
-    a difference above 5% becomes a note with both figures.
+    a difference above 5% becomes a note with both figures. ``draft`` is a separate draft
+    model (a gpuserve.memory.draft.Draft): its weights, KV layers and pool are charged.
     """
     layout = layout or Layout()
+    if draft is not None:
+        layout = replace(layout, draft_layers=draft.kv_layers)
     problems = _layout_problems(arch, layout, gpu_count)
     defaults, heuristic = _launch_defaults(
         arch,
@@ -699,25 +743,18 @@ def predict(
         dsa_backend=dsa_backend,
         page_size=page_size,
         context_length=context_length,
+        draft=draft,
     )
     verdict, explanation, changes = _judged(
         arch, layout, s, problems, version=version, draft_weights_gib=draft_weights_gib,
         record=record if weight_parts is not None else None)
-    plan = _plan(
-        arch,
-        layout,
-        s,
-        gpu_name=gpu_name,
-        gpu_count=gpu_count,
-        version=version,
-        requested_max_running=max_running_requests,
-        verdict=verdict,
-        explanation=explanation,
-        changes=changes,
-        problems=problems,
-    )
+    plan = _plan(arch, layout, s, gpu_name=gpu_name, gpu_count=gpu_count, version=version,
+                 requested_max_running=max_running_requests, verdict=verdict,
+                 explanation=explanation, changes=changes, problems=problems)
     if weight_parts is not None:
         plan.weights_from = weights_from or "checkpoint"
+    if s.draft is not None:
+        plan.draft = s.draft.to_dict()
     return plan
 
 
@@ -728,12 +765,15 @@ def _judged(arch: ModelArch, layout: Layout, s: _Sizing, problems: list[str], *,
     notes, its disagreement with the checkpoint's weights when ``record`` is given) and
     the changes that would fix it."""
     explanation = _budget_lines(s, version)
-    explanation += _record_notes(arch, layout, draft_weights_gib)
+    explanation += _draft_lines(s)
+    known = s.draft is not None and s.draft.weights_gib is not None
+    explanation += _record_notes(arch, layout, draft_weights_gib or known)
     if record is not None:
         explanation += record_disagreement(record, layout, s.weights - draft_weights_gib)
     verdict, verdict_lines = _verdict(problems, s)
     explanation += verdict_lines
     changes = _changes_for_verdict(arch, layout, s, verdict)
+    changes += _draft_changes(arch, layout, s, verdict)
     return verdict, explanation, changes
 
 
@@ -816,6 +856,7 @@ def _size_launch(
     page_size: int,
     context_length: int | None,
     weight_parts: list[WeightPart] | None = None,
+    draft: Any = None,
 ) -> _Sizing:
     """Follow SGLang's startup: weights load, then _profile_available_bytes sizes the pool.
 
@@ -825,22 +866,26 @@ def _size_launch(
     mfs = defaults.mem_fraction_static
     kv_dtype = resolve_kv_dtype(arch, kv_cache_dtype)
     parts = _weight_parts(arch, layout, draft_weights_gib, weight_parts)
+    if draft is not None:
+        parts += list(draft.weights)
     weights = sum(p.gib for p in parts)
     if a2a_buffer_gib is None:
         a2a_buffer_gib = DEFAULT_A2A_BUFFER_GIB.get(layout.moe_a2a_backend, 0.0)
     pre = _pre_load_free(gpu_memory_mib, init_overhead_gib, pre_load_free_gib)
     after = pre - weights - a2a_buffer_gib
-    draft = draft_layers(arch, layout)
     cell = kv_cell(
         arch,
         kv_dtype=kv_dtype,
         attn_tp=layout.attn_tp,
-        draft=draft,
+        draft=draft_layers(arch, layout),
         sm_major=sm_major,
         dsa_backend=dsa_backend,
     )
     b = budget(pre, after, mfs, cell.bytes_per_token, page_size)
     graph_reserve = heuristic.reserved_mb / 1024
+    charge = _draft_charge(arch, layout, heuristic, draft, gpu_memory_mib=gpu_memory_mib,
+                           mfs=mfs, cell=cell, tokens=b.kv_tokens or 0,
+                           kv_cache_dtype=kv_cache_dtype, draft_weights_gib=draft_weights_gib)
     return _Sizing(
         gpu_memory_mib=gpu_memory_mib,
         sm_major=sm_major,
@@ -860,7 +905,128 @@ def _size_launch(
         ctx=context_length or arch.max_position_embeddings,
         graph_reserve=graph_reserve,
         max_safe=_max_safe_mfs(gpu_memory_mib, heuristic.reserved_mb),
+        draft=charge,
     )
+
+
+def _draft_charge(arch: ModelArch, layout: Layout, heuristic: MemoryDefaults,
+                  draft: Any, *, gpu_memory_mib: float, mfs: float, cell: KvCell,
+                  tokens: int, kv_cache_dtype: str, draft_weights_gib: float
+                  ) -> DraftCharge | None:
+    """What speculation adds, None when it drafts with no model (NGRAM) or is off.
+
+    The draft's KV inside the cell is SGLang's own budget (pool_configurator.py scales the
+    target's cell by 1 + draft layers / L); the draft worker then allocates its pool with
+    its own heads for the same tokens (scheduler.py init_memory_pools hands it the
+    target's MemoryPoolConfig), so a wider draft takes the difference from the memory
+    outside the static pool, where its CUDA graphs are captured too. Its KV dtype is the
+    launch's, "auto" resolved for the draft's own checkpoint (an FP8-KV target's draft
+    without that quantization keeps its model dtype: configure_kv_cache_dtype runs per
+    model runner)."""
+    algo = (layout.speculative or "").upper()
+    if algo not in DRAFTING:
+        return None
+    real = None
+    if draft is not None:
+        model, source = draft.name, draft.source
+        weights, error = draft.weights_gib, draft.weights_error_gib
+        real = draft.kv_bytes_per_token(resolve_kv_dtype(draft.arch, kv_cache_dtype),
+                                        layout.attn_tp)
+    elif uses_builtin_mtp(arch, layout):
+        model, source, weights, error = None, "the target's MTP layers", 0.0, 0.0
+    elif draft_weights_gib:
+        model, source, weights, error = None, "weights given", draft_weights_gib, 0.0
+    else:
+        model, source, weights, error = None, "unknown", None, None
+    extra = max(0, real - cell.draft_bytes) * tokens / GIB if real is not None else 0.0
+    graphs = DRAFT_GRAPH_SHARE * 2 * heuristic.decode_max_bs / 1024
+    outside = gpu_memory_mib / 1024 * (1 - mfs)
+    padding = sum(heuristic.reserve_breakdown.get(k, 0.0) for k in RESERVE_PADDING)
+    need = (heuristic.reserved_mb - padding) / 1024
+    return DraftCharge(
+        algorithm=algo, model=model, source=source, weights_gib=weights,
+        weights_error_gib=error, kv_layers=draft_layers(arch, layout),
+        kv_budget_bytes=cell.draft_bytes, kv_real_bytes=real, kv_extra_gib=extra,
+        graphs_gib=graphs, outside_pool_gib=outside, sglang_need_gib=need,
+        room_gib=_spare(outside, need) - graphs - extra)
+
+
+def _spare(outside: float, need: float) -> float:
+    """What the memory outside the static pool holds beyond SGLang's own estimate of its
+    graphs and activations: the draft's graphs and pool overflow go there. A fraction
+    that leaves less than that estimate has no spare to give (whether the target alone
+    still starts there is the max-safe warning's matter: SGLang's estimate is generous,
+    so a shortfall of its own is no proof of an OOM, and is not charged to the draft)."""
+    return max(0.0, outside - need)
+
+
+def _draft_lines(s: _Sizing) -> list[str]:
+    """The draft's part of the budget, each figure with where it comes from."""
+    d = s.draft
+    if d is None:
+        return []
+    lines = []
+    if d.model is not None and d.weights_gib is not None:
+        how = "from its checkpoint" if d.source.startswith("checkpoint") else \
+            f"estimated from its config, +/- {d.weights_error_gib or 0:.2f}"
+        lines.append(f"draft {d.model} ({d.source}): weights {d.weights_gib:.2f} GiB/GPU "
+                     f"({how}), in the weights above")
+    kv = (f"draft KV: SGLang budgets {d.kv_layers} layer(s) of the target's cell, "
+          f"{d.kv_budget_bytes} B/token, in the cell above")
+    if d.kv_real_bytes is not None and d.kv_extra_gib > 0:
+        kv += (f"; the draft's own pool takes {d.kv_real_bytes} B/token for the same "
+               f"tokens: {d.kv_extra_gib:.2f} GiB beyond its budget, outside the static pool")
+    lines.append(kv)
+    lines.append(
+        f"draft CUDA graphs ~{d.graphs_gib:.2f} GiB ({DRAFT_GRAPH_SHARE:g} x the decode "
+        f"graphs' 2 MiB x bs {s.heuristic.decode_max_bs}); spare outside the static pool "
+        f"max(0, {d.outside_pool_gib:.2f} GiB - SGLang's graphs and activations "
+        f"{d.sglang_need_gib:.2f}) - draft graphs {d.graphs_gib:.2f} - draft KV beyond "
+        f"its budget {d.kv_extra_gib:.2f} = room {d.room_gib:+.2f} GiB")
+    return lines
+
+
+def _draft_changes(arch: ModelArch, layout: Layout, s: _Sizing, verdict: FitVerdict) -> list[str]:
+    """When the draft's graphs and pool overflow the memory outside the static pool: the
+    decode graph size or the fraction that leaves them room (capture would OOM)."""
+    d = s.draft
+    if d is None or d.room_gib >= 0 or not verdict.starts:
+        return []
+    total = s.gpu_memory_mib / 1024
+    fixes = []
+    bs_flag = "--cuda-graph-max-bs" if s.heuristic.version == "0.5.19" else \
+        "--cuda-graph-max-bs-decode"
+    # SGLang's default fraction follows the graph size: keep today's fraction explicitly,
+    # or the smaller reserve only raises the fraction and the room stays as short
+    keep = f" with --mem-fraction-static {s.mfs:.3f}" if s.defaults.mem_fraction_is_default \
+        else ""
+    for bs in (256, 128, 64, 32):
+        if bs >= s.heuristic.decode_max_bs:
+            continue
+        _, lower = _launch_defaults(
+            arch, layout, s.gpu_memory_mib, version=s.heuristic.version,
+            mem_fraction_static=None, chunked_prefill_size=s.heuristic.chunked_prefill_size,
+            cuda_graph_max_bs=bs, max_running_requests=None)
+        padding = sum(lower.reserve_breakdown.get(k, 0.0) for k in RESERVE_PADDING)
+        room = _spare(d.outside_pool_gib, (lower.reserved_mb - padding) / 1024) \
+            - DRAFT_GRAPH_SHARE * 2 * bs / 1024 - d.kv_extra_gib
+        if room >= 0:
+            fixes.append(f"{bs_flag} {bs}{keep} (room {room:+.2f} GiB)")
+            break
+    need = d.sglang_need_gib + d.graphs_gib + d.kv_extra_gib
+    mfs = math.floor((1 - need / total) * 1000) / 1000
+    if 0 < mfs < s.mfs:
+        fixes.append(f"--mem-fraction-static {mfs:.3f} (fewer KV tokens)")
+    short = d.outside_pool_gib < d.sglang_need_gib
+    return [
+        f"the {d.algorithm} draft does not fit outside the static pool: room "
+        f"{d.room_gib:+.2f} GiB (draft CUDA graphs {d.graphs_gib:.2f} GiB, draft KV beyond "
+        f"its budget {d.kv_extra_gib:.2f} GiB"
+        + ("; the fraction leaves nothing beyond SGLang's own graph/activation reserve"
+           if short else "")
+        + "): CUDA graph capture may run out of memory"
+        + (f"; use {' or '.join(fixes)}" if fixes else "")
+    ]
 
 
 def _weight_parts(
@@ -936,7 +1102,8 @@ def _budget_lines(s: _Sizing, version: str) -> list[str]:
     ]
 
 
-def _record_notes(arch: ModelArch, layout: Layout, draft_weights_gib: float) -> list[str]:
+def _record_notes(arch: ModelArch, layout: Layout, draft_weights_gib: float | bool
+                  ) -> list[str]:
     """Caveats about the inputs rather than the budget: how the record compares with the
     checkpoint's own size, and draft weights the prediction cannot know."""
     notes: list[str] = []
@@ -952,8 +1119,9 @@ def _record_notes(arch: ModelArch, layout: Layout, draft_weights_gib: float) -> 
         )
     if layout.speculative and not uses_builtin_mtp(arch, layout) and not draft_weights_gib:
         notes.append(
-            f"{layout.speculative} draft model weights are not included (unknown): pass "
-            "--draft-weights-gib; SGLang charges them to the same KV budget"
+            f"{layout.speculative} draft model weights are not included (unknown): name its "
+            "record (speculative.draft_arch, --draft-arch) or checkpoint (--draft-dir), or "
+            "pass --draft-weights-gib; SGLang charges them to the same KV budget"
         )
     return notes
 

@@ -18,6 +18,7 @@ from typing import Any
 from gpuserve.errors import InputError
 from gpuserve.host.gpus import get_gpu
 from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, unrecognised
+from gpuserve.memory.draft import resolve_draft
 from gpuserve.memory.models import load_record
 from gpuserve.memory.planner import GIB, FitVerdict, Layout, Plan, predict
 
@@ -126,9 +127,12 @@ def check_fit(
     scan: CheckpointScan,
     gpus: Sequence[Mapping[str, Any]],
     version: str,
+    draft_scan: CheckpointScan | None = None,
 ) -> FitReport:
     """Plan ``profile`` with the checkpoint's own weights on the host's GPUs (NvidiaGpus
-    dicts) under SGLang ``version``'s defaults; ``ok`` when SGLang would size a KV pool."""
+    dicts) under SGLang ``version``'s defaults; ``ok`` when SGLang would size a KV pool.
+    A separate speculative draft is charged from ``draft_scan`` (its checkpoint), else
+    from the record ``speculative.draft_arch`` names."""
     if not gpus:
         return FitReport(False, FitVerdict.NO_GPUS, [],
                          f"profile {profile.name}: the host shows no GPU")
@@ -146,6 +150,9 @@ def check_fit(
     arch = scan.arch(profile.model.arch or None)
     record = load_record(profile.model.arch) if profile.model.arch else None
     parts = checkpoint_weights(scan, settings.layout, arch)
+    spec = profile.speculative
+    draft = resolve_draft(spec.algorithm, layout=settings.layout, draft_arch=spec.draft_arch,
+                          scan=draft_scan)
     name = str(gpu.get("name") or "GPU")
     plan = predict(
         arch,
@@ -161,6 +168,7 @@ def check_fit(
         weight_parts=parts,
         weights_from=f"checkpoint {scan.directory}",
         record=record,
+        draft=draft,
         **settings.knobs,
     )
     notes += [line for line in plan.explanation if line.startswith("model record ")]
@@ -178,6 +186,8 @@ def check_fit(
         f"{plan.mem_fraction_static:.3f}",
         f"KV tokens {plan.kv_tokens:,} ({plan.kv_cell['bytes_per_token']:,} B/token)",
     ]
+    lines += [line for line in plan.explanation if line.startswith("draft ")]
+    notes += [change for change in plan.changes if "draft does not fit" in change]
     ok = plan.verdict.starts
     message = ""
     if not ok:

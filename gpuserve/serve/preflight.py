@@ -26,7 +26,8 @@ from gpuserve.doctor.rules import diagnose
 from gpuserve.errors import InputError, one_of
 from gpuserve.host.hostfacts import HostFacts
 from gpuserve.launch.lock_choice import PreflightError
-from gpuserve.memory.checkpoint import parse_scan
+from gpuserve.memory.checkpoint import CheckpointScan, parse_scan
+from gpuserve.memory.draft import SEPARATE_DRAFT
 from gpuserve.memory.preflight import check_fit
 
 
@@ -97,13 +98,36 @@ def _memory(report: PreflightReport, refusals: list[str], *, host: str, profile,
     except InputError as e:
         refusals.append(f"checkpoint {e}")
         return
-    fit = check_fit(profile, scan, gpus, version)
+    fit = check_fit(profile, scan, gpus, version,
+                    draft_scan=_draft_scan(report, host=host, profile=profile,
+                                           checkpoint=checkpoint))
     report.info += [f"preflight: {line}" for line in fit.lines]
     report.warnings += [f"preflight: {note}" for note in fit.notes]
     if not fit.ok:
         refusals.append(fit.message)
     else:
         report.info.append(f"preflight: profile {profile.name} fits ({fit.verdict})")
+
+
+def _draft_scan(report: PreflightReport, *, host: str, profile, checkpoint
+                ) -> CheckpointScan | None:
+    """A separate draft's checkpoint on the host (a local ``speculative.draft_model``
+    other than the target's own directory), read like the target's, so the plan charges
+    its real weights. One that cannot be read is a warning: the draft is then planned
+    from its record (``speculative.draft_arch``) or said to be unknown."""
+    spec = profile.speculative
+    path = spec.draft_model or ""
+    if (spec.algorithm or "").upper() not in SEPARATE_DRAFT or not path.startswith("/") \
+            or path.rstrip("/") == profile.model.path.rstrip("/"):
+        return None
+    try:
+        return parse_scan(checkpoint(path) or "", f"{host}:{path}")
+    except InputError as e:
+        report.warnings.append(
+            f"preflight: draft checkpoint {e}: the draft is planned "
+            + (f"from its record {spec.draft_arch}" if spec.draft_arch
+               else "without its weights (set speculative.draft_arch)"))
+        return None
 
 
 def _doctor(report: PreflightReport, refusals: list[str], *, profile, version: str,

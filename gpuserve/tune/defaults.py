@@ -43,8 +43,8 @@ def auto_values(name: str, spec: TuneSpec, incumbent, arch, gpus: list[dict],
             raise spec.error(f"knobs.{name}", "auto needs a speculative algorithm in the "
                              "incumbent (its draft model is not known otherwise)")
         return [OFF, {f"speculative.{k}": getattr(spec_, k) for k in
-                      ("algorithm", "draft_model", "num_steps", "eagle_topk",
-                       "num_draft_tokens") if getattr(spec_, k) is not None}]
+                      ("algorithm", "draft_model", "draft_arch", "num_steps",
+                       "eagle_topk", "num_draft_tokens") if getattr(spec_, k) is not None}]
     raise spec.error(f"knobs.{name}", f"no automatic values for this knob (auto works for "
                      f"{', '.join(AUTO_KNOBS)}): list the values")
 

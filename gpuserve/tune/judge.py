@@ -12,10 +12,12 @@ How: docs/tune.md, "gpuserve.tune.judge: calibration and measured gates"
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from gpuserve.doctor.rules import diagnose
+from gpuserve.errors import InputError
 from gpuserve.host.hostfacts import HostFacts
-from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights
+from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, parse_scan
 from gpuserve.memory.planner import FitVerdict
 from gpuserve.memory.preflight import check_fit, launch_settings
 from gpuserve.tune.predict import Comm, Prediction, predict
@@ -25,10 +27,10 @@ _EXPERTS = "routed experts"
 #: how far a calibrated rest may still be off: an EP8 launch calibrated to +0.42 GiB of
 #: room had -0.89 (1.31 GiB), rounded up
 CALIBRATION_ERROR_GIB = 1.5
-#: what a draft model adds that no checkpoint scan of the target shows (its weights, KV
-#: and CUDA graphs): SGLang's own reserve for it (server_args.py, "eagle draft models
+#: a separate draft that neither a record nor a scan describes: its weights stand in as
+#: SGLang's own old reserve for a draft (0.5.10.post1 server_args.py, "eagle draft models
 #: and cuda graphs" 4 GiB, "standalone draft model and cuda graphs" 6 GiB;
-#: gpuserve/memory/memory_defaults.py)
+#: gpuserve/memory/memory_defaults.py). A described draft is in the plan instead.
 DRAFT_GIB = {"STANDALONE": 6.0}
 DRAFT_DEFAULT_GIB = 4.0
 
@@ -42,8 +44,28 @@ class Verdict:
 
 def avail_after_weights(profile, scan: CheckpointScan, snapshot: HostSnapshot) -> float | None:
     """The planner's free GiB/GPU after weights for ``profile`` (None: not planned)."""
-    fit = check_fit(profile, scan, snapshot.gpus, snapshot.sglang_version)
+    fit = check_fit(profile, scan, snapshot.gpus, snapshot.sglang_version,
+                    draft_scan=draft_scan(profile, snapshot))
     return fit.plan.avail_after_weights_gib if fit.plan else None
+
+
+def draft_scan(profile, snapshot: HostSnapshot) -> CheckpointScan | None:
+    """The candidate's separate draft as the snapshot read it on the host (its
+    ``speculative.draft_model`` directory), else None: then its record, if it names one,
+    or nothing (unknown) describes it. A scan that does not parse is treated as absent."""
+    path = profile.speculative.draft_model or ""
+    text = snapshot.drafts.get(path)
+    if not text or path.rstrip("/") == profile.model.path.rstrip("/"):
+        return None
+    return _parsed(text, f"{snapshot.host}:{path}")
+
+
+@lru_cache(maxsize=16)
+def _parsed(text: str, source: str) -> CheckpointScan | None:
+    try:
+        return parse_scan(text, source)
+    except InputError:
+        return None
 
 
 def judge(profile, scan: CheckpointScan | None, snapshot: HostSnapshot, *,
@@ -67,13 +89,15 @@ def judge(profile, scan: CheckpointScan | None, snapshot: HostSnapshot, *,
 
 def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnapshot,
             calibration_gib: float | None) -> None:
-    fit = check_fit(profile, scan, snapshot.gpus, snapshot.sglang_version)
+    fit = check_fit(profile, scan, snapshot.gpus, snapshot.sglang_version,
+                    draft_scan=draft_scan(profile, snapshot))
     plan = fit.plan
     if plan is not None:
         verdict.numbers.update({
             "weights_gib": round(plan.weights_gib, 2),
             "mem_fraction_static": round(plan.mem_fraction_static, 3),
             "rest_gib": round(plan.rest_gib, 2)})
+        draft_numbers(verdict, plan.draft)
     calibrated = calibration_gib is not None and plan is not None and \
         plan.verdict in (FitVerdict.FITS, FitVerdict.TIGHT, FitVerdict.REFUSED,
                          FitVerdict.NO_KV)
@@ -85,7 +109,7 @@ def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnaps
     rest = plan.rest_gib + calibration_gib
     verdict.numbers["calibrated_rest_gib"] = round(rest, 2)
     verdict.numbers["calibration_gib"] = round(calibration_gib, 2)
-    verdict.numbers["uncertainty_gib"] = round(uncertainty(profile), 2)
+    verdict.numbers["uncertainty_gib"] = round(uncertainty(profile, plan.draft), 2)
     if rest <= 0:
         total = plan.pre_load_free_gib
         after = plan.avail_after_weights_gib + calibration_gib
@@ -99,21 +123,54 @@ def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnaps
             + (f"; fits from mem_fraction_static {need:.3f}" if need else ""))
 
 
-def uncertainty(profile) -> float:
+def draft_numbers(verdict: Verdict, draft: dict | None) -> None:
+    """The plan's draft figures: what it adds and the room it leaves outside the static
+    pool, whose error is the draft graphs' estimate (never a prune: SGLang's own estimate
+    of the target's graphs and activations, which the room is measured from, is generous;
+    a short room loads last instead)."""
+    if not draft:
+        return
+    verdict.numbers.update({
+        "draft_weights_gib": draft["weights_gib"], "draft_graphs_gib": draft["graphs_gib"],
+        "draft_kv_extra_gib": draft["kv_extra_gib"], "draft_room_gib": draft["room_gib"],
+        "draft_room_error_gib": draft["graphs_gib"]})
+
+
+def uncertainty(profile, draft: dict | None = None) -> float:
     """GiB by which a calibrated rest may be wrong for ``profile``: the calibration's
-    error, plus, with speculation, what the draft adds that the plan does not see."""
+    error, plus what is still unknown of a draft: nothing for the target's MTP layers or
+    a scanned draft, the config estimate's error for a draft record, SGLang's old flat
+    reserve for a separate draft nothing describes (``draft``: the plan's figures)."""
     algorithm = profile.speculative.algorithm
-    draft = 0.0 if algorithm in (None, "NGRAM") else DRAFT_GIB.get(algorithm,
-                                                                  DRAFT_DEFAULT_GIB)
-    return CALIBRATION_ERROR_GIB + draft
+    if algorithm in (None, "NGRAM"):
+        return CALIBRATION_ERROR_GIB
+    known = draft.get("weights_error_gib") if draft else None
+    if known is None:
+        known = DRAFT_GIB.get(algorithm, DRAFT_DEFAULT_GIB)
+    return CALIBRATION_ERROR_GIB + known
+
+
+def risk(verdict: Verdict) -> str | None:
+    """Why the candidate may well die at start (None: it surely fits as far as the plan
+    knows): its calibrated room lies inside its uncertainty, or the room its draft leaves
+    outside the static pool lies inside the draft graphs' estimate."""
+    n = verdict.numbers
+    rest, error = n.get("calibrated_rest_gib"), n.get("uncertainty_gib")
+    if isinstance(rest, int | float) and isinstance(error, int | float) and rest < error:
+        return (f"calibrated room {rest:+.2f} GiB is inside its uncertainty "
+                f"({error:.2f} GiB)")
+    room, graphs = n.get("draft_room_gib"), n.get("draft_room_error_gib")
+    if isinstance(room, int | float) and isinstance(graphs, int | float) and room < graphs:
+        return (f"the draft's room outside the static pool {room:+.2f} GiB is inside its "
+                f"CUDA graphs' estimate ({graphs:.2f} GiB; its pool beyond the KV budget "
+                f"{n.get('draft_kv_extra_gib', 0):.2f} GiB)")
+    return None
 
 
 def risky(verdict: Verdict) -> bool:
-    """Whether the candidate's calibrated room lies inside its uncertainty: it may well
-    die at start, so it loads after every candidate that surely fits."""
-    rest = verdict.numbers.get("calibrated_rest_gib")
-    error = verdict.numbers.get("uncertainty_gib")
-    return isinstance(rest, int | float) and isinstance(error, int | float) and rest < error
+    """Whether the candidate may well die at start (``risk``): it loads after every
+    candidate that surely fits."""
+    return risk(verdict) is not None
 
 
 def _doctor(verdict: Verdict, profile, snapshot: HostSnapshot) -> None:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from gpuserve.launch.bench import MAX_SCENARIOS
 from gpuserve.tune.candidates import Candidate, combinations, one_knob
-from gpuserve.tune.judge import risky
+from gpuserve.tune.judge import risk
 from gpuserve.tune.noise import Noise, mean_figures, pooled
 from gpuserve.tune.outcome import (
     LoadStatus,
@@ -354,12 +354,11 @@ def _ordered(st: _State, candidates: list[Candidate]) -> list[Candidate]:
         key = (pred.single_tok_s if primary(st.spec) == "single_stream" else pred.peak_tok_s) \
             if pred else 0.0
         st.verdicts[candidate.name] = verdict
-        if risky(verdict):  # room inside the calibration's error: loaded last
+        why = risk(verdict)
+        if why:  # room inside the calibration's (or the draft estimate's) error: loaded last
             key = -1e12 + key
-            st.ctx.log(f"tune: {candidate.label}: calibrated room "
-                       f"{verdict.numbers['calibrated_rest_gib']:+.2f} GiB is inside its "
-                       f"uncertainty ({verdict.numbers['uncertainty_gib']:.2f} GiB): "
-                       "loaded after the launches that surely fit")
+            st.ctx.log(f"tune: {candidate.label}: {why}: loaded after the launches that "
+                       "surely fit")
         keep.append((key, candidate))
     return [c for _, c in sorted(keep, key=lambda t: -t[0])]
 

@@ -11,6 +11,7 @@ How: docs/tune.md, "gpuserve.tune.snapshot: the document"
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -45,6 +46,8 @@ class HostSnapshot:
     journal: str = ""
     profile: str | None = None
     measures: list[dict] = field(default_factory=list)
+    # the separate draft checkpoints the candidates name: directory -> its scan's JSON
+    drafts: dict[str, str] = field(default_factory=dict)
 
     @property
     def gpu_name(self) -> str:
@@ -123,10 +126,47 @@ def parse_snapshot(path: str | Path) -> HostSnapshot:
     facts = doc.get("host_facts")
     if facts is not None and not isinstance(facts, dict):
         raise InputError(path, "host_facts", "must be an object")
+    drafts = doc.get("drafts") or {}
+    if not isinstance(drafts, dict) or not all(
+            isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in drafts.items()):
+        raise InputError(path, "drafts", "must map draft directories to checkpoint scans")
     return HostSnapshot(host=text("host", True), sglang_version=text("sglang_version", True),
                         lock=text("lock", True), gpus=gpus, checkpoint=text("checkpoint"),
                         host_facts=facts, host_json=text("host_json"),
-                        journal=text("journal") or "", profile=text("profile"))
+                        journal=text("journal") or "", profile=text("profile"),
+                        drafts={k: v for k, v in drafts.items() if v})
+
+
+#: At most this many draft checkpoints are read for one tune (one scan each).
+MAX_DRAFTS = 8
+
+
+def draft_data(spec, raw_knobs: dict[str, Any]) -> list[str]:
+    """The snapshot deploy's ``tune_drafts`` host data (``--data``): the draft directories
+    the candidates name, read with the model's checkpoint (none: no argument)."""
+    from gpuserve.launch.profiles import load_profile
+
+    incumbent = load_profile(spec.incumbent)
+    drafts = draft_paths(raw_knobs, incumbent.speculative.draft_model, incumbent.model.path)
+    return [f"tune_drafts={json.dumps(drafts)}"] if drafts else []
+
+
+def draft_paths(raw_knobs: dict[str, Any], incumbent_draft: str | None,
+                model_path: str = "") -> list[str]:
+    """The local draft directories a tune's candidates may load (``speculative.draft_model``
+    in the knobs' values, the incumbent's own): the snapshot scans each, so the pre-load
+    check charges a draft's real weights. Hub ids (no leading /) are not read, nor the
+    model's own directory (its MTP layers are in its scan already)."""
+    found = [incumbent_draft] if incumbent_draft else []
+    for name, values in raw_knobs.items():
+        for value in values if isinstance(values, list) else []:
+            if name == "speculative.draft_model":
+                found.append(value)
+            elif isinstance(value, dict):
+                found.append(value.get("speculative.draft_model"))
+    paths = sorted({p for p in found if isinstance(p, str) and p.startswith("/")
+                    and p.rstrip("/") != model_path.rstrip("/")})
+    return paths[:MAX_DRAFTS]
 
 
 def served_profile(env_file_text: str) -> str | None:

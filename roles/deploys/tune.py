@@ -9,7 +9,9 @@ serves now (gpuserve/tune/snapshot.py). It yields no operation: the host is not 
 and pyinfra says "No changes".
 
 Host data: the serve deploy's keys, plus ``tune_snapshot``: the controller path the
-document is written to (0600: the journal is the service's).
+document is written to (0600: the journal is the service's), and ``tune_drafts``: the
+separate draft directories the tune's candidates name, each scanned like the model's
+checkpoint so the pre-load check plans the draft's real weights.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from gpuserve.roles.inventory import inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import fact, reader
 from gpuserve.roles.run_context import run_context
 from gpuserve.serve.service import ENV_PATH, UNIT_NAME
-from gpuserve.tune.snapshot import SCHEMA
+from gpuserve.tune.snapshot import MAX_DRAFTS, SCHEMA
 
 JOURNAL_LINES = 4000
 
@@ -44,6 +46,10 @@ TUNE_DEFAULTS = {
     # gpuserve tune for its read-only run, never in an inventory
     # accepts: str (a path on the controller) or None
     "tune_snapshot": None,
+    # the separate draft checkpoints (speculative.draft_model directories) the tune's
+    # candidates name, scanned like the model's; set by gpuserve tune, never in an inventory
+    # accepts: list of absolute paths (at most 8) or None
+    "tune_drafts": None,
 }
 
 
@@ -57,6 +63,16 @@ class ServedProfileName(FactBase):
     def process(self, output: list[str]) -> str | None:
         names = [line.strip() for line in output if line.strip()]
         return names[-1] if names else None
+
+
+def _draft_dirs() -> list[str]:
+    """Host data ``tune_drafts``: absolute directories, at most MAX_DRAFTS."""
+    value = host.data.get("tune_drafts") or []
+    if not isinstance(value, list) or len(value) > MAX_DRAFTS or not all(
+            isinstance(p, str) and p.startswith("/") and p.isprintable() for p in value):
+        raise InputError(inventory_source(), "tune_drafts", f"a list of at most {MAX_DRAFTS} "
+                         "absolute directories (set by gpuserve tune)")
+    return value
 
 
 @packaged_deploy
@@ -83,6 +99,7 @@ def tune_snapshot() -> None:
         "host_json": "\n".join(host_json) if host_json else None,
         "journal": host.get_fact(ServiceJournal, unit=UNIT_NAME, lines=JOURNAL_LINES),
         "profile": host.get_fact(ServedProfileName, path=ENV_PATH),
+        "drafts": {p: fact(ModelCheckpoint, path=p) for p in _draft_dirs()},
     }
     out = Path(target)
     out.parent.mkdir(parents=True, exist_ok=True)
