@@ -100,19 +100,39 @@ def pooled(groups: Iterable[list[float]]) -> Noise | None:
 #: for one host's own (:func:`moderated`): what one host's first noise runs give with
 #: the defaults (3 runs at two load levels)
 PRIOR_DOF = 4
+#: the chi-square distribution's 95 % quantile at one degree of freedom: Bartlett's test
+#: of two variances (:func:`agree`)
+CHI2_95_1 = 3.841
+
+
+def agree(a: Noise, b: Noise) -> bool:
+    """Whether two noise estimates may be one host's noise: Bartlett's test of equal
+    variances (two groups, 5 %) does not tell them apart."""
+    if a.rel_sd <= 0 or b.rel_sd <= 0:
+        return a.rel_sd == b.rel_sd
+    dof = a.dof + b.dof
+    var = (a.dof * a.rel_sd ** 2 + b.dof * b.rel_sd ** 2) / dof
+    stat = dof * math.log(var) - a.dof * math.log(a.rel_sd ** 2) \
+        - b.dof * math.log(b.rel_sd ** 2)
+    stat /= 1 + (1 / a.dof + 1 / b.dof - 1 / dof) / 3
+    return stat <= CHI2_95_1
 
 
 def moderated(own: Noise | None, prior: Noise | None, prior_dof: int = PRIOR_DOF
               ) -> Noise | None:
     """A host's noise: its own estimate, with the other hosts' pooled one as a prior worth
-    at most ``prior_dof`` degrees of freedom (a moderated variance, as in Smyth's
-    empirical-Bayes t test): s^2 = (d0 s0^2 + d s^2) / (d0 + d), at d0 + d degrees of
-    freedom. A host's few first runs lean on the fleet's; its many later ones outweigh it."""
+    at most ``prior_dof`` degrees of freedom while the two agree (:func:`agree`; a
+    moderated variance, as in Smyth's empirical-Bayes t test): s^2 = (d0 s0^2 + d s^2) /
+    (d0 + d), at d0 + d degrees of freedom. A host's few first runs lean on the fleet's;
+    its many later ones outweigh it; a host whose runs say it is noisier or quieter than
+    the others stands on its own (Student's t for its own degrees of freedom)."""
     if prior is None or prior_dof <= 0:
         return own
     d0 = min(prior_dof, prior.dof)
     if own is None:
         return Noise(prior.rel_sd, d0)
+    if not agree(own, prior):
+        return own
     var = (d0 * prior.rel_sd ** 2 + own.dof * own.rel_sd ** 2) / (d0 + own.dof)
     return Noise(math.sqrt(var), d0 + own.dof)
 
