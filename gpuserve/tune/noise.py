@@ -147,7 +147,7 @@ class FleetNoise:
     noise alone. Two measured on different hosts add, to each host's noise, the error of
     that host's incumbent mean their figures were scaled by (Welch's degrees of
     freedom). Without ``where`` it answers as the pool of every host's runs (shown in
-    the summary). docs/tune.md, "Noise per host"."""
+    the summary). docs/tune.md, "A fleet in parallel"."""
 
     hosts: dict[str, Noise]  # host -> its moderated noise (first: the reference host)
     own: dict[str, Noise | None]  # host -> its own runs' estimate alone (shown)

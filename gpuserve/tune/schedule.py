@@ -10,8 +10,8 @@ the measurements end: the same order of measurements gives the same tune.
 Each host measures the incumbent first (its repeats are that host's noise), and every
 figure a host measures is scaled by the ratio of the first host's incumbent to its own
 at that load level: a candidate is judged against the incumbent measured on the host
-it ran on, in the first host's units. How, and what that means for significance:
-docs/tune.md, "A fleet in parallel".
+it ran on, in the first host's units, at that host's own noise (:meth:`Fleet.noise_of`).
+How, and what that means for significance: docs/tune.md, "A fleet in parallel".
 """
 
 from __future__ import annotations
