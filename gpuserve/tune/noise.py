@@ -6,9 +6,11 @@ levels run several times in the same server; every repeated run of any candidate
 to one pooled estimate of the relative standard deviation of a run on this host. A
 candidate's figure is the mean of its runs, with an interval of Student's t (one-sided
 95 %, for the estimate's degrees of freedom) standard errors; two candidates are told
-apart only when their difference passes the same test.
+apart only when their difference passes the same test. Over a fleet each host has its
+own (:class:`FleetNoise`): hosts of one model may differ in noise, and two hosts'
+candidates differ also by the error of the incumbents they were scaled by.
 
-How: docs/tune.md, "Noise, repeats and significance"
+How: docs/tune.md, "Noise, repeats and significance" and "A fleet in parallel"
 """
 
 from __future__ import annotations

@@ -303,8 +303,10 @@ class Fleet:
                 incumbent = o.candidate
                 continue
             host = self.where.get(o.candidate) or o.numbers.get("host")
+            host = host if host in groups else self.hosts[0].name
+            self.where.setdefault(o.candidate, host)  # one recorded by an earlier run
             runs = [r for r in (o.numbers.get("runs") or {}).values() if isinstance(r, list)]
-            groups[host if host in groups else self.hosts[0].name].extend(runs)
+            groups[host].extend(runs)
         self.noise = fleet_noise(groups, self.where,
                                  {h.name: {c: len(r) for c, r in h.runs.items()}
                                   for h in self.hosts}, incumbent)
