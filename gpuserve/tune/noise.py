@@ -62,6 +62,10 @@ class Noise:
     def half_width(self, value: float, runs: int, where: Where | None = None) -> float:
         return self.z * self.se(value, runs)
 
+    def rel_sd_of(self, candidate: str) -> float:
+        """The noise a candidate's figures are judged at (one host: the host's)."""
+        return self.rel_sd
+
     def separated(self, a: float, runs_a: int, b: float, runs_b: int,
                   where: tuple[Where, Where] | None = None) -> bool:
         """Whether ``a`` and ``b`` (means) differ beyond the noise."""
@@ -177,6 +181,9 @@ class FleetNoise:
         """The host that measured ``candidate`` (the incumbent: the reference host's)."""
         host = self.where.get(candidate)
         return host if host in self.hosts else next(iter(self.hosts))
+
+    def rel_sd_of(self, candidate: str) -> float:
+        return self.hosts[self.host_of(candidate)].rel_sd
 
     def _incumbent_runs(self, host: str, level: int | None, default: int) -> int:
         runs = self.incumbent_runs.get(host) or {}

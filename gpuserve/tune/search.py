@@ -140,7 +140,8 @@ class TuneRun:
                 s_top, top.count(l_top), s_base, base.count(l_base),
                 (Where(top.candidate, l_top), Where(base.candidate, l_base))):
             return (f"no significant gain: {top.label} {pct:+.1f} % over the incumbent is "
-                    f"within the noise ({100 * self.noise.rel_sd:.1f} % per run)")
+                    f"within the noise ({100 * self.noise.rel_sd_of(top.candidate):.1f} % "
+                    "per run)")
         return f"{pct:+.1f} % over the incumbent"
 
 

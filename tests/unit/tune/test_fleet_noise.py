@@ -69,6 +69,8 @@ def test_each_host_is_judged_at_its_own_noise() -> None:
     assert not noise.beats(101.5, 10, 100, 40, (Where(B1, 1), Where(INC, 1)))
     # the pool (about 2.2 %) would have called host b's a gain
     assert noise.pool.beats(101.5, 10, 100, 40)
+    assert noise.rel_sd_of(B1) == noise.hosts["b"].rel_sd
+    assert noise.rel_sd_of(INC) == noise.hosts["a"].rel_sd  # the first host's figure
     # intervals: each candidate's host's; without a candidate the pool's
     assert noise.half_width(100, 4, Where(B1, 1)) > 2 * noise.half_width(100, 4, Where(A1))
     assert noise.half_width(100, 4) == noise.pool.half_width(100, 4)
