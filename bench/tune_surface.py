@@ -29,6 +29,10 @@ it also runs each surface's tune over a simulated fleet of N such hosts (gpuserv
 schedule.py, the same search spread over them) and prints its simulated wall time beside
 one host's, the loads on each host and the rounds (the most loads any host ran), for
 the lab tune file and the lab's fleet tune file (tests/fixtures/tune/lab-fleet.tune.yaml).
+With ``--host-noise 0.01,0.03 --seeds N`` it also runs N seeded tunes of the lab tune
+file over a simulated fleet whose hosts differ in noise (one sd per host) and prints
+how often the picks land within 1 % and 3 % of the optimum, judged with each host's own
+noise (the tuner's rule) beside the rule that pooled every host's runs into one noise.
 
 The host is the lab's: the reference box's GPUs and host facts, the composed GLM-5 NVFP4
 checkpoint (the same headers the on-host preflight reads).
@@ -54,6 +58,7 @@ from gpuserve.launch import catalog  # noqa: E402
 from gpuserve.launch.dialect import render_launch  # noqa: E402
 from gpuserve.memory.checkpoint import _scan_module  # noqa: E402
 from gpuserve.tune.candidates import Candidate  # noqa: E402
+from gpuserve.tune.noise import pooled  # noqa: E402
 from gpuserve.tune.predict import Comm  # noqa: E402
 from gpuserve.tune.schedule import Fleet  # noqa: E402
 from gpuserve.tune.search import Measurement, run_search  # noqa: E402
@@ -148,10 +153,32 @@ def every_launch(spec, knobs) -> list[dict]:
 OBJECTIVES = (("single_stream", "single_stream"), ("pareto", "throughput"))
 
 
+class PooledFleet(Fleet):
+    """The rule a fleet's tune had before each host's noise: one noise pooled from every
+    candidate's repeated runs on any host, the scale's error left out (for comparison)."""
+
+    def noise_of(self, outcomes):
+        super().noise_of(outcomes)
+        return pooled(runs for o in outcomes for runs in (o.numbers.get("runs") or {}).values()
+                      if isinstance(runs, list))
+
+
+def fleet_hosts(path: Path, spec, sds: tuple[float, ...], seed_noise: dict) -> dict:
+    """Simulated hosts of one surface, host i drawing its runs at ``sds[i]`` (each its own
+    seed)."""
+    executors = {}
+    for i, sd in enumerate(sds):
+        surface = surfaces.load(path)
+        surface.noise = {**seed_noise, "run": sd, "seed": f"{seed_noise['seed']}|host{i + 1}"}
+        executors[f"sim-{i + 1}"] = SurfaceHost(surface, spec)
+    return executors
+
+
 def one_surface(path: Path, snap: HostSnapshot, noise: tuple[float, float] = (0.0, 0.0),
-                seeds: int = 0) -> dict:
+                seeds: int = 0, host_noise: tuple[float, ...] = ()) -> dict:
     """The tune on one surface: noise-free, then ``seeds`` tunes under ``noise`` (run,
-    start); each pick judged by its noise-free figure against the optimum."""
+    start), and over a fleet whose hosts' noise is ``host_noise`` (each rule); each pick
+    judged by its noise-free figure against the optimum."""
     surface = surfaces.load(path)
     spec, raw = load_tune(TUNE)
     # the tuner's own repeats, not the lab file's bound for the shared CI machine
@@ -174,13 +201,20 @@ def one_surface(path: Path, snap: HostSnapshot, noise: tuple[float, float] = (0.
         evs = [surface.evaluate(launch, c, spec.input_len, spec.output_len) for c in levels]
         return max((e.output_tps for e in evs if e.ok), default=None)
 
-    def tune(seed_noise: dict) -> tuple:
+    def tune(seed_noise: dict, fleet: type[Fleet] | None = None) -> tuple:
         surface.noise = seed_noise
         host = SurfaceHost(surface, spec)
         t0 = time.perf_counter()
-        run = run_search(spec, prepared.knobs, prepared.ctx, host, Memory())
-        sweep = 1 + sum(1 for o in run.outcomes if o.phase == "one knob" and o.loaded
-                        and o.status != "pruned")
+        if fleet is None:
+            run = run_search(spec, prepared.knobs, prepared.ctx, host, Memory())
+        else:  # every host's runs and loads counted; the sweep's incumbent on each
+            hosts = fleet_hosts(path, spec, host_noise, seed_noise)
+            run = run_search(spec, prepared.knobs, prepared.ctx,
+                             fleet(hosts, ordered=True, log=lambda line: None), Memory())
+            host.runs = sum(h.runs for h in hosts.values())
+        sweep = (len(host_noise) if fleet else 1) + sum(
+            1 for o in run.outcomes if o.phase == "one knob" and o.loaded
+            and o.status != "pruned")
         picks = {o: (true_value(run.best(o), o), run.best(o)) for o, _ in OBJECTIVES}
         return run, host, sweep, picks, time.perf_counter() - t0
 
@@ -192,9 +226,15 @@ def one_surface(path: Path, snap: HostSnapshot, noise: tuple[float, float] = (0.
            "retried": sum(1 for o in run.outcomes if o.phase == "retry"),
            "sim_wall_s": host.t, "search_cpu_s": search_s, "runs": host.runs,
            "rows": {o: (v, optima[o], top.label if top else "-")
-                    for o, (v, top) in picks.items()}, "noisy": None}
-    if seeds:
+                    for o, (v, top) in picks.items()}, "noisy": None,
+           "host_noise": host_noise}
+    if seeds and any(noise):
         out["noisy"] = noisy_picks(tune, optima, noise, seeds)
+    if seeds and host_noise:
+        out["fleet_noisy"] = {rule: noisy_picks(lambda n, kind=kind: tune(n, kind), optima,
+                                                noise, seeds)
+                              for rule, kind in (("each host's noise", Fleet),
+                                                 ("pooled noise", PooledFleet))}
     return out
 
 
@@ -278,16 +318,20 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=30, help="seeded tunes under noise")
     ap.add_argument("--hosts", default="",
                     help="fleet sizes to simulate, comma-separated (e.g. 2,4)")
+    ap.add_argument("--host-noise", default="",
+                    help="relative sd of each simulated fleet host's runs, comma-separated "
+                         "(e.g. 0.01,0.03): picks of a fleet whose hosts' noise differs")
     ap.add_argument("--surfaces", nargs="*", type=Path,
                     help="surface files (default: every lab/surfaces/*.yaml)")
     args = ap.parse_args()
     ok = True
     paths = args.surfaces or sorted((REPO / "lab/surfaces").glob("*.yaml"))
-    seeds = args.seeds if args.noise or args.start_noise else 0
+    host_noise = tuple(float(x) for x in args.host_noise.split(",") if x.strip())
+    seeds = args.seeds if args.noise or args.start_noise or host_noise else 0
     with tempfile.TemporaryDirectory() as tmp:
         snap = snapshot(Path(tmp))
         for path in paths:
-            r = one_surface(path, snap, (args.noise, args.start_noise), seeds)
+            r = one_surface(path, snap, (args.noise, args.start_noise), seeds, host_noise)
             ok &= report(r)
             for tune_file in (TUNE, FLEET_TUNE) if args.hosts else ():
                 for n in [int(x) for x in args.hosts.split(",") if x.strip()]:
@@ -328,6 +372,14 @@ def report(r: dict) -> bool:
               f"{noisy['repeats_median']} rounds of repeated benchmark runs (no load); "
               f"benchmark runs in all (every level of every run): median "
               f"{noisy['runs_median']}, max {noisy['runs_max']}")
+    for rule, noisy in (r.get("fleet_noisy") or {}).items():
+        n = noisy["seeds"]
+        print(f"  fleet of {len(r['host_noise'])} (run sd "
+              f"{', '.join(f'{100 * x:g} %' for x in r['host_noise'])}), {rule}: " + "; ".join(
+                  f"{objective} {one}/{n} within 1 %, {three}/{n} within 3 %"
+                  for objective, (one, three) in noisy["within"].items())
+              + f"; benchmark runs median {noisy['runs_median']}, loads median "
+              f"x{noisy['loads_ratio_median']:.2f} of the sweep")
     return ok
 
 

@@ -125,6 +125,8 @@ def run_fleet(args: argparse.Namespace, spec, raw_knobs, names: list[str], parts
     dirs = {n: results / safe_name(n) / f"tune-{spec.name}" for n in names}
     executors = {n: parts.executor(runners[n], spec, dirs[n], snaps[n].host,
                                     work / f"snapshot-{safe_name(n)}.json") for n in names}
+    for name in names[1:]:  # the first host's start calibrates; the others' would wait
+        executors[name].calibrates = False  # for a read-only run whose figure is unused
     fleet = Fleet(executors, log=lambda line: _say(fleet, line))
     fleet.stopping = stopping
     ref = snaps[names[0]]

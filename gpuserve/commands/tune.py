@@ -127,6 +127,8 @@ class PyinfraExecutor:
         self.snapshot_path = snapshot_path
         self.good: Path | None = None  # the last candidate file that measured cleanly
         self.taken: set[str] = set()  # records already read (timestamps are to the second)
+        self.calibrates = True  # reads SGLang's free memory after the incumbent's start
+        # (a fleet's other hosts do not: only the first host's calibrates the planner)
 
     def now(self) -> float:
         return time.monotonic()
@@ -154,7 +156,7 @@ class PyinfraExecutor:
             return m
         m = Measurement(LoadStatus.OK, load_s=_ready_s(out))
         self._take_records(m, candidate.name, since, levels)
-        if first and candidate.phase == "incumbent":
+        if first and candidate.phase == "incumbent" and self.calibrates:
             m.after_weights_gib = self._after_weights(path)
         if m.status == LoadStatus.OK:
             self.good = path

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from gpuserve.errors import GpuserveError
+from gpuserve.tune.noise import Where
 from gpuserve.tune.outcome import Outcome, OutcomeStatus, goodput, pareto_front, score
 from gpuserve.tune.search import TuneRun
 from gpuserve.tune.snapshot import HostSnapshot
@@ -58,7 +59,8 @@ def _spread(run: TuneRun, o: Outcome, level: int) -> str:
     runs = len(o.runs(level))
     if value is None or runs < 2 or run.noise is None:
         return _num(value)
-    return f"{value:,.1f} +- {run.noise.half_width(value, runs):,.1f} ({runs})"
+    half = run.noise.half_width(value, runs, Where(o.candidate, level))
+    return f"{value:,.1f} +- {half:,.1f} ({runs})"
 
 
 def provenance(run: TuneRun, outcome: Outcome, objective: str,

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from gpuserve.tune.candidates import Candidate, candidate_name
-from gpuserve.tune.noise import Noise
+from gpuserve.tune.noise import Noise, Where
 from gpuserve.tune.outcome import LoadStatus, Outcome, OutcomeStatus, best, score, score_level
 from gpuserve.tune.space import MAX_RETRIES, Knob, KnobValue, TuneSpec
 
@@ -170,4 +170,5 @@ def _tied(a: Outcome, b: Outcome, objective: str, spec: TuneSpec, noise: Noise |
         return False
     if noise is None:
         return abs(mine - ref) <= 0.01 * ref
-    return not noise.separated(mine, a.count(level), ref, b.count(at))
+    return not noise.separated(mine, a.count(level), ref, b.count(at),
+                               (Where(a.candidate, level), Where(b.candidate, at)))

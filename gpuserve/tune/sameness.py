@@ -1,8 +1,8 @@
 """Whether a fleet's hosts are the same box for a tune: what must be equal, and how they
 differ.
 
-Why: one search judges every candidate against the incumbent on the host it ran on and
-pools the hosts' noise; that holds only where the hosts differ by run-to-run noise and
+Why: one search judges every candidate against the incumbent on the host it ran on, at
+that host's noise; that holds only where the hosts differ by run-to-run noise and
 small clock differences, not by GPU model, GPU count, SGLang build, checkpoint, driver
 or CUDA. Checked twice: the host data that chooses these, from the inventory before any
 connection; then what each host's read-only snapshot found, before any load.

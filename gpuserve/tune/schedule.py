@@ -10,8 +10,8 @@ the measurements end: the same order of measurements gives the same tune.
 Each host measures the incumbent first (its repeats are that host's noise), and every
 figure a host measures is scaled by the ratio of the first host's incumbent to its own
 at that load level: a candidate is judged against the incumbent measured on the host
-it ran on, in the first host's units. How, and what that means for significance:
-docs/tune.md, "A fleet in parallel".
+it ran on, in the first host's units, at that host's own noise (:meth:`Fleet.noise_of`).
+How, and what that means for significance: docs/tune.md, "A fleet in parallel".
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuserve.tune.candidates import Candidate
-from gpuserve.tune.noise import pooled
-from gpuserve.tune.outcome import LoadStatus
+from gpuserve.tune.noise import FleetNoise, fleet_noise
+from gpuserve.tune.outcome import LoadStatus, Outcome
 from gpuserve.tune.search import Measurement
 
 
@@ -138,6 +138,8 @@ class Fleet:
         self.stopping = threading.Event()
         self.assigned: list[dict[str, list[str]]] = []  # each spread's, for the record
         self.rounds = 0
+        self.where: dict[str, str] = {}  # candidate -> the host that measured it
+        self.noise: FleetNoise | None = None  # the search's last (noise_of)
 
     # -- the Executor protocol ---------------------------------------------------------
     def now(self) -> float:
@@ -151,6 +153,7 @@ class Fleet:
         if candidate.phase == "incumbent":
             return self._everywhere(candidate, profile, levels, first, repeat)
         host = self.current() or self.hosts[0]
+        self.where[candidate.name] = host.name
         worker = self.current() is not None
         if worker:
             self.baton.release()
@@ -289,19 +292,43 @@ class Fleet:
                                results[h.name].status != LoadStatus.REFUSED)
         return main
 
+    def noise_of(self, outcomes: Iterable[Outcome]) -> FleetNoise | None:
+        """The search's noise (gpuserve/tune/noise.py ``FleetNoise``): per host, its
+        incumbent's runs and the repeated runs of the candidates it measured."""
+        groups = {h.name: [[r.get("output_throughput") for r in runs]
+                           for runs in h.runs.values()] for h in self.hosts}
+        incumbent = ""
+        for o in outcomes:
+            if o.phase == "incumbent":  # its runs are the reference host's, counted there
+                incumbent = o.candidate
+                continue
+            host = self.where.get(o.candidate) or o.numbers.get("host")
+            host = host if host in groups else self.hosts[0].name
+            self.where.setdefault(o.candidate, host)  # one recorded by an earlier run
+            runs = [r for r in (o.numbers.get("runs") or {}).values() if isinstance(r, list)]
+            groups[host].extend(runs)
+        self.noise = fleet_noise(groups, self.where,
+                                 {h.name: {c: len(r) for c, r in h.runs.items()}
+                                  for h in self.hosts}, incumbent)
+        return self.noise
+
     def noise_lines(self) -> list[str]:
-        """Each host's run-to-run noise (its incumbent's repeats) and its scale."""
+        """Each host's run-to-run noise (its own runs, and as the search uses it: with
+        the other hosts' as a prior) and its scale."""
         lines = []
         ref = self.hosts[0]
+        noise = self.noise or self.noise_of([])
         for h in self.live():
-            noise = pooled(runs for runs in ([r.get("output_throughput") for r in rs]
-                                             for rs in h.runs.values()))
+            own = noise.own.get(h.name) if noise else None
+            used = noise.hosts.get(h.name) if noise else None
             scale = ", ".join(f"c{c} x{ref.throughput(c) / h.throughput(c):.3f}"
                               for c in sorted(h.runs) if h.throughput(c)
                               and ref.throughput(c))
             lines.append(f"tune: {h.name}: run-to-run noise "
-                         + (f"{100 * noise.rel_sd:.2f} % per benchmark run ({noise.dof} "
-                            "degrees of freedom)" if noise else "not measured")
+                         + (f"{100 * own.rel_sd:.2f} % per benchmark run ({own.dof} "
+                            "degrees of freedom)" if own else "not measured")
+                         + (f"; judged at {100 * used.rel_sd:.2f} % ({used.dof} with the "
+                            "other hosts' as a prior)" if used and used != own else "")
                          + ("" if h is ref else f"; its figures scaled to {ref.name}'s "
                             f"incumbent: {scale or 'none'}"))
         return lines

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from gpuserve.launch.bench import MAX_SCENARIOS
 from gpuserve.tune.candidates import Candidate, combinations, one_knob
 from gpuserve.tune.judge import risk
-from gpuserve.tune.noise import Noise, mean_figures, pooled
+from gpuserve.tune.noise import FleetNoise, Noise, Where, mean_figures, pooled
 from gpuserve.tune.outcome import (
     LoadStatus,
     Outcome,
@@ -109,7 +109,7 @@ class TuneRun:
     outcomes: list[Outcome]
     tally: Tally
     calibration_gib: float | None
-    noise: Noise | None = None
+    noise: Noise | FleetNoise | None = None
 
     def best(self, objective: str) -> Outcome | None:
         """The objective's winner: the highest mean, if it beats the incumbent beyond the
@@ -137,9 +137,11 @@ class TuneRun:
             return ""
         pct = 100 * (s_top / s_base - 1)
         if self.noise is not None and not self.noise.beats(
-                s_top, top.count(l_top), s_base, base.count(l_base)):
+                s_top, top.count(l_top), s_base, base.count(l_base),
+                (Where(top.candidate, l_top), Where(base.candidate, l_base))):
             return (f"no significant gain: {top.label} {pct:+.1f} % over the incumbent is "
-                    f"within the noise ({100 * self.noise.rel_sd:.1f} % per run)")
+                    f"within the noise ({100 * self.noise.rel_sd_of(top.candidate):.1f} % "
+                    "per run)")
         return f"{pct:+.1f} % over the incumbent"
 
 
@@ -154,11 +156,15 @@ class _State:
         self.index = 0
         self.per_load_s: list[float] = []
         self.verdicts: dict[str, Any] = {}
-        self.noise: Noise | None = None
+        self.noise: Noise | FleetNoise | None = None
         self.sweep_loads: int | None = None  # loads of the incumbent and the one-knob sweep
 
     def update_noise(self, extra: Outcome | None = None) -> None:
         every = [*self.outcomes, *([extra] if extra else [])]
+        per_host = getattr(self.executor, "noise_of", None)  # a fleet's: per host
+        if per_host is not None:
+            self.noise = per_host(every)
+            return
         self.noise = pooled(runs for o in every
                             for runs in (o.numbers.get("runs") or {}).values()
                             if isinstance(runs, list))
@@ -477,7 +483,7 @@ def _target_runs(st: _State, candidate: Candidate) -> int:
     r = st.spec.repeats
     if st.noise is None:
         return r.incumbent if candidate.phase == "incumbent" else 1
-    equal = st.noise.runs_needed(r.resolution)
+    equal = st.noise.runs_needed(r.resolution, candidate.name)
     root = math.sqrt(CONTENDERS)
     each = math.ceil(equal * (1 + 1 / root) / 2)
     if candidate.phase == "incumbent":
@@ -515,7 +521,8 @@ def _to_repeat(st: _State, candidate: Candidate, outcome: Outcome) -> tuple[int,
             continue
         leads = mine > theirs
         if leads or not st.noise.separated(mine, len(outcome.runs(level)), theirs,
-                                           top.count(at)):
+                                           top.count(at), (Where(outcome.candidate, level),
+                                                           Where(top.candidate, at))):
             levels.add(level)
     return tuple(sorted(levels))
 
@@ -573,13 +580,14 @@ def _dominated(st: _State, outcome: Outcome) -> str:
     return ""
 
 
-def _result_line(o: Outcome, noise: Noise | None = None) -> str:
+def _result_line(o: Outcome, noise: Noise | FleetNoise | None = None) -> str:
     parts = []
     for level, figures in sorted(o.levels.items()):
         tok = figures.get("output_throughput")
         if isinstance(tok, int | float):
             n = len(o.runs(level))
-            spread = f" +- {noise.half_width(tok, n):.1f} ({n} runs)" if noise and n > 1 \
+            spread = f" +- {noise.half_width(tok, n, Where(o.candidate, level)):.1f} " \
+                f"({n} runs)" if noise and n > 1 \
                 else ""
             parts.append(f"c{level} {tok:.1f}{spread}")
     pred = o.prediction or {}

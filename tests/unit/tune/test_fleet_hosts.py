@@ -152,3 +152,41 @@ open(target[0], "w").write(json.dumps(doc))
     err = capsys.readouterr().err
     assert rc == 2 and not loaded.exists(), err
     assert "gpu2: gpu count is 4, gpu1's is 8" in err and "before any load" in err, err
+
+
+class _Runner:
+    """A runner that records each deploy (its op) and answers success, writing the
+    snapshot a snapshot run is asked for."""
+
+    def __init__(self, results: Path):
+        self.results, self.ops = results, []
+
+    def deploy(self, op: str, *data: str) -> tuple[int, str]:
+        self.ops.append(op)
+        for item in data:
+            if item.startswith("tune_snapshot="):
+                Path(item.split("=", 1)[1]).write_text(json.dumps({
+                    "schema": "gpuserve.tune-snapshot/1", "host": "gpu2",
+                    "sglang_version": "0.5.23", "lock": "sglang-0.5.23@abc",
+                    "gpus": BOX["gpus"], "checkpoint": SCAN, "host_facts": BOX,
+                    "host_json": None}))
+        return 0, ""
+
+
+@pytest.mark.parametrize("calibrates", [True, False])
+def test_only_a_calibrating_host_reads_memory_after_the_incumbents_start(
+        tmp_path, calibrates) -> None:
+    """The first host's incumbent start calibrates the planner (a read-only snapshot
+    run after it); a fleet's other hosts skip that run, whose figure nothing uses."""
+    from gpuserve.commands.tune import SERVE, SNAPSHOT, PyinfraExecutor
+    from gpuserve.tune.candidates import Candidate
+    from gpuserve.tune.space import candidate_profile, load_tune
+
+    spec, _ = load_tune(_tune_file(tmp_path))
+    runner = _Runner(tmp_path / "r")
+    executor = PyinfraExecutor(runner, spec, tmp_path / "work", "gpu2", tmp_path / "s.json")
+    executor.calibrates = calibrates
+    executor.measure(Candidate("inc", "incumbent", {}), candidate_profile(spec, {}, "inc"),
+                     (1,), True)
+    assert runner.ops[0] == SERVE
+    assert (SNAPSHOT in runner.ops) is calibrates, runner.ops
