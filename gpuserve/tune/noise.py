@@ -16,21 +16,50 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from statistics import NormalDist
 
-#: Student's t, one-sided 95 %, by degrees of freedom (a noise estimate from a few runs
-#: is itself uncertain: fewer runs, a wider band); beyond the table the normal's 1.645
-_T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
-        9: 1.833, 10: 1.812, 12: 1.782, 15: 1.753, 20: 1.725, 30: 1.697, 60: 1.671}
-Z = 1.645
-#: the normal's one-sided 80 % quantile: a gain of the resolution is found 4 times in 5
-POWER_Z = 0.8416
+#: the one-sided confidence of every test: a launch beats another beyond the noise when
+#: its gain would be that unlikely from the noise alone
+CONFIDENCE = 0.95
+Z = NormalDist().inv_cdf(CONFIDENCE)
+#: the power runs are planned for: a gain of the resolution is found 4 times in 5
+POWER = 0.80
+POWER_Z = NormalDist().inv_cdf(POWER)
+#: the confidence of the upper limit of the noise that plans the runs (Browne's rule:
+#: planned with the 80 % upper limit, the runs reach the power they were planned for at
+#: least four times in five, where the estimate itself comes from a few runs)
+PLANNING = 0.80
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """Student's t quantile ``p`` for ``dof`` degrees of freedom (a noise estimate from
+    a few runs is itself uncertain: fewer runs, a wider band). Exact for one and two
+    degrees of freedom, the Cornish-Fisher expansion around the normal's quantile
+    beyond (within 0.1 % of the tables from three)."""
+    nu = max(int(dof), 1)
+    if nu == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if nu == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    z = NormalDist().inv_cdf(p)
+    return (z + (z ** 3 + z) / (4 * nu)
+            + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * nu ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * nu ** 3)
+            + (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z)
+            / (92160 * nu ** 4))
 
 
 def t95(dof: int) -> float:
-    """Student's t quantile (one-sided 95 %) for ``dof`` degrees of freedom (rounded to
-    the next smaller tabled value: the wider band)."""
-    known = [d for d in _T95 if d <= max(dof, 1)]
-    return _T95[max(known)] if dof <= 60 else Z
+    """Student's t quantile (one-sided 95 %) for ``dof`` degrees of freedom."""
+    return t_quantile(CONFIDENCE, dof)
+
+
+def chi2_quantile(p: float, dof: int) -> float:
+    """The chi-square quantile ``p`` for ``dof`` degrees of freedom (Wilson and
+    Hilferty's cube-root normal approximation: within 1 % from three)."""
+    nu = max(int(dof), 1)
+    z = NormalDist().inv_cdf(p)
+    return nu * (1 - 2 / (9 * nu) + z * math.sqrt(2 / (9 * nu))) ** 3
 
 
 @dataclass(frozen=True)
@@ -51,13 +80,40 @@ class Noise:
     def half_width(self, value: float, runs: int) -> float:
         return self.z * self.se(value, runs)
 
-    def separated(self, a: float, runs_a: int, b: float, runs_b: int) -> bool:
-        """Whether ``a`` and ``b`` (means) differ beyond the noise."""
-        return abs(a - b) > self.z * math.hypot(self.se(a, runs_a), self.se(b, runs_b))
+    def separated(self, a: float, runs_a: int, b: float, runs_b: int, family: int = 1
+                  ) -> bool:
+        """Whether ``a`` and ``b`` (means) differ beyond the noise; with ``family``, as
+        one of that many such tests of which none should err (Bonferroni: each at
+        1/family of the error)."""
+        z = self.z if family <= 1 else t_quantile(1 - (1 - CONFIDENCE) / family, self.dof)
+        return abs(a - b) > z * math.hypot(self.se(a, runs_a), self.se(b, runs_b))
 
     def beats(self, a: float, runs_a: int, b: float, runs_b: int) -> bool:
         """Whether ``a`` is higher than ``b`` beyond the noise."""
         return a - b > self.z * math.hypot(self.se(a, runs_a), self.se(b, runs_b))
+
+    def conditional_power(self, a: float, runs_a: int, b: float, runs_b: int,
+                          runs_to: int) -> float:
+        """The chance that ``a`` (a mean of ``runs_a`` runs) beats ``b`` beyond the
+        noise once it has ``runs_to`` runs, were its true value its mean now (the
+        conditional power of a group-sequential comparison: more runs are futile where
+        it is low)."""
+        if runs_to <= runs_a:
+            return 1.0 if self.beats(a, runs_a, b, runs_b) else 0.0
+        need = self.z * math.hypot(self.se(a, runs_to), self.se(b, runs_b))
+        spread = abs(a) * self.rel_sd * math.sqrt(runs_to - runs_a) / runs_to
+        if spread <= 0:
+            return 1.0 if a - b > need else 0.0
+        return NormalDist().cdf((a - b - need) / spread)
+
+    def upper(self, confidence: float = PLANNING) -> Noise:
+        """The noise at the upper confidence limit of its estimate (chi-square on its
+        degrees of freedom): what to plan runs with, where a few runs may have drawn
+        it low (3 runs at two levels: 4 degrees of freedom, the limit 1.56 x)."""
+        if self.dof <= 0 or self.rel_sd <= 0:
+            return self
+        return Noise(self.rel_sd * math.sqrt(self.dof / chi2_quantile(1 - confidence,
+                                                                       self.dof)), self.dof)
 
     def runs_needed(self, resolution: float) -> int:
         """Runs of each of two launches for which a relative gain of ``resolution``
