@@ -447,9 +447,11 @@ def _after_first(st: _State, candidate: Candidate, profile, outcome: Outcome,
             runs = min(runs, max(2, have))
         # one deploy's bench section holds at most MAX_SCENARIOS scenarios
         runs = max(1, min(runs, MAX_SCENARIOS // len(levels)))
+        gate = any(wanted[c] > _target_runs(st, candidate) for c in levels)
         st.say(candidate, f"running concurrency {', '.join(map(str, levels))} {runs} more "
                "times in the same server (" + ("the host's noise and the baseline every "
                "candidate is compared with" if candidate.phase == "incumbent"
+               else "its gain over the incumbent not yet beyond the noise" if gate
                else "within the noise of the leader") + ")")
         again = st.executor.measure(candidate, profile, levels, False, runs)
         if again.status != LoadStatus.OK:
