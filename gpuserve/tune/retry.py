@@ -120,7 +120,7 @@ def _best_relief(knobs: tuple[Knob, ...], outcomes: list[Outcome], incumbent, fi
     if noise is not None and top[4] is not None:
         measured = [t for t in found if t[4] is not None]
         tied = [t for t in measured
-                if _tied(t[4], top[4], objective, spec, noise, len(measured))]
+                if within_noise(t[4], top[4], objective, spec, noise, len(measured))]
         sign = -1 if field == GRAPH else 1
         top = max(tied, key=lambda t: sign * t[3].fields[field])
     return top[2], top[3]
@@ -151,8 +151,8 @@ def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome]
             continue
         for value in knob.values:
             mine = alone.get(value.label)
-            if value is current or mine is None or not _tied(mine, ref, objective, spec,
-                                                              noise, len(alone)):
+            if value is current or mine is None or not within_noise(
+                    mine, ref, objective, spec, noise, len(alone)):
                 continue
             choice = {**chosen, knob.name: value}
             name = candidate_name(spec, choice, config_key)
@@ -161,8 +161,8 @@ def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome]
     return out
 
 
-def _tied(a: Outcome, b: Outcome, objective: str, spec: TuneSpec, noise: Noise | None,
-          family: int = 1) -> bool:
+def within_noise(a: Outcome, b: Outcome, objective: str, spec: TuneSpec,
+                 noise: Noise | None, family: int = 1) -> bool:
     """Whether ``a`` and ``b`` are within the noise of each other for ``objective``
     (within 1 % when the noise was not measured); ``family``: the number of a knob's
     values judged at once (:meth:`Noise.separated`: of several values with no effect

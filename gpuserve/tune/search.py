@@ -37,7 +37,7 @@ from gpuserve.tune.outcome import (
     score_level,
 )
 from gpuserve.tune.predict import Comm
-from gpuserve.tune.retry import refinements, retries
+from gpuserve.tune.retry import refinements, retries, within_noise
 from gpuserve.tune.space import FOLLOW_UP, Knob, KnobValue, TuneSpec
 
 
@@ -644,20 +644,10 @@ def _winners(st: _State, knobs: tuple[Knob, ...], objective: str
         family = sum(1 for o in st.outcomes if o.phase == "one knob" and knob.name in o.choice
                      and score(o, objective, st.spec) is not None)
         tied = [o for _, o in mine
-                if o is top or _within_noise(st, o, top, objective, family)]
+                if o is top or within_noise(o, top, objective, st.spec, st.noise, family)]
         values = [next(v for v in knob.values if v.label == o.choice[knob.name])
                   for o in tied]
         gains.append((s, knob.name, values))
     gains.sort(key=lambda t: -t[0])
     return [(name, values) for _, name, values in gains]
 
-
-def _within_noise(st: _State, a: Outcome, b: Outcome, objective: str, family: int = 1
-                  ) -> bool:
-    """Whether ``a`` and ``b`` are not separated for ``objective``, as one of ``family``
-    tests (never, without a measured noise: every difference counts)."""
-    mine, level = score_level(a, objective, st.spec)
-    theirs, at = score_level(b, objective, st.spec)
-    if st.noise is None or mine is None or theirs is None:
-        return False
-    return not st.noise.separated(mine, a.count(level), theirs, b.count(at), family)
