@@ -78,19 +78,22 @@ def one_knob(spec: TuneSpec, knobs: tuple[Knob, ...], incumbent, config_key: str
     return out
 
 
-def combinations(spec: TuneSpec, winners: list[tuple[str, KnobValue]], config_key: str,
-                 seen: set[str]) -> list[Candidate]:
-    """Every combination of two or more of the knobs' best values (``winners``: the
-    best value of each knob that beat the incumbent, best first, at most
-    ``spec.combine`` of them)."""
+def combinations(spec: TuneSpec, winners: list[tuple[str, list[KnobValue]]],
+                 config_key: str, seen: set[str]) -> list[Candidate]:
+    """Every combination of two or more of the knobs' best values (``winners``: per
+    knob that beat the incumbent, its best value and those within the noise of it,
+    best first; the knobs best gain first, at most ``spec.combine`` of them); the
+    combination of each knob's best value first."""
     top = winners[:spec.combine]
     out = []
     for size in range(len(top), 1, -1):
         for combo in itertools.combinations(top, size):
-            choice = dict(combo)
-            name = candidate_name(spec, choice, config_key)
-            if name not in seen:
-                out.append(Candidate(name, "combination", choice))
+            for values in itertools.product(*(vals for _, vals in combo)):
+                choice = {name: value for (name, _), value in zip(combo, values,
+                                                                   strict=True)}
+                name = candidate_name(spec, choice, config_key)
+                if name not in seen and name not in {c.name for c in out}:
+                    out.append(Candidate(name, "combination", choice))
     return out
 
 

@@ -17,23 +17,68 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import NamedTuple
 
-#: Student's t, one-sided 95 %, by degrees of freedom (a noise estimate from a few runs
-#: is itself uncertain: fewer runs, a wider band); beyond the table the normal's 1.645
-_T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
-        9: 1.833, 10: 1.812, 12: 1.782, 15: 1.753, 20: 1.725, 30: 1.697, 60: 1.671}
-Z = 1.645
-#: the normal's one-sided 80 % quantile: a gain of the resolution is found 4 times in 5
-POWER_Z = 0.8416
+#: the one-sided confidence of every test: a launch beats another beyond the noise when
+#: its gain would be that unlikely from the noise alone
+CONFIDENCE = 0.95
+Z = NormalDist().inv_cdf(CONFIDENCE)
+#: the power runs are planned for: a gain of the resolution is found 4 times in 5
+POWER = 0.80
+POWER_Z = NormalDist().inv_cdf(POWER)
+#: the confidence of the upper limit of the noise that plans the runs (Browne's rule:
+#: planned with the 80 % upper limit, the runs reach the power they were planned for at
+#: least four times in five, where the estimate itself comes from a few runs)
+PLANNING = 0.80
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """Student's t quantile ``p`` for ``dof`` degrees of freedom (a noise estimate from
+    a few runs is itself uncertain: fewer runs, a wider band). Exact for one and two
+    degrees of freedom, the Cornish-Fisher expansion around the normal's quantile
+    beyond (within 0.1 % of the tables from three)."""
+    nu = max(int(dof), 1)
+    if nu == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if nu == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    z = NormalDist().inv_cdf(p)
+    return (z + (z ** 3 + z) / (4 * nu)
+            + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * nu ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * nu ** 3)
+            + (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z)
+            / (92160 * nu ** 4))
 
 
 def t95(dof: int) -> float:
-    """Student's t quantile (one-sided 95 %) for ``dof`` degrees of freedom (rounded to
-    the next smaller tabled value: the wider band)."""
-    known = [d for d in _T95 if d <= max(dof, 1)]
-    return _T95[max(known)] if dof <= 60 else Z
+    """Student's t quantile (one-sided 95 %) for ``dof`` degrees of freedom."""
+    return t_quantile(CONFIDENCE, dof)
+
+
+def chi2_quantile(p: float, dof: int) -> float:
+    """The chi-square quantile ``p`` for ``dof`` degrees of freedom (Wilson and
+    Hilferty's cube-root normal approximation: within 1 % from three)."""
+    nu = max(int(dof), 1)
+    z = NormalDist().inv_cdf(p)
+    return nu * (1 - 2 / (9 * nu) + z * math.sqrt(2 / (9 * nu))) ** 3
+
+
+def critical(dof: int, family: int = 1) -> float:
+    """The t a difference must pass at ``dof`` degrees of freedom: one-sided at
+    :data:`CONFIDENCE`, or, as one of ``family`` such tests of which none should err,
+    each at 1/family of the error (Bonferroni)."""
+    return t_quantile(1 - (1 - CONFIDENCE) / max(family, 1), dof)
+
+
+def _power(margin: float, sd_one_run: float, runs_now: int, runs_to: int) -> float:
+    """The chance that a mean now ``margin`` above what it must pass stays above it
+    after ``runs_to - runs_now`` more runs of standard deviation ``sd_one_run``."""
+    spread = sd_one_run * math.sqrt(runs_to - runs_now) / runs_to
+    if spread <= 0:
+        return 1.0 if margin > 0 else 0.0
+    return NormalDist().cdf(margin / spread)
 
 
 class Where(NamedTuple):
@@ -67,14 +112,36 @@ class Noise:
         return self.rel_sd
 
     def separated(self, a: float, runs_a: int, b: float, runs_b: int,
-                  where: tuple[Where, Where] | None = None) -> bool:
-        """Whether ``a`` and ``b`` (means) differ beyond the noise."""
-        return abs(a - b) > self.z * math.hypot(self.se(a, runs_a), self.se(b, runs_b))
+                  where: tuple[Where, Where] | None = None, family: int = 1) -> bool:
+        """Whether ``a`` and ``b`` (means) differ beyond the noise; with ``family``, as
+        one of that many such tests of which none should err (:func:`critical`)."""
+        return abs(a - b) > critical(self.dof, family) * math.hypot(self.se(a, runs_a),
+                                                                    self.se(b, runs_b))
 
     def beats(self, a: float, runs_a: int, b: float, runs_b: int,
               where: tuple[Where, Where] | None = None) -> bool:
         """Whether ``a`` is higher than ``b`` beyond the noise."""
         return a - b > self.z * math.hypot(self.se(a, runs_a), self.se(b, runs_b))
+
+    def conditional_power(self, a: float, runs_a: int, b: float, runs_b: int,
+                          runs_to: int, where: tuple[Where, Where] | None = None) -> float:
+        """The chance that ``a`` (a mean of ``runs_a`` runs) beats ``b`` beyond the
+        noise once it has ``runs_to`` runs, were its true value its mean now (the
+        conditional power of a group-sequential comparison: more runs are futile where
+        it is low)."""
+        if runs_to <= runs_a:
+            return 1.0 if self.beats(a, runs_a, b, runs_b) else 0.0
+        need = self.z * math.hypot(self.se(a, runs_to), self.se(b, runs_b))
+        return _power(a - b - need, abs(a) * self.rel_sd, runs_a, runs_to)
+
+    def upper(self, confidence: float = PLANNING) -> Noise:
+        """The noise at the upper confidence limit of its estimate (chi-square on its
+        degrees of freedom): what to plan runs with, where a few runs may have drawn
+        it low (3 runs at two levels: 4 degrees of freedom, the limit 1.56 x)."""
+        if self.dof <= 0 or self.rel_sd <= 0:
+            return self
+        return Noise(self.rel_sd * math.sqrt(self.dof / chi2_quantile(1 - confidence,
+                                                                       self.dof)), self.dof)
 
     def runs_needed(self, resolution: float, candidate: str | None = None) -> int:
         """Runs of each of two launches for which a relative gain of ``resolution``
@@ -217,11 +284,11 @@ class FleetNoise:
         return math.sqrt(var), max(int(welch), min(na.dof, nb.dof))
 
     def separated(self, a: float, runs_a: int, b: float, runs_b: int,
-                  where: tuple[Where, Where] | None = None) -> bool:
+                  where: tuple[Where, Where] | None = None, family: int = 1) -> bool:
         if where is None:
-            return self.pool.separated(a, runs_a, b, runs_b)
+            return self.pool.separated(a, runs_a, b, runs_b, family=family)
         se, dof = self.spread(a, runs_a, b, runs_b, where)
-        return abs(a - b) > t95(dof) * se
+        return abs(a - b) > critical(dof, family) * se
 
     def beats(self, a: float, runs_a: int, b: float, runs_b: int,
               where: tuple[Where, Where] | None = None) -> bool:
@@ -229,6 +296,24 @@ class FleetNoise:
             return self.pool.beats(a, runs_a, b, runs_b)
         se, dof = self.spread(a, runs_a, b, runs_b, where)
         return a - b > t95(dof) * se
+
+    def conditional_power(self, a: float, runs_a: int, b: float, runs_b: int,
+                          runs_to: int, where: tuple[Where, Where] | None = None) -> float:
+        """:meth:`Noise.conditional_power`, ``a``'s further runs at its host's noise
+        and the test at :meth:`spread`'s."""
+        if where is None:
+            return self.pool.conditional_power(a, runs_a, b, runs_b, runs_to)
+        if runs_to <= runs_a:
+            return 1.0 if self.beats(a, runs_a, b, runs_b, where) else 0.0
+        se, dof = self.spread(a, runs_to, b, runs_b, where)
+        return _power(a - b - t95(dof) * se, abs(a) * self.rel_sd_of(where[0].candidate),
+                      runs_a, runs_to)
+
+    def upper(self, confidence: float = PLANNING) -> FleetNoise:
+        """Every host's noise (and the pool's) at its upper confidence limit
+        (:meth:`Noise.upper`): what runs are planned with."""
+        return replace(self, hosts={h: n.upper(confidence) for h, n in self.hosts.items()},
+                       pool=self.pool.upper(confidence))
 
     def runs_needed(self, resolution: float, candidate: str | None = None) -> int:
         """A candidate's: its host's; the incumbent's (run on every host): the most any

@@ -118,8 +118,9 @@ def _best_relief(knobs: tuple[Knob, ...], outcomes: list[Outcome], incumbent, fi
         return None
     top = max(found, key=lambda t: (t[0], t[1]))
     if noise is not None and top[4] is not None:
-        tied = [t for t in found if t[4] is not None
-                and _tied(t[4], top[4], objective, spec, noise)]
+        measured = [t for t in found if t[4] is not None]
+        tied = [t for t in measured
+                if within_noise(t[4], top[4], objective, spec, noise, len(measured))]
         sign = -1 if field == GRAPH else 1
         top = max(tied, key=lambda t: sign * t[3].fields[field])
     return top[2], top[3]
@@ -150,8 +151,8 @@ def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome]
             continue
         for value in knob.values:
             mine = alone.get(value.label)
-            if value is current or mine is None or not _tied(mine, ref, objective, spec,
-                                                              noise):
+            if value is current or mine is None or not within_noise(
+                    mine, ref, objective, spec, noise, len(alone)):
                 continue
             choice = {**chosen, knob.name: value}
             name = candidate_name(spec, choice, config_key)
@@ -160,10 +161,12 @@ def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome]
     return out
 
 
-def _tied(a: Outcome, b: Outcome, objective: str, spec: TuneSpec, noise: Noise | None
-          ) -> bool:
+def within_noise(a: Outcome, b: Outcome, objective: str, spec: TuneSpec,
+                 noise: Noise | None, family: int = 1) -> bool:
     """Whether ``a`` and ``b`` are within the noise of each other for ``objective``
-    (within 1 % when the noise was not measured)."""
+    (within 1 % when the noise was not measured); ``family``: the number of a knob's
+    values judged at once (:meth:`Noise.separated`: of several values with no effect
+    alone, one drawn low by the noise is then not taken for worse)."""
     mine, level = score_level(a, objective, spec)
     ref, at = score_level(b, objective, spec)
     if mine is None or ref is None:
@@ -171,4 +174,4 @@ def _tied(a: Outcome, b: Outcome, objective: str, spec: TuneSpec, noise: Noise |
     if noise is None:
         return abs(mine - ref) <= 0.01 * ref
     return not noise.separated(mine, a.count(level), ref, b.count(at),
-                               (Where(a.candidate, level), Where(b.candidate, at)))
+                               (Where(a.candidate, level), Where(b.candidate, at)), family)

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from gpuserve.launch.bench import MAX_SCENARIOS
 from gpuserve.tune.candidates import Candidate, combinations, one_knob
 from gpuserve.tune.judge import risk
-from gpuserve.tune.noise import FleetNoise, Noise, Where, mean_figures, pooled
+from gpuserve.tune.noise import POWER, FleetNoise, Noise, Where, mean_figures, pooled
 from gpuserve.tune.outcome import (
     LoadStatus,
     Outcome,
@@ -37,8 +37,8 @@ from gpuserve.tune.outcome import (
     score_level,
 )
 from gpuserve.tune.predict import Comm
-from gpuserve.tune.retry import refinements, retries
-from gpuserve.tune.space import FOLLOW_UP, Knob, TuneSpec
+from gpuserve.tune.retry import refinements, retries, within_noise
+from gpuserve.tune.space import FOLLOW_UP, Knob, KnobValue, TuneSpec
 
 
 @dataclass
@@ -442,18 +442,21 @@ def _after_first(st: _State, candidate: Candidate, profile, outcome: Outcome,
             return
     st.update_noise(outcome)
     for _ in range(st.spec.repeats.most):  # each round adds runs: bounded by ``most``
-        levels = _to_repeat(st, candidate, outcome)
-        if not levels:
+        wanted = _to_repeat(st, candidate, outcome)
+        if not wanted:
             return
+        levels = tuple(sorted(wanted))
         have = min(len(outcome.runs(c)) for c in levels)
-        runs = _target_runs(st, candidate) - have
+        runs = min(wanted[c] - len(outcome.runs(c)) for c in levels)
         if candidate.phase != "incumbent":  # a race: doubling rounds, stopped once separated
             runs = min(runs, max(2, have))
         # one deploy's bench section holds at most MAX_SCENARIOS scenarios
         runs = max(1, min(runs, MAX_SCENARIOS // len(levels)))
+        gate = any(wanted[c] > _target_runs(st, candidate) for c in levels)
         st.say(candidate, f"running concurrency {', '.join(map(str, levels))} {runs} more "
                "times in the same server (" + ("the host's noise and the baseline every "
                "candidate is compared with" if candidate.phase == "incumbent"
+               else "its gain over the incumbent not yet beyond the noise" if gate
                else "within the noise of the leader") + ")")
         again = st.executor.measure(candidate, profile, levels, False, runs)
         if again.status != LoadStatus.OK:
@@ -483,7 +486,7 @@ def _target_runs(st: _State, candidate: Candidate) -> int:
     r = st.spec.repeats
     if st.noise is None:
         return r.incumbent if candidate.phase == "incumbent" else 1
-    equal = st.noise.runs_needed(r.resolution, candidate.name)
+    equal = st.noise.upper().runs_needed(r.resolution, candidate.name)
     root = math.sqrt(CONTENDERS)
     each = math.ceil(equal * (1 + 1 / root) / 2)
     if candidate.phase == "incumbent":
@@ -491,40 +494,73 @@ def _target_runs(st: _State, candidate: Candidate) -> int:
     return min(r.most, each)
 
 
-def _to_repeat(st: _State, candidate: Candidate, outcome: Outcome) -> tuple[int, ...]:
-    """The load levels to run again (a race: repeats go where the pick is undecided).
+def _to_repeat(st: _State, candidate: Candidate, outcome: Outcome) -> dict[int, int]:
+    """The load levels to run again, each with the runs it should reach (a race:
+    repeats go where the pick is undecided).
 
     The incumbent: every level until it has ``repeats.incumbent`` runs (the noise),
     then each objective's level up to :func:`_target_runs`: every winner must beat it,
     so it is measured as well as any candidate can be. A candidate: each objective's
     level while it leads (it is what the rest are compared with) or is not separated
-    from the leader, up to :func:`_target_runs`."""
+    from the leader, up to :func:`_target_runs`, and on up to the incumbent's runs
+    there while its gain over the incumbent is undecided (:func:`_undecided`)."""
     target = _target_runs(st, candidate)
     if candidate.phase == "incumbent":
-        first = tuple(c for c in st.spec.loads if len(outcome.runs(c)) <
-                      st.spec.repeats.incumbent)
+        first = {c: st.spec.repeats.incumbent for c in st.spec.loads
+                 if len(outcome.runs(c)) < st.spec.repeats.incumbent}
         if first:
             return first
     if st.noise is None:
-        return ()
-    levels = set()
+        return {}
+    levels: dict[int, int] = {}
     for objective in st.spec.objectives:
         mine, level = score_level(outcome, objective.name, st.spec)
-        if mine is None or level is None or len(outcome.runs(level)) >= target:
+        if mine is None or level is None:
             continue
+        runs = len(outcome.runs(level))
         if candidate.phase == "incumbent":
-            levels.add(level)
+            if runs < target:
+                levels[level] = max(levels.get(level, 0), target)
             continue
         top = best(st.outcomes, objective.name, st.spec)
         theirs, at = score_level(top, objective.name, st.spec) if top else (None, None)
         if theirs is None:
             continue
         leads = mine > theirs
-        if leads or not st.noise.separated(mine, len(outcome.runs(level)), theirs,
-                                           top.count(at), (Where(outcome.candidate, level),
-                                                           Where(top.candidate, at))):
-            levels.add(level)
-    return tuple(sorted(levels))
+        if not leads and st.noise.separated(mine, runs, theirs, top.count(at),
+                                            (Where(outcome.candidate, level),
+                                             Where(top.candidate, at))):
+            continue
+        want = max(target, _undecided(st, objective.name, Where(outcome.candidate, level),
+                                      mine, runs))
+        if runs < want:
+            levels[level] = max(levels.get(level, 0), want)
+    return levels
+
+
+def _undecided(st: _State, objective: str, where: Where, mine: float, runs: int) -> int:
+    """Runs a contender (leading or within the noise of the leader) may reach while its
+    gain over the incumbent is undecided; 0 when it is decided.
+
+    The winner is the contender with the highest mean, and it must beat the incumbent
+    beyond the noise, so that test's power is what tells a gain from "no significant
+    gain". A contender whose mean is above the incumbent's, not yet beyond the noise,
+    may run as often as the incumbent ran at that level (beyond that the incumbent's
+    own error dominates the difference's), unless even that many runs are futile: its
+    chance to pass then, were its true value its mean now, below one in five (runs
+    are planned to find a gain four times in five: :data:`POWER`). ``where``: the
+    contender and its level (over a fleet, its host's noise)."""
+    base = next((o for o in st.outcomes if o.phase == "incumbent"), None)
+    ref, at = score_level(base, objective, st.spec) if base else (None, None)
+    if ref is None or st.noise is None or mine <= ref:
+        return 0
+    pair = (where, Where(base.candidate, at))
+    if st.noise.beats(mine, runs, ref, base.count(at), pair):
+        return 0
+    most = min(base.count(at), 2 * st.spec.repeats.most)
+    if st.noise.conditional_power(mine, runs, ref, base.count(at), most, pair) < 1 - POWER:
+        return 0
+    return most
 
 
 def _take(outcome: Outcome, m: Measurement, samples: dict[int, list[dict]]) -> None:
@@ -598,21 +634,31 @@ def _result_line(o: Outcome, noise: Noise | FleetNoise | None = None) -> str:
     return text
 
 
-def _winners(st: _State, knobs: tuple[Knob, ...], objective: str) -> list:
-    """Per knob, its best one-knob value for ``objective`` if its mean beats the
-    incumbent's, best gain first (each objective combines its own best values)."""
+def _winners(st: _State, knobs: tuple[Knob, ...], objective: str
+             ) -> list[tuple[str, list[KnobValue]]]:
+    """Per knob whose best one-knob value for ``objective`` beats the incumbent's mean:
+    that value and every other value of the knob that beats it too and is within the
+    noise of the best (which of two tied values measured higher is the noise's choice,
+    so both go on to combinations), the knobs best gain first (each objective combines
+    its own best values)."""
     base = next((o for o in st.outcomes if o.phase == "incumbent"), None)
     base_score = score(base, objective, st.spec) if base else None
     gains = []
     for knob in knobs:
-        mine = [(score(o, objective, st.spec), o) for o in st.outcomes
-                if o.phase == "one knob" and knob.name in o.choice]
-        mine = [(s, o) for s, o in mine if s is not None]
+        mine = [(s, o) for o in st.outcomes if o.phase == "one knob" and knob.name in o.choice
+                and (s := score(o, objective, st.spec)) is not None
+                and (base_score is None or s > base_score)]
         if not mine:
             continue
-        s, o = max(mine, key=lambda t: t[0])
-        if base_score is None or s > base_score:
-            value = next(v for v in knob.values if v.label == o.choice[knob.name])
-            gains.append((s, knob.name, value))
+        mine.sort(key=lambda t: -t[0])
+        s, top = mine[0]
+        family = sum(1 for o in st.outcomes if o.phase == "one knob" and knob.name in o.choice
+                     and score(o, objective, st.spec) is not None)
+        tied = [o for _, o in mine
+                if o is top or within_noise(o, top, objective, st.spec, st.noise, family)]
+        values = [next(v for v in knob.values if v.label == o.choice[knob.name])
+                  for o in tied]
+        gains.append((s, knob.name, values))
     gains.sort(key=lambda t: -t[0])
-    return [(name, value) for _, name, value in gains]
+    return [(name, values) for _, name, values in gains]
+

@@ -85,7 +85,9 @@ class Repeats:
     """Benchmark runs in the same server: the incumbent's load levels run ``incumbent``
     times (the host's noise); then the incumbent, the leader and every candidate within
     the noise of the leader run again until separated or they have the runs that tell
-    a gain of ``resolution`` from the noise, at most ``most`` runs per load level."""
+    a gain of ``resolution`` from the noise, at most ``most`` runs per load level (a
+    contender whose gain over the incumbent is undecided up to the incumbent's runs,
+    at most twice ``most``)."""
 
     incumbent: int = 3
     most: int = 10
