@@ -22,7 +22,7 @@ import yaml
 
 from gpuserve.tune.space import Knob, KnobValue, TuneSpec, nested
 
-PHASES = ("incumbent", "one knob", "retry", "combination", "refinement")
+PHASES = ("incumbent", "one knob", "retry", "combination", "refinement", "neighbour")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,11 @@ EP8, not under TP): when every value of a knob measured alone was within the noi
 the incumbent for an objective, its values are tried once more combined with that
 objective's best launch.
 
-How: docs/tune.md, "Combinations, retries and refinements"
+And a value can pay off only beside another while it loses alone: with the follow-up
+loads left, the best launch's untried neighbours (one knob changed) are measured, the
+values that did best alone first.
+
+How: docs/tune.md, "Combinations, retries, refinements and neighbours"
 """
 
 from __future__ import annotations
@@ -175,3 +179,41 @@ def within_noise(a: Outcome, b: Outcome, objective: str, spec: TuneSpec,
         return abs(mine - ref) <= 0.01 * ref
     return not noise.separated(mine, a.count(level), ref, b.count(at),
                                (Where(a.candidate, level), Where(b.candidate, at)), family)
+
+
+def neighbours(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome],
+               config_key: str, objective: str, seen: set[str], most: int
+               ) -> list[Candidate]:
+    """At most ``most`` launches one knob away from ``objective``'s best, not measured
+    yet: for each knob, another value beside the best's others, the values that did best
+    alone first (a value can pay off only beside another: EAGLE-3's chains below the
+    incumbent at its decode graph size and above it at a smaller one). They spend what
+    the follow-up budget has left after retries, combinations and refinements, and no
+    more; a value that failed alone or was never measured alone is not tried here (a
+    memory failure is the retries')."""
+    top = best(outcomes, objective, spec)
+    if top is None or most <= 0:
+        return []
+    by_name = {k.name: k for k in knobs}
+    chosen = {k: next(v for v in by_name[k].values if v.label == label)
+              for k, label in top.choice.items() if k in by_name}
+    ranked = []
+    for knob in knobs:
+        current = chosen.get(knob.name)
+        for o in outcomes:
+            if o.phase != "one knob" or set(o.choice) != {knob.name}:
+                continue
+            mine = score(o, objective, spec)
+            if mine is None or (current is not None and current.label == o.choice[knob.name]):
+                continue
+            value = next(v for v in knob.values if v.label == o.choice[knob.name])
+            choice = {**chosen, knob.name: value}
+            name = candidate_name(spec, choice, config_key)
+            if name not in seen:
+                ranked.append((mine, name, choice))
+    ranked.sort(key=lambda t: -t[0])
+    out: list[Candidate] = []
+    for _, name, choice in ranked:
+        if name not in {c.name for c in out}:
+            out.append(Candidate(name, "neighbour", choice))
+    return out[:most]

@@ -37,7 +37,7 @@ from gpuserve.tune.outcome import (
     score_level,
 )
 from gpuserve.tune.predict import Comm
-from gpuserve.tune.retry import refinements, retries, within_noise
+from gpuserve.tune.retry import neighbours, refinements, retries, within_noise
 from gpuserve.tune.space import FOLLOW_UP, Knob, KnobValue, TuneSpec
 
 
@@ -234,6 +234,11 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
                                  st.noise, seen)
             seen |= {c.name for c in around}
             _phase(st, around)
+        for objective in spec.objectives:  # what the follow-up budget has left
+            near = neighbours(spec, knobs, st.outcomes, ctx.config_key, objective.name,
+                              seen, _spare_follow_ups(st))
+            seen |= {c.name for c in near}
+            _phase(st, near)
     except BudgetSpent as e:
         ctx.log(f"tune: stopping: {e}")
     except KeyboardInterrupt:
@@ -242,6 +247,13 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
                 "gate (or the rollback's)")
     st.update_noise()
     return TuneRun(spec, st.outcomes, st.tally, st.calibration, st.noise)
+
+
+def _spare_follow_ups(st: _State) -> int:
+    """Follow-up loads left under the cap (:data:`FOLLOW_UP` x the sweep's loads)."""
+    if st.sweep_loads is None:
+        return 0
+    return math.floor(FOLLOW_UP * st.sweep_loads) - (st.tally.loads - st.sweep_loads)
 
 
 def _phases(st: _State, groups: list[list[Candidate]]) -> None:
