@@ -142,9 +142,7 @@ def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome]
     base = next((o for o in outcomes if o.phase == "incumbent"), None)
     if top is None or base is None or top is base:
         return []
-    by_name = {k.name: k for k in knobs}
-    chosen = {k: next(v for v in by_name[k].values if v.label == label)
-              for k, label in top.choice.items() if k in by_name}
+    chosen = _values_of(top, knobs)
     out = []
     for knob in knobs:
         alone = {o.choice[knob.name]: o for o in outcomes if o.phase == "one knob"
@@ -194,9 +192,7 @@ def neighbours(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome],
     top = best(outcomes, objective, spec)
     if top is None or most <= 0:
         return []
-    by_name = {k.name: k for k in knobs}
-    chosen = {k: next(v for v in by_name[k].values if v.label == label)
-              for k, label in top.choice.items() if k in by_name}
+    chosen = _values_of(top, knobs)
     ranked = []
     for knob in knobs:
         current = chosen.get(knob.name)
@@ -217,3 +213,10 @@ def neighbours(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome],
         if name not in {c.name for c in out}:
             out.append(Candidate(name, "neighbour", choice))
     return out[:most]
+
+
+def _values_of(outcome: Outcome, knobs: tuple[Knob, ...]) -> dict[str, KnobValue]:
+    """The knob values an outcome's launch sets, by knob name."""
+    by_name = {k.name: k for k in knobs}
+    return {k: next(v for v in by_name[k].values if v.label == label)
+            for k, label in outcome.choice.items() if k in by_name}
