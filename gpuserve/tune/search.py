@@ -157,7 +157,10 @@ class _State:
         self.per_load_s: list[float] = []
         self.verdicts: dict[str, Any] = {}
         self.noise: Noise | FleetNoise | None = None
-        self.sweep_loads: int | None = None  # loads of the incumbent and the one-knob sweep
+        # loads of one incumbent and the one-knob sweep (a fleet's other incumbents left
+        # out: the follow-ups' cap is one host's), and the tally when the sweep ended
+        self.sweep_loads: int | None = None
+        self.sweep_end = 0
 
     def update_noise(self, extra: Outcome | None = None) -> None:
         every = [*self.outcomes, *([extra] if extra else [])]
@@ -213,11 +216,13 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
     try:
         _estimate(st, singles)  # before any load: the host's own last start time
         _step(st, incumbent)
+        incumbents = st.tally.loads  # over a fleet, one per host
         _calibrate(st)
         _noise_line(st)
         _estimate(st, singles)
         _each(st, _ordered(st, singles), _step)
-        st.sweep_loads = st.tally.loads
+        st.sweep_end = st.tally.loads
+        st.sweep_loads = st.sweep_end - max(incumbents - 1, 0)
         # retries and each objective's combinations follow from the one-knob outcomes
         # alone: all known now (a fleet measures them side by side: _phases)
         retried = retries(spec, knobs, st.outcomes, ctx, spec.objectives[0].name, st.noise)
@@ -253,7 +258,7 @@ def _spare_follow_ups(st: _State) -> int:
     """Follow-up loads left under the cap (:data:`FOLLOW_UP` x the sweep's loads)."""
     if st.sweep_loads is None:
         return 0
-    return math.floor(FOLLOW_UP * st.sweep_loads) - (st.tally.loads - st.sweep_loads)
+    return math.floor(FOLLOW_UP * st.sweep_loads) - (st.tally.loads - st.sweep_end)
 
 
 def _phases(st: _State, groups: list[list[Candidate]]) -> None:
@@ -273,7 +278,7 @@ def _phase(st: _State, *groups: list[Candidate]) -> None:
     cap = math.floor(FOLLOW_UP * st.sweep_loads) if st.sweep_loads is not None else None
 
     def one(st: _State, candidate: Candidate) -> None:
-        if cap is not None and st.tally.loads - st.sweep_loads >= cap and \
+        if cap is not None and st.tally.loads - st.sweep_end >= cap and \
                 st.store.get(candidate.name) is None:
             st.index += 1
             st.say(candidate, f"skipped: follow-ups after the sweep load at most {cap} "
