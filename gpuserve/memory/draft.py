@@ -149,6 +149,15 @@ def resolve_draft(algorithm: str | None, *, layout: Layout, draft_arch: str | No
     return None
 
 
+def local_draft_dir(path: str | None, model_path: str) -> str | None:
+    """A separate draft's checkpoint directory the host can read like the model's: an
+    absolute ``speculative.draft_model`` other than the model's own directory (whose MTP
+    layers are in its own scan); None for a Hub id, nothing, or the model itself."""
+    if not path or not path.startswith("/") or path.rstrip("/") == model_path.rstrip("/"):
+        return None
+    return path
+
+
 def _draft_layout(layout: Layout) -> Layout:
     """The draft runs on the target's TP group (eagle_worker.py, draft_tp_context), dense."""
     return Layout(tp=layout.tp, attn_dp=layout.attn_dp, pp=layout.pp)

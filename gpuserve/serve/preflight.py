@@ -27,7 +27,7 @@ from gpuserve.errors import InputError, one_of
 from gpuserve.host.hostfacts import HostFacts
 from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.memory.checkpoint import CheckpointScan, parse_scan
-from gpuserve.memory.draft import SEPARATE_DRAFT
+from gpuserve.memory.draft import SEPARATE_DRAFT, local_draft_dir
 from gpuserve.memory.preflight import check_fit
 
 
@@ -116,9 +116,8 @@ def _draft_scan(report: PreflightReport, *, host: str, profile, checkpoint
     its real weights. One that cannot be read is a warning: the draft is then planned
     from its record (``speculative.draft_arch``) or said to be unknown."""
     spec = profile.speculative
-    path = spec.draft_model or ""
-    if (spec.algorithm or "").upper() not in SEPARATE_DRAFT or not path.startswith("/") \
-            or path.rstrip("/") == profile.model.path.rstrip("/"):
+    path = local_draft_dir(spec.draft_model, profile.model.path)
+    if (spec.algorithm or "").upper() not in SEPARATE_DRAFT or path is None:
         return None
     try:
         return parse_scan(checkpoint(path) or "", f"{host}:{path}")

@@ -18,6 +18,7 @@ from gpuserve.doctor.rules import diagnose
 from gpuserve.errors import InputError
 from gpuserve.host.hostfacts import HostFacts
 from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, parse_scan
+from gpuserve.memory.draft import local_draft_dir
 from gpuserve.memory.planner import FitVerdict
 from gpuserve.memory.preflight import check_fit, launch_settings
 from gpuserve.tune.predict import Comm, Prediction, predict
@@ -53,11 +54,9 @@ def draft_scan(profile, snapshot: HostSnapshot) -> CheckpointScan | None:
     """The candidate's separate draft as the snapshot read it on the host (its
     ``speculative.draft_model`` directory), else None: then its record, if it names one,
     or nothing (unknown) describes it. A scan that does not parse is treated as absent."""
-    path = profile.speculative.draft_model or ""
-    text = snapshot.drafts.get(path)
-    if not text or path.rstrip("/") == profile.model.path.rstrip("/"):
-        return None
-    return _parsed(text, f"{snapshot.host}:{path}")
+    path = local_draft_dir(profile.speculative.draft_model, profile.model.path)
+    text = snapshot.drafts.get(path) if path else None
+    return _parsed(text, f"{snapshot.host}:{path}") if text else None
 
 
 @lru_cache(maxsize=16)

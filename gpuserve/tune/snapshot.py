@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
+from gpuserve.memory.draft import local_draft_dir
 
 SCHEMA = "gpuserve.tune-snapshot/1"
 _ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s")
@@ -164,9 +165,8 @@ def draft_paths(raw_knobs: dict[str, Any], incumbent_draft: str | None,
                 found.append(value)
             elif isinstance(value, dict):
                 found.append(value.get("speculative.draft_model"))
-    paths = sorted({p for p in found if isinstance(p, str) and p.startswith("/")
-                    and p.rstrip("/") != model_path.rstrip("/")})
-    return paths[:MAX_DRAFTS]
+    paths = {local_draft_dir(p, model_path) for p in found if isinstance(p, str)}
+    return sorted(p for p in paths if p)[:MAX_DRAFTS]
 
 
 def served_profile(env_file_text: str) -> str | None:
