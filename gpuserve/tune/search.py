@@ -255,10 +255,15 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
 
 
 def _spare_follow_ups(st: _State) -> int:
-    """Follow-up loads left under the cap (:data:`FOLLOW_UP` x the sweep's loads)."""
+    """Follow-up loads left under the cap (:data:`FOLLOW_UP` x the sweep's loads); 0
+    before the sweep has ended."""
     if st.sweep_loads is None:
         return 0
-    return math.floor(FOLLOW_UP * st.sweep_loads) - (st.tally.loads - st.sweep_end)
+    return _follow_up_cap(st) - (st.tally.loads - st.sweep_end)
+
+
+def _follow_up_cap(st: _State) -> int:
+    return math.floor(FOLLOW_UP * (st.sweep_loads or 0))
 
 
 def _phases(st: _State, groups: list[list[Candidate]]) -> None:
@@ -275,14 +280,14 @@ def _phase(st: _State, *groups: list[Candidate]) -> None:
     candidates = [c for group in groups for c in group]
     st.planned = st.index + len(candidates)
     st.tally.generated += len(candidates)
-    cap = math.floor(FOLLOW_UP * st.sweep_loads) if st.sweep_loads is not None else None
 
     def one(st: _State, candidate: Candidate) -> None:
-        if cap is not None and st.tally.loads - st.sweep_end >= cap and \
+        if st.sweep_loads is not None and _spare_follow_ups(st) <= 0 and \
                 st.store.get(candidate.name) is None:
             st.index += 1
-            st.say(candidate, f"skipped: follow-ups after the sweep load at most {cap} "
-                   f"launches ({FOLLOW_UP:g} x the sweep's {st.sweep_loads})")
+            st.say(candidate, f"skipped: follow-ups after the sweep load at most "
+                   f"{_follow_up_cap(st)} launches ({FOLLOW_UP:g} x the sweep's "
+                   f"{st.sweep_loads})")
             return
         _step(st, candidate)
 
