@@ -37,15 +37,10 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from lab.inventories import (  # noqa: E402
-    fleet_host_name,
-    fleet_names,
-    lab_inventory,
-    without_gateway,
-)
+from lab import inventories  # noqa: E402
 from lab.state import read_state  # noqa: E402
 
-_lab = lab_inventory()
+_lab = inventories.lab_inventory()
 
 #: the live judgement of a rolling switch, short for the lab (roles/router/live.py)
 _LIVE = {"rolling_live_window": 20, "rolling_live_min_requests": 10,
@@ -64,9 +59,9 @@ def _fleet_host(index: int, name: str) -> tuple[str, dict]:
                 nccl_socket_ifname=st.extra.get("fleet_ifname"), **_LIVE)
     data["sglang_extra_env"] = {**data.get("sglang_extra_env", {}),
                                 "GPUSERVE_LAB_STANDIN_SURFACE": "fleet"}
-    host = fleet_host_name(index)
+    host = inventories.fleet_host_name(index)
     if index > 0:
-        data = without_gateway(data)
+        data = inventories.without_gateway(data)
     else:
         data["router_policy"] = "round_robin"
     fail = dict(item.split("=", 1) for item in
@@ -77,4 +72,4 @@ def _fleet_host(index: int, name: str) -> tuple[str, dict]:
     return host, data
 
 
-gpu = [_fleet_host(i, n) for i, n in enumerate(fleet_names())]
+gpu = [_fleet_host(i, n) for i, n in enumerate(inventories.fleet_names())]

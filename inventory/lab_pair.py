@@ -19,14 +19,9 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from lab.inventories import (  # noqa: E402
-    fleet_host_name,
-    fleet_names,
-    lab_inventory,
-    without_gateway,
-)
+from lab import inventories  # noqa: E402
 
-_lab = lab_inventory()
+_lab = inventories.lab_inventory()
 # no gateway here (inventory/lab_fleet.py has one)
-gpu = [(fleet_host_name(i), without_gateway(_lab.host_data_for(name)))
-       for i, name in enumerate(fleet_names())]
+gpu = [(inventories.fleet_host_name(i), inventories.without_gateway(_lab.host_data_for(name)))
+       for i, name in enumerate(inventories.fleet_names())]
