@@ -52,6 +52,14 @@ def _checkpoint(text: str | None) -> str:
     return f"{count} files, scan {hashlib.sha256(ident.encode()).hexdigest()[:12]}"
 
 
+def _drafts(drafts: dict[str, str]) -> str:
+    """The separate draft checkpoints the candidates name, each directory with its scan's
+    identity (a directory a host could not read is absent from its snapshot)."""
+    if not drafts:
+        return "none"
+    return "; ".join(f"{path}: {_checkpoint(scan)}" for path, scan in sorted(drafts.items()))
+
+
 def snapshot_fields(snap: HostSnapshot) -> dict[str, str]:
     """What a host's snapshot found that a fleet's hosts must share."""
     facts = snap.host_facts or {}
@@ -63,6 +71,7 @@ def snapshot_fields(snap: HostSnapshot) -> dict[str, str]:
             "gpu memory MiB": _shown(", ".join(memory)),
             "sglang version": _shown(snap.sglang_version), "lock": _shown(snap.lock),
             "checkpoint": _shown(_checkpoint(snap.checkpoint)),
+            "draft checkpoints": _shown(_drafts(snap.drafts)),
             "driver": _shown(driver.get("version")), "cuda": _shown(cuda.get("toolkit"))}
 
 

@@ -23,7 +23,8 @@ SCAN = json.dumps({"config": {"model_type": "glm"}, "files": [
 
 def snap(**changes) -> HostSnapshot:
     base = HostSnapshot(host="gpu1", sglang_version="0.5.23", lock="sglang-0.5.23@abc",
-                        gpus=BOX["gpus"], checkpoint=SCAN, host_facts=BOX, host_json=None)
+                        gpus=BOX["gpus"], checkpoint=SCAN, host_facts=BOX, host_json=None,
+                        drafts={"/models/eagle3": SCAN})
     return replace(base, **changes)
 
 
@@ -42,6 +43,9 @@ def test_equal_snapshots_have_no_difference() -> None:
     ({"host_facts": {**BOX, "driver": {"version": "575.57.08"}}}, "driver",
      "'575.57.08'"),
     ({"host_facts": {**BOX, "cuda": {"toolkit": "12.9"}}}, "cuda", "'12.9'"),
+    ({"drafts": {"/models/eagle3": SCAN.replace("10", "12")}}, "draft checkpoints",
+     "'/models/eagle3: 1 files, scan "),
+    ({"drafts": {}}, "draft checkpoints", "'none'"),
 ])
 def test_a_snapshot_difference_names_host_field_and_both_values(changes, field,
                                                                 theirs) -> None:
