@@ -960,6 +960,33 @@ def _spare(outside: float, need: float) -> float:
     return max(0.0, outside - need)
 
 
+def _draft_ceiling(d: DraftCharge | None, reserve: MemoryDefaults, gpu_memory_mib: float,
+                   pre: float, after: float, cell: KvCell) -> float:
+    """The highest mem_fraction_static that leaves a drafting launch's room at or above 0
+    (1.0 without a draft): outside the static pool, SGLang's own need at ``reserve``'s
+    settings, the draft's graphs at its decode graph size, and the draft pool beyond its
+    budget, which grows with the tokens the fraction buys (k x the KV rest)."""
+    if d is None:
+        return 1.0
+    total = gpu_memory_mib / 1024
+    padding = sum(reserve.reserve_breakdown.get(k, 0.0) for k in RESERVE_PADDING)
+    need = (reserve.reserved_mb - padding) / 1024
+    graphs = DRAFT_GRAPH_SHARE * 2 * reserve.decode_max_bs / 1024
+    k = max(0, (d.kv_real_bytes or 0) - d.kv_budget_bytes) / cell.bytes_per_token
+    # G (1 - m) >= need + graphs + k (after - pre (1 - m)), solved for m
+    return math.floor((total - need - graphs - k * (after - pre)) / (total + k * pre)
+                      * 1000) / 1000
+
+
+def _limit_text(d: DraftCharge | None, reserve: MemoryDefaults, gpu_memory_mib: float,
+                pre: float, after: float, cell: KvCell) -> str:
+    """What holds the fraction down: SGLang's own reserve, or with it a draft's needs."""
+    if d is not None and _draft_ceiling(d, reserve, gpu_memory_mib, pre, after, cell) < \
+            _max_safe_mfs(gpu_memory_mib, reserve.reserved_mb):
+        return f"SGLang's graph/activation reserve with the {d.algorithm} draft's graphs and KV"
+    return "SGLang's graph/activation reserve"
+
+
 def _draft_lines(s: _Sizing) -> list[str]:
     """The draft's part of the budget, each figure with where it comes from."""
     d = s.draft
@@ -1170,6 +1197,7 @@ def _changes_for_verdict(arch: ModelArch, layout: Layout, s: _Sizing,
             gpu_memory_mib=s.gpu_memory_mib,
             sm_major=s.sm_major,
             dsa_backend=s.dsa_backend,
+            draft=s.draft,
         )
     mfs, max_safe, graph_reserve = s.mfs, s.max_safe, s.graph_reserve
     total = s.gpu_memory_mib / 1024
@@ -1257,16 +1285,20 @@ def suggest_changes(
     gpu_memory_mib: float,
     sm_major: int | None = None,
     dsa_backend: str | None = None,
+    draft: DraftCharge | None = None,
 ) -> list[str]:
-    """Concrete changes, most direct first, each with the number that makes it work."""
+    """Concrete changes, most direct first, each with the number that makes it work. A
+    drafting launch's fraction is held low enough to leave its draft room too."""
     want_tokens = ctx or 4096
     target = mfs_for_tokens(pre, after, want_tokens, cell.bytes_per_token)
     min_viable = math.ceil((1 - after / pre) * 1000) / 1000
+    max_safe = min(max_safe, _draft_ceiling(draft, defaults, gpu_memory_mib, pre, after, cell))
+    limit = _limit_text(draft, defaults, gpu_memory_mib, pre, after, cell)
     if target <= max_safe:
         out = [
             f"raise --mem-fraction-static to {target:.3f} (minimum viable "
             f"{min_viable:.3f}; {want_tokens:,} KV tokens need {target:.3f}; "
-            f"SGLang's graph/activation reserve allows up to {max_safe:.3f})"
+            f"{limit} allows up to {max_safe:.3f})"
         ]
     else:
         out = _best_fraction_changes(
@@ -1280,11 +1312,12 @@ def suggest_changes(
             max_safe=max_safe,
             defaults=defaults,
             gpu_memory_mib=gpu_memory_mib,
+            draft=draft,
         )
     if not out:
         out.append(
-            f"no mem_fraction_static leaves room for both the KV cache and SGLang's "
-            f"graph/activation reserve (minimum viable {min_viable:.3f} > {max_safe:.3f}): "
+            f"no mem_fraction_static leaves room for both the KV cache and {limit} "
+            f"(minimum viable {min_viable:.3f} > {max_safe:.3f}): "
             f"weights must shrink (more GPUs or a smaller quantization) or the reserve must"
         )
     optional = (
@@ -1315,27 +1348,32 @@ def _best_fraction_changes(
     max_safe: float,
     defaults: MemoryDefaults,
     gpu_memory_mib: float,
+    draft: DraftCharge | None = None,
 ) -> list[str]:
     """When the wanted tokens need more than the reserve allows: the most the fraction can
-    rise as things stand, then each knob that shrinks SGLang's own reserve and so lets it
-    rise further, stopping at the first that reaches the wanted tokens."""
+    rise as things stand, then each knob that shrinks SGLang's own reserve (and a draft's
+    graphs) and so lets it rise further, stopping at the first that reaches the wanted
+    tokens."""
     out: list[str] = []
     best = max_safe
     tokens_at_best = _kv_tokens_at(pre, after, best, cell)
     if best > min_viable:
+        limit = _limit_text(draft, defaults, gpu_memory_mib, pre, after, cell)
         out.append(
-            f"raise --mem-fraction-static to {best:.3f} (the most the graph/activation "
-            f"reserve allows): about {tokens_at_best:,} KV tokens"
+            f"raise --mem-fraction-static to {best:.3f} (the most {limit} "
+            f"allows): about {tokens_at_best:,} KV tokens"
         )
     for label, bs, cps in _reserve_knobs(defaults):
         safe, toks = _with_smaller_reserve(
-            arch, layout, defaults, gpu_memory_mib, pre, after, cell, bs=bs, cps=cps
+            arch, layout, defaults, gpu_memory_mib, pre, after, cell, bs=bs, cps=cps,
+            draft=draft,
         )
         if toks > 0 and safe > best + 0.0005:
             best = safe
             out.append(
                 f"use {label} with --mem-fraction-static {safe:.3f} (SGLang's own reserve "
-                f"shrinks that far): about {toks:,} KV tokens"
+                f"shrinks that far{', the draft still fitting' if draft else ''}): about "
+                f"{toks:,} KV tokens"
             )
             if toks >= want_tokens:
                 break
@@ -1374,9 +1412,11 @@ def _with_smaller_reserve(
     *,
     bs: int,
     cps: int,
+    draft: DraftCharge | None = None,
 ) -> tuple[float, int]:
     """(safe mem_fraction_static, KV tokens) once SGLang's reserve is recomputed for a
-    smaller decode graph batch and chunked-prefill size: what that knob buys."""
+    smaller decode graph batch and chunked-prefill size: what that knob buys (a draft's
+    smaller graphs included)."""
     # Shrink SGLang's own reserve: decode graphs (2 MiB per bs, more with attention-DP)
     # and activations (1.5 MiB per chunked-prefill token); report what each knob buys.
     lower = memory_defaults(
@@ -1390,7 +1430,8 @@ def _with_smaller_reserve(
         chunked_prefill_size=cps,
         moe_a2a_backend=layout.moe_a2a_backend,
     )
-    safe = _max_safe_mfs(gpu_memory_mib, lower.reserved_mb)
+    safe = min(_max_safe_mfs(gpu_memory_mib, lower.reserved_mb),
+               _draft_ceiling(draft, lower, gpu_memory_mib, pre, after, cell))
     return safe, _kv_tokens_at(pre, after, safe, cell)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -330,3 +331,39 @@ def test_auto_kv_dtype_is_resolved_for_the_draft_itself():
     explicit = predict(glm, gpu_memory_mib=97887, gpu_count=8, layout=TP8, draft=head,
                        kv_cache_dtype="fp8_e4m3")
     assert explicit.draft["kv_real_bytes"] == 256
+
+
+def test_every_suggested_fraction_leaves_the_draft_room():
+    """A launch short of its context gets fractions to raise to: with an EAGLE-3 head on
+    the reference box each is held where the draft's graphs and KV still fit outside the
+    static pool (SGLang's own reserve alone would allow 0.833); where the draft's graphs are
+what holds the fraction, 0.001 more would not fit."""
+    layout = Layout(tp=8, speculative="EAGLE3")
+    draft = draft_from_scan(head_scan(), algorithm="EAGLE3", layout=layout)
+    arch = load_record("glm-5-nvfp4")
+    mem = GPUS[0]["memory_total_mib"]
+    plan = predict(arch, gpu_memory_mib=mem, gpu_count=8, layout=layout, draft=draft,
+                   mem_fraction_static=0.75, context_length=400_000)
+    assert plan.verdict == "tight" and plan.max_safe_mfs == 0.833
+    assert "with the EAGLE3 draft's graphs and KV allows" in plan.changes[0]
+    fractions = [line for line in plan.changes if "--mem-fraction-static" in line]
+    assert len(fractions) >= 5, plan.changes
+    for line in fractions:
+        mfs = float(re.search(r"--mem-fraction-static (?:to )?(0\.\d{3})", line)[1])
+        knobs = {flag: int(value) for flag, value in re.findall(
+            r"--(cuda-graph-max-bs-decode|chunked-prefill-size) (\d+)", line)}
+
+        def room(fraction: float, knobs: dict = knobs) -> float:
+            return predict(arch, gpu_memory_mib=mem, gpu_count=8, layout=layout, draft=draft,
+                           mem_fraction_static=fraction,
+                           cuda_graph_max_bs=knobs.get("cuda-graph-max-bs-decode"),
+                           chunked_prefill_size=knobs.get("chunked-prefill-size")
+                           ).draft["room_gib"]
+        assert room(mfs) >= 0, line
+        if "graph-max-bs" in line or line is fractions[0]:  # the draft's graphs hold these
+            assert room(mfs + 0.001) < 0, line
+    # without the draft the same launch is held by SGLang's reserve alone
+    plain = predict(arch, gpu_memory_mib=mem, gpu_count=8, layout=Layout(tp=8),
+                    mem_fraction_static=0.75, context_length=400_000)
+    assert "(the most SGLang's graph/activation reserve allows)" in plain.changes[0]
+    assert "to 0.833 " in plain.changes[0]
