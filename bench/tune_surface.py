@@ -69,7 +69,7 @@ from lab import surface as surfaces  # noqa: E402
 from tests.checkpoints import compose_record  # noqa: E402
 
 TUNE = REPO / "tests/fixtures/tune/lab.tune.yaml"
-FLEET_TUNE = REPO / "tests/fixtures/tune/lab-fleet.tune.yaml"  # one knob, twelve values
+FLEET_TUNE = REPO / "tests/fixtures/tune/lab-fleet.tune.yaml"  # one knob, sixteen values
 BOX = REPO / "tests/fixtures/hostfacts/reference-box-kvm.json"
 VERSION = "0.5.23"
 LOAD_S = 3.0  # inventory/lab.py's simulated weight load
