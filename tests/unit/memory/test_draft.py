@@ -29,6 +29,7 @@ from gpuserve.memory.draft import (
 from gpuserve.memory.models import load_record
 from gpuserve.memory.planner import GIB, Layout, predict
 from gpuserve.memory.preflight import check_fit
+from gpuserve.paths import draft_record_names
 from gpuserve.tune.judge import (
     CALIBRATION_ERROR_GIB,
     DRAFT_DEFAULT_GIB,
@@ -367,3 +368,40 @@ what holds the fraction, 0.001 more would not fit."""
                     mem_fraction_static=0.75, context_length=400_000)
     assert "(the most SGLang's graph/activation reserve allows)" in plain.changes[0]
     assert "to 0.833 " in plain.changes[0]
+
+
+@pytest.mark.parametrize(("name", "target", "layout"), [
+    ("kimi-k2.5-eagle3", "kimi-k2-instruct", Layout(tp=8, speculative="EAGLE3")),
+    ("deepseek-v3-eagle3", "deepseek-v3", Layout(tp=8, speculative="EAGLE3")),
+    ("qwen3-235b-a22b-eagle3", "qwen3-235b-a22b-fp8", Layout(tp=4, speculative="EAGLE3")),
+])
+def test_every_shipped_draft_record_plans_beside_its_target(name, target, layout):
+    """Each draft record loads with its sources and is charged beside its target's record:
+    weights in the plan's weights, a draft section, an exact KV budget."""
+    draft = load_draft_record(name, algorithm="EAGLE3", layout=layout)
+    plain = predict(load_record(target), gpu_memory_mib=143771, gpu_count=8,
+                    layout=Layout(tp=layout.tp))
+    plan = predict(load_record(target), gpu_memory_mib=143771, gpu_count=8, layout=layout,
+                   draft=draft)
+    assert plan.draft["model"] == name and plan.draft["source"] == f"record {name}"
+    assert plan.weights_gib == pytest.approx(plain.weights_gib + draft.weights_gib)
+    assert plan.verdict != "invalid", plan.problems
+    assert name in draft_record_names()
+
+
+def test_a_head_with_its_own_draft_vocabulary_carries_that_lm_head():
+    """DeepSeek-V3's EAGLE-3 head (SpecForge's config): draft_vocab_size 32000, so its own
+    LM head of 32000 rows, split over TP8 like SGLang's ParallelLMHead; fc replicated;
+    8 KV heads x 128 at TP8 take 512 B/token, under the 1152 SGLang budgets (one MLA layer
+    of the target), so nothing of its pool lies outside the static pool."""
+    layout = Layout(tp=8, speculative="EAGLE3")
+    draft = load_draft_record("deepseek-v3-eagle3", algorithm="EAGLE3", layout=layout)
+    parts = {p.name: p.gib * GIB for p in draft.weights}
+    h = 7168
+    assert parts["draft lm_head"] == pytest.approx(32000 * h * 2 / 8)
+    assert parts["draft fc"] == pytest.approx(3 * h * h * 2)
+    assert parts["draft dense MLP x1"] == pytest.approx(3 * h * 40960 * 2 / 8)
+    plan = predict(load_record("deepseek-v3"), gpu_memory_mib=143771, gpu_count=8,
+                   layout=layout, draft=draft)
+    assert (plan.draft["kv_real_bytes"], plan.draft["kv_budget_bytes"]) == (512, 1152)
+    assert plan.draft["kv_extra_gib"] == 0
