@@ -939,16 +939,27 @@ def _draft_charge(arch: ModelArch, layout: Layout, heuristic: MemoryDefaults,
     else:
         model, source, weights, error = None, "unknown", None, None
     extra = max(0, real - cell.draft_bytes) * tokens / GIB if real is not None else 0.0
-    graphs = DRAFT_GRAPH_SHARE * 2 * heuristic.decode_max_bs / 1024
+    graphs = _draft_graphs_gib(heuristic.decode_max_bs)
     outside = gpu_memory_mib / 1024 * (1 - mfs)
-    padding = sum(heuristic.reserve_breakdown.get(k, 0.0) for k in RESERVE_PADDING)
-    need = (heuristic.reserved_mb - padding) / 1024
+    need = _sglang_need_gib(heuristic)
     return DraftCharge(
         algorithm=algo, model=model, source=source, weights_gib=weights,
         weights_error_gib=error, kv_layers=draft_layers(arch, layout),
         kv_budget_bytes=cell.draft_bytes, kv_real_bytes=real, kv_extra_gib=extra,
         graphs_gib=graphs, outside_pool_gib=outside, sglang_need_gib=need,
         room_gib=_spare(outside, need) - graphs - extra)
+
+
+def _sglang_need_gib(reserve: MemoryDefaults) -> float:
+    """SGLang's own graph/activation reserve less its padding (RESERVE_PADDING): what its
+    graphs and activations need outside the static pool, GiB."""
+    padding = sum(reserve.reserve_breakdown.get(k, 0.0) for k in RESERVE_PADDING)
+    return (reserve.reserved_mb - padding) / 1024
+
+
+def _draft_graphs_gib(decode_max_bs: int) -> float:
+    """The draft's CUDA graphs: DRAFT_GRAPH_SHARE x the target's 2 MiB per decode bs."""
+    return DRAFT_GRAPH_SHARE * 2 * decode_max_bs / 1024
 
 
 def _spare(outside: float, need: float) -> float:
@@ -969,9 +980,7 @@ def _draft_ceiling(d: DraftCharge | None, reserve: MemoryDefaults, gpu_memory_mi
     if d is None:
         return 1.0
     total = gpu_memory_mib / 1024
-    padding = sum(reserve.reserve_breakdown.get(k, 0.0) for k in RESERVE_PADDING)
-    need = (reserve.reserved_mb - padding) / 1024
-    graphs = DRAFT_GRAPH_SHARE * 2 * reserve.decode_max_bs / 1024
+    need, graphs = _sglang_need_gib(reserve), _draft_graphs_gib(reserve.decode_max_bs)
     k = max(0, (d.kv_real_bytes or 0) - d.kv_budget_bytes) / cell.bytes_per_token
     # G (1 - m) >= need + graphs + k (after - pre (1 - m)), solved for m
     return math.floor((total - need - graphs - k * (after - pre)) / (total + k * pre)
@@ -1034,9 +1043,8 @@ def _draft_changes(arch: ModelArch, layout: Layout, s: _Sizing, verdict: FitVerd
             arch, layout, s.gpu_memory_mib, version=s.heuristic.version,
             mem_fraction_static=None, chunked_prefill_size=s.heuristic.chunked_prefill_size,
             cuda_graph_max_bs=bs, max_running_requests=None)
-        padding = sum(lower.reserve_breakdown.get(k, 0.0) for k in RESERVE_PADDING)
-        room = _spare(d.outside_pool_gib, (lower.reserved_mb - padding) / 1024) \
-            - DRAFT_GRAPH_SHARE * 2 * bs / 1024 - d.kv_extra_gib
+        room = _spare(d.outside_pool_gib, _sglang_need_gib(lower)) \
+            - _draft_graphs_gib(bs) - d.kv_extra_gib
         if room >= 0:
             fixes.append(f"{bs_flag} {bs}{keep} (room {room:+.2f} GiB)")
             break
