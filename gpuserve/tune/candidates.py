@@ -22,6 +22,7 @@ import yaml
 
 from gpuserve.tune.space import Knob, KnobValue, TuneSpec, nested
 
+#: "refinement": the phase of earlier tunes' records (a neighbour within the noise now)
 PHASES = ("incumbent", "one knob", "retry", "combination", "refinement", "neighbour")
 
 

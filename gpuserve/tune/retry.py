@@ -1,5 +1,5 @@
-"""Follow-ups of the one-knob sweep: failures retried where they would fit, and knobs
-that made no difference alone tried again beside an objective's best.
+"""Follow-ups of the one-knob sweep: failures retried where they would fit, and the
+neighbours of each objective's best launch.
 
 Why: a value can fail beside the incumbent's memory settings and start beside others
 (EAGLE-3 dies capturing decode graphs up to batch 512 and starts at 128). Measured
@@ -9,13 +9,10 @@ larger mem_fraction_static; an out-of-memory without a known phase by either. Th
 retry is judged like any candidate before it loads (the planner must say it fits).
 
 A knob can also matter only beside another value (decode graph sizes for a batch under
-EP8, not under TP): when every value of a knob measured alone was within the noise of
-the incumbent for an objective, its values are tried once more combined with that
-objective's best launch.
-
-And a value can pay off only beside another while it loses alone: with the follow-up
-loads left, the best launch's untried neighbours (one knob changed) are measured, the
-values that did best alone first.
+EP8, not under TP), and a value can pay off only beside another while it loses alone:
+with the follow-up loads left, the untried neighbours (one knob changed) of each
+objective's best launch, and of the launches within the noise of it, are measured in
+rounds, the values that did best alone first, chosen anew after each round.
 
 How: docs/tune.md, "Combinations, retries, refinements and neighbours"
 """
@@ -130,39 +127,6 @@ def _best_relief(knobs: tuple[Knob, ...], outcomes: list[Outcome], incumbent, fi
     return top[2], top[3]
 
 
-def refinements(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome],
-                config_key: str, objective: str, noise: Noise | None, seen: set[str]
-                ) -> list[Candidate]:
-    """Values whose effect alone was undecided for ``objective``, each tried beside the
-    objective's best launch: for a knob the best launch leaves as the incumbent has it,
-    a value within the noise of the incumbent alone; for a knob it sets, another value
-    within the noise of the chosen one alone (which of two tied values a combination
-    took was the noise's choice)."""
-    top = best(outcomes, objective, spec)
-    base = next((o for o in outcomes if o.phase == "incumbent"), None)
-    if top is None or base is None or top is base:
-        return []
-    chosen = _values_of(top, knobs)
-    out = []
-    for knob in knobs:
-        alone = {o.choice[knob.name]: o for o in outcomes if o.phase == "one knob"
-                 and set(o.choice) == {knob.name} and o.status != OutcomeStatus.FAILED}
-        current = chosen.get(knob.name)
-        ref = base if current is None else alone.get(current.label)
-        if ref is None:
-            continue
-        for value in knob.values:
-            mine = alone.get(value.label)
-            if value is current or mine is None or not within_noise(
-                    mine, ref, objective, spec, noise, len(alone)):
-                continue
-            choice = {**chosen, knob.name: value}
-            name = candidate_name(spec, choice, config_key)
-            if name not in seen and name not in {c.name for c in out}:
-                out.append(Candidate(name, "refinement", choice))
-    return out
-
-
 def within_noise(a: Outcome, b: Outcome, objective: str, spec: TuneSpec,
                  noise: Noise | None, family: int = 1) -> bool:
     """Whether ``a`` and ``b`` are within the noise of each other for ``objective``
@@ -180,39 +144,42 @@ def within_noise(a: Outcome, b: Outcome, objective: str, spec: TuneSpec,
 
 
 def neighbours(spec: TuneSpec, knobs: tuple[Knob, ...], outcomes: list[Outcome],
-               config_key: str, objective: str, seen: set[str], most: int
-               ) -> list[Candidate]:
-    """At most ``most`` launches one knob away from ``objective``'s best, not measured
-    yet: for each knob, another value beside the best's others, the values that did best
-    alone first (a value can pay off only beside another: EAGLE-3's chains below the
-    incumbent at its decode graph size and above it at a smaller one). They spend what
-    the follow-up budget has left after retries, combinations and refinements, and no
-    more; a value that failed alone or was never measured alone is not tried here (a
-    memory failure is the retries')."""
+               config_key: str, objective: str, seen: set[str],
+               noise: Noise | None = None) -> list[tuple[float, Candidate]]:
+    """The launches one knob away from ``objective``'s best, or from a launch within the
+    noise of it (which of those is best is the noise's choice), not measured yet, each
+    with its promise: the changed value's score alone over the incumbent's. A value can
+    pay off only beside another while it loses alone (EAGLE-3's chains below the
+    incumbent at its decode graph size and above it at a smaller one), and a knob with no
+    effect alone can matter beside another value (graph sizes under EP8). A value that
+    failed alone or was never measured alone is not tried here (a memory failure is the
+    retries')."""
     top = best(outcomes, objective, spec)
-    if top is None or most <= 0:
+    first = next((o for o in outcomes if o.phase == "incumbent"), None)
+    ref = score(first, objective, spec) if first is not None else None
+    if top is None or not ref:
         return []
-    chosen = _values_of(top, knobs)
-    ranked = []
-    for knob in knobs:
-        current = chosen.get(knob.name)
-        for o in outcomes:
-            if o.phase != "one knob" or set(o.choice) != {knob.name}:
-                continue
-            mine = score(o, objective, spec)
-            if mine is None or (current is not None and current.label == o.choice[knob.name]):
-                continue
-            value = next(v for v in knob.values if v.label == o.choice[knob.name])
-            choice = {**chosen, knob.name: value}
-            name = candidate_name(spec, choice, config_key)
-            if name not in seen:
-                ranked.append((mine, name, choice))
-    ranked.sort(key=lambda t: -t[0])
-    out: list[Candidate] = []
-    for _, name, choice in ranked:
-        if name not in {c.name for c in out}:
-            out.append(Candidate(name, "neighbour", choice))
-    return out[:most]
+    bases = [top] + [o for o in outcomes if o is not top and o.phase != "incumbent"
+                     and o.status == OutcomeStatus.MEASURED
+                     and within_noise(o, top, objective, spec, noise)]
+    alone = {next(iter(o.choice.items())): s for o in outcomes
+             if o.phase == "one knob" and len(o.choice) == 1
+             and (s := score(o, objective, spec)) is not None}
+    ranked: dict[str, tuple[float, int, Candidate]] = {}
+    for rank, base in enumerate(bases):
+        chosen = _values_of(base, knobs)
+        for knob in knobs:
+            current = chosen.get(knob.name)
+            for value in knob.values:
+                mine = alone.get((knob.name, value.label))
+                if mine is None or value is current:
+                    continue
+                choice = {**chosen, knob.name: value}
+                name = candidate_name(spec, choice, config_key)
+                if name not in seen and name not in ranked:
+                    ranked[name] = (mine / ref, rank, Candidate(name, "neighbour", choice))
+    return [(promise, c) for promise, _, c in sorted(ranked.values(),
+                                                      key=lambda t: (-t[0], t[1]))]
 
 
 def _values_of(outcome: Outcome, knobs: tuple[Knob, ...]) -> dict[str, KnobValue]:

@@ -37,7 +37,7 @@ from gpuserve.tune.outcome import (
     score_level,
 )
 from gpuserve.tune.predict import Comm
-from gpuserve.tune.retry import neighbours, refinements, retries, within_noise
+from gpuserve.tune.retry import neighbours, retries, within_noise
 from gpuserve.tune.space import FOLLOW_UP, Knob, KnobValue, TuneSpec
 
 
@@ -234,16 +234,7 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
             seen |= {c.name for c in combos}
             groups.append(combos)
         _phases(st, groups)
-        for objective in spec.objectives:
-            around = refinements(spec, knobs, st.outcomes, ctx.config_key, objective.name,
-                                 st.noise, seen)
-            seen |= {c.name for c in around}
-            _phase(st, around)
-        for objective in spec.objectives:  # what the follow-up budget has left
-            near = neighbours(spec, knobs, st.outcomes, ctx.config_key, objective.name,
-                              seen, _spare_follow_ups(st))
-            seen |= {c.name for c in near}
-            _phase(st, near)
+        _climb(st, knobs, seen)
     except BudgetSpent as e:
         ctx.log(f"tune: stopping: {e}")
     except KeyboardInterrupt:
@@ -252,6 +243,30 @@ def run_search(spec: TuneSpec, knobs: tuple[Knob, ...], ctx: Context, executor: 
                 "gate (or the rollback's)")
     st.update_noise()
     return TuneRun(spec, st.outcomes, st.tally, st.calibration, st.noise)
+
+
+def _climb(st: _State, knobs: tuple[Knob, ...], seen: set[str]) -> None:
+    """What the follow-up budget has left, in rounds (one launch per host): the launches
+    one knob away from a launch within the noise of an objective's best whose changed
+    value did best alone (against the incumbent, over every objective), chosen anew after
+    each round, so a launch that wins moves the search to its own neighbours."""
+    width = max(1, len(getattr(st.executor, "hosts", ()) or ()))
+    while True:
+        pool: list[tuple[float, Candidate]] = []
+        for objective in st.spec.objectives:
+            pool += neighbours(st.spec, knobs, st.outcomes, st.ctx.config_key,
+                               objective.name, seen, st.noise)
+        if _spare_follow_ups(st) <= 0:  # a rerun's stored outcomes cost no load
+            pool = [(p, c) for p, c in pool if st.store.get(c.name) is not None]
+        pool.sort(key=lambda pc: -pc[0])
+        round_: list[Candidate] = []
+        for _, candidate in pool:
+            if len(round_) < width and candidate.name not in {c.name for c in round_}:
+                round_.append(candidate)
+        if not round_:
+            return
+        seen |= {c.name for c in round_}
+        _phase(st, round_)
 
 
 def _spare_follow_ups(st: _State) -> int:

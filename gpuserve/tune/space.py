@@ -161,13 +161,13 @@ def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
 
 def plan_bound(one_knob: int) -> int:
     """The most launches a tune can load: the incumbent and every one-knob value (the
-    sweep), then follow-ups (retries, each objective's combinations, refinements) of at
+    sweep), then follow-ups (retries, each objective's combinations, neighbours) of at
     most ``FOLLOW_UP`` x the sweep's loads, rounded up."""
     sweep = 1 + one_knob
     return sweep + math.ceil(FOLLOW_UP * sweep)
 
 
-#: after the one-knob sweep, retries, combinations and refinements load at most this
+#: after the one-knob sweep, retries, combinations and neighbours load at most this
 #: fraction of the sweep's loads more (rounded up): they follow up what the sweep found
 FOLLOW_UP = 0.5
 #: a tune retries at most this many values that failed alone for memory

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
 from gpuserve.tune.noise import Noise, chi2_quantile, pooled, t_quantile
 from gpuserve.tune.outcome import Outcome, OutcomeStatus
 from gpuserve.tune.predict import Comm
-from gpuserve.tune.retry import refinements
+from gpuserve.tune.retry import neighbours
 from gpuserve.tune.search import Measurement
 from gpuserve.tune.session import prepare
 from gpuserve.tune.space import load_tune
@@ -190,12 +191,14 @@ def _outcome(label: str, choice: dict[str, str], mean: float, runs: int) -> Outc
                    numbers={"runs": {"1": values}})
 
 
-def test_values_with_no_effect_alone_are_judged_as_one_family(snapshot, tmp_path) -> None:  # noqa: F811
-    """EAGLE-3 is 20 % over the incumbent; the graph sizes alone make no difference, and
-    the noise drew 256 2.2 % low over its three runs. Tested alone that is beyond the
-    noise and 256 would never be tried beside EAGLE-3; as one of the knob's values
-    judged together it is within it, so both sizes are refined beside EAGLE-3. A size
-    6 % below stays out."""
+def test_neighbours_rank_by_the_changed_value_alone(snapshot, tmp_path) -> None:  # noqa: F811
+    """EAGLE-3 at graph max bs 256 is the best launch (a combination), EAGLE-3 alone
+    within the noise of it. Their neighbours are the other graph sizes beside EAGLE-3,
+    each promised its score alone over the incumbent's, best first: 512 (no effect
+    alone), then 256 (drawn 2.2 % low over three runs), then 64, 6 % below alone, which
+    is not dropped but comes last. EAGLE-3 at 256 is a neighbour of EAGLE-3 alone (the
+    launch within the noise); the search passes every measured launch as seen, and a
+    seen one does not come back."""
     path = tmp_path / "t.tune.yaml"
     path.write_text(f"incumbent: {REPO / 'profiles/glm5-nvfp4-tp8.yaml'}\n"
                     + SPEC.replace("[256, 512]", "[256, 512, 64]"))
@@ -203,15 +206,21 @@ def test_values_with_no_effect_alone_are_judged_as_one_family(snapshot, tmp_path
     prepared = prepare(spec, raw, snapshot, comm=Comm(105.6, 9.59), log=lambda _: None,
                        stamp=lambda: "")
     spec_value = EAGLE.split("=", 1)[1]
+    both = _outcome("eagle256", {"memory.cuda_graph_max_bs": "256", "speculative": spec_value},
+                    120.2, 10)
     outcomes = [_outcome("inc", {}, 100.0, 20),
                 _outcome("g256", {"memory.cuda_graph_max_bs": "256"}, 97.8, 3),
                 _outcome("g512", {"memory.cuda_graph_max_bs": "512"}, 99.9, 10),
                 _outcome("g64", {"memory.cuda_graph_max_bs": "64"}, 94.0, 10),
-                _outcome("eagle", {"speculative": spec_value}, 120.0, 10)]
+                _outcome("eagle", {"speculative": spec_value}, 120.0, 10),
+                replace(both, phase="combination")]
     noise = Noise(0.02, 40)
-    assert noise.separated(97.8, 3, 100.0, 20)  # alone: beyond the noise
-    around = refinements(spec, prepared.knobs, outcomes, "key", "single_stream", noise,
-                         set())
-    sizes = sorted(c.choice["memory.cuda_graph_max_bs"].label for c in around)
-    assert sizes == ["256", "512"], sizes
-    assert all(c.choice["speculative"].label == spec_value for c in around)
+    near = neighbours(spec, prepared.knobs, outcomes, "key", "single_stream", set(), noise)
+    found = [(c.choice["memory.cuda_graph_max_bs"].label, c.choice["speculative"].label,
+              round(promise, 3)) for promise, c in near]
+    assert found == [("512", spec_value, 0.999), ("256", spec_value, 0.978),
+                     ("64", spec_value, 0.94)], found
+    assert all(c.phase == "neighbour" for _, c in near)
+    measured = {c.name for _, c in near if c.choice["memory.cuda_graph_max_bs"].label == "256"}
+    again = neighbours(spec, prepared.knobs, outcomes, "key", "single_stream", measured, noise)
+    assert [c.choice["memory.cuda_graph_max_bs"].label for _, c in again] == ["512", "64"]
