@@ -987,11 +987,9 @@ def _draft_ceiling(d: DraftCharge | None, reserve: MemoryDefaults, gpu_memory_mi
                       * 1000) / 1000
 
 
-def _limit_text(d: DraftCharge | None, reserve: MemoryDefaults, gpu_memory_mib: float,
-                pre: float, after: float, cell: KvCell) -> str:
+def _limit_text(d: DraftCharge | None, draft_holds: bool) -> str:
     """What holds the fraction down: SGLang's own reserve, or with it a draft's needs."""
-    if d is not None and _draft_ceiling(d, reserve, gpu_memory_mib, pre, after, cell) < \
-            _max_safe_mfs(gpu_memory_mib, reserve.reserved_mb):
+    if d is not None and draft_holds:
         return f"SGLang's graph/activation reserve with the {d.algorithm} draft's graphs and KV"
     return "SGLang's graph/activation reserve"
 
@@ -1300,8 +1298,9 @@ def suggest_changes(
     want_tokens = ctx or 4096
     target = mfs_for_tokens(pre, after, want_tokens, cell.bytes_per_token)
     min_viable = math.ceil((1 - after / pre) * 1000) / 1000
-    max_safe = min(max_safe, _draft_ceiling(draft, defaults, gpu_memory_mib, pre, after, cell))
-    limit = _limit_text(draft, defaults, gpu_memory_mib, pre, after, cell)
+    ceiling = _draft_ceiling(draft, defaults, gpu_memory_mib, pre, after, cell)
+    limit = _limit_text(draft, ceiling < max_safe)
+    max_safe = min(max_safe, ceiling)
     if target <= max_safe:
         out = [
             f"raise --mem-fraction-static to {target:.3f} (minimum viable "
@@ -1321,6 +1320,7 @@ def suggest_changes(
             defaults=defaults,
             gpu_memory_mib=gpu_memory_mib,
             draft=draft,
+            limit=limit,
         )
     if not out:
         out.append(
@@ -1357,6 +1357,7 @@ def _best_fraction_changes(
     defaults: MemoryDefaults,
     gpu_memory_mib: float,
     draft: DraftCharge | None = None,
+    limit: str = "SGLang's graph/activation reserve",
 ) -> list[str]:
     """When the wanted tokens need more than the reserve allows: the most the fraction can
     rise as things stand, then each knob that shrinks SGLang's own reserve (and a draft's
@@ -1366,7 +1367,6 @@ def _best_fraction_changes(
     best = max_safe
     tokens_at_best = _kv_tokens_at(pre, after, best, cell)
     if best > min_viable:
-        limit = _limit_text(draft, defaults, gpu_memory_mib, pre, after, cell)
         out.append(
             f"raise --mem-fraction-static to {best:.3f} (the most {limit} "
             f"allows): about {tokens_at_best:,} KV tokens"

@@ -14,7 +14,7 @@ with the follow-up loads left, the untried neighbours (one knob changed) of each
 objective's best launch, and of the launches within the noise of it, are measured in
 rounds, the values that did best alone first, chosen anew after each round.
 
-How: docs/tune.md, "Combinations, retries, refinements and neighbours"
+How: docs/tune.md, "Combinations, retries and neighbours"
 """
 
 from __future__ import annotations
