@@ -156,6 +156,8 @@ class PyinfraExecutor:
             return m
         m = Measurement(LoadStatus.OK, load_s=_ready_s(out))
         self._take_records(m, candidate.name, since, levels)
+        if m.status == LoadStatus.FAILED and m.reason.startswith("crashed while serving"):
+            m.diagnosis = _diagnosis(self._journal(path))  # the deploy itself passed
         if first and candidate.phase == "incumbent" and self.calibrates:
             m.after_weights_gib = self._after_weights(path)
         if m.status == LoadStatus.OK:
@@ -223,13 +225,7 @@ class PyinfraExecutor:
             out else ""
         if not journal and not refused:
             journal = self._journal(path)
-        diagnosis = None
-        if journal:
-            d = diagnose(parse_log(journal, "journal"))
-            diagnosis = {"outcome": d.outcome, "error": error_line(journal),
-                         "rest_gib": d.rest_gib,
-                         "avail_after_weights_gib": d.avail_after_weights_gib,
-                         "lines": d.lines[:6], "fixes": d.fixes[:3]}
+        diagnosis = _diagnosis(journal)
         rolled = re.search(r"the host was rolled back to profile (\S+)", out)
         if rolled:
             reason += f"; rolled back to {rolled.group(1).rstrip(',')}"
@@ -245,6 +241,17 @@ class PyinfraExecutor:
 
 _FAILURE = re.compile(r"(?:\] |: )(health|bench|smoke): (.*(?:failed|stopped|fatal|not "
                       r"healthy|exited|did not finish|wrote no result|ended).*)")
+
+
+def _diagnosis(journal: str) -> dict | None:
+    """The startup-log diagnosis of a failed start or a crash, from the service journal
+    (None without one)."""
+    if not journal:
+        return None
+    d = diagnose(parse_log(journal, "journal"))
+    return {"outcome": d.outcome, "error": error_line(journal), "rest_gib": d.rest_gib,
+            "avail_after_weights_gib": d.avail_after_weights_gib, "lines": d.lines[:6],
+            "fixes": d.fixes[:3]}
 
 
 def _failure_reason(out: str) -> str:
