@@ -739,6 +739,46 @@ def _persistence(ctx: Context) -> str | None:
     return f"persistence mode Disabled on GPU {', '.join(off)}" if off else None
 
 
+@rule("deepep-needs-nvlink")
+def _deepep_needs_nvlink(ctx: Context) -> str | None:
+    """DeepEP moves tokens over NVLink inside a node (its README's requirements); with
+    neither NVLink nor peer access measured working it cannot run here. Unknown links,
+    NVLink, or P2P measured working (or the driver's "ok" before any measurement) never
+    fire."""
+    backend = (ctx.launch.value("--moe-a2a-backend") if ctx.launch else None) \
+        or ctx.profile.moe.a2a_backend
+    if backend not in ctx.params["backends"] or ctx.profile.gpus < 2:
+        return None
+    if ctx.facts.topology.nvlink is not False:
+        return None
+    verdict = _p2p_verdict(ctx)
+    if verdict is None:
+        return None
+    links = sorted({c.strip() for i, row in enumerate(ctx.facts.topology.links or [])
+                    for j, c in enumerate(row) if i != j})
+    vm = f" in a {ctx.facts.virtualization} guest" if ctx.facts.is_vm else ""
+    return (f"moe.a2a_backend {backend} ({_where(ctx, 'moe.a2a_backend')}) on "
+            f"{len(ctx.facts.gpus) or ctx.profile.gpus} GPUs joined by "
+            f"{'/'.join(links) or 'PCIe'}, no NVLink{vm}; {verdict}")
+
+
+def _p2p_verdict(ctx: Context) -> str | None:
+    """What says peer access does not work here (the measurement first, else the driver's
+    topo -p2p verdict), None when it works or nothing says."""
+    measured = _measured(ctx)
+    if measured is not None and measured.p2p is not None and not measured.stale(ctx.p2p):
+        if measured.p2p:
+            return None
+        result = measured.p2p_result or ("hung" if measured.p2p_hang else "slower")
+        why = _P2P_WHY.get(result, _P2P_WHY["slower"]).format(
+            driver=measured.driver_p2p or "unknown")
+        record = f" (record {measured.record})" if measured.record else ""
+        return f"measured P2P: {why}{record}"
+    if ctx.p2p in ("none", "partial"):
+        return f"topo -p2p verdict {ctx.p2p}, P2P not measured working"
+    return None
+
+
 # ============================================================================ output
 
 
