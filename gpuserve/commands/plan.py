@@ -185,6 +185,10 @@ def print_diagnosis(d: Any) -> None:
     _table(rows)
     for line in d.lines:
         print(f"  - {line}")
+    for r in d.rules:  # the doctor rules the crash texts stand for; their fixes lead below
+        print(f"{r['severity'].upper()} {r['id']}: {r['title']}")
+        print(f"    saw:    {r['evidence']}")
+        print(f"    source: {r['source']}")
     if d.fixes:
         print("fixes:")
         for fix in d.fixes:

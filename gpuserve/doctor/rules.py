@@ -779,6 +779,28 @@ def _p2p_verdict(ctx: Context) -> str | None:
     return None
 
 
+@rule("kernel-arch-unsupported")
+def _kernel_arch_unsupported(ctx: Context) -> str | None:
+    """Known from a start-up log only (gpuserve/data/rules/log_signatures.yaml): which
+    kernel lacks a build shows in the traceback. The launches known to need one are
+    allreduce-fusion-sm120, dsa-backend-sm120 and torch-symm-mem-sm120."""
+    return None
+
+
+@rule("nan-at-decode")
+def _nan_at_decode(ctx: Context) -> str | None:
+    """Known from a start-up or serving log only; on SM120 its known cause, a DSA backend
+    that does not run there, is dsa-backend-sm120's."""
+    return None
+
+
+@rule("graph-capture-oom")
+def _graph_capture_oom(ctx: Context) -> str | None:
+    """Known from a start-up log only; the memory planner (memory-plan) and
+    decode-graph-bs-dsa judge a launch's capture room beforehand."""
+    return None
+
+
 # ============================================================================ output
 
 

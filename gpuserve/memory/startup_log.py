@@ -17,10 +17,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
+from gpuserve.paths import DATA_DIR
 
 GIB = 1 << 30
 _NUM = r"(-?\d+(?:\.\d+)?)"
@@ -143,6 +145,8 @@ class StartupLog:
     scheduler: dict[str, float] = field(default_factory=dict)
     errors: list[dict] = field(default_factory=list)
     ready: bool = False
+    # crash texts matched to the doctor rule that explains them (log_signatures.yaml)
+    signals: list[dict] = field(default_factory=list)
 
     def _min(self, attr: str) -> float | None:
         values = [getattr(r, attr) for r in self.ranks.values() if getattr(r, attr) is not None]
@@ -222,6 +226,7 @@ def parse_log(text: str, source: str = "<log>") -> StartupLog:
     """Collect every memory figure, per rank, and every memory error of a startup log."""
     log = StartupLog(source=source)
     seen_lines = 0
+    bodies: list[tuple[int, str, str]] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.rstrip()
         if not line or line.startswith("#"):
@@ -230,6 +235,7 @@ def parse_log(text: str, source: str = "<log>") -> StartupLog:
         m = _PREFIX.match(line)
         rank = (m.group("ranks").strip() or "rank0") if m else "rank0"
         body = line[m.end() :] if m else line
+        bodies.append((lineno, rank, body))
         sa = _SERVER_ARGS.search(body)
         if sa:
             if sa.group("dict") is not None:
@@ -246,7 +252,8 @@ def parse_log(text: str, source: str = "<log>") -> StartupLog:
             if not _take_figure(log, kind, hit, rank, body):
                 _take_error(log, kind, hit, rank, body, lineno)
             break
-    if not seen_lines:
+    log.signals = match_signatures(bodies)
+    if not seen_lines and not log.signals:
         raise InputError(source, "log", "no SGLang startup lines found (is this a server log?)", 1)
     log.ranks = _ranks_with_figures(log.ranks)
     return log
@@ -360,6 +367,85 @@ def read_log(path: str | Path) -> StartupLog:
     return parse_log(data.decode("utf-8", errors="replace"), str(p))
 
 
+# ------------------------------------------------------------------ crash signatures
+
+SIGNATURES_PATH = DATA_DIR / "rules" / "log_signatures.yaml"
+DOCTOR_RULES_PATH = DATA_DIR / "rules" / "doctor.yaml"
+_EVIDENCE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A crash text and the doctor rule that explains it (log_signatures.yaml)."""
+
+    rule: str
+    line: re.Pattern[str]
+    says: str
+    source: str
+    with_: re.Pattern[str] | None = None
+
+
+@cache
+def load_signatures(path: Path = SIGNATURES_PATH) -> tuple[Signature, ...]:
+    """The signatures, their expressions compiled; a bad one names its entry."""
+    data = safeload.load_yaml_file(path) or {}
+    out = []
+    for index, raw in enumerate(data.get("signatures") or []):
+        where = f"signatures[{index}]"
+        if not isinstance(raw, dict):
+            raise InputError(path, where, "must be a mapping")
+        for key in ("rule", "line", "says", "source"):
+            if not isinstance(raw.get(key), str) or not raw[key]:
+                raise InputError(path, f"{where}.{key}", "required string")
+        try:
+            line = re.compile(raw["line"])
+            with_ = re.compile(raw["with"]) if raw.get("with") else None
+        except re.error as exc:
+            raise InputError(path, where, f"bad regular expression: {exc}") from None
+        out.append(Signature(raw["rule"], line, raw["says"], raw["source"], with_))
+    return tuple(out)
+
+
+def match_signatures(bodies: list[tuple[int, str, str]]) -> list[dict]:
+    """Each rule's first matching line (line number, rank, text, what it means): the
+    first signature whose ``line`` matches a line, and whose ``with`` occurs anywhere in
+    the log, wins that line."""
+    text = "\n".join(body for _, _, body in bodies)
+    live = [s for s in load_signatures() if s.with_ is None or s.with_.search(text)]
+    found: dict[str, dict] = {}
+    for lineno, rank, body in bodies:
+        sig = next((s for s in live if s.line.search(body)), None)
+        if sig is None or sig.rule in found:
+            continue
+        found[sig.rule] = {"rule": sig.rule, "line": lineno, "rank": rank,
+                           "text": body.strip()[:_EVIDENCE_CHARS], "says": sig.says,
+                           "signature_source": sig.source}
+    return list(found.values())
+
+
+@cache
+def _rule_texts(path: Path = DOCTOR_RULES_PATH) -> dict[str, dict]:
+    """id -> the doctor rule's severity, title, fix and source (the doctor's own data:
+    the log names the rule the doctor would have fired)."""
+    data = safeload.load_yaml_file(path) or {}
+    return {r["id"]: r for r in data.get("rules") or [] if isinstance(r, dict) and "id" in r}
+
+
+def rule_findings(log: StartupLog) -> list[dict]:
+    """The doctor findings a log's crash texts stand for, in the order they appeared."""
+    texts = _rule_texts()
+    out = []
+    for sig in log.signals:
+        rule = texts.get(sig["rule"])
+        if rule is None:
+            raise InputError(SIGNATURES_PATH, sig["rule"], "no such rule in doctor.yaml")
+        out.append({
+            "id": sig["rule"], "severity": rule["severity"], "title": rule["title"],
+            "evidence": f"line {sig['line']} ({sig['rank']}): {sig['text']} -- {sig['says']}",
+            "fix": rule["fix"], "source": rule["source"]})
+    return out
+
+
 # ------------------------------------------------------------------------- diagnosis
 
 
@@ -381,6 +467,9 @@ class Diagnosis:
     graph_gib: float | None
     lines: list[str]
     fixes: list[str]
+    # doctor rules the log's crash texts stand for (id, severity, title, evidence, fix,
+    # source), the same findings ``gpuserve doctor`` prints
+    rules: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -415,6 +504,9 @@ def diagnose(
     """Explain the outcome with SGLang's own arithmetic (_profile_available_bytes)."""
     f, lines = _gather_figures(log, mem_fraction_static, pre_load_free_gib)
     outcome, outcome_lines, fixes = _explain_outcome(log, f)
+    rules = rule_findings(log)
+    outcome_lines += [f"explained by doctor rule {r['id']}: {r['title']}" for r in rules]
+    fixes = [f"{r['id']}: {r['fix']}" for r in rules] + fixes
     return Diagnosis(
         outcome,
         f.pre,
@@ -431,6 +523,7 @@ def diagnose(
         f.graph,
         lines + outcome_lines,
         fixes,
+        rules,
     )
 
 
@@ -531,13 +624,21 @@ def _explain_outcome(log: StartupLog, f: _Figures) -> tuple[str, list[str], list
     if log.error("err_not_enough"):
         lines = ["SGLang refused: the KV pool would hold no token (Not enough memory)"]
         return "not-enough-memory", lines, _refusal_fixes_for(f)
-    if log.error("err_oom") or log.error("err_capture"):
+    if log.error("err_oom"):
         return _explain_oom(log, f)
-    if log.error("err_exception"):
-        return _explain_exception(log, log.error("err_exception"))
+    capture = log.error("err_capture")
+    if capture and not _NOT_OOM.search(capture["text"]):
+        return _explain_oom(log, f)
+    if capture or log.error("err_exception"):
+        # a capture that failed for another reason (a kernel without a build for the GPU)
+        return _explain_exception(log, capture or log.error("err_exception"))
     if log.ready or f.tokens:
         return _explain_started(log, f)
     return _explain_incomplete(f)
+
+
+# A capture failure whose text names another cause than memory (the text after "failed:").
+_NOT_OOM = re.compile(r"graph failed: (?!.*(?:out of memory|OutOfMemoryError))\S")
 
 
 def _explain_exception(log: StartupLog, e: dict) -> tuple[str, list[str], list[str]]:
@@ -584,8 +685,9 @@ def _explain_no_kv(f: _Figures) -> tuple[str, list[str], list[str]]:
 def _explain_oom(log: StartupLog, f: _Figures) -> tuple[str, list[str], list[str]]:
     """A CUDA OOM, usually graph capture running out of the memory left outside the static
     pool: give some of the pool back (lower the fraction) or capture smaller graphs."""
-    outcome = "oom-during-capture" if (log.error("err_capture") or f.kv) else "oom"
     e = log.error("err_oom") or {}
+    in_capture = log.error("err_capture") or "graph failed" in e.get("text", "")
+    outcome = "oom-during-capture" if (in_capture or f.kv) else "oom"
     lines: list[str] = []
     fixes: list[str] = []
     pool_end = min(
