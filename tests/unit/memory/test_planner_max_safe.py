@@ -10,10 +10,13 @@ shipped GLM-5 profile, although the field notes ran TP8 at 0.92 with decode grap
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
+from gpuserve.host.gpus import get_gpu
 from gpuserve.launch.catalog import available_versions, load_catalog
 from gpuserve.memory.memory_defaults import KNOWN_VERSIONS, memory_defaults
 from gpuserve.memory.models import load_record
@@ -104,3 +107,23 @@ def test_the_advice_names_the_versions_own_graph_flag(version):
     plan = predict(load_record("glm-5-nvfp4"), layout=Layout(tp=8), cuda_graph_max_bs=128,
                    mem_fraction_static=0.97, version=version, **COMMON)
     assert f"lower {decode_bs_flag(version)} " in plan.changes[0]
+
+
+def _case(case_id: int) -> dict:
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "memory_cases.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return next(r for r in rows if r["id"] == case_id)
+
+
+def test_starts_that_ran_had_the_need_free_after_their_pool():
+    """The need against measured starts: sglang#11716 (case 7, a Llama-70B-class GQA model,
+    TP8 on H200, decode graphs to bs 512, SGLang's default 8192-token chunks) logged
+    "Memory pool end. avail mem=11.87 GB" and went on to capture; the field notes' GLM-5
+    TP8 start had 94 x (1 - 0.92) = 7.52 GB after its pool at bs 128."""
+    case = _case(7)
+    assert (case["tp_size"], case["cuda_graph_max_bs"]) == (8, 512)
+    h200 = memory_defaults(get_gpu("H200").memory_total_mib, tp=8, decode_max_bs=512)
+    assert h200.chunked_prefill_size == 8192
+    assert sum(sglang_need_mb(h200).values()) / 1024 <= case["avail_mem_after_mem_pool_gb"]
+    glm = memory_defaults(G_PRO6000, tp=8, use_mla=True, decode_max_bs=128)
+    assert sum(sglang_need_mb(glm).values()) / 1024 <= 94 * (1 - 0.92)
