@@ -1012,10 +1012,10 @@ def _draft_ceiling(d: DraftCharge | None, reserve: MemoryDefaults, pre: float,
 
 
 def _limit_text(d: DraftCharge | None, draft_holds: bool) -> str:
-    """What holds the fraction down: SGLang's own reserve, or with it a draft's needs."""
+    """What holds the fraction down: SGLang's own need, or with it a draft's needs."""
     if d is not None and draft_holds:
-        return f"SGLang's graph/activation reserve with the {d.algorithm} draft's graphs and KV"
-    return "SGLang's graph/activation reserve"
+        return f"SGLang's graph/activation need with the {d.algorithm} draft's graphs and KV"
+    return "SGLang's graph/activation need"
 
 
 def _draft_lines(s: _Sizing) -> list[str]:
@@ -1077,7 +1077,7 @@ def _draft_changes(arch: ModelArch, layout: Layout, s: _Sizing, verdict: FitVerd
         f"the {d.algorithm} draft does not fit outside the static pool: room "
         f"{d.room_gib:+.2f} GiB (draft CUDA graphs {d.graphs_gib:.2f} GiB, draft KV beyond "
         f"its budget {d.kv_extra_gib:.2f} GiB"
-        + ("; the fraction leaves nothing beyond SGLang's own graph/activation reserve"
+        + ("; the fraction leaves nothing beyond SGLang's own graph/activation need"
            if short else "")
         + "): CUDA graph capture may run out of memory"
         + (f"; use {' or '.join(fixes)}" if fixes else "")
@@ -1217,7 +1217,7 @@ def _verdict(problems: list[str], s: _Sizing) -> tuple[FitVerdict, list[str]]:
 def _changes_for_verdict(arch: ModelArch, layout: Layout, s: _Sizing,
                          verdict: FitVerdict) -> list[str]:
     """Fixes when the launch fails or falls short of the context; when it fits, a warning
-    if the fraction leaves less than SGLang's own reserve (graph capture would OOM)."""
+    if the fraction leaves less than SGLang allocates outside the static pool."""
     if verdict in (FitVerdict.REFUSED, FitVerdict.NO_KV, FitVerdict.TIGHT):
         return suggest_changes(
             arch,
@@ -1366,7 +1366,7 @@ def suggest_changes(
         out.append(
             f"no mem_fraction_static leaves room for both the KV cache and {limit} "
             f"(minimum viable {min_viable:.3f} > {max_safe:.3f}): "
-            f"weights must shrink (more GPUs or a smaller quantization) or the reserve must"
+            f"weights must shrink (more GPUs or a smaller quantization) or SGLang's need must"
         )
     optional = (
         _fp8_kv_change(arch, layout, cell, kv_dtype, sm_major, dsa_backend),
@@ -1397,10 +1397,10 @@ def _best_fraction_changes(
     defaults: MemoryDefaults,
     gpu_memory_mib: float,
     draft: DraftCharge | None = None,
-    limit: str = "SGLang's graph/activation reserve",
+    limit: str = "SGLang's graph/activation need",
 ) -> list[str]:
     """When the wanted tokens need more than the reserve allows: the most the fraction can
-    rise as things stand, then each knob that shrinks SGLang's own reserve (and a draft's
+    rise as things stand, then each knob that shrinks SGLang's own need (and a draft's
     graphs) and so lets it rise further, stopping at the first that reaches the wanted
     tokens."""
     out: list[str] = []
@@ -1419,7 +1419,7 @@ def _best_fraction_changes(
         if toks > 0 and safe > best + 0.0005:
             best = safe
             out.append(
-                f"use {label} with --mem-fraction-static {safe:.3f} (SGLang's own reserve "
+                f"use {label} with --mem-fraction-static {safe:.3f} (SGLang's own need "
                 f"shrinks that far{', the draft still fitting' if draft else ''}): about "
                 f"{toks:,} KV tokens"
             )

@@ -367,7 +367,7 @@ what holds the fraction, 0.001 more would not fit."""
     # without the draft the same launch is held by SGLang's reserve alone
     plain = predict(arch, gpu_memory_mib=mem, gpu_count=8, layout=Layout(tp=8),
                     mem_fraction_static=0.75, context_length=400_000)
-    assert "(the most SGLang's graph/activation reserve allows)" in plain.changes[0]
+    assert "(the most SGLang's graph/activation need allows)" in plain.changes[0]
     assert "to 0.914 " in plain.changes[0]
 
 

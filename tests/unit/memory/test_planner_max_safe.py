@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,31 @@ def test_starts_that_ran_had_the_need_free_after_their_pool():
     assert sum(sglang_need_mb(h200).values()) / 1024 <= case["avail_mem_after_mem_pool_gb"]
     glm = memory_defaults(G_PRO6000, tp=8, use_mla=True, decode_max_bs=128)
     assert sum(sglang_need_mb(glm).values()) / 1024 <= 94 * (1 - 0.92)
+
+
+ADVICE_FLAG = re.compile(r"(--[a-z][a-z0-9-]*)(?: (?!to )([\w.]+))?")
+
+
+@pytest.mark.parametrize("version", KNOWN_VERSIONS)
+def test_every_flag_the_advice_names_is_in_the_versions_catalog(version):
+    """Refused, short of context, above the ceiling, with EP and attention-DP: every flag
+    the changes name (with its value) is one the version's catalog from the real wheel
+    accepts."""
+    catalog, glm = load_catalog(version), load_record("glm-5-nvfp4")
+    plans = [
+        predict(glm, layout=Layout(tp=8), mem_fraction_static=m, cuda_graph_max_bs=bs,
+                version=version, context_length=ctx, **COMMON)
+        for m, bs, ctx in ((0.5, None, None), (0.75, None, 900_000), (0.97, 128, None))]
+    plans.append(predict(load_record("deepseek-v3"), layout=Layout(tp=8, attn_dp=8),
+                         mem_fraction_static=0.75, context_length=900_000, version=version,
+                         kv_cache_dtype="auto", **COMMON))
+    plans.append(predict(glm, layout=Layout(tp=8, ep=8, moe_a2a_backend="flashinfer"),
+                         mem_fraction_static=0.75, context_length=900_000, version=version,
+                         **COMMON))
+    named = [m for p in plans for line in p.changes for m in ADVICE_FLAG.findall(line)]
+    assert named
+    for flag, value in named:
+        option = catalog.option(flag)
+        assert option is not None, (version, flag)
+        if option.takes_value and value:
+            catalog.validate([flag, value])
