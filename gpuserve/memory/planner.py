@@ -664,7 +664,7 @@ class _Sizing:
     budget: Budget
     tokens: int
     ctx: int | None
-    graph_reserve: float
+    graph_reserve: float  # sglang_need_mb in GiB: what must fit outside the static pool
     max_safe: float
     draft: DraftCharge | None = None
 
@@ -829,8 +829,9 @@ def _launch_defaults(
 ) -> tuple[MemoryDefaults, MemoryDefaults]:
     """SGLang's defaults as launched, and its own heuristic at the same settings.
 
-    The two differ only when the user sets mem_fraction_static; the heuristic's reserve is
-    still what SGLang needs for graphs and activations, so it bounds a safe fraction.
+    The two differ only when the user sets mem_fraction_static; the heuristic's reserve,
+    less its padding (sglang_need_mb), is what SGLang allocates outside the static pool at
+    these settings, so it bounds a safe fraction.
     """
     settings = dict(
         tp=layout.tp,
@@ -846,8 +847,8 @@ def _launch_defaults(
         speculative_algorithm=layout.speculative,
     )
     defaults = memory_defaults(gpu_memory_mib, mem_fraction_static=mem_fraction_static, **settings)
-    # The reserve SGLang's heuristic would keep for graphs + activations at these settings,
-    # used as the safe upper bound for mem_fraction_static even when the user sets it.
+    # The reserve SGLang's heuristic would keep at these settings, by cause: sglang_need_mb
+    # reads what graphs and activations really take from it, even when the user sets it.
     heuristic = (
         defaults if mem_fraction_static is None else memory_defaults(gpu_memory_mib, **settings)
     )
