@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from gpuserve.host.gpus import get_gpu, known_gpus  # noqa: E402
 from gpuserve.memory.memory_defaults import KNOWN_VERSIONS, memory_defaults  # noqa: E402
+from gpuserve.memory.planner import sglang_need_mb  # noqa: E402
 from gpuserve.memory.planner_cases import evaluate, format_table  # noqa: E402
 
 
@@ -33,6 +34,26 @@ def defaults_table() -> str:
                    for tp, mla in ((1, False), (8, False), (8, True))]
             cells.append(f"{' / '.join(f'{m:.3f}' for m in mfs):>20}")
         lines.append(f"{key:14} {mib:>7}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def ceiling_table() -> str:
+    """The planner's max safe mem_fraction_static at SGLang's default graph and chunk sizes
+    (1 - need / pre, pre = memory.total less gpus.yaml's init overhead): what an explicit
+    fraction may reach before the memory outside the static pool is short of what SGLang
+    allocates there (docs/planner.md, "What must fit outside the static pool")."""
+    head = f"{'GPU':14} {'MiB':>7}  " + "  ".join(f"{v:>20}" for v in KNOWN_VERSIONS)
+    lines = ["max safe mem_fraction_static (GQA tp1 / GQA tp8 / MLA tp8)", head]
+    for key in known_gpus():
+        gpu = get_gpu(key)
+        pre = gpu.memory_total_gib - gpu.init_overhead_gib
+        cells = []
+        for v in KNOWN_VERSIONS:
+            needs = [sum(sglang_need_mb(memory_defaults(
+                gpu.memory_total_mib, tp=tp, use_mla=mla, version=v)).values()) / 1024
+                for tp, mla in ((1, False), (8, False), (8, True))]
+            cells.append(f"{' / '.join(f'{1 - n / pre:.3f}' for n in needs):>20}")
+        lines.append(f"{key:14} {gpu.memory_total_mib:>7}  " + "  ".join(cells))
     return "\n".join(lines)
 
 
@@ -53,6 +74,7 @@ def main() -> int:
         if errs:
             print(f"{what}: {len(errs)} checked, worst {max(errs):.1%} (bound {bound:.0%})")
     print("\n" + defaults_table())
+    print("\n" + ceiling_table())
     return 0
 
 

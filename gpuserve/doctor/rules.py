@@ -11,7 +11,7 @@ returns the evidence it saw, or None when the rule does not apply. Unknown facts
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -31,12 +31,37 @@ GIB = 1024  # MiB
 
 @dataclass(frozen=True)
 class RuleMeta:
+    """A rule's data. ``sets``: the profile fields its fix sets ({field, value}; no value:
+    the fix names none), ``drops``: flags it removes; both checked against every shipped
+    version's flag catalog (tests/unit/doctor/test_rule_fixes.py). ``versions``: overrides
+    of fix, sets, drops and params for a version range (since/until, inclusive), for a rule
+    whose fix is not the same on every SGLang lane."""
+
     id: str
     severity: str
     title: str
     fix: str
     source: str
     params: dict[str, Any]
+    sets: tuple[dict[str, Any], ...] = ()
+    drops: tuple[str, ...] = ()
+    versions: tuple[dict[str, Any], ...] = ()
+
+    def for_version(self, version: str) -> RuleMeta:
+        """The rule as it reads on ``version``: the first matching ``versions`` entry's
+        fix, sets, drops and params over the rule's own."""
+        for entry in self.versions:
+            since, until = entry.get("since"), entry.get("until")
+            if since and versions.parse(version) < versions.parse(str(since)):
+                continue
+            if until and versions.parse(version) > versions.parse(str(until)):
+                continue
+            return replace(
+                self, fix=entry.get("fix", self.fix),
+                sets=tuple(entry.get("sets", self.sets)),
+                drops=tuple(entry.get("drops", self.drops)),
+                params={**self.params, **(entry.get("params") or {})}, versions=())
+        return self
 
 
 @dataclass(frozen=True)
@@ -215,9 +240,24 @@ def load_rules(path: Path = RULES_PATH) -> tuple[RuleMeta, ...]:
                 raise InputError(path, f"{where}.{key}", "required string")
         if raw["severity"] not in SEVERITIES:
             raise InputError(path, f"{where}.severity", f"must be one of {SEVERITIES}")
+        _check_versions(path, where, raw.get("versions") or [])
         metas.append(RuleMeta(raw["id"], raw["severity"], raw["title"], raw["fix"],
-                              raw["source"], dict(raw.get("params") or {})))
+                              raw["source"], dict(raw.get("params") or {}),
+                              tuple(raw.get("sets") or ()), tuple(raw.get("drops") or ()),
+                              tuple(raw.get("versions") or ())))
     return tuple(metas)
+
+
+def _check_versions(path: Path, where: str, entries: list) -> None:
+    """A ``versions`` entry names its range and overrides only what RuleMeta.for_version
+    reads, so a typo fails by name instead of silently keeping the newest lane's fix."""
+    for index, entry in enumerate(entries):
+        at = f"{where}.versions[{index}]"
+        if not isinstance(entry, dict) or not (entry.get("since") or entry.get("until")):
+            raise InputError(path, at, "needs since and/or until")
+        unknown = set(entry) - {"since", "until", "fix", "sets", "drops", "params", "note"}
+        if unknown:
+            raise InputError(path, at, f"unknown keys: {', '.join(sorted(unknown))}")
 
 
 def resolve_version(profile: Profile, facts: HostFacts, explicit: str | None) -> str:
@@ -241,7 +281,7 @@ def diagnose(profile: Profile, facts: HostFacts, version: str | None = None) -> 
     except InputError as exc:
         render_error = exc
     findings = []
-    for meta in load_rules():
+    for meta in (m.for_version(version) for m in load_rules()):
         predicate = PREDICATES.get(meta.id)
         if predicate is None:
             raise InputError(RULES_PATH, meta.id,
@@ -657,18 +697,24 @@ def _decode_graph_bs_dsa(ctx: Context) -> str | None:
 
 @rule("dsa-backend-sm120")
 def _dsa_backend_sm120(ctx: Context) -> str | None:
+    """A backend SM120 cannot run on this version (params.unsupported, per version), or
+    none set where SGLang's own default is not one it can (params.default_ok_kv: the KV
+    dtype under which the version's default is flashinfer_sparse_mla; absent: pin it)."""
     if not ctx.sm120 or not ctx.dsa:
         return None
     att, bad = ctx.profile.attention, ctx.params["unsupported"]
     chosen = [f"attention.{n} = {getattr(att, n)}"
               for n in ("dsa_prefill_backend", "dsa_decode_backend") if getattr(att, n) in bad]
     if chosen:
-        return f"{', '.join(chosen)} on SM120"
+        return f"{', '.join(chosen)} on SM120 with SGLang {ctx.version}"
     unset = [n for n in ("dsa_prefill_backend", "dsa_decode_backend") if getattr(att, n) is None]
-    if unset and ctx.profile.memory.kv_cache_dtype != "fp8_e4m3":
-        return f"attention.{unset[0]} unset with kv_cache_dtype " \
-               f"{ctx.profile.memory.kv_cache_dtype or 'auto'}: SGLang's default is not " \
-               f"flashinfer_sparse_mla there (trtllm/flashmla) on SM120"
+    kv, ok_kv = ctx.profile.memory.kv_cache_dtype, ctx.params.get("default_ok_kv")
+    if unset and ok_kv is None:
+        return f"attention.{unset[0]} unset on SGLang {ctx.version}: its default is not " \
+               "pinned to a backend SM120 runs"
+    if unset and kv != ok_kv:
+        return f"attention.{unset[0]} unset with kv_cache_dtype {kv or 'auto'}: SGLang's " \
+               f"default is not flashinfer_sparse_mla there (trtllm/flashmla) on SM120"
     return None
 
 

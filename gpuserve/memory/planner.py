@@ -70,6 +70,21 @@ DRAFT_GRAPH_SHARE = 0.4
 #: floor of large GPUs and 0.5.10.post1's flat 4/6 GiB for a draft. A draft's graphs and
 #: pool overflow use that padding first (and are not counted twice).
 RESERVE_PADDING = ("floor_10GiB", "speculative")
+#: How the terms of sglang_need_mb read in a warning.
+_NEED_LABELS = {"constant": "attention metadata", "parallel": "NCCL/cuBLAS workspaces",
+                "cuda_graphs": "CUDA graphs", "deepep_buffers": "deepep buffers",
+                "floor": "post-capture floor"}
+#: Versions whose decode graph max bs flag is --cuda-graph-max-bs (decode_bs_flag).
+_OLD_BS_FLAG = ("0.5.10.post1", "0.5.19")
+#: SGLang's activation heuristic, MiB per chunked-prefill token (memory_hook.py: "The
+#: coefficient 1.5 is a heuristic value"), and the figure the planner holds a launch to:
+#: the notes' GLM-5 NVFP4 TP8 start at mem_fraction_static 0.92 ran with 7.52 GiB free
+#: after the pool (94 GB x 0.08), decode graphs to bs 128 and 8192-token chunks, which
+#: bounds the activations there at (7.52 - 3.25 GiB of the other terms) / 8192 = 0.53
+#: MiB/token; a public guide's 0.92 start of another export on the same GPUs had
+#: 7.43-7.53 GB free. How: docs/planner.md, "What must fit outside the static pool".
+SGLANG_ACTIVATION_MIB_PER_TOKEN = 1.5
+ACTIVATION_MIB_PER_TOKEN = 0.5
 
 
 class UnsupportedKvDtype(InputError, ValueError):
@@ -649,7 +664,7 @@ class _Sizing:
     budget: Budget
     tokens: int
     ctx: int | None
-    graph_reserve: float
+    graph_reserve: float  # sglang_need_mb in GiB: what must fit outside the static pool
     max_safe: float
     draft: DraftCharge | None = None
 
@@ -814,8 +829,9 @@ def _launch_defaults(
 ) -> tuple[MemoryDefaults, MemoryDefaults]:
     """SGLang's defaults as launched, and its own heuristic at the same settings.
 
-    The two differ only when the user sets mem_fraction_static; the heuristic's reserve is
-    still what SGLang needs for graphs and activations, so it bounds a safe fraction.
+    The two differ only when the user sets mem_fraction_static; the heuristic's reserve,
+    less its padding (sglang_need_mb), is what SGLang allocates outside the static pool at
+    these settings, so it bounds a safe fraction.
     """
     settings = dict(
         tp=layout.tp,
@@ -831,8 +847,8 @@ def _launch_defaults(
         speculative_algorithm=layout.speculative,
     )
     defaults = memory_defaults(gpu_memory_mib, mem_fraction_static=mem_fraction_static, **settings)
-    # The reserve SGLang's heuristic would keep for graphs + activations at these settings,
-    # used as the safe upper bound for mem_fraction_static even when the user sets it.
+    # The reserve SGLang's heuristic would keep at these settings, by cause: sglang_need_mb
+    # reads what graphs and activations really take from it, even when the user sets it.
     heuristic = (
         defaults if mem_fraction_static is None else memory_defaults(gpu_memory_mib, **settings)
     )
@@ -882,8 +898,8 @@ def _size_launch(
         dsa_backend=dsa_backend,
     )
     b = budget(pre, after, mfs, cell.bytes_per_token, page_size)
-    graph_reserve = heuristic.reserved_mb / 1024
-    charge = _draft_charge(arch, layout, heuristic, draft, gpu_memory_mib=gpu_memory_mib,
+    need = _sglang_need_gib(heuristic)
+    charge = _draft_charge(arch, layout, heuristic, draft, pre=pre,
                            mfs=mfs, cell=cell, tokens=b.kv_tokens or 0,
                            kv_cache_dtype=kv_cache_dtype, draft_weights_gib=draft_weights_gib)
     return _Sizing(
@@ -903,14 +919,14 @@ def _size_launch(
         budget=b,
         tokens=b.kv_tokens or 0,
         ctx=context_length or arch.max_position_embeddings,
-        graph_reserve=graph_reserve,
-        max_safe=_max_safe_mfs(gpu_memory_mib, heuristic.reserved_mb),
+        graph_reserve=need,
+        max_safe=_max_safe_mfs(pre, need),
         draft=charge,
     )
 
 
 def _draft_charge(arch: ModelArch, layout: Layout, heuristic: MemoryDefaults,
-                  draft: Any, *, gpu_memory_mib: float, mfs: float, cell: KvCell,
+                  draft: Any, *, pre: float, mfs: float, cell: KvCell,
                   tokens: int, kv_cache_dtype: str, draft_weights_gib: float
                   ) -> DraftCharge | None:
     """What speculation adds, None when it drafts with no model (NGRAM) or is off.
@@ -940,7 +956,7 @@ def _draft_charge(arch: ModelArch, layout: Layout, heuristic: MemoryDefaults,
         model, source, weights, error = None, "unknown", None, None
     extra = max(0, real - cell.draft_bytes) * tokens / GIB if real is not None else 0.0
     graphs = _draft_graphs_gib(heuristic.decode_max_bs)
-    outside = gpu_memory_mib / 1024 * (1 - mfs)
+    outside = pre * (1 - mfs)
     need = _sglang_need_gib(heuristic)
     return DraftCharge(
         algorithm=algo, model=model, source=source, weights_gib=weights,
@@ -950,11 +966,23 @@ def _draft_charge(arch: ModelArch, layout: Layout, heuristic: MemoryDefaults,
         room_gib=_spare(outside, need) - graphs - extra)
 
 
+def sglang_need_mb(reserve: MemoryDefaults) -> dict[str, float]:
+    """What SGLang allocates outside the static pool at ``reserve``'s settings, MiB by
+    cause: its reserve's terms (memory_hook.py) less the padding (RESERVE_PADDING), with
+    the activations at the measured ACTIVATION_MIB_PER_TOKEN instead of its 1.5 MiB
+    heuristic. The terms kept as SGLang computes them: attention-backend metadata (512),
+    NCCL/cuBLAS workspaces of large parallel groups (tp x pp / 8 GiB), the decode and
+    prefill CUDA graphs (reserve_for_graph_mb), deepep's buffers."""
+    need = {k: v for k, v in reserve.reserve_breakdown.items() if k not in RESERVE_PADDING}
+    if "activations" in need:
+        tokens = need["activations"] / SGLANG_ACTIVATION_MIB_PER_TOKEN
+        need["activations"] = tokens * ACTIVATION_MIB_PER_TOKEN
+    return need
+
+
 def _sglang_need_gib(reserve: MemoryDefaults) -> float:
-    """SGLang's own graph/activation reserve less its padding (RESERVE_PADDING): what its
-    graphs and activations need outside the static pool, GiB."""
-    padding = sum(reserve.reserve_breakdown.get(k, 0.0) for k in RESERVE_PADDING)
-    return (reserve.reserved_mb - padding) / 1024
+    """sglang_need_mb in all, GiB."""
+    return sum(sglang_need_mb(reserve).values()) / 1024
 
 
 def _draft_graphs_gib(decode_max_bs: int) -> float:
@@ -963,35 +991,32 @@ def _draft_graphs_gib(decode_max_bs: int) -> float:
 
 
 def _spare(outside: float, need: float) -> float:
-    """What the memory outside the static pool holds beyond SGLang's own estimate of its
-    graphs and activations: the draft's graphs and pool overflow go there. A fraction
-    that leaves less than that estimate has no spare to give (whether the target alone
-    still starts there is the max-safe warning's matter: SGLang's estimate is generous,
-    so a shortfall of its own is no proof of an OOM, and is not charged to the draft)."""
+    """What the memory outside the static pool holds beyond what SGLang's own graphs and
+    activations take there (sglang_need_mb): the draft's graphs and pool overflow go
+    there. A fraction that leaves less has no spare to give (the target's own shortfall
+    is the max-safe warning's matter and is not charged to the draft twice)."""
     return max(0.0, outside - need)
 
 
-def _draft_ceiling(d: DraftCharge | None, reserve: MemoryDefaults, gpu_memory_mib: float,
-                   pre: float, after: float, cell: KvCell) -> float:
+def _draft_ceiling(d: DraftCharge | None, reserve: MemoryDefaults, pre: float,
+                   after: float, cell: KvCell) -> float:
     """The highest mem_fraction_static that leaves a drafting launch's room at or above 0
-    (1.0 without a draft): outside the static pool, SGLang's own need at ``reserve``'s
-    settings, the draft's graphs at its decode graph size, and the draft pool beyond its
-    budget, which grows with the tokens the fraction buys (k x the KV rest)."""
+    (1.0 without a draft): outside the static pool (pre x (1 - m)), SGLang's own need at
+    ``reserve``'s settings, the draft's graphs at its decode graph size, and the draft pool
+    beyond its budget, which grows with the tokens the fraction buys (k x the KV rest)."""
     if d is None:
         return 1.0
-    total = gpu_memory_mib / 1024
     need, graphs = _sglang_need_gib(reserve), _draft_graphs_gib(reserve.decode_max_bs)
     k = max(0, (d.kv_real_bytes or 0) - d.kv_budget_bytes) / cell.bytes_per_token
-    # G (1 - m) >= need + graphs + k (after - pre (1 - m)), solved for m
-    return math.floor((total - need - graphs - k * (after - pre)) / (total + k * pre)
-                      * 1000) / 1000
+    # pre (1 - m) >= need + graphs + k (after - pre (1 - m)), solved for m
+    return math.floor((1 - (need + graphs + k * after) / (pre * (1 + k))) * 1000) / 1000
 
 
 def _limit_text(d: DraftCharge | None, draft_holds: bool) -> str:
-    """What holds the fraction down: SGLang's own reserve, or with it a draft's needs."""
+    """What holds the fraction down: SGLang's own need, or with it a draft's needs."""
     if d is not None and draft_holds:
-        return f"SGLang's graph/activation reserve with the {d.algorithm} draft's graphs and KV"
-    return "SGLang's graph/activation reserve"
+        return f"SGLang's graph/activation need with the {d.algorithm} draft's graphs and KV"
+    return "SGLang's graph/activation need"
 
 
 def _draft_lines(s: _Sizing) -> list[str]:
@@ -1026,10 +1051,8 @@ def _draft_changes(arch: ModelArch, layout: Layout, s: _Sizing, verdict: FitVerd
     d = s.draft
     if d is None or d.room_gib >= 0 or not verdict.starts:
         return []
-    total = s.gpu_memory_mib / 1024
     fixes = []
-    bs_flag = "--cuda-graph-max-bs" if s.heuristic.version == "0.5.19" else \
-        "--cuda-graph-max-bs-decode"
+    bs_flag = decode_bs_flag(s.heuristic.version)
     # SGLang's default fraction follows the graph size: keep today's fraction explicitly,
     # or the smaller reserve only raises the fraction and the room stays as short
     keep = f" with --mem-fraction-static {s.mfs:.3f}" if s.defaults.mem_fraction_is_default \
@@ -1047,7 +1070,7 @@ def _draft_changes(arch: ModelArch, layout: Layout, s: _Sizing, verdict: FitVerd
             fixes.append(f"{bs_flag} {bs}{keep} (room {room:+.2f} GiB)")
             break
     need = d.sglang_need_gib + d.graphs_gib + d.kv_extra_gib
-    mfs = math.floor((1 - need / total) * 1000) / 1000
+    mfs = math.floor((1 - need / s.pre) * 1000) / 1000
     if 0 < mfs < s.mfs:
         fixes.append(f"--mem-fraction-static {mfs:.3f} (fewer KV tokens)")
     short = d.outside_pool_gib < d.sglang_need_gib
@@ -1055,7 +1078,7 @@ def _draft_changes(arch: ModelArch, layout: Layout, s: _Sizing, verdict: FitVerd
         f"the {d.algorithm} draft does not fit outside the static pool: room "
         f"{d.room_gib:+.2f} GiB (draft CUDA graphs {d.graphs_gib:.2f} GiB, draft KV beyond "
         f"its budget {d.kv_extra_gib:.2f} GiB"
-        + ("; the fraction leaves nothing beyond SGLang's own graph/activation reserve"
+        + ("; the fraction leaves nothing beyond SGLang's own graph/activation need"
            if short else "")
         + "): CUDA graph capture may run out of memory"
         + (f"; use {' or '.join(fixes)}" if fixes else "")
@@ -1097,17 +1120,26 @@ def _pre_load_free(
     return gpu_memory_mib / 1024 - init_overhead_gib
 
 
-def _max_safe_mfs(gpu_memory_mib: float, reserved_mb: float) -> float:
-    """The ceiling every suggested mem_fraction_static is held to: above it CUDA graph
-    capture can OOM even though the KV pool fits. 0.0 for a GPU without memory.
+def _max_safe_mfs(pre: float, need_gib: float) -> float:
+    """The ceiling every suggested mem_fraction_static is held to: the highest (to 3
+    places, rounded down) whose memory outside the static pool still holds what SGLang
+    allocates there (sglang_need_mb). 0.0 for a GPU without memory.
 
-    SGLang's own default is (G - R) / G with G = memory.total and R its graph/activation
-    reserve (memory_hook.py::handle_gpu_memory_settings, rounded to 3 places), so the
-    ceiling is that same figure: measured against free memory instead it sat below SGLang's
-    own default and every default plan warned of a graph-capture OOM."""
-    if gpu_memory_mib <= 0:
+    Outside the pool is pre x (1 - m): the pool takes rest = after - pre x (1 - m)
+    (kv_cache_configurator.py::_profile_available_bytes), so what stays free after it
+    is pre x (1 - m) whatever the weights. SGLang's own default fraction keeps its whole
+    reserve there, padding included, so it is always at or below this ceiling."""
+    if pre <= 0:
         return 0.0
-    return round((gpu_memory_mib - reserved_mb) / gpu_memory_mib, 3)
+    return math.floor((1 - need_gib / pre) * 1000) / 1000
+
+
+def decode_bs_flag(version: str) -> str:
+    """The decode graph max bs flag of ``version``: --cuda-graph-max-bs up to 0.5.19 (the
+    only spelling in 0.5.10.post1, a deprecated alias in 0.5.15-0.5.19), the per-phase
+    --cuda-graph-max-bs-decode from 0.5.20, where the old one is ambiguous (sglang.md §0;
+    gpuserve/data/dialects/sglang.yaml memory.cuda_graph_max_bs)."""
+    return "--cuda-graph-max-bs" if version in _OLD_BS_FLAG else "--cuda-graph-max-bs-decode"
 
 
 def _budget_lines(s: _Sizing, version: str) -> list[str]:
@@ -1186,7 +1218,7 @@ def _verdict(problems: list[str], s: _Sizing) -> tuple[FitVerdict, list[str]]:
 def _changes_for_verdict(arch: ModelArch, layout: Layout, s: _Sizing,
                          verdict: FitVerdict) -> list[str]:
     """Fixes when the launch fails or falls short of the context; when it fits, a warning
-    if the fraction leaves less than SGLang's own reserve (graph capture would OOM)."""
+    if the fraction leaves less than SGLang allocates outside the static pool."""
     if verdict in (FitVerdict.REFUSED, FitVerdict.NO_KV, FitVerdict.TIGHT):
         return suggest_changes(
             arch,
@@ -1205,16 +1237,25 @@ def _changes_for_verdict(arch: ModelArch, layout: Layout, s: _Sizing,
             dsa_backend=s.dsa_backend,
             draft=s.draft,
         )
-    mfs, max_safe, graph_reserve = s.mfs, s.max_safe, s.graph_reserve
-    total = s.gpu_memory_mib / 1024
-    if mfs > max_safe and verdict == FitVerdict.FITS:
-        return [
-            f"mem_fraction_static {mfs:.3f} leaves {total * (1 - mfs):.2f} GiB of the "
-            f"{total:.2f} GiB GPU outside the static pool, "
-            f"less than SGLang's own graph/activation reserve ({graph_reserve:.2f} GiB): CUDA "
-            f"graph capture may OOM; lower the decode graph max bs or keep mfs <= {max_safe:.3f}"
-        ]
+    outside = s.pre * (1 - s.mfs)
+    if outside < s.graph_reserve and verdict == FitVerdict.FITS:
+        return [_short_outside_line(s, outside)]
     return []
+
+
+def _short_outside_line(s: _Sizing, outside: float) -> str:
+    """The warning of a fraction that leaves less outside the static pool than SGLang
+    allocates there (sglang_need_mb), each cause with its figure."""
+    need = sglang_need_mb(s.heuristic)
+    terms = ", ".join(f"{_NEED_LABELS.get(k, k)} {v / 1024:.2f}" for k, v in need.items() if v)
+    h = s.heuristic
+    return (
+        f"mem_fraction_static {s.mfs:.3f} leaves {outside:.2f} GiB free after the KV pool "
+        f"({s.pre:.2f} x (1 - {s.mfs:.3f})), less than SGLang allocates there at decode "
+        f"graph max bs {h.decode_max_bs} and {h.chunked_prefill_size}-token chunks "
+        f"({s.graph_reserve:.2f} GiB: {terms}): CUDA graph capture may OOM; keep mfs <= "
+        f"{s.max_safe:.3f} or lower {decode_bs_flag(h.version)} / --chunked-prefill-size"
+    )
 
 
 def _plan(
@@ -1298,7 +1339,7 @@ def suggest_changes(
     want_tokens = ctx or 4096
     target = mfs_for_tokens(pre, after, want_tokens, cell.bytes_per_token)
     min_viable = math.ceil((1 - after / pre) * 1000) / 1000
-    ceiling = _draft_ceiling(draft, defaults, gpu_memory_mib, pre, after, cell)
+    ceiling = _draft_ceiling(draft, defaults, pre, after, cell)
     limit = _limit_text(draft, ceiling < max_safe)
     max_safe = min(max_safe, ceiling)
     if target <= max_safe:
@@ -1326,7 +1367,7 @@ def suggest_changes(
         out.append(
             f"no mem_fraction_static leaves room for both the KV cache and {limit} "
             f"(minimum viable {min_viable:.3f} > {max_safe:.3f}): "
-            f"weights must shrink (more GPUs or a smaller quantization) or the reserve must"
+            f"weights must shrink (more GPUs or a smaller quantization) or SGLang's need must"
         )
     optional = (
         _fp8_kv_change(arch, layout, cell, kv_dtype, sm_major, dsa_backend),
@@ -1357,10 +1398,10 @@ def _best_fraction_changes(
     defaults: MemoryDefaults,
     gpu_memory_mib: float,
     draft: DraftCharge | None = None,
-    limit: str = "SGLang's graph/activation reserve",
+    limit: str = "SGLang's graph/activation need",
 ) -> list[str]:
     """When the wanted tokens need more than the reserve allows: the most the fraction can
-    rise as things stand, then each knob that shrinks SGLang's own reserve (and a draft's
+    rise as things stand, then each knob that shrinks SGLang's own need (and a draft's
     graphs) and so lets it rise further, stopping at the first that reaches the wanted
     tokens."""
     out: list[str] = []
@@ -1379,7 +1420,7 @@ def _best_fraction_changes(
         if toks > 0 and safe > best + 0.0005:
             best = safe
             out.append(
-                f"use {label} with --mem-fraction-static {safe:.3f} (SGLang's own reserve "
+                f"use {label} with --mem-fraction-static {safe:.3f} (SGLang's own need "
                 f"shrinks that far{', the draft still fitting' if draft else ''}): about "
                 f"{toks:,} KV tokens"
             )
@@ -1391,10 +1432,7 @@ def _best_fraction_changes(
 def _reserve_knobs(defaults: MemoryDefaults) -> list[tuple[str, int, int]]:
     """(flag text, decode graph max bs, chunked-prefill size) to try, smallest change first:
     only values below the current ones, and both together when there is more than one."""
-    # 0.5.20+ only accepts the per-phase spelling (sglang.md §0; server_args fields).
-    bs_flag = (
-        "--cuda-graph-max-bs" if defaults.version == "0.5.19" else "--cuda-graph-max-bs-decode"
-    )
+    bs_flag = decode_bs_flag(defaults.version)
     bs0, cps0 = defaults.decode_max_bs, defaults.chunked_prefill_size
     knobs = [(f"{bs_flag} {bs}", bs, cps0) for bs in (256, 128, 64) if bs < bs0]
     knobs += [(f"--chunked-prefill-size {c}", bs0, c) for c in (4096, 2048) if 0 < c < cps0]
@@ -1438,8 +1476,8 @@ def _with_smaller_reserve(
         chunked_prefill_size=cps,
         moe_a2a_backend=layout.moe_a2a_backend,
     )
-    safe = min(_max_safe_mfs(gpu_memory_mib, lower.reserved_mb),
-               _draft_ceiling(draft, lower, gpu_memory_mib, pre, after, cell))
+    safe = min(_max_safe_mfs(pre, _sglang_need_gib(lower)),
+               _draft_ceiling(draft, lower, pre, after, cell))
     return safe, _kv_tokens_at(pre, after, safe, cell)
 
 

@@ -83,7 +83,7 @@ def test_launch_settings_profile_with_overrides():
     prof = load_profile("glm5-nvfp4-tp8-ep8")
     s = launch_settings(prof)
     assert (s.layout.tp, s.layout.ep, s.layout.moe_a2a_backend) == (8, 8, "flashinfer")
-    assert s.knobs["mem_fraction_static"] == 0.93 and s.knobs["kv_cache_dtype"] == "fp8_e4m3"
+    assert s.knobs["mem_fraction_static"] == 0.92 and s.knobs["kv_cache_dtype"] == "fp8_e4m3"
     s = launch_settings(prof, {"ep": 1, "moe_a2a_backend": "none", "mem_fraction_static": 0.8})
     assert (s.layout.ep, s.layout.moe_a2a_backend, s.knobs["mem_fraction_static"]) == (
         1, "none", 0.8)
