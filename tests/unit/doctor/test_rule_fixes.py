@@ -21,7 +21,7 @@ from tests.unit.doctor.test_doctor import REF, child, facts
 
 FLAG_RE = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
 FIELD_RE = re.compile(
-    r"\b((?:memory|attention|moe|communication|parallel|speculative)\.[a-z_]+)")
+    r"\b((?:memory|attention|moe|communication|parallel|speculative)\.[a-z0-9_]+)")
 CASES = [(m.id, v) for m in load_rules() for v in available_versions()]
 #: Every flag some shipped version has: a fix naming one of these names SGLang's.
 SGLANG_FLAGS = frozenset().union(*(load_catalog(v).flags for v in available_versions()))
