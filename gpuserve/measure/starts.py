@@ -84,6 +84,9 @@ class StartRecord:
     outcome: str  # the startup-log diagnosis' outcome: ready, refused-no-kv, ...
     ranks: tuple[RankFigures, ...] = ()
     error: str | None = None
+    # the host's smallest GPU (SGLang sizes every rank by it) and how many it has:
+    # {name, memory_total_mib, compute_cap, count}; None where not known
+    gpu: dict | None = None
     source: str | None = field(default=None, compare=False)  # the file; not stored
 
     def _min(self, name: str) -> float | None:
@@ -116,6 +119,18 @@ class StartSpec:
     sglang_version: str
     checkpoint: Checkpoint
     launch: dict
+    gpu: dict | None = None
+
+
+def gpu_of(gpus: list[dict]) -> dict | None:
+    """A start record's ``gpu`` from the host's GPU facts (NvidiaGpus dicts): the
+    smallest card, as SGLang sizes every rank by it, and the count."""
+    if not gpus:
+        return None
+    small = min(gpus, key=lambda g: float(g.get("memory_total_mib") or 0))
+    return {"name": str(small.get("name") or ""), "count": len(gpus),
+            "memory_total_mib": float(small.get("memory_total_mib") or 0),
+            "compute_cap": str(small.get("compute_cap") or "")}
 
 
 def checkpoint_digest(files: list[tuple[str, int]]) -> str:
@@ -126,7 +141,7 @@ def checkpoint_digest(files: list[tuple[str, int]]) -> str:
 
 def from_log(log: StartupLog, *, host: str, timestamp: str, server_start: str,
              sglang_version: str, checkpoint: Checkpoint, launch: dict,
-             error: str | None = None) -> StartRecord:
+             error: str | None = None, gpu: dict | None = None) -> StartRecord:
     """A record of the start ``log`` (the journal lines of that start, parsed). The
     effective ``mem_fraction_static`` is SGLang's own where its server_args line says it
     (an auto fraction is resolved there)."""
@@ -140,7 +155,8 @@ def from_log(log: StartupLog, *, host: str, timestamp: str, server_start: str,
     return StartRecord(host=host, timestamp=timestamp, server_start=server_start,
                        sglang_version=sglang_version, checkpoint=checkpoint,
                        launch=_launch(launch, "<launch>"), outcome=diagnose(log).outcome,
-                       ranks=ranks, error=(error or None) and str(error)[:300])
+                       ranks=ranks, error=(error or None) and str(error)[:300],
+                       gpu=_gpu(gpu, "<gpu>"))
 
 
 def _logged_launch(args: dict) -> dict:
@@ -199,7 +215,23 @@ def parse_start(doc: object, source: str) -> StartRecord:
         checkpoint=Checkpoint(cp["path"], cp.get("digest")),
         launch=_launch(doc.get("launch"), source), outcome=text("outcome"),
         ranks=tuple(_rank(r, source, i) for i, r in enumerate(ranks)),
-        error=text("error", optional=True), source=source)
+        error=text("error", optional=True), gpu=_gpu(doc.get("gpu"), source), source=source)
+
+
+def _gpu(value: object, source: str) -> dict | None:
+    if value is None:
+        return None
+    ok = (isinstance(value, dict) and isinstance(value.get("name"), str)
+          and len(value["name"]) <= 200 and isinstance(value.get("compute_cap"), str)
+          and len(value["compute_cap"]) <= 20
+          and _in_range(int, value.get("count"))
+          and isinstance(value.get("memory_total_mib"), int | float)
+          and not isinstance(value.get("memory_total_mib"), bool)
+          and 0 < value["memory_total_mib"] < 1 << 24)
+    if not ok:
+        raise InputError(source, "gpu", "must be {name, memory_total_mib, compute_cap, count}")
+    return {"name": value["name"], "memory_total_mib": float(value["memory_total_mib"]),
+            "compute_cap": value["compute_cap"], "count": value["count"]}
 
 
 def _launch(value: object, source: str) -> dict:
@@ -309,7 +341,7 @@ def to_measured(record: StartRecord):
                        r.kv_pool_gib, r.kv_tokens, r.graph_gib) for r in record.ranks],
         sglang_version=record.sglang_version, checkpoint=record.checkpoint.path,
         launch=launch, ready=record.outcome == "ready", host=record.host,
-        recorded_at=record.timestamp)
+        gpu=(record.gpu or {}).get("name"), recorded_at=record.timestamp)
 
 
 def measured_layout(profile, record: StartRecord):

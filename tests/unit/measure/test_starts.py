@@ -19,6 +19,8 @@ from gpuserve.memory.startup_log import read_log
 
 LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 GLM5 = Checkpoint("/models/GLM-5-NVFP4", "sha256:aaaa")
+GPU = {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "memory_total_mib": 97887.0,
+       "compute_cap": "12.0", "count": 8}
 LAUNCH = {"profile": "glm5-nvfp4-tp8", "tp": 8, "ep": 1, "mem_fraction_static": 0.9}
 
 
@@ -26,7 +28,7 @@ def record(log: str = "fieldnote_glm5_tp8.log", *, stamp: str = "2026-12-06T07:0
            version: str = "0.5.23", checkpoint: Checkpoint = GLM5, host: str = "gpu1"):
     return from_log(read_log(LOGS / log), host=host, timestamp=stamp,
                     server_start=stamp.replace("Z", "+00:00"), sglang_version=version,
-                    checkpoint=checkpoint, launch=LAUNCH)
+                    checkpoint=checkpoint, launch=LAUNCH, gpu=GPU)
 
 
 def test_a_start_keeps_every_rank_and_the_launch_sglang_resolved():
@@ -58,6 +60,7 @@ def test_written_and_read_back_unchanged(tmp_path):
     ("launch", {"tp": True}, "launch.tp"),
     ("checkpoint", {"path": 3}, "checkpoint"),
     ("sglang_version", "", "sglang_version"),
+    ("gpu", {"name": "x", "memory_total_mib": -1, "compute_cap": "12.0", "count": 8}, "gpu"),
 ])
 def test_a_bad_field_is_named_and_the_file_skipped(tmp_path, field, value, named):
     doc = record().to_dict()
