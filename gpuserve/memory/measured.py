@@ -33,7 +33,7 @@ _LAUNCH_KEYS = {
     "kv_cache_dtype": "kv_cache_dtype", "cuda_graph_max_bs": "cuda_graph_max_bs",
     "chunked_prefill_size": "chunked_prefill_size",
 }
-_LAYOUT_DEFAULTS = {"tp": 1, "ep": 1, "attn_dp": 1, "moe_a2a_backend": "none",
+_SGLANG_LAYOUT = {"tp": 1, "ep": 1, "attn_dp": 1, "moe_a2a_backend": "none",
                     "speculative": None}
 
 
@@ -140,7 +140,7 @@ class MeasuredStart:
         launch_settings' names); empty when the log printed no server_args."""
         if not self.launch:
             return {}
-        out: dict[str, Any] = dict(_LAYOUT_DEFAULTS)
+        out: dict[str, Any] = dict(_SGLANG_LAYOUT)
         for key, name in _LAUNCH_KEYS.items():
             if self.launch.get(key) is not None:
                 out[name] = self.launch[key]
