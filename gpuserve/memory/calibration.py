@@ -169,6 +169,13 @@ def _lines(fit: CalibratedFit, new: Plan, mp: Plan, measured: MeasuredStart) -> 
         f"calibrated rest = {after:.2f} - {pre:.2f} x (1 - {fit.mem_fraction_static:.3f}) = "
         f"{fit.rest_gib:+.2f} GiB for the KV cache (margin {fit.rest_gib:+.2f} +- {unc:.2f} GiB)",
     ]
+    if measured.graph_gib:
+        bs = measured.launch.get("cuda_graph_max_bs")
+        lines.append(
+            f"the measured start's CUDA graphs took {measured.graph_gib:.2f} GiB"
+            + (f" (decode graphs to bs {bs})" if bs else "") + f"; this launch leaves "
+            f"{pre * (1 - fit.mem_fraction_static):.2f} GiB outside the static pool for its "
+            f"graphs and activations (decode graphs to bs {new.defaults.get('decode_max_bs')})")
     if not measured.sglang_version:
         lines.append(f"the start's SGLang version is not in its record: taken to be this "
                      f"launch's ({new.version})")

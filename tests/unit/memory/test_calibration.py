@@ -223,3 +223,18 @@ def test_the_tuner_calibrates_with_the_same_code(glm5, tmp_path):
         fit.plan.rest_gib + offset)  # the tuner's rest: planned rest + measured offset
     assert judge.CALIBRATION_ERROR_GIB is calibration.CALIBRATION_ERROR_GIB
     assert judge.uncertainty(ep8_at(tmp_path, 0.78)) == calibration.CALIBRATION_ERROR_GIB
+
+
+def test_a_measured_graph_capture_is_set_against_this_launchs_room(capsys, tmp_path):
+    """The TP8 start with the two graph-capture ends of sglang PR 12978's fixture (real
+    line format) appended: their largest 'mem usage' is the start's graph figure."""
+    graphs = [line for line in (LOGS / "sglang_pr12978_graph_end_two_ranks.log").read_text()
+              .splitlines() if "graph end" in line]
+    log = tmp_path / "tp8_graphs.log"
+    log.write_text(TP8_LOG.read_text() + "\n".join(graphs) + "\n")
+    m = start(log)
+    assert m.graph_gib == max(r.graph_gib for r in m.ranks) == 1.04
+    plan = plan_json(capsys, EP8 + ["--calibrate", str(log)])
+    line = next(x for x in plan["explanation"] if "CUDA graphs took" in x)
+    outside = plan["calibrated"]["free_before_weights_gib"] * (1 - plan["mem_fraction_static"])
+    assert "1.04 GiB" in line and f"{outside:.2f} GiB outside the static pool" in line
