@@ -141,11 +141,13 @@ class Context:
             speculative=p.speculative.algorithm,
         )
         majors = self.facts.sm_majors
-        try:
+        from gpuserve.memory.calibration import check_records
+
+        def plan_at(at: Any) -> Any:
             return predict(
                 record, gpu_memory_mib=self.facts.min_memory_mib,
                 gpu_count=len(self.facts.gpus) or p.gpus,
-                sm_major=max(majors) if majors else None, layout=layout,
+                sm_major=max(majors) if majors else None, layout=at,
                 version=self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1],
                 mem_fraction_static=p.memory.mem_fraction_static,
                 kv_cache_dtype=p.memory.kv_cache_dtype or "auto",
@@ -155,6 +157,9 @@ class Context:
                 context_length=p.memory.context_length,
                 dsa_backend=p.attention.dsa_decode_backend,
                 )
+        try:
+            # the real starts the record quotes for this GPU: "risky" where they disagree
+            return check_records(plan_at(layout), record, plan_at)
         except (ValueError, InputError):
             # settings the planner does not model (e.g. an NVFP4 KV cache): no prediction,
             # other rules judge those settings
@@ -575,6 +580,16 @@ def _memory_plan(ctx: Context) -> str | None:
     return f"{plan.verdict}: weights {plan.weights_gib:.1f} GiB per GPU, KV budget " \
            f"{plan.rest_gib:.1f} GiB at mem_fraction_static {plan.mem_fraction_static:.3f}; " \
            f"minimum viable {plan.min_viable_mfs:.3f}"
+
+
+@rule("memory-plan-risky")
+def _memory_plan_risky(ctx: Context) -> str | None:
+    plan = ctx.plan()
+    if plan is None or plan.verdict not in ctx.params["verdicts"]:
+        return None
+    why = next((line for line in reversed(plan.explanation) if line.startswith("risky")), "")
+    return f"{plan.verdict} at mem_fraction_static {plan.mem_fraction_static:.3f}: {why}" \
+        + (f"; {plan.changes[0]}" if plan.changes else "")
 
 
 @rule("ep-pcie-no-win")

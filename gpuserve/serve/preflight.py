@@ -11,7 +11,10 @@ it; the GPUs from the NvidiaGpus fact; the defaults from the pinned SGLang versi
 
 Host data ``preflight``: ``enforce`` (default: a misfit or a doctor error refuses the
 deploy, naming profile and fix, before any operation exists), ``warn`` (printed, the
-deploy goes on) or ``off``. What cannot be judged is said and not refused: no GPU
+deploy goes on) or ``off``. A "risky" memory fit (gpuserve.memory.calibration: real
+measurements disagree about it, or its calibrated margin lies inside its uncertainty) is
+a warning in every mode: it may well start, and a refusal would block launches that run.
+What cannot be judged is said and not refused: no GPU
 visible yet (no driver), a model path that is a hub id rather than a directory.
 """
 
@@ -105,8 +108,11 @@ def _memory(report: PreflightReport, refusals: list[str], *, host: str, profile,
     report.warnings += [f"preflight: {note}" for note in fit.notes]
     if not fit.ok:
         refusals.append(fit.message)
-    else:
+    elif fit.verdict.starts:
         report.info.append(f"preflight: profile {profile.name} fits ({fit.verdict})")
+    # a risky fit (measurements disagree, or a calibrated margin inside its uncertainty)
+    # goes ahead in every mode: its reason and the fraction that clears it are in the notes,
+    # printed above as warnings
 
 
 def _draft_scan(report: PreflightReport, *, host: str, profile, checkpoint
