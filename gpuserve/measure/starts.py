@@ -344,22 +344,6 @@ def to_measured(record: StartRecord):
         gpu=(record.gpu or {}).get("name"), recorded_at=record.timestamp)
 
 
-def measured_layout(profile, record: StartRecord):
-    """``profile`` with the layout and memory knobs ``record``'s start ran, to plan the
-    measured launch on the same inputs as the new one."""
-    from dataclasses import replace
-
-    launch = record.launch
-    parallel = replace(profile.parallel, tp=launch.get("tp") or 1, ep=launch.get("ep") or 1,
-                       attention_dp=launch.get("attn_dp") or 1)
-    moe = replace(profile.moe, a2a_backend=launch.get("moe_a2a_backend"))
-    memory = replace(profile.memory, mem_fraction_static=launch.get("mem_fraction_static"),
-                     cuda_graph_max_bs=launch.get("cuda_graph_max_bs"))
-    speculative = replace(profile.speculative, algorithm=launch.get("speculative"))
-    return replace(profile, parallel=parallel, moe=moe, memory=memory,
-                   speculative=speculative)
-
-
 def launch_of(profile) -> dict:
     """The launch a start record keeps of ``profile`` (the planner's names)."""
     from gpuserve.memory.preflight import launch_settings
