@@ -108,3 +108,19 @@ def test_the_checkpoint_digest_is_the_files_not_their_order():
     a = starts.checkpoint_digest([("a.safetensors", 10), ("b.safetensors", 20)])
     assert a == starts.checkpoint_digest([("b.safetensors", 20), ("a.safetensors", 10)])
     assert a != starts.checkpoint_digest([("a.safetensors", 10), ("b.safetensors", 21)])
+
+
+def test_compare_reads_a_results_directory_with_start_records_without_noise(tmp_path,
+                                                                           capsys):
+    import shutil
+
+    from gpuserve.cli import main
+
+    results = tmp_path / "results"
+    shutil.copy(LOGS.parent / "results" / "field-notes.jsonl", tmp_path / "notes.jsonl")
+    (results / "gpu1").mkdir(parents=True)
+    shutil.copy(tmp_path / "notes.jsonl", results / "gpu1" / "notes.jsonl")
+    write_start(results, record())
+    assert main(["compare", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped" not in out and "glm5-nvfp4-tp8" in out
