@@ -75,6 +75,7 @@ class PreflightReport:
     info: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
+    measured: StartRecord | None = None  # the host's start the memory fit calibrated by
 
 
 def run_preflight(mode: str, *, host: str, profile, version: str, gpus: list[dict],
@@ -92,7 +93,8 @@ def run_preflight(mode: str, *, host: str, profile, version: str, gpus: list[dic
     refusals: list[str] = []
     _memory(report, refusals, host=host, profile=profile, version=version, gpus=gpus,
             checkpoint=checkpoint, starts=starts)
-    _doctor(report, refusals, profile=profile, version=version, host_facts=host_facts)
+    _doctor(report, refusals, profile=profile, version=version, host_facts=host_facts,
+            measured=report.measured)
     if refusals and mode == PreflightMode.ENFORCE:
         raise PreflightError(f"{host}: preflight: " + "; ".join(refusals)
                              + f"; profile file: {profile.source}; nothing on the host was changed "
@@ -125,7 +127,8 @@ def _memory(report: PreflightReport, refusals: list[str], *, host: str, profile,
         return
     report.checkpoint = Checkpoint(path, checkpoint_digest(
         [(f.name, f.size) for f in scan.files]))
-    measured = last_measured(starts() if starts else [], report.checkpoint, version)
+    measured = report.measured = last_measured(starts() if starts else [],
+                                               report.checkpoint, version)
     if measured is not None:
         report.info.append(f"preflight: calibrated by this host's start of "
                            f"{measured.timestamp} ({measured.source})")
@@ -165,12 +168,13 @@ def _draft_scan(report: PreflightReport, *, host: str, profile, checkpoint
 
 
 def _doctor(report: PreflightReport, refusals: list[str], *, profile, version: str,
-            host_facts) -> None:
+            host_facts, measured: StartRecord | None = None) -> None:
     document = host_facts() if host_facts is not None else None
     if not document:
         return
     facts = HostFacts.from_dict(document, "<host facts>")
-    for f in diagnose(profile, facts, version):
+    calibrated = to_measured(measured) if measured is not None else None
+    for f in diagnose(profile, facts, version, calibrated):
         line = f"doctor {f.severity} {f.id}: {f.evidence} (fix: {f.fix})"
         if f.severity == "error":
             refusals.append(line)

@@ -131,3 +131,18 @@ def test_the_plan_says_what_its_start_record_will_carry(tmp_path, scan, version)
     off = plan_serve({"profile": "glm5-nvfp4-tp8", "results_dir": ""}, "inv.py", runtime,
                      checkpoint=scan)
     assert off.start is None
+
+
+def test_the_doctor_in_the_preflight_judges_the_same_calibrated_plan(tmp_path, scan,
+                                                                     version):
+    results = tmp_path / "results"
+    measured(results, "2026-12-06T07:00:00Z", version, Checkpoint("/models/GLM-5-NVFP4"))
+    with pytest.raises(PreflightError) as e:
+        plan_serve({"profile": ep8_at(tmp_path, 0.78), "results_dir": str(results)},
+                   "inv.py", runtime, checkpoint=scan, host_facts=lambda: BOX)
+    assert "doctor error memory-plan: refused, calibrated by the measured start" in str(e.value)
+    p = plan_serve({"profile": ep8_at(tmp_path, 0.83), "results_dir": str(results)},
+                   "inv.py", runtime, checkpoint=scan, host_facts=lambda: BOX)
+    risky = [w for w in p.preflight.warnings if "memory-plan-risky" in w]
+    # the host's own start decides, not the record's two disagreeing public figures
+    assert risky and "36.93" not in risky[0] and "inside the uncertainty" in risky[0], risky
