@@ -307,10 +307,11 @@ def check_records(plan: Plan, record: Any, replan: Callable[[Layout], Plan]) -> 
     starts ``record`` (a model record, or None) quotes for its GPU: Plan.measured holds
     what each says of this launch, the explanation names them and what the plan cannot
     see, and the verdict becomes "risky" where the lowest leaves no margin."""
-    mib = plan.defaults.get("gpu_memory_mib") if isinstance(plan.defaults, dict) else 0
-    found = matching(getattr(record, "measured", ()) or (), plan.gpu, float(mib or 0))
-    if plan.verdict in (FitVerdict.INVALID,):
+    if plan.verdict == FitVerdict.INVALID:
         return plan
+    mib = plan.defaults.get("gpu_memory_mib") if isinstance(plan.defaults, dict) else 0
+    found = [m for m in matching(getattr(record, "measured", ()) or (), plan.gpu,
+                                 float(mib or 0)) if m.tp <= plan.gpus]
     estimates = record_estimates(plan, found, replan) if found else []
     plan.measured = [e.to_dict() for e in estimates]
     plan.explanation += judge_record(plan, estimates)
