@@ -250,3 +250,12 @@ def test_the_doctor_plans_from_the_hosts_measured_start(tmp_path):
     ahead = {f.id for f in diagnose(ep8_at(tmp_path, 0.93), facts, "0.5.23",
                                     measured=start(TP8_LOG))}
     assert "memory-plan" not in ahead and "memory-plan-risky" not in ahead
+
+
+def test_a_start_measured_on_a_larger_gpu_is_refused_as_calibration(capsys, tmp_path):
+    """More free memory before weights than the planned GPU holds: another GPU's start."""
+    h200 = tmp_path / "h200.log"
+    h200.write_text(TP8_LOG.read_text().replace("avail mem=94.00 GB", "avail mem=137.00 GB"))
+    assert cli_main(EP8 + ["--calibrate", str(h200)]) == 2
+    err = capsys.readouterr().err
+    assert str(h200) in err and "free_before_weights_gib" in err and "137.00" in err
