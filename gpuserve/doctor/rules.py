@@ -62,9 +62,6 @@ class Context:
     launch: Launch | None
     render_error: InputError | None
     params: dict[str, Any]
-    # the host's last measured start (gpuserve.memory.measured.MeasuredStart), if any:
-    # the memory plan is calibrated by it (gpuserve.memory.calibration)
-    measured: Any = None
 
     # ---- shared views
 
@@ -144,7 +141,7 @@ class Context:
             speculative=p.speculative.algorithm,
         )
         majors = self.facts.sm_majors
-        from gpuserve.memory.calibration import calibrate_or_check
+        from gpuserve.memory.calibration import check_records
 
         def plan_at(at: Any) -> Any:
             return predict(
@@ -161,10 +158,8 @@ class Context:
                 dsa_backend=p.attention.dsa_decode_backend,
                 )
         try:
-            # calibrated by the host's measured start, else checked against the real
-            # starts the record quotes for this GPU ("risky" where they disagree)
-            return calibrate_or_check(plan_at(layout), record=record, replan=plan_at,
-                                      measured=self.measured, checkpoint=p.model.path)[0]
+            # the real starts the record quotes for this GPU: "risky" where they disagree
+            return check_records(plan_at(layout), record, plan_at)
         except (ValueError, InputError):
             # settings the planner does not model (e.g. an NVFP4 KV cache): no prediction,
             # other rules judge those settings
@@ -241,11 +236,8 @@ def resolve_version(profile: Profile, facts: HostFacts, explicit: str | None) ->
     return target_version(profile)
 
 
-def diagnose(profile: Profile, facts: HostFacts, version: str | None = None,
-             measured: Any = None) -> list[Finding]:
-    """Run every rule; findings come back ordered error, warn, info. ``measured``: the
-    host's last start of this checkpoint and version (MeasuredStart) calibrates the
-    memory plan."""
+def diagnose(profile: Profile, facts: HostFacts, version: str | None = None) -> list[Finding]:
+    """Run every rule; findings come back ordered error, warn, info."""
     version = resolve_version(profile, facts, version)
     launch: Launch | None = None
     render_error: InputError | None = None
@@ -259,7 +251,7 @@ def diagnose(profile: Profile, facts: HostFacts, version: str | None = None,
         if predicate is None:
             raise InputError(RULES_PATH, meta.id,
                              "rule has no predicate in gpuserve/doctor/rules.py")
-        ctx = Context(profile, facts, version, launch, render_error, meta.params, measured)
+        ctx = Context(profile, facts, version, launch, render_error, meta.params)
         evidence = predicate(ctx)
         if evidence:
             findings.append(Finding(meta.id, meta.severity, meta.title, evidence, meta.fix,
@@ -585,13 +577,6 @@ def _memory_plan(ctx: Context) -> str | None:
     plan = ctx.plan()
     if plan is None or plan.verdict not in ctx.params["verdicts"]:
         return None
-    cal = plan.calibrated
-    if cal:
-        return f"{plan.verdict}, calibrated by the host's measured start ({cal['source']}: " \
-               f"{cal['measured_after_gib']:.2f} GiB free after weights measured): " \
-               f"{cal['free_after_weights_gib']:.2f} +- {cal['uncertainty_gib']:.2f} GiB for " \
-               f"this launch, KV budget {cal['rest_gib']:.2f} GiB at mem_fraction_static " \
-               f"{plan.mem_fraction_static:.3f}; minimum viable {cal['min_viable_mfs']:.3f}"
     return f"{plan.verdict}: weights {plan.weights_gib:.1f} GiB per GPU, KV budget " \
            f"{plan.rest_gib:.1f} GiB at mem_fraction_static {plan.mem_fraction_static:.3f}; " \
            f"minimum viable {plan.min_viable_mfs:.3f}"

@@ -240,18 +240,6 @@ def test_a_measured_graph_capture_is_set_against_this_launchs_room(capsys, tmp_p
     assert "1.04 GiB" in line and f"{outside:.2f} GiB outside the static pool" in line
 
 
-def test_the_doctor_plans_from_the_hosts_measured_start(tmp_path):
-    facts = HostFacts.from_dict(FACTS, "reference-box-kvm.json")
-    found = {f.id: f for f in diagnose(ep8_at(tmp_path, 0.78), facts, "0.5.23",
-                                       measured=start(TP8_LOG))}
-    assert found["memory-plan"].severity == "error"
-    assert "refused" in found["memory-plan"].evidence
-    assert "21.70 GiB free after weights measured" in found["memory-plan"].evidence
-    ahead = {f.id for f in diagnose(ep8_at(tmp_path, 0.93), facts, "0.5.23",
-                                    measured=start(TP8_LOG))}
-    assert "memory-plan" not in ahead and "memory-plan-risky" not in ahead
-
-
 def test_a_start_measured_on_a_larger_gpu_is_refused_as_calibration(capsys, tmp_path):
     """More free memory before weights than the planned GPU holds: another GPU's start."""
     h200 = tmp_path / "h200.log"
