@@ -30,7 +30,7 @@ from typing import Any
 from gpuserve import versions
 from gpuserve.errors import InputError
 from gpuserve.host.gpus import parse_gpus
-from gpuserve.memory.calibration import apply_calibration, check_records
+from gpuserve.memory.calibration import calibrate_or_check
 from gpuserve.memory.checkpoint import checkpoint_weights, scan_directory, unrecognised
 from gpuserve.memory.draft import Draft, resolve_draft
 from gpuserve.memory.measured import MeasuredStart
@@ -357,7 +357,7 @@ def _run_predict(args: argparse.Namespace) -> int:
             **chosen.knobs,
         )
 
-    plan = _measured_or_records(args, prof, plan_for(settings), settings, overrides, plan_for,
+    plan = _measured_or_records(args, prof, plan_for(settings), settings, plan_for,
                                 record or arch)
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
@@ -368,40 +368,6 @@ def _run_predict(args: argparse.Namespace) -> int:
         if unknown:
             print(f"unrecognised tensors (counted as replicated): {', '.join(unknown)}")
     return 0 if plan.verdict != FitVerdict.INVALID else 2
-
-
-def _measured_or_records(args: argparse.Namespace, prof: Any, plan: Any, settings: Any,
-                         overrides: dict, plan_for: Any, record: Any) -> Any:
-    """``plan`` calibrated by the last startup log ``--calibrate`` names, else checked
-    against the real starts its model record quotes (gpuserve.memory.calibration)."""
-    measured = calibration_start(args.calibrate or [])
-    if measured is None:
-        return check_records(plan, record, lambda layout: plan_for(
-            dataclasses.replace(settings, layout=layout)))
-    why = measured.mismatch(checkpoint=prof.model.path if prof else None,
-                            sglang_version=plan.version)
-    if why:
-        raise InputError(measured.source, "checkpoint", f"cannot calibrate this launch: {why}")
-    measured_overrides = measured.overrides()
-    there = launch_settings(prof, {**overrides, **measured_overrides}) \
-        if measured_overrides else settings
-    return apply_calibration(plan, plan_for(there), measured)
-
-
-def calibration_start(files: list[str]) -> MeasuredStart | None:
-    """The last startup log among ``--calibrate`` files as a measured start; a file whose
-    first non-empty line starts with ``{`` holds bench records (JSONL), not read here."""
-    found = None
-    for name in files:
-        try:
-            text = Path(name).read_text(encoding="utf-8", errors="replace")
-        except OSError as e:
-            raise InputError(name, None, f"cannot read: {e.strerror or e}") from None
-        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-        if first.startswith("{"):
-            continue
-        found = MeasuredStart.from_log(text, name)
-    return found
 
 
 def _draft(args: argparse.Namespace, prof: Any, layout: Layout) -> Draft | None:
@@ -475,6 +441,35 @@ def remote_scan(spec: str, endpoint: str | None) -> Any:
     print(f"{found.source.repo_id}@{found.commit}: weights planned from the safetensors "
           f"headers of {shards} files only (no weights fetched)", file=sys.stderr)
     return parse_scan(found.scan_json(), f"hf:{found.source.repo_id}@{found.commit}")
+
+
+def _measured_or_records(args: argparse.Namespace, prof: Any, plan: Any, settings: Any,
+                         plan_for: Any, record: Any) -> Any:
+    """``plan`` calibrated by the last startup log ``--calibrate`` names, else checked
+    against the real starts its model record quotes (gpuserve.memory.calibration)."""
+    measured = calibration_start(args.calibrate or [])
+    plan, why = calibrate_or_check(
+        plan, record=record, measured=measured, checkpoint=prof.model.path if prof else None,
+        replan=lambda layout: plan_for(dataclasses.replace(settings, layout=layout)))
+    if why:
+        raise InputError(measured.source, "checkpoint", f"cannot calibrate this launch: {why}")
+    return plan
+
+
+def calibration_start(files: list[str]) -> MeasuredStart | None:
+    """The last startup log among ``--calibrate`` files as a measured start; a file whose
+    first non-empty line starts with ``{`` holds bench records (JSONL), not read here."""
+    found = None
+    for name in files:
+        try:
+            text = Path(name).read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise InputError(name, None, f"cannot read: {e.strerror or e}") from None
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        if first.startswith("{"):
+            continue
+        found = MeasuredStart.from_log(text, name)
+    return found
 
 
 def _profile_version(prof: Any) -> str | None:

@@ -307,10 +307,11 @@ def check_records(plan: Plan, record: Any, replan: Callable[[Layout], Plan]) -> 
     starts ``record`` (a model record, or None) quotes for its GPU: Plan.measured holds
     what each says of this launch, the explanation names them and what the plan cannot
     see, and the verdict becomes "risky" where the lowest leaves no margin."""
-    mib = plan.defaults.get("gpu_memory_mib") if isinstance(plan.defaults, dict) else 0
-    found = matching(getattr(record, "measured", ()) or (), plan.gpu, float(mib or 0))
-    if plan.verdict in (FitVerdict.INVALID,):
+    if plan.verdict == FitVerdict.INVALID:
         return plan
+    mib = plan.defaults.get("gpu_memory_mib") if isinstance(plan.defaults, dict) else 0
+    found = [m for m in matching(getattr(record, "measured", ()) or (), plan.gpu,
+                                 float(mib or 0)) if m.tp <= plan.gpus]
     estimates = record_estimates(plan, found, replan) if found else []
     plan.measured = [e.to_dict() for e in estimates]
     plan.explanation += judge_record(plan, estimates)
@@ -331,3 +332,30 @@ def apply_calibration(plan: Plan, measured_plan: Plan, measured: MeasuredStart) 
                         "free after weights)"] + [c for c in plan.changes
                                                   if "mem_fraction_static" not in c]
     return plan
+
+
+def measured_layout(plan: Plan, measured: MeasuredStart) -> Layout:
+    """The layout the measured start ran (its server_args), the rest of ``plan``'s; the
+    plan's own layout when the log printed no server_args."""
+    base = Layout(**{k: v for k, v in plan.layout.items() if k in Layout.__dataclass_fields__})
+    o = measured.overrides()
+    if not o:
+        return base
+    return replace(base, tp=o["tp"], ep=o["ep"], attn_dp=o["attn_dp"],
+                   moe_a2a_backend=o["moe_a2a_backend"], speculative=o["speculative"],
+                   draft_layers=base.draft_layers if o["speculative"] else None)
+
+
+def calibrate_or_check(plan: Plan, *, record: Any, replan: Callable[[Layout], Plan],
+                       measured: MeasuredStart | None = None, checkpoint: str | None = None
+                       ) -> tuple[Plan, str | None]:
+    """The one entry for every caller: ``plan`` calibrated by ``measured`` (the host's
+    last start) when it is of the same ``checkpoint`` and version, else checked against
+    the real starts ``record`` quotes. ``replan(layout)``: the planner with the caller's
+    inputs on another layout. Returns the plan and why ``measured`` was not used (None
+    when it was, or when there was none)."""
+    why = measured.mismatch(checkpoint=checkpoint, sglang_version=plan.version) \
+        if measured is not None else None
+    if measured is None or why:
+        return check_records(plan, record, replan), why
+    return apply_calibration(plan, replan(measured_layout(plan, measured)), measured), None

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuserve.errors import InputError
 from gpuserve.host.gpus import get_gpu
-from gpuserve.memory.calibration import apply_calibration, check_records
+from gpuserve.memory.calibration import calibrate_or_check
 from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, unrecognised
 from gpuserve.memory.draft import resolve_draft
 from gpuserve.memory.measured import MeasuredStart
@@ -158,18 +158,11 @@ def check_fit(
         return _predict(profile, settings, scan, gpu, len(gpus), version, record, draft_scan)
 
     settings = launch_settings(profile)
-    plan = plan_for(settings)
-    why = measured.mismatch(checkpoint=profile.model.path, sglang_version=version) \
-        if measured is not None else None
-    if measured is None or why:
-        if why:
-            notes.append(f"the host's measured start does not calibrate this launch ({why})")
-        plan = check_records(plan, record, lambda layout: plan_for(replace(settings,
-                                                                           layout=layout)))
-    else:
-        overrides = measured.overrides()
-        there = launch_settings(profile, overrides) if overrides else settings
-        plan = apply_calibration(plan, plan_for(there), measured)
+    plan, why = calibrate_or_check(
+        plan_for(settings), record=record, measured=measured, checkpoint=profile.model.path,
+        replan=lambda layout: plan_for(replace(settings, layout=layout)))
+    if why:
+        notes.append(f"the host's measured start does not calibrate this launch ({why})")
     notes += [line for line in plan.explanation if line.startswith("model record ")]
     unknown = unrecognised(scan, scan.arch(profile.model.arch or None))
     if unknown:

@@ -238,3 +238,12 @@ def test_a_measured_graph_capture_is_set_against_this_launchs_room(capsys, tmp_p
     line = next(x for x in plan["explanation"] if "CUDA graphs took" in x)
     outside = plan["calibrated"]["free_before_weights_gib"] * (1 - plan["mem_fraction_static"])
     assert "1.04 GiB" in line and f"{outside:.2f} GiB outside the static pool" in line
+
+
+def test_a_start_measured_on_a_larger_gpu_is_refused_as_calibration(capsys, tmp_path):
+    """More free memory before weights than the planned GPU holds: another GPU's start."""
+    h200 = tmp_path / "h200.log"
+    h200.write_text(TP8_LOG.read_text().replace("avail mem=94.00 GB", "avail mem=137.00 GB"))
+    assert cli_main(EP8 + ["--calibrate", str(h200)]) == 2
+    err = capsys.readouterr().err
+    assert str(h200) in err and "free_before_weights_gib" in err and "137.00" in err
