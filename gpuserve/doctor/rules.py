@@ -128,17 +128,17 @@ class Context:
         """The planner's prediction for this profile on this host (None if it cannot say):
         calibrated by ``measured`` (the host's start) when given, else checked against
         the real starts the model record quotes ("risky" where they disagree)."""
-        from gpuserve.memory.calibration import apply_calibration, check_records
+        from gpuserve.memory.calibration import calibrate_or_check
 
         try:
             plan = self._predict({})
             if plan is None:
                 return None
-            if self.measured is None:
-                return check_records(plan, self.arch, lambda at: self._predict({}, at))
             try:
-                return apply_calibration(plan, self._predict(self.measured.overrides()),
-                                         self.measured)
+                return calibrate_or_check(plan, record=self.arch,
+                                          replan=lambda at: self._predict({}, at),
+                                          measured=self.measured,
+                                          checkpoint=self.profile.model.path)[0]
             except InputError:  # measured on another card: the plan stands uncalibrated
                 return plan
         except (ValueError, InputError):

@@ -21,7 +21,7 @@ visible yet (no driver), a model path that is a hub id rather than a directory.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -36,7 +36,7 @@ from gpuserve.measure.starts import (
     last_measured,
     to_measured,
 )
-from gpuserve.memory.calibration import apply_calibration
+from gpuserve.memory.calibration import calibrate_or_check
 from gpuserve.memory.checkpoint import CheckpointScan, parse_scan
 from gpuserve.memory.draft import SEPARATE_DRAFT, local_draft_dir
 from gpuserve.memory.models import load_record
@@ -202,9 +202,11 @@ def recorded_fit(profile, version: str, start: StartRecord) -> Plan | None:
                        version=version, record=record, **settings.knobs)
 
     settings = launch_settings(profile)
-    there = launch_settings(profile, measured.overrides())
     try:
-        return apply_calibration(plan_for(settings), plan_for(there), measured)
+        return calibrate_or_check(
+            plan_for(settings), record=record, measured=measured,
+            checkpoint=profile.model.path,
+            replan=lambda layout: plan_for(replace(settings, layout=layout)))[0]
     except (ValueError, InputError):
         return None
 
