@@ -30,7 +30,9 @@ DEPLOYS = ("serve", "host", "router", "hypervisor")
 #: Said in every report: what needs the host itself and was therefore not judged.
 NOT_CHECKED = {
     "serve": ["driver, Python and glibc (the lock is judged against every candidate "
-              "instead)", "free disk", "CUDA toolkit major", "checkpoint memory fit",
+              "instead)", "free disk", "CUDA toolkit major", "checkpoint memory fit (the "
+              "model record's plan calibrated by the host's last recorded start is, when "
+              "there is one)",
               "doctor rules on the host's facts", "/etc/gpuserve/host.json flags",
               "service account against the host's users and groups"],
     "host": ["CPU vendor and ACPI tables (the IOMMU kernel parameters)", "boot loader",
@@ -382,6 +384,10 @@ def check_serve(name: str, data: dict, source: str,
         verdicts.append({"lock": lock.name, "ok": problem is None, "problem": problem})
     interpreter = interpreter_report(name, data, source, [
         lk for lk in candidates if any(v["lock"] == lk.name and v["ok"] for v in verdicts)])
+    memory = measured_memory(name, profile, plan)
+    if memory is not None and not memory[0]:
+        raise InputError(str(profile.source), "memory", "; ".join(memory[1]))
+    warnings += memory[1] if memory is not None else []
     scenarios = [s.name for s in profile.bench.scenarios] if plan.bench else []
     listen = f"{plan.service.host}:{plan.service.port}"
     usable = [v["lock"] for v in verdicts if v["ok"]]
@@ -397,6 +403,22 @@ def check_serve(name: str, data: dict, source: str,
                "interpreter": interpreter}
     return Result(name, "serve", ok=True, summary=summary, warnings=warnings,
                   details=details)
+
+
+def measured_memory(name: str, profile, plan) -> tuple[bool, list[str]] | None:
+    """The memory fit of ``profile`` from its model record, calibrated by the host's last
+    start of the same checkpoint (its directory: no host is read) and SGLang version
+    that the serve deploy recorded on this controller (gpuserve/measure/starts.py);
+    None without one."""
+    from gpuserve.measure.starts import Checkpoint, last_measured, read_starts
+    from gpuserve.serve.checks import results_root
+    from gpuserve.serve.preflight import recorded_verdict
+
+    if plan.start is None:
+        return None
+    starts = read_starts(results_root(plan.start.results_dir), name)
+    start = last_measured(starts, Checkpoint(profile.model.path), plan.version)
+    return recorded_verdict(profile, plan.version, start) if start is not None else None
 
 
 def _interpreter_summary(found: dict | None) -> str:

@@ -34,6 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--sglang-version", dest="sglang_version",
                         help="target SGLang version (default: the host's, else the "
                         "newest the profile targets)")
+    parser.add_argument(
+        "--calibrate", metavar="FILE",
+        help="the host's measured start of the same checkpoint and SGLang version: an "
+        "SGLang startup log, or a start record the serve deploy kept "
+        "(RESULTS/HOST/*-start-*.json); the memory rules judge the plan calibrated by it")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
 
@@ -48,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     facts = HostFacts.from_file(args.facts, args.host)
     version = resolve_version(profile, facts, args.sglang_version)
-    findings = diagnose(profile, facts, version)
+    measured = measured_start(args.calibrate, profile, version) if args.calibrate else None
+    findings = diagnose(profile, facts, version, measured)
     if args.json:
         print(json.dumps({
             "profile": profile.name, "facts": args.facts, "sglang_version": version,
@@ -62,6 +68,26 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(findings))
         print(unknown_line(facts, args.facts))
     return 1 if has_errors(findings) else 0
+
+
+def measured_start(path: str, profile, version: str):
+    """``--calibrate``: a start record (gpuserve.start/1) or a startup log as the
+    calibration's measured start; one of another checkpoint or version is bad input."""
+    from gpuserve import safeload
+    from gpuserve.measure.starts import MAX_BYTES, parse_start, to_measured
+    from gpuserve.memory.measured import MeasuredStart
+
+    text = safeload.read_text(path, safeload.LOG_MAX_BYTES)
+    if text.lstrip().startswith("{"):
+        if len(text) > MAX_BYTES:
+            raise InputError(path, None, f"a start record is at most {MAX_BYTES} bytes")
+        measured = to_measured(parse_start(safeload.loads_json(text, path), path))
+    else:
+        measured = MeasuredStart.from_log(text, path)
+    why = measured.mismatch(checkpoint=profile.model.path, sglang_version=version)
+    if why:
+        raise InputError(path, "--calibrate", f"cannot calibrate this launch: {why}")
+    return measured
 
 
 def unknown_line(facts: HostFacts, file: str) -> str:

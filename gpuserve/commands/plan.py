@@ -8,6 +8,11 @@ headers and plans with its real weights per GPU ("(from checkpoint)"), comparing
 the profile's model record. A launch that does not fit is shown with its verdict
 (refused / no-kv) and the mem_fraction_static or graph max bs that would fit; as for every
 prediction the exit status is 0 unless the layout is invalid (2) or the input is bad (2).
+Calibrate: ``--calibrate server.log`` (a startup log of the same checkpoint and version)
+plans from what that start measured: its free memory after weights plus the planner's
+delta between the two launches, with an uncertainty (gpuserve.memory.calibration);
+without it, the real starts the model record quotes are checked, and a launch they
+disagree about is "risky" (exit status 0 too: a prediction, not a refusal).
 Diagnose: ``gpuserve plan --log server.log`` reads the free-memory figures SGLang printed and
 explains the outcome with the same arithmetic. Both print a table, or JSON with ``--json``.
 """
@@ -19,13 +24,16 @@ import dataclasses
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpuserve import versions
 from gpuserve.errors import InputError
 from gpuserve.host.gpus import parse_gpus
+from gpuserve.memory.calibration import calibrate_or_check
 from gpuserve.memory.checkpoint import checkpoint_weights, scan_directory, unrecognised
 from gpuserve.memory.draft import Draft, resolve_draft
+from gpuserve.memory.measured import MeasuredStart
 from gpuserve.memory.memory_defaults import DEFAULT_VERSION, KNOWN_VERSIONS
 from gpuserve.memory.models import load_record, resolve_model
 from gpuserve.memory.planner import (
@@ -81,6 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", help="COUNTxGPU, e.g. 8xRTX-PRO-6000, 8xH200")
     p.add_argument("--profile", help="launch profile (name or path); CLI flags override it")
     p.add_argument("--log", help="diagnose this SGLang startup log instead of predicting")
+    add_calibrate(p)
     p.add_argument(
         "--sglang-version",
         dest="sglang_version",
@@ -133,6 +142,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="DSA attention backend (decides the DSA KV layout)",
     )
     p.set_defaults(func=run)
+
+
+def add_calibrate(p: argparse.ArgumentParser) -> None:
+    """``--calibrate FILE``, repeatable: a startup log (memory) or bench records (JSONL,
+    throughput) a host measured."""
+    p.add_argument(
+        "--calibrate", action="append", metavar="FILE",
+        help="a host's measurement: an SGLang startup log of the same checkpoint and version "
+        "(its free memory after weights calibrates the plan; the last log given is used), "
+        "or bench records (JSONL); repeatable",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -318,25 +338,31 @@ def _run_predict(args: argparse.Namespace) -> int:
                            "blocks do not split over tp; --ep to change)"
                            if settings.layout.ep > 1 and args.ep is None else ""),
               file=sys.stderr)
-    parts = checkpoint_weights(scan, settings.layout, arch) if scan is not None else None
-    plan = predict(
-        arch,
-        gpu_memory_mib=gpu.memory_total_mib,
-        gpu_name=gpu.key,
-        gpu_count=count,
-        sm_major=gpu.sm_major,
-        init_overhead_gib=gpu.init_overhead_gib,
-        layout=settings.layout,
-        version=version,
-        pre_load_free_gib=args.pre_load_free_gib,
-        a2a_buffer_gib=args.a2a_buffer_gib,
-        draft_weights_gib=args.draft_weights_gib or 0.0,
-        weight_parts=parts,
-        weights_from=f"checkpoint {scan.directory}" if scan is not None else None,
-        record=record,
-        draft=_draft(args, prof, settings.layout),
-        **settings.knobs,
-    )
+    def plan_for(chosen: Any) -> Any:
+        """The planner on ``chosen`` (LaunchSettings) with this command's inputs."""
+        parts = checkpoint_weights(scan, chosen.layout, arch) if scan is not None else None
+        return predict(
+            arch,
+            gpu_memory_mib=gpu.memory_total_mib,
+            gpu_name=gpu.key,
+            gpu_count=count,
+            sm_major=gpu.sm_major,
+            init_overhead_gib=gpu.init_overhead_gib,
+            layout=chosen.layout,
+            version=version,
+            pre_load_free_gib=args.pre_load_free_gib,
+            a2a_buffer_gib=args.a2a_buffer_gib,
+            draft_weights_gib=(args.draft_weights_gib or 0.0) if chosen.layout.speculative else 0.0,
+            weight_parts=parts,
+            weights_from=f"checkpoint {scan.directory}" if scan is not None else None,
+            record=record,
+            draft=_draft(args, prof, chosen.layout)
+            if chosen.layout.speculative or chosen is settings else None,
+            **chosen.knobs,
+        )
+
+    plan = _measured_or_records(args, prof, plan_for(settings), settings, plan_for,
+                                record or arch)
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
         return 0 if plan.verdict != FitVerdict.INVALID else 2
@@ -421,6 +447,35 @@ def remote_scan(spec: str, endpoint: str | None) -> Any:
     return parse_scan(found.scan_json(), f"hf:{found.source.repo_id}@{found.commit}")
 
 
+def _measured_or_records(args: argparse.Namespace, prof: Any, plan: Any, settings: Any,
+                         plan_for: Any, record: Any) -> Any:
+    """``plan`` calibrated by the last startup log ``--calibrate`` names, else checked
+    against the real starts its model record quotes (gpuserve.memory.calibration)."""
+    measured = calibration_start(args.calibrate or [])
+    plan, why = calibrate_or_check(
+        plan, record=record, measured=measured, checkpoint=prof.model.path if prof else None,
+        replan=lambda layout: plan_for(dataclasses.replace(settings, layout=layout)))
+    if why:
+        raise InputError(measured.source, "checkpoint", f"cannot calibrate this launch: {why}")
+    return plan
+
+
+def calibration_start(files: list[str]) -> MeasuredStart | None:
+    """The last startup log among ``--calibrate`` files as a measured start; a file whose
+    first non-empty line starts with ``{`` holds bench records (JSONL), not read here."""
+    found = None
+    for name in files:
+        try:
+            text = Path(name).read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise InputError(name, None, f"cannot read: {e.strerror or e}") from None
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        if first.startswith("{"):
+            continue
+        found = MeasuredStart.from_log(text, name)
+    return found
+
+
 def _profile_version(prof: Any) -> str | None:
     if prof is None or not prof.sglang_versions:
         return None
@@ -440,6 +495,24 @@ def _table(rows: list[tuple[str, Any]]) -> None:
         else:
             shown = str(value)
         print(f"  {key.ljust(width)}  {shown}")
+
+
+def _print_calibrated(c: dict | None) -> None:
+    """The plan from a host's measured start: its figures and where they came from."""
+    if not c:
+        return
+    print(f"calibrated by the measured start {c['source']}:")
+    _table([
+        ("measured free after weights", c["measured_after_gib"]),
+        ("planned delta (GiB)", c["planned_delta_gib"]),
+        ("free after weights (GiB)", c["free_after_weights_gib"]),
+        ("free before weights (GiB)", c["free_before_weights_gib"]),
+        ("rest for KV / margin (GiB)", c["rest_gib"]),
+        ("uncertainty (GiB)", c["uncertainty_gib"]),
+        ("KV tokens", c["kv_tokens"]),
+        ("minimum viable mfs", c["min_viable_mfs"]),
+        ("mfs clearing the uncertainty", c["safe_mfs"]),
+    ])
 
 
 def _print_plan(plan: Any, arch: Any) -> None:
@@ -483,6 +556,7 @@ def _print_plan(plan: Any, arch: Any) -> None:
             ("max safe mfs", plan.max_safe_mfs),
         ]
     )
+    _print_calibrated(plan.calibrated)
     print(f"verdict: {plan.verdict}")
     for p in plan.problems:
         print(f"  ! {p}")

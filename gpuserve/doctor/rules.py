@@ -87,6 +87,7 @@ class Context:
     launch: Launch | None
     render_error: InputError | None
     params: dict[str, Any]
+    measured: Any = None  # the host's measured start (gpuserve.memory.measured), or None
 
     # ---- shared views
 
@@ -149,41 +150,46 @@ class Context:
         return defaults.decode_max_bs if defaults else None
 
     def plan(self) -> Any:
-        """The planner's prediction for this profile on this host (None if it cannot say)."""
-        record = self.arch
-        if record is None or self.facts.min_memory_mib is None:
-            return None
+        """The planner's prediction for this profile on this host (None if it cannot say):
+        calibrated by ``measured`` (the host's start) when given, else checked against
+        the real starts the model record quotes ("risky" where they disagree)."""
+        from gpuserve.memory.calibration import calibrate_or_check
+
         try:
-            from gpuserve.memory.memory_defaults import KNOWN_VERSIONS
-            from gpuserve.memory.planner import Layout, predict
-        except ImportError:  # pragma: no cover - planner side not present
-            return None
-        p = self.profile
-        layout = Layout(
-            tp=p.parallel.tp, ep=p.parallel.ep, attn_dp=p.parallel.attention_dp,
-            moe_a2a_backend=p.moe.a2a_backend or "none",
-            num_redundant_experts=p.moe.num_redundant_experts or 0,
-            speculative=p.speculative.algorithm,
-        )
-        majors = self.facts.sm_majors
-        try:
-            return predict(
-                record, gpu_memory_mib=self.facts.min_memory_mib,
-                gpu_count=len(self.facts.gpus) or p.gpus,
-                sm_major=max(majors) if majors else None, layout=layout,
-                version=self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1],
-                mem_fraction_static=p.memory.mem_fraction_static,
-                kv_cache_dtype=p.memory.kv_cache_dtype or "auto",
-                cuda_graph_max_bs=p.memory.cuda_graph_max_bs,
-                chunked_prefill_size=p.memory.chunked_prefill_size,
-                max_running_requests=p.memory.max_running_requests,
-                context_length=p.memory.context_length,
-                dsa_backend=p.attention.dsa_decode_backend,
-                )
+            plan = self._predict({})
+            if plan is None:
+                return None
+            try:
+                return calibrate_or_check(plan, record=self.arch,
+                                          replan=lambda at: self._predict({}, at),
+                                          measured=self.measured,
+                                          checkpoint=self.profile.model.path)[0]
+            except InputError:  # measured on another card: the plan stands uncalibrated
+                return plan
         except (ValueError, InputError):
             # settings the planner does not model (e.g. an NVFP4 KV cache): no prediction,
             # other rules judge those settings
             return None
+
+    def _predict(self, overrides: dict, layout: Any = None) -> Any:
+        """The planner on the profile's launch with ``overrides`` (a measured launch's)
+        or another ``layout``; None without a model record or the GPUs' memory."""
+        record = self.arch
+        if record is None or self.facts.min_memory_mib is None:
+            return None
+        from gpuserve.memory.memory_defaults import KNOWN_VERSIONS
+        from gpuserve.memory.planner import predict
+        from gpuserve.memory.preflight import launch_settings
+
+        p = self.profile
+        settings = launch_settings(p, overrides)
+        majors = self.facts.sm_majors
+        return predict(
+            record, gpu_memory_mib=self.facts.min_memory_mib,
+            gpu_count=len(self.facts.gpus) or p.gpus,
+            sm_major=max(majors) if majors else None, layout=layout or settings.layout,
+            version=self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1],
+            **settings.knobs)
 
     def memory_defaults(self) -> Any:
         """SGLang's auto memory settings for this launch (gpuserve.memory.memory_defaults)."""
@@ -271,8 +277,11 @@ def resolve_version(profile: Profile, facts: HostFacts, explicit: str | None) ->
     return target_version(profile)
 
 
-def diagnose(profile: Profile, facts: HostFacts, version: str | None = None) -> list[Finding]:
-    """Run every rule; findings come back ordered error, warn, info."""
+def diagnose(profile: Profile, facts: HostFacts, version: str | None = None,
+             measured: Any = None) -> list[Finding]:
+    """Run every rule; findings come back ordered error, warn, info. ``measured`` (a
+    MeasuredStart of this host: the same checkpoint and version) calibrates the memory
+    plan the rules judge."""
     version = resolve_version(profile, facts, version)
     launch: Launch | None = None
     render_error: InputError | None = None
@@ -286,7 +295,7 @@ def diagnose(profile: Profile, facts: HostFacts, version: str | None = None) -> 
         if predicate is None:
             raise InputError(RULES_PATH, meta.id,
                              "rule has no predicate in gpuserve/doctor/rules.py")
-        ctx = Context(profile, facts, version, launch, render_error, meta.params)
+        ctx = Context(profile, facts, version, launch, render_error, meta.params, measured)
         evidence = predicate(ctx)
         if evidence:
             findings.append(Finding(meta.id, meta.severity, meta.title, evidence, meta.fix,
@@ -612,9 +621,26 @@ def _memory_plan(ctx: Context) -> str | None:
     plan = ctx.plan()
     if plan is None or plan.verdict not in ctx.params["verdicts"]:
         return None
+    cal = getattr(plan, "calibrated", None)
+    if cal:
+        return (f"{plan.verdict}, calibrated by the measured start {cal['source']}: "
+                f"{cal['measured_after_gib']:.2f} GiB free after weights measured, "
+                f"{cal['free_after_weights_gib']:.2f} +- {cal['uncertainty_gib']:.2f} GiB for "
+                f"this launch; rest {cal['rest_gib']:+.2f} GiB at mem_fraction_static "
+                f"{cal['mem_fraction_static']:.3f}; fits from {cal['min_viable_mfs']:.3f}")
     return f"{plan.verdict}: weights {plan.weights_gib:.1f} GiB per GPU, KV budget " \
            f"{plan.rest_gib:.1f} GiB at mem_fraction_static {plan.mem_fraction_static:.3f}; " \
            f"minimum viable {plan.min_viable_mfs:.3f}"
+
+
+@rule("memory-plan-risky")
+def _memory_plan_risky(ctx: Context) -> str | None:
+    plan = ctx.plan()
+    if plan is None or plan.verdict not in ctx.params["verdicts"]:
+        return None
+    why = next((line for line in reversed(plan.explanation) if line.startswith("risky")), "")
+    return f"{plan.verdict} at mem_fraction_static {plan.mem_fraction_static:.3f}: {why}" \
+        + (f"; {plan.changes[0]}" if plan.changes else "")
 
 
 @rule("ep-pcie-no-win")

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
+from gpuserve.memory.measured import RecordMeasurement, parse_record_measurements
 from gpuserve.paths import MODELS_DIR, model_record_names
 
 # Bytes per parameter of a quantized weight, scales included.
@@ -102,6 +103,8 @@ class ModelArch:
     sources: tuple[str, ...] = ()
     origin: str = ""
     notes: tuple[str, ...] = field(default=())
+    # real starts of this model quoted with their sources (gpuserve.memory.measured)
+    measured: tuple[RecordMeasurement, ...] = field(default=())
 
     @property
     def is_moe(self) -> bool:
@@ -389,7 +392,7 @@ def load_record(name: str) -> ModelArch:
     for key in ("config", "sources"):
         if key not in data:
             raise InputError(path, key, "model record needs this key")
-    return arch_from_config(
+    arch = arch_from_config(
         data["config"],
         name=path.stem,
         file=str(path),
@@ -398,6 +401,8 @@ def load_record(name: str) -> ModelArch:
         sources=tuple(data["sources"]),
         notes=tuple(data.get("notes") or ()),
     )
+    measured = parse_record_measurements(data.get("measured"), str(path))
+    return replace(arch, measured=measured) if measured else arch
 
 
 def resolve_model(name_or_dir: str | Path) -> ModelArch:

@@ -592,6 +592,10 @@ class FitVerdict(StrEnum):
 
     FITS = "fits"
     TIGHT = "tight"  # a KV pool, smaller than the context
+    # measurements disagree about this launch, or its calibrated margin lies inside the
+    # calibration's error: it may start or stop (gpuserve.memory.calibration); goes ahead
+    # with a warning
+    RISKY = "risky"
     REFUSED = "refused"  # SGLang raises: the weights leave no memory for the KV cache
     NO_KV = "no-kv"  # SGLang raises: not enough memory for one KV token
     INVALID = "invalid"  # a layout SGLang refuses
@@ -634,6 +638,10 @@ class Plan:
     problems: list[str] = field(default_factory=list)
     weights_from: str = "model record"  # or "checkpoint <dir>" (safetensors headers)
     draft: dict | None = None  # what speculation adds (DraftCharge), None without it
+    # real starts of the model on this GPU carried to this launch (gpuserve.memory.
+    # calibration.RecordEstimate dicts), and the plan from a host's measured start
+    measured: list[dict] = field(default_factory=list)
+    calibrated: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -12,13 +12,15 @@ overrides) to the planner's Layout and launch knobs; ``gpuserve plan`` uses it t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuserve.errors import InputError
 from gpuserve.host.gpus import get_gpu
+from gpuserve.memory.calibration import calibrate_or_check
 from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, unrecognised
 from gpuserve.memory.draft import resolve_draft
+from gpuserve.memory.measured import MeasuredStart
 from gpuserve.memory.models import load_record
 from gpuserve.memory.planner import GIB, FitVerdict, Layout, Plan, predict
 
@@ -128,11 +130,15 @@ def check_fit(
     gpus: Sequence[Mapping[str, Any]],
     version: str,
     draft_scan: CheckpointScan | None = None,
+    measured: MeasuredStart | None = None,
 ) -> FitReport:
     """Plan ``profile`` with the checkpoint's own weights on the host's GPUs (NvidiaGpus
-    dicts) under SGLang ``version``'s defaults; ``ok`` when SGLang would size a KV pool.
-    A separate speculative draft is charged from ``draft_scan`` (its checkpoint), else
-    from the record ``speculative.draft_arch`` names."""
+    dicts) under SGLang ``version``'s defaults; ``ok`` when SGLang would size a KV pool
+    (or may: "risky" goes ahead, its reason in the notes). A separate speculative draft
+    is charged from ``draft_scan`` (its checkpoint), else from the record
+    ``speculative.draft_arch`` names. ``measured``, the host's last start of the same
+    checkpoint and version, calibrates the plan (gpuserve.memory.calibration); without
+    it the real starts the model record quotes are checked."""
     if not gpus:
         return FitReport(False, FitVerdict.NO_GPUS, [],
                          f"profile {profile.name}: the host shows no GPU")
@@ -146,21 +152,45 @@ def check_fit(
             f"{profile.parallel.dp}), the host has {len(gpus)}",
         )
     gpu, notes = _gpu_facts(gpus)
-    settings = launch_settings(profile)
-    arch = scan.arch(profile.model.arch or None)
     record = load_record(profile.model.arch) if profile.model.arch else None
+
+    def plan_for(settings: LaunchSettings) -> Plan:
+        return _predict(profile, settings, scan, gpu, len(gpus), version, record, draft_scan)
+
+    settings = launch_settings(profile)
+    plan, why = calibrate_or_check(
+        plan_for(settings), record=record, measured=measured, checkpoint=profile.model.path,
+        replan=lambda layout: plan_for(replace(settings, layout=layout)))
+    if why:
+        notes.append(f"the host's measured start does not calibrate this launch ({why})")
+    notes += [line for line in plan.explanation if line.startswith("model record ")]
+    unknown = unrecognised(scan, scan.arch(profile.model.arch or None))
+    if unknown:
+        notes.append(
+            f"{len(unknown)} tensor patterns not recognised, counted as replicated: "
+            + ", ".join(unknown[:5])
+            + (" ..." if len(unknown) > 5 else "")
+        )
+    return _report(profile, plan, scan, len(gpus), str(gpu.get("name") or "GPU"), notes)
+
+
+def _predict(profile: Any, settings: LaunchSettings, scan: CheckpointScan,
+             gpu: Mapping[str, Any], count: int, version: str, record: Any,
+             draft_scan: CheckpointScan | None) -> Plan:
+    """The planner on ``settings`` with the checkpoint's weights on this host's GPU."""
+    arch = scan.arch(profile.model.arch or None)
     parts = checkpoint_weights(scan, settings.layout, arch)
     spec = profile.speculative
     draft = resolve_draft(spec.algorithm, layout=settings.layout, draft_arch=spec.draft_arch,
-                          scan=draft_scan)
+                          scan=draft_scan) if settings.layout.speculative else None
     name = str(gpu.get("name") or "GPU")
-    plan = predict(
+    return predict(
         arch,
         gpu_memory_mib=float(gpu["memory_total_mib"]),
         gpu_name=name,
         # a multi-node launch spreads tp x pp over every node of the group, each a host
         # like this one (the GPUs it needs here are checked above: profile.gpus)
-        gpu_count=len(gpus) * max(profile.parallel.nnodes, 1),
+        gpu_count=count * max(profile.parallel.nnodes, 1),
         sm_major=_sm_major(gpu.get("compute_cap")),
         init_overhead_gib=_init_overhead(name),
         layout=settings.layout,
@@ -171,14 +201,11 @@ def check_fit(
         draft=draft,
         **settings.knobs,
     )
-    notes += [line for line in plan.explanation if line.startswith("model record ")]
-    unknown = unrecognised(scan, arch)
-    if unknown:
-        notes.append(
-            f"{len(unknown)} tensor patterns not recognised, counted as replicated: "
-            + ", ".join(unknown[:5])
-            + (" ..." if len(unknown) > 5 else "")
-        )
+
+
+def _report(profile: Any, plan: Plan, scan: CheckpointScan, count: int, name: str,
+            notes: list[str]) -> FitReport:
+    """The preflight's answer from a plan: lines, the refusal message, risky notes."""
     lines = [
         f"weights {plan.weights_gib:.2f} GiB/GPU from the checkpoint ({scan.directory}, "
         f"{scan.tensor_count:,} tensors, {scan.total_bytes / GIB:.1f} GiB in all)",
@@ -187,14 +214,27 @@ def check_fit(
         f"KV tokens {plan.kv_tokens:,} ({plan.kv_cell['bytes_per_token']:,} B/token)",
     ]
     lines += [line for line in plan.explanation if line.startswith("draft ")]
+    cal = plan.calibrated
+    if cal:
+        lines += [line for line in cal["explanation"]]
     notes += [change for change in plan.changes if "draft does not fit" in change]
-    ok = plan.verdict.starts
+    ok = plan.verdict.starts or plan.verdict == FitVerdict.RISKY
+    if plan.verdict == FitVerdict.RISKY:
+        notes.append(f"profile {profile.name} is risky on {count}x {name}: "
+                     + next((line for line in reversed(plan.explanation)
+                             if line.startswith("risky")), "")
+                     + (f"; {plan.changes[0]}" if plan.changes else ""))
     message = ""
     if not ok:
         why = plan.problems or [line for line in plan.explanation if line.startswith("SGLang")]
+        rest = cal["rest_gib"] if cal else plan.rest_gib
         message = (
-            f"profile {profile.name} does not fit on {len(gpus)}x {name}: {plan.verdict}; "
-            f"predicted rest for KV {plan.rest_gib:.2f} GiB/GPU with {plan.weights_gib:.2f} "
+            f"profile {profile.name} does not fit on {count}x {name}: {plan.verdict}; "
+            + (f"calibrated by the host's measured start ({cal['source']}: "
+               f"{cal['measured_after_gib']:.2f} GiB free after weights measured, "
+               f"{cal['free_after_weights_gib']:.2f} +- {cal['uncertainty_gib']:.2f} GiB for "
+               "this launch), " if cal else "")
+            + f"predicted rest for KV {rest:.2f} GiB/GPU with {plan.weights_gib:.2f} "
             f"GiB/GPU of checkpoint weights (from {scan.directory})"
             + (f" ({why[0]})" if why else "")
             + (f"; {plan.changes[0]}" if plan.changes else "")

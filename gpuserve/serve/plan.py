@@ -46,10 +46,23 @@ from gpuserve.launch.profiles import Profile, load_profile, profile_ref_problem
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.launch.venvs import venv_path
 from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_catalog
-from gpuserve.measure.results import RecordSpec, launch_hash, record_spec
+from gpuserve.measure.results import (
+    RecordSpec,
+    launch_hash,
+    record_spec,
+    validate_results_dir,
+)
+from gpuserve.measure.starts import (
+    Checkpoint,
+    StartRecord,
+    StartSpec,
+    gpu_of,
+    launch_of,
+    read_starts,
+)
 from gpuserve.serve import checks, metrics, service, weights
 from gpuserve.serve import install as sglang
-from gpuserve.serve.checks import BenchPlan
+from gpuserve.serve.checks import BenchPlan, results_root
 from gpuserve.serve.checks import mark_path as bench_mark_path
 from gpuserve.serve.preflight import PreflightMode, PreflightReport, run_preflight
 from gpuserve.serve.preflight import validate_mode as validate_preflight
@@ -73,6 +86,7 @@ class ServePlan:
     node: NodePlacement | None = None  # this host's part in a multi-node launch
     weights: weights.WeightsPlan | None = None  # a model.hf profile's fetch (roles/weights)
     interpreter: InterpreterChoice | None = None  # builds the venv (None: python3)
+    start: StartSpec | None = None  # where the start's memory figures go (None: off)
 
     @property
     def venv(self) -> str:
@@ -238,10 +252,11 @@ def plan_serve(
         profile = step.profile
         if step.found is not None and step.found.scan is not None:
             checkpoint = _remote_first(step.plan.target, step.found.scan_json(), checkpoint)
+    results_dir = validate_results_dir(data["results_dir"], source)
     checks_report = run_preflight(
         inputs.preflight, host=runtime.name, profile=profile,
         version=version, gpus=list(runtime.gpu_list), checkpoint=checkpoint,
-        host_facts=host_facts)
+        host_facts=host_facts, starts=_starts_reader(results_dir, runtime.name))
     # after the memory fit: a profile that cannot fit costs its headers, not a file list
     weights_plan = step.finish() if step is not None else None
     mismatch = catalog_mismatch(lock, load_catalog(version).source)
@@ -263,10 +278,22 @@ def plan_serve(
     checks_report.warnings.extend(plan.warnings)
     record, bench = _record_and_bench(data, source, settings, profile, lock, version, runtime,
                                       host_comm, plan, args, launch_env)
+    start = StartSpec(results_dir, version, checks_report.checkpoint
+                      or Checkpoint(profile.model.path), launch_of(profile),
+                      gpu_of(list(runtime.gpu_list))) if results_dir else None
     return ServePlan(lock, version, settings.user, settings.home, settings.index_url,
                      settings.find_links, float(settings.timeout), settings.keep,
                      runtime.gpus, plan, record, bench, checks_report, placement,
-                     weights_plan, runtime.interpreter)
+                     weights_plan, runtime.interpreter, start)
+
+
+def _starts_reader(results_dir: str | None, host_name: str
+                   ) -> Callable[[], list[StartRecord]] | None:
+    """The host's recorded starts on the controller (gpuserve/measure/starts.py), read
+    when the preflight asks; None when recording is off."""
+    if not results_dir or not host_name:
+        return None
+    return lambda: read_starts(results_root(results_dir), host_name)
 
 
 def _weights(data: dict, source: str, settings: _Settings, profile: Profile,

@@ -17,6 +17,8 @@ from functools import lru_cache
 from gpuserve.doctor.rules import diagnose
 from gpuserve.errors import InputError
 from gpuserve.host.hostfacts import HostFacts
+from gpuserve.memory import calibration
+from gpuserve.memory.calibration import CALIBRATION_ERROR_GIB, DRAFT_DEFAULT_GIB, DRAFT_GIB
 from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, parse_scan
 from gpuserve.memory.draft import local_draft_dir
 from gpuserve.memory.planner import FitVerdict
@@ -25,15 +27,10 @@ from gpuserve.tune.predict import Comm, Prediction, predict
 from gpuserve.tune.snapshot import HostSnapshot
 
 _EXPERTS = "routed experts"
-#: how far a calibrated rest may still be off: an EP8 launch calibrated to +0.42 GiB of
-#: room had -0.89 (1.31 GiB), rounded up
-CALIBRATION_ERROR_GIB = 1.5
-#: a separate draft that neither a record nor a scan describes: its weights stand in as
-#: SGLang's own old reserve for a draft (0.5.10.post1 server_args.py, "eagle draft models
-#: and cuda graphs" 4 GiB, "standalone draft model and cuda graphs" 6 GiB;
-#: gpuserve/memory/memory_defaults.py). A described draft is in the plan instead.
-DRAFT_GIB = {"STANDALONE": 6.0}
-DRAFT_DEFAULT_GIB = 4.0
+# the calibration's error and a draft's unknowns: one definition, shared with the serve
+# preflight and gpuserve plan (gpuserve/memory/calibration.py)
+__all__ = ["CALIBRATION_ERROR_GIB", "DRAFT_DEFAULT_GIB", "DRAFT_GIB", "Verdict", "judge",
+           "risk", "risky", "uncertainty"]
 
 
 @dataclass
@@ -98,28 +95,28 @@ def _memory(verdict: Verdict, profile, scan: CheckpointScan, snapshot: HostSnaps
             "rest_gib": round(plan.rest_gib, 2)})
         draft_numbers(verdict, plan.draft)
     calibrated = calibration_gib is not None and plan is not None and \
-        plan.verdict in (FitVerdict.FITS, FitVerdict.TIGHT, FitVerdict.REFUSED,
-                         FitVerdict.NO_KV)
+        plan.verdict in (FitVerdict.FITS, FitVerdict.TIGHT, FitVerdict.RISKY,
+                         FitVerdict.REFUSED, FitVerdict.NO_KV)
     if not fit.ok and not calibrated:
         verdict.pruned = f"memory planner: {fit.message}"
         return
     if not calibrated:
         return
-    rest = plan.rest_gib + calibration_gib
+    cal = calibration.offset_fit(plan, calibration_gib,
+                                 uncertainty_gib=uncertainty(profile, plan.draft))
+    rest = cal.rest_gib
     verdict.numbers["calibrated_rest_gib"] = round(rest, 2)
     verdict.numbers["calibration_gib"] = round(calibration_gib, 2)
-    verdict.numbers["uncertainty_gib"] = round(uncertainty(profile, plan.draft), 2)
+    verdict.numbers["uncertainty_gib"] = round(cal.uncertainty_gib, 2)
     if rest <= 0:
         total = plan.pre_load_free_gib
-        after = plan.avail_after_weights_gib + calibration_gib
-        need = 1 - after / total if total else None
         verdict.pruned = (
-            f"memory, calibrated on this host: {after:.2f} GiB/GPU free after weights "
-            f"(planner {plan.avail_after_weights_gib:.2f} {calibration_gib:+.2f} measured "
-            f"offset), mem_fraction_static {plan.mem_fraction_static:.3f} reserves "
+            f"memory, calibrated on this host: {cal.free_after_weights_gib:.2f} GiB/GPU free "
+            f"after weights (planner {plan.avail_after_weights_gib:.2f} {calibration_gib:+.2f} "
+            f"measured offset), mem_fraction_static {plan.mem_fraction_static:.3f} reserves "
             f"{total * (1 - plan.mem_fraction_static):.2f} GiB: rest {rest:.2f} GiB, SGLang "
             "would stop with 'Not enough memory'"
-            + (f"; fits from mem_fraction_static {need:.3f}" if need else ""))
+            + (f"; fits from mem_fraction_static {cal.min_viable_mfs:.3f}" if total else ""))
 
 
 def draft_numbers(verdict: Verdict, draft: dict | None) -> None:
@@ -136,17 +133,10 @@ def draft_numbers(verdict: Verdict, draft: dict | None) -> None:
 
 
 def uncertainty(profile, draft: dict | None = None) -> float:
-    """GiB by which a calibrated rest may be wrong for ``profile``: the calibration's
-    error, plus what is still unknown of a draft: nothing for the target's MTP layers or
-    a scanned draft, the config estimate's error for a draft record, SGLang's old flat
-    reserve for a separate draft nothing describes (``draft``: the plan's figures)."""
-    algorithm = profile.speculative.algorithm
-    if algorithm in (None, "NGRAM"):
-        return CALIBRATION_ERROR_GIB
-    known = draft.get("weights_error_gib") if draft else None
-    if known is None:
-        known = DRAFT_GIB.get(algorithm, DRAFT_DEFAULT_GIB)
-    return CALIBRATION_ERROR_GIB + known
+    """GiB by which a calibrated rest may be wrong for ``profile`` (a candidate):
+    gpuserve.memory.calibration.uncertainty of its speculative algorithm and the plan's
+    draft figures ``draft``."""
+    return calibration.uncertainty(profile.speculative.algorithm, draft)
 
 
 def risk(verdict: Verdict) -> str | None:

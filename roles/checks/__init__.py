@@ -19,6 +19,7 @@ from pyinfra.api import deploy
 
 from gpuserve.launch.bench import BenchMode
 from gpuserve.measure.results import RecordSpec
+from gpuserve.measure.starts import StartSpec
 from gpuserve.roles.checks.bench import throughput_checks
 from gpuserve.roles.checks.gate import wait_healthy
 from gpuserve.roles.checks.probe import (
@@ -58,7 +59,7 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
                   record: RecordSpec | None = None,
                   rollback: RollbackSpec | None = None,
                   bench: BenchPlan | None = None, serves_http: bool = True,
-                  smoke_per_start: bool = True) -> None:
+                  smoke_per_start: bool = True, start: StartSpec | None = None) -> None:
     """Gate on health (the scripts: :func:`install_check_scripts`), then one smoke
     completion (recorded on the controller when ``record`` is given), then the
     throughput checks when ``bench`` is given (roles/checks/bench.py). With
@@ -66,7 +67,9 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
     :func:`wait_healthy`). ``serves_http`` False (a multi-node rank > 0): the gate
     waits for the unit to run, and nothing else runs. ``smoke_per_start`` (the server's
     ``/health`` generates a token: gpuserve.measure.health.health_generates): no smoke
-    while the start the newest smoke record measured still runs; False: one every run."""
+    while the start the newest smoke record measured still runs; False: one every run.
+    ``start``: the gate records the memory figures of a start this deploy made
+    (roles/checks/starts.py)."""
     if not serves_http:
         # a multi-node rank > 0: no HTTP here, so no smoke or throughput check either;
         # node 0's gate, smoke and checks cover the group
@@ -82,7 +85,7 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
                  rollback=rollback, smoke=SmokeRequest(port=port, model=served_name,
                                                        config=config_path,
                                                        unless_start=unless_start),
-                 profile_name=profile_name)
+                 profile_name=profile_name, start=start)
     smoke_completion(name=f"smoke completion on port {port}", port=port, model=served_name,
                      profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path,
                      record=record, unless_start=unless_start)

@@ -11,6 +11,7 @@ from gpuserve.measure.health import (
     Verdict,
     restart_warning,
 )
+from gpuserve.measure.starts import StartSpec
 from gpuserve.roles.checks.probe import (
     BATCH_PROBE_MAX_AGE,
     _gate,
@@ -19,6 +20,7 @@ from gpuserve.roles.checks.probe import (
 )
 from gpuserve.roles.checks.rollback import roll_back
 from gpuserve.roles.checks.smoke import SmokeRequest
+from gpuserve.roles.checks.starts import record_start
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.prefetch import changed_so_far, prefetched
 from gpuserve.roles.run_context import run_context
@@ -30,7 +32,8 @@ from gpuserve.roles.service.rollback import (
 @operation(is_idempotent=True)
 def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: float = 3.0,
                  report_every: float = 15.0, rollback: RollbackSpec | None = None,
-                 smoke: SmokeRequest | None = None, profile_name: str = ""):
+                 smoke: SmokeRequest | None = None, profile_name: str = "",
+                 start: StartSpec | None = None):
     """Wait for ``/health`` 200, printing the startup phase; fail early or on timeout.
 
     With ``rollback``, a failed gate first restores the last good configuration when
@@ -40,7 +43,9 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
     :func:`smoke_completion`, the next operation). With ``profile_name`` too, and no
     operation of this deploy having changed the host, the first batch's probe of this
     profile (:func:`serving_probe`) stands for the first probe: the server it found
-    healthy is the one this deploy leaves running."""
+    healthy is the one this deploy leaves running. With ``start``, the memory figures of
+    a start this deploy made are recorded on the controller, healthy or not
+    (roles/checks/starts.py)."""
     if not state.is_executing:
         return
     run_context().host(host.name).smoke = None
@@ -51,6 +56,8 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
         found = _healthy_from_batch(batch, smoke, timeout)
     decision, tail, elapsed, error = ((*found, 0.0, "") if found else _gate(
         unit, port, script, timeout, interval, report_every, smoke))
+    if found is None and changed_so_far():
+        record_start(start, unit)
     if decision is not None and decision.verdict is Verdict.HEALTHY:
         logger.info(f"{host.name}: health: ready after {elapsed:.0f} s ({decision.message})")
         # a crash systemd restarted is not a failed gate, but must not go unseen

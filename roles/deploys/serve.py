@@ -189,7 +189,8 @@ def serve(plan: ServePlan, rollback: RollbackSpec) -> None:
                   health_timeout=plan.health_timeout, config_path=plan.config_path,
                   record=plan.record, rollback=rollback, bench=plan.bench,
                   serves_http=plan.node is None or plan.node.is_head,
-                  smoke_per_start=health_generates(dict(plan.service.environment)))
+                  smoke_per_start=health_generates(dict(plan.service.environment)),
+                  start=plan.start)
     if switching.rollout is not None:
         put_back(name=f"put {switching.rollout.url} back into the gateway on {router}, "
                       "wait until it is ready", rollout=switching.rollout, switching=switching)

@@ -125,13 +125,42 @@ def _load_surface(ref: str) -> surfaces.Surface:
         raise SystemExit(1) from None
 
 
+#: the lab host's recorded box (lab/nvidia_repo: /etc/gpuserve-lab/box); the knob
+#: GPUSERVE_LAB_STANDIN_BOX_FILE reads it elsewhere (a server run outside a lab host)
+BOX_FILE = "/etc/gpuserve-lab/box"
+#: the surface whose memory figures are a box's own, per box: the field notes measured
+#: GLM-5 NVFP4's start on the reference box (lab/surfaces/field-notes.yaml cites them)
+BOX_MEMORY = {"rtxpro6000-kvm": "field-notes"}
+
+
+def _box_memory(args, shape: ModelShape) -> Plan | None:
+    """Without a surface: the memory of this start on the host's box when the box has
+    measured figures for the served model (its architecture); None: the knobs'. Speed
+    stays the knobs' (a surface gives both)."""
+    try:
+        box = Path(env_str("BOX_FILE") or BOX_FILE).read_text().strip()
+    except OSError:
+        return None
+    ref = BOX_MEMORY.get(box)
+    if ref is None:
+        return None
+    surface = _load_surface(ref)
+    model = surface.model or {}
+    if shape.architecture not in (model.get("architectures") or []):
+        return None
+    return surface.start(args, shape).plan
+
+
 def _launch(args, shape: ModelShape) -> Launch:
     ref = env_str("SURFACE").strip()
     if not ref:
         perf = surfaces.Perf(decode_tps=env_float("DECODE_TPS", 60.0),
                              batch_decode_tps=env_float("BATCH_DECODE_TPS", 1500.0),
                              prefill_tps=env_float("PREFILL_TPS", 8000.0))
-        return Launch(plan=plan(args, shape), perf=perf)
+        p = _box_memory(args, shape)
+        if p is None:
+            return Launch(plan=plan(args, shape), perf=perf)
+        return Launch(plan=p, perf=perf)
     surface = _load_surface(ref)
     # GPUSERVE_LAB_STANDIN_SURFACE_NOISE / _SEED: a bundled surface with run-to-run noise
     surface.noise["run"] = env_float("SURFACE_NOISE", surface.noise["run"])
@@ -234,7 +263,10 @@ def run(argv: list[str]) -> None:
                          [("sglang/srt/managers/scheduler.py", 1480, "run_event_loop")])))
     # this node's ranks (TP ranks are spread over the nodes in order)
     per_node = max(1, p.tp // nnodes)
-    ranks = [f"TP{r}" for r in range(node_rank * per_node, (node_rank + 1) * per_node)]
+    # scheduler.py's log prefix: " TP{tp_rank}", then " EP{moe_ep_rank}" when ep_size > 1
+    ep = int(getattr(args, "ep_size", 1) or 1)
+    ranks = [f"TP{r}" + (f" EP{r // max(1, p.tp // ep)}" if ep > 1 else "")
+             for r in range(node_rank * per_node, (node_rank + 1) * per_node)]
 
     _load_phase(p, shape, args, ranks, load_s)
     avail = _capture_phase(launch, ranks, load_s, fail)
