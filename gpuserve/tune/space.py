@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.launch.profiles import (
     NAME_PATTERN,
@@ -127,8 +128,9 @@ def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
     :func:`check_space`). Returns the spec and the raw ``knobs`` mapping, which
     :func:`resolve_knobs` turns into knobs once host defaults are known."""
     src = Path(path)
-    if not src.is_file():
+    if not src.exists():
         raise InputError(src, None, "no such tune file")
+    safeload.regular_file(src)  # a FIFO, a device, a directory: named, never opened
     data, locs = _read(src)
     error = error_at(locs, src)
     for key in data:
@@ -205,8 +207,11 @@ def _incumbent(raw: Any, src: Path, error) -> Path:
         raise error("incumbent", e.message) from e
     if "/" in raw and not Path(raw).is_absolute():
         path = src.parent / raw  # a path: relative to the tune file
-    if not path.is_file():
+    if not path.exists():
         raise error("incumbent", f"no such profile: {path}")
+    what = safeload.not_regular(path.stat().st_mode)
+    if what:
+        raise error("incumbent", f"{path} is {what}, not a regular file")
     target = path.resolve()
     if target.suffix not in (".yaml", ".yml"):
         raise error("incumbent", f"{raw!r} resolves to {target}, which is not a profile's "

@@ -51,16 +51,22 @@ def write_input(case: dict[str, Any], tmp: Path) -> Path | None:
     """The case's input file under ``tmp``: ``text`` (UTF-8, ``{repo}`` and ``{tmp}``
     expanded), ``raw`` (each character one byte, for non-UTF-8), or ``repeat`` (``head``
     + ``body`` x ``times`` + ``tail``, for huge or deep documents), or ``fifo: true`` (a
-    FIFO nobody writes). A ``lock`` is written too (:func:`write_lock`), and ``mkdir``
-    makes a directory."""
+    FIFO nobody writes), or ``special``: ``fifo``, ``device`` (a symlink to /dev/zero,
+    which never ends) or ``directory`` in place of a file. A ``lock`` is written too
+    (:func:`write_lock`), and ``mkdir`` makes a directory."""
     if "lock" in case:
         write_lock(case["lock"], tmp)
     if "mkdir" in case:
         (tmp / case["mkdir"]).mkdir()
     name = case.get("name", "input.yaml")
     path = tmp / name
-    if case.get("fifo"):  # a FIFO no process writes to: reading must not wait forever
+    special = case.get("special") or ("fifo" if case.get("fifo") else None)
+    if special == "fifo":  # a FIFO no process writes to: reading must not wait forever
         os.mkfifo(path)
+    elif special == "device":
+        path.symlink_to("/dev/zero")
+    elif special == "directory":
+        path.mkdir()
     elif "text" in case:
         path.write_text(expand(case["text"], tmp), encoding="utf-8")
     elif "raw" in case:

@@ -257,6 +257,21 @@ def test_serve_deploy_on_fake_host_refuses_a_user_lock_check_refuses(tmp_path) -
     assert "Ready: deploy/serve.py" not in out and "Traceback" not in out
 
 
+def test_serve_deploy_on_fake_host_refuses_a_fifo_profile_without_waiting(tmp_path) -> None:
+    """A profile that is a FIFO nobody writes: named, never opened (opening it waited
+    forever); the subprocess's timeout is the hang's test."""
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    proc = subprocess.run(
+        [str(PYINFRA), "-y", "--dry", "@fake", "deploy/serve.py", "--data", f"profile={fifo}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, PYINFRA_FAKE_DELAY="0"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    assert f"{fifo}: is a FIFO (named pipe), not a regular file" in out, out[-2000:]
+    assert "Ready: deploy/serve.py" not in out and "Traceback" not in out
+
+
 def test_locks_dir_that_is_not_a_directory_names_the_field() -> None:
     with pytest.raises(InputError) as e:
         plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": "/nonexistent/locks"},
