@@ -84,19 +84,6 @@ def regular_file(path: str | Path, field: str | None = None,
     return Path(path)
 
 
-def directory(path: str | Path, field: str | None = None) -> Path:
-    """``path`` when it names a directory (symlinks followed), else InputError naming it
-    and what it is instead."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise InputError(path, field, f"cannot read: {exc.strerror or exc}") from exc
-    if not stat.S_ISDIR(mode):
-        raise InputError(path, field, f"is {not_regular(mode) or 'a regular file'}, "
-                         "not a directory")
-    return Path(path)
-
-
 def read_bytes(path: str | Path, max_bytes: int = CONFIG.max_bytes,
                field: str | None = None) -> bytes:
     """Read a regular file whole, refusing one larger than ``max_bytes`` without reading

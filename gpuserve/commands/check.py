@@ -189,7 +189,9 @@ def load_hosts(inventory: str, overrides: dict, group_data: list[str] | None = N
     for path in group_data or []:
         if not Path(path).exists():
             raise InputError(path, "--group-data", "no such file or directory")
-        for module in sorted(safeload.directory(path, "--group-data").glob("*.py")):
+        # a group data file, or a directory of them (as pyinfra's --group-data)
+        modules = sorted(Path(path).glob("*.py")) if Path(path).is_dir() else [path]
+        for module in modules:
             safeload.regular_file(module, "--group-data", safeload.CONFIG.max_bytes)
     from gpuserve.facts.compat import load_inventory
 
