@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -54,22 +55,61 @@ DATA = Limits(max_bytes=64 * MiB, max_nodes=2_000_000)
 LOG_MAX_BYTES = 64 * MiB
 
 
-def read_bytes(path: str | Path, max_bytes: int = CONFIG.max_bytes) -> bytes:
-    """Read a file whole, refusing one larger than ``max_bytes`` without reading it all.
+def not_regular(mode: int) -> str | None:
+    """What a file of ``st_mode`` is when it is not a regular file (``a FIFO``,
+    ``a directory``, ...), else None."""
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
 
-    The size is checked on what was read (not only ``stat``), so a FIFO or a file that
-    grows while being read cannot slip past. Opened non-blocking: opening a FIFO that no
-    process writes to used to wait forever (``gpuserve compare fifo.json`` hung); now
-    it reads as empty, while ``--facts <(command)`` still reads the command's output."""
+
+def regular_file(path: str | Path, field: str | None = None,
+                 max_bytes: int | None = None) -> Path:
+    """``path`` when it names a regular file (symlinks followed) of at most ``max_bytes``,
+    else InputError naming it and what it is; checked with ``stat``, nothing is opened.
+    For files another program reads (pyinfra's inventory loader), where
+    :func:`read_bytes` cannot be the door."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InputError(path, field, f"cannot read: {exc.strerror or exc}") from exc
+    what = not_regular(st.st_mode)
+    if what:
+        raise InputError(path, field, f"is {what}, not a regular file")
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise InputError(path, field, f"file too large (over {_size(max_bytes)})")
+    return Path(path)
+
+
+def read_bytes(path: str | Path, max_bytes: int = CONFIG.max_bytes,
+               field: str | None = None) -> bytes:
+    """Read a regular file whole, refusing one larger than ``max_bytes`` without reading
+    it all, and anything else (a FIFO, a device, a directory) without reading at all.
+
+    Why: opening a FIFO that no process writes to waits forever (``gpuserve wheelhouse
+    --lock fifo`` hung), ``/dev/zero`` never ends and ``/dev/urandom`` is not a document.
+    Opened non-blocking (so the open of a FIFO cannot wait), then ``fstat`` on what was
+    opened decides (no window between a check and the open). The size is checked on
+    what was read too, so a file that grows while being read cannot slip past."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            os.set_blocking(fd, True)  # the open is what must not wait; reads may
-            data = f.read(max_bytes + 1)
     except OSError as exc:
-        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from exc
+        raise InputError(path, field, f"cannot read: {exc.strerror or exc}") from exc
+    what = not_regular(os.fstat(fd).st_mode)
+    if what:
+        os.close(fd)
+        raise InputError(path, field, f"is {what}, not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            os.set_blocking(fd, True)
+            data = f.read(max_bytes + 1)
+        except OSError as exc:
+            raise InputError(path, field, f"cannot read: {exc.strerror or exc}") from exc
     if len(data) > max_bytes:
-        raise InputError(path, None, f"file too large (over {_size(max_bytes)})")
+        raise InputError(path, field, f"file too large (over {_size(max_bytes)})")
     return data
 
 

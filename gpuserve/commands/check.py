@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gpuserve import safeload
 from gpuserve import versions as pep440
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.fleet.multinode import Member
@@ -182,12 +183,18 @@ def load_hosts(inventory: str, overrides: dict, group_data: list[str] | None = N
     """(name, host data) of every host, and every group's members in inventory order
     (for multi-node profiles), loaded by pyinfra's CLI loader, connecting to none. Any
     failure to load is an ``InputError`` naming the file."""
-    if not Path(inventory).is_file():
+    if not Path(inventory).exists():
         # pyinfra would take it for a host name (and resolve it); a lint wants a file
         raise InputError(inventory, None, "no such inventory file")
+    # pyinfra reads these whole and runs them: a FIFO would hang it, /dev/zero fill memory
+    safeload.regular_file(inventory, max_bytes=safeload.CONFIG.max_bytes)
     for path in group_data or []:
         if not Path(path).exists():
             raise InputError(path, "--group-data", "no such file or directory")
+        # a group data file, or a directory of them (as pyinfra's --group-data)
+        modules = sorted(Path(path).glob("*.py")) if Path(path).is_dir() else [path]
+        for module in modules:
+            safeload.regular_file(module, "--group-data", safeload.CONFIG.max_bytes)
     from gpuserve.facts.compat import load_inventory
 
     cwd = os.getcwd()

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.measure import compare as cmp
 from gpuserve.measure.results import ResultRecord, read_results
@@ -121,9 +122,9 @@ def tune_view(paths: list[str], tune: str, records: list[ResultRecord]
     legend, incumbent = [], None
     for path in paths:
         for doc_path in sorted(Path(path).rglob(f"tune-{tune}/*.json")):
-            try:
-                outcome = from_dict(json.loads(doc_path.read_text()))
-            except (OSError, ValueError):
+            try:  # bounded; a FIFO or a device is skipped, never opened for reading
+                outcome = from_dict(safeload.load_json_file(doc_path))
+            except (InputError, ValueError):
                 continue
             if outcome is None:
                 continue

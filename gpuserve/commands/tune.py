@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpuserve import safeload
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.measure.record_files import safe_name
 from gpuserve.measure.results import read_results, utc_now
@@ -69,9 +70,11 @@ class FileStore:
 
     def get(self, name: str) -> Outcome | None:
         path = self.directory / f"{name}.json"
-        try:
-            return from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError):
+        if not path.exists():
+            return None
+        try:  # bounded, and a FIFO or a device in the results is never opened for reading
+            return from_dict(safeload.load_json_file(path))
+        except (InputError, ValueError):
             return None
 
     def put(self, outcome: Outcome) -> None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import re
 import sys
 import urllib.request
 from pathlib import Path
 
+from gpuserve import safeload
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.launch.lock_choice import public_version
 from gpuserve.launch.locks import AppLock, Lock, available_locks, load_app_lock, load_lock
@@ -90,10 +90,7 @@ def select_locks(args: argparse.Namespace) -> list[Lock]:
 def lock_file(path: Path) -> Lock | AppLock:
     """An SGLang lock, or the lock of another package (smg, the gateway: its document
     names its ``package``), each validated by its own loader."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        doc = None  # load_lock says what is wrong with it, naming the file
+    doc = safeload.load_json_file(path)  # a FIFO, a device, a directory: refused here
     if isinstance(doc, dict) and "package" in doc:
         return load_app_lock(path)
     return load_lock(path)

@@ -17,7 +17,6 @@ managed archive. Sources: docs/hosts.md.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import quote
 
+from gpuserve import safeload
 from gpuserve import versions as pep440
 from gpuserve.errors import GpuserveError
 from gpuserve.parsers.distro import AptCandidate
@@ -89,7 +89,7 @@ class ManagedBuild:
 
 @cache
 def managed_builds(path: Path = CATALOG) -> tuple[ManagedBuild, ...]:
-    doc = json.loads(path.read_text())
+    doc = safeload.load_json_file(path, safeload.CONFIG)  # sglang_python_builds: a user's
     builds = tuple(ManagedBuild(**b) for b in doc["builds"])
     for b in builds:  # they reach a shell command and a directory name
         if not (re.fullmatch(r"[0-9a-f]{64}", b.sha256) and re.fullmatch(r"3\.\d+\.\d+",

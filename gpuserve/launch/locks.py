@@ -485,6 +485,7 @@ def load_locks(user_dir: str | None, source: str, field: str) -> list[Lock]:
         if not directory.is_dir():
             raise InputError(source, field, f"{user_dir!r} is not a directory of locks")
         for lock in available_locks(directory):
+            refuse_catalog_mismatch(lock)
             locks[lock.name] = lock
     for lock in available_locks():
         locks.setdefault(lock.name, lock)
@@ -516,3 +517,21 @@ def check_against_catalog(lock: Lock, catalog_source_sha: str) -> str | None:
 
 # The name gpuserve/serve/plan.py uses.
 catalog_mismatch = check_against_catalog
+
+
+def refuse_catalog_mismatch(lock: Lock) -> None:
+    """Refuse a lock whose sglang wheel is not the one its release's flag catalog was
+    generated from (a release without a catalog is left to the lock choice).
+
+    Why here: every reader of ``sglang_locks_dir`` (the serve deploy's prepare,
+    ``gpuserve check``, the fleet) goes through :func:`load_locks`, so they judge the
+    same locks the same way; checked on the chosen lock only, ``check`` and a host that
+    picked another Python disagreed."""
+    from gpuserve.launch.catalog import available_versions, load_catalog
+
+    release = versions.public(lock.sglang)
+    if release not in available_versions():
+        return
+    mismatch = check_against_catalog(lock, load_catalog(release).source)
+    if mismatch:
+        raise InputError(lock.path, "packages (sglang)", mismatch)

@@ -312,9 +312,10 @@ def resolve_profile_path(name_or_path: str | Path, profiles_dir: Path | None = N
 def load_profile(name_or_path: str | Path, profiles_dir: Path | None = None) -> Profile:
     """Load, merge (``extends``) and validate a profile; raises InputError on any bad input."""
     path = resolve_profile_path(name_or_path, profiles_dir)
-    if not path.is_file():
+    if not path.exists():
         known = sorted(p.stem for p in (profiles_dir or PROFILES_DIR).glob("*.yaml"))
         raise InputError(path, None, f"no such profile (known: {', '.join(known) or 'none'})")
+    safeload.regular_file(path)  # a FIFO, a device, a directory: named, never opened
     _check_name(path)
     data, locs = _resolve(path.resolve(), ())
     profile = _build(path.resolve(), data, locs)
@@ -413,8 +414,9 @@ def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[
     if parent_path in (*chain, path):
         loop = " -> ".join(str(p) for p in (*chain, path, parent_path))
         raise InputError(path, "extends", f"extends cycle: {loop}", extends_at.line)
-    if not parent_path.is_file():
+    if not parent_path.exists():
         raise InputError(path, "extends", f"no such file: {parent_path}", extends_at.line)
+    safeload.regular_file(parent_path)
     base, base_locs = _resolve(parent_path, (*chain, path))
     return _merge(base, data, base_locs, locs, "")
 

@@ -250,10 +250,7 @@ def profile_hash(paths: Iterable[str | Path]) -> str:
     digest = hashlib.sha256()
     for path in paths:
         p = Path(path)
-        try:
-            data = p.read_bytes()
-        except OSError as e:
-            raise InputError(p, None, f"cannot read: {e}") from e
+        data = safeload.read_bytes(p)  # a profile: a regular file of CONFIG's size
         digest.update(p.name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
     return "sha256:" + digest.hexdigest()
 

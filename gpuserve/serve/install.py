@@ -85,7 +85,10 @@ def validate_python(data: dict, source: str, key: str = "sglang_python"
 
         try:
             managed_builds(Path(str(builds)))
-        except (OSError, ValueError, TypeError, KeyError) as exc:
+        except InputError as exc:  # not a regular file, too large, not JSON
+            raise InputError(source, "sglang_python_builds", f"{builds!r:.120}: "
+                             f"{exc.message}"[:300]) from None
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             raise InputError(source, "sglang_python_builds", f"{builds!r:.120} cannot be "
                              f"read as a managed-CPython catalog: {exc}"[:300]) from None
     return value, mirror

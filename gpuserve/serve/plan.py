@@ -41,7 +41,7 @@ from gpuserve.launch.lock_choice import (
     public_version,
     wanted_locks,
 )
-from gpuserve.launch.locks import Lock, catalog_mismatch, load_locks
+from gpuserve.launch.locks import Lock, load_locks
 from gpuserve.launch.profiles import Profile, load_profile, profile_ref_problem
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.launch.venvs import venv_path
@@ -259,9 +259,6 @@ def plan_serve(
         host_facts=host_facts, starts=_starts_reader(results_dir, runtime.name))
     # after the memory fit: a profile that cannot fit costs its headers, not a file list
     weights_plan = step.finish() if step is not None else None
-    mismatch = catalog_mismatch(lock, load_catalog(version).source)
-    if mismatch:
-        raise InputError(lock.path, "packages (sglang)", mismatch)
     launch = render_launch(profile, version)
     args = list(launch.args)
     # the nodes' socket interface: after the profile's env, before host data's extra env

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from gpuserve import safeload
 from gpuserve.tune.space import Knob, KnobValue, TuneSpec, nested
 
 #: "refinement": the phase of earlier tunes' records (a neighbour within the noise now)
@@ -43,7 +44,7 @@ class Candidate:
 
 
 def candidate_name(spec: TuneSpec, choice: Mapping[str, KnobValue], config_key: str) -> str:
-    blob = json.dumps({"incumbent": spec.incumbent.read_bytes().decode("utf-8", "replace"),
+    blob = json.dumps({"incumbent": safeload.read_bytes(spec.incumbent).decode("utf-8", "replace"),
                        "config": config_key,
                        "choice": {k: [v.fields, list(v.extra_args)]
                                   for k, v in sorted(choice.items())}},

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.launch.profiles import (
     NAME_PATTERN,
@@ -127,8 +128,9 @@ def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
     :func:`check_space`). Returns the spec and the raw ``knobs`` mapping, which
     :func:`resolve_knobs` turns into knobs once host defaults are known."""
     src = Path(path)
-    if not src.is_file():
+    if not src.exists():
         raise InputError(src, None, "no such tune file")
+    safeload.regular_file(src)  # a FIFO, a device, a directory: named, never opened
     data, locs = _read(src)
     error = error_at(locs, src)
     for key in data:
@@ -154,8 +156,10 @@ def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
         early_stop=_fraction(data.get("early_stop", 0.75), "early_stop", error),
         combine=_int(data.get("combine", 2), "combine", error, low=0, high=8),
         repeats=_repeats(data.get("repeats"), error), locations=locs, **requests)
-    if data.get("budget") is None:
-        spec = _bounded_by_space(spec, knobs, error)
+    if spec.budget.loads is None and spec.budget.wall_s is None:
+        # no budget, or one whose every bound is null: the space itself must be small
+        spec = _bounded_by_space(spec, knobs, error, "knobs" if data.get("budget") is None
+                                 else "budget")
     return spec, dict(knobs)
 
 
@@ -174,15 +178,20 @@ FOLLOW_UP = 0.5
 MAX_RETRIES = 2
 
 
-def _bounded_by_space(spec: TuneSpec, knobs: Mapping, error) -> TuneSpec:
-    """No budget: the tune measures its whole plan, so the plan must be small."""
+def _bounded_by_space(spec: TuneSpec, knobs: Mapping, error, at: str) -> TuneSpec:
+    """No budget: the tune measures its whole plan, so the plan must be small.
+
+    ``at`` is the field named when it is not: ``knobs`` when the file has no budget,
+    ``budget`` when its budget sets no bound (``{loads: null, wall: null}``)."""
     one_knob = sum(AUTO_VALUES if v == "auto" else len(v) if isinstance(v, list) else 1
                    for v in knobs.values())
     bound = plan_bound(one_knob)
     if bound > UNBUDGETED_LAUNCHES:
-        raise error("knobs", f"{len(knobs)} knobs with {one_knob} values plan up to {bound} "
-                    f"launches; without a budget a tune measures at most "
-                    f"{UNBUDGETED_LAUNCHES}: give budget: {{loads: N}} and/or {{wall: 2 h}}")
+        unset = ("without a budget" if at == "knobs" else "a budget whose loads and wall "
+                 "are null (not set) bounds nothing, and without a bound")
+        raise error(at, f"{len(knobs)} knobs with {one_knob} values plan up to {bound} "
+                    f"launches; {unset} a tune measures at most {UNBUDGETED_LAUNCHES}: "
+                    "give budget: {loads: N} and/or {wall: 2 h}")
     import dataclasses
 
     return dataclasses.replace(spec, budget=Budget(loads=bound))
@@ -198,8 +207,11 @@ def _incumbent(raw: Any, src: Path, error) -> Path:
         raise error("incumbent", e.message) from e
     if "/" in raw and not Path(raw).is_absolute():
         path = src.parent / raw  # a path: relative to the tune file
-    if not path.is_file():
+    if not path.exists():
         raise error("incumbent", f"no such profile: {path}")
+    what = safeload.not_regular(path.stat().st_mode)
+    if what:
+        raise error("incumbent", f"{path} is {what}, not a regular file")
     target = path.resolve()
     if target.suffix not in (".yaml", ".yml"):
         raise error("incumbent", f"{raw!r} resolves to {target}, which is not a profile's "
@@ -319,6 +331,8 @@ def _repeats(raw: Any, error) -> Repeats:
 
 
 def _budget(raw: Any, error) -> Budget:
+    """``loads`` and/or ``wall``; a null one is not set (both null: no bound at all,
+    which :func:`load_tune` treats as no budget)."""
     if raw is None:
         return Budget(loads=None)
     if not isinstance(raw, Mapping) or not raw:

@@ -21,7 +21,14 @@ all-gather and all-to-all exist for the RTX PRO 6000 boxes only). Which one foll
 - ``/etc/gpuserve-lab/gates-hang``: lines ``<tool>`` (always hangs) or ``<tool> p2p``
   (hangs unless ``NCCL_P2P_DISABLE=1``), e.g. ``all_reduce_perf p2p``;
 - ``/etc/gpuserve-lab/gates-slow``: a factor, e.g. ``4``: all_reduce times x4, algbw and
-  busbw / 4 (a composed slow box: below expectation).
+  busbw / 4, and p2pBandwidthLatencyTest's P2P=Enabled bandwidths between GPUs / 4 (a
+  composed slow box, on ``hgx-h100`` a degraded NVLink: below expectation).
+
+The NVSwitch box ``hgx-h100`` answers with its own figures: eight H100 over NVLink 4
+(``all_reduce_h100x8_gate_composed.txt``: its rows up to the 4 GiB the nvlink4
+expectation reads, and with ``NCCL_P2P_DISABLE=1`` the host-memory path's figures,
+``all_reduce_h100x8_p2p_off_composed.txt``; ``p2p_bw_h100x8_nvlink_composed.txt``: 8x8
+matrices near the published 742-749 GB/s bidirectional pairs).
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ P2P_SUBDIR = "Samples/5_Domain_Specific/p2pBandwidthLatencyTest"
 #: output name -> fixture file (all composed: see tests/fixtures/gates/SOURCES.md)
 OUTPUTS = {
     "ar_h200": "all_reduce_h200x8_gate_composed.txt",
+    "ar_h100": "all_reduce_h100x8_gate_composed.txt",
+    "ar_h100_off": "all_reduce_h100x8_p2p_off_composed.txt",
     "ar_pro_on": "all_reduce_pro6000x8_p2p_on_composed.txt",
     "ar_pro_off": "all_reduce_pro6000x8_p2p_off_composed.txt",
     "ag_pro_on": "all_gather_pro6000x8_p2p_on_composed.txt",
@@ -49,6 +58,7 @@ OUTPUTS = {
     "a2a_pro_off": "alltoall_pro6000x8_p2p_off_composed.txt",
     "p2p_on": "p2p_bw_pro6000x2_p2p_on_composed.txt",
     "p2p_none": "p2p_bw_full_composed.txt",
+    "p2p_nvlink": "p2p_bw_h100x8_nvlink_composed.txt",
 }
 
 _SCRIPT_HEAD = r'''#!/bin/sh
@@ -74,6 +84,17 @@ emit() {
       $6 = sprintf("%.1f", $6 * f); $7 = sprintf("%.2f", $7 / f); $8 = sprintf("%.2f", $8 / f)
       $10 = sprintf("%.1f", $10 * f); $11 = sprintf("%.2f", $11 / f); $12 = sprintf("%.2f", $12 / f)
     } { print }'
+  elif [ -n "$slow" ] && [ "$tool" = p2pBandwidthLatencyTest ]; then
+    # the P2P=Enabled bandwidths between GPUs / factor (a degraded link), self cells kept
+    awk -v f="$slow" '
+      /^(Unidirectional|Bidirectional) P2P=Enabled/ { sec = 1; print; next }
+      /Matrix/ { sec = 0 }
+      sec && $1 ~ /^[0-9]+$/ {
+        row = sprintf("%6d", $1)
+        for (k = 2; k <= NF; k++) row = row sprintf(" %6.2f", (k - 2 == $1) ? $k : $k / f)
+        print row " "; next
+      }
+      { print }'
   else
     cat
   fi
@@ -85,6 +106,9 @@ case "$tool" in
   all_reduce_perf)
     case "$box" in
       h200-nvlink) out_ar_h200 | emit ;;
+      hgx-h100)
+        if [ "${NCCL_P2P_DISABLE:-0}" = 1 ]; then out_ar_h100_off | emit
+        else out_ar_h100 | emit; fi ;;
       rtxpro6000-baremetal)
         if [ "${NCCL_P2P_DISABLE:-0}" = 1 ]; then out_ar_pro_off | emit
         else out_ar_pro_on | emit; fi ;;
@@ -103,8 +127,9 @@ case "$tool" in
     esac ;;
   p2pBandwidthLatencyTest)
     case "$box" in
-      h200-nvlink|rtxpro6000-baremetal) out_p2p_on ;;
-      *) out_p2p_none ;;
+      hgx-h100) out_p2p_nvlink | emit ;;
+      h200-nvlink|rtxpro6000-baremetal) out_p2p_on | emit ;;
+      *) out_p2p_none | emit ;;
     esac ;;
   *)
     echo "$tool: the gpuserve lab has no recorded output of this tool for box $box" >&2

@@ -7,6 +7,8 @@ torch stand-in sees CUDA only with the fabric registered); a driver branch chang
 container host's module moves to R590) moves both packages together and restarts Fabric
 Manager at the new version. The teardown moves the host back (R580, reference box) and
 takes Fabric Manager off, so the modules after this one find the host as before.
+The host deploys run the measured gates with default host data: the stand-in tools answer
+with the box's NVLink figures (lab/gate_tools), and a degraded link (gates-slow) fails them.
 What this proves and what it does not (no NVSwitch, no kernel module): docs/nvswitch.md.
 """
 
@@ -24,8 +26,9 @@ PACKAGES = ("nvidia-driver-cuda", "nvidia-fabricmanager", "libnvidia-nscq")
 BRANCH_CHANGE = "590.48.01"  # an R590 release the lab repository carries (packages.yaml)
 
 
-def host_deploy(lab) -> tuple[int, str]:
-    r = lab.run_pyinfra("deploy/host.py", "--data", "gates=off", check=False)
+def host_deploy(lab, *extra: str) -> tuple[int, str]:
+    """deploy/host.py with default host data: the measured gates run (nvlink4 class)."""
+    r = lab.run_pyinfra("deploy/host.py", *extra, check=False)
     return r.returncode, clean(r.stdout)
 
 
@@ -64,11 +67,27 @@ def test_host_deploy_installs_and_starts_fabric_manager_at_the_drivers_version(l
     assert lab.ssh("systemctl is-active nvidia-fabricmanager").stdout.strip() == "active"
     assert lab.ssh("systemctl is-enabled nvidia-fabricmanager").stdout.strip() == "enabled"
     assert fabric_state(lab).state == "ready"
+    # the gates judged the box's own figures: NVLink, the 4 GiB row the class reads
+    assert "gates: NCCL env chosen from measurement: P2P on is faster" in out, out[-6000:]
+    assert "is not ready" not in out
 
 
 def test_host_deploy_rerun_reports_no_changes(lab, hgx):
     rc, out = host_deploy(lab)
     assert rc == 0 and no_changes(out), out[-6000:]
+
+
+def test_degraded_nvlink_fails_the_gates_naming_the_figure(lab, hgx):
+    lab.ssh("echo 4 > /etc/gpuserve-lab/gates-slow", check=True)
+    try:
+        rc, out = host_deploy(lab, "--data", "gates_remeasure=True")
+    finally:
+        lab.ssh("rm -f /etc/gpuserve-lab/gates-slow", check=True)
+    assert rc != 0, out[-6000:]
+    assert "gates: lab-gpu is not ready (measured vs expected):" in out, out[-6000:]
+    assert "p2p_bidir_best: 187.34 GB/s vs expectation 742 GB/s" in out, out[-6000:]
+    rc, out = host_deploy(lab, "--data", "gates_remeasure=True")
+    assert rc == 0, out[-6000:]
 
 
 def test_serve_deploy_serves_on_the_hgx_box(lab, hgx):

@@ -51,16 +51,22 @@ def write_input(case: dict[str, Any], tmp: Path) -> Path | None:
     """The case's input file under ``tmp``: ``text`` (UTF-8, ``{repo}`` and ``{tmp}``
     expanded), ``raw`` (each character one byte, for non-UTF-8), or ``repeat`` (``head``
     + ``body`` x ``times`` + ``tail``, for huge or deep documents), or ``fifo: true`` (a
-    FIFO nobody writes). A ``lock`` is written too (:func:`write_lock`), and ``mkdir``
-    makes a directory."""
+    FIFO nobody writes), or ``special``: ``fifo``, ``device`` (a symlink to /dev/zero,
+    which never ends) or ``directory`` in place of a file. A ``lock`` is written too
+    (:func:`write_lock`), and ``mkdir`` makes a directory."""
     if "lock" in case:
         write_lock(case["lock"], tmp)
     if "mkdir" in case:
         (tmp / case["mkdir"]).mkdir()
     name = case.get("name", "input.yaml")
     path = tmp / name
-    if case.get("fifo"):  # a FIFO no process writes to: reading must not wait forever
+    special = case.get("special") or ("fifo" if case.get("fifo") else None)
+    if special == "fifo":  # a FIFO no process writes to: reading must not wait forever
         os.mkfifo(path)
+    elif special == "device":
+        path.symlink_to("/dev/zero")
+    elif special == "directory":
+        path.mkdir()
     elif "text" in case:
         path.write_text(expand(case["text"], tmp), encoding="utf-8")
     elif "raw" in case:
@@ -184,3 +190,36 @@ def test_corpus_ids_are_unique_and_every_case_names_what_it_covers() -> None:
     for case in CASES:
         assert case.get("kind", "cli") in ("cli", "host_data"), case["id"]
         assert case.get("field") or case.get("says"), f"{case['id']}: name a field or words"
+
+
+LOCK_CASES = [c for c in CASES if "lock" in c]
+
+
+@pytest.mark.parametrize("case", LOCK_CASES, ids=[c["id"] for c in LOCK_CASES])
+def test_check_and_the_serve_deploy_refuse_the_same_locks(case: dict[str, Any], tmp_path: Path,
+                                                          monkeypatch) -> None:
+    """Every lock the corpus refuses through ``gpuserve check`` is refused by the serve
+    deploy's prepare step (roles/deploys/serve.plan_and_read) too, with the same error,
+    before its first read of the host: both go through serve.plan.read_input."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.context import ctx_host, ctx_state
+
+    import gpuserve.roles.deploys.serve as deploy
+    from gpuserve.commands.check import check_host
+    from gpuserve.errors import InputError
+
+    write_lock(case["lock"], tmp_path)
+    data = {"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": str(tmp_path / "locks")}
+    checked = check_host("gpu1", data, "inv.py", "serve")
+    assert not checked.ok and checked.error is not None
+    lock_file = expand(case["file"], tmp_path)
+    assert lock_file in checked.error, checked.error
+    reads: list[list] = []
+    monkeypatch.setattr(deploy, "prefetch", reads.append)
+    inv = Inventory((["gpu1"], data))
+    state = State(inv, Config())
+    with ctx_state.use(state), ctx_host.use(inv.get_host("gpu1")), \
+            pytest.raises(InputError) as refused:
+        deploy.plan_and_read()
+    assert str(refused.value) == checked.error
+    assert reads == []  # refused before the first batch of host reads

@@ -56,7 +56,20 @@ def test_wheelhouse_python_must_be_a_minor(tmp_path, capsys) -> None:
     assert "--python: python: must be a Python minor" in capsys.readouterr().err
 
 
-def test_a_fifo_nobody_writes_reads_as_empty_instead_of_hanging(tmp_path) -> None:
-    fifo = tmp_path / "facts.json"
-    os.mkfifo(fifo)
-    assert safeload.read_bytes(fifo) == b""
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_only_a_regular_file_is_read(tmp_path, kind) -> None:
+    """A FIFO nobody writes (its open used to wait forever), a device that never ends
+    and a directory are refused naming the path and what it is, before any read."""
+    path = tmp_path / "facts.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    with pytest.raises(InputError) as refused:
+        safeload.read_bytes(path, field="--facts")
+    assert (refused.value.file, refused.value.field) == (str(path), "--facts")
+    assert refused.value.message.endswith("not a regular file")
+    assert {"fifo": "FIFO", "device": "character device",
+            "directory": "directory"}[kind] in refused.value.message

@@ -237,6 +237,41 @@ def test_user_lock_whose_sglang_wheel_differs_from_the_catalogs_is_refused(tmp_p
     assert forged in e.value.message and catalog_sha in e.value.message
 
 
+def test_serve_deploy_on_fake_host_refuses_a_user_lock_check_refuses(tmp_path) -> None:
+    """The lock of Python 3.11 is forged; the @fake host would pick the 3.12 one (managed
+    CPython), and the deploy used to judge only the lock it picked: prepared, exit 0."""
+    shipped = REPO / "gpuserve/data/locks/sglang-0.5.23-cu13-py311.json"
+    lock = json.loads(shipped.read_text())
+    lock["sglang_sha256"] = "f" * 64
+    next(p for p in lock["packages"] if p["name"] == "sglang")["sha256"] = "f" * 64
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / shipped.name).write_text(json.dumps(lock))
+    proc = subprocess.run(
+        [str(PYINFRA), "-y", "--dry", "@fake", "deploy/serve.py", "--data",
+         "profile=glm5-nvfp4-tp8", "--data", f"sglang_locks_dir={tmp_path / 'locks'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, PYINFRA_FAKE_DELAY="0"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    assert f"{tmp_path / 'locks' / shipped.name}: packages (sglang): " in out, out[-2000:]
+    assert "Ready: deploy/serve.py" not in out and "Traceback" not in out
+
+
+def test_serve_deploy_on_fake_host_refuses_a_fifo_profile_without_waiting(tmp_path) -> None:
+    """A profile that is a FIFO nobody writes: named, never opened (opening it waited
+    forever); the subprocess's timeout is the hang's test."""
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    proc = subprocess.run(
+        [str(PYINFRA), "-y", "--dry", "@fake", "deploy/serve.py", "--data", f"profile={fifo}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, PYINFRA_FAKE_DELAY="0"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    assert f"{fifo}: is a FIFO (named pipe), not a regular file" in out, out[-2000:]
+    assert "Ready: deploy/serve.py" not in out and "Traceback" not in out
+
+
 def test_locks_dir_that_is_not_a_directory_names_the_field() -> None:
     with pytest.raises(InputError) as e:
         plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": "/nonexistent/locks"},

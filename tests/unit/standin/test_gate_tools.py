@@ -4,14 +4,18 @@ their switches (run with the guest's /etc/gpuserve-lab paths moved into tmp_path
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
+from gpuserve.measure import gate_runs as gr
 from gpuserve.measure import gates
 from gpuserve.parsers.nccl_tests import parse_nccl_tests
 from gpuserve.parsers.p2p_bandwidth import parse_p2p_bandwidth
 from lab import gate_tools
+
+BOXES = Path(__file__).resolve().parents[3] / "lab/nvidia_repo/boxes"
 
 
 def _tool(tmp_path: Path, name: str) -> Path:
@@ -98,3 +102,43 @@ def test_tools_without_a_recording_say_so(tmp_path):
     assert r.returncode == 1 and "no recorded output" in r.stderr
     r = _run(_tool(tmp_path, "broadcast_perf"))
     assert r.returncode == 1 and "no recorded output" in r.stderr
+
+
+def _hgx_evaluation(tmp_path: Path) -> gr.Evaluation:
+    """The stand-in tools on box hgx-h100, run as the host deploy's measurement runs them
+    (gpuserve/measure/gate_runs.run_plan) and judged by the product's evaluation with
+    the box's facts: eight H100 on NV18 links, driver P2P ok, bare metal."""
+    (tmp_path / "etc").mkdir(exist_ok=True)
+    (tmp_path / "etc/box").write_text("hgx-h100\n")
+    tools = {name: _tool(tmp_path, name) for name in ("all_reduce_perf",
+                                                       "p2pBandwidthLatencyTest")}
+    runs = gr.run_plan("/n", "/p", 8, "ok", "none")
+    lines: list[str] = []
+    for i, run in enumerate(runs):
+        r = subprocess.run([str(tools[run.tool]), *run.args], capture_output=True, text=True,
+                           env={**os.environ, **run.env}, timeout=20)
+        lines += [*r.stdout.splitlines(), f"{gr.MARKER} {i} {r.returncode}"]
+    box = json.loads((BOXES / "hgx-h100/box.json").read_text())
+    links = [["X" if i == j else "NV18" for j in range(8)] for i in range(8)]
+    facts = {"gpus": [{"index": g["index"], "name": g["name"]} for g in box["gpus"]],
+             "virtualization": box["virtualization"], "topology": {"links": links, "p2p": "ok"}}
+    return gr.evaluate(gr.split_runs(lines, runs, 30), host="lab-gpu",
+                       timestamp="2026-12-06T00:00:00Z", facts=facts, gpus=8,
+                       driver_p2p="ok", exp=gates.load_expectations(),
+                       sources=gates.load_sources())
+
+
+def test_hgx_box_passes_the_nvlink_gates_and_a_degraded_link_fails_them(tmp_path):
+    """hgx-h100 answers with NVLink figures and the 4 GiB row the nvlink4 class reads
+    (it used to print the PCIe box's: p2p_bidir_best 28.1 GB/s, no 4 GiB row)."""
+    ev = _hgx_evaluation(tmp_path)
+    assert ev.topology == "nvlink4" and ev.ready, ev.problems
+    assert ev.choice.p2p  # P2P on is far faster than NCCL_P2P_DISABLE=1 over host memory
+    status = {v.check: v.status for v in ev.verdicts}
+    assert status["all_reduce_busbw@4294967296"] == "pass"
+    assert status["p2p_bidir_best"] == "pass"
+    (tmp_path / "etc/gates-slow").write_text("4\n")  # a degraded NVLink
+    slow = _hgx_evaluation(tmp_path)
+    failed = {p.split(":")[0] for p in slow.problems}
+    assert {"all_reduce_busbw@4294967296", "p2p_bidir_best"} <= failed, slow.problems
+    assert any("187.34 GB/s vs expectation 742 GB/s" in p for p in slow.problems)

@@ -11,7 +11,7 @@ import pytest
 from gpuserve.cli import main as cli_main
 from gpuserve.errors import InputError
 from gpuserve.tune.session import precheck
-from gpuserve.tune.space import check_space, knob_values, load_tune
+from gpuserve.tune.space import Budget, check_space, knob_values, load_tune
 
 REPO = Path(__file__).resolve().parents[3]
 INCUMBENT = REPO / "profiles/glm5-nvfp4-tp8.yaml"
@@ -148,6 +148,9 @@ SECRET = "sk-live-0123456789abcdef"
 @pytest.mark.parametrize(("body", "field", "line", "words"), [
     # an unbounded space: 12 knobs x 10 values and no budget at all
     (_MANY, "knobs", 2, "without a budget"),
+    # the same space with a budget of explicit nulls: null is "not set", so no bound
+    (_MANY + "budget: {loads: null, wall: null}\n", "budget", 15, "bounds nothing"),
+    (_MANY + "budget:\n  loads: null\n", "budget", 15, "bounds nothing"),
     # values that are not finite, or hold a newline or a terminal escape
     ("knobs:\n  --schedule-conservativeness: [.nan, 1.3]\nbudget: {loads: 4}\n",
      "knobs.--schedule-conservativeness[0]", 3, "finite"),
@@ -221,6 +224,16 @@ def test_incumbent_symlink_to_a_system_file(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert rc == 2 and not mark.exists()
     assert f"{bad}:1: incumbent: " in err and "/etc/passwd" in err, err
+
+
+@pytest.mark.parametrize("budget", ["", "budget: {loads: null, wall: null}\n",
+                                    "budget: {wall: null}\n"])
+def test_budget_of_nulls_is_no_budget(tmp_path, budget) -> None:
+    """A null bound is not set: a small space is measured whole (its plan's size), as
+    with no budget at all, never without a bound."""
+    spec, _ = load_tune(tune_file(tmp_path, "knobs:\n  memory.cuda_graph_max_bs: [128, 256]\n"
+                                            "objectives: {single_stream: {}}\n" + budget))
+    assert spec.budget == Budget(loads=1 + 2 + 2)
 
 
 def test_small_space_without_budget_says_its_size(tmp_path) -> None:
