@@ -42,8 +42,12 @@ LAB_HOST_DATA = {
     "sglang_locks_dir": "{locks}",
     "pip_find_links": "{mirror}wheels/",
     # the stand-in's simulated weight load: long enough for the health gate to see the
-    # start-up phases, short because the tier starts the server some thirty times
-    "sglang_extra_env": {"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "3"},
+    # start-up phases, short because the tier starts the server some thirty times; its
+    # single-stream decode at 100 tok/s, about the field notes' box (89.5), so the shipped
+    # profiles' floors (>= 80.5 tok/s single stream, from the notes) are judged in the
+    # lab as they are, never lowered (docs/lab.md)
+    "sglang_extra_env": {"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "3",
+                         "GPUSERVE_LAB_STANDIN_DECODE_TPS": "100"},
     "nvidia_repo_url": "{mirror}cuda/repos/debian12/x86_64/",
     "nvidia_keyring_sha256": "{keyring_sha256}",
     "trusted_mirrors": ["{mirror}"],

@@ -20,6 +20,7 @@ from gpuserve import safeload, versions
 from gpuserve.errors import InputError
 from gpuserve.host import fabric
 from gpuserve.host.hostfacts import HostFacts
+from gpuserve.host.nccl_env import NcclPlan, plan_nccl
 from gpuserve.launch.dialect import Launch, render_launch, target_version
 from gpuserve.launch.profiles import Profile
 from gpuserve.paths import DATA_DIR
@@ -98,6 +99,27 @@ class Context:
     @property
     def args(self) -> list[str]:
         return self.launch.args if self.launch else list(self.profile.extra_args)
+
+    @property
+    def host_nccl(self) -> NcclPlan:
+        """The NCCL env and custom all-reduce choice the host deploy renders from these
+        facts (roles/nccl, roles/gpu_gates: the measured choice, else the driver's P2P
+        verdict), which the unit reads before the profile's env (host data ``nccl_env``
+        overrides are not in the facts)."""
+        return host_nccl_plan(self.facts)
+
+    @property
+    def effective_env(self) -> dict[str, str]:
+        """The server's environment as the unit builds it: the host's nccl.env, then the
+        profile's env (a later name wins)."""
+        return {**self.host_nccl.env, **self.env}
+
+    def custom_all_reduce_off(self) -> bool:
+        """Whether the launch runs without SGLang's custom all-reduce: the profile says so,
+        or the host's host.json adds ``--disable-custom-all-reduce``."""
+        return (self.profile.communication.disable_custom_all_reduce
+                or self.flag_present("--disable-custom-all-reduce")
+                or self.host_nccl.disable_custom_all_reduce)
 
     def flag_present(self, flag: str) -> bool:
         return any(a == flag or a.startswith(f"{flag}=") for a in self.args)
@@ -211,6 +233,19 @@ class Context:
             moe_a2a_backend=p.moe.a2a_backend or "none",
             speculative=bool(p.speculative.algorithm),
         )
+
+
+def host_nccl_plan(facts: HostFacts) -> NcclPlan:
+    """:func:`gpuserve.host.nccl_env.plan_nccl` over a facts document: its measured choice
+    (when the measuring stage recorded one) under the driver verdict it was taken with."""
+    m = facts.measured
+    measured = None
+    if m is not None and m.state == "measured" and m.env is not None:
+        measured = {"env": m.env, "reason": m.reason or "",
+                    "disable_custom_all_reduce": m.disable_custom_all_reduce,
+                    "numbers": {"driver_p2p": m.driver_p2p}}
+    return plan_nccl(facts.virtualization, facts.topology.p2p,
+                     gpu_count=len(facts.gpus) or None, measured=measured)
 
 
 @cache
@@ -441,17 +476,6 @@ def _nccl_tree(ctx: Context) -> str | None:
     return f"NCCL_ALGO={algo} ({_where(ctx, 'env.NCCL_ALGO')}) with decode CUDA graphs on"
 
 
-@rule("custom-allreduce-pcie-no-p2p")
-def _custom_allreduce(ctx: Context) -> str | None:
-    tp = ctx.profile.parallel.tp
-    if tp < 2 or ctx.profile.communication.disable_custom_all_reduce:
-        return None
-    if ctx.pcie_only and ctx.p2p in ("none", "partial"):
-        return f"tp {tp} over PCIe (no NVLink), P2P {ctx.p2p}, " \
-               f"communication.disable_custom_all_reduce not set"
-    return None
-
-
 @rule("pcie-ipc-needs-p2p")
 def _pcie_ipc(ctx: Context) -> str | None:
     if not _env_true(ctx.env, "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") \
@@ -496,9 +520,9 @@ def _allreduce_measured(ctx: Context) -> str | None:
         return None
     tp = ctx.profile.parallel.tp
     uses = []
-    if tp >= 2 and not ctx.profile.communication.disable_custom_all_reduce \
-            and not ctx.flag_present("--disable-custom-all-reduce"):
-        uses.append("custom all-reduce (communication.disable_custom_all_reduce not set)")
+    if tp >= 2 and not ctx.custom_all_reduce_off():
+        uses.append("custom all-reduce (neither the profile nor the host's measured choice "
+                    "turns it off)")
     if _env_true(ctx.env, "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") \
             or ctx.profile.communication.pcie_ipc_allreduce:
         uses.append("PCIe-IPC all-reduce")
@@ -560,9 +584,15 @@ def _gates_not_measured(ctx: Context) -> str | None:
 
 @rule("nccl-p2p-disable-missing")
 def _nccl_p2p_missing(ctx: Context) -> str | None:
+    """The host's nccl.env sets NCCL_P2P_DISABLE=1 without P2P; only the profile's env,
+    read after it, can take it away (an override the profile insisted on)."""
     if ctx.p2p in ("none", "partial") and ctx.profile.parallel.tp > 1 \
-            and not _env_true(ctx.env, "NCCL_P2P_DISABLE"):
-        return f"topo -p2p verdict {ctx.p2p}; NCCL_P2P_DISABLE not set"
+            and not _env_true(ctx.effective_env, "NCCL_P2P_DISABLE"):
+        if "NCCL_P2P_DISABLE" not in ctx.env:
+            return f"topo -p2p verdict {ctx.p2p}; NCCL_P2P_DISABLE not set"
+        return (f"topo -p2p verdict {ctx.p2p}; NCCL_P2P_DISABLE="
+                f"{ctx.env['NCCL_P2P_DISABLE']} in the profile "
+                f"({_where(ctx, 'env.NCCL_P2P_DISABLE')}) overrides the host's nccl.env")
     return None
 
 

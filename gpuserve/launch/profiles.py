@@ -175,11 +175,21 @@ class SpeculativeSection:
 
 @dataclass(frozen=True)
 class CommunicationSection:
-    # use NCCL's all-reduce instead of SGLang's custom kernel (the host deploy's
-    # measurement may set it too)
+    # use NCCL's all-reduce instead of SGLang's custom kernel whatever the host measured
+    # (the host deploy adds it by itself where P2P does not work: host.json); needs insist
     disable_custom_all_reduce: bool = False
     # SGLang's PCIe IPC all-reduce (an environment switch; versions before 0.5.23 lack it)
     pcie_ipc_allreduce: bool = False
+    # why this profile overrides the host's measured transport choice (custom all-reduce
+    # off, or an env NCCL_P2P_DISABLE, NCCL_P2P_LEVEL or NCCL_SHM_DISABLE); required with
+    # them, refused without them
+    insist: str | None = None
+
+
+#: The NCCL transport settings the host deploy decides from its measured gates
+#: (gpuserve/host/nccl_env.py, /etc/gpuserve/nccl.env): a profile that sets one in env
+#: overrides the host's verdict, so it must say why (communication.insist).
+HOST_TRANSPORT_ENV = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE")
 
 
 SECTIONS: dict[str, type] = {
@@ -716,6 +726,7 @@ def _check_cross_fields(p: Profile) -> None:
 
     _check_secret_args(p)
     _check_env_names(p)
+    _check_host_verdicts(p)
 
 
 def _check_env_names(p: Profile) -> None:
@@ -731,6 +742,29 @@ def _check_env_names(p: Profile) -> None:
         if is_secret_env_name(key):
             raise p.error(f"env.{key}", "looks like a secret: set it in host data (hf_token / "
                           "sglang_api_key / sglang_extra_env), not in a committed profile")
+
+
+def _check_host_verdicts(p: Profile) -> None:
+    """A profile carries no host verdict unless it says why: the NCCL transport and the
+    custom all-reduce choice are the host's, from its measured gates (docs/gpu-gates.md);
+    the profile's env is read after the host's nccl.env, so a value there would outrank
+    what the host measured (restoring P2P would change nothing)."""
+    insist = p.communication.insist
+    overrides = [f"env.{k}" for k in HOST_TRANSPORT_ENV if k in p.env]
+    if p.communication.disable_custom_all_reduce:
+        overrides.insert(0, "communication.disable_custom_all_reduce")
+    if insist is not None and (not insist.strip() or "\n" in insist):
+        raise p.error("communication.insist", "must be one line saying why this profile "
+                      "overrides the host's measured transport choice")
+    if overrides and insist is None:
+        raise p.error(overrides[0], "is the host's verdict: deploy/host.py measures P2P and "
+                      "writes the NCCL env (/etc/gpuserve/nccl.env) and custom all-reduce "
+                      "choice (/etc/gpuserve/host.json) the server runs with; remove it, or "
+                      "say why this profile overrides the host in communication.insist")
+    if insist is not None and not overrides:
+        raise p.error("communication.insist", "overrides nothing: set it only with "
+                      "communication.disable_custom_all_reduce or an env "
+                      f"{', '.join(HOST_TRANSPORT_ENV)} that the profile insists on")
 
 
 #: One hostname label (RFC 1123 section 2.1): letters, digits and inner hyphens.

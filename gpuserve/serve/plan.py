@@ -87,6 +87,9 @@ class ServePlan:
     weights: weights.WeightsPlan | None = None  # a model.hf profile's fetch (roles/weights)
     interpreter: InterpreterChoice | None = None  # builds the venv (None: python3)
     start: StartSpec | None = None  # where the start's memory figures go (None: off)
+    # where the launch's NCCL transport and custom all-reduce choice come from, and
+    # whether that is a warning (no host record): transport_note
+    transport: tuple[str, bool] = ("", False)
 
     @property
     def venv(self) -> str:
@@ -281,7 +284,8 @@ def plan_serve(
     return ServePlan(lock, version, settings.user, settings.home, settings.index_url,
                      settings.find_links, float(settings.timeout), settings.keep,
                      runtime.gpus, plan, record, bench, checks_report, placement,
-                     weights_plan, runtime.interpreter, start)
+                     weights_plan, runtime.interpreter, start,
+                     transport_note(host_json_lines, "--disable-custom-all-reduce" in args))
 
 
 def _starts_reader(results_dir: str | None, host_name: str
@@ -500,6 +504,33 @@ def communication(host_json_lines: list[str] | None) -> dict:
         return {}
     return {"p2p": doc.get("p2p") if isinstance(doc.get("p2p"), str) else None,
             "nccl_env": doc.get("nccl_env") if isinstance(doc.get("nccl_env"), dict) else {}}
+
+
+def transport_note(host_json_lines: list[str] | None, custom_off: bool) -> tuple[str, bool]:
+    """Where this launch's NCCL transport and custom all-reduce choice come from, said at
+    every plan: the host's measurement, the driver's verdict (not measured), or nothing
+    recorded (a warning: NCCL and SGLang choose for themselves, docs/gpu-gates.md)."""
+    custom = "custom all-reduce off" if custom_off else "custom all-reduce left to SGLang"
+    if not host_json_lines:
+        return (f"NCCL transport: no {HOST_JSON_PATH} (deploy/host.py has not run here): "
+                "NCCL and SGLang choose for themselves (NCCL uses SHM where the driver "
+                "allows no P2P, SGLang turns custom all-reduce off on more than two "
+                f"PCIe-only GPUs or without P2P), {custom}; a P2P path that hangs is "
+                "caught only by deploy/host.py's measurement", True)
+    try:  # sglang_flags_for_host has refused a malformed record before this is reached
+        doc = safeload.loads_json("\n".join(host_json_lines), HOST_JSON_PATH)
+    except InputError:
+        doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    measured = doc.get("measured_nccl")
+    env = doc.get("nccl_env") if isinstance(doc.get("nccl_env"), dict) else {}
+    env_text = " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "NCCL defaults"
+    if isinstance(measured, dict):
+        return (f"NCCL transport: measured ({str(measured.get('reason', ''))[:200]}): "
+                f"{env_text}, {custom}", False)
+    return (f"NCCL transport: from the driver's P2P verdict ({doc.get('p2p') or 'unknown'}), "
+            f"not measured: {env_text}, {custom}; deploy/host.py with gates measures it",
+            False)
 
 
 def run_context(runtime: HostRuntime, lock: Lock, comm: dict) -> dict:

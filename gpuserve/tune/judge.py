@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from gpuserve.doctor.rules import diagnose
+from gpuserve.doctor.rules import diagnose, host_nccl_plan
 from gpuserve.errors import InputError
 from gpuserve.host.hostfacts import HostFacts
+from gpuserve.host.nccl_env import sglang_flags_for_host
 from gpuserve.memory import calibration
 from gpuserve.memory.calibration import CALIBRATION_ERROR_GIB, DRAFT_DEFAULT_GIB, DRAFT_GIB
 from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, parse_scan
@@ -173,9 +174,26 @@ def _doctor(verdict: Verdict, profile, snapshot: HostSnapshot) -> None:
         verdict.pruned = f"doctor {f.id}: {f.evidence} (fix: {f.fix})"
 
 
+def _host_turns_custom_all_reduce_off(snapshot: HostSnapshot) -> bool:
+    """Whether the serve deploy adds ``--disable-custom-all-reduce`` on this host: its
+    host.json says so (the measured choice); without one, what the host deploy would
+    write from the host's facts (gpuserve.doctor.rules.host_nccl_plan)."""
+    if snapshot.host_json:
+        try:
+            return bool(sglang_flags_for_host(snapshot.host_json.splitlines()))
+        except InputError:
+            return False  # the serve deploy refuses it by name before any load
+    if not snapshot.host_facts:
+        return False
+    facts = HostFacts.from_dict(snapshot.host_facts, f"{snapshot.host}: host facts")
+    return host_nccl_plan(facts).disable_custom_all_reduce
+
+
 def _gates(verdict: Verdict, profile, snapshot: HostSnapshot) -> None:
     if profile.parallel.tp <= 1 or profile.communication.disable_custom_all_reduce:
         return
+    if _host_turns_custom_all_reduce_off(snapshot):
+        return  # the candidate runs without custom all-reduce: nothing needs P2P
     facts = snapshot.host_facts or {}
     measured = facts.get("measured") if isinstance(facts, dict) else None
     p2p = measured.get("p2p") if isinstance(measured, dict) else None

@@ -547,6 +547,9 @@ def candidate_profile(spec: TuneSpec, choice: Mapping[str, KnobValue], name: str
                 str(spec.source), None)
         extra.extend(value.extra_args)
     overrides = nested(fields)
+    # the tuner benchmarks every candidate at its own load levels, the incumbent's
+    # scenarios and floors dropped (candidates.bench_section): they are not checked here
+    overrides["bench"] = None
     if extra:
         base = _incumbent_extra_args(spec)
         overrides["extra_args"] = [*base, *extra]

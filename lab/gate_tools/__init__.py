@@ -16,7 +16,9 @@ formats: the files of tests/fixtures/gates (see its SOURCES.md: the 8-GPU all-re
 all-gather and all-to-all outputs and the P2P matrices there are *composed* in the real
 layout, labelled so in their names; there is no verbatim full capture of these boxes;
 all-gather and all-to-all exist for the RTX PRO 6000 boxes only). Which one follows
-``/etc/gpuserve-lab/box`` and ``NCCL_P2P_DISABLE``. Switches on the guest:
+``/etc/gpuserve-lab/box`` and ``NCCL_P2P_DISABLE``; the reference box with its P2P
+clique (``rtxpro6000-kvm-p2p``) prints the P2P-on outputs of the bare-metal box (the same
+cards and links; a composition, as every output here is). Switches on the guest:
 
 - ``/etc/gpuserve-lab/gates-hang``: lines ``<tool>`` (always hangs) or ``<tool> p2p``
   (hangs unless ``NCCL_P2P_DISABLE=1``), e.g. ``all_reduce_perf p2p``;
@@ -109,7 +111,7 @@ case "$tool" in
       hgx-h100)
         if [ "${NCCL_P2P_DISABLE:-0}" = 1 ]; then out_ar_h100_off | emit
         else out_ar_h100 | emit; fi ;;
-      rtxpro6000-baremetal)
+      rtxpro6000-baremetal|rtxpro6000-kvm-p2p)  # P2P on bare metal or in a clique
         if [ "${NCCL_P2P_DISABLE:-0}" = 1 ]; then out_ar_pro_off | emit
         else out_ar_pro_on | emit; fi ;;
       *) out_ar_pro_off | emit ;;  # a VM without P2P: NCCL uses SHM either way
@@ -121,14 +123,14 @@ case "$tool" in
       h200-nvlink)
         echo "$tool: the gpuserve lab has no recorded output of this tool for box $box" >&2
         exit 1 ;;
-      rtxpro6000-baremetal)
+      rtxpro6000-baremetal|rtxpro6000-kvm-p2p)
         if [ "${NCCL_P2P_DISABLE:-0}" = 1 ]; then out_${c}_pro_off; else out_${c}_pro_on; fi ;;
       *) out_${c}_pro_off ;;
     esac ;;
   p2pBandwidthLatencyTest)
     case "$box" in
       hgx-h100) out_p2p_nvlink | emit ;;
-      h200-nvlink|rtxpro6000-baremetal) out_p2p_on | emit ;;
+      h200-nvlink|rtxpro6000-baremetal|rtxpro6000-kvm-p2p) out_p2p_on | emit ;;
       *) out_p2p_none | emit ;;
     esac ;;
   *)

@@ -151,6 +151,9 @@ def plan_and_read() -> ServePlan:
         logger.info(f"{host.name}: {line}")
     for line in plan.preflight.warnings:
         logger.warning(f"{host.name}: {line}")
+    note, warn = plan.transport
+    if note:
+        (logger.warning if warn else logger.info)(f"{host.name}: {note}")
     return plan
 
 

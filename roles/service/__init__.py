@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from pyinfra.api import deploy
 
+from gpuserve.host.nccl_env import NCCL_ENV_PATH
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import SCRIPTS_DIR
 from gpuserve.roles import managed
@@ -52,7 +53,10 @@ def reads(bin_dir: str) -> list[Read]:
         managed.read_unit(UNIT_NAME, MANAGED_FILES)]
 
 
-MANAGED_FILES = (UNIT_PATH, ENV_PATH, CONFIG_PATH)
+#: The files the server runs from: a live server older than one of them restarts. The
+#: host's nccl.env is one (an EnvironmentFile of the unit, written by the host deploy's
+#: measured choice): P2P restored and measured again reaches the server at the next serve.
+MANAGED_FILES = (UNIT_PATH, ENV_PATH, CONFIG_PATH, NCCL_ENV_PATH)
 
 
 @dataclass(frozen=True)

@@ -176,10 +176,22 @@ def test_nccl_algo_tree_cuda_graphs(tmp_path):
     assert "nccl-algo-tree-cuda-graphs" not in fired(no_graphs, facts(REF))
 
 
-def test_custom_allreduce_pcie_no_p2p():
-    assert "custom-allreduce-pcie-no-p2p" in fired("deepseek-v3-fp8-h200-tp8", facts(REF))
-    assert "custom-allreduce-pcie-no-p2p" not in fired("deepseek-v3-fp8-h200-tp8", facts(H200))
-    assert "custom-allreduce-pcie-no-p2p" not in fired("glm5-nvfp4-tp8", facts(REF))
+INSIST = "reproducing a report"
+
+
+def test_the_host_plan_turns_custom_allreduce_and_p2p_off_without_p2p():
+    """No profile verdict: on the no-P2P box the host deploy's plan from the same facts
+    (roles/nccl) is what keeps custom all-reduce and the P2P transport off."""
+    from gpuserve.doctor.rules import Context
+
+    def ctx(host):
+        return Context(load_profile("deepseek-v3-fp8-h200-tp8"), facts(host), "0.5.23", None,
+                       None, {})
+
+    ref, bare = ctx(REF), ctx(BARE)
+    assert ref.custom_all_reduce_off() and ref.effective_env["NCCL_P2P_DISABLE"] == "1"
+    assert not bare.custom_all_reduce_off() and "NCCL_P2P_DISABLE" not in bare.effective_env
+    assert "NCCL_P2P_DISABLE" not in ref.env  # from the host, not the profile
 
 
 def test_pcie_ipc_needs_p2p(tmp_path):
@@ -188,13 +200,21 @@ def test_pcie_ipc_needs_p2p(tmp_path):
     assert "pcie-ipc-needs-p2p" not in fired(p, facts(BARE))
 
 
-def test_nccl_p2p_disable_missing():
-    assert "nccl-p2p-disable-missing" in fired("deepseek-v3-fp8-h200-tp8", facts(REF))
+def test_nccl_p2p_disable_missing(tmp_path):
+    on = child(tmp_path, "glm5-nvfp4-tp8", {"env": {"NCCL_P2P_DISABLE": "0"},
+                                            "communication": {"insist": INSIST}})
+    found = {f.id: f.evidence for f in diagnose(on, facts(REF))}
+    assert "overrides the host's nccl.env" in found["nccl-p2p-disable-missing"]
     assert "nccl-p2p-disable-missing" not in fired("glm5-nvfp4-tp8", facts(REF))
+    assert "nccl-p2p-disable-missing" not in fired("deepseek-v3-fp8-h200-tp8", facts(REF))
 
 
-def test_nccl_p2p_disabled_needlessly():
-    assert "nccl-p2p-disabled-needlessly" in fired("glm5-nvfp4-tp8", facts(BARE))
+def test_nccl_p2p_disabled_needlessly(tmp_path):
+    off = child(tmp_path, "glm5-nvfp4-tp8", {"env": {"NCCL_P2P_DISABLE": "1"},
+                                             "communication": {"insist": INSIST}})
+    assert "nccl-p2p-disabled-needlessly" in fired(off, facts(BARE))
+    # the shipped profile leaves the transport to the host: silent on both boxes
+    assert "nccl-p2p-disabled-needlessly" not in fired("glm5-nvfp4-tp8", facts(BARE))
     assert "nccl-p2p-disabled-needlessly" not in fired("glm5-nvfp4-tp8", facts(REF))
 
 

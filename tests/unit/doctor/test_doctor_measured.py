@@ -64,6 +64,12 @@ def test_hang_measured_with_custom_allreduce_is_an_error(tmp_path):
     section = _section(gates.Hang("all_reduce_perf", 300))
     assert section["p2p"] is False and section["p2p_hang"] is True
     profile = child(tmp_path, {"communication": {"disable_custom_all_reduce": False}})
+    # the measured choice turns custom all-reduce off itself (host.json): nothing to say
+    assert section["disable_custom_all_reduce"] is True
+    assert fired(profile, facts_with(section)) == {}
+    # a section that does not say what the host chose (written by hand): the rule fires
+    section = {k: v for k, v in section.items() if k not in ("disable_custom_all_reduce",
+                                                               "env")}
     found = fired(profile, facts_with(section))
     assert "custom all-reduce" in found[RULE] and "P2P hung" in found[RULE]
     assert "25.81 GB/s" in found[RULE] and "measure-gates.json" in found[RULE]
@@ -74,8 +80,7 @@ def test_hang_measured_with_custom_allreduce_is_an_error(tmp_path):
 def test_pcie_ipc_without_measured_p2p(tmp_path):
     slower = _section(_run("all_reduce_pro6000x8_p2p_off_composed.txt"))  # not faster
     assert slower["p2p"] is False and slower["p2p_hang"] is False
-    profile = child(tmp_path, {"communication": {"disable_custom_all_reduce": True,
-                                                 "pcie_ipc_allreduce": True}})
+    profile = child(tmp_path, {"communication": {"pcie_ipc_allreduce": True}})
     found = fired(profile, facts_with(slower))
     assert found[RULE].startswith("PCIe-IPC all-reduce with tp 8")
     assert "not measured working and faster" in found[RULE]
@@ -88,7 +93,8 @@ def test_silent_when_measured_p2p_works_or_unknown(tmp_path):
     assert fired(custom, facts_with(working)) == {}
     assert fired(custom, facts_with(None)) == {}  # no measuring run yet: unknown
     assert fired(custom, facts_with({"p2p": None})) == {}
-    off = child(tmp_path, {"communication": {"disable_custom_all_reduce": True}})
+    off = child(tmp_path, {"communication": {"disable_custom_all_reduce": True,
+                                             "insist": "reproducing a report"}})
     hung = _section(gates.Hang("all_reduce_perf", 300))
     assert fired(off, facts_with(hung)) == {}  # nothing needs P2P
 
@@ -209,15 +215,19 @@ def test_measured_hang_names_the_chosen_env_and_is_an_error(tmp_path):
     ev = _evaluation("ok", {"p2p_on": None, "p2p_off": OFF_TXT,
                             "matrix": "p2p_bw_full_composed.txt"})
     facts = HostFacts.from_dict(_document(gr.measured_json(ev, "fp1")))
-    custom = child(tmp_path, {"communication": {"disable_custom_all_reduce": False}})
-    findings = {f.id: f for f in diagnose(custom, facts)}
+    ipc = child(tmp_path, {"communication": {"pcie_ipc_allreduce": True}})
+    findings = {f.id: f for f in diagnose(ipc, facts)}
     evidence = findings[RULE].evidence
     assert findings[RULE].severity == "error"
     assert "P2P hung in the measuring run" in evidence and "25.81 GB/s" in evidence
     assert "NCCL env chosen: NCCL_P2P_DISABLE=1" in evidence
     assert gr.MEASURED_JSON in evidence
+    # custom all-reduce alone is silent: the measured choice turns it off (host.json)
+    custom = child(tmp_path, {"communication": {"disable_custom_all_reduce": False}})
+    assert RULE not in {f.id for f in diagnose(custom, facts)}
     # the driver reads ok, the profile disables P2P: measured right, not "needless"
-    no_p2p = child(tmp_path, {"env": {"NCCL_P2P_DISABLE": "1"}})
+    no_p2p = child(tmp_path, {"env": {"NCCL_P2P_DISABLE": "1"},
+                              "communication": {"insist": "reproducing a report"}})
     ids = {f.id for f in diagnose(no_p2p, facts)}
     assert "nccl-p2p-disabled-needlessly" not in ids
     assert "nccl-p2p-disabled-needlessly" in {

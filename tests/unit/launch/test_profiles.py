@@ -62,9 +62,12 @@ def test_reference_baseline_choices():
     assert p.parallel.tp == 8 and p.parallel.ep == 1
     assert p.memory.cuda_graph_max_bs == 128
     assert p.memory.kv_cache_dtype == "fp8_e4m3"
-    assert p.communication.disable_custom_all_reduce is True
+    # no host verdict: the NCCL transport and custom all-reduce come from the host's
+    # measured gates (nccl.env, host.json), not from the profile
+    assert p.communication.disable_custom_all_reduce is False
     assert p.communication.pcie_ipc_allreduce is False
-    assert p.env["NCCL_P2P_DISABLE"] == "1"
+    assert p.communication.insist is None
+    assert "NCCL_P2P_DISABLE" not in p.env
     assert p.attention.dsa_decode_backend == "flashinfer_sparse_mla"
     assert "0.5.23" in p.sglang_versions
     # inherited from the base: the origin names the base file and its line
@@ -199,7 +202,7 @@ def test_extends_deep_merges_and_null_resets():
     assert p.parallel.ep == 4  # child wins
     assert p.memory.mem_fraction_static == 0.85  # sibling key kept by deep merge
     assert p.memory.cuda_graph_max_bs is None  # null removes the parent's value
-    assert p.env == {"NCCL_DEBUG": "INFO", "NCCL_P2P_DISABLE": "1"}
+    assert p.env == {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1"}
     assert p.extra_args == ["--enable-metrics"]
     assert p.name == "child-merge"
     assert Path(p.where("parallel.ep").file).name == "child-merge.yaml"
@@ -231,3 +234,50 @@ def test_unknown_profile_name_lists_known_ones():
     with pytest.raises(InputError) as info:
         load_profile("no-such-profile")
     assert "glm5-nvfp4-tp8" in info.value.message
+
+
+# ---------------------------------------------------------------- host verdicts
+
+
+def _write(tmp_path, body: str) -> Path:
+    path = tmp_path / "verdict.yaml"
+    path.write_text("model:\n  path: /m\nparallel:\n  tp: 8\n" + body)
+    return path
+
+
+@pytest.mark.parametrize("body, line, field", [
+    ("communication:\n  disable_custom_all_reduce: true\n", 6,
+     "communication.disable_custom_all_reduce"),
+    ("env:\n  NCCL_P2P_DISABLE: '1'\n", 6, "env.NCCL_P2P_DISABLE"),
+    ("env:\n  NCCL_DEBUG: WARN\n  NCCL_SHM_DISABLE: '1'\n", 7, "env.NCCL_SHM_DISABLE"),
+    ("env:\n  NCCL_P2P_LEVEL: SYS\n", 6, "env.NCCL_P2P_LEVEL"),
+])
+def test_a_host_verdict_in_a_profile_needs_a_reason(tmp_path, body, line, field):
+    """The transport is the host's measured choice: a profile overriding it says why."""
+    with pytest.raises(InputError) as info:
+        load_profile(_write(tmp_path, body))
+    assert where(info.value) == ("verdict.yaml", line, field)
+    assert "host's verdict" in info.value.message and "communication.insist" in \
+        info.value.message
+    insisted = body + ("communication:\n" if "communication" not in body else "") + \
+        "  insist: custom all-reduce corrupts this model's outputs at tp 8 (a bug report)\n"
+    p = load_profile(_write(tmp_path, insisted))
+    assert p.communication.insist.startswith("custom all-reduce corrupts")
+
+
+@pytest.mark.parametrize("body, message", [
+    ("communication:\n  insist: because\n", "overrides nothing"),
+    ("communication:\n  disable_custom_all_reduce: true\n  insist: ' '\n", "one line"),
+])
+def test_insist_must_say_why_and_override_something(tmp_path, body, message):
+    with pytest.raises(InputError) as info:
+        load_profile(_write(tmp_path, body))
+    assert info.value.field == "communication.insist" and message in info.value.message
+
+
+def test_no_shipped_profile_carries_a_host_verdict():
+    """NCCL's transport and custom all-reduce come from the host's measured gates."""
+    for name in list_profiles():
+        p = load_profile(name)
+        assert p.communication.disable_custom_all_reduce is False, name
+        assert not {"NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE"} & set(p.env), name

@@ -178,3 +178,42 @@ def test_gate_expectations_and_regression(tmp_path):
     assert judge(spec, "batch", {"output_throughput": 1.0}, None).checked == []
     missing = judge(spec, "single", {"median_ttft_ms": 1.0}, None)
     assert "output_throughput missing" in missing.misses[0]
+
+
+# ------------------------------------------------------------ the shipped floors
+
+
+def _notes() -> dict[str, float]:
+    """The field notes' single-stream figures per profile, from their fixture."""
+    import json
+
+    path = Path(__file__).resolve().parents[2] / "fixtures/results/field-notes.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {r["profile"]: r["figures"]["output_throughput"] for r in rows}
+
+
+def test_the_notes_eagle3_run_fails_its_floor_and_the_baseline_passes():
+    """The field notes' EAGLE-3 (54.1 tok/s single stream) misses the eagle3 profile's
+    floor, so its deploy fails and rolls back; the baseline's 89.5 passes tp8's."""
+    notes = _notes()
+    eagle = load_profile("glm5-nvfp4-tp8-eagle3").bench
+    gate = judge(eagle, "single", {"output_throughput": notes["glm5-nvfp4-tp8-eagle3"]}, None)
+    assert not gate.passed
+    assert gate.misses == ["single: output_throughput 54.1 tok/s, expected >= 80.5 tok/s"]
+    assert eagle.on_regression == "rollback"
+    tp8 = load_profile("glm5-nvfp4-tp8").bench
+    gate = judge(tp8, "single", {"output_throughput": notes["glm5-nvfp4-tp8"]}, None)
+    assert gate.passed and gate.checked == [
+        "single: output_throughput 89.5 tok/s, expected >= 80.5 tok/s"]
+    assert judge(tp8, "batch", {"output_throughput": 225.0}, None).passed
+    assert not judge(tp8, "batch", {"output_throughput": 160.0}, None).passed
+
+
+def test_every_reference_box_profile_carries_the_notes_floors():
+    for name in ("glm5-nvfp4-tp8", "glm5-nvfp4-tp8-ep8", "glm5-nvfp4-tp8-eagle3"):
+        floors = {(e.scenario, e.figure, e.op): e.value
+                  for e in load_profile(name).bench.expectations}
+        # the notes' figures less 10 %, rounded down to the tenth
+        assert floors == {("single", "output_throughput", ">="): pytest.approx(89.5 * 0.9,
+                                                                              abs=0.1),
+                          ("batch", "output_throughput", ">="): 225 * 0.9}, name

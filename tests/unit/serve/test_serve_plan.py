@@ -138,10 +138,52 @@ def test_host_without_p2p_adds_disable_custom_all_reduce_once() -> None:
     assert no_p2p.service.env_text.count("--disable-custom-all-reduce") == 1
     p2p_ok = plan_serve(data, "inv.py", R580, host_record=lambda: _host_json(False))
     assert "--disable-custom-all-reduce" not in p2p_ok.service.env_text
-    # the GLM-5 profile already disables it: not rendered twice
+    # the GLM-5 profile leaves it to the host: rendered once, from host.json
     glm = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_version": "0.5.23"},
                      "inv.py", R580, host_record=lambda: _host_json(True))
     assert glm.service.env_text.count("--disable-custom-all-reduce") == 1
+
+
+def _measured_host_json(p2p: bool) -> list[str]:
+    """host.json after the measuring stage chose (gpuserve.host.nccl_env.host_json of a
+    plan with the measured choice), the reference box without and with its P2P clique."""
+    from gpuserve.host import nccl_env
+    from gpuserve.measure import gates
+
+    off = gates.Measurement(25.81, 2147483648, 12.0, {"NCCL_P2P_DISABLE": "1"})
+    on = gates.Measurement(38.37, 2147483648, 6.0, {})
+    choice = gates.choose_nccl_env("ok" if p2p else "none", on if p2p else None, off)
+    plan = nccl_env.plan_nccl("kvm", "ok" if p2p else "none", measured=choice.to_dict())
+    return nccl_env.host_json(plan).splitlines()
+
+
+def test_restoring_p2p_changes_the_rendered_launch_with_no_profile_change() -> None:
+    """The reference-box profile carries no verdict: the host's measurement decides
+    custom all-reduce (and nccl.env NCCL_P2P_DISABLE); P2P restored and measured faster
+    drops the flag at the next serve, and each plan says where its transport came from."""
+    data = {"profile": "glm5-nvfp4-tp8", "sglang_version": "0.5.23"}
+    no_p2p = plan_serve(data, "inv.py", R580, host_record=lambda: _measured_host_json(False))
+    assert "--disable-custom-all-reduce" in no_p2p.service.env_text
+    assert "NCCL_P2P_DISABLE" not in no_p2p.service.env_text  # nccl.env's, not the profile's
+    note, warn = no_p2p.transport
+    assert not warn and note.startswith("NCCL transport: measured (driver P2P verdict is none")
+    assert "NCCL_P2P_DISABLE=1, custom all-reduce off" in note
+    clique = plan_serve(data, "inv.py", R580, host_record=lambda: _measured_host_json(True))
+    assert "--disable-custom-all-reduce" not in clique.service.env_text
+    assert "NCCL defaults, custom all-reduce left to SGLang" in clique.transport[0]
+    assert clique.transport[0].startswith("NCCL transport: measured (P2P on is faster")
+
+
+def test_an_unrecorded_or_unmeasured_host_is_said() -> None:
+    data = {"profile": "glm5-nvfp4-tp8", "sglang_version": "0.5.23"}
+    bare = plan_serve(data, "inv.py", R580)
+    note, warn = bare.transport
+    assert warn and "no /etc/gpuserve/host.json" in note and "SHM" in note
+    assert "--disable-custom-all-reduce" not in bare.service.env_text
+    driver = plan_serve(data, "inv.py", R580, host_record=lambda: _host_json(True))
+    assert driver.transport == (
+        "NCCL transport: from the driver's P2P verdict (none), not measured: NCCL defaults, "
+        "custom all-reduce off; deploy/host.py with gates measures it", False)
 
 
 @pytest.mark.parametrize("lines", [["{not json"], _host_json("yes")])
@@ -291,7 +333,10 @@ def test_bench_plan_defaults_and_record_context() -> None:
                    "inv.py", runtime(gpu_list=gpus), lambda: host_json.splitlines())
     assert p.bench is not None and p.bench.mode == "auto"
     assert [s.name for s in p.bench.spec.scenarios] == ["single", "batch"]
-    assert p.bench.on_regression == "report"
+    # the reference-box profiles roll a missed floor back (their bench section)
+    assert p.bench.on_regression == "rollback"
+    assert [(e.scenario, e.value) for e in p.bench.spec.expectations] == [
+        ("single", 80.5), ("batch", 202.5)]
     assert p.bench.python == f"{p.venv}/bin/python"
     assert p.bench.tokenizer == "/models/GLM-5-NVFP4" and p.bench.served_name == "glm-5"
     assert p.bench.config_path  # the API key is read from the --config file on the host

@@ -54,6 +54,11 @@ def test_all_reduce_follows_box_and_p2p_switch(tmp_path):
     assert gates.busbw_at(off, 2147483648).value == 25.81
     (tmp_path / "etc/box").write_text("rtxpro6000-kvm\n")
     assert gates.busbw_at(parse_nccl_tests(_run(tool).stdout), 2147483648).value == 25.81
+    # the reference box with its P2P clique: P2P on as on bare metal, off with the switch
+    (tmp_path / "etc/box").write_text("rtxpro6000-kvm-p2p\n")
+    assert gates.busbw_at(parse_nccl_tests(_run(tool).stdout), 2147483648).value == 38.37
+    off = _run(tool, {"NCCL_P2P_DISABLE": "1"}).stdout
+    assert gates.busbw_at(parse_nccl_tests(off), 2147483648).value == 25.81
     (tmp_path / "etc/box").write_text("h200-nvlink\n")
     assert gates.busbw_at(parse_nccl_tests(_run(tool).stdout), 4294967296).value > 470
 

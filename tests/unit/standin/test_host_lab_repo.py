@@ -104,7 +104,8 @@ def _smi(tmp_path: Path, repo: Path, box: str, *args: str, front: bool = True) -
 
 
 @pytest.mark.parametrize("box", ["rtxpro6000-kvm", "rtxpro6000-baremetal", "h200-nvlink",
-                                 "hgx-h100", "rtxpro6000-kvm-driver575"])
+                                 "hgx-h100", "rtxpro6000-kvm-driver575",
+                                 "rtxpro6000-kvm-p2p"])
 @pytest.mark.parametrize("args", [("topo", "-m"), ("topo", "-p2p", "r"), ("topo", "-p2p", "w"),
                                   ("topo", "-p2p", "n"), ("-L",)])
 def test_nvidia_smi_front_prints_what_the_python_stand_in_prints(repo, tmp_path, box, args):
@@ -158,7 +159,9 @@ def test_nvidia_smi_reference_box(repo, tmp_path):
 
 
 @pytest.mark.parametrize(("box", "link"), [("rtxpro6000-baremetal", "NODE"),
-                                           ("h200-nvlink", "NV18")])
+                                           ("h200-nvlink", "NV18"),
+                                           # the reference guest with a P2P clique
+                                           ("rtxpro6000-kvm-p2p", "PHB")])
 def test_nvidia_smi_other_boxes(repo, tmp_path, box, link):
     p2p = nvidia_smi.parse_p2p_matrix(_smi(tmp_path, repo, box, "topo", "-p2p", "w"))
     assert nvidia_smi.p2p_verdict(p2p) == "ok"

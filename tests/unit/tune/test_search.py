@@ -8,6 +8,7 @@ the reference box (tests/fixtures/hostfacts) with the composed GLM-5 NVFP4 check
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -239,16 +240,29 @@ def test_load_time_from_the_journal() -> None:
 
 
 def test_custom_all_reduce_without_measured_p2p_is_pruned(snapshot, tmp_path) -> None:
-    """The reference box has no measured P2P: a candidate turning SGLang's custom
-    all-reduce back on is refused from the host's gates, never loaded."""
-    body = ("knobs:\n  communication.disable_custom_all_reduce: [true, false]\n"
+    """A host whose host.json leaves SGLang's custom all-reduce on (host data turned the
+    P2P verdict off: nccl_env NCCL_P2P_DISABLE "") but whose P2P was not measured
+    working: a candidate is refused from the host's gates, never loaded. Where the
+    host's own choice turns it off (the reference box's host.json, or without one what
+    the host deploy writes from its facts) the same candidate loads."""
+    body = ("knobs:\n  memory.cuda_graph_max_bs: [128, 256]\n"
             "loads: [1, 8]\nobjectives: {single_stream: {}}\n")
+    left_on = dataclasses.replace(snapshot, host_json=json.dumps(
+        {"p2p": "none", "disable_custom_all_reduce": False}))
     host = FakeHost()
-    run, _, _ = tuned(snapshot, tmp_path, body, host)
+    run, _, _ = tuned(left_on, tmp_path, body, host)
     pruned = [o for o in run.outcomes if o.status == "pruned"]
-    assert [o.label for o in pruned] == ["communication.disable_custom_all_reduce=off"]
+    assert [o.label for o in pruned] == ["memory.cuda_graph_max_bs=256"]
     assert "P2P was not measured working" in pruned[0].reason
     assert [label for label, _ in host.calls] == ["incumbent"]
+    for host_json in (json.dumps({"p2p": "none", "disable_custom_all_reduce": True}), None):
+        host = FakeHost()
+        where = tmp_path / str(bool(host_json))
+        where.mkdir()
+        run, _, _ = tuned(dataclasses.replace(snapshot, host_json=host_json), where, body,
+                          host)
+        assert [o for o in run.outcomes if o.status == "pruned"] == []
+        assert "memory.cuda_graph_max_bs=256" in [label for label, _ in host.calls]
 
 
 def test_auto_values_from_the_model_and_the_host(snapshot, tmp_path) -> None:

@@ -169,6 +169,9 @@ SECRET = "sk-live-0123456789abcdef"
      "node layout"),
     ("knobs:\n  --model-path: [/models/x]\nbudget: {loads: 4}\n", "knobs.--model-path", 3,
      "checkpoint"),
+    # a host verdict (the host's measured gates decide it) without the profile's reason
+    ("knobs:\n  communication.disable_custom_all_reduce: [true, false]\nbudget: {loads: 4}\n",
+     "knobs.communication.disable_custom_all_reduce[0]", 3, "communication.insist"),
     # a wall budget that overflows to infinity
     ("knobs:\n  memory.cuda_graph_max_bs: [128]\nbudget: {wall: " + "9" * 400 + " h}\n",
      "budget.wall", 4, "at most 30 days"),
