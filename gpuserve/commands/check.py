@@ -389,7 +389,7 @@ def check_serve(name: str, data: dict, source: str,
                f"(the host's driver, Python and glibc pick), "
                f"{_count(len(scenarios), 'bench scenario')}"
                f"{'' if plan.bench else ' (bench off)'}, listens on {listen}"
-               + _interpreter_summary(interpreter))
+               + _weights_summary(profile) + _interpreter_summary(interpreter))
     details = {"profile": profile.name, "profile_file": str(profile.source),
                "newest_lock": plan.lock.name, "sglang_version": plan.version,
                "lock_candidates": verdicts, "bench_scenarios": scenarios, "listen": listen,
@@ -397,6 +397,14 @@ def check_serve(name: str, data: dict, source: str,
                "interpreter": interpreter}
     return Result(name, "serve", ok=True, summary=summary, warnings=warnings,
                   details=details)
+
+
+def _weights_summary(profile) -> str:
+    """Where the weights come from: a pinned Hub commit the deploy fetches, or a local
+    directory that must already be on the host (the server runs offline)."""
+    if profile.model.hf:
+        return f"; weights {profile.model.hf} (the deploy fetches and verifies them)"
+    return f"; weights {profile.model.path} (local: must be on the host)"
 
 
 def _interpreter_summary(found: dict | None) -> str:
