@@ -196,7 +196,12 @@ def test_other_lock_candidates_are_planned_and_their_problems_warned(tmp_path, c
     assert "lock candidates sglang-0.5.23-cu13-py312, sglang-0.5.23-cu13-py311 (" in out
 
 
-def test_shipped_gpu_inventory_passes(monkeypatch, capsys) -> None:
+def test_shipped_gpu_inventory_passes(monkeypatch, tmp_path, capsys) -> None:
+    # the example names ~/.ssh/id_ed25519: check wants it there, private to its owner
+    (tmp_path / "home" / ".ssh").mkdir(parents=True)
+    (tmp_path / "home" / ".ssh" / "id_ed25519").write_text("key\n")
+    (tmp_path / "home" / ".ssh" / "id_ed25519").chmod(0o600)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(REPO)
     rc, out, err = check(capsys, "inventory/gpu.py")
     assert rc == 0, out + err
