@@ -58,6 +58,8 @@ class Result:
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     details: dict = field(default_factory=dict)
+    # how this deploy's path is proven on the host's distribution (gpuserve/host/proven.py)
+    proven: str = ""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -355,9 +357,24 @@ def check_host(name: str, data: dict, source: str, deploy: str,
     try:
         misspelt_keys(data, source)
         check_ssh_key(data, source)
-        return checker(name, data, source)
+        result = checker(name, data, source)
     except GpuserveError as exc:
-        return Result(name, deploy, ok=False, error=str(exc))
+        result = Result(name, deploy, ok=False, error=str(exc))
+    result.proven = proven_for(data, deploy)
+    return result
+
+
+def proven_for(data: dict, deploy: str) -> str:
+    """How the deploy's path is proven on the distribution host data names
+    (``host_distribution``), from docs/hosts.md's matrix as data; "" when it names none
+    or the deploy has no distribution path (hypervisor, monitor)."""
+    from gpuserve.host.proven import proven, proven_line
+
+    path = {"host": "host", "serve": "serve", "router": "gateway"}.get(deploy)
+    distro = data.get("host_distribution")
+    if path is None or not isinstance(distro, str) or proven(distro, path) is None:
+        return ""
+    return proven_line(distro, path)
 
 
 def check_ssh_key(data: dict, source: str, cwd: str | None = None) -> None:
@@ -693,10 +710,15 @@ def format_results(results: list[Result], deploys: tuple[str, ...]) -> str:
         lines.append(f"{printable(r.host):<{width}}  {r.deploy:<{kind}}  {status:<4}  "
                      f"{printable((r.summary if r.ok else r.error) or '')}")
         lines += [f"{'':<{width}}  {'':<{kind}}  warn  {printable(w)}" for w in r.warnings]
+        if r.proven:
+            lines.append(f"{'':<{width}}  {'':<{kind}}  how   {printable(r.proven)}")
     failed = sum(not r.ok for r in results)
     hosts = len({r.host for r in results})
     lines.append(f"# {_count(hosts, 'host')}, {_count(len(results), 'check')}, "
                  f"{failed} failed; no host was connected to")
     for d in deploys:
         lines.append(f"# not checked without the host ({d}): {'; '.join(NOT_CHECKED[d])}")
+    if any(not r.proven and r.deploy in ("host", "serve", "router") for r in results):
+        lines.append("# how proven (lab-tested, recorded outputs, untested) is said for hosts "
+                     "whose data names host_distribution (docs/hosts.md)")
     return "\n".join(lines)
