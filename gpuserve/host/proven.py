@@ -55,3 +55,13 @@ def distribution_of(os_release: dict) -> str | None:
                 os_release.get("ID"), os_release.get("VERSION_ID")):
             return name
     return None
+
+
+def proven_on_host(os_release: dict, path: str) -> str:
+    """:func:`proven_line` for the distribution a host's os-release names; one the
+    matrix does not list is untested (the deploys use apt and Debian's package names)."""
+    name = distribution_of(os_release)
+    if name is not None:
+        return proven_line(name, path)
+    what = f"{os_release.get('ID', '?')} {os_release.get('VERSION_ID', '?')}"
+    return f"{what[:60]} {PATH_WORDS[path]}: untested; not in docs/hosts.md's matrix"

@@ -11,7 +11,7 @@ from pyinfra.facts.server import LinuxDistribution
 from gpuserve.facts.host import Container
 from gpuserve.host.driver import driver_plan, flavour_meta
 from gpuserve.host.host_data import HostSettings
-from gpuserve.host.proven import distribution_of, proven_line
+from gpuserve.host.proven import proven_on_host
 from gpuserve.plans.host import plan_host
 from gpuserve.roles import cuda_toolkit, fabric_manager, gpu_gates, kernel, nccl, nvidia_driver
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
@@ -48,7 +48,7 @@ def provision(settings: HostSettings) -> None:
     defer(gpu_gates.stamp_reads(settings.gates))
     # how this path is proven on the host's distribution (docs/hosts.md's matrix as data)
     release = (fact(LinuxDistribution) or {}).get("release_meta") or {}
-    logger.info(f"{host.name}: {proven_line(distribution_of(release), 'host')}")
+    logger.info(f"{host.name}: {proven_on_host(release, 'host')}")
     container = fact(Container)
     if container:
         plan, url, sha256 = userspace.prepare(settings.repo_url, container)

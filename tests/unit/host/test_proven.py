@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from gpuserve.cli import main
-from gpuserve.host.proven import PATHS, distribution_of, proven, proven_line, support
+from gpuserve.host.proven import (
+    PATHS,
+    distribution_of,
+    proven,
+    proven_line,
+    proven_on_host,
+    support,
+)
 from gpuserve.launch.interpreter import known_distributions, recorded_facts
 
 HOSTS_MD = Path(__file__).resolve().parents[3] / "docs" / "hosts.md"
@@ -64,3 +71,10 @@ def test_check_says_how_each_path_is_proven(tmp_path, capsys) -> None:
     assert how[0].startswith("Ubuntu 24.04 serve path: tested against recorded outputs only")
     assert "# how proven (lab-tested, recorded outputs, untested) is said for hosts whose " \
            "data names host_distribution" in out  # gpu2 names none
+
+
+def test_the_deploy_names_the_host_s_own_distribution() -> None:
+    assert proven_on_host(recorded_facts("debian12").os_release, "host") == \
+        proven_line("debian12", "host")
+    assert proven_on_host({"ID": "rocky", "VERSION_ID": "9"}, "host") == \
+        "rocky 9 host deploy: untested; not in docs/hosts.md's matrix"
