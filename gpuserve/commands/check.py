@@ -356,8 +356,8 @@ def check_host(name: str, data: dict, source: str, deploy: str,
         else check_host_deploy)
     try:
         misspelt_keys(data, source)
-        check_ssh_key(data, source)
         result = checker(name, data, source)
+        check_ssh_key(data, source)  # after the deploy's own refusal, which says more
     except GpuserveError as exc:
         result = Result(name, deploy, ok=False, error=str(exc))
     result.proven = proven_for(data, deploy)
