@@ -508,14 +508,6 @@ def check_serve(name: str, data: dict, source: str,
                   details=details)
 
 
-def _weights_summary(profile) -> str:
-    """Where the weights come from: a pinned Hub commit the deploy fetches, or a local
-    directory that must already be on the host (the server runs offline)."""
-    if profile.model.hf:
-        return f"; weights {profile.model.hf} (the deploy fetches and verifies them)"
-    return f"; weights {profile.model.path} (local: must be on the host)"
-
-
 def _interpreter_summary(found: dict | None) -> str:
     if not found:
         return ""
@@ -523,6 +515,14 @@ def _interpreter_summary(found: dict | None) -> str:
         return f"; on {found['distribution']}: {found['reason']}"
     return (f"; on {found['distribution']}: {found['kind']} Python {found['version']}, lock "
             f"{found['lock']}")
+
+
+def _weights_summary(profile) -> str:
+    """Where the weights come from: a pinned Hub commit the deploy fetches, or a local
+    directory that must already be on the host (the server runs offline)."""
+    if profile.model.hf:
+        return f"; weights {profile.model.hf} (the deploy fetches and verifies them)"
+    return f"; weights {profile.model.path} (local: must be on the host)"
 
 
 def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict | None:
