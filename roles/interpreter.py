@@ -19,6 +19,7 @@ from pyinfra import host, logger
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 
 from gpuserve.facts.host import SglangInterpreter
+from gpuserve.host.proven import proven_on_host
 from gpuserve.launch.interpreter import (
     SGLANG,
     InterpreterChoice,
@@ -79,11 +80,15 @@ def choose_on_host(pythons: Collection[str], home: str, role: VenvRole = SGLANG
 
     wanted, mirror = validate_python(host.data.dict(), inventory_source(), role.key)
     read = choice_read(pythons, role)
-    choice = choose_interpreter(facts_from(fact(read.cls, **dict(read.kwargs))), pythons,
+    facts = facts_from(fact(read.cls, **dict(read.kwargs)))
+    choice = choose_interpreter(facts, pythons,
                                 asked=wanted, mirror=mirror, home=home, host=host.name,
                                 builds=tuple(builds_for_host()), role=role)
     logger.info(f"{host.name}: {role.label} interpreter: {choice.kind} Python "
                 f"{choice.version} ({choice.path}): {choice.reason}")
+    # how this path is proven on the host's distribution (docs/hosts.md's matrix as data)
+    path = "serve" if role is SGLANG else "gateway"
+    logger.info(f"{host.name}: {proven_on_host(facts.os_release, path)}")
     return choice
 
 

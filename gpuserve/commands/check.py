@@ -26,7 +26,7 @@ from gpuserve.errors import GpuserveError, InputError
 from gpuserve.fleet.multinode import Member
 from gpuserve.terminal import escaped_key, non_ascii_note, printable
 
-DEPLOYS = ("serve", "host", "router", "hypervisor")
+DEPLOYS = ("serve", "host", "router", "hypervisor", "monitor")
 
 #: Said in every report: what needs the host itself and was therefore not judged.
 NOT_CHECKED = {
@@ -44,6 +44,9 @@ NOT_CHECKED = {
     "hypervisor": ["the host's sysfs (GPU addresses, vfio ids and the MMIO window "
                    "default to what it shows)", "the guest's qm/pct config",
                    "CPU vendor (the IOMMU kernel parameters)"],
+    "monitor": ["the host's prometheus, node exporter, DCGM and Grafana packages and their "
+                "versions in its repositories", "the Grafana key's sha256 against the key "
+                "the host fetches", "whether the monitor host reaches its targets"],
 }
 
 
@@ -58,6 +61,8 @@ class Result:
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     details: dict = field(default_factory=dict)
+    # how this deploy's path is proven on the host's distribution (gpuserve/host/proven.py)
+    proven: str = ""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,7 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "does) and run the prepare-time checks of the deploys each host is for, "
         "connecting to none: deploy/serve.py and deploy/host.py for GPU hosts, "
         "deploy/router.py for gateway hosts (router_workers_group), deploy/hypervisor.py "
-        "for Proxmox hosts (proxmox_vmid or proxmox_ctid). Exit 0: all pass; 1: a host "
+        "for Proxmox hosts (proxmox_vmid or proxmox_ctid), deploy/monitor.py for the "
+        "monitor and grafana groups' hosts (and, when the inventory has either group, for "
+        "its GPU and gateway hosts' exporters). Exit 0: all pass; 1: a host "
         "fails; 2: bad usage or an inventory that cannot be loaded.",
     )
     parser.add_argument("inventory", help="pyinfra inventory file (e.g. inventory/gpu.py)")
@@ -90,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
     hosts, groups = load_hosts(args.inventory, overrides, args.group_data)
     hosts = limit_hosts(hosts, groups, args.limit, args.inventory)
     deploys = DEPLOYS if args.deploy == "all" else (args.deploy,)
-    results = [check_host(name, data, args.inventory, deploy, groups)
+    monitored = args.deploy == "monitor" or any(g in groups for g in MONITOR_GROUPS)
+    all_hosts = list(hosts)
+    results = [check_host(name, data, args.inventory, deploy, groups, all_hosts)
                for name, data in hosts for deploy in deploys
-               if deploy in deploys_for(data)]
+               if deploy in deploys_for(data, groups_of(name, groups), monitored)]
     if not results:  # --deploy router on an inventory without a router host, say
         results = [Result(hosts[0][0], deploys[0], ok=False, error=f"{args.inventory}: "
                           f"no host of this inventory is for deploy/{deploys[0]}.py "
@@ -115,21 +124,39 @@ def run(args: argparse.Namespace) -> int:
 KIND_KEYS = {"serve": "a GPU host: profile, or no gateway or hypervisor key",
              "host": "a GPU host: profile, or no gateway or hypervisor key",
              "router": "a gateway host sets router_workers_group",
-             "hypervisor": "a Proxmox host sets proxmox_vmid or proxmox_ctid"}
+             "hypervisor": "a Proxmox host sets proxmox_vmid or proxmox_ctid",
+             "monitor": "a host of the monitor or grafana group, a GPU host with a profile "
+                        "or a gateway host"}
+
+#: the inventory groups deploy/monitor.py gives Prometheus and Grafana
+MONITOR_GROUPS = ("monitor", "grafana")
 
 
-def deploys_for(data: dict) -> tuple[str, ...]:
-    """The deploys a host is for, by its data: a Proxmox host (``proxmox_vmid`` or
-    ``proxmox_ctid``) gets deploy/hypervisor.py only; a gateway host
+def groups_of(name: str, groups: dict[str, list[Member]]) -> set[str]:
+    """The inventory groups host ``name`` is in."""
+    return {g for g, members in groups.items() if any(m.name == name for m in members)}
+
+
+def deploys_for(data: dict, groups: set[str] | frozenset[str] = frozenset(),
+                monitored: bool = False) -> tuple[str, ...]:
+    """The deploys a host is for, by its data and ``groups``: a Proxmox host
+    (``proxmox_vmid`` or ``proxmox_ctid``) gets deploy/hypervisor.py; a gateway host
     (``router_workers_group``) deploy/router.py, and also the GPU deploys when it serves
-    a ``profile`` itself; every other host is a GPU host (serve and host). Why: a
-    gateway or hypervisor checked as a GPU host never passed."""
+    a ``profile`` itself; a host of the monitor or grafana group without a profile only
+    deploy/monitor.py; every other host is a GPU host (serve and host). deploy/monitor.py
+    also for GPU and gateway hosts when ``monitored`` (the inventory has a monitor or
+    grafana group, or it was asked for). Why: a gateway, hypervisor or monitor host
+    checked as a GPU host never passed."""
+    from gpuserve.monitor.host_plan import applies
+
+    in_monitor = any(g in groups for g in MONITOR_GROUPS)
+    monitor = ("monitor",) if in_monitor or (monitored and applies(data, groups)) else ()
     hypervisor = data.get("proxmox_vmid") is not None or data.get("proxmox_ctid") is not None
     if hypervisor:
-        return ("hypervisor",)
+        return ("hypervisor", *monitor)
     router = _is_router_host(data)
-    gpu = not router or data.get("profile") is not None
-    return (*(("serve", "host") if gpu else ()), *(("router",) if router else ()))
+    gpu = (not router and not in_monitor) or data.get("profile") is not None
+    return (*(("serve", "host") if gpu else ()), *(("router",) if router else ()), *monitor)
 
 
 def limit_hosts(hosts: list[tuple[str, dict]], groups: dict[str, list[Member]],
@@ -325,18 +352,100 @@ def _load_error(inventory: str, exc: Exception) -> InputError:
 
 
 def check_host(name: str, data: dict, source: str, deploy: str,
-               groups: dict[str, list[Member]] | None = None) -> Result:
-    """One host, one deploy; a GpuserveError is the host's failure, not the command's."""
+               groups: dict[str, list[Member]] | None = None,
+               hosts: list[tuple[str, dict]] | None = None) -> Result:
+    """One host, one deploy; a GpuserveError is the host's failure, not the command's.
+    ``hosts``: every host of the inventory (the monitor deploy plans from all of them)."""
     checker: Callable[[str, dict, str], Result] = (
         functools.partial(check_serve, groups=groups or {}) if deploy == "serve"
         else functools.partial(check_router, groups=groups or {}) if deploy == "router"
         else check_hypervisor if deploy == "hypervisor"
+        else functools.partial(check_monitor, groups=groups or {},
+                               hosts=hosts or [(name, data)]) if deploy == "monitor"
         else check_host_deploy)
     try:
         misspelt_keys(data, source)
-        return checker(name, data, source)
+        result = checker(name, data, source)
+        check_ssh_key(data, source)  # after the deploy's own refusal, which says more
     except GpuserveError as exc:
-        return Result(name, deploy, ok=False, error=str(exc))
+        result = Result(name, deploy, ok=False, error=str(exc))
+    result.proven = proven_for(data, deploy)
+    return result
+
+
+def proven_for(data: dict, deploy: str) -> str:
+    """How the deploy's path is proven on the distribution host data names
+    (``host_distribution``), from docs/hosts.md's matrix as data; "" when it names none
+    or the deploy has no distribution path (hypervisor, monitor)."""
+    from gpuserve.host.proven import proven, proven_line
+
+    path = {"host": "host", "serve": "serve", "router": "gateway"}.get(deploy)
+    distro = data.get("host_distribution")
+    if path is None or not isinstance(distro, str) or proven(distro, path) is None:
+        return ""
+    return proven_line(distro, path)
+
+
+def check_ssh_key(data: dict, source: str, cwd: str | None = None) -> None:
+    """Refuse host data ``ssh_key`` naming a file that is not there or that others may
+    read: pyinfra finds out only when it connects (a greenlet dump for a missing key),
+    and OpenSSH refuses a private key others can read. The path is resolved as pyinfra
+    does: ``~`` expanded, else relative to the working directory."""
+    import stat
+
+    key = data.get("ssh_key")
+    if key in (None, ""):
+        return
+    if not isinstance(key, str):
+        raise InputError(source, "ssh_key", f"must be a file name, got {type(key).__name__}")
+    path = Path(key).expanduser()
+    if not path.is_absolute():
+        path = Path(cwd or os.getcwd()) / path
+    if not path.is_file():
+        raise InputError(source, "ssh_key", f"no such file: {str(path)[:200]} (write the "
+                         "path of the private key, or remove ssh_key to use the agent)")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o004:
+        raise InputError(source, "ssh_key", f"{str(path)[:200]} is readable by every user "
+                         f"(mode {mode:04o}); ssh refuses such a key: chmod 600 it")
+
+
+def check_monitor(name: str, data: dict, source: str,
+                  groups: dict[str, list[Member]] | None = None,
+                  hosts: list[tuple[str, dict]] | None = None) -> Result:
+    """deploy/monitor.py's plans for this host (gpuserve.monitor.host_plan, the code the
+    deploy runs): exporters, the monitor group's Prometheus, the grafana group's
+    Grafana."""
+    from gpuserve.monitor.host_plan import MONITOR_GROUP, plan_monitor_host
+    from gpuserve.monitor.records import last_recorded_run
+    from gpuserve.monitor.targets import HostEntry
+
+    groups = groups or {}
+    mine = groups_of(name, groups)
+    entries = []
+    for other, other_data in hosts or [(name, data)]:
+        first = [g for g in groups if g not in ("all", MONITOR_GROUP)
+                 and any(m.name == other for m in groups[g])]
+        run = last_recorded_run(other, other_data)[0] if other_data.get("profile") else None
+        entries.append(HostEntry(other, other_data, first[0] if first else "ungrouped", run))
+    monitor_hosts = [(m.name, m.data) for m in groups.get(MONITOR_GROUP, [])]
+    plan = plan_monitor_host(name, data, mine, entries if MONITOR_GROUP in mine else [],
+                             monitor_hosts, source)
+    parts = []
+    if plan.exporters is not None:
+        kinds = [k for k, on in (("node", plan.exporters.node), ("DCGM", plan.exporters.dcgm))
+                 if on]
+        parts.append(f"exporters: {', '.join(kinds) or 'none (both off)'}")
+    if plan.monitor is not None:
+        parts.append(f"Prometheus for {_count(len(entries), 'host')}, every "
+                     f"{plan.monitor.interval} s"
+                     + (", Alertmanager" if plan.monitor.alertmanager else ""))
+    if plan.grafana is not None:
+        parts.append(f"Grafana ({plan.grafana.package})")
+    warnings = [*(plan.exporters.warnings if plan.exporters else ()),
+                *(plan.monitor.warnings if plan.monitor else ())]
+    return Result(name, "monitor", ok=True, summary="; ".join(parts) or "nothing to do",
+                  warnings=warnings, details={"groups": sorted(mine)})
 
 
 def unknown_runtime(name: str, python: str | None = None):
@@ -402,7 +511,7 @@ def check_serve(name: str, data: dict, source: str,
                f"(the host's driver, Python and glibc pick), "
                f"{_count(len(scenarios), 'bench scenario')}"
                f"{'' if plan.bench else ' (bench off)'}, listens on {listen}"
-               + _interpreter_summary(interpreter))
+               + _weights_summary(profile) + _interpreter_summary(interpreter))
     details = {"profile": profile.name, "profile_file": str(profile.source),
                "newest_lock": plan.lock.name, "sglang_version": plan.version,
                "lock_candidates": verdicts, "bench_scenarios": scenarios, "listen": listen,
@@ -435,6 +544,14 @@ def _interpreter_summary(found: dict | None) -> str:
         return f"; on {found['distribution']}: {found['reason']}"
     return (f"; on {found['distribution']}: {found['kind']} Python {found['version']}, lock "
             f"{found['lock']}")
+
+
+def _weights_summary(profile) -> str:
+    """Where the weights come from: a pinned Hub commit the deploy fetches, or a local
+    directory that must already be on the host (the server runs offline)."""
+    if profile.model.hf:
+        return f"; weights {profile.model.hf} (the deploy fetches and verifies them)"
+    return f"; weights {profile.model.path} (local: must be on the host)"
 
 
 def interpreter_report(name: str, data: dict, source: str, locks: list) -> dict | None:
@@ -615,17 +732,22 @@ def format_results(results: list[Result], deploys: tuple[str, ...]) -> str:
     checked (so a green run is never mistaken for a checked host)."""
     # every value escaped here: a line break in a host name must not forge a report line
     width = max(len(printable(r.host)) for r in results)
-    kind = max(5, *(len(r.deploy) for r in results))  # serve, host, router, hypervisor
+    kind = max(5, *(len(r.deploy) for r in results))  # serve, host, router, monitor, ...
     lines = []
     for r in results:
         status = "ok" if r.ok else "FAIL"
         lines.append(f"{printable(r.host):<{width}}  {r.deploy:<{kind}}  {status:<4}  "
                      f"{printable((r.summary if r.ok else r.error) or '')}")
         lines += [f"{'':<{width}}  {'':<{kind}}  warn  {printable(w)}" for w in r.warnings]
+        if r.proven:
+            lines.append(f"{'':<{width}}  {'':<{kind}}  how   {printable(r.proven)}")
     failed = sum(not r.ok for r in results)
     hosts = len({r.host for r in results})
     lines.append(f"# {_count(hosts, 'host')}, {_count(len(results), 'check')}, "
                  f"{failed} failed; no host was connected to")
     for d in deploys:
         lines.append(f"# not checked without the host ({d}): {'; '.join(NOT_CHECKED[d])}")
+    if any(not r.proven and r.deploy in ("host", "serve", "router") for r in results):
+        lines.append("# how proven (lab-tested, recorded outputs, untested) is said for hosts "
+                     "whose data names host_distribution (docs/hosts.md)")
     return "\n".join(lines)

@@ -82,3 +82,18 @@ def parse_source(text: str, allow_floating: bool = False) -> HfSource:
         raise ValueError(problem)
     repo, _, revision = text.partition("@")
     return HfSource(repo, revision)
+
+
+def offline_path_problem(path: str) -> str | None:
+    """Why a ``model.path`` cannot be served (None when it can): the unit runs with
+    ``HF_HUB_OFFLINE=1``, so a Hub id there (``deepseek-ai/DeepSeek-V3``) or a relative
+    path loads nothing on a fresh host; the profile must name a pinned Hub source, which
+    the serve deploy fetches and verifies, or an absolute directory on the host."""
+    if not path or path.startswith("/"):
+        return None
+    hub = bool(REPO_ID.fullmatch(path)) and "--" not in path and ".." not in path
+    what = "a Hub id" if hub else "not an absolute path"
+    return (f"{path!r:.100} is {what}, but the server runs offline (HF_HUB_OFFLINE=1) and "
+            "would find no weights on a fresh host: write model.hf: "
+            f"{path if hub else 'org/name'}@<40-hex commit> (the deploy fetches and "
+            "verifies it; docs/weights.md) or an absolute path on the host")

@@ -55,8 +55,9 @@ class Origin:
 
 @dataclass(frozen=True)
 class ModelSection:
-    # the model: a local (or NFS) directory on the host, or a Hugging Face hub id that
-    # must already be in the service's cache (SGLang runs offline); this or model.hf
+    # the model: an absolute directory on the host (a local or NFS checkpoint put there
+    # ahead of time); this or model.hf. The server runs offline, so the serve deploy and
+    # gpuserve check refuse a Hub id here
     path: str = ""
     # a Hub repository pinned to a commit, org/name@<40-hex commit>: the serve deploy
     # plans from its safetensors headers, fetches and verifies it (docs/weights.md)

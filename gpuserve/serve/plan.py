@@ -31,6 +31,7 @@ from gpuserve.launch.bench import (
 )
 from gpuserve.launch.catalog import available_versions, load_catalog
 from gpuserve.launch.dialect import Launch, render_launch
+from gpuserve.launch.hf_source import offline_path_problem
 from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.lock_choice import (
     HostRuntime,
@@ -215,6 +216,7 @@ def read_input(host_data: dict, source: str, host_name: str = "",
     settings = _settings(data, source)
     profile, placement = _placed_profile(settings.profile_ref, data["sglang_nodes_group"],
                                          source, host_name, group_members)
+    check_offline_model(profile)
     locks = load_locks(settings.locks_dir, source=source, field="sglang_locks_dir")
     return ServeInput(data, source, settings, profile, placement, tuple(locks),
                       validate_preflight(data["preflight"], source))
@@ -360,6 +362,14 @@ def _settings(data: dict, source: str) -> _Settings:
                          f"(0, {MAX_HEALTH_TIMEOUT}], got {timeout!r:.40}")
     return _Settings(profile_ref, pinned, locks_dir, user, home, keep, index_url, find_links,
                      timeout)
+
+
+def check_offline_model(profile: Profile) -> None:
+    """Refuse a ``model.path`` the offline server cannot load (a Hub id, a relative
+    path), naming the file that set it; ``gpuserve check`` runs this same code."""
+    problem = None if profile.model.hf else offline_path_problem(profile.model.path)
+    if problem:
+        raise profile.error("model.path", problem)
 
 
 def _placed_profile(profile_ref: str, group: object, source: str, host_name: str,

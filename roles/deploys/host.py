@@ -5,11 +5,13 @@ docs/deploys.md. Called by deploy/host.py, or by a pyinfra project's own deploy 
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, logger
+from pyinfra.facts.server import LinuxDistribution
 
 from gpuserve.facts.host import Container
 from gpuserve.host.driver import driver_plan, flavour_meta
 from gpuserve.host.host_data import HostSettings
+from gpuserve.host.proven import proven_on_host
 from gpuserve.plans.host import plan_host
 from gpuserve.roles import cuda_toolkit, fabric_manager, gpu_gates, kernel, nccl, nvidia_driver
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
@@ -44,6 +46,9 @@ def provision(settings: HostSettings) -> None:
     # the measuring tools' build stamps are named after the NCCL this batch found: they
     # join the driver role's second batch instead of costing a command each
     defer(gpu_gates.stamp_reads(settings.gates))
+    # how this path is proven on the host's distribution (docs/hosts.md's matrix as data)
+    release = (fact(LinuxDistribution) or {}).get("release_meta") or {}
+    logger.info(f"{host.name}: {proven_on_host(release, 'host')}")
     container = fact(Container)
     if container:
         plan, url, sha256 = userspace.prepare(settings.repo_url, container)

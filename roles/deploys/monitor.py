@@ -8,33 +8,14 @@ from __future__ import annotations
 
 from pyinfra import host, inventory, logger
 
-from gpuserve.errors import InputError
-from gpuserve.monitor.dashboards import plan_grafana
-from gpuserve.monitor.exporters import plan_exporters
-from gpuserve.monitor.plan import plan_monitor
+from gpuserve.monitor.host_plan import MONITOR_GROUP, plan_monitor_host
 from gpuserve.monitor.records import last_recorded_run
-from gpuserve.monitor.targets import HostEntry, scrape_address
-from gpuserve.plans.router import is_router_host
+from gpuserve.monitor.targets import HostEntry
 from gpuserve.roles import exporters as exporters_role
 from gpuserve.roles import grafana as grafana_role
 from gpuserve.roles import monitor as monitor_role
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import prefetch
-
-MONITOR_GROUP = "monitor"
-GRAFANA_GROUP = "grafana"
-PROMETHEUS_PORT = 9090
-
-
-def prometheus_url(source: str) -> str:
-    """The first monitor host's Prometheus, as the grafana host reaches it."""
-    hosts = inventory.get_group(MONITOR_GROUP, default=None) or []
-    if not hosts:
-        raise InputError(source, GRAFANA_GROUP, "a grafana host needs a monitor host: add "
-                         "one to the inventory's 'monitor' group")
-    first = hosts[0]
-    address = scrape_address(first.name, first.data.dict(), source)
-    return f"http://{address}:{PROMETHEUS_PORT}"
 
 
 def inventory_entries() -> list[HostEntry]:
@@ -59,21 +40,18 @@ def monitor_fleet() -> None:
     the dashboards when it is in the ``grafana`` group."""
     data = host.data.dict()
     source = inventory_source()
-    is_monitor = MONITOR_GROUP in host.groups
     if inventory.get_group(MONITOR_GROUP, default=None) is None:
         logger.warning("no 'monitor' group in the inventory: exporters only, nothing "
                        "scrapes them")
-    monitor = plan_monitor(inventory_entries(), data, source, monitor_host=host.name) \
-        if is_monitor else None
-    gpu_host = bool(data.get("profile"))
-    exporters = plan_exporters(data, source, gpu_host) \
-        if gpu_host or is_router_host(data) else None
-    grafana = plan_grafana(data, source, prometheus_url(source)) \
-        if GRAFANA_GROUP in host.groups else None
+    monitor_hosts = [(h.name, h.data.dict())
+                     for h in inventory.get_group(MONITOR_GROUP, default=None) or []]
+    entries = inventory_entries() if MONITOR_GROUP in host.groups else []
+    plan = plan_monitor_host(host.name, data, host.groups, entries, monitor_hosts, source)
+    exporters, monitor, grafana = plan.exporters, plan.monitor, plan.grafana
     for line in (*(exporters.warnings if exporters else ()),
                  *(monitor.warnings if monitor else ())):
         logger.warning(f"{host.name}: {line}")
-    if exporters is None and monitor is None and grafana is None:
+    if plan.empty:
         logger.info(f"{host.name}: neither a GPU, router, monitor nor grafana host; skipped")
         return
     prefetch([*(exporters_role.reads(exporters) if exporters else []),

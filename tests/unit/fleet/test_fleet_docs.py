@@ -80,7 +80,13 @@ def test_the_limit_is_what_keeps_the_gateway_out(inventory) -> None:
     assert "gw" not in dict(limit_hosts(hosts, groups, ["gpu"], str(inventory)))
 
 
-def test_shipped_proxmox_inventory_is_checked_as_a_hypervisor(capsys) -> None:
+def test_shipped_proxmox_inventory_is_checked_as_a_hypervisor(capsys, monkeypatch,
+                                                              tmp_path) -> None:
+    # the example names ~/.ssh/id_ed25519: check wants it there, private to its owner
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_ed25519").write_text("key\n")
+    (tmp_path / ".ssh" / "id_ed25519").chmod(0o600)
+    monkeypatch.setenv("HOME", str(tmp_path))
     rc = main(["check", str(DOC.parents[1] / "inventory" / "proxmox.py")])
     out = capsys.readouterr().out
     assert rc == 0, out

@@ -50,6 +50,25 @@ def test_shipped_profiles_exist_and_load():
         assert profile.sglang_versions, f"{name} should say which SGLang versions it targets"
 
 
+def test_every_shipped_profile_brings_its_weights_or_says_it_needs_them_local():
+    """The server runs offline: a shipped profile pins a Hub commit (the file that pins
+    it names where the commit comes from, next to it) or names an absolute directory
+    and says the checkpoint must be put there."""
+    for path in [*PROFILES_DIR.glob("*.yaml"), *PROFILES_DIR.glob("base/*.yaml")]:
+        profile = load_profile(path)
+        if profile.model.hf:
+            source = profile.model.source
+            assert source is not None and source.pinned, path.name
+            text = Path(profile.where("model.hf").file).read_text()
+            comment = text.split(f"hf: {source.spec}")[0].rsplit("model:", 1)[-1]
+            assert source.revision[:8] in comment and "/" in comment, \
+                f"{path.name}: say where {source.revision} comes from"
+        else:
+            assert profile.model.path.startswith("/"), path.name
+            text = Path(profile.where("model.path").file).read_text()
+            assert "Needs a local checkpoint" in text, path.name
+
+
 def test_every_shipped_profile_has_a_source_header():
     for path in [*PROFILES_DIR.glob("*.yaml"), *PROFILES_DIR.glob("base/*.yaml")]:
         head = path.read_text().splitlines()[:3]

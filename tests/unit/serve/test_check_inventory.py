@@ -196,12 +196,19 @@ def test_other_lock_candidates_are_planned_and_their_problems_warned(tmp_path, c
     assert "lock candidates sglang-0.5.23-cu13-py312, sglang-0.5.23-cu13-py311 (" in out
 
 
-def test_shipped_gpu_inventory_passes(monkeypatch, capsys) -> None:
+def test_shipped_gpu_inventory_passes(monkeypatch, tmp_path, capsys) -> None:
+    # the example names ~/.ssh/id_ed25519: check wants it there, private to its owner
+    (tmp_path / "home" / ".ssh").mkdir(parents=True)
+    (tmp_path / "home" / ".ssh" / "id_ed25519").write_text("key\n")
+    (tmp_path / "home" / ".ssh" / "id_ed25519").chmod(0o600)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(REPO)
     rc, out, err = check(capsys, "inventory/gpu.py")
     assert rc == 0, out + err
     assert " ok " in line(out, "gpu1", "serve") and " ok " in line(out, "gpu1", "host")
     assert "profile glm5-nvfp4-tp8" in line(out, "gpu1", "serve")
+    assert "weights /models/GLM-5-NVFP4 (local: must be on the host)" in line(out, "gpu1",
+                                                                             "serve")
 
 
 def test_lab_inventory_without_a_running_lab_is_a_clear_error(monkeypatch, tmp_path,
@@ -309,3 +316,32 @@ def test_debian13_host_check_names_the_branch_its_repository_has(tmp_path, capsy
     assert "nvidia_driver_branch: driver branch 580 cannot be installed on debian13" in (
         line(out, "trixie", "host"))
     assert " ok " in line(out, "trixie590", "host")
+
+
+def test_a_hub_id_in_model_path_is_refused_before_connecting(tmp_path, capsys) -> None:
+    """The offline server cannot load a bare Hub id: check says so (file, line, field)
+    with the fix, by the serve deploy's own prepare code (plan.check_offline_model)."""
+    mine = tmp_path / "dsv3.yaml"
+    mine.write_text(f"extends: {REPO}/profiles/deepseek-v3-fp8-h200-tp8.yaml\n"
+                    "model:\n  hf: null\n  path: deepseek-ai/DeepSeek-V3\n")
+    inv = fleet(tmp_path, {"gpu1": {"profile": str(mine)}})
+    rc, out, err = check(capsys, str(inv), "--deploy", "serve")
+    assert rc == 1, out + err
+    bad = line(out, "gpu1", "serve")
+    assert f"{mine}:4: model.path: 'deepseek-ai/DeepSeek-V3' is a Hub id" in bad
+    assert "model.hf: deepseek-ai/DeepSeek-V3@<40-hex commit>" in bad
+
+
+def test_a_newcomer_profile_is_one_extends_and_one_line(tmp_path, capsys) -> None:
+    """The shape docs/weights.md shows: a shipped profile, and the checkpoint pinned."""
+    mine = tmp_path / "glm5-hub.yaml"
+    mine.write_text(f"extends: {REPO}/profiles/glm5-nvfp4-tp8.yaml\n"
+                    "model: {path: null, hf: nvidia/GLM-5-NVFP4@"
+                    "dc54ff55a7e9e71b85db953d8bc22eca894b44c6}\n")
+    inv = fleet(tmp_path, {"gpu1": {"profile": str(mine)}})
+    rc, out, err = check(capsys, str(inv), "--deploy", "serve")
+    assert rc == 0, out + err
+    ok = line(out, "gpu1", "serve")
+    assert "profile glm5-hub" in ok
+    assert "weights nvidia/GLM-5-NVFP4@dc54ff55a7e9e71b85db953d8bc22eca894b44c6 (the deploy " \
+           "fetches and verifies them)" in ok

@@ -28,7 +28,9 @@ REPO = Path(__file__).resolve().parents[3]
     ({"profile": "glm5-nvfp4-tp8"}, "/models/GLM-5-NVFP4"),
     ({"profile": "glm5-nvfp4-tp8", "preflight": "warn"}, "/models/GLM-5-NVFP4"),
     ({"profile": "glm5-nvfp4-tp8", "preflight": "off"}, None),     # nothing will scan it
-    ({"profile": "deepseek-v3-fp8-h200-tp8"}, None),                # a hub id
+    # a pinned Hub source: its revision directory under the default models_dir
+    ({"profile": "deepseek-v3-fp8-h200-tp8"}, "/opt/gpuserve/models/deepseek-ai--DeepSeek-V3/"
+     "e815299b0bcbac849fa540c768ef21845365c9eb"),
 ])
 def test_checkpoint_path(data, want) -> None:
     assert read_input(data, "inventory/gpu.py").checkpoint_path == want
@@ -40,6 +42,19 @@ def test_checkpoint_path(data, want) -> None:
 def test_bad_input_is_refused_before_the_batch(data) -> None:
     with pytest.raises(InputError):
         read_input(data, "inventory/gpu.py")
+
+
+@pytest.mark.parametrize(("path", "said"), [
+    ("deepseek-ai/DeepSeek-V3", "is a Hub id"), ("./models/GLM-5", "is not an absolute path")])
+def test_a_model_path_the_offline_server_cannot_load_is_refused(tmp_path, path, said) -> None:
+    profile = tmp_path / "mine.yaml"
+    profile.write_text(f"extends: {REPO}/profiles/glm5-nvfp4-tp8.yaml\nmodel:\n"
+                       f"  path: {path}\n")
+    with pytest.raises(InputError) as e:
+        read_input({"profile": str(profile)}, "inventory/gpu.py")
+    text = str(e.value)
+    assert text.startswith(f"{profile}:3: model.path: ") and said in text
+    assert "HF_HUB_OFFLINE=1" in text and "model.hf:" in text and "absolute path" in text
 
 
 def test_scan_in_a_batch_gives_the_facts_own_output(tmp_path) -> None:
