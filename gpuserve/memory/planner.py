@@ -644,7 +644,21 @@ class Plan:
     calibrated: dict | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The plan as JSON; a plan calibrated by a host's measured start shows the
+        calibrated figures at the top and the record's own under ``planned``."""
+        out = asdict(self)
+        c = self.calibrated
+        if c:
+            out["planned"] = {key: out[key] for key in _CALIBRATED_KEYS}
+            out.update({key: c[source] for key, source in _CALIBRATED_KEYS.items()})
+        return out
+
+
+#: the top-level figures a calibrated plan replaces: plan key -> calibrated key
+_CALIBRATED_KEYS = {"pre_load_free_gib": "free_before_weights_gib",
+                    "avail_after_weights_gib": "free_after_weights_gib",
+                    "rest_gib": "rest_gib", "kv_tokens": "kv_tokens",
+                    "min_viable_mfs": "min_viable_mfs"}
 
 
 @dataclass
