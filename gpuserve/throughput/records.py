@@ -1,0 +1,188 @@
+"""Throughput measurements as the predictor reads them, and calibration by them.
+
+Two kinds of JSONL line: a measurement in the public schema (``{"id", "pair",
+"baseline", "model", "gpu", "num_gpus", "nodes", "nvlink", "p2p", "tp", "ep",
+"attn_dp", "moe_a2a_backend", "kv_cache_dtype", "speculative", "concurrency",
+"input_len", "output_len", "decode_only", "measured": {"output_tps", "per_user_tps"},
+"source"}``), or the project's own bench record (``gpuserve.result/*``, kind bench), whose
+launch is its profile. Why one reader: ``gpuserve plan --calibrate`` and
+``bench/throughput_accuracy.py`` must plan a line the same way.
+
+How: docs/planner.md, "Throughput predictor".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuserve import safeload
+from gpuserve.errors import InputError
+from gpuserve.memory.models import ModelArch, load_record, record_names
+from gpuserve.memory.planner import Layout
+from gpuserve.paths import DATA_DIR
+from gpuserve.throughput.hardware import gpu, link, link_for
+from gpuserve.throughput.model import Box, Prediction, Speculation, Workload, predict
+
+ALIASES_PATH = DATA_DIR / "throughput" / "hf_models.yaml"
+
+
+@dataclass
+class Case:
+    """One measurement made plannable: the launch, the box, the workload, the figure."""
+
+    row: dict
+    arch: ModelArch
+    layout: Layout
+    box: Box
+    work: Workload
+    spec: Speculation | None
+    kv_dtype: str
+    measured: float  # output tok/s
+
+    def predict(self, box: Box | None = None) -> Prediction:
+        return predict(self.arch, self.layout, box or self.box, self.work,
+                       kv_dtype=self.kv_dtype, spec=self.spec)
+
+
+def is_bench_file(path: str | Path) -> bool:
+    """A file whose first non-empty line starts with ``{``: JSONL bench records (anything
+    else given to ``--calibrate`` is a startup log, read elsewhere)."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.strip():
+                return line.lstrip().startswith("{")
+    return False
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """Every JSON object line of ``path``, in the public schema (the project's bench
+    records converted); a line that is not JSON is an error naming it."""
+    rows = []
+    text = safeload.read_text(path, max_bytes=64 << 20)
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError as e:
+            raise InputError(path, f"line {n}", f"not JSON: {e}") from None
+        if not isinstance(doc, dict):
+            raise InputError(path, f"line {n}", "a record must be a JSON object")
+        row = _from_result(doc) if str(doc.get("schema", "")).startswith(
+            "gpuserve.result/") else doc
+        if row is not None:
+            row.setdefault("_line", n)
+            rows.append(row)
+    return rows
+
+
+def _from_result(doc: dict) -> dict | None:
+    """A ``gpuserve.result/*`` bench record as a public-schema row: its profile is the
+    launch; a record without concurrency was one stream (the notes' figures)."""
+    if doc.get("kind") != "bench" or not doc.get("profile"):
+        return None
+    figures = doc.get("figures") or {}
+    tps = figures.get("output_throughput")
+    if not isinstance(tps, int | float) or tps <= 0:
+        return None
+    conc = figures.get("max_concurrency") or figures.get("concurrency") or 1
+    return {"id": doc["profile"], "profile": doc["profile"], "host": doc.get("host"),
+            "concurrency": int(round(float(conc))),
+            "input_len": figures.get("random_input_len") or 1024,
+            "output_len": figures.get("random_output_len") or 1024,
+            "measured": {"output_tps": float(tps)}, "source": doc.get("note") or "record"}
+
+
+def measured_tps(row: dict) -> float | None:
+    m = row.get("measured") or {}
+    tps = m.get("output_tps")
+    if isinstance(tps, int | float) and tps > 0:
+        return float(tps)
+    per = m.get("per_user_tps")
+    if isinstance(per, int | float) and per > 0:
+        return float(per) * int(row.get("concurrency") or 1)
+    return None
+
+
+def model_record(model_id: str) -> str | None:
+    """The model record for a Hub repo id: the alias file, else a record of that name."""
+    aliases = safeload.load_yaml_file(ALIASES_PATH).get("models") or {}
+    for repo, name in aliases.items():
+        if repo.lower() == str(model_id).lower():
+            return name
+    want = _norm(str(model_id).split("/")[-1])
+    for name in record_names():
+        if _norm(name) == want:
+            return name
+    return None
+
+
+def _norm(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def case_from_row(row: dict) -> Case | str:
+    """A public-schema row as a plannable case, or why it cannot be planned."""
+    name = model_record(str(row.get("model") or ""))
+    if name is None:
+        return f"no model record for {row.get('model')!r}"
+    arch = load_record(name)
+    card = gpu(str(row.get("gpu") or ""))
+    if card is None:
+        return f"no memory bandwidth for GPU {row.get('gpu')!r}"
+    tp = int(row.get("tp") or row.get("num_gpus") or 1)
+    spec_doc = row.get("speculative") or None
+    spec = None
+    if isinstance(spec_doc, dict) and spec_doc.get("algorithm"):
+        spec = Speculation(str(spec_doc["algorithm"]).upper(),
+                           int(spec_doc.get("num_steps") or 3),
+                           int(spec_doc.get("eagle_topk") or 1),
+                           int(spec_doc.get("num_draft_tokens") or
+                               (spec_doc.get("num_steps") or 3) + 1))
+    layout = Layout(tp=tp, ep=int(row.get("ep") or 1), attn_dp=int(row.get("attn_dp") or 1),
+                    moe_a2a_backend=str(row.get("moe_a2a_backend") or "none"),
+                    speculative=spec.algorithm if spec else None)
+    problems = layout.validate(arch)
+    if problems:
+        return f"layout refused: {problems[0]}"
+    nodes = int(row.get("nodes") or 1)
+    box = Box(card, link(link_for(nvlink=row.get("nvlink"), p2p=row.get("p2p"), nodes=nodes)))
+    replicas = max(1, int(row.get("num_gpus") or tp) // tp)
+    conc = max(1, int(row.get("concurrency") or 1))
+    work = Workload(concurrency=max(1, conc // replicas),
+                    input_len=int(row.get("input_len") or 1024),
+                    output_len=int(row.get("output_len") or 1024),
+                    decode_only=bool(row.get("decode_only")))
+    tps = measured_tps(row)
+    if tps is None:
+        return "no measured output_tps or per_user_tps"
+    case = Case(row, arch, layout, box, work, spec, str(row.get("kv_cache_dtype") or "auto"),
+                tps / replicas)
+    try:
+        case.predict()
+    except InputError as e:
+        return f"not planned: {e.message}"
+    return case
+
+
+def fit(case: Case) -> Box:
+    """The case's box calibrated so the case predicts what it measured: the all-reduce
+    cost scaled where the launch has collectives and a scale in 0.02-50 fits, else one
+    multiplicative factor."""
+    base = case.box
+    plain = Box(base.gpu, base.link, 1.0, 1.0)
+    if case.layout.tp > 1:
+        lo, hi = 0.02, 50.0
+        at = case.predict(Box(plain.gpu, plain.link, lo)).output_tps
+        if at >= case.measured >= case.predict(Box(plain.gpu, plain.link, hi)).output_tps:
+            for _ in range(60):
+                mid = (lo * hi) ** 0.5
+                if case.predict(Box(plain.gpu, plain.link, mid)).output_tps > case.measured:
+                    lo = mid
+                else:
+                    hi = mid
+            return Box(plain.gpu, plain.link, (lo * hi) ** 0.5, 1.0)
+    predicted = case.predict(plain).output_tps
+    return Box(plain.gpu, plain.link, 1.0, predicted / case.measured)
