@@ -327,7 +327,8 @@ def predict(arch: ModelArch, layout: Layout, box: Box, work: Workload, *,
                      "counted as memory-bound")
     return Prediction(
         single_stream_tps=single, output_tps=tps, per_user_tps=tps / b,
-        concurrency=work.concurrency, step_ms=cycle * 1e3, comm_ms=comm * 1e3,
-        prefill_ms=prefill_s(arch, layout, sh, box, work.input_len) * 1e3,
+        concurrency=work.concurrency, step_ms=cycle * box.scale * 1e3,
+        comm_ms=comm * box.scale * 1e3,
+        prefill_ms=prefill_s(arch, layout, sh, box, work.input_len) * box.scale * 1e3,
         collectives_per_forward=count.total, accept_length=gained, link=box.link.name,
         notes=notes)

@@ -49,10 +49,9 @@ class Case:
 def is_bench_file(path: str | Path) -> bool:
     """A file whose first non-empty line starts with ``{``: JSONL bench records (anything
     else given to ``--calibrate`` is a startup log, read elsewhere)."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if line.strip():
-                return line.lstrip().startswith("{")
+    for line in safeload.read_text(path, max_bytes=64 << 20).splitlines():
+        if line.strip():
+            return line.lstrip().startswith("{")
     return False
 
 
@@ -106,9 +105,10 @@ def measured_tps(row: dict) -> float | None:
     return None
 
 
-def model_record(model_id: str) -> str | None:
-    """The model record for a Hub repo id: the alias file, else a record of that name."""
-    aliases = safeload.load_yaml_file(ALIASES_PATH).get("models") or {}
+def model_record(model_id: str, extra: dict | None = None) -> str | None:
+    """The model record for a Hub repo id: ``extra`` (a data set's own map), the alias
+    file, else a record of that name."""
+    aliases = {**(safeload.load_yaml_file(ALIASES_PATH).get("models") or {}), **(extra or {})}
     for repo, name in aliases.items():
         if repo.lower() == str(model_id).lower():
             return name
@@ -123,9 +123,9 @@ def _norm(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch.isalnum())
 
 
-def case_from_row(row: dict) -> Case | str:
+def case_from_row(row: dict, aliases: dict | None = None) -> Case | str:
     """A public-schema row as a plannable case, or why it cannot be planned."""
-    name = model_record(str(row.get("model") or ""))
+    name = model_record(str(row.get("model") or ""), aliases)
     if name is None:
         return f"no model record for {row.get('model')!r}"
     arch = load_record(name)
