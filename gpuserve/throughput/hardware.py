@@ -19,7 +19,12 @@ from gpuserve.errors import InputError
 from gpuserve.paths import DATA_DIR
 
 GB = 1e9
-MIB = 1 << 20
+
+#: bytes of a message that move at the small-message bandwidth; the rest at the large-
+#: message bus bandwidth (NCCL's LL protocol serves small messages, Simple large ones;
+#: the switch lies in the tens of KiB per rank: inferred from the nccl-tests sweeps'
+#: bend)
+SMALL_BYTES = 64 << 10
 DEFAULTS_PATH = DATA_DIR / "throughput" / "defaults.yaml"
 LINKS = ("nvlink", "pcie-p2p", "pcie-no-p2p", "network")
 
@@ -39,11 +44,13 @@ def defaults() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Link:
-    """One collective's cost: ``latency_us + S x 2(n-1)/n / busbw`` (ring bytes)."""
+    """One collective's cost: ``latency_us`` plus its ring bytes (``S x 2(n-1)/n``), those
+    of the message's first ``SMALL_BYTES`` at the small-message bandwidth, the rest at
+    the large-message bus bandwidth."""
 
     name: str
     latency_us: float
-    small_busbw_gbs: float  # decode-sized messages (below 1 MiB)
+    small_busbw_gbs: float  # the first SMALL_BYTES of a message
     busbw_gbs: float  # large messages (prefill)
     alltoall_latency_us: float
     measured: tuple[str, ...] = ()  # which figures came from the host's gates
@@ -51,15 +58,20 @@ class Link:
     def all_reduce_s(self, nbytes: float, ranks: int) -> float:
         if ranks <= 1:
             return 0.0
-        bw = self.small_busbw_gbs if nbytes < MIB else self.busbw_gbs
-        return self.latency_us * 1e-6 + nbytes * 2 * (ranks - 1) / ranks / (bw * GB)
+        return self.latency_us * 1e-6 + self._bytes_s(nbytes, 2 * (ranks - 1) / ranks)
+
+    def _bytes_s(self, nbytes: float, ring: float) -> float:
+        """The message's bytes on the wire (``ring`` x ``nbytes``): its first
+        ``SMALL_BYTES`` at the small-message bandwidth."""
+        small = min(nbytes, SMALL_BYTES)
+        return ring * (small / (self.small_busbw_gbs * GB)
+                       + (nbytes - small) / (self.busbw_gbs * GB))
 
     def alltoall_s(self, nbytes: float, ranks: int) -> float:
         """One dispatch or combine of ``nbytes`` per rank."""
         if ranks <= 1:
             return 0.0
-        bw = self.small_busbw_gbs if nbytes < MIB else self.busbw_gbs
-        return self.alltoall_latency_us * 1e-6 + nbytes * (ranks - 1) / ranks / (bw * GB)
+        return self.alltoall_latency_us * 1e-6 + self._bytes_s(nbytes, (ranks - 1) / ranks)
 
 
 def link(name: str) -> Link:
@@ -76,10 +88,14 @@ def measured_link(base: Link, *, latency_us: float | None = None,
                   busbw_gbs: float | None = None,
                   alltoall_latency_us: float | None = None) -> Link:
     """``base`` with the host's measured gates in place of the class figures: the small
-    all-reduce latency and the large-message bus bandwidth (nccl-tests)."""
+    all-reduce latency and the large-message bus bandwidth (nccl-tests). A measured
+    latency k times the class's scales the class's whole small-message curve by k (its
+    bandwidth by 1/k): both come from the same hop through the same path, and the gates
+    measure no decode-sized (KB) message."""
     changes: dict[str, Any] = {}
     if latency_us:
         changes["latency_us"] = float(latency_us)
+        changes["small_busbw_gbs"] = base.small_busbw_gbs * base.latency_us / float(latency_us)
     if busbw_gbs:
         changes["busbw_gbs"] = float(busbw_gbs)
     if alltoall_latency_us:
