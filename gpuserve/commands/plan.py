@@ -366,7 +366,8 @@ def _print_throughput(speed: dict | None) -> None:
         return
     cal = speed.get("calibrated_by")
     print(f"throughput ({speed['link']}"
-          + (f", calibrated by {cal['record']} at {cal['measured_tps']:g} tok/s" if cal else
+          + (f", calibrated x{cal['factor']:.3g} by {cal['record']} at "
+             f"{cal['measured_tps']:g} tok/s" if cal else
              ", uncalibrated") + "):")
     _table([
         ("single stream (tok/s)", speed["single_stream_tps"]),

@@ -157,12 +157,11 @@ class Step:
 
 @dataclass
 class Box:
-    """The GPUs and link a launch runs on, and the calibration of its collectives."""
+    """The GPUs and link a launch runs on, and its calibration."""
 
     gpu: Gpu
     link: Link
-    comm_scale: float = 1.0  # fitted all-reduce cost against the class/gates figure
-    scale: float = 1.0  # one multiplicative factor (calibration without collectives)
+    scale: float = 1.0  # calibration: predicted/measured of the box's baseline run
 
     def tflops(self, dtype: str) -> float:
         order = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16",)}
@@ -232,7 +231,7 @@ def forward(arch: ModelArch, layout: Layout, sh: Shape, box: Box, *, requests: i
     comm = _comm_s(arch, layout, box.link, tokens)
     overhead = (float(eff["step_overhead_us"]) + float(eff["layer_overhead_us"])
                 * arch.num_layers) * 1e-6
-    return Step(memory, compute, comm * box.comm_scale, overhead)
+    return Step(memory, compute, comm, overhead)
 
 
 def _comm_s(arch: ModelArch, layout: Layout, link: Link, tokens: int) -> float:
@@ -264,7 +263,7 @@ def draft_forward(arch: ModelArch, layout: Layout, sh: Shape, box: Box, spec: Sp
     msg = tokens * arch.hidden_size * ACT_BYTES
     comm = 4 * box.link.all_reduce_s(msg, layout.tp) if layout.tp > 1 else 0.0
     overhead = 3 * float(eff["layer_overhead_us"]) * 1e-6
-    return memory + comm * box.comm_scale + overhead
+    return memory + comm + overhead
 
 
 def prefill_s(arch: ModelArch, layout: Layout, sh: Shape, box: Box, input_len: int) -> float:
@@ -285,7 +284,7 @@ def prefill_s(arch: ModelArch, layout: Layout, sh: Shape, box: Box, input_len: i
     peak = box.tflops(sh.compute_dtype) * 1e12 * float(eff["compute"])
     compute = flops / peak if peak else 0.0
     memory = (sh.dense_bytes + sh.expert_bytes) / (box.gpu.bandwidth_gbs * 1e9)
-    comm = _comm_s(arch, layout, box.link, input_len) * box.comm_scale
+    comm = _comm_s(arch, layout, box.link, input_len)
     return max(compute, memory) + comm
 
 

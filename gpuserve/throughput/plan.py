@@ -104,8 +104,8 @@ def predicted(args: argparse.Namespace, prof: Any, arch: ModelArch, settings: An
 
 def calibrate(files: list[str], arch: ModelArch, box: Box, prof: Any) -> tuple[Box, dict]:
     """``box`` fitted on the baseline among the records: a measurement without
-    speculation of the same model (this profile's own first, then one with the same
-    layout), planned on this box; the all-reduce cost it implies is the box's."""
+    speculation of the same model on this GPU (this profile's own first, then one of the
+    same TP), planned on this box; its measured/predicted is the box's factor."""
     cases = []
     for name in files:
         for row in read_rows(name):
@@ -123,8 +123,7 @@ def calibrate(files: list[str], arch: ModelArch, box: Box, prof: Any) -> tuple[B
     best = sorted(cases, key=rank)[0]
     fitted = fit(best)
     return fitted, {"record": best.row.get("id"), "measured_tps": best.measured,
-                    "comm_scale": round(fitted.comm_scale, 4),
-                    "scale": round(fitted.scale, 4)}
+                    "factor": round(1 / fitted.scale, 4)}
 
 
 def box_tp(prof: Any) -> int:
