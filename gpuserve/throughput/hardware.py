@@ -26,7 +26,7 @@ GB = 1e9
 #: bend)
 SMALL_BYTES = 64 << 10
 DEFAULTS_PATH = DATA_DIR / "throughput" / "defaults.yaml"
-LINKS = ("nvlink", "pcie-p2p", "pcie-no-p2p", "network")
+LINKS = ("nvlink", "pcie-p2p", "pcie-no-p2p", "xgmi", "network")
 
 
 @cache
@@ -103,11 +103,17 @@ def measured_link(base: Link, *, latency_us: float | None = None,
     return dataclasses.replace(base, measured=tuple(changes), **changes) if changes else base
 
 
-def link_for(*, nvlink: bool | None, p2p: bool | None, nodes: int = 1) -> str:
-    """The link class of a box: NVLink, else PCIe with P2P only where it is known to work
-    (P2P not measured is planned as SHM, as the gates treat it)."""
-    if nodes and nodes > 1:
+def link_for(*, nvlink: bool | None, p2p: bool | None, nodes: int = 1,
+             card: Gpu | None = None, gpus: int = 0) -> str:
+    """The link class of a box: the GPU's own fabric (xGMI), NVLink (across nodes only
+    inside an NVL72 domain), else PCIe with P2P only where it is known to work (P2P not
+    measured is planned as SHM, as the gates treat it)."""
+    fabric = card.fabric if card is not None else ""
+    domain = card.nvlink_domain if card is not None else 0
+    if nodes and nodes > 1 and not (nvlink and domain and gpus <= domain):
         return "network"
+    if fabric and fabric != "nvlink":
+        return fabric
     if nvlink:
         return "nvlink"
     return "pcie-p2p" if p2p else "pcie-no-p2p"
@@ -122,6 +128,8 @@ class Gpu:
     tflops: dict[str, float]  # dense tensor TFLOPS by dtype (bf16, fp8, fp4)
     nvlink: bool
     sm_major: int
+    fabric: str = ""  # a link class of its own (xgmi), else the box's NVLink/PCIe
+    nvlink_domain: int = 0  # GPUs on one NVLink fabric across nodes (NVL72)
 
 
 def _norm(text: str) -> str:
@@ -135,7 +143,9 @@ def gpu(name: str) -> Gpu | None:
     data = safeload.load_yaml_file(DATA_DIR / "gpus.yaml")
     want = _norm(name)
     eff = float(defaults()["efficiency"]["memory"])
-    for key, rec in _matches(data["gpus"], want):
+    extra = {k: {**v, "aliases": v.get("names", [])} for k, v in
+             (defaults().get("gpus") or {}).items()}
+    for key, rec in _matches(data["gpus"], want) or _matches(extra, want):
         measured = rec.get("memory_read_measured_gbs")
         sheet = rec.get("memory_bandwidth_gbs")
         bw = float(measured) if measured else (float(sheet) * eff if sheet else 0.0)
@@ -143,7 +153,10 @@ def gpu(name: str) -> Gpu | None:
             return None
         flops = {k: float(v) for k, v in (rec.get("dense_tflops") or {}).items() if v}
         cc = str(rec.get("compute_capability", "0.0"))
-        return Gpu(key, bw, flops, bool(rec.get("nvlink")), int(cc.split(".")[0] or 0))
+        fabric = str(rec.get("link") or "")
+        return Gpu(key, bw, flops, bool(rec.get("nvlink")) or fabric == "nvlink",
+                   int(cc.split(".")[0] or 0), fabric,
+                   int(rec.get("nvlink_domain") or 0))
     return None
 
 

@@ -77,7 +77,7 @@ def box_for(gpu_key: str, interconnect: str | None, prof: Any) -> Box:
         raise InputError("--gpus", "gpus", f"{gpu_key}: no memory bandwidth in gpus.yaml, "
                          "no throughput to predict")
     nodes = prof.parallel.nnodes if prof is not None else 1
-    name = interconnect or link_for(nvlink=card.nvlink, p2p=None, nodes=nodes)
+    name = interconnect or link_for(nvlink=card.nvlink, p2p=None, nodes=nodes, card=card)
     return Box(card, link(name))
 
 

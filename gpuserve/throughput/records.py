@@ -148,7 +148,8 @@ def case_from_row(row: dict, aliases: dict | None = None) -> Case | str:
     if problems:
         return f"layout refused: {problems[0]}"
     nodes = int(row.get("nodes") or 1)
-    box = Box(card, link(link_for(nvlink=row.get("nvlink"), p2p=row.get("p2p"), nodes=nodes)))
+    box = Box(card, link(link_for(nvlink=row.get("nvlink"), p2p=row.get("p2p"), nodes=nodes,
+                                  card=card, gpus=int(row.get("num_gpus") or tp))))
     replicas = max(1, int(row.get("num_gpus") or tp) // tp)
     conc = max(1, int(row.get("concurrency") or 1))
     work = Workload(concurrency=max(1, conc // replicas),

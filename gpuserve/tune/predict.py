@@ -71,7 +71,7 @@ def host_box(gpu_name: str, comm: Comm, measured: dict | None) -> Box | None:
     if card is None:
         return None
     measured = measured if isinstance(measured, dict) else {}
-    name = link_for(nvlink=card.nvlink, p2p=measured.get("p2p") is True)
+    name = link_for(nvlink=card.nvlink, p2p=measured.get("p2p") is True, card=card)
     return Box(card, measured_link(link(name), latency_us=comm.all_reduce_latency_us,
                                    busbw_gbs=comm.all_reduce_busbw_gbs,
                                    alltoall_latency_us=comm.alltoall_latency_us))
