@@ -40,6 +40,7 @@ from gpuserve.memory.planner import (
 from gpuserve.memory.preflight import launch_settings
 from gpuserve.memory.startup_log import diagnose, read_log
 from gpuserve.terminal import printable
+from gpuserve.throughput.plan import register_args
 
 
 def finite_float(text: str) -> float:
@@ -132,8 +133,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="dsa_backend",
         help="DSA attention backend (decides the DSA KV layout)",
     )
-    from gpuserve.throughput.plan import register_args
-
     register_args(p)
     p.set_defaults(func=run)
 
