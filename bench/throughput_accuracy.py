@@ -48,12 +48,16 @@ def evaluate(path: Path) -> dict:
     predicted: dict[str, float] = {}
     for row in rows:
         rid = str(row.get("id") or f"line {row['_line']}")
-        case = case_from_row(row, aliases)
+        try:
+            case = case_from_row(row, aliases)
+            if not isinstance(case, str):
+                predicted[rid] = case.predict().output_tps
+        except (InputError, ValueError, ArithmeticError, TypeError, KeyError) as e:
+            case = f"not planned: {type(e).__name__}: {e}"  # one bad row, not the bench
         if isinstance(case, str):
             skipped[rid] = case
             continue
         cases[rid] = case
-        predicted[rid] = case.predict().output_tps
     out = {"rows": len(rows), "planned": len(cases), "skipped": skipped, "lines": []}
     raw, cal, pairs, right = [], [], 0, 0
     for rid, case in cases.items():

@@ -20,7 +20,7 @@ from pathlib import Path
 from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.memory.models import ModelArch, load_record, record_names
-from gpuserve.memory.planner import Layout
+from gpuserve.memory.planner import KV_DTYPE_BYTES, Layout
 from gpuserve.paths import DATA_DIR
 from gpuserve.throughput.hardware import gpu, link, link_for
 from gpuserve.throughput.model import Box, Prediction, Speculation, Workload, predict
@@ -159,13 +159,26 @@ def case_from_row(row: dict, aliases: dict | None = None) -> Case | str:
     tps = measured_tps(row)
     if tps is None:
         return "no measured output_tps or per_user_tps"
-    case = Case(row, arch, layout, box, work, spec, str(row.get("kv_cache_dtype") or "auto"),
+    case = Case(row, arch, layout, box, work, spec, kv_dtype(row.get("kv_cache_dtype")),
                 tps / replicas)
     try:
         case.predict()
     except InputError as e:
         return f"not planned: {e.message}"
     return case
+
+
+def kv_dtype(value: object) -> str:
+    """A measurement's KV cache dtype as SGLang names it (``fp8``, ``float8_e4m3fn`` and
+    ``FP8`` all mean fp8_e4m3; an FP4 cache is nvfp4); unknown names are SGLang's auto."""
+    text = str(value or "auto").lower()
+    if text in KV_DTYPE_BYTES or text in ("auto", "nvfp4", "fp4_e2m1"):
+        return text
+    if "fp8" in text or "float8" in text:
+        return "fp8_e5m2" if "e5m2" in text else "fp8_e4m3"
+    if "fp4" in text:
+        return "nvfp4"
+    return "bf16" if text in ("float16", "half", "bfloat16") else "auto"
 
 
 def fit(case: Case) -> Box:
