@@ -363,11 +363,13 @@ def _throughput(args: argparse.Namespace, prof: Any, arch: Any, settings: Any,
 def _print_throughput(speed: dict | None) -> None:
     if not speed:
         return
-    cal = speed.get("calibrated_by")
-    print(f"throughput ({speed['link']}"
-          + (f", calibrated x{cal['factor']:.3g} by {cal['record']} at "
-             f"{cal['measured_tps']:g} tok/s" if cal else
-             ", uncalibrated") + "):")
+    cal = speed.get("calibrated_by") or {}
+    how = [f"gates of {cal['gates']['host']} at {cal['gates']['timestamp']}"] \
+        if cal.get("gates") else []
+    if cal.get("record"):
+        how.append(f"x{cal['factor']:.3g} by {cal['record']} at {cal['measured_tps']:g} tok/s")
+    said = "calibrated by " + ", ".join(how) if how else "uncalibrated"
+    print(f"throughput ({speed['link']}, {said}):")
     _table([
         ("single stream (tok/s)", speed["single_stream_tps"]),
         (f"output at concurrency {speed['concurrency']} (tok/s)", speed["output_tps"]),

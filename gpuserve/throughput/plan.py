@@ -16,7 +16,7 @@ from typing import Any
 from gpuserve.errors import InputError
 from gpuserve.memory.models import ModelArch
 from gpuserve.memory.planner import Layout
-from gpuserve.throughput.hardware import LINKS, gpu, link, link_for
+from gpuserve.throughput.hardware import LINKS, gpu, link, link_for, measured_link
 from gpuserve.throughput.model import Box, Speculation, Workload, predict
 from gpuserve.throughput.records import (
     Case,
@@ -102,17 +102,27 @@ def predicted(args: argparse.Namespace, prof: Any, arch: ModelArch, settings: An
     return doc
 
 
+#: gpuserve.measure/1 topology classes (gpuserve.measure.gates) -> link classes
+_GATE_LINKS = {"nvlink4": "nvlink", "nvlink-other": "nvlink", "pcie5-x16-p2p": "pcie-p2p",
+               "pcie-p2p": "pcie-p2p", "pcie-no-p2p": "pcie-no-p2p"}
+
+
 def calibrate(files: list[str], arch: ModelArch, box: Box, prof: Any) -> tuple[Box, dict]:
-    """``box`` fitted on the baseline among the records: a measurement without
-    speculation of the same model on this GPU (this profile's own first, then one of the
-    same TP), planned on this box; its measured/predicted is the box's factor."""
-    cases = []
-    for name in files:
-        for row in read_rows(name):
-            case = _case(row, arch, box)
-            if case is not None:
-                cases.append(case)
+    """``box`` calibrated by the records: the host's newest measured gates
+    (``gpuserve.measure/1`` lines: its topology class and all-reduce figures), then the
+    baseline among the bench records, a measurement without speculation of the same model
+    on this GPU (this profile's own first, then one of the same TP), planned on this box:
+    its measured/predicted is the box's factor."""
+    rows = [row for name in files for row in read_rows(name)]
+    info: dict[str, Any] = {}
+    gates = sorted((r for r in rows if r.get("schema") == "gpuserve.measure/1"),
+                   key=lambda r: str(r.get("timestamp") or ""))
+    if gates:
+        box, info["gates"] = _gated(box, gates[-1])
+    cases = [c for c in (_case(r, arch, box) for r in rows if "schema" not in r) if c]
     if not cases:
+        if gates:
+            return box, info
         raise InputError(files[0], "records", f"no bench record of {arch.name} without "
                          "speculation on this GPU to calibrate by")
     me = prof.name if prof is not None else None
@@ -122,8 +132,26 @@ def calibrate(files: list[str], arch: ModelArch, box: Box, prof: Any) -> tuple[B
 
     best = sorted(cases, key=rank)[0]
     fitted = fit(best)
-    return fitted, {"record": best.row.get("id"), "measured_tps": best.measured,
-                    "factor": round(1 / fitted.scale, 4)}
+    info.update({"record": best.row.get("id"), "measured_tps": best.measured,
+                 "factor": round(1 / fitted.scale, 4)})
+    return fitted, info
+
+
+def _gated(box: Box, doc: dict) -> tuple[Box, dict]:
+    """``box`` on the link a measure record's topology class names, at its figures."""
+    figures = doc.get("figures") if isinstance(doc.get("figures"), dict) else {}
+
+    def first(prefix: str) -> float | None:
+        return next((float(v) for k, v in figures.items() if str(k).startswith(prefix)
+                     and isinstance(v, int | float) and not isinstance(v, bool)), None)
+
+    name = _GATE_LINKS.get(str(doc.get("topology_class")), box.link.name)
+    measured = measured_link(link(name), latency_us=first("all_reduce_latency@"),
+                             busbw_gbs=first("all_reduce_busbw@"),
+                             alltoall_latency_us=first("alltoall_latency@"))
+    return Box(box.gpu, measured, box.scale), {
+        "host": doc.get("host"), "timestamp": doc.get("timestamp"), "link": name,
+        "measured": list(measured.measured)}
 
 
 def box_tp(prof: Any) -> int:

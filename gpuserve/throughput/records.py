@@ -169,8 +169,8 @@ def case_from_row(row: dict, aliases: dict | None = None) -> Case | str:
 
 
 def kv_dtype(value: object) -> str:
-    """A measurement's KV cache dtype as SGLang names it (``fp8``, ``float8_e4m3fn`` and
-    ``FP8`` all mean fp8_e4m3; an FP4 cache is nvfp4); unknown names are SGLang's auto."""
+    """A measurement's KV cache dtype as SGLang names it (``FP8`` is fp8,
+    ``float8_e4m3fn`` fp8_e4m3, an FP4 cache nvfp4); unknown names are SGLang's auto."""
     text = str(value or "auto").lower()
     if text in KV_DTYPE_BYTES or text in ("auto", "nvfp4", "fp4_e2m1"):
         return text

@@ -112,3 +112,25 @@ def test_accuracy_script_last_line_on_a_small_fixture():
     assert (int(planned), int(rows)) == (4, 5)  # the model without a record is not planned
     assert int(pairs) == 2 and int(right) >= 1
     assert "not planned: no-record-c1: no model record" in out
+
+
+def test_a_hosts_measured_gates_decide_the_link(capsys, tmp_path):
+    # a gpuserve.measure/1 line (as gpuserve.measure.gates writes it) of a box whose P2P
+    # works: planned on PCIe with P2P at its measured figures, where EAGLE-3 wins again
+    gates = tmp_path / "gates.jsonl"
+    gates.write_text(json.dumps({
+        "schema": "gpuserve.measure/1", "host": "gpu1", "timestamp": "2026-12-04T12:00:00Z",
+        "topology_class": "pcie5-x16-p2p", "runs": [], "verdicts": [],
+        "figures": {"all_reduce_latency@1024": 22.0, "all_reduce_busbw@2147483648": 38.5}}))
+    base = _plan(capsys, "glm5-nvfp4-tp8", "--calibrate", str(gates))
+    eagle = _plan(capsys, "glm5-nvfp4-tp8-eagle3", "--calibrate", str(gates))
+    assert base["link"] == "pcie-p2p" and base["calibrated_by"]["gates"]["host"] == "gpu1"
+    assert "latency_us" in base["calibrated_by"]["gates"]["measured"]
+    assert eagle["single_stream_tps"] > base["single_stream_tps"]
+
+
+def test_measurement_kv_dtype_names():
+    from gpuserve.throughput.records import kv_dtype
+
+    assert kv_dtype("float8_e4m3fn") == "fp8_e4m3" and kv_dtype("FP8") == "fp8"
+    assert kv_dtype(None) == "auto" and kv_dtype("fp4") == "nvfp4"
