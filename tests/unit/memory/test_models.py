@@ -66,18 +66,21 @@ def test_qwen_and_llama_shapes():
     assert (llama.num_kv_heads, llama.head_dim, llama.intermediate_size) == (8, 128, 28672)
 
 
-def test_nvfp4_v2_records_keep_mla_projections_but_quantize_experts():
-    # ModelOpt's v2 exports quantize o_proj too; the MLA down/up projections stay BF16
+def test_nvfp4_records_keep_mla_projections_but_quantize_experts():
     for name, experts in (("deepseek-r1-0528-nvfp4", 256), ("kimi-k2.5-nvfp4", 384)):
         a = load_record(name)
         assert a.is_mla and a.n_routed_experts == experts and a.num_layers == 61
         q = a.quantization
         assert q.method == "modelopt_fp4" and q.kv_cache_quant_algo == "FP8"
         assert not q.quantizes("model.layers.5.self_attn.kv_b_proj")
-        assert q.quantizes("model.layers.5.self_attn.o_proj")
         assert "routed_experts" not in a.unquantized_parts()
+    # DeepSeek-R1 FP4 v2 quantizes o_proj too; nvidia/Kimi-K2.5-NVFP4 keeps all of self_attn
+    assert load_record("deepseek-r1-0528-nvfp4").quantization.quantizes(
+        "model.layers.5.self_attn.o_proj")
+    kimi = load_record("kimi-k2.5-nvfp4")
+    assert not kimi.quantization.quantizes("model.layers.5.self_attn.o_proj")
     # K2.5's text body sits under text_config, beneath a multimodal architecture
-    assert load_record("kimi-k2.5-nvfp4").architecture == "KimiK25ForConditionalGeneration"
+    assert kimi.architecture == "KimiK25ForConditionalGeneration"
 
 
 def test_gpt_oss_experts_use_intermediate_size_and_attention_stays_bf16():
