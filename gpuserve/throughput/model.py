@@ -39,14 +39,14 @@ class Speculation:
 
     def acceptance(self) -> float:
         """Tokens gained per verify: measured, else 1 + p + ... + p^steps with the
-        algorithm's per-step rate p (defaults.yaml ``acceptance``)."""
+        algorithm's per-step rate p (defaults.yaml ``acceptance``), a tree's topk
+        candidates counted as sqrt(topk) draws."""
         if self.accept_length:
             return float(self.accept_length)
         table = defaults()["acceptance"]
         p = float(table.get(self.algorithm.upper(), table["EAGLE3"])["per_step"])
+        p = 1 - (1 - p) ** (max(1, self.eagle_topk) ** 0.5)  # a tree: any candidate
         gained = sum(p ** i for i in range(self.num_steps + 1))
-        if self.eagle_topk > 1:
-            gained *= 1.1
         return min(gained, float(max(self.num_draft_tokens, 1)))
 
 
@@ -229,9 +229,20 @@ def forward(arch: ModelArch, layout: Layout, sh: Shape, box: Box, *, requests: i
     peak = box.tflops(sh.compute_dtype) * 1e12 * float(eff["compute"])
     compute = flops / peak if peak else 0.0
     comm = _comm_s(arch, layout, box.link, tokens)
-    overhead = (float(eff["step_overhead_us"]) + float(eff["layer_overhead_us"])
-                * arch.num_layers) * 1e-6
-    return Step(memory, compute, comm, overhead)
+    return Step(memory, compute, comm, fixed_s(arch))
+
+
+def fixed_s(arch: ModelArch) -> float:
+    """A forward's cost beyond bytes, FLOPs and collectives: per step, and per layer by
+    what the layer runs (MoE routing and grouped GEMMs, MLA's absorbed attention launch
+    more kernels than a dense GQA layer)."""
+    eff = defaults()["efficiency"]
+    moe = len(arch.moe_layer_ids) if arch.is_moe else 0
+    us = float(eff["step_overhead_us"]) + float(eff["layer_overhead_us"]) * arch.num_layers
+    us += float(eff.get("moe_layer_overhead_us", 0)) * moe
+    if arch.is_mla:
+        us += float(eff.get("mla_layer_overhead_us", 0)) * arch.num_layers
+    return us * 1e-6
 
 
 def _comm_s(arch: ModelArch, layout: Layout, link: Link, tokens: int) -> float:
