@@ -39,6 +39,12 @@ def defaults() -> dict[str, Any]:
         link = data["links"].get(name)
         if not isinstance(link, dict) or not link.get("source"):
             raise InputError(DEFAULTS_PATH, f"links.{name}", "missing, or without a source")
+    need = {"efficiency": ("memory", "compute", "step_overhead_us", "layer_overhead_us"),
+            "speculation": ("cycle_cpu_us", "cycle_cpu_per_rank_us"), "acceptance": ("EAGLE3",)}
+    for section, keys in need.items():
+        for key in keys:
+            if not isinstance(data.get(section), dict) or key not in data[section]:
+                raise InputError(DEFAULTS_PATH, f"{section}.{key}", "missing")
     return data
 
 

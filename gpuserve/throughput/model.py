@@ -257,8 +257,8 @@ def _comm_s(arch: ModelArch, layout: Layout, link: Link, tokens: int) -> float:
     return t
 
 
-def draft_forward(arch: ModelArch, layout: Layout, sh: Shape, box: Box, spec: Speculation,
-                  *, requests: int, tokens_each: int) -> float:
+def draft_forward(arch: ModelArch, layout: Layout, sh: Shape, box: Box, *, requests: int,
+                  tokens_each: int) -> float:
     """One forward of the draft: the checkpoint's MTP layer (NEXTN/EAGLE), or a separate
     EAGLE-3/standalone head of one layer; with its collectives (two per layer, the
     embedding's, the logits' gather) at the same TP."""
@@ -290,7 +290,6 @@ def prefill_s(arch: ModelArch, layout: Layout, sh: Shape, box: Box, input_len: i
         else arch.head_dim + arch.v_head_dim
     attn = 2 * input_len * min(input_len, arch.index_topk or input_len) * heads * dim \
         * arch.num_layers
-    # attention DP: one rank prefills a request alone; the MoE sees it once
     flops = 2 * active * input_len + attn
     peak = box.tflops(sh.compute_dtype) * 1e12 * float(eff["compute"])
     compute = flops / peak if peak else 0.0
@@ -316,7 +315,7 @@ def predict(arch: ModelArch, layout: Layout, box: Box, work: Workload, *,
             verify = forward(arch, layout, sh, box, requests=b,
                              tokens_each=spec.num_draft_tokens, context=context)
             drafts = spec.num_steps * draft_forward(
-                arch, layout, sh, box, spec, requests=b, tokens_each=spec.eagle_topk)
+                arch, layout, sh, box, requests=b, tokens_each=spec.eagle_topk)
             gained = spec.acceptance()
             cpu = defaults()["speculation"]
             exposed = (float(cpu["cycle_cpu_us"]) + float(cpu["cycle_cpu_per_rank_us"])
