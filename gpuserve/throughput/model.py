@@ -319,7 +319,8 @@ def predict(arch: ModelArch, layout: Layout, box: Box, work: Workload, *,
             gained = spec.acceptance()
             cpu = defaults()["speculation"]
             exposed = (float(cpu["cycle_cpu_us"]) + float(cpu["cycle_cpu_per_rank_us"])
-                       * (layout.tp - 1)) * 1e-6
+                       * (layout.tp - 1)
+                       + float(cpu.get("cycle_cpu_per_request_us", 0)) * b) * 1e-6
             cycle = verify.total_s + drafts + exposed
             per_token, comm = cycle / gained, verify.comm_s
         pre = 0.0 if work.decode_only else prefill_s(arch, layout, sh, box, work.input_len)
