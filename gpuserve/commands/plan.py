@@ -335,12 +335,12 @@ def _run_predict(args: argparse.Namespace) -> int:
         draft=_draft(args, prof, settings.layout),
         **settings.knobs,
     )
-    speed = _throughput(args, prof, arch, settings, gpu.key)
     if args.json:
+        speed = _throughput(args, prof, arch, settings, gpu.key)
         print(json.dumps({**plan.to_dict(), "predicted": speed}, indent=2))
         return 0 if plan.verdict != FitVerdict.INVALID else 2
     _print_plan(plan, arch)
-    _print_throughput(speed)
+    _print_throughput(_throughput(args, prof, arch, settings, gpu.key))
     if scan is not None:
         unknown = unrecognised(scan, arch)
         if unknown:

@@ -120,8 +120,11 @@ class Shape:
     compute_dtype: str
 
 
-def shape(arch: ModelArch, layout: Layout, kv_dtype: str, sm_major: int | None) -> Shape:
-    parts = weights_per_gpu(arch, layout)
+def shape(arch: ModelArch, layout: Layout, kv_dtype: str, sm_major: int | None,
+          parts: list | None = None) -> Shape:
+    """Bytes and parameters per GPU by kind: ``parts`` (a checkpoint's weights per GPU,
+    gpuserve.memory.checkpoint), else the record's (the planner's sharding)."""
+    parts = parts if parts is not None else weights_per_gpu(arch, layout)
     expert = [p for p in parts if p.name.startswith("routed experts")]
     draft = [p for p in parts if p.name.startswith("draft/")]
     other = [p for p in parts if p not in expert and p not in draft
@@ -299,9 +302,11 @@ def prefill_s(arch: ModelArch, layout: Layout, sh: Shape, box: Box, input_len: i
 
 
 def predict(arch: ModelArch, layout: Layout, box: Box, work: Workload, *,
-            kv_dtype: str = "auto", spec: Speculation | None = None) -> Prediction:
-    """Single-stream and concurrency-N output tok/s of one launch (see the module doc)."""
-    sh = shape(arch, layout, kv_dtype, box.gpu.sm_major)
+            kv_dtype: str = "auto", spec: Speculation | None = None,
+            parts: list | None = None) -> Prediction:
+    """Single-stream and concurrency-N output tok/s of one launch (see the module doc);
+    ``parts``: the checkpoint's weights per GPU where a scan read them."""
+    sh = shape(arch, layout, kv_dtype, box.gpu.sm_major, parts)
     count = collectives(arch, layout)
 
     def rate(n: int) -> tuple[float, float, float, float | None]:

@@ -17,7 +17,7 @@ from functools import lru_cache
 from gpuserve.doctor.rules import diagnose
 from gpuserve.errors import InputError
 from gpuserve.host.hostfacts import HostFacts
-from gpuserve.memory.checkpoint import CheckpointScan, parse_scan
+from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, parse_scan
 from gpuserve.memory.draft import local_draft_dir
 from gpuserve.memory.planner import FitVerdict
 from gpuserve.memory.preflight import check_fit, launch_settings
@@ -197,7 +197,8 @@ def _gates(verdict: Verdict, profile, snapshot: HostSnapshot) -> None:
 
 def _predict(profile, scan: CheckpointScan, snapshot: HostSnapshot, comm: Comm,
              peak_batch: int) -> Prediction | None:
-    """The throughput predictor's figures for the candidate on this host."""
+    """The throughput predictor's figures for the candidate on this host, with the
+    weights the host's checkpoint holds per GPU."""
     from gpuserve.throughput.plan import launch_of
 
     settings = launch_settings(profile)
@@ -207,6 +208,7 @@ def _predict(profile, scan: CheckpointScan, snapshot: HostSnapshot, comm: Comm,
     try:
         return predict(arch=arch, layout=launch.layout, spec=launch.spec,
                        kv_dtype=launch.kv_dtype, gpu_name=snapshot.gpu_name, comm=comm,
-                       peak_batch=peak_batch, measured=facts.get("measured"))
+                       peak_batch=peak_batch, measured=facts.get("measured"),
+                       parts=checkpoint_weights(scan, settings.layout, arch))
     except InputError:
         return None  # a launch the arithmetic cannot size (an unmodelled KV dtype)

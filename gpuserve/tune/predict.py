@@ -78,16 +78,17 @@ def host_box(gpu_name: str, comm: Comm, measured: dict | None) -> Box | None:
 
 
 def predict(*, arch: ModelArch, layout: Layout, spec: Speculation | None, kv_dtype: str,
-            gpu_name: str, comm: Comm, peak_batch: int,
-            measured: dict | None = None) -> Prediction | None:
+            gpu_name: str, comm: Comm, peak_batch: int, measured: dict | None = None,
+            parts: list | None = None) -> Prediction | None:
     """One candidate's single-stream and peak-load output tok/s (None without a known
-    GPU bandwidth)."""
+    GPU bandwidth); ``parts``: the checkpoint's weights per GPU, else the record's."""
     box = host_box(gpu_name, comm, measured)
     if box is None:
         return None
-    single = throughput(arch, layout, box, Workload(1), kv_dtype=kv_dtype, spec=spec)
+    single = throughput(arch, layout, box, Workload(1), kv_dtype=kv_dtype, spec=spec,
+                        parts=parts)
     peak = throughput(arch, layout, box, Workload(max(1, peak_batch)), kv_dtype=kv_dtype,
-                      spec=spec)
+                      spec=spec, parts=parts)
     notes = []
     if not box.link.measured and layout.tp > 1:
         notes.append(f"no measured all-reduce: {box.link.name} defaults")
