@@ -24,6 +24,7 @@ from gpuserve.memory.preflight import check_fit, launch_settings
 from gpuserve.tune.predict import Comm, Prediction, predict
 from gpuserve.tune.snapshot import HostSnapshot
 
+_EXPERTS = "routed experts"
 #: how far a calibrated rest may still be off: an EP8 launch calibrated to +0.42 GiB of
 #: room had -0.89 (1.31 GiB), rounded up
 CALIBRATION_ERROR_GIB = 1.5
