@@ -133,8 +133,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="dsa_backend",
         help="DSA attention backend (decides the DSA KV layout)",
     )
-    register_args(p)
-    p.set_defaults(func=run)
+    register_args(p).set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

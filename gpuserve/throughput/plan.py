@@ -28,9 +28,9 @@ from gpuserve.throughput.records import (
 )
 
 
-def register_args(p: argparse.ArgumentParser) -> None:
+def register_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The throughput options of ``gpuserve plan`` (``--calibrate`` is shared with the
-    memory calibration: added here only when not already there)."""
+    memory calibration: added here only when not already there); returns ``p``."""
     g = p.add_argument_group("throughput")
     g.add_argument("--concurrency", type=int, default=1,
                    help="requests in flight for the predicted output tok/s (default 1)")
@@ -43,6 +43,7 @@ def register_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--calibrate", action="append", metavar="FILE",
                        help="a host's measurement: bench records (JSONL) calibrate the "
                        "throughput prediction; repeatable")
+    return p
 
 
 @dataclass
