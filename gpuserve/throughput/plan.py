@@ -156,6 +156,7 @@ def _gated(box: Box, doc: dict) -> tuple[Box, dict]:
 
 
 def box_tp(prof: Any) -> int:
+    """The profile's tensor-parallel size (1 without a profile)."""
     return prof.parallel.tp if prof is not None else 1
 
 

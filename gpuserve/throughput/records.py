@@ -42,6 +42,7 @@ class Case:
     measured: float  # output tok/s
 
     def predict(self, box: Box | None = None) -> Prediction:
+        """The case's prediction on its box (or ``box``), its figure unseen."""
         return predict(self.arch, self.layout, box or self.box, self.work,
                        kv_dtype=self.kv_dtype, spec=self.spec)
 
@@ -55,9 +56,10 @@ def is_bench_file(path: str | Path) -> bool:
     return False
 
 
-def read_rows(path: str | Path) -> list[dict]:
+def read_rows(path: str | Path, *, strict: bool = True) -> list[dict]:
     """Every JSON object line of ``path``, in the public schema (the project's bench
-    records converted); a line that is not JSON is an error naming it."""
+    records converted); a line that is not JSON, or (``strict``) a field of the wrong
+    type, is an error naming it; not strict, such a row carries why in ``_invalid``."""
     rows = []
     text = safeload.read_text(path, max_bytes=64 << 20)
     for n, line in enumerate(text.splitlines(), 1):
@@ -66,15 +68,60 @@ def read_rows(path: str | Path) -> list[dict]:
         try:
             doc = json.loads(line)
         except ValueError as e:
-            raise InputError(path, f"line {n}", f"not JSON: {e}") from None
+            doc = _refused(path, n, f"not JSON: {e}", strict)
         if not isinstance(doc, dict):
-            raise InputError(path, f"line {n}", "a record must be a JSON object")
+            doc = _refused(path, n, "a record must be a JSON object", strict)
         row = _from_result(doc) if str(doc.get("schema", "")).startswith(
             "gpuserve.result/") else doc
+        if row is not None and "schema" not in row:
+            try:
+                check_row(row, path, n)
+            except InputError as e:
+                if strict:
+                    raise
+                row["_invalid"] = f"{e.field}: {e.message}"
         if row is not None:
             row.setdefault("_line", n)
             rows.append(row)
     return rows
+
+
+def _refused(path: str | Path, line: int, why: str, strict: bool) -> dict:
+    """A line that is no record: an error naming it, or (not strict) a row saying why."""
+    if strict:
+        raise InputError(path, f"line {line}", why)
+    return {"id": f"line {line}", "_invalid": f"line {line}: {why}"}
+
+
+_INTS = ("num_gpus", "nodes", "tp", "ep", "attn_dp", "concurrency", "input_len",
+         "output_len")
+_BOOLS = ("nvlink", "p2p", "virtualized", "decode_only")
+
+
+def check_row(row: dict, path: str | Path, line: int) -> None:
+    """A public-schema line's fields have the types the predictor reads (null allowed):
+    a wrong one is an error naming the file, line and field."""
+    def bad(field: str, what: str) -> InputError:
+        return InputError(path, f"line {line}: {field}", f"must be {what}, got "
+                          f"{row.get(field)!r:.40}")
+
+    for key in _INTS:
+        value = row.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 0):
+            raise bad(key, "a whole number or null")
+    for key in _BOOLS:
+        if row.get(key) is not None and not isinstance(row[key], bool):
+            raise bad(key, "true, false or null")
+    if not isinstance(row.get("measured") or {}, dict):
+        raise bad("measured", "an object with output_tps and/or per_user_tps")
+    spec = row.get("speculative")
+    if spec is not None and not isinstance(spec, dict):
+        raise bad("speculative", "null or an object")
+    for key in ("num_steps", "eagle_topk", "num_draft_tokens"):
+        value = (spec or {}).get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise bad(f"speculative.{key}", "a whole number or null")
 
 
 def _from_result(doc: dict) -> dict | None:
@@ -95,6 +142,7 @@ def _from_result(doc: dict) -> dict | None:
 
 
 def measured_tps(row: dict) -> float | None:
+    """The row's output tok/s: measured, else per-user tok/s times the concurrency."""
     m = row.get("measured") or {}
     tps = m.get("output_tps")
     if isinstance(tps, int | float) and tps > 0:
@@ -125,6 +173,8 @@ def _norm(text: str) -> str:
 
 def case_from_row(row: dict, aliases: dict | None = None) -> Case | str:
     """A public-schema row as a plannable case, or why it cannot be planned."""
+    if row.get("_invalid"):
+        return f"bad field {row['_invalid']}"
     name = model_record(str(row.get("model") or ""), aliases)
     if name is None:
         return f"no model record for {row.get('model')!r}"

@@ -134,3 +134,16 @@ def test_measurement_kv_dtype_names():
 
     assert kv_dtype("float8_e4m3fn") == "fp8_e4m3" and kv_dtype("FP8") == "fp8"
     assert kv_dtype(None) == "auto" and kv_dtype("fp4") == "nvfp4"
+
+
+def test_a_bad_measurement_is_refused_by_plan_and_skipped_by_the_bench(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    row = json.loads(SMALL.read_text().splitlines()[0])
+    bad.write_text(json.dumps({**row, "tp": "eight"}) + "\n" + json.dumps(row) + "\n")
+    rc = main(["plan", "--profile", "glm5-nvfp4-tp8", "--gpus", "8xRTX-PRO-6000",
+               "--calibrate", str(bad), "--json"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "line 1: tp" in err and str(bad) in err
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput_accuracy.py"),
+                          str(bad)], capture_output=True, text=True, check=True).stdout
+    assert "1 of 2 measurements planned" in out and "line 1: tp" in out
