@@ -17,6 +17,7 @@ How: docs/planner.md, "Throughput predictor".
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gpuserve.memory.models import ModelArch
@@ -200,12 +201,20 @@ class Prediction:
                 "link": self.link, "notes": self.notes}
 
 
-def _touched(arch: ModelArch, tokens: float) -> float:
-    """Share of a GPU's routed experts that ``tokens`` tokens touch (uniform routing)."""
+def _touched(arch: ModelArch, tokens: float, ep: int = 1) -> float:
+    """Share of a GPU's routed experts that ``tokens`` tokens touch (uniform routing).
+    Under EP a GPU holds whole experts and the step waits for the busiest one: the
+    expected maximum over ``ep`` ranks of its touched experts (mean + sd x sqrt(2 ln ep),
+    the normal approximation); under TP every GPU holds a slice of each."""
     if not arch.is_moe or not arch.n_routed_experts:
         return 1.0
     k = arch.num_experts_per_tok / arch.n_routed_experts
-    return 1.0 - (1.0 - min(k, 1.0)) ** max(tokens, 1.0)
+    q = 1.0 - (1.0 - min(k, 1.0)) ** max(tokens, 1.0)
+    if ep <= 1:
+        return q
+    n = arch.n_routed_experts / ep
+    busiest = n * q + (n * q * (1 - q)) ** 0.5 * (2 * math.log(ep)) ** 0.5
+    return min(1.0, busiest / n)
 
 
 def forward(arch: ModelArch, layout: Layout, sh: Shape, box: Box, *, requests: int,
@@ -220,7 +229,7 @@ def forward(arch: ModelArch, layout: Layout, sh: Shape, box: Box, *, requests: i
         ctx = min(context, arch.index_topk)  # DSA attends to its top-k tokens only
     kv = local * (sh.kv_target * ctx * (tokens_each if ctx < context else 1)
                   + sh.kv_indexer * context)
-    weights = sh.dense_bytes + sh.expert_bytes * _touched(arch, tokens)
+    weights = sh.dense_bytes + sh.expert_bytes * _touched(arch, tokens, layout.ep)
     memory = (weights + kv) / (box.gpu.bandwidth_gbs * 1e9)
     active = sh.dense_params + sh.expert_params * (
         arch.num_experts_per_tok / arch.n_routed_experts if arch.is_moe else 1.0)
