@@ -363,11 +363,11 @@ def _print_throughput(speed: dict | None) -> None:
     if not speed:
         return
     cal = speed.get("calibrated_by") or {}
-    how = [f"gates of {cal['gates']['host']} at {cal['gates']['timestamp']}"] \
+    how = [f"by the gates of {cal['gates']['host']} at {cal['gates']['timestamp']}"] \
         if cal.get("gates") else []
     if cal.get("record"):
         how.append(f"x{cal['factor']:.3g} by {cal['record']} at {cal['measured_tps']:g} tok/s")
-    said = "calibrated by " + ", ".join(how) if how else "uncalibrated"
+    said = "calibrated " + ", ".join(how) if how else "uncalibrated"
     print(f"throughput ({speed['link']}, {said}):")
     _table([
         ("single stream (tok/s)", speed["single_stream_tps"]),

@@ -34,8 +34,10 @@ def register_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g = p.add_argument_group("throughput")
     g.add_argument("--concurrency", type=int, default=1,
                    help="requests in flight for the predicted output tok/s (default 1)")
-    g.add_argument("--input-len", dest="input_len", type=int, default=1024)
-    g.add_argument("--output-len", dest="output_len", type=int, default=1024)
+    g.add_argument("--input-len", dest="input_len", type=int, default=1024,
+                   help="prompt tokens per request (default 1024; 0: decode only)")
+    g.add_argument("--output-len", dest="output_len", type=int, default=1024,
+                   help="generated tokens per request (default 1024)")
     g.add_argument("--interconnect", choices=LINKS,
                    help="the box's GPU link (default: nvlink for SXM parts, else PCIe "
                    "without P2P until the host measured it)")
