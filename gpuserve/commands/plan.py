@@ -48,6 +48,7 @@ from gpuserve.memory.planner import (
 from gpuserve.memory.preflight import launch_settings
 from gpuserve.memory.startup_log import diagnose, read_log
 from gpuserve.terminal import printable
+from gpuserve.throughput.plan import register_args
 
 
 def finite_float(text: str) -> float:
@@ -141,7 +142,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="dsa_backend",
         help="DSA attention backend (decides the DSA KV layout)",
     )
-    p.set_defaults(func=run)
+    register_args(p).set_defaults(func=run)
 
 
 def add_calibrate(p: argparse.ArgumentParser) -> None:
@@ -364,14 +365,49 @@ def _run_predict(args: argparse.Namespace) -> int:
     plan = _measured_or_records(args, prof, plan_for(settings), settings, plan_for,
                                 record or arch)
     if args.json:
-        print(json.dumps(plan.to_dict(), indent=2))
+        speed = _throughput(args, prof, arch, settings, gpu.key)
+        print(json.dumps({**plan.to_dict(), "predicted": speed}, indent=2))
         return 0 if plan.verdict != FitVerdict.INVALID else 2
     _print_plan(plan, arch)
+    _print_throughput(_throughput(args, prof, arch, settings, gpu.key))
     if scan is not None:
         unknown = unrecognised(scan, arch)
         if unknown:
             print(f"unrecognised tensors (counted as replicated): {', '.join(unknown)}")
     return 0 if plan.verdict != FitVerdict.INVALID else 2
+
+
+def _throughput(args: argparse.Namespace, prof: Any, arch: Any, settings: Any,
+                gpu_key: str) -> dict | None:
+    """The predicted output tok/s (gpuserve.throughput), or None where the GPU has no
+    memory bandwidth on record."""
+    from gpuserve.throughput.hardware import gpu as throughput_gpu
+    from gpuserve.throughput.plan import predicted
+
+    if throughput_gpu(gpu_key) is None:
+        return None
+    return predicted(args, prof, arch, settings, gpu_key)
+
+
+def _print_throughput(speed: dict | None) -> None:
+    if not speed:
+        return
+    cal = speed.get("calibrated_by") or {}
+    how = [f"by the gates of {cal['gates']['host']} at {cal['gates']['timestamp']}"] \
+        if cal.get("gates") else []
+    if cal.get("record"):
+        how.append(f"x{cal['factor']:.3g} by {cal['record']} at {cal['measured_tps']:g} tok/s")
+    said = "calibrated " + ", ".join(how) if how else "uncalibrated"
+    print(f"throughput ({speed['link']}, {said}):")
+    _table([
+        ("single stream (tok/s)", speed["single_stream_tps"]),
+        (f"output at concurrency {speed['concurrency']} (tok/s)", speed["output_tps"]),
+        ("per user (tok/s)", speed["per_user_tps"]),
+        ("collectives per forward", speed["collectives_per_forward"]),
+        ("accept length", speed["accept_length"]),
+    ])
+    for note in speed["notes"]:
+        print(f"  - {note}")
 
 
 def _draft(args: argparse.Namespace, prof: Any, layout: Layout) -> Draft | None:

@@ -57,7 +57,11 @@ class Quantization:
                 if re.match(pattern[3:], module):
                     return False
             elif any(ch in pattern for ch in "*?["):
-                if fnmatch.fnmatchcase(module, pattern):
+                # a wildcard names a module or a prefix of one, as a plain name does:
+                # gpt-oss's "model.layers.*.self_attn" covers its q/k/v/o projections
+                if fnmatch.fnmatchcase(module, pattern) or fnmatch.fnmatchcase(
+                    module, pattern + ".*"
+                ):
                     return False
             elif module == pattern or module.startswith(pattern + "."):
                 return False
@@ -197,6 +201,16 @@ def _moe_layers(cfg: dict, num_layers: int, n_experts: int, file: str) -> tuple[
     return tuple(i for i in range(num_layers) if i not in only_dense and (i + 1) % step == 0)
 
 
+def _expert_size(cfg: dict, file: str) -> int:
+    """One expert's intermediate size: ``moe_intermediate_size``, else, for the configs that
+    count experts in ``num_local_experts`` (gpt-oss, Mixtral), ``intermediate_size``: SGLang
+    builds their experts with it (models/gpt_oss.py, models/mixtral.py)."""
+    size = _int(cfg, "moe_intermediate_size", file, 0)
+    if not size and cfg.get("num_local_experts"):
+        size = _int(cfg, "intermediate_size", file, 0)
+    return size
+
+
 def _index_layers(cfg: dict, num_layers: int) -> tuple[int, ...]:
     """DSA layers that own an indexer K cache (configs/model_config.py::dsa_layer_skips_topk)."""
     types = cfg.get("indexer_types")
@@ -319,7 +333,7 @@ def arch_from_config(
         moe_layer_ids=moe_ids,
         n_routed_experts=n_experts,
         n_shared_experts=_int(cfg, "n_shared_experts", file, 0),
-        moe_intermediate_size=_int(cfg, "moe_intermediate_size", file, 0),
+        moe_intermediate_size=_expert_size(cfg, file),
         shared_expert_intermediate_size=_int(cfg, "shared_expert_intermediate_size", file, 0),
         num_experts_per_tok=_int(cfg, "num_experts_per_tok", file, 0),
         q_lora_rank=_int(cfg, "q_lora_rank", file, None),

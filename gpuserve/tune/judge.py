@@ -206,19 +206,18 @@ def _gates(verdict: Verdict, profile, snapshot: HostSnapshot) -> None:
 
 def _predict(profile, scan: CheckpointScan, snapshot: HostSnapshot, comm: Comm,
              peak_batch: int) -> Prediction | None:
+    """The throughput predictor's figures for the candidate on this host, with the
+    weights the host's checkpoint holds per GPU."""
+    from gpuserve.throughput.plan import launch_of
+
     settings = launch_settings(profile)
     arch = scan.arch(profile.model.arch or None)
-    parts = checkpoint_weights(scan, settings.layout, arch)
-    expert = sum(p.params_per_gpu * p.bytes_per_param for p in parts
-                 if p.name.startswith(_EXPERTS))
-    dense = sum(p.params_per_gpu * p.bytes_per_param for p in parts
-                if not p.name.startswith(_EXPERTS))
-    active = (arch.num_experts_per_tok / arch.n_routed_experts
-              if arch.n_routed_experts else 1.0)
-    spec = profile.speculative
-    steps = (spec.num_steps or 3) if spec.algorithm else 0
-    return predict(dense_bytes=dense, expert_bytes=expert, experts_active=active,
-                   layers=arch.num_layers, hidden=arch.hidden_size,
-                   tp=profile.parallel.tp, attention_dp=profile.parallel.attention_dp,
-                   ep=profile.parallel.ep, a2a=bool(profile.moe.a2a_backend), spec_steps=steps,
-                   gpu_name=snapshot.gpu_name, comm=comm, peak_batch=peak_batch)
+    launch = launch_of(profile, settings)
+    facts = snapshot.host_facts if isinstance(snapshot.host_facts, dict) else {}
+    try:
+        return predict(arch=arch, layout=launch.layout, spec=launch.spec,
+                       kv_dtype=launch.kv_dtype, gpu_name=snapshot.gpu_name, comm=comm,
+                       peak_batch=peak_batch, measured=facts.get("measured"),
+                       parts=checkpoint_weights(scan, settings.layout, arch))
+    except InputError:
+        return None  # a launch the arithmetic cannot size (an unmodelled KV dtype)

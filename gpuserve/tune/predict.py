@@ -1,11 +1,14 @@
 """A prediction per candidate, to order the measurements and to show its own error.
 
-A decode roofline (weight bytes read per step over the GPU's memory bandwidth) plus the
-step's all-reduces at the host's measured latency and bus bandwidth. Why so simple: it
-is a ranking aid, never a reason to skip a measurement, and the measured/predicted ratio
-printed beside each candidate is its honest error.
+The tuner's view of the throughput predictor (gpuserve/throughput/): the candidate's
+launch on the host's GPUs, on the link the host measured (NVLink, PCIe with or without
+working P2P) at the host's measured all-reduce latency and bus bandwidth. Why a view and
+not a model of its own: one predictor, so what ``gpuserve plan`` says of a launch and the
+order the tuner loads it in cannot disagree. It is a ranking aid, never a reason to skip
+a measurement; the measured/predicted ratio printed beside each candidate is its honest
+error.
 
-How: docs/tune.md, "gpuserve.tune.predict: the roofline and what it leaves out"
+How: docs/tune.md, "gpuserve.tune.predict: the predictor's view"
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from dataclasses import dataclass
 from functools import cache
 
 from gpuserve import safeload
+from gpuserve.memory.models import ModelArch
+from gpuserve.memory.planner import Layout
 from gpuserve.paths import DATA_DIR
-
-GB = 1e9
+from gpuserve.throughput.hardware import gpu, link, link_for, measured_link
+from gpuserve.throughput.model import Box, Speculation, Workload
+from gpuserve.throughput.model import predict as throughput
 
 
 @dataclass(frozen=True)
@@ -32,8 +38,8 @@ class Comm:
 class Prediction:
     single_tok_s: float  # output tok/s of one stream
     peak_tok_s: float  # output tok/s at the highest load level
-    step_ms: float  # one decode step at batch 1
-    comm_ms: float  # of which all-reduce
+    step_ms: float  # one decode step (or speculative cycle) at batch 1
+    comm_ms: float  # of which collectives
     note: str = ""
 
     def to_dict(self) -> dict:
@@ -58,47 +64,35 @@ def bandwidth_gbs(gpu_name: str) -> float | None:
     return None
 
 
-def step_seconds(dense_bytes: float, expert_bytes: float, active: float, batch: int,
-                 bandwidth: float, comm_s: float) -> float:
-    """One decode step: weights read over bandwidth plus communication."""
-    touched = 1.0 - (1.0 - active) ** batch if active < 1 else 1.0
-    return (dense_bytes + expert_bytes * touched) / (bandwidth * GB) + comm_s
-
-
-def predict(*, dense_bytes: float, expert_bytes: float, experts_active: float, layers: int,
-            hidden: int, tp: int, attention_dp: int, ep: int, a2a: bool, spec_steps: int,
-            gpu_name: str, comm: Comm, peak_batch: int) -> Prediction | None:
-    """The roofline of one candidate (bytes per GPU); None without a known bandwidth."""
-    bw = bandwidth_gbs(gpu_name)
-    if not bw:
+def host_box(gpu_name: str, comm: Comm, measured: dict | None) -> Box | None:
+    """The host as the predictor sees it: its GPU, the link class its measured gates
+    name (P2P only where measured working), their figures in place of the class's."""
+    card = gpu(gpu_name)
+    if card is None:
         return None
-    note = ""
+    measured = measured if isinstance(measured, dict) else {}
+    name = link_for(nvlink=card.nvlink, p2p=measured.get("p2p") is True, card=card)
+    return Box(card, measured_link(link(name), latency_us=comm.all_reduce_latency_us,
+                                   busbw_gbs=comm.all_reduce_busbw_gbs,
+                                   alltoall_latency_us=comm.alltoall_latency_us))
 
-    def comm_s(batch: int) -> float:
-        if tp <= 1:
-            return 0.0
-        lat = (comm.all_reduce_latency_us or 0.0) * 1e-6
-        busbw = (comm.all_reduce_busbw_gbs or 0.0) * GB
-        per = lat + (batch * hidden * 2 / busbw if busbw else 0.0)
-        attn = 0 if attention_dp >= tp else 1
-        if a2a and ep > 1:
-            a2a_lat = (comm.alltoall_latency_us or comm.all_reduce_latency_us or 0.0) * 1e-6
-            return layers * (attn * per + 2 * a2a_lat)
-        return layers * (attn + 1) * per
 
-    def tok_s(batch: int) -> tuple[float, float, float]:
-        c = comm_s(batch)
-        step = step_seconds(dense_bytes, expert_bytes, experts_active, batch, bw, c)
-        if spec_steps:
-            draft = spec_steps * c  # each draft step adds its all-reduces (draft head ~free)
-            per_step_tokens = 1 + 0.5 * spec_steps
-            return batch * per_step_tokens / (step + draft), step + draft, c
-        return batch / step, step, c
-
-    if not comm.all_reduce_latency_us and tp > 1:
-        note = "no measured all-reduce latency: weights only"
-    if spec_steps:
-        note = (note + "; " if note else "") + "speculative: acceptance assumed 0.5/step"
-    single, step, c = tok_s(1)
-    peak, _, _ = tok_s(max(1, peak_batch))
-    return Prediction(single, peak, step * 1e3, c * 1e3, note)
+def predict(*, arch: ModelArch, layout: Layout, spec: Speculation | None, kv_dtype: str,
+            gpu_name: str, comm: Comm, peak_batch: int, measured: dict | None = None,
+            parts: list | None = None) -> Prediction | None:
+    """One candidate's single-stream and peak-load output tok/s (None without a known
+    GPU bandwidth); ``parts``: the checkpoint's weights per GPU, else the record's."""
+    box = host_box(gpu_name, comm, measured)
+    if box is None:
+        return None
+    single = throughput(arch, layout, box, Workload(1), kv_dtype=kv_dtype, spec=spec,
+                        parts=parts)
+    peak = throughput(arch, layout, box, Workload(max(1, peak_batch)), kv_dtype=kv_dtype,
+                      spec=spec, parts=parts)
+    notes = []
+    if not box.link.measured and layout.tp > 1:
+        notes.append(f"no measured all-reduce: {box.link.name} defaults")
+    if spec is not None:
+        notes.append(f"speculative: accept length {single.accept_length:.2f} assumed")
+    return Prediction(single.single_stream_tps, peak.output_tps, single.step_ms,
+                      single.comm_ms, "; ".join(notes))

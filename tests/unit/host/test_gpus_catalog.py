@@ -6,7 +6,8 @@ import pytest
 
 from gpuserve.host.gpus import get_gpu, known_gpus
 
-WANTED = ["L4", "L40S", "A100-40GB", "A100-80GB", "H100-PCIE", "H100", "H200", "B200",
+WANTED = ["L4", "L40S", "A100-40GB", "A100-80GB", "H100-PCIE", "H100", "H200", "B200", "B300",
+          "GB200", "GB300",
           "RTX-4090", "RTX-5090", "RTX-PRO-6000"]
 
 

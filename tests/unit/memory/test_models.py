@@ -21,6 +21,10 @@ def test_every_record_loads_and_names_its_sources():
         "qwen3-235b-a22b-fp8",
         "qwen3-30b-a3b",
         "llama-3.1-70b",
+        "deepseek-r1-0528-nvfp4",
+        "kimi-k2.5-nvfp4",
+        "gpt-oss-120b",
+        "qwen3.5-397b-a17b-fp8",
     ):
         assert required in names
     for name in names:
@@ -60,6 +64,42 @@ def test_qwen_and_llama_shapes():
     llama = load_record("llama-3.1-70b")
     assert not llama.is_moe and llama.dense_layer_ids == tuple(range(80))
     assert (llama.num_kv_heads, llama.head_dim, llama.intermediate_size) == (8, 128, 28672)
+
+
+def test_nvfp4_records_keep_mla_projections_but_quantize_experts():
+    for name, experts in (("deepseek-r1-0528-nvfp4", 256), ("kimi-k2.5-nvfp4", 384)):
+        a = load_record(name)
+        assert a.is_mla and a.n_routed_experts == experts and a.num_layers == 61
+        q = a.quantization
+        assert q.method == "modelopt_fp4" and q.kv_cache_quant_algo == "FP8"
+        assert not q.quantizes("model.layers.5.self_attn.kv_b_proj")
+        assert "routed_experts" not in a.unquantized_parts()
+    # DeepSeek-R1 FP4 v2 quantizes o_proj too; nvidia/Kimi-K2.5-NVFP4 keeps all of self_attn
+    assert load_record("deepseek-r1-0528-nvfp4").quantization.quantizes(
+        "model.layers.5.self_attn.o_proj")
+    kimi = load_record("kimi-k2.5-nvfp4")
+    assert not kimi.quantization.quantizes("model.layers.5.self_attn.o_proj")
+    # K2.5's text body sits under text_config, beneath a multimodal architecture
+    assert kimi.architecture == "KimiK25ForConditionalGeneration"
+
+
+def test_gpt_oss_experts_use_intermediate_size_and_attention_stays_bf16():
+    a = load_record("gpt-oss-120b")
+    assert (a.n_routed_experts, a.num_experts_per_tok, a.moe_intermediate_size) == (128, 4, 2880)
+    assert len(a.moe_layer_ids) == 36 and not a.dense_layer_ids
+    # "model.layers.*.self_attn" in modules_to_not_convert covers the projections under it
+    assert a.quantization.method == "mxfp4"
+    assert "attention" in a.unquantized_parts()
+    assert "routed_experts" not in a.unquantized_parts()
+
+
+def test_qwen35_record_reads_its_text_config():
+    a = load_record("qwen3.5-397b-a17b-fp8")
+    assert a.architecture == "Qwen3_5MoeForConditionalGeneration" and a.attention == "gqa"
+    assert (a.num_layers, a.num_kv_heads, a.head_dim) == (60, 2, 256)
+    assert (a.n_routed_experts, a.num_experts_per_tok, a.moe_intermediate_size) == (512, 10, 1024)
+    assert a.shared_expert_intermediate_size == 1024 and len(a.moe_layer_ids) == 60
+    assert a.quantization.weight_block_size == (128, 128)
 
 
 def test_from_directory_reads_hf_quant_config_and_index():
