@@ -117,8 +117,8 @@ def test_a_launch_above_the_measured_minimum_goes_ahead_with_its_margin(capsys):
 
 
 def test_bench_records_given_to_calibrate_are_not_a_startup_log(capsys, tmp_path):
-    records = tmp_path / "bench.jsonl"
-    records.write_text('\n{"id": "tp8", "measured": {"output_tps": 89.5}}\n')
+    records = tmp_path / "bench.jsonl"  # the notes' own bench records, a blank line first
+    records.write_text("\n" + Path("tests/fixtures/results/field-notes.jsonl").read_text())
     plan = plan_json(capsys, EP8 + ["--calibrate", str(records)])
     assert plan["calibrated"] is None
     both = plan_json(capsys, EP8 + ["--calibrate", str(records), "--calibrate", str(TP8_LOG)])
