@@ -75,7 +75,7 @@ def evaluate(path: Path) -> dict:
             right += ok
             line["ordered"] = ok
         out["lines"].append(line)
-    out.update(raw=_median(raw), cal=_median(cal), pairs=pairs, right=right)
+    out.update(raw=_median(raw), cal=_median(cal), pairs=pairs, right=right, cases=cases)
     return out
 
 
@@ -87,10 +87,38 @@ def _pct(value: float | None) -> str:
     return f"{value:.1f}" if value is not None else "-"
 
 
+def print_holdout(cases: dict) -> None:
+    """The in-sample refit's figures and the leave-one-source-out ones, before the
+    summary line (bench/throughput_fit.py)."""
+    import throughput_fit as tf
+
+    tf.speed_up()
+    res = tf.holdout(cases)
+    values = ", ".join(f"{s.split('.')[-1]}.{k}={v:g}"
+                       for (s, k), v in res["insample_values"].items())
+    for name, ids in res["unmoved"].items():
+        print(f"holdout: without {name}, no other row moves {', '.join(ids)}: "
+              "its rows keep the shipped value (not out of sample)")
+    ins, held = res["insample"], res["held"]
+    folds = ", ".join(f"{k}: {'/'.join(f'{v:g}' for v in vs)}"
+                      for (_, k), vs in res["spread"].items() if len(vs) > 1)
+    print(f"holdout: values the folds' refits chose (constants not listed: one value): "
+          f"{folds or 'none'}")
+    print(f"holdout: refit on all rows: {values}")
+    print(f"holdout: in-sample (refit on all rows) median abs error {ins['raw']:.1%} "
+          f"uncalibrated, {ins['cal']:.1%} calibrated; pairs {ins['right']}/{ins['pairs']}")
+    print(f"holdout: leave-one-source-out ({res['groups']} sources) median abs error "
+          f"{held['raw']:.1%} uncalibrated, {held['cal']:.1%} calibrated; "
+          f"pairs {held['right']}/{held['pairs']} ordered right")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("file", help="measurements, JSONL in the public schema")
     ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--holdout", choices=["source"], help="also refit the fitted constants "
+                    "without each source document and score its rows out of sample "
+                    "(bench/throughput_fit.py)")
     args = ap.parse_args(argv)
     try:
         out = evaluate(Path(args.file))
@@ -107,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
                      " order ok" if line["ordered"] else " ORDER WRONG"))
     for rid, why in out["skipped"].items():
         print(f"not planned: {rid}: {why}")
+    if args.holdout:
+        print_holdout(out["cases"])
     print(f"throughput accuracy: {out['planned']} of {out['rows']} measurements planned, "
           f"median abs error {_pct(out['raw'])} % uncalibrated, {_pct(out['cal'])} % "
           f"calibrated by the pair's baseline; pairs {out['right']}/{out['pairs']} "
