@@ -14,7 +14,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-REDACTED = "<redacted>"
+from gpuserve.redact import REDACTED
+from gpuserve.redact import redact as redact_values
 
 # KEY=value (EnvironmentFile) or key: value (the --config YAML) whose key names a secret
 _SECRET_LINE = re.compile(
@@ -24,8 +25,7 @@ _SECRET_LINE = re.compile(
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:
     """``text`` with every secret value and every secret-named line's value replaced."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
+    text = redact_values(text, secrets)
     return "\n".join(_SECRET_LINE.sub(lambda m: m.group(1) + REDACTED, line)
                      for line in text.split("\n"))
 

@@ -28,6 +28,7 @@ from gpuserve.fleet import status as st
 from gpuserve.fleet.rolling import parse_workers
 from gpuserve.measure.compare import scenario_of
 from gpuserve.measure.results import read_results, safe_name, validate_results_dir
+from gpuserve.redact import redact
 from gpuserve.terminal import printable
 
 #: seconds; a gateway that has not answered by then is reported, not waited for
@@ -92,10 +93,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc = st.status_dict(args.inventory, rows, answers)
         doc["prometheus"] = {"url": live_url, "error": live_error}
-        print(st.redact(json.dumps(doc, indent=2, allow_nan=False), secrets))
+        print(redact(json.dumps(doc, indent=2, allow_nan=False), secrets))
     else:
-        print(st.redact(format_status(rows, answers) + "\n" +
-                        live_footer(live_url, live_error), secrets))
+        print(redact(format_status(rows, answers) + "\n" +
+                     live_footer(live_url, live_error), secrets))
     return st.exit_code(rows, answers)
 
 
@@ -163,7 +164,7 @@ def fetch_workers(target: st.GatewayTarget, key: str, timeout: float) -> st.Gate
     try:
         workers = parse_workers(text, source)
     except InputError as exc:
-        return st.GatewayAnswer(target, None, st.redact(str(exc), [key]))
+        return st.GatewayAnswer(target, None, redact(str(exc), [key]))
     return st.GatewayAnswer(target, tuple(workers))
 
 

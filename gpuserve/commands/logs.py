@@ -106,13 +106,14 @@ def print_report(name: str, start: str | None, diagnosis, shown: str,
 def follow(args: argparse.Namespace, name: str, data: dict) -> None:
     """Stream new journal lines until interrupted, secrets masked."""
     from gpuserve.commands._readonly import stream
-    from gpuserve.launch.secrets import host_secret_values, mask_values
+    from gpuserve.launch.secrets import host_secret_values
+    from gpuserve.redact import redact
 
     secrets = host_secret_values(data)
     command = ["journalctl", "-u", UNIT, "-o", "short-iso-precise", "--no-pager", "-f",
                "-n", "0"]
     try:
         for line in stream(args.inventory, name, command, args.data):
-            print(mask_values(line, secrets)[:4000], flush=True)
+            print(redact(line, secrets)[:4000], flush=True)
     except KeyboardInterrupt:
         pass

@@ -19,7 +19,8 @@ from gpuserve.errors import InputError
 from gpuserve.launch.catalog import load_catalog
 from gpuserve.launch.dialect import group_args, render_launch, target_version
 from gpuserve.launch.profiles import load_profile
-from gpuserve.launch.secrets import MASK, is_secret_env_name, redact_args
+from gpuserve.launch.secrets import is_secret_env_name, redact_args
+from gpuserve.redact import REDACTED
 
 LAUNCHER = "python -m sglang.launch_server"
 
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
           "add: gpuserve render INVENTORY --limit HOST")
     print("# env")
     for key, value in sorted(launch.env.items()):
-        shown = MASK if is_secret_env_name(key) else value
+        shown = REDACTED if is_secret_env_name(key) else value
         print(f"{key}={shlex.quote(shown)}")
     print("# argv")
     # load_profile refuses secrets already; a terminal and a CI log are still no place

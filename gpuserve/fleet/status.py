@@ -306,11 +306,3 @@ def status_dict(inventory: str, hosts: Sequence[HostStatus],
     return {"inventory": inventory, "ok": exit_code(hosts, answers) == 0,
             "gateways": [gateway_dict(a) for a in answers],
             "hosts": [host_dict(h) for h in hosts]}
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` without any of ``secrets`` (a gateway's answer echoed in an error)."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "<redacted>")
-    return text

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, NamedTuple
 
+from gpuserve.redact import REDACTED
+
 if TYPE_CHECKING:  # the catalog module loads large JSON files; import it lazily
     from gpuserve.launch.catalog import FlagCatalog, FlagOption
 
@@ -36,7 +38,6 @@ KNOWN_SECRET_FLAGS = ("--admin-api-key", "--api-key", "--hf-token", "--ssl-keyfi
 #: this many characters after ``--`` (``--api-`` / ``--admi``); shorter ones are either
 #: ambiguous for argparse or resolved through the committed catalogs.
 MIN_ABBREV = 4
-MASK = "<redacted>"
 #: Env names that *are* secrets, judged on whole ``_``-separated words of the name:
 #: a ``TOKEN`` only as the last word (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, GITHUB_TOKEN), an
 #: API key, secret, password, passphrase or credential as any word (OPENAI_API_KEY,
@@ -209,7 +210,7 @@ def split_secret_args(
 
 
 def redact_args(args: Sequence[str], catalog: FlagCatalog | None = None,
-                mask: str = MASK) -> list[str]:
+                mask: str = REDACTED) -> list[str]:
     """``args`` with every secret option's value replaced by ``mask`` (for display)."""
     out = [str(a) for a in args]
     for hit in secret_flags(out, catalog):
@@ -221,23 +222,16 @@ def redact_args(args: Sequence[str], catalog: FlagCatalog | None = None,
     return out
 
 
-#: Host-data keys holding secrets (their values never reach output: ``mask_values``).
+#: Host-data keys holding secrets (their values never reach output: gpuserve.redact).
 SECRET_HOST_KEYS = ("hf_token", "sglang_api_key", "router_api_key")
 
 
 def host_secret_values(data: dict) -> list[str]:
-    """Every secret a host's data holds (the keys above, secret-named extra env),
-    longest first, for :func:`mask_values`."""
+    """Every secret a host's data holds (the keys above, secret-named extra env), for
+    :func:`gpuserve.redact.redact`: any non-empty value (a short one is still a secret,
+    as in result records and the server's own output)."""
     values = [data.get(k) for k in SECRET_HOST_KEYS]
     extra = data.get("sglang_extra_env")
     if isinstance(extra, dict):
         values += [v for k, v in extra.items() if is_secret_env_name(k)]
-    return sorted({v for v in values if isinstance(v, str) and len(v) >= 4}, key=len,
-                  reverse=True)
-
-
-def mask_values(text: str, secrets: list[str]) -> str:
-    """``text`` with every secret value replaced by :data:`MASK` (a journal, a log)."""
-    for value in secrets:
-        text = text.replace(value, MASK)
-    return text
+    return [v for v in values if isinstance(v, str) and v]

@@ -25,6 +25,7 @@ from gpuserve.errors import InputError
 from gpuserve.launch.secrets import is_secret_env_name, split_secret_args
 from gpuserve.measure.record_files import safe_name, write_new_file
 from gpuserve.measure.smoke import SmokeResult
+from gpuserve.redact import redact
 
 SCHEMA = "gpuserve.result/2"
 SCHEMAS = ("gpuserve.result/1", SCHEMA)
@@ -59,7 +60,6 @@ GATE_KEYS = ("passed", "misses", "checked")
 # values, of any length, scrubbed from every other string.
 # Secret *flags* are judged by gpuserve.launch.secrets: resolved like SGLang's parser
 # (--api-k is --api-key), so --max-total-tokens and --tokenizer-path stay in the hash.
-_REDACTED = "<redacted>"
 
 
 @dataclass(frozen=True)
@@ -179,14 +179,12 @@ def _secret_values(context: Mapping | None) -> set[str]:
 
 
 def _redact(value, secrets: set[str]):
-    """``value`` with every occurrence of a secret inside any string replaced (longest
-    first, so a secret that contains another is replaced whole; any length)."""
+    """``value`` with every occurrence of a secret inside any string replaced
+    (gpuserve.redact's rule: a secret that contains another is replaced whole)."""
     if not secrets:
         return value
     if isinstance(value, str):
-        for secret in sorted(secrets, key=len, reverse=True):
-            value = value.replace(secret, _REDACTED)
-        return value
+        return redact(value, secrets)
     if isinstance(value, dict):
         return {_redact(k, secrets): _redact(v, secrets) for k, v in value.items()}
     if isinstance(value, list):

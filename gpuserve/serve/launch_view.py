@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from gpuserve.errors import InputError
 from gpuserve.host.nccl_env import NCCL_ENV_PATH, parse_env_file
 from gpuserve.launch.catalog import load_catalog
-from gpuserve.launch.secrets import MASK, is_secret_env_name, redact_args
+from gpuserve.launch.secrets import is_secret_env_name, redact_args
+from gpuserve.redact import REDACTED
 from gpuserve.serve.service import ENV_PATH, UNIT_PATH, ServicePlan
 
 SCHEMA = "gpuserve.launch-view/1"
@@ -68,7 +69,7 @@ def launch_view(service: ServicePlan, *, host: str, sglang_version: str, lock: s
     env = [(k, v, UNIT_PATH) for k, v in unit_environment(service.unit_text)]
     env += [(k, v, NCCL_ENV_PATH) for k, v in parse_env_file(nccl_env_text or "").items()]
     env += [(k, v, ENV_PATH) for k, v in service.environment]
-    masked = tuple((k, MASK if is_secret_env_name(k) else v, where) for k, v, where in env)
+    masked = tuple((k, REDACTED if is_secret_env_name(k) else v, where) for k, v, where in env)
     return LaunchView(host, service.profile_name, sglang_version, lock, tuple(launcher),
                       tuple(redact_args(list(args), catalog)), masked)
 

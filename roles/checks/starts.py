@@ -12,10 +12,11 @@ from pyinfra import host, logger
 from pyinfra.api import FactBase
 
 from gpuserve.errors import InputError
-from gpuserve.launch.secrets import host_secret_values, mask_values
+from gpuserve.launch.secrets import host_secret_values
 from gpuserve.measure.results import utc_now
 from gpuserve.measure.starts import StartSpec, from_log, read_starts, write_start
 from gpuserve.memory.startup_log import parse_log
+from gpuserve.redact import redact
 from gpuserve.serve.checks import results_root
 from gpuserve.tune.snapshot import error_line, last_run
 
@@ -59,7 +60,7 @@ def record_start(spec: StartSpec | None, unit: str) -> None:
         record = from_log(log, host=host.name, timestamp=utc_now(), server_start=server_start,
                           sglang_version=spec.sglang_version, checkpoint=spec.checkpoint,
                           launch=spec.launch, gpu=spec.gpu,
-                          error=mask_values(error, secrets) if error else None)
+                          error=redact(error, secrets) if error else None)
         path = write_start(root, record)
     except (InputError, OSError) as e:
         logger.warning(f"{host.name}: start: memory figures not recorded: {e}")

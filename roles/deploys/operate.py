@@ -23,8 +23,9 @@ from pyinfra.facts.files import FileContents
 
 from gpuserve.errors import InputError
 from gpuserve.host.nccl_env import NCCL_ENV_PATH
-from gpuserve.launch.secrets import host_secret_values, mask_values
+from gpuserve.launch.secrets import host_secret_values
 from gpuserve.measure.results import utc_now
+from gpuserve.redact import redact
 from gpuserve.roles.deploys.serve import plan_and_read
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import fact
@@ -121,5 +122,5 @@ def service_journal() -> None:
     recent = host.get_fact(ServiceJournal, unit=UNIT_NAME, lines=START_LINES)
     _write(target, {"schema": JOURNAL_SCHEMA, "host": host.name, "taken": utc_now(),
                     "unit": UNIT_NAME, "since": since, "lines": lines,
-                    "window": mask_values(window or "", secrets),
-                    "recent": mask_values(recent or "", secrets)})
+                    "window": redact(window or "", secrets),
+                    "recent": redact(recent or "", secrets)})

@@ -10,6 +10,8 @@ controller and the host judge a listing, a header and a body by the same code.
 docs/weights.md, "What a mirror cannot do to you".
 """
 
+from __future__ import annotations
+
 import http.client
 import json
 import os
@@ -18,6 +20,8 @@ import socket
 import ssl
 import time
 import unicodedata
+from collections.abc import Iterable
+from typing import AnyStr
 from urllib.parse import quote, urljoin, urlsplit
 
 MARKER = ".gpuserve-complete.json"
@@ -53,16 +57,40 @@ class HubError(Exception):
 
 # ------------------------------------------------------------------ the rules (pure)
 
+# The redaction rule: a byte-identical copy of gpuserve/redact.py's REDACTED and redact()
+# (this script runs without gpuserve; tests/unit/test_redact.py compares the copies).
+REDACTED = "<redacted>"
+
+
+def redact(text: AnyStr, secrets: Iterable[AnyStr | None]) -> AnyStr:
+    """``text`` with every occurrence of every secret hidden behind one REDACTED, where
+    occurrences that overlap or touch become a single marker: a secret that contains or
+    overlaps another leaks no part of either (the longest-first rule, also for overlaps),
+    and a marker is never searched again. Any length: a short secret is still a secret;
+    an empty value or None is nothing to look for. Text and secrets are both str, or both
+    bytes (a server's raw output)."""
+    spans = []
+    for secret in {s for s in secrets if s}:
+        start = text.find(secret)
+        while start >= 0:
+            spans.append((start, start + len(secret)))
+            start = text.find(secret, start + 1)
+    marker = REDACTED if isinstance(text, str) else REDACTED.encode()
+    parts, end = [], 0
+    for start, stop in sorted(spans):
+        if start > end or not parts:
+            parts += [text[end:start], marker]
+        end = max(end, stop)
+    parts.append(text[end:])
+    return text[:0].join(parts)
+
 
 def one_line(text, secrets=(), limit=300):
     """Server text fit for a status line, the journal or a record: one line, printable,
     bounded, with the token and Authorization/Bearer material replaced."""
-    text = str(text)
-    for s in secrets:
-        if s:
-            text = text.replace(s, "<redacted>")
-    text = _SECRET.sub(lambda m: (m.group(1) + m.group(2) + "<redacted>")
-                       if m.group(1) else "<redacted>", text)
+    text = redact(str(text), secrets)
+    text = _SECRET.sub(lambda m: (m.group(1) + m.group(2) + REDACTED)
+                       if m.group(1) else REDACTED, text)
     text = "".join(c if c.isprintable() else " " for c in text)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -11,7 +11,7 @@ https://github.com/sgl-project/sglang/pull/19328 and /pull/39449), so with plain
 It reads the secret values from the --config file (``api-key``/``admin-api-key``, one
 ``key: "json string"`` a line, as gpuserve writes it) and ``HF_TOKEN`` from its own
 environment, runs the command with stdout and stderr on one pipe, and forwards every
-line with each secret replaced by ``[REDACTED]``. Stdlib only. It ignores SIGTERM and
+line with each secret replaced by ``<redacted>``. Stdlib only. It ignores SIGTERM and
 SIGINT: systemd signals the whole control group, the server shuts down, and the wrapper
 forwards the last lines and exits with the server's status.
 
@@ -20,11 +20,15 @@ root-owned, is then not on sys.path either) and the wrapper passes it on to the 
 so a module planted in the working directory is never imported (see the unit template).
 """
 
+from __future__ import annotations
+
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable
+from typing import AnyStr
 
 SECRET_KEYS = ("api-key", "api_key", "admin-api-key", "admin_api_key")
 ENV_SECRETS = ("HF_TOKEN",)
@@ -44,18 +48,39 @@ def read_secrets(path):
     found += [os.environ[k] for k in ENV_SECRETS if os.environ.get(k)]
     # SGLang logs its arguments with repr() (ServerArgs(...), or a dict), which escapes
     # backslashes, quotes and non-printable characters: redact those spellings too, and
-    # the JSON one. Longest first, so a secret containing another is replaced whole. Any
-    # length: a short secret is still a secret (the deploy refuses ones under 16
-    # characters); only an empty value is nothing to look for.
+    # the JSON one (redact() hides a secret containing another whole, at any length: a
+    # short secret is still a secret; the deploy refuses ones under 16 characters).
     spelled = {v for s in found if s
                for v in (s, repr(s)[1:-1], json.dumps(s)[1:-1])}
-    return sorted({v.encode() for v in spelled}, key=len, reverse=True)
+    return [v.encode() for v in spelled]
 
 
-def redact(line, secrets):
-    for secret in secrets:
-        line = line.replace(secret, b"[REDACTED]")
-    return line
+# The redaction rule: a byte-identical copy of gpuserve/redact.py's REDACTED and redact()
+# (this script runs without gpuserve; tests/unit/test_redact.py compares the copies).
+REDACTED = "<redacted>"
+
+
+def redact(text: AnyStr, secrets: Iterable[AnyStr | None]) -> AnyStr:
+    """``text`` with every occurrence of every secret hidden behind one REDACTED, where
+    occurrences that overlap or touch become a single marker: a secret that contains or
+    overlaps another leaks no part of either (the longest-first rule, also for overlaps),
+    and a marker is never searched again. Any length: a short secret is still a secret;
+    an empty value or None is nothing to look for. Text and secrets are both str, or both
+    bytes (a server's raw output)."""
+    spans = []
+    for secret in {s for s in secrets if s}:
+        start = text.find(secret)
+        while start >= 0:
+            spans.append((start, start + len(secret)))
+            start = text.find(secret, start + 1)
+    marker = REDACTED if isinstance(text, str) else REDACTED.encode()
+    parts, end = [], 0
+    for start, stop in sorted(spans):
+        if start > end or not parts:
+            parts += [text[end:start], marker]
+        end = max(end, stop)
+    parts.append(text[end:])
+    return text[:0].join(parts)
 
 
 def main(argv):

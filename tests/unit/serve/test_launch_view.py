@@ -7,7 +7,7 @@ import json
 import shlex
 
 from gpuserve.launch.lock_choice import HostRuntime
-from gpuserve.launch.secrets import MASK
+from gpuserve.redact import REDACTED
 from gpuserve.serve.launch_view import launch_view, unit_environment, view_of
 from gpuserve.serve.plan import plan_serve
 
@@ -51,7 +51,7 @@ def test_env_follows_systemds_order_and_masks_secrets() -> None:
     env = view.effective_env()
     assert env["PYTHONSAFEPATH"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     assert env["NCCL_P2P_DISABLE"] == "0"  # the profile's file is read last and wins
-    assert env["HF_TOKEN"] == MASK
+    assert env["HF_TOKEN"] == REDACTED
     text = json.dumps(view.to_dict())
     assert TOKEN not in text and KEY not in text
     # the secrets wrapper runs the server; its arguments still start at the first flag

@@ -11,7 +11,8 @@ from gpuserve.cli import main
 from gpuserve.commands._readonly import failure, host_data
 from gpuserve.commands.logs import last_start
 from gpuserve.errors import InputError
-from gpuserve.launch.secrets import MASK, host_secret_values, mask_values
+from gpuserve.launch.secrets import host_secret_values
+from gpuserve.redact import REDACTED, redact
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 STARTED = ("2026-12-05T01:18:26.318730+0000 gpu1 systemd[1]: Started "
@@ -66,7 +67,7 @@ def test_secrets_of_host_data_are_masked() -> None:
             "sglang_extra_env": {"MY_API_KEY": "extra-secret-value", "NCCL_DEBUG": "WARN"}}
     secrets = host_secret_values(data)
     text = "token=hf_abcdefghijklmnop key sk-0123456789abcdef extra-secret-value WARN"
-    assert mask_values(text, secrets) == f"token={MASK} key {MASK} {MASK} WARN"
+    assert redact(text, secrets) == f"token={REDACTED} key {REDACTED} {REDACTED} WARN"
 
 
 @pytest.mark.parametrize("verb", ["logs", "render"])

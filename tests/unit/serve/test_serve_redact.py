@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gpuserve.redact import REDACTED
+
 SCRIPT = Path(__file__).resolve().parents[3] / "gpuserve" / "data" / "scripts" / \
     "sglang_redact.py"
 
@@ -30,7 +32,7 @@ def test_secrets_redacted_and_status_kept(tmp_path: Path) -> None:
     out = proc.stdout.decode()
     assert proc.returncode == 3
     assert KEY not in out and TOKEN not in out
-    assert "api_key='[REDACTED]'" in out and "token [REDACTED] here" in out
+    assert f"api_key='{REDACTED}'" in out and f"token {REDACTED} here" in out
     assert out.rstrip().endswith("ready")
 
 
@@ -46,7 +48,19 @@ def test_escaped_spellings_of_a_secret_are_redacted(tmp_path: Path) -> None:
     out = proc.stdout.decode()
     assert proc.returncode == 0 and out.startswith("server_args={'api_key': ")
     assert "back" not in out and "quote" not in out, out
-    assert "[REDACTED]" in out
+    assert REDACTED in out
+
+
+def test_a_secret_containing_another_leaks_no_tail(tmp_path: Path) -> None:
+    # the token is the key's head: replaced in the order given, the key's tail would show
+    key, token = "abcdef123", "abc"
+    cfg = tmp_path / "sglang-secrets.yaml"
+    cfg.write_text(f'api-key: "{key}"\n')
+    child = f"print('api_key={key} hf={token}')"
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(cfg), "--", sys.executable, "-c",
+                           child], capture_output=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], "HF_TOKEN": token})
+    assert proc.stdout.decode() == f"api_key={REDACTED} hf={REDACTED}\n"
 
 
 def test_missing_secrets_file_still_runs(tmp_path: Path) -> None:

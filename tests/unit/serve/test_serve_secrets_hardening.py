@@ -29,6 +29,7 @@ from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.locks import available_locks
 from gpuserve.measure.results import ResultRecord
+from gpuserve.redact import REDACTED
 from gpuserve.roles.managed import write_secret_command
 from gpuserve.roles.service import plan_service
 from gpuserve.roles.sglang import (
@@ -135,13 +136,13 @@ def run_redactor(tmp_path: Path, key: str, child: str, env: dict | None = None) 
 def test_wrapper_redacts_a_sixteen_character_key_and_a_token(tmp_path) -> None:
     line = f"server_args=ServerArgs(api_key={KEY!r}, hf={TOKEN!r})"
     out = run_redactor(tmp_path, KEY, f"print({line!r})", env={"HF_TOKEN": TOKEN})
-    assert KEY not in out and TOKEN not in out and out.count("[REDACTED]") == 2
+    assert KEY not in out and TOKEN not in out and out.count(REDACTED) == 2
 
 
 def test_wrapper_redacts_a_secret_of_any_length(tmp_path) -> None:
     # the deploy refuses short keys, but a hand-written secrets file is still redacted
     out = run_redactor(tmp_path, "Q7z", "print(\"api_key='Q7z' ok\")")
-    assert "Q7z" not in out and "api_key='[REDACTED]' ok" in out
+    assert "Q7z" not in out and f"api_key='{REDACTED}' ok" in out
 
 
 def test_records_redact_short_secrets_everywhere() -> None:
