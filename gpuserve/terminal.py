@@ -68,3 +68,9 @@ def non_ascii_note(text: str, most: int = 3) -> str:
     named = ", ".join(f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in odd[:most])
     more = f" and {len(odd) - most} more" if len(odd) > most else ""
     return f": it has {named}{more}, not ASCII"
+
+
+def signed_term(value: float, fmt: str = ".2f") -> str:
+    """``value`` as a term after another in arithmetic shown to a reader: ``- 13.47`` for
+    13.47, ``+ 13.47`` for -13.47, never ``- -13.47``."""
+    return f"{'-' if value >= 0 else '+'} {abs(value):{fmt}}"

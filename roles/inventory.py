@@ -2,8 +2,8 @@
 
 The deploys (``gpuserve.roles.deploys``, which ``deploy/*.py`` call) merge host data over
 the roles' documented DEFAULTS, name the inventory file in error messages, and turn
-gpuserve's input errors into one clean pyinfra error line (no traceback) raised at
-prepare time, before any operation has run on any host.
+gpuserve's input errors into one clean ``gpuserve: error:`` message (no traceback)
+at prepare time, before any operation has run on any host.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from pyinfra import host, inventory
+from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 
 from gpuserve.errors import GpuserveError
 from gpuserve.fleet.multinode import Member
 from gpuserve.roles.run_context import run_context
+from gpuserve.terminal import printable
 
 
 def inventory_source() -> str:
@@ -52,8 +53,10 @@ def group_members(name: str) -> list[Member] | None:
 def packaged_deploy(func: Callable[..., None]) -> Callable[..., None]:
     """``@deploy`` for the deploys a pyinfra project calls (``gpuserve.roles.deploys``).
 
-    A GpuserveError becomes one pyinfra error line (no traceback), raised at prepare
-    time before any operation has run. The deploy's own name is left empty: pyinfra puts
+    A GpuserveError becomes one ``gpuserve: error:`` message (no traceback, details on
+    indented lines), raised at prepare time before any operation has run: under
+    pyinfra's CLI printed alone and the run exits 2, through pyinfra's API a
+    PyinfraError. The deploy's own name is left empty: pyinfra puts
     an enclosing deploy's name before every operation's (``Serve SGLang | Install SGLang
     | ...``), and the output, which the lab tests and users read, names the roles alone.
     """
@@ -63,7 +66,14 @@ def packaged_deploy(func: Callable[..., None]) -> Callable[..., None]:
         try:
             func(*args, **kwargs)
         except GpuserveError as exc:
-            raise PyinfraError(f"gpuserve: error: {exc}") from None
+            text = "\n".join(printable(line) for line in str(exc).split("\n"))
+            if run_context().inventory_file is None:  # pyinfra's API: the caller handles it
+                raise PyinfraError(f"gpuserve: error: {text}") from None
+            # pyinfra's CLI would print "pyinfra error in roles/inventory.py line N:"
+            # before it, which reads as a crash of this file: the message alone, then exit
+            # (pyinfra still disconnects, in its finally)
+            logger.error(f"gpuserve: error: {text}")
+            raise SystemExit(2) from None
 
     wrapped = deploy()(guarded)
     guarded.deploy_name = ""  # read by pyinfra when the deploy is called

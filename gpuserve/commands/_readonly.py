@@ -23,7 +23,35 @@ from gpuserve.errors import GpuserveError, InputError
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _UNREACHABLE = re.compile(r"Could not connect|Connection refused|No route to host|timed out|"
                           r"Name or service not known|Authentication failed|"
-                          r"Failed to connect|No hosts remaining", re.I)
+                          r"Failed to connect|No hosts remaining|No such private key file|"
+                          r"Invalid key|Authentication error|host key|"
+                          r"Could not resolve hostname", re.I)
+#: (what pyinfra 3.10's SSH connector says, the cause in words, the one fix); first match
+#: wins. Sources: pyinfra/connectors/ssh.py (connect, _connect) and ssh_util.py
+#: (load_key_with_certificate), pyinfra/api/host.py (connect logs ConnectError's text).
+_CAUSES = (
+    (re.compile(r"No such private key file: ([^\s\"'{}()]+)"), "SSH key missing: {0}",
+     "set ssh_key to an existing private key file"),
+    (re.compile(r"Invalid key: ([^\s\"'{}()]+)"), "SSH key unreadable: {0}",
+     "ssh_key must name a private key (and ssh_key_password its passphrase)"),
+    (re.compile(r"not found in known_hosts|SSH host key error|Host key for"),
+     "host key unknown or changed",
+     "add the host's key to ssh_known_hosts_file (ssh-keyscan -t ed25519 ADDR, compared "
+     "with the host's console)"),
+    (re.compile(r"Authentication (?:error|failed)"), "authentication refused",
+     "check ssh_user and ssh_key against the host's authorized_keys"),
+    (re.compile(r"timed out|Timeout", re.I), "no answer (timeout)",
+     "check the address, the route and the firewall"),
+    (re.compile(r"Unable to connect to port (\d+) on ([\w.:-]+)"),
+     "connection refused on {1} port {0}",
+     "check that sshd listens on ssh_port and the address is right"),
+    (re.compile(r"Connection refused", re.I), "connection refused",
+     "check that sshd listens on ssh_port and the address is right"),
+    (re.compile(r"Could not resolve hostname|Name or service not known"),
+     "name does not resolve", "check ssh_hostname"),
+    (re.compile(r"No route to host|Network is unreachable"), "no route to the host",
+     "check the address and the network"),
+)
 _PREFIX = re.compile(r"^\s*\[[^\]]+\]\s?")
 #: pyinfra's own status lines under the host's prefix while ``exec`` connects.
 _STATUS = re.compile(r"^(Connected|Ready: \w+)$")
@@ -82,8 +110,20 @@ def failure(host: str, output: str) -> str:
         return ours[-1].split("gpuserve: error:", 1)[1].strip()
     reach = [line for line in lines if _UNREACHABLE.search(line)]
     if reach:
-        return f"{host}: unreachable: {_PREFIX.sub('', reach[0])[:300]}"
+        return f"{host}: unreachable: {connection_cause(' '.join(reach))}"
     return f"{host}: the read-only run failed: {' | '.join(lines[-4:])[:600]}"
+
+
+def connection_cause(text: str) -> str:
+    """One line from what pyinfra printed or raised when a host could not be reached: the
+    cause (key missing, host key unknown, refused, timeout ...) and one fix; pyinfra's
+    own words, without its host prefix, when the cause is not one of these."""
+    for pattern, cause, fix in _CAUSES:
+        found = list(pattern.finditer(text))  # the last: a traceback quotes the source first
+        if found:
+            return f"{cause.format(*found[-1].groups())}; fix: {fix}"
+    lines = [_PREFIX.sub("", line).strip() for line in text.splitlines() if line.strip()]
+    return (lines[0] if lines else text)[:300]
 
 
 def stream(inventory: str, host: str, command: list[str], overrides: list[str],
@@ -108,7 +148,7 @@ def stream(inventory: str, host: str, command: list[str], overrides: list[str],
                 if not _STATUS.match(text):
                     yield text
             elif _UNREACHABLE.search(line):
-                raise GpuserveError(f"{host}: unreachable: {line.strip()[:300]}")
+                raise GpuserveError(f"{host}: unreachable: {connection_cause(line)}")
     finally:
         proc.terminate()
         proc.wait()

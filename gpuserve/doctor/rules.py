@@ -10,6 +10,7 @@ returns the evidence it saw, or None when the rule does not apply. Unknown facts
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from functools import cache
@@ -657,10 +658,16 @@ def _memory_plan(ctx: Context) -> str | None:
                 f"{cal['measured_after_gib']:.2f} GiB free after weights measured, "
                 f"{cal['free_after_weights_gib']:.2f} +- {cal['uncertainty_gib']:.2f} GiB for "
                 f"this launch; rest {cal['rest_gib']:+.2f} GiB at mem_fraction_static "
-                f"{cal['mem_fraction_static']:.3f}; fits from {cal['min_viable_mfs']:.3f}")
+                f"{cal['mem_fraction_static']:.3f}; " + _minimum(cal["safe_mfs"]))
     return f"{plan.verdict}: weights {plan.weights_gib:.1f} GiB per GPU, KV budget " \
            f"{plan.rest_gib:.1f} GiB at mem_fraction_static {plan.mem_fraction_static:.3f}; " \
-           f"minimum viable {plan.min_viable_mfs:.3f}"
+           + _minimum(math.ceil(plan.min_viable_mfs * 1000) / 1000)
+
+
+def _minimum(fraction: float) -> str:
+    """The one minimum fraction a memory finding names (the preflight's refusal names the
+    same), or that none fits."""
+    return f"minimum viable {fraction:.3f}" if fraction < 1 else "no mem_fraction_static fits"
 
 
 @rule("memory-plan-risky")

@@ -25,7 +25,7 @@ from typing import Any
 
 from gpuserve.errors import InputError
 from gpuserve.memory.measured import MeasuredStart, RecordMeasurement
-from gpuserve.memory.planner import GIB, FitVerdict, Layout, Plan
+from gpuserve.memory.planner import GIB, FitVerdict, Layout, Plan, cannot_fit_change
 
 #: how far a calibrated rest may still be off: an EP8 launch calibrated to +0.42 GiB of
 #: room had -0.89 (1.31 GiB), rounded up
@@ -185,8 +185,11 @@ def _lines(fit: CalibratedFit, new: Plan, mp: Plan, measured: MeasuredStart) -> 
     if fit.verdict in (FitVerdict.REFUSED, FitVerdict.NO_KV):
         lines.append(
             "SGLang would stop before serving (Loaded weights leave no GPU memory for the KV "
-            f"cache / Not enough memory); fits from mem_fraction_static {fit.min_viable_mfs:.3f}, "
-            f"clears the uncertainty from {fit.safe_mfs:.3f}")
+            "cache / Not enough memory); "
+            + (f"minimum viable mem_fraction_static {fit.safe_mfs:.3f} (clears the "
+               f"{unc:.2f} GiB uncertainty)" if fit.safe_mfs < 1 else
+               f"no mem_fraction_static fits: {after:.2f} +- {unc:.2f} GiB free after weights "
+               f"of {pre:.2f}"))
     elif fit.verdict == FitVerdict.RISKY:
         lines.append(
             f"risky: the margin is inside the uncertainty; it may start with about "
@@ -327,11 +330,17 @@ def apply_calibration(plan: Plan, measured_plan: Plan, measured: MeasuredStart) 
     plan.verdict = fit.verdict
     plan.explanation += fit.explanation
     if fit.verdict in (FitVerdict.REFUSED, FitVerdict.NO_KV, FitVerdict.RISKY):
-        plan.changes = [f"set mem_fraction_static to {fit.safe_mfs:.3f} or more (measured: "
-                        f"{fit.free_after_weights_gib:.2f} +- {fit.uncertainty_gib:.2f} GiB "
-                        "free after weights)"] + [c for c in plan.changes
-                                                  if "mem_fraction_static" not in c]
+        first = (f"set mem_fraction_static to {fit.safe_mfs:.3f} or more (measured: "
+                 f"{fit.free_after_weights_gib:.2f} +- {fit.uncertainty_gib:.2f} GiB free "
+                 "after weights)") if fit.safe_mfs < 1 else cannot_fit_change(
+                     fit.free_after_weights_gib, fit.free_before_weights_gib)
+        plan.changes = [first] + [c for c in plan.changes if not _fraction_change(c)]
     return plan
+
+
+def _fraction_change(change: str) -> bool:
+    """Whether a planner change sets the fraction (the calibrated one replaces it)."""
+    return any(word in change for word in ("mem_fraction_static", "mem-fraction-static"))
 
 
 def measured_layout(plan: Plan, measured: MeasuredStart) -> Layout:

@@ -24,6 +24,7 @@ from typing import Any
 from gpuserve.errors import InputError
 from gpuserve.memory.memory_defaults import DEFAULT_VERSION, MemoryDefaults, memory_defaults
 from gpuserve.memory.models import ModelArch, component_modules
+from gpuserve.terminal import signed_term
 
 GIB = 1 << 30
 
@@ -1222,8 +1223,10 @@ def _verdict(problems: list[str], s: _Sizing) -> tuple[FitVerdict, list[str]]:
     if b.refused:
         return FitVerdict.REFUSED, [
             f"SGLang raises: Loaded weights leave no GPU memory for the KV cache under "
-            f"--mem-fraction-static={mfs}; minimum viable = 1 - {after:.2f}/{pre:.2f} = "
-            f"{b.min_viable_mfs:.4f}"
+            f"--mem-fraction-static={mfs}; "
+            + (f"minimum viable {b.suggested_mfs:.3f} (1 {signed_term(after)}/{pre:.2f}, "
+               "rounded up)" if b.min_viable_mfs < 1 else
+               f"no mem_fraction_static fits: the weights leave {after:.2f} GiB of {pre:.2f}")
         ]
     if s.tokens <= 0:
         return FitVerdict.NO_KV, [
@@ -1364,11 +1367,16 @@ def suggest_changes(
     ceiling = _draft_ceiling(draft, defaults, pre, after, cell)
     limit = _limit_text(draft, ceiling < max_safe)
     max_safe = min(max_safe, ceiling)
+    if min_viable >= 1:
+        return [cannot_fit_change(after, pre)] + [
+            c for c in (_redundant_experts_change(arch, layout),
+                        _plain_tp_change(arch, layout, a2a_buffer_gib),
+                        _attn_dp_change(layout, defaults), _speculative_change(arch, layout))
+            if c]
     if target <= max_safe:
         out = [
-            f"raise --mem-fraction-static to {target:.3f} (minimum viable "
-            f"{min_viable:.3f}; {want_tokens:,} KV tokens need {target:.3f}; "
-            f"{limit} allows up to {max_safe:.3f})"
+            f"raise --mem-fraction-static to {target:.3f} ({want_tokens:,} KV tokens need "
+            f"{target:.3f}; {limit} allows up to {max_safe:.3f})"
         ]
     else:
         out = _best_fraction_changes(
@@ -1399,6 +1407,14 @@ def suggest_changes(
         _speculative_change(arch, layout),
     )
     return out + [change for change in optional if change]
+
+
+def cannot_fit_change(after: float, pre: float) -> str:
+    """The change for a launch no fraction can serve (weights leave nothing, or less
+    than nothing, of the free memory): what would, never a fraction above 1."""
+    return (f"no mem_fraction_static fits (weights leave {after:.2f} GiB of {pre:.2f} free "
+            "per GPU): spread the weights over more GPUs (a larger --tp), serve a smaller "
+            "quantization, or drop what adds to them (EP's replicated shared experts, a draft)")
 
 
 def _kv_tokens_at(pre: float, after: float, mfs: float, cell: KvCell) -> int:

@@ -11,6 +11,7 @@ overrides) to the planner's Layout and launch knobs; ``gpuserve plan`` uses it t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -224,19 +225,34 @@ def _report(profile: Any, plan: Plan, scan: CheckpointScan, count: int, name: st
                      + next((line for line in reversed(plan.explanation)
                              if line.startswith("risky")), "")
                      + (f"; {plan.changes[0]}" if plan.changes else ""))
-    message = ""
-    if not ok:
-        why = plan.problems or [line for line in plan.explanation if line.startswith("SGLang")]
-        rest = cal["rest_gib"] if cal else plan.rest_gib
-        message = (
-            f"profile {profile.name} does not fit on {count}x {name}: {plan.verdict}; "
-            + (f"calibrated by the host's measured start ({cal['source']}: "
-               f"{cal['measured_after_gib']:.2f} GiB free after weights measured, "
-               f"{cal['free_after_weights_gib']:.2f} +- {cal['uncertainty_gib']:.2f} GiB for "
-               "this launch), " if cal else "")
-            + f"predicted rest for KV {rest:.2f} GiB/GPU with {plan.weights_gib:.2f} "
-            f"GiB/GPU of checkpoint weights (from {scan.directory})"
-            + (f" ({why[0]})" if why else "")
-            + (f"; {plan.changes[0]}" if plan.changes else "")
-        )
+    message = "" if ok else refusal(profile, plan, scan, f"{count}x {name}")
     return FitReport(ok, plan.verdict, lines, message, notes, plan)
+
+
+def refusal(profile: Any, plan: Plan, scan: CheckpointScan, gpus: str) -> str:
+    """A launch that cannot start, for a person: a first line with the profile, the
+    field and its value, indented lines with the figures (each under ~200 characters),
+    one minimum fraction (or that none fits) and one fix, last."""
+    cal = plan.calibrated
+    rest = cal["rest_gib"] if cal else plan.rest_gib
+    mfs = cal["mem_fraction_static"] if cal else plan.mem_fraction_static
+    after = cal["free_after_weights_gib"] if cal else plan.avail_after_weights_gib
+    pre = cal["free_before_weights_gib"] if cal else plan.pre_load_free_gib
+    if plan.problems:
+        return f"profile {profile.name} cannot start on {gpus} ({plan.verdict}): " + \
+            "\n".join(plan.problems[:3] + [f"fix: {c}" for c in plan.changes[:1]])
+    lines = [f"profile {profile.name} does not fit on {gpus} ({plan.verdict}): "
+             f"memory.mem_fraction_static {mfs:.3f} leaves {rest:.2f} GiB/GPU for the KV cache",
+             f"weights {plan.weights_gib:.2f} GiB/GPU from the checkpoint ({scan.directory}); "
+             f"free after weights {after:.2f}"
+             + (f" +- {cal['uncertainty_gib']:.2f}" if cal else "") + f" of {pre:.2f} GiB/GPU"]
+    if cal:
+        lines += [f"calibrated by the host's measured start: {cal['measured_after_gib']:.2f} "
+                  "GiB free after weights measured", f"start record: {cal['source']}"]
+    minimum = cal["safe_mfs"] if cal else math.ceil(plan.min_viable_mfs * 1000) / 1000
+    if minimum < 1:  # else the fix says that none fits, and what would
+        lines.append(f"minimum viable mem_fraction_static {minimum:.3f}" + (
+            f" (clears the {cal['uncertainty_gib']:.2f} GiB uncertainty)" if cal else ""))
+    if plan.changes:
+        lines.append(f"fix: {plan.changes[0]}")
+    return "\n".join(lines)

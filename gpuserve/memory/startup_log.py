@@ -23,6 +23,7 @@ from pathlib import Path
 from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.paths import DATA_DIR
+from gpuserve.terminal import signed_term
 
 GIB = 1 << 30
 _NUM = r"(-?\d+(?:\.\d+)?)"
@@ -676,8 +677,10 @@ def _explain_no_kv(f: _Figures) -> tuple[str, list[str], list[str]]:
     lines = ["SGLang refused: Loaded weights leave no GPU memory for the KV cache (rest <= 0)"]
     if f.min_viable is not None:
         lines.append(
-            f"minimum viable mem_fraction_static = 1 - {f.after:.2f}/{f.pre:.2f} = "
-            f"{f.min_viable:.4f}"
+            f"minimum viable mem_fraction_static {math.ceil(f.min_viable * 1000) / 1000:.3f} "
+            f"(1 {signed_term(f.after)}/{f.pre:.2f}, rounded up)"
+            if f.min_viable < 1 else
+            f"no mem_fraction_static fits: the weights leave {f.after:.2f} GiB of {f.pre:.2f}"
         )
     return "refused-no-kv", lines, _refusal_fixes_for(f)
 
@@ -797,6 +800,9 @@ def _refusal_fixes(
             f"raise --mem-fraction-static to {ceiling:.3f} (minimum viable {suggested:.3f}; "
             f"more would starve CUDA graph capture)"
         )
+    elif suggested >= 1:
+        fixes.append(f"no mem_fraction_static fits (the weights leave {after:.2f} GiB of "
+                     f"{pre:.2f} free): free weight memory instead")
     else:
         fixes.append(
             f"mem_fraction_static would have to exceed {suggested:.3f}, leaving under "

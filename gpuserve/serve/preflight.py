@@ -96,11 +96,17 @@ def run_preflight(mode: str, *, host: str, profile, version: str, gpus: list[dic
     _doctor(report, refusals, profile=profile, version=version, host_facts=host_facts,
             measured=report.measured)
     if refusals and mode == PreflightMode.ENFORCE:
-        raise PreflightError(f"{host}: preflight: " + "; ".join(refusals)
-                             + f"; profile file: {profile.source}; nothing on the host was changed "
-                             "(host data preflight: warn or off to deploy anyway)")
-    report.warnings += [f"preflight: {r}" for r in refusals]
+        raise PreflightError("\n".join(
+            [f"{host}: preflight: " + _indented(r) for r in refusals]
+            + [f"    profile file: {profile.source}; nothing on the host was changed "
+               "(host data preflight: warn or off to deploy anyway)"]))
+    report.warnings += [f"preflight: {_indented(r)}" for r in refusals]
     return report
+
+
+def _indented(refusal: str) -> str:
+    """A refusal's first line, its details on the following lines, indented."""
+    return "\n    ".join(refusal.split("\n"))
 
 
 def _memory(report: PreflightReport, refusals: list[str], *, host: str, profile,
@@ -174,7 +180,10 @@ def _doctor(report: PreflightReport, refusals: list[str], *, profile, version: s
         return
     facts = HostFacts.from_dict(document, "<host facts>")
     calibrated = to_measured(measured) if measured is not None else None
+    memory_refused = bool(refusals)  # said once, by the memory fit, with its fix
     for f in diagnose(profile, facts, version, calibrated):
+        if memory_refused and f.id == "memory-plan":
+            continue
         line = f"doctor {f.severity} {f.id}: {f.evidence} (fix: {f.fix})"
         if f.severity == "error":
             refusals.append(line)

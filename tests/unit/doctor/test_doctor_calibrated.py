@@ -48,7 +48,7 @@ def test_the_notes_failing_launch_is_an_error_once_calibrated_by_their_start(tmp
     found = memory_plan(doc)
     assert rc == 1 and found and found["severity"] == "error"
     assert "21.70 GiB free after weights measured" in found["evidence"]
-    assert "16.29 +- 1.50 GiB" in found["evidence"] and "fits from 0.827" in found["evidence"]
+    assert "16.29 +- 1.50 GiB" in found["evidence"] and "minimum viable 0.843" in found["evidence"]
 
 
 def test_a_start_record_calibrates_too_and_0_83_passes(tmp_path, capsys):

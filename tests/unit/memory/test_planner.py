@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpuserve.host.gpus import parse_gpus
@@ -21,6 +23,7 @@ from gpuserve.memory.planner import (
     resolve_max_running_requests,
     weights_per_gpu,
 )
+from gpuserve.terminal import signed_term
 
 G_PRO6000 = 97887  # nvidia-smi memory.total of an RTX PRO 6000 (MiB)
 
@@ -249,16 +252,27 @@ def test_predict_default_fraction_on_h200_fits():
 
 
 def test_predict_too_small_gpu_suggests_fp8_and_higher_fraction():
-    count, gpu = parse_gpus("8xH100")
-    plan = predict(
-        load_record("deepseek-v3"),
-        gpu_memory_mib=gpu.memory_total_mib,
-        gpu_count=count,
-        sm_major=9,
-        layout=Layout(tp=8),
-    )
+    count, gpu = parse_gpus("8xH200")  # 75 GiB/GPU of DeepSeek-V3 weights leave room
+    plan = predict(load_record("deepseek-v3"), gpu_memory_mib=gpu.memory_total_mib,
+                   gpu_count=count, sm_major=9, layout=Layout(tp=8), mem_fraction_static=0.5)
     assert plan.verdict in ("refused", "no-kv", "tight")
     assert any("fp8_e4m3" in c for c in plan.changes)
+    assert plan.changes[0].startswith("raise --mem-fraction-static to 0.")
+
+
+def test_weights_over_the_gpu_get_no_fraction_above_1_and_no_minus_minus():
+    """DeepSeek-V3 FP8 at TP8 on 80 GB cards: the weights alone exceed what is free, so
+    no fraction fits; the planner says what would and writes the negative term as such."""
+    count, gpu = parse_gpus("8xH100")
+    plan = predict(load_record("deepseek-v3"), gpu_memory_mib=gpu.memory_total_mib,
+                   gpu_count=count, sm_major=9, layout=Layout(tp=8))
+    assert plan.verdict == "refused" and plan.avail_after_weights_gib < 0
+    text = "\n".join(plan.explanation + plan.changes)
+    assert not re.search(r"-\s*-\s*\d", text), text
+    assert signed_term(plan.avail_after_weights_gib) == f"+ {-plan.avail_after_weights_gib:.2f}"
+    assert plan.changes[0].startswith("no mem_fraction_static fits") and "--tp" in plan.changes[0]
+    fractions = [float(f) for f in re.findall(r"mem.fraction.static (?:to )?(\d+\.\d+)", text)]
+    assert all(f < 1 for f in fractions), fractions
 
 
 def test_block_fp8_experts_need_whole_blocks_per_shard():

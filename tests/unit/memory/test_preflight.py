@@ -50,7 +50,8 @@ def test_refusal_names_profile_rest_and_the_fraction_that_fits(glm5, tmp_path):
     report = check_fit(prof, glm5, GPUS, "0.5.23")
     assert not report.ok and report.verdict == "refused"
     assert report.message.startswith("profile p does not fit on 8x NVIDIA RTX PRO 6000")
-    assert f"predicted rest for KV {report.plan.rest_gib:.2f} GiB/GPU" in report.message
+    assert (f"memory.mem_fraction_static 0.550 leaves {report.plan.rest_gib:.2f} GiB/GPU for "
+            "the KV cache") in report.message
     assert "raise --mem-fraction-static to 0.718" in report.message
     fixed = _profile(tmp_path, "memory:\n  mem_fraction_static: 0.718\n")
     assert check_fit(fixed, glm5, GPUS, "0.5.23").ok

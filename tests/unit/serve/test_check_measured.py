@@ -48,7 +48,7 @@ def test_a_launch_the_host_s_start_refuses_fails_its_check(tmp_path, capsys) -> 
     assert " FAIL " in refused and "memory calibrated by the host's start of 2026-12-06T07:00:00Z" \
         in refused, out
     assert "21.70 GiB/GPU" in refused and "16.29 +- 1.50 GiB" in refused, refused
-    assert "fits from mem_fraction_static 0.827" in refused
+    assert "minimum viable mem_fraction_static 0.843" in refused
     assert " ok " in line(out, "gpu2", "serve")
     assert "(margin +0.31 +- 1.50 GiB)" in out  # gpu2's warning lines
     assert " ok " in line(out, "gpu3", "serve")  # no start recorded for gpu3

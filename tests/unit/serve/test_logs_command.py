@@ -3,12 +3,13 @@ unreachable errors, and secrets masked (the journal itself comes from the lab te
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
 from gpuserve.cli import main
-from gpuserve.commands._readonly import failure, host_data
+from gpuserve.commands._readonly import connection_cause, failure, host_data
 from gpuserve.commands.logs import last_start
 from gpuserve.errors import InputError
 from gpuserve.launch.secrets import host_secret_values
@@ -57,7 +58,8 @@ def test_unknown_host_is_named_before_any_connection(tmp_path) -> None:
 def test_failure_lines() -> None:
     out = ("--> Connecting to hosts...\n    [gpu1] Could not connect (Connection refused)\n"
            "--> pyinfra error: No hosts remaining!\n")
-    assert failure("gpu1", out) == "gpu1: unreachable: Could not connect (Connection refused)"
+    assert failure("gpu1", out) == ("gpu1: unreachable: connection refused; fix: check that "
+                                    "sshd listens on ssh_port and the address is right")
     assert failure("gpu1", "x\n    [gpu1] gpuserve: error: inv.py: profile: required\n") \
         == "inv.py: profile: required"
 
@@ -70,15 +72,51 @@ def test_secrets_of_host_data_are_masked() -> None:
     assert redact(text, secrets) == f"token={REDACTED} key {REDACTED} {REDACTED} WARN"
 
 
-@pytest.mark.parametrize("verb", ["logs", "render"])
-def test_an_unreachable_host_is_one_line(tmp_path, capsys, monkeypatch, verb) -> None:
-    """The read-only run through the real pyinfra CLI, to a loopback port nothing
-    listens on."""
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(("verb", "key", "says"), [
+    ("logs", None, "connection refused on 127.0.0.1 port {port}; fix: check that sshd"),
+    ("render", None, "connection refused on 127.0.0.1 port {port}; fix: check that sshd"),
+    ("logs", "/nonexistent/id_ed25519", "SSH key missing: /nonexistent/id_ed25519; fix: "
+     "set ssh_key to an existing private key file"),
+])
+def test_an_unreachable_host_is_one_line(tmp_path, capsys, monkeypatch, verb, key,
+                                         says) -> None:
+    """The read-only run through the real pyinfra CLI and SSH connector, to a loopback
+    port nothing listens on; with a key file that does not exist pyinfra prints a
+    greenlet's traceback, and the line still says the cause alone."""
+    port = closed_port()
     inventory = tmp_path / "inv.py"
-    inventory.write_text('hosts = [("dead", {"ssh_hostname": "127.0.0.1", "ssh_port": 1, '
-                         '"profile": "glm5-nvfp4-tp8"})]\n')
+    extra = f', "ssh_key": {key!r}' if key else ""
+    inventory.write_text(f'hosts = [("dead", {{"ssh_hostname": "127.0.0.1", "ssh_port": {port}, '
+                         f'"profile": "glm5-nvfp4-tp8"{extra}}})]\n')
     monkeypatch.chdir(tmp_path)
     assert main([verb, "inv.py", "--limit", "dead"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpuserve: error: dead: unreachable: Could not connect"), err
-    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("gpuserve: error: dead: unreachable: " + says.format(port=port)), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_pyinfra_connector_errors_keep_their_cause() -> None:
+    """pyinfra's own SSH connector, in process, bounded by CONNECT_TIMEOUT: what it raises
+    for a closed port and for a missing key file becomes one line with the cause."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.api.exceptions import PyinfraError
+
+    port = closed_port()
+    for data, cause in (({"ssh_port": port}, f"connection refused on 127.0.0.1 port {port}"),
+                        ({"ssh_port": port, "ssh_key": "/nonexistent/key"},
+                         "SSH key missing: /nonexistent/key")):
+        inv = Inventory((["127.0.0.1"], {**data, "ssh_connect_retries": 0}))
+        state = State(inv, Config(CONNECT_TIMEOUT=5))
+        host = next(iter(inv))
+        with pytest.raises(PyinfraError) as e:
+            host.connect(show_errors=False, raise_exceptions=True)
+        line = connection_cause(str(e.value))
+        assert line.startswith(cause + "; fix: ") and "\n" not in line, line
+        del state

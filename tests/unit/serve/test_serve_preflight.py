@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -65,9 +66,38 @@ def test_profile_that_cannot_fit_is_refused_with_the_fraction_that_would(glm5_di
         plan_serve({"profile": str(DOES_NOT_FIT)}, "inv.py", runtime(), checkpoint=checkpoint)
     msg = str(e.value)
     assert msg.startswith("gpu1: preflight: profile lab-does-not-fit does not fit")
-    assert "predicted rest for KV -8.70 GiB/GPU" in msg
-    assert "raise --mem-fraction-static to 0.7" in msg
+    assert "memory.mem_fraction_static 0.500 leaves -8.70 GiB/GPU for the KV cache" in msg
     assert "nothing on the host was changed" in msg
+    assert_readable(msg, fix="raise --mem-fraction-static to 0.718")
+
+
+def assert_readable(msg: str, fix: str) -> None:
+    """A refusal a person reads: a few lines, none over 200 characters before the fix,
+    one minimum fraction below 1, no negative term written after a minus, one fix."""
+    lines = msg.split("\n")
+    fix_at = next(i for i, line in enumerate(lines) if line.strip().startswith("fix: "))
+    assert len(lines) <= 8 and all(len(line) <= 200 for line in lines[:fix_at]), msg
+    assert lines[fix_at].strip().startswith(f"fix: {fix}"), msg
+    assert sum(line.strip().startswith("fix: ") for line in lines) == 1, msg
+    minimums = re.findall(r"minimum viable\D*(\d+\.\d+)", msg)
+    assert len(set(minimums)) <= 1 and all(float(m) < 1 for m in minimums), msg
+    assert not re.search(r"-\s*-\s*\d", msg), msg
+    suggested = re.findall(r"mem.fraction.static (?:to )?(\d+\.\d+)", msg)
+    assert all(float(f) < 1 for f in suggested), msg
+
+
+def test_weights_over_the_gpu_are_refused_without_a_fraction(glm5_dir, tmp_path):
+    """GLM-5 NVFP4 at TP4 on 96 GB cards: 106.78 GiB/GPU of weights, -13.47 GiB free
+    after them; no fraction fits, the refusal says what would instead."""
+    tp4 = tmp_path / "tp4.yaml"
+    tp4.write_text(f"extends: {REPO}/profiles/glm5-nvfp4-tp8.yaml\nparallel:\n  tp: 4\n")
+    checkpoint, _ = scan_on_host(glm5_dir)
+    with pytest.raises(PreflightError) as e:
+        plan_serve({"profile": str(tp4)}, "inv.py", runtime(), checkpoint=checkpoint)
+    msg = str(e.value)
+    assert "free after weights -13.47 of 93.30 GiB/GPU" in msg, msg
+    assert_readable(msg, fix="no mem_fraction_static fits (weights leave -13.47 GiB")
+    assert "larger --tp" in msg and "minimum viable" not in msg, msg
 
 
 def test_warn_mode_deploys_anyway_and_off_reads_nothing(glm5_dir):

@@ -23,6 +23,7 @@ from gpuserve.memory.checkpoint import parse_scan
 from gpuserve.memory.startup_log import read_log
 from gpuserve.serve.plan import plan_serve
 from tests.checkpoints import compose_record
+from tests.unit.serve.test_serve_preflight import assert_readable
 
 REPO = Path(__file__).resolve().parents[3]
 BOX = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
@@ -91,6 +92,7 @@ def test_ep8_at_0_78_is_refused_naming_the_host_s_measured_figures(tmp_path, sca
     assert "does not fit" in msg and "21.70 GiB free after weights measured" in msg
     assert "16.2" in msg and "+- 1.50" in msg, msg
     assert "nothing on the host was changed" in msg
+    assert_readable(msg, fix="set mem_fraction_static to 0.843 or more")
 
 
 def test_without_a_measured_start_the_headers_alone_do_not_refuse_it(tmp_path, scan):
@@ -117,8 +119,8 @@ def test_starts_of_another_checkpoint_or_version_are_ignored(tmp_path, scan, ver
     assert not any("calibrated by this host" in line for line in p.preflight.info)
     measured(results, "2026-12-06T08:00:00Z", version,
              Checkpoint("/models/GLM-5-NVFP4", digest(scan)))
-    with pytest.raises(PreflightError, match="20261206T080000Z-start-glm5-nvfp4-tp8.json: "
-                       "21.70 GiB free after weights measured"):
+    with pytest.raises(PreflightError, match=r"21.70 GiB free after weights measured\n"
+                       r"\s+start record: \S+20261206T080000Z-start-glm5-nvfp4-tp8.json"):
         plan(tmp_path, ep8_at(tmp_path, 0.78), results, scan)
 
 
@@ -140,7 +142,11 @@ def test_the_doctor_in_the_preflight_judges_the_same_calibrated_plan(tmp_path, s
     with pytest.raises(PreflightError) as e:
         plan_serve({"profile": ep8_at(tmp_path, 0.78), "results_dir": str(results)},
                    "inv.py", runtime, checkpoint=scan, host_facts=lambda: BOX)
-    assert "doctor error memory-plan: refused, calibrated by the measured start" in str(e.value)
+    # one problem, one refusal: the doctor's memory-plan finding would repeat the memory
+    # fit's (the same calibrated plan), so only the memory fit's, with its fix, is shown
+    msg = str(e.value)
+    assert msg.count("does not fit") == 1 and "doctor error memory-plan" not in msg, msg
+    assert_readable(msg, fix="set mem_fraction_static to 0.843 or more")
     p = plan_serve({"profile": ep8_at(tmp_path, 0.83), "results_dir": str(results)},
                    "inv.py", runtime, checkpoint=scan, host_facts=lambda: BOX)
     risky = [w for w in p.preflight.warnings if "memory-plan-risky" in w]
