@@ -296,15 +296,29 @@ def read_starts(results_dir: str | Path, host: str,
 
 
 def last_measured(records: list[StartRecord], checkpoint: Checkpoint,
-                  sglang_version: str) -> StartRecord | None:
+                  sglang_version: str, gpu: dict | None = None) -> StartRecord | None:
     """The newest start that measured the weights of ``checkpoint`` under
-    ``sglang_version`` (free memory before and after weights logged), else None."""
+    ``sglang_version`` (free memory before and after weights logged), else None. With
+    ``gpu`` (``gpu_of`` the host's GPUs now), only a start on the same cards counts: a
+    host whose GPUs changed has not measured this launch yet."""
     for record in sorted(records, key=lambda r: r.timestamp, reverse=True):
         if (record.sglang_version == sglang_version and record.checkpoint.same(checkpoint)
                 and record.free_before_weights_gib is not None
-                and record.free_after_weights_gib is not None):
+                and record.free_after_weights_gib is not None
+                and (gpu is None or same_cards(record.gpu, gpu))):
             return record
     return None
+
+
+def same_cards(recorded: dict | None, now: dict) -> bool:
+    """Whether a start recorded on ``recorded`` GPUs measured the host's cards ``now``
+    (name, memory.total and count; a record without its GPU is taken as the same)."""
+    if recorded is None:
+        return True
+    return (recorded.get("name") == now.get("name")
+            and recorded.get("count") == now.get("count")
+            and abs(float(recorded.get("memory_total_mib") or 0)
+                    - float(now.get("memory_total_mib") or 0)) < 1.0)
 
 
 # ------------------------------------------------------------------ use in a plan

@@ -33,6 +33,7 @@ from gpuserve.measure.starts import (
     Checkpoint,
     StartRecord,
     checkpoint_digest,
+    gpu_of,
     last_measured,
     to_measured,
 )
@@ -134,7 +135,7 @@ def _memory(report: PreflightReport, refusals: list[str], *, host: str, profile,
     report.checkpoint = Checkpoint(path, checkpoint_digest(
         [(f.name, f.size) for f in scan.files]))
     measured = report.measured = last_measured(starts() if starts else [],
-                                               report.checkpoint, version)
+                                               report.checkpoint, version, gpu_of(gpus))
     if measured is not None:
         report.info.append(f"preflight: calibrated by this host's start of "
                            f"{measured.timestamp} ({measured.source})")

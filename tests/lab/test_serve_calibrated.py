@@ -9,14 +9,15 @@ and by the real deploy, naming the measured numbers, before anything changes on 
 host; at 0.83 it proceeds with its margin shown. The composed checkpoint's headers alone
 put 38 GiB free after TP8's weights, where 0.78 "fits".
 
-Reuses the host the serve modules leave (glm5-nvfp4-tp8); one restart when no start of
-it is recorded yet.
+Reuses the host the serve modules leave (glm5-nvfp4-tp8); one restart when its newest
+start is not a ready one on the reference box (none yet, or another module's).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,8 @@ pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 EP8 = REPO / "profiles" / "glm5-nvfp4-tp8-ep8.yaml"
+#: nvidia-smi memory.total of the reference box's RTX PRO 6000 (lab/nvidia_repo/boxes)
+REFERENCE_CARD_MIB = 97887
 
 
 def live(lab) -> tuple[str, str, str]:
@@ -55,8 +58,16 @@ def ep8_at(tmp: Path, fraction: float) -> Path:
 def measured(lab) -> dict:
     """The host serving TP8 with that start recorded on the controller."""
     serve_inventory_profile(lab)
-    if not tp8_starts(lab):  # served before starts were recorded: one restart records it
-        env = json.dumps({"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "2"})
+    starts = tp8_starts(lab)
+    # served before starts were recorded, or the newest start is another module's
+    # (a fault it caused on purpose, another box): one restart records this one
+    newest = starts[-1] if starts else {}
+    if newest.get("outcome") != "ready" or (newest.get("gpu") or {}).get(
+            "memory_total_mib") != REFERENCE_CARD_MIB:
+        # a variable the stand-in ignores, new each time: the unit's env changes, so the
+        # deploy restarts the server whatever the env of the last start was
+        env = json.dumps({"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "2",
+                          "GPUSERVE_LAB_START": str(time.time_ns())})
         lab.run_pyinfra("deploy/serve.py", "--data", "bench=off",
                         "--data", f"sglang_extra_env={env}")
     starts = tp8_starts(lab)

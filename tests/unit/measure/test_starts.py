@@ -98,6 +98,19 @@ def test_the_last_start_of_the_same_checkpoint_and_version_is_chosen():
     assert last_measured(records, GLM5, "0.5.10.post1") is None
 
 
+def test_a_start_on_other_cards_does_not_calibrate_the_host_it_has_now():
+    """A host whose GPUs changed (another box, a card swapped) has not measured this
+    launch yet: its older start is skipped, not refused as if measured wrong."""
+    ref = record()
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559.0,
+            "compute_cap": "9.0", "count": 8}
+    assert last_measured([ref], GLM5, "0.5.23", GPU) == ref
+    assert last_measured([ref], GLM5, "0.5.23", h100) is None
+    assert last_measured([ref], GLM5, "0.5.23", {**GPU, "count": 4}) is None
+    unknown = starts.StartRecord(**{**ref.__dict__, "gpu": None})
+    assert last_measured([unknown], GLM5, "0.5.23", h100) == unknown
+
+
 def test_a_start_that_logged_no_weights_figures_calibrates_nothing():
     r = record()
     bare = starts.StartRecord(**{**r.__dict__, "ranks": (starts.RankFigures("TP0"),)})
