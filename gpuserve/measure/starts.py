@@ -296,18 +296,34 @@ def read_starts(results_dir: str | Path, host: str,
 
 
 def last_measured(records: list[StartRecord], checkpoint: Checkpoint,
-                  sglang_version: str, gpu: dict | None = None) -> StartRecord | None:
-    """The newest start that measured the weights of ``checkpoint`` under
-    ``sglang_version`` (free memory before and after weights logged), else None. With
-    ``gpu`` (``gpu_of`` the host's GPUs now), only a start on the same cards counts: a
-    host whose GPUs changed has not measured this launch yet."""
-    for record in sorted(records, key=lambda r: r.timestamp, reverse=True):
-        if (record.sglang_version == sglang_version and record.checkpoint.same(checkpoint)
-                and record.free_before_weights_gib is not None
-                and record.free_after_weights_gib is not None
-                and (gpu is None or same_cards(record.gpu, gpu))):
-            return record
-    return None
+                  sglang_version: str, gpu: dict | None = None,
+                  launch: dict | None = None) -> StartRecord | None:
+    """The start that measured the weights of ``checkpoint`` under ``sglang_version``
+    (free memory before and after weights logged) closest to ``launch`` (``launch_of``
+    the new profile: fewest of the settings that move the weights differ, so the
+    planner's delta bridges the least), the newest of those; else None. With ``gpu``
+    (``gpu_of`` the host's GPUs now), only a start on the same cards counts: a host whose
+    GPUs changed has not measured this launch yet."""
+    found = [r for r in records
+             if r.sglang_version == sglang_version and r.checkpoint.same(checkpoint)
+             and r.free_before_weights_gib is not None
+             and r.free_after_weights_gib is not None
+             and (gpu is None or same_cards(r.gpu, gpu))]
+    if not found:
+        return None
+    newest = sorted(found, key=lambda r: r.timestamp, reverse=True)
+    return min(newest, key=lambda r: _launch_distance(r.launch, launch))
+
+
+#: the launch settings that change what the weights leave free on a GPU
+_WEIGHT_LAYOUT = ("tp", "ep", "attn_dp", "moe_a2a_backend", "speculative")
+
+
+def _launch_distance(recorded: dict, launch: dict | None) -> int:
+    """How many of the weight layout's settings differ (0 without a launch to match)."""
+    if not launch:
+        return 0
+    return sum(recorded.get(k) != launch.get(k) for k in _WEIGHT_LAYOUT)
 
 
 def same_cards(recorded: dict | None, now: dict) -> bool:

@@ -98,7 +98,7 @@ def calibrated_fit(new: Plan, measured_plan: Plan, measured: MeasuredStart, *,
     """Plan ``new`` from ``measured`` (a start of the same checkpoint and version on
     this kind of box); ``measured_plan`` is the planner's plan of the measured launch on
     the same inputs. ``uncertainty_gib`` defaults to the calibration's error plus the
-    draft's unknowns when the new launch drafts otherwise than the measured one."""
+    draft's unknowns when the two launches draft otherwise."""
     if measured.free_after_weights_gib is None:
         raise InputError(measured.source, "free_after_weights_gib", "nothing measured")
     total = _total_gib(new)
@@ -109,8 +109,10 @@ def calibrated_fit(new: Plan, measured_plan: Plan, measured: MeasuredStart, *,
                          f"holds ({total:.2f} GiB): measured on another GPU")
     if uncertainty_gib is None:
         same_draft = new.layout.get("speculative") == measured_plan.layout.get("speculative")
-        uncertainty_gib = CALIBRATION_ERROR_GIB if same_draft else \
-            uncertainty(new.layout.get("speculative"), new.draft)
+        # a draft one launch has and the other lacks: its unknowns, on whichever side
+        uncertainty_gib = CALIBRATION_ERROR_GIB if same_draft else max(
+            uncertainty(new.layout.get("speculative"), new.draft),
+            uncertainty(measured_plan.layout.get("speculative"), measured_plan.draft))
     offset = measured.free_after_weights_gib - measured_plan.avail_after_weights_gib
     fit = offset_fit(new, offset, uncertainty_gib=uncertainty_gib, pre_gib=pre,
                      source=measured.source)

@@ -35,6 +35,7 @@ from gpuserve.measure.starts import (
     checkpoint_digest,
     gpu_of,
     last_measured,
+    launch_of,
     to_measured,
 )
 from gpuserve.memory.calibration import calibrate_or_check
@@ -135,14 +136,25 @@ def _memory(report: PreflightReport, refusals: list[str], *, host: str, profile,
     report.checkpoint = Checkpoint(path, checkpoint_digest(
         [(f.name, f.size) for f in scan.files]))
     measured = report.measured = last_measured(starts() if starts else [],
-                                               report.checkpoint, version, gpu_of(gpus))
+                                               report.checkpoint, version, gpu_of(gpus),
+                                               launch_of(profile))
+    draft = _draft_scan(report, host=host, profile=profile, checkpoint=checkpoint)
+    try:
+        fit = check_fit(profile, scan, gpus, version, draft_scan=draft,
+                        measured=to_measured(measured) if measured is not None else None)
+    except InputError as e:
+        if measured is None:
+            raise
+        # a record that contradicts the host (figures no card of it holds) measured
+        # something else: planned without it, and said
+        report.warnings.append(f"preflight: this host's start {measured.source} cannot "
+                               f"calibrate this launch ({e.field}: {e.message}); planned "
+                               "without it")
+        measured = report.measured = None
+        fit = check_fit(profile, scan, gpus, version, draft_scan=draft)
     if measured is not None:
         report.info.append(f"preflight: calibrated by this host's start of "
                            f"{measured.timestamp} ({measured.source})")
-    fit = check_fit(profile, scan, gpus, version,
-                    draft_scan=_draft_scan(report, host=host, profile=profile,
-                                           checkpoint=checkpoint),
-                    measured=to_measured(measured) if measured is not None else None)
     report.info += [f"preflight: {line}" for line in fit.lines]
     report.warnings += [f"preflight: {note}" for note in fit.notes]
     if not fit.ok:

@@ -191,8 +191,10 @@ def test_a_value_failing_alone_is_retried_beside_what_relieves_it(lab, serving,
     docs = outcomes(tmp_path, "lab-retry")
     alone = next(d for d in docs.values() if d["phase"] == "one knob"
                  and "speculative" in d["choice"])
-    # SGLang's capture OOM, read back from the journal by the startup-log diagnosis
-    assert alone["status"] == "failed" and alone["diagnosis"]["outcome"] == "oom", alone
+    # SGLang's capture OOM ("Capture cuda graph failed: CUDA out of memory"), read back
+    # from the journal by the startup-log diagnosis
+    assert alone["status"] == "failed", alone
+    assert alone["diagnosis"]["outcome"] == "oom-during-capture", alone
     retry = next(d for d in docs.values() if d["phase"] == "retry")
     assert retry["status"] == "measured", retry
     assert retry["choice"]["memory.cuda_graph_max_bs"] == "128"

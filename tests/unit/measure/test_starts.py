@@ -137,3 +137,14 @@ def test_compare_reads_a_results_directory_with_start_records_without_noise(tmp_
     assert main(["compare", str(results)]) == 0
     out = capsys.readouterr().out
     assert "skipped" not in out and "glm5-nvfp4-tp8" in out
+
+
+def test_the_start_of_the_closest_launch_wins_over_a_newer_one():
+    plain = record(stamp="2026-12-06T07:00:00Z")
+    drafting = starts.StartRecord(**{**record(stamp="2026-12-06T09:00:00Z").__dict__,
+                                     "launch": {**LAUNCH, "speculative": "EAGLE3"}})
+    ep8 = {**LAUNCH, "ep": 8, "speculative": None}
+    assert last_measured([plain, drafting], GLM5, "0.5.23", launch=ep8) == plain
+    assert last_measured([plain, drafting], GLM5, "0.5.23",
+                         launch={**ep8, "speculative": "EAGLE3"}) == drafting
+    assert last_measured([plain, drafting], GLM5, "0.5.23") == drafting  # newest

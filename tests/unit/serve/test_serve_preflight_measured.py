@@ -10,6 +10,7 @@ some 38 GiB free after TP8's weights."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -152,3 +153,40 @@ def test_the_doctor_in_the_preflight_judges_the_same_calibrated_plan(tmp_path, s
     risky = [w for w in p.preflight.warnings if "memory-plan-risky" in w]
     # the host's own start decides, not the record's two disagreeing public figures
     assert risky and "36.93" not in risky[0] and "inside the uncertainty" in risky[0], risky
+
+
+def test_a_start_that_contradicts_the_host_is_skipped_with_a_warning(tmp_path, scan,
+                                                                     version):
+    """A record whose figures no card of the host holds (138 GiB free before weights on a
+    96 GB card) measured something else: the deploy plans without it and says so, instead
+    of failing on the record."""
+    results = tmp_path / "results"
+    record = from_log(read_log(TP8_LOG), host="gpu1", timestamp="2026-12-06T07:00:00Z",
+                      server_start="2026-12-06T07:00:00Z", sglang_version=version,
+                      checkpoint=Checkpoint("/models/GLM-5-NVFP4"), launch=LAUNCH)
+    ranks = tuple(dataclasses.replace(r, free_before_weights_gib=138.4) for r in record.ranks)
+    write_start(results, dataclasses.replace(record, ranks=ranks))
+    p = plan(tmp_path, ep8_at(tmp_path, 0.78), results, scan)  # planned without it
+    assert not any("calibrated by this host" in line for line in p.preflight.info)
+    assert any("cannot calibrate this launch" in w and "138.40" in w
+               for w in p.preflight.warnings), p.preflight.warnings
+
+
+def test_the_start_closest_to_the_new_launch_calibrates_it(tmp_path, scan, version):
+    """A newer start of a drafting launch and an older plain one: a plain EP8 launch is
+    planned from the plain start (the planner's delta bridges the least)."""
+    results = tmp_path / "results"
+    check = Checkpoint("/models/GLM-5-NVFP4")
+    plain = {**LAUNCH, "attn_dp": 1, "moe_a2a_backend": None, "speculative": None}
+    write_start(results, from_log(read_log(TP8_LOG), host="gpu1",
+                                  timestamp="2026-12-06T07:00:00Z",
+                                  server_start="2026-12-06T07:00:00Z",
+                                  sglang_version=version, checkpoint=check, launch=plain))
+    write_start(results, from_log(read_log(TP8_LOG), host="gpu1",
+                                  timestamp="2026-12-06T09:00:00Z",
+                                  server_start="2026-12-06T09:00:00Z",
+                                  sglang_version=version, checkpoint=check,
+                                  launch={**plain, "speculative": "EAGLE3"}))
+    p = plan(tmp_path, ep8_at(tmp_path, 0.83), results, scan)
+    assert any("calibrated by this host's start of 2026-12-06T07:00:00Z" in line
+               for line in p.preflight.info), p.preflight.info
