@@ -9,8 +9,8 @@ and by the real deploy, naming the measured numbers, before anything changes on 
 host; at 0.83 it proceeds with its margin shown. The composed checkpoint's headers alone
 put 38 GiB free after TP8's weights, where 0.78 "fits".
 
-Reuses the host the serve modules leave (glm5-nvfp4-tp8); one restart when its newest
-start is not a ready one on the reference box (none yet, or another module's).
+Reuses the host the serve modules leave (glm5-nvfp4-tp8); one restart records its start
+in this module's own results directory.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from pathlib import Path
 
 import pytest
 from labhelpers import ENV_PATH, UNIT, UNIT_PATH, clean, serve_inventory_profile, served_profile
-
-from lab.state import instance_dir
 
 pytestmark = pytest.mark.lab
 
@@ -40,11 +38,19 @@ def live(lab) -> tuple[str, str, str]:
     return out[0], out[2], out[4]
 
 
-def tp8_starts(lab) -> list[dict]:
+def tp8_starts(results: Path) -> list[dict]:
     """The recorded starts of glm5-nvfp4-tp8 on the lab host, newest last."""
-    folder = instance_dir(lab.name) / "results" / "lab-gpu"
+    folder = results / "lab-gpu"
     docs = [json.loads(p.read_text()) for p in sorted(folder.glob("*-start-*.json"))]
     return [d for d in docs if d["launch"]["profile"] == "glm5-nvfp4-tp8"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """This module's own results directory (host data ``results_dir``): the host's only
+    measured start is the TP8 one this module makes, whatever other modules recorded
+    (an EP8 start of theirs would be the closer one to calibrate EP8 from)."""
+    return tmp_path_factory.mktemp("calibrated-results")
 
 
 def ep8_at(tmp: Path, fraction: float) -> Path:
@@ -55,32 +61,28 @@ def ep8_at(tmp: Path, fraction: float) -> Path:
 
 
 @pytest.fixture(scope="module")
-def measured(lab) -> dict:
+def measured(lab, results) -> dict:
     """The host serving TP8 with that start recorded on the controller."""
     serve_inventory_profile(lab)
-    starts = tp8_starts(lab)
-    # served before starts were recorded, or the newest start is another module's
-    # (a fault it caused on purpose, another box): one restart records this one
-    newest = starts[-1] if starts else {}
-    if newest.get("outcome") != "ready" or (newest.get("gpu") or {}).get(
-            "memory_total_mib") != REFERENCE_CARD_MIB:
-        # a variable the stand-in ignores, new each time: the unit's env changes, so the
-        # deploy restarts the server whatever the env of the last start was
-        env = json.dumps({"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "2",
-                          "GPUSERVE_LAB_START": str(time.time_ns())})
-        lab.run_pyinfra("deploy/serve.py", "--data", "bench=off",
-                        "--data", f"sglang_extra_env={env}")
-    starts = tp8_starts(lab)
+    # a variable the stand-in ignores, new each time: the unit's env changes, so the
+    # deploy restarts the server and records this start in the module's directory
+    env = json.dumps({"GPUSERVE_LAB_STANDIN_LOAD_SECONDS": "2",
+                      "GPUSERVE_LAB_START": str(time.time_ns())})
+    lab.run_pyinfra("deploy/serve.py", "--data", "bench=off", "--data",
+                    f"results_dir={results}", "--data", f"sglang_extra_env={env}")
+    starts = tp8_starts(results)
     assert starts, "the serve deploy recorded no start"
     start = starts[-1]
     assert start["outcome"] == "ready" and len(start["ranks"]) == 8
+    assert start["gpu"]["memory_total_mib"] == REFERENCE_CARD_MIB
     after = min(r["free_after_weights_gib"] for r in start["ranks"])
     assert after == pytest.approx(21.7, abs=0.05)
     return start
 
 
-def deploy(lab, *args: str) -> tuple[int, str]:
-    r = lab.run_pyinfra("deploy/serve.py", "--data", "bench=off", *args, check=False)
+def deploy(lab, results: Path, *args: str) -> tuple[int, str]:
+    r = lab.run_pyinfra("deploy/serve.py", "--data", "bench=off", "--data",
+                        f"results_dir={results}", *args, check=False)
     return r.returncode, clean(r.stdout)
 
 
@@ -99,27 +101,30 @@ def refused_with_the_measured_numbers(out: str) -> None:
 
 
 def test_dry_diff_of_ep8_at_0_78_is_refused_with_the_measured_numbers(
-        lab, measured, tmp_path) -> None:
+        lab, results, measured, tmp_path) -> None:
     before = live(lab)
-    rc, out = deploy(lab, "--dry", "--diff", "--data", f"profile={ep8_at(tmp_path, 0.78)}")
+    rc, out = deploy(lab, results, "--dry", "--diff", "--data",
+                     f"profile={ep8_at(tmp_path, 0.78)}")
     assert rc != 0, out[-6000:]
     refused_with_the_measured_numbers(out)
     assert live(lab) == before
 
 
 def test_the_real_deploy_of_ep8_at_0_78_refuses_without_touching_the_host(
-        lab, measured, tmp_path) -> None:
+        lab, results, measured, tmp_path) -> None:
     before = live(lab)
-    rc, out = deploy(lab, "--data", f"profile={ep8_at(tmp_path, 0.78)}")
+    rc, out = deploy(lab, results, "--data", f"profile={ep8_at(tmp_path, 0.78)}")
     assert rc != 0, out[-6000:]
     refused_with_the_measured_numbers(out)
     assert live(lab) == before  # unit, env file and server PID unchanged
     assert served_profile(lab) == "glm5-nvfp4-tp8"
 
 
-def test_dry_diff_of_ep8_at_0_83_proceeds_with_its_margin(lab, measured, tmp_path) -> None:
+def test_dry_diff_of_ep8_at_0_83_proceeds_with_its_margin(lab, results, measured,
+                                                          tmp_path) -> None:
     before = live(lab)
-    rc, out = deploy(lab, "--dry", "--diff", "--data", f"profile={ep8_at(tmp_path, 0.83)}")
+    rc, out = deploy(lab, results, "--dry", "--diff", "--data",
+                     f"profile={ep8_at(tmp_path, 0.83)}")
     assert rc == 0, out[-6000:]
     assert "calibrated by this host's start of" in out, out[-6000:]
     assert re.search(r"\(margin \+0\.\d\d \+- 1\.50 GiB\)", out), out[-6000:]
