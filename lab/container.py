@@ -296,11 +296,12 @@ def _loops_of(disk_file: Path) -> list[str]:
     return [line.split(":", 1)[0] for line in r.stdout.splitlines() if line.strip()]
 
 
-def detach_loops(p: Paths, wait: float = 30.0) -> list[str]:
+def detach_loops(p: Paths, wait: float = 120.0) -> list[str]:
     """Detach the loop devices still holding the host's disk file, and wait (bounded)
     until none is left: after a lazy unmount a busy loop device only goes once its last
     user has, so a check right after ``down`` could still see it (on a machine busy with
-    other test processes one was still attached 10 s after its unmount). Returns the
+    other test processes one was still attached 10 s after its unmount, another 30 s
+    after a killed host's orphans had gone). Returns the
     devices that were still attached at first."""
     devices = _loops_of(p.disk_file)
     deadline = time.monotonic() + wait
