@@ -48,9 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "status",
         help="per host: profile, SGLang version, the gateway's view, last throughput run",
         description="Per host of a pyinfra inventory: the profile and SGLang version the "
-        "deploys would give it, its state in the gateway's GET /workers (ready, draining, "
-        "unhealthy, not listed, not behind a gateway) and its last recorded throughput "
-        "run. No SSH connection. Exit 0: every gateway answered; 1: a gateway gave no "
+        "deploys would give it (the running one, by the last passing deploy's record, "
+        "marked), its state in the gateway's GET /workers when the inventory has one "
+        "(ready, draining, unhealthy, not listed, not behind a gateway), its last "
+        "recorded throughput run and the monitor's live figures. No SSH connection. Exit 0: every gateway answered; 1: a gateway gave no "
         "usable answer or a host's data or records fail; 2: bad usage or inventory.")
     status.add_argument("inventory", help="pyinfra inventory file (e.g. inventory/gpu.py)")
     status.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
@@ -110,10 +111,9 @@ def router_plans(hosts: list[tuple[str, dict]], groups: dict, source: str,
     from gpuserve.plans.router import is_router_host, plan_router
 
     routers = [(name, data) for name, data in hosts if is_router_host(data)]
-    if not routers:
+    if not routers and override is not None:
         raise InputError(source, "router_workers_group", "no host of this inventory sets "
-                         "it: fleet status reads the workers' states from a gateway's "
-                         "GET /workers (deploy/router.py); gpuserve check covers the rest")
+                         "it, so there is no gateway for --gateway to replace")
     if override is not None and len(routers) > 1:
         raise InputError(None, "--gateway", f"the inventory has {len(routers)} router hosts "
                          f"({', '.join(n for n, _ in routers)}); --gateway replaces the "
@@ -412,6 +412,9 @@ def format_status(rows: list[st.HostStatus], answers: list[st.GatewayAnswer]) ->
         if r.records_error:
             lines.append(f"{r.host}: FAIL (records): {r.records_error}")
     lines.append("")
+    if not answers:
+        lines.append("no gateway in the inventory (no host sets router_workers_group): "
+                     "every host is shown as not behind a gateway")
     for a in answers:
         t = a.target
         if a.workers is None:
