@@ -51,8 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "deploys would give it (the running one, by the last passing deploy's record, "
         "marked), its state in the gateway's GET /workers when the inventory has one "
         "(ready, draining, unhealthy, not listed, not behind a gateway), its last "
-        "recorded throughput run and the monitor's live figures. No SSH connection. Exit 0: every gateway answered; 1: a gateway gave no "
-        "usable answer or a host's data or records fail; 2: bad usage or inventory.")
+        "recorded throughput run and the monitor's live figures. No SSH connection. "
+        "Exit 0: every gateway answered; 1: a gateway gave no usable answer or a host's "
+        "data or records fail; 2: bad usage or inventory.")
     status.add_argument("inventory", help="pyinfra inventory file (e.g. inventory/gpu.py)")
     status.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                         help="override host data, as pyinfra's --data (repeatable)")

@@ -112,7 +112,7 @@ def draw(data: Series, figure_cls, title: str | None = None):
         concs = [c for c, _ in points]
         tok_s = [r.output_tok_s for _, r in points]
         line = curve.plot(concs, tok_s, marker="o", label=label)[0]
-        for c, y in zip(concs, tok_s):
+        for c, y in zip(concs, tok_s, strict=True):
             curve.annotate(f"{y:,.0f}", (c, y), textcoords="offset points", xytext=(4, 4),
                            fontsize=8)
         with_itl = [(r.output_tok_s, r.figures.get("median_itl_ms"), c) for c, r in points
