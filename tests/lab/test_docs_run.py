@@ -38,6 +38,9 @@ EXPECT = {
         "lab-gpu: switches from glm5-nvfp4-tp8 (running since ",
         "# running: glm5-nvfp4-tp8-ep8 since ", "DIFFERS: runs glm5-nvfp4-tp8-ep8, the "
         "inventory names glm5-nvfp4-tp8",
+        "lab-gpu  glm5-nvfp4-tp8-ep8* (inventory: glm5-nvfp4-tp8)",
+        "lab-gpu: runs glm5-nvfp4-tp8-ep8 (the last passing deploy's record), the inventory "
+        "names glm5-nvfp4-tp8: labelled and scraped as glm5-nvfp4-tp8-ep8",
         "lab-gpu: switches from glm5-nvfp4-tp8-ep8 (running since "],
 }
 TIMEOUT = 1800
