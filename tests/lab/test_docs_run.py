@@ -76,5 +76,7 @@ def test_the_docs_command_blocks_run_as_written(lab) -> None:
                 for text in wanted:
                     assert text in out, f"{b.where}: {text!r} not in its output"
     assert len(ran) >= 5, ran
-    # the host is left as the inventory says: serving its own profile, nothing pending
+    # the host is left as the inventory says: serving its own profile, and (as the other
+    # modules expect it) no scraper running
+    lab.ssh("systemctl stop prometheus prometheus-node-exporter")
     assert lab.ssh("systemctl is-active gpuserve-sglang.service").stdout.strip() == "active"
