@@ -12,10 +12,13 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 && $(PYTHON) -c 'import ensurepip' 2>/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv)
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
-	touch $(STAMP)
+	@echo "make setup: $(VENV) with gpuserve (editable) and its test tools (log: $(VENV)/setup.log)"
+	@$(PYTHON) -m venv $(VENV)
+	@# quiet unless something fails: setuptools warns about the data directories of the
+	@# editable install (gpuserve/data/**) on every build, which is no news to a user
+	@{ $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q -e '.[test]'; } \
+		>$(VENV)/setup.log 2>&1 || { cat $(VENV)/setup.log; echo "make setup failed (log: $(VENV)/setup.log)"; exit 1; }
+	@touch $(STAMP)
 
 setup: $(STAMP)
 
@@ -85,10 +88,19 @@ test: lab-deps
 	echo "=== container lab tier: exit $$lab, own-host modules: exit $$ownrc, side modules: exit $$siderc, VM lab tier: exit $$vmrc, unit tier: exit $$unit and $$unit2 ==="; \
 	[ $$unit -eq 0 ] && [ $$unit2 -eq 0 ] && [ $$lab -eq 0 ] && [ $$ownrc -eq 0 ] && [ $$siderc -eq 0 ] && [ $$vmrc -eq 0 ]
 
-# Boot a container lab host and serve on it, ending with the smoke completion line.
+# Boot a container lab host, provision it as a GPU host (deploy/host.py: its host record
+# gives the serve preflight its memory figures) and serve on it, then say what to try next.
 demo: lab-deps
 	$(BIN)/python -m lab up --kind container
+	$(BIN)/pyinfra -y inventory/lab.py deploy/host.py
 	$(BIN)/pyinfra -y inventory/lab.py deploy/serve.py
+	@echo ""
+	@echo "Next (from $(CURDIR); or 'source .venv/bin/activate' for the short names):"
+	@echo "  $(BIN)/gpuserve logs inventory/lab.py              # the journal, its last start diagnosed"
+	@echo "  $(BIN)/gpuserve render inventory/lab.py            # what the unit runs, and the running profile"
+	@echo "  $(BIN)/gpuserve compare results/ --plot out.png    # the recorded runs (lab data: a simulated server)"
+	@echo "  $(BIN)/pyinfra -y inventory/lab.py deploy/serve.py --data profile=glm5-nvfp4-tp8-ep8 --dry  # a switch, previewed"
+	@echo "  $(BIN)/python -m lab down                          # stop the lab host"
 
 clean-lab: setup
 	$(BIN)/python -m lab down --all

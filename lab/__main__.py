@@ -69,6 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     fwd = sub.add_parser("forward", help="forward a 127.0.0.1 port to a guest port; prints it")
     fwd.add_argument("--name")
     fwd.add_argument("guest_port", type=int)
+    mon = sub.add_parser("monitor", help="the monitor deploy on the host, its Prometheus "
+                                         "forwarded, then gpuserve fleet status with the "
+                                         "live figures")
+    mon.add_argument("--name")
     down = sub.add_parser("down", help="power the host off, stop the mirror, remove its "
                                        "mounts")
     down.add_argument("--name")
@@ -133,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "forward":
             print(fleet.forward(instance_name(a.name), a.guest_port))
             return 0
+        if a.cmd == "monitor":
+            from lab.monitor import monitor
+
+            return monitor(instance_name(a.name))
         if a.cmd == "down":
             if a.all:
                 instance.down_all(a.timeout)

@@ -29,6 +29,7 @@ from gpuserve.fleet.rolling import parse_workers
 from gpuserve.measure.compare import scenario_of
 from gpuserve.measure.results import read_results, safe_name, validate_results_dir
 from gpuserve.redact import redact
+from gpuserve.serve.running import difference, running_of_records
 from gpuserve.terminal import printable
 
 #: seconds; a gateway that has not answered by then is reported, not waited for
@@ -47,10 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "status",
         help="per host: profile, SGLang version, the gateway's view, last throughput run",
         description="Per host of a pyinfra inventory: the profile and SGLang version the "
-        "deploys would give it, its state in the gateway's GET /workers (ready, draining, "
-        "unhealthy, not listed, not behind a gateway) and its last recorded throughput "
-        "run. No SSH connection. Exit 0: every gateway answered; 1: a gateway gave no "
-        "usable answer or a host's data or records fail; 2: bad usage or inventory.")
+        "deploys would give it (the running one, by the last passing deploy's record, "
+        "marked), its state in the gateway's GET /workers when the inventory has one "
+        "(ready, draining, unhealthy, not listed, not behind a gateway), its last "
+        "recorded throughput run and the monitor's live figures. No SSH connection. "
+        "Exit 0: every gateway answered; 1: a gateway gave no usable answer or a host's "
+        "data or records fail; 2: bad usage or inventory.")
     status.add_argument("inventory", help="pyinfra inventory file (e.g. inventory/gpu.py)")
     status.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                         help="override host data, as pyinfra's --data (repeatable)")
@@ -109,10 +112,9 @@ def router_plans(hosts: list[tuple[str, dict]], groups: dict, source: str,
     from gpuserve.plans.router import is_router_host, plan_router
 
     routers = [(name, data) for name, data in hosts if is_router_host(data)]
-    if not routers:
+    if not routers and override is not None:
         raise InputError(source, "router_workers_group", "no host of this inventory sets "
-                         "it: fleet status reads the workers' states from a gateway's "
-                         "GET /workers (deploy/router.py); gpuserve check covers the rest")
+                         "it, so there is no gateway for --gateway to replace")
     if override is not None and len(routers) > 1:
         raise InputError(None, "--gateway", f"the inventory has {len(routers)} router hosts "
                          f"({', '.join(n for n, _ in routers)}); --gateway replaces the "
@@ -315,9 +317,12 @@ def _records(row: st.HostStatus, name: str, data: dict, source: str) -> None:
     if not Path(host_dir).is_dir():
         return
     try:
-        row.last_run = st.last_run(read_results(host_dir), name)
+        records = read_results(host_dir)
     except (GpuserveError, OSError) as exc:
         row.records_error = str(exc)
+        return
+    row.last_run = st.last_run(records, name)
+    row.running = running_of_records(records, name)
 
 
 # ----------------------------------------------------------------------------- text
@@ -356,6 +361,15 @@ def _run_cell(row: st.HostStatus) -> str:
     return text
 
 
+def _profile_cell(row: st.HostStatus) -> str:
+    """The profile that runs (the last passing record's); ``*`` when it is not the one
+    the inventory names, which follows in brackets."""
+    running = row.running.profile if row.running is not None else None
+    if running is None or running == row.profile:
+        return running or row.profile or "-"
+    return f"{running}* (inventory: {row.profile or '-'})"
+
+
 def _versions_cell(row: st.HostStatus) -> str:
     if not row.sglang_versions:
         return "-"
@@ -382,7 +396,7 @@ def _live_cells(live) -> tuple[str, str, str, str]:
 
 
 def format_status(rows: list[st.HostStatus], answers: list[st.GatewayAnswer]) -> str:
-    cells = [(r.host, r.profile or "-", _versions_cell(r), _gateway_cell(r),
+    cells = [(r.host, _profile_cell(r), _versions_cell(r), _gateway_cell(r),
               _health_cell(r, answers),
               fmt(r.last_run.output_tok_s) if r.last_run else "-", _run_cell(r),
               *_live_cells(r.live))
@@ -391,11 +405,17 @@ def format_status(rows: list[st.HostStatus], answers: list[st.GatewayAnswer]) ->
     for r in rows:
         lines += [f"{r.host}: {v.text}: {v.note}" for v in r.views
                   if v.note and v.view != "no_answer"]
+        diff = difference(r.running, r.profile)
+        if diff:
+            lines.append(f"{r.host}: {diff}")
         if r.plan_error:
             lines.append(f"{r.host}: FAIL (deploy checks): {r.plan_error}")
         if r.records_error:
             lines.append(f"{r.host}: FAIL (records): {r.records_error}")
     lines.append("")
+    if not answers:
+        lines.append("no gateway in the inventory (no host sets router_workers_group): "
+                     "every host is shown as not behind a gateway")
     for a in answers:
         t = a.target
         if a.workers is None:
@@ -406,6 +426,8 @@ def format_status(rows: list[st.HostStatus], answers: list[st.GatewayAnswer]) ->
         lines += [f"gateway {t.router} lists {url}, which is no host of group {t.group}"
                   for url in a.unknown_workers]
     lines += ["no SSH connection was made; health: the gateway's own checks of each worker",
+              "profile: the one running (the last passing deploy's record); * marks one the "
+              "inventory does not name",
               "sglang: the release(s) the host's driver, Python and glibc choose from (host "
               "data sglang_version pins one); last run: the latest bench record (else "
               "smoke) under the host's results directory"]

@@ -58,9 +58,14 @@ def run(args: argparse.Namespace) -> int:
     start, diagnosis = last_start(recent)
     if args.json:
         print(json.dumps({"host": name, "unit": UNIT, "last_start": start,
+                          "profile": doc.get("profile"), "running": doc.get("running"),
                           "diagnosis": diagnosis.to_dict() if diagnosis else None,
                           "journal": shown.splitlines()}, indent=2))
         return 0
+    from gpuserve.commands.render import running_line
+
+    print(running_line(doc.get("running"), doc.get("profile")).replace("# running:",
+                                                                       f"# {name}: running:"))
     print_report(name, start, diagnosis, shown, args)
     if args.follow:
         follow(args, name, data)

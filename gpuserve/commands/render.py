@@ -96,10 +96,11 @@ def run_host(args: argparse.Namespace) -> int:
         raise InputError(args.inventory, name, f"the read-only run wrote no {SCHEMA} document")
     view = view_of(doc, f"{args.inventory} ({name})")
     if args.json:
-        print(json.dumps(view.to_dict(), indent=2))
+        print(json.dumps({**view.to_dict(), "running": doc.get("running")}, indent=2))
         return 0
     print(f"# host {view.host} ({args.inventory}): profile {view.profile} for SGLang "
           f"{view.sglang_version}, lock {view.lock}; what the serve deploy runs there")
+    print(running_line(doc.get("running"), view.profile))
     effective = view.effective_env()
     shown_from = {key: where for key, _, where in view.env}
     for where in dict.fromkeys(w for _, _, w in view.env):
@@ -110,3 +111,17 @@ def run_host(args: argparse.Namespace) -> int:
     print("# argv")
     print(format_argv(list(view.args), launcher=shlex.join(view.launcher)))
     return 0
+
+
+def running_line(doc: object, desired: str | None) -> str:
+    """``# running: P since T (launch H)``, and the difference from what the host data
+    names (gpuserve/serve/running.py); the host's record, read in the same run."""
+    from gpuserve.serve.running import difference, from_dict
+
+    running = from_dict(doc)
+    if running is None:
+        return "# running: nothing recorded on the host yet (no serve deploy has passed there)"
+    diff = difference(running, desired)
+    if diff is None:
+        return f"# running: {running.short()}: the same profile"
+    return f"# running: {running.short()}: DIFFERS: {diff}"

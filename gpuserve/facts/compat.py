@@ -17,7 +17,8 @@ from typing import Any
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.context import ctx_inventory, ctx_state
 
-__all__ = ["BaseStateCallback", "add_state_callback", "changed_on_host", "cli_params",
+__all__ = ["BaseStateCallback", "add_state_callback", "add_state_callback_at_init",
+           "changed_on_host", "cli_params",
            "current_inventory", "current_state", "failed_host_names", "inventory_groups",
            "known_connector_keys", "load_inventory", "op_global_argument", "parse_cli_value",
            "sort_active_hosts"]
@@ -65,6 +66,23 @@ def add_state_callback(state: Any, handler_type: type, make: Callable[[], Any]) 
     is there already."""
     if not any(isinstance(h, handler_type) for h in state.callback_handlers):
         state.add_callback_handler(make())
+
+
+def add_state_callback_at_init(state: Any, handler_type: type, make: Callable[[], Any]
+                               ) -> None:
+    """:func:`add_state_callback` once pyinfra initialises ``state`` (its ``init`` makes
+    the handler list; the CLI loads ``config.py`` before that, and connects after)."""
+    if hasattr(state, "callback_handlers"):
+        add_state_callback(state, handler_type, make)
+        return
+    original = state.init
+
+    def init(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        add_state_callback(state, handler_type, make)
+        return result
+
+    state.init = init
 
 
 def op_global_argument(state: Any, host: Any, op_hash: str, name: str) -> Any:

@@ -104,6 +104,7 @@ class HostStatus:
     last_run: ResultRecord | None = None
     records_error: str | None = None
     live: object | None = None  # gpuserve.monitor.query.LiveFigures, from the monitor
+    running: object | None = None  # gpuserve.serve.running.Running, from the records
 
     @property
     def ok(self) -> bool:
@@ -298,7 +299,8 @@ def host_dict(h: HostStatus) -> dict:
             "gateway": [v.to_dict() for v in h.views], "results_dir": h.results_dir,
             "last_run": None if h.last_run is None else run_dict(h.last_run),
             "records_error": h.records_error,
-            "live": None if h.live is None else dict(h.live.values)}
+            "live": None if h.live is None else dict(h.live.values),
+            "running": None if h.running is None else h.running.to_dict()}
 
 
 def status_dict(inventory: str, hosts: Sequence[HostStatus],

@@ -3,7 +3,8 @@ PNG with two panels.
 
 1. Output throughput against concurrency, one line per (host, profile) through the latest
    run of each scenario: where a profile stops scaling. A run whose gate failed is
-   crossed out in red.
+   crossed out in red. Concurrency is on a log axis (base 2), every point marked with
+   its figure; records of the lab's stand-in put "LAB DATA" in the title.
 2. Median ITL against output throughput, one line per (host, profile), points labelled
    with their concurrency: what each token/s costs a user in latency (the usual
    throughput-latency trade-off plot).
@@ -63,6 +64,23 @@ def _label(key: tuple, keys: list[tuple]) -> str:
     return label
 
 
+#: The suptitle of a plot with lab records (docs/lab.md: a simulated server's figures).
+LAB_TITLE = "LAB DATA: the lab's SGLang stand-in (simulated decode rate), not a GPU measurement"
+#: The launch env names only the lab sets (inventory/lab.py: the stand-in's knobs).
+LAB_ENV_PREFIX = "GPUSERVE_LAB_"
+
+
+def lab_records(records: list) -> int:
+    """How many of ``records`` come from the lab's stand-in: their launch env has the
+    lab's knobs (``GPUSERVE_LAB_*``), which product code never sets."""
+    count = 0
+    for r in records:
+        env = (r.context or {}).get("env") if r.context else None
+        if isinstance(env, dict) and any(str(k).startswith(LAB_ENV_PREFIX) for k in env):
+            count += 1
+    return count
+
+
 def write_plot(rows: list[LatestRow], path: str | Path, *, title: str | None = None) -> Path:
     """Draw the two panels from compare's latest rows and write a PNG to ``path``."""
     figure_cls = require_matplotlib()
@@ -71,6 +89,20 @@ def write_plot(rows: list[LatestRow], path: str | Path, *, title: str | None = N
         raise InputError(None, "--plot", "no bench record with a concurrency and an output "
                          "throughput to plot (smoke records and hand notes have no load curve)")
     out = plot_target(path)
+    fig = draw(data, figure_cls, title)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    try:
+        fig.savefig(tmp, format="png", dpi=100)
+        tmp.replace(out)
+    except OSError as exc:  # a full disk, a read-only directory: no half-written file
+        tmp.unlink(missing_ok=True)
+        raise InputError(out, "--plot", f"cannot write: {exc.strerror or exc}") from None
+    return out
+
+
+def draw(data: Series, figure_cls, title: str | None = None):
+    """The figure of :func:`write_plot`: the load curve on a log concurrency axis with
+    every point marked, the latency trade-off, lab data named in the title."""
     fig = figure_cls(figsize=(13, 5.5), layout="constrained")
     curve, tradeoff = fig.subplots(1, 2)
     keys = list(data)
@@ -80,6 +112,9 @@ def write_plot(rows: list[LatestRow], path: str | Path, *, title: str | None = N
         concs = [c for c, _ in points]
         tok_s = [r.output_tok_s for _, r in points]
         line = curve.plot(concs, tok_s, marker="o", label=label)[0]
+        for c, y in zip(concs, tok_s, strict=True):
+            curve.annotate(f"{y:,.0f}", (c, y), textcoords="offset points", xytext=(4, 4),
+                           fontsize=8)
         with_itl = [(r.output_tok_s, r.figures.get("median_itl_ms"), c) for c, r in points
                     if r.figures.get("median_itl_ms") is not None]
         if with_itl:
@@ -95,7 +130,7 @@ def write_plot(rows: list[LatestRow], path: str | Path, *, title: str | None = N
                           label="gate failed" if not failed_labelled else None)
             failed_labelled = True
     all_concs = sorted({c for points in data.values() for c, _ in points})
-    if all_concs and all_concs[0] > 0 and all_concs[-1] / all_concs[0] >= 8:
+    if all_concs and all_concs[0] > 0:  # concurrency doubles from point to point
         curve.set_xscale("log", base=2)
     curve.set_xticks(all_concs, [str(c) for c in all_concs])
     curve.set(title="Output throughput vs concurrency (latest run per scenario)",
@@ -105,16 +140,12 @@ def write_plot(rows: list[LatestRow], path: str | Path, *, title: str | None = N
     for ax in (curve, tradeoff):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
+    lab = lab_records([r for points in data.values() for _, r in points])
+    if lab:
+        title = (f"{title}: " if title else "") + LAB_TITLE
     if title:
-        fig.suptitle(title)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    try:
-        fig.savefig(tmp, format="png", dpi=100)
-        tmp.replace(out)
-    except OSError as exc:  # a full disk, a read-only directory: no half-written file
-        tmp.unlink(missing_ok=True)
-        raise InputError(out, "--plot", f"cannot write: {exc.strerror or exc}") from None
-    return out
+        fig.suptitle(title, color="firebrick" if lab else None)
+    return fig
 
 
 def plot_target(path: str | Path) -> Path:

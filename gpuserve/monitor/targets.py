@@ -74,6 +74,7 @@ class HostEntry:
     data: dict
     group: str  # its first group (inventory order), "ungrouped" without one
     last_run: ResultRecord | None = None  # its last bench record on the controller
+    running: str | None = None  # the profile it runs, by the last passing deploy's record
 
 
 @dataclass
@@ -163,7 +164,7 @@ def gpu_host_targets(entry: HostEntry, source: str, out: Targets,
                      monitor_host: str | None = None) -> None:
     """The host's targets; the monitor host itself scrapes its own loopback server."""
     data = entry.data
-    profile = profile_of(data["profile"])
+    profile = running_profile(entry, source, out, profile_of)
     labels = host_labels(entry, profile)
     address = _url_host(scrape_address(entry.name, data, source))
     if data.get("sglang_metrics", True) is False:
@@ -186,6 +187,25 @@ def gpu_host_targets(entry: HostEntry, source: str, out: Targets,
     if _switch(data, "node_exporter", source):
         out.targets.append(Target("node", f"{address}:{_port(data, 'node_exporter_port', source)}",
                                   labels))
+
+
+def running_profile(entry: HostEntry, source: str, out: Targets,
+                    profile_of: Callable[[str], Profile] = load_profile) -> Profile:
+    """The profile the host runs (its labels and port), by the last passing deploy's
+    record; the inventory's when none is recorded or the recorded one no longer loads."""
+    desired = entry.data["profile"]
+    if not entry.running or entry.running == desired:
+        return profile_of(desired)
+    try:
+        profile = profile_of(entry.running)
+    except InputError as exc:
+        out.warnings.append(f"{entry.name}: runs {entry.running} by its records, which does "
+                            f"not load ({str(exc)[:120]}); labelled as the inventory's {desired}")
+        return profile_of(desired)
+    out.warnings.append(f"{entry.name}: runs {entry.running} (the last passing deploy's "
+                        f"record), the inventory names {desired}: labelled and scraped as "
+                        f"{entry.running} until a deploy switches it ({source})")
+    return profile
 
 
 def router_targets(entry: HostEntry, source: str, out: Targets) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from gpuserve.errors import InputError
 from gpuserve.plans import router as router_plan
 from gpuserve.serve import install, service, weights
+from gpuserve.serve.running import RUNNING_PATH
 
 DEFAULTS = {
     # the remove deploy (deploy/remove.py) deletes the weights too: the models directory
@@ -73,6 +74,7 @@ def plan_removal(host_data: dict, source: str) -> RemovalPlan:
         Target(service.CONFIG_PATH, "the SGLang secrets config (API key)"),
         Target(f"{install.state_dir(home)}/hf-token", "the weights step's Hub token"),
         Target(router_plan.UNIT_PATH, "the gateway unit"),
+        Target(RUNNING_PATH, "the record of the profile the host runs"),
     ]
     dirs = [
         Target(LAST_GOOD_DIR, "the last good unit, env and config copies"),

@@ -29,6 +29,7 @@ from gpuserve.redact import redact
 from gpuserve.roles.deploys.serve import plan_and_read
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import fact
+from gpuserve.roles.service.running import read_running
 from gpuserve.serve.launch_view import launch_view
 from gpuserve.serve.service import UNIT_NAME
 
@@ -97,7 +98,9 @@ def serve_launch() -> None:
     nccl = fact(FileContents, path=NCCL_ENV_PATH)
     view = launch_view(plan.service, host=host.name, sglang_version=plan.version,
                        lock=plan.lock.name, nccl_env_text="\n".join(nccl) if nccl else None)
-    _write(target, {**view.to_dict(), "taken": utc_now()})
+    running = read_running()
+    _write(target, {**view.to_dict(), "taken": utc_now(),
+                    "running": running.to_dict() if running else None})
 
 
 def _window(source: str) -> tuple[str | None, int]:
@@ -120,7 +123,10 @@ def service_journal() -> None:
     secrets = host_secret_values(host.data.dict())
     window = host.get_fact(ServiceJournal, unit=UNIT_NAME, lines=lines, since=since)
     recent = host.get_fact(ServiceJournal, unit=UNIT_NAME, lines=START_LINES)
+    running = read_running()
     _write(target, {"schema": JOURNAL_SCHEMA, "host": host.name, "taken": utc_now(),
                     "unit": UNIT_NAME, "since": since, "lines": lines,
                     "window": redact(window or "", secrets),
-                    "recent": redact(recent or "", secrets)})
+                    "recent": redact(recent or "", secrets),
+                    "profile": host.data.get("profile"),
+                    "running": running.to_dict() if running else None})

@@ -6,8 +6,9 @@ gpuserve/operate/removal.py and docs/operate.md.
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, inventory, logger
 
+from gpuserve.operate.monitor_note import MONITOR_GROUP, monitor_note
 from gpuserve.operate.removal import plan_removal
 from gpuserve.roles import remove as remove_role
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
@@ -21,4 +22,8 @@ def remove_gpuserve() -> None:
     homes of the serve and gateway deploys (``sglang_home``, ``router_home``,
     ``models_dir``)."""
     plan = plan_removal(host.data.dict(), inventory_source())
+    monitors = [h.name for h in inventory.get_group(MONITOR_GROUP, default=None) or []]
+    note = monitor_note(host.name, host.data.dict(), monitors, inventory_source())
+    if note:
+        logger.warning(note)
     remove_role.remove_installation(plan=plan)

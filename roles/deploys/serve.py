@@ -13,6 +13,7 @@ import gpuserve.roles.checks.bench as bench_role
 import gpuserve.roles.interpreter as interpreter_role
 import gpuserve.roles.service as service_role
 import gpuserve.roles.service.rollback as rollback_role
+import gpuserve.roles.service.running as running_role
 import gpuserve.roles.sglang as sglang_role
 import gpuserve.roles.weights as weights_role
 from gpuserve.facts.document import HostFactsDocument, host_facts_document
@@ -76,7 +77,8 @@ def role_reads(user: str, home: str, locks: list[Lock], serving: Read | None = N
             *interpreter_role.stamp_reads(home, sorted({lk.python for lk in locks})),
             *service_role.reads(bin_dir), *checks_role.reads(bin_dir),
             *bench_role.reads(home), *rollback_role.reads(RollbackSpec(profile_name="")),
-            *sglang_role.prune_reads(home, UNIT_PATHS), *([serving] if serving else [])]
+            *sglang_role.prune_reads(home, UNIT_PATHS), *([serving] if serving else []),
+            *running_role.reads()]
 
 
 def host_runtime(home: str, locks: list[Lock]) -> HostRuntime:
@@ -112,6 +114,7 @@ def serve_sglang() -> None:
     rollback = RollbackSpec(profile_name=plan.service.profile_name, unit=UNIT_NAME)
     prefetch([*role_reads(plan.user, plan.home, [plan.lock]),  # nothing, unless missed
               *interpreter_role.reads(plan.interpreter)])
+    running_role.note_switch(plan.service.profile_name)  # before any change, in words
     run = run_context()
     if run.dry:  # what the real run would change (roles/preview.py); pyinfra stops after
         print_serve_preview(plan, with_diff=run.diff)
@@ -200,6 +203,9 @@ def serve(plan: ServePlan, rollback: RollbackSpec) -> None:
         watch_live_traffic(plan, rollback, switching)
     keep_last_good(name="keep this configuration as the last good one (root-only copies)",
                    spec=rollback, service_changed=service_changed)
+    running_role.record_running(name=f"record what {host.name} runs ({running_role.RUNNING_PATH})",
+                                profile=plan.service.profile_name,
+                                launch=running_role.launch_of(plan))
     prune_venvs(name=f"prune venvs beyond keep_venvs={plan.keep_venvs}", home=plan.home,
                 keep=plan.keep_venvs, unit_paths=UNIT_PATHS)
 

@@ -401,12 +401,17 @@ def test_unknown_inventory(capsys) -> None:
 
 
 def test_inventory_without_router_host(tmp_path, capsys) -> None:
+    """No gateway (the lab's monitor inventory): every host not behind one, said once;
+    --gateway has nothing to replace."""
     inv = tmp_path / "plain.py"
-    inv.write_text("gpu = [('gpu1', {'profile': 'glm5-nvfp4-tp8'})]\n")
+    inv.write_text("gpu = [('gpu1', {'profile': 'glm5-nvfp4-tp8', 'results_dir': None})]\n")
     rc, out, err = status(capsys, str(inv))
-    assert rc == 2 and out == ""
-    assert f"gpuserve: error: {inv}: router_workers_group: no host of this inventory sets it" \
-        in err
+    assert rc == 0 and err == ""
+    assert row(out, "gpu1").split()[:2] == ["gpu1", "glm5-nvfp4-tp8"]
+    assert "not behind a gateway" in row(out, "gpu1")
+    assert "no gateway in the inventory (no host sets router_workers_group)" in out
+    rc, out, err = status(capsys, str(inv), "--gateway", "http://127.0.0.1:31100")
+    assert rc == 2 and f"{inv}: router_workers_group: no host of this inventory sets it" in err
 
 
 def test_router_host_data_the_gateway_deploy_refuses(tmp_path, capsys) -> None:

@@ -72,3 +72,28 @@ def test_missing_output_directory_is_named(tmp_path: Path) -> None:
     rows = latest_view(read_results(RESULTS), "glm5-nvfp4-tp8")
     with pytest.raises(InputError, match=r"nope/x.png: --plot: the directory does not exist"):
         write_plot(rows, tmp_path / "nope" / "x.png")
+
+
+def test_concurrency_on_a_log_axis_points_marked_and_lab_data_named() -> None:
+    """The composed records (c1 and c64) on a log axis with each point's figure; the same
+    records with the lab's stand-in knob in their launch env (inventory/lab.py sets
+    GPUSERVE_LAB_STANDIN_DECODE_TPS) put LAB DATA in the title."""
+    from dataclasses import replace
+
+    from gpuserve.measure.plot import LAB_TITLE, draw, lab_records, require_matplotlib
+
+    pytest.importorskip("matplotlib")
+    records = read_results(RESULTS)
+    data = series(latest_view(records, "glm5-nvfp4-tp8", smoke=True))
+    fig = draw(data, require_matplotlib())
+    curve = fig.axes[0]
+    assert curve.get_xscale() == "log"
+    marked = {t.get_text() for t in curve.texts}
+    assert {"90", "1,433"} <= marked, marked
+    assert fig.get_suptitle() == "" and lab_records(records) == 0
+    lab = [replace(r, context={**(r.context or {}),
+                               "env": {"GPUSERVE_LAB_STANDIN_DECODE_TPS": "100"}})
+           for r in records]
+    lab_fig = draw(series(latest_view(lab, "glm5-nvfp4-tp8", smoke=True)),
+                   require_matplotlib(), "switch")
+    assert lab_fig.get_suptitle() == f"switch: {LAB_TITLE}"

@@ -29,7 +29,8 @@ def test_units_configs_and_venvs_go_records_and_weights_stay() -> None:
     assert {"/etc/systemd/system/gpuserve-sglang.service", "/etc/gpuserve/sglang.env",
             "/etc/gpuserve/sglang-secrets.yaml", "/opt/gpuserve/venvs", "/opt/gpuserve/bin",
             "/etc/gpuserve/last-good", "/etc/systemd/system/gpuserve-router.service",
-            "/etc/gpuserve-router", "/opt/gpuserve-router/venvs"} <= gone
+            "/etc/gpuserve-router", "/opt/gpuserve-router/venvs",
+            "/etc/gpuserve/running.json"} <= gone
     for kept in ("/etc/gpuserve", "/etc/gpuserve/host.json", "/etc/gpuserve/nccl.env",
                  "/etc/gpuserve/measured.json", "/opt/gpuserve", "/opt/gpuserve/bench",
                  "/opt/gpuserve/models", "/opt/gpuserve/cache", "/opt/gpuserve-router"):
@@ -53,3 +54,18 @@ def test_bad_host_data_is_refused(data, field) -> None:
     with pytest.raises(InputError) as info:
         plan_removal(data, "inventory/gpu.py")
     assert info.value.file == "inventory/gpu.py" and info.value.field == field
+
+
+def test_a_host_the_monitor_scrapes_is_named_with_the_way_out() -> None:
+    """The remove deploy's line before any change (gpuserve/operate/monitor_note.py)."""
+    from gpuserve.operate.monitor_note import monitor_note
+
+    note = monitor_note("gpu1", {"profile": "glm5-nvfp4-tp8"}, ["mon1"], "inventory/gpu.py")
+    assert note == (
+        "gpu1: still scraped by the monitor on mon1: its SGLang target goes down and "
+        "SGLangServerDown fires; to take it out of monitoring, remove gpu1 (or its profile) "
+        "from inventory/gpu.py, then run: pyinfra -y inventory/gpu.py deploy/monitor.py "
+        "--limit monitor (meanwhile: amtool silence add host=gpu1, or the Prometheus alert "
+        "view)")
+    assert monitor_note("gpu1", {"profile": "x"}, [], "inv.py") is None  # no monitor
+    assert monitor_note("box", {}, ["mon1"], "inv.py") is None  # exports nothing to it
