@@ -67,6 +67,13 @@ class PdLaunch:
     backend: str  # as rendered (mooncake_tcp where no RDMA device is recorded)
     ib_devices: tuple[str, ...]
     warnings: tuple[str, ...]
+    role: str = ""
+    ratio: str = ""  # the fleet's hosts per role (PdPlacement.ratio)
+
+    @property
+    def summary(self) -> str:
+        devices = ", IB " + ",".join(self.ib_devices) if self.ib_devices else ", no RDMA device"
+        return f"PD {self.role} ({self.ratio}), {self.backend}{devices}"
 
 
 def role_profile(profile: Profile, role: str) -> Profile:
@@ -241,7 +248,8 @@ OWN_FLAGS = ("--disaggregation-mode", "--disaggregation-transfer-backend",
 
 
 def pd_launch(profile: Profile, *, catalog, lock_name: str, lock_packages: Sequence[str],
-              host_json_lines: list[str] | None, record_path: str) -> PdLaunch:
+              host_json_lines: list[str] | None, record_path: str, ratio: str = ""
+              ) -> PdLaunch:
     """The role's SGLang flags, checked against the lock (its backend's package) and
     the version's flag catalog; a host without a recorded RDMA device gets none and
     the backend's TCP transport, with a warning naming its cost."""
@@ -276,4 +284,43 @@ def pd_launch(profile: Profile, *, catalog, lock_name: str, lock_packages: Seque
     origin = profile.where("disaggregation")
     catalog.validate(["--model-path", profile.model.path or "m", *args], source=origin.file,
                      field="disaggregation", line=origin.line)
-    return PdLaunch(tuple(args), {}, backend, devices or (), tuple(warnings))
+    return PdLaunch(tuple(args), {}, backend, devices or (), tuple(warnings), spec.mode,
+                    ratio)
+
+
+def gateway_role(member: Member, members_of: Callable[[str], list[Member] | None],
+                 source: str) -> tuple[str, int | None] | None:
+    """A worker's (role, bootstrap port) for smg's PD mode, from its host data and
+    profile as the serve deploy places it; None for a regular worker."""
+    ref = member.data.get("profile")
+    profile = load_profile(ref) if isinstance(ref, str) and ref else None
+    if profile is None or profile.disaggregation is None:
+        return None
+    placed, where = place_role(profile, member.data, member.name, source, members_of)
+    assert where is not None and placed.disaggregation is not None
+    port = placed.disaggregation.bootstrap_port if where.role == "prefill" else None
+    return where.role, port
+
+
+def gateway_problems(roles: Sequence[tuple[str, bool]], group: str) -> tuple[list[str],
+                                                                           list[str]]:
+    """(errors, warnings) of a gateway's workers by (role or "regular", drained): smg's
+    PD mode routes prefill and decode workers only, and needs one of each serving."""
+    kinds = {role for role, _ in roles}
+    if "regular" in kinds and kinds - {"regular"}:
+        return [f"group {group} mixes PD workers (prefill, decode) with regular ones: smg "
+                "in PD mode routes only prefill-decode pairs; serve them behind two "
+                "gateways"], []
+    if "regular" in kinds or not kinds:
+        return [], []
+    warnings = []
+    for role in ROLES:
+        serving = [d for r, d in roles if r == role and not d]
+        if not serving:
+            warnings.append(f"no {role} worker of group {group} is serving (drained or none): "
+                            "every request through the gateway fails until one is back")
+        elif len(serving) == 1:
+            warnings.append(f"one {role} worker only: a rolling switch takes it out and the "
+                            "gateway serves nothing while it restarts; give each role two "
+                            "hosts to switch with 0 failed requests")
+    return [], warnings

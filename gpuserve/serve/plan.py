@@ -281,7 +281,8 @@ def plan_serve(
     role = disagg.pd_launch(profile, catalog=load_catalog(version), lock_name=lock.name,
                             lock_packages=[p.name for p in lock.packages],
                             host_json_lines=host_json_lines,
-                            record_path=HOST_JSON_PATH) if inputs.pd else None
+                            record_path=HOST_JSON_PATH,
+                            ratio=inputs.pd.ratio) if inputs.pd else None
     args += list(role.args) if role else []
     checks_report.warnings.extend(role.warnings if role else ())
     # SGLang's own metrics, on unless host data turns them off (gpuserve/serve/metrics.py)

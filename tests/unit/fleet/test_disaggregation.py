@@ -18,6 +18,7 @@ from gpuserve.fleet.disaggregation import backend_problem, rdma_devices
 from gpuserve.fleet.multinode import Member
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.profiles import load_profile
+from gpuserve.plans.router import manifest_text, plan_router
 from gpuserve.serve.plan import plan_serve
 
 REPO = Path(__file__).resolve().parents[3]
@@ -220,3 +221,100 @@ def test_the_role_flags_may_not_come_from_extra_args(tmp_path, locks) -> None:
     with pytest.raises(InputError, match="set from the inventory") as err:
         plan("gpu-p", fleet(bad), locks, RDMA)
     assert err.value.field == "extra_args[0]"
+
+
+# ------------------------------------------------------------------ the gateway (smg PD mode)
+
+KEY = "router-key-0123456789abcdef"
+
+
+def gateway(decode=("gpu-d",), drained=(), regular=()):
+    """A gateway over group gpu: the PD fleet's hosts (group data naming the two groups)
+    and ``regular`` hosts serving a plain profile."""
+    pd = {"profile": str(PD), "sglang_prefill_group": "prefill",
+          "sglang_decode_group": "decode", "sglang_api_key": KEY}
+    hosts = {name: {**pd, "private_address": f"10.0.0.{20 + i}",
+                    "router_drain": name in drained}
+             for i, name in enumerate(("gpu-p", *decode))}
+    hosts.update({name: {"profile": "glm5-nvfp4-tp8", "sglang_api_key": KEY,
+                         "private_address": f"10.0.1.{i}"} for i, name in enumerate(regular)})
+    members = {n: Member(n, d) for n, d in hosts.items()}
+    groups = {"gpu": list(members.values()), "prefill": [members["gpu-p"]],
+              "decode": [members[n] for n in decode]}
+    data = {"router_workers_group": "gpu", "router_api_key": KEY}
+    return plan_router(data, INV, host_name="gw", group_members=groups.get)
+
+
+def test_the_gateway_runs_smg_in_pd_mode_with_every_role_and_bootstrap_port() -> None:
+    p = gateway(decode=("gpu-d", "gpu-e"))
+    assert "--pd-disaggregation" in p.args
+    assert json.loads(manifest_text(p.workers))["workers"] == [
+        {"url": "http://10.0.0.20:30000", "worker_type": "prefill", "bootstrap_port": 8998},
+        {"url": "http://10.0.0.21:30000", "worker_type": "decode"},
+        {"url": "http://10.0.0.22:30000", "worker_type": "decode"}]
+    # one prefill host: a rolling switch would leave the role empty
+    assert any("one prefill worker only" in w for w in p.warnings)
+    assert not any("decode worker" in w for w in p.warnings)
+
+
+def test_a_role_with_no_serving_worker_is_warned() -> None:
+    p = gateway(drained=("gpu-d",))
+    assert any(w.startswith("no decode worker of group gpu is serving") for w in p.warnings)
+
+
+def test_a_gateway_mixing_pd_and_regular_workers_is_refused() -> None:
+    with pytest.raises(InputError, match="mixes PD workers") as err:
+        gateway(regular=("gpu-r",))
+    assert (err.value.file, err.value.field) == (INV, "router_workers_group")
+
+
+def test_a_regular_gateway_is_unchanged() -> None:
+    data = {"router_workers_group": "gpu", "router_api_key": KEY}
+    groups = {"gpu": [Member("gpu-r", {"profile": "glm5-nvfp4-tp8", "sglang_api_key": KEY,
+                                       "private_address": "10.0.1.1"})]}
+    p = plan_router(data, INV, host_name="gw", group_members=groups.get)
+    assert "--pd-disaggregation" not in p.args
+    assert json.loads(manifest_text(p.workers))["workers"] == [{"url": "http://10.0.1.1:30000"}]
+
+
+# ------------------------------------------------------------------ gpuserve check
+
+def inventory(tmp_path: Path, locks_dir: Path | None, decode: bool = True) -> Path:
+    data = {"profile": str(PD), "sglang_prefill_group": "prefill",
+            "sglang_decode_group": "decode", "preflight": "off",
+            **({"sglang_locks_dir": str(locks_dir)} if locks_dir else {})}
+    text = f"prefill = [('gpu-p', {data!r})]\n"
+    if decode:
+        text += f"decode = [('gpu-d', {data!r})]\n"
+    path = tmp_path / "pd_inventory.py"
+    path.write_text(text)
+    return path
+
+
+def check(capsys, inv: Path) -> tuple[int, str]:
+    from gpuserve.cli import main
+
+    rc = main(["check", str(inv), "--deploy", "serve"])
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def test_check_passes_a_whole_fleet_and_says_each_role(tmp_path, capsys, locks) -> None:
+    rc, out = check(capsys, inventory(tmp_path, locks))
+    assert rc == 0, out
+    assert "PD prefill (1 prefill : 1 decode), mooncake" in out
+    assert "PD decode (1 prefill : 1 decode), mooncake" in out
+    assert "no decode host" not in out and "no host was connected to" in out
+
+
+def test_check_refuses_a_fleet_without_decode_host_before_connecting(tmp_path, capsys,
+                                                                      locks) -> None:
+    rc, out = check(capsys, inventory(tmp_path, locks, decode=False))
+    assert rc == 1
+    assert "FAIL" in out and "sglang_decode_group" in out and "no decode host" in out
+
+
+def test_check_refuses_a_backend_the_lock_lacks(tmp_path, capsys) -> None:
+    rc, out = check(capsys, inventory(tmp_path, None))
+    assert rc == 1
+    assert "disaggregation.transfer_backend" in out and "missing from the lock" in out
