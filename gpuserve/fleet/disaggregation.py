@@ -218,9 +218,9 @@ def backend_problem(lock_packages: Sequence[str], backend: str, lock_name: str) 
     if any(p in have for p in entry.packages):
         return None
     return (f"transfer backend {backend} is missing from the lock {lock_name}: it pins none "
-            f"of {', '.join(entry.packages)} (SGLang imports {entry.module} at the first "
-            "KV transfer); generate a lock with one (tools/gen_lock.py) or choose another "
-            "backend")
+            f"of {', '.join(entry.packages)} (SGLang imports {entry.module} when it starts "
+            "its KV manager: the server would die at start); generate a lock with one "
+            "(tools/gen_lock.py) or choose another backend")
 
 
 def rdma_devices(host_json_lines: list[str] | None, source: str) -> tuple[str, ...] | None:
