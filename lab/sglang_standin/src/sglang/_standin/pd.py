@@ -32,6 +32,7 @@ import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from sglang._standin import logs
 from sglang._standin.sim import env_float
 
 FAKE_BOOTSTRAP_HOST = "2.2.2.2"  # sglang/srt/disaggregation/utils.py
@@ -225,4 +226,6 @@ class PdRole:
         if size == (1 << 64) - 1 or len(data) != prompt_tokens * self.bytes_per_token:
             return f"KV transfer from {host}:{port} room {room}: no KV cache in time"
         self.transfers += 1
+        logs.log(f"PD decode: room {room}: {len(data)} KV bytes from {ip}:{rank['rank_port']} "
+                 f"(bootstrap {host}:{port}; stand-in TCP transfer, not {self.backend})")
         return None
