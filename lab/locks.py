@@ -68,6 +68,16 @@ def locks_dir(mirror_root: Path | str) -> Path:
     return Path(mirror_root) / SUBDIR
 
 
+#: A PD fleet's locks: the newest stand-in with the Mooncake stand-in resolved in
+#: (gen_lock.py --with), in a directory of their own (inventory/lab_pd.py's locks dir).
+PD_SUBDIR = "locks-pd"
+PD_EXTRA = ("mooncake-transfer-engine",)
+
+
+def pd_locks_dir(mirror_root: Path | str) -> Path:
+    return Path(mirror_root) / PD_SUBDIR
+
+
 def lock_name(sglang_version: str, cuda_major: int = 13, python: str = GUEST_PYTHON) -> str:
     """The file name gen_lock.py gives a lock: ``sglang-0.5.23+lab-cu13-py311.json``."""
     return f"sglang-{sglang_version}-cu{cuda_major}-py{python.replace('.', '')}.json"
@@ -83,14 +93,16 @@ def _inputs_digest(wheels: Path, versions: list[str]) -> str:
     return h.hexdigest()
 
 
-def generate(wheels: Path, version: str, out_dir: Path, python: str = sys.executable) -> Path:
-    """Run tools/gen_lock.py for ``sglang==version`` over ``wheels``; return the lock path."""
+def generate(wheels: Path, version: str, out_dir: Path, python: str = sys.executable,
+             extra: tuple[str, ...] = ()) -> Path:
+    """Run tools/gen_lock.py for ``sglang==version`` (and ``extra`` requirements) over
+    ``wheels``; return the lock path."""
     if not GEN_LOCK.exists():
         raise RuntimeError(f"{GEN_LOCK} does not exist: the lab's locks are made by it")
     wheels = wheels.resolve()
     cmd = [python, str(GEN_LOCK), version, "--python", GUEST_PYTHON, "--glibc", GUEST_GLIBC,
            "--find-links", str(wheels), "--index-url", wheels.as_uri(),
-           "--out-dir", str(out_dir)]
+           "--out-dir", str(out_dir), *(f"--with={r}" for r in extra)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"tools/gen_lock.py {version} over {wheels} failed "
@@ -240,10 +252,14 @@ def publish(mirror_root: Path) -> None:
         for version in versions:
             generate(wheels, version, fresh)
         (fresh / STAMP).write_text(digest + "\n")
-        staging = out.with_name(f".{SUBDIR}.new")
-        if staging.exists():
-            shutil.rmtree(staging)
-        shutil.copytree(fresh, staging)
-    if out.exists():
-        shutil.rmtree(out)
-    staging.replace(out)
+        fresh_pd = Path(tmp) / PD_SUBDIR
+        fresh_pd.mkdir()
+        generate(wheels, versions[-1], fresh_pd, extra=PD_EXTRA)
+        for made, final in ((fresh_pd, pd_locks_dir(mirror_root)), (fresh, out)):
+            staging = final.with_name(f".{final.name}.new")
+            if staging.exists():
+                shutil.rmtree(staging)
+            shutil.copytree(made, staging)
+            if final.exists():
+                shutil.rmtree(final)
+            staging.replace(final)

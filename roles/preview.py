@@ -60,7 +60,8 @@ def serve_preview(plan: ServePlan, with_diff: bool) -> Preview:
     preview = Preview(host=host.name, diffs={p: d for p, d in diffs.items() if d},
                       would=would, steps=steps,
                       restarts={"server": restart_reason(list(files), steps, stale)},
-                      preflight=[*plan.preflight.info, *plan.preflight.warnings]
+                      preflight=[*([plan.pd.summary] if plan.pd else []),  # its PD role
+                                 *plan.preflight.info, *plan.preflight.warnings]
                       if plan.preflight else [])
     preview.operations = _operations(plan, preview, list(files), installs, fetches)
     return preview

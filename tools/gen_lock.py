@@ -333,7 +333,8 @@ def platform_args(glibc: str) -> list[str]:
 
 def resolve_args(version: str, python: str, glibc: str, indexes: Indexes,
                  stub_dir: Path, constraints: Path | None, report: Path,
-                 target: Path, package: str = "sglang") -> list[str]:
+                 target: Path, package: str = "sglang", extra: tuple[str, ...] = ()
+                 ) -> list[str]:
     abi = "cp" + python.replace(".", "")
     args = ["install", "--dry-run", "--ignore-installed", "--quiet",
             "--report", str(report), "--only-binary=:all:", "--target", str(target),
@@ -342,7 +343,7 @@ def resolve_args(version: str, python: str, glibc: str, indexes: Indexes,
             *indexes.pip_args(), "--find-links", str(stub_dir)]
     if constraints is not None:
         args += ["-c", str(constraints)]
-    return args + [f"{package}=={version}"]
+    return args + [f"{package}=={version}", *extra]
 
 
 def run_resolve(py: Path, args: list[str]) -> dict:
@@ -813,7 +814,8 @@ def build_app_lock(package: str, version: str, python: str, glibc: str,
 
 
 def generate(version: str, python: str, glibc: str, indexes: Indexes,
-             interpreter: str | None, package: str = "sglang") -> dict:
+             interpreter: str | None, package: str = "sglang",
+             extra: tuple[str, ...] = ()) -> dict:
     exe = find_interpreter(python, interpreter)
     with tempfile.TemporaryDirectory(prefix="gpuserve-lock-") as tmp_s:
         tmp = Path(tmp_s)
@@ -822,7 +824,7 @@ def generate(version: str, python: str, glibc: str, indexes: Indexes,
         build_stub_wheels(stub_dir)
         report_path, target = tmp / "report.json", tmp / "target"
         args = resolve_args(version, python, glibc, indexes, stub_dir, None, report_path, target,
-                            package)
+                            package, extra)
         report = run_resolve(py, args)
         if package != "sglang":
             command = " ".join(["pip", *args]).replace(str(tmp), "<tmp>")
@@ -835,7 +837,7 @@ def generate(version: str, python: str, glibc: str, indexes: Indexes,
             cfile = tmp / "constraints.txt"
             cfile.write_text("".join(c + "\n" for c in constraints))
             args = resolve_args(version, python, glibc, indexes, stub_dir, cfile, report_path,
-                                target)
+                                target, extra=extra)
             report = run_resolve(py, args)
         command = " ".join(["pip", *args]).replace(str(tmp), "<tmp>")
         return build_lock(version, python, glibc, indexes, report, stub_dir, constraints,
@@ -897,6 +899,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--extra-index-url", action="append", default=[])
     ap.add_argument("--find-links", action="append", default=[],
                     help="a local wheel directory (or URL) to resolve from as well")
+    ap.add_argument("--with", dest="extra", action="append", default=[], metavar="REQ",
+                    help="a further requirement resolved into the same lock (repeatable), "
+                    "e.g. mooncake-transfer-engine for a PD fleet (docs/disaggregation.md)")
     ap.add_argument("--interpreter", help="Python of the target minor that runs the resolver")
     ap.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
     ap.add_argument("--check", action="store_true",
@@ -909,7 +914,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.package):
         ap.error(f"--package {args.package}: expected a project name")
     lock = generate(args.version, args.python, args.glibc, indexes, args.interpreter,
-                    args.package)
+                    args.package, tuple(args.extra))
     path = lock_path(args.out_dir, lock)
     if args.check:
         return check(lock, path)

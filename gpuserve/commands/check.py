@@ -513,7 +513,8 @@ def check_serve(name: str, data: dict, source: str,
                f"(the host's driver, Python and glibc pick), "
                f"{_count(len(scenarios), 'bench scenario')}"
                f"{'' if plan.bench else ' (bench off)'}, listens on {listen}"
-               + _weights_summary(profile) + _interpreter_summary(interpreter))
+               + _weights_summary(profile) + _interpreter_summary(interpreter)
+               + (f"; {plan.pd.summary}" if plan.pd else ""))
     details = {"profile": profile.name, "profile_file": str(profile.source),
                "newest_lock": plan.lock.name, "sglang_version": plan.version,
                "lock_candidates": verdicts, "bench_scenarios": scenarios, "listen": listen,

@@ -5,6 +5,12 @@ the 0.5.19 and 0.5.23 wheels, ``ServerArgs._handle_gpu_memory_settings`` in 0.5.
 so the planner starts from what the server itself would choose. Why per version: the
 memory tiers, fallbacks and reserves differ between those releases.
 
+A PD server's role (``disaggregation_mode``: prefill, decode) changes the reserve:
+memory_hook.py of the 0.5.23 wheel (lines 298-305; 0.5.19: 239-246; reserve_for_graph_mb
+and reserve_for_deepep_a2a_mb in both) sizes a decode server's activations by running
+requests x draft tokens and reserves no prefill graphs, and a prefill server's no decode
+graphs, attention-DP padding or deepep buffers. 0.5.10.post1's PD rules are not modelled.
+
 How: docs/planner.md, "gpuserve.memory.memory_defaults: sources and version differences"
 """
 
@@ -116,7 +122,7 @@ def _reserve_breakdown(
     gpu_memory_mib: float | None, *, tp: int, pp: int, attn_dp: int, use_mla: bool, cps: int,
     max_prefill_tokens: int, max_bs: int, prefill_max: int, decode_graph: bool,
     prefill_graph: bool, prefill_graph_breakable: bool, moe_a2a_backend: str,
-    post_capture_kv_sizing: bool,
+    post_capture_kv_sizing: bool, disaggregation_mode: str = "null", decode_tokens: int = 1,
 ) -> dict[str, float]:
     """The MiB SGLang reserves outside the static pool when it picks mem_fraction_static
     itself, by cause (handle_gpu_memory_settings' reserved_mem)."""
@@ -127,12 +133,17 @@ def _reserve_breakdown(
         breakdown["parallel"] = tp * pp / 8 * 1024
     else:
         activation_tokens = max(cps, 2048) if cps > 0 else max(max_prefill_tokens, 2048)
+        if disaggregation_mode == "decode":  # running requests x draft tokens (PD decode)
+            activation_tokens = max(decode_tokens, 2048)
         breakdown["constant"] = 512
         breakdown["activations"] = activation_tokens * 1.5
         breakdown["parallel"] = tp * pp / 8 * 1024
+        # a PD prefill server captures no decode graphs, a decode server no prefill ones
+        decode_graph = decode_graph and disaggregation_mode != "prefill"
         breakdown["cuda_graphs"] = _graph_reserve_mb(
-            max_bs, attn_dp=attn_dp, use_mla=use_mla, prefill_max=prefill_max,
-            decode_graph=decode_graph, prefill_graph=prefill_graph,
+            max_bs, attn_dp=attn_dp if disaggregation_mode != "prefill" else 1,
+            use_mla=use_mla, prefill_max=prefill_max, decode_graph=decode_graph,
+            prefill_graph=prefill_graph and disaggregation_mode != "decode",
             prefill_graph_breakable=prefill_graph_breakable, moe_a2a_backend=moe_a2a_backend)
         subtotal = sum(breakdown.values())
         if gpu_memory_mib is not None and gpu_memory_mib > 60 * 1024 and subtotal < 10240:
@@ -176,7 +187,8 @@ def _server_args_hook_breakdown(
     )
     breakdown = _reserve_breakdown(gpu_memory_mib, **{
         **settings, "prefill_graph": settings["prefill_graph"] and not piecewise_off,
-        "moe_a2a_backend": "none", "post_capture_kv_sizing": False})
+        "moe_a2a_backend": "none", "post_capture_kv_sizing": False,
+        "disaggregation_mode": "null"})  # its PD rules are not transcribed
     if speculative_algorithm == "STANDALONE":
         breakdown["speculative"] = 6 * 1024  # "standalone draft model and cuda graphs"
     elif speculative_algorithm not in (None, "NGRAM"):
@@ -216,8 +228,9 @@ def memory_defaults(
     speculative: bool = False,
     post_capture_kv_sizing: bool = False,
     speculative_algorithm: str | None = None,
+    disaggregation_mode: str = "null", num_draft_tokens: int | None = None,
 ) -> MemoryDefaults:
-    """Reproduce handle_gpu_memory_settings for a plain (non-PD, non-VLM, CUDA) launch.
+    """Reproduce handle_gpu_memory_settings for a non-VLM CUDA launch (a PD role too).
 
     ``gpu_memory_mib`` is nvidia-smi's memory.total (min over GPUs). Explicit values
     (chunked_prefill_size, decode_max_bs, mem_fraction_static) win, as in SGLang.
@@ -255,7 +268,8 @@ def memory_defaults(
             max_prefill_tokens=max_prefill_tokens, max_bs=max_bs, prefill_max=prefill_max,
             decode_graph=decode_graph, prefill_graph=prefill_graph,
             prefill_graph_breakable=prefill_graph_breakable, moe_a2a_backend=moe_a2a_backend,
-            post_capture_kv_sizing=post_capture_kv_sizing)
+            post_capture_kv_sizing=post_capture_kv_sizing, disaggregation_mode=disaggregation_mode,
+            decode_tokens=(max_running_requests or max_bs or 1) * (num_draft_tokens or 1))
         spec = speculative_algorithm or ("EAGLE" if speculative else None)
         mfs, breakdown = _default_fraction(gpu_memory_mib, version, settings, spec)
         reserved = sum(breakdown.values())

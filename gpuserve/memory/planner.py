@@ -110,6 +110,9 @@ class Layout:
     speculative: str | None = None  # NEXTN/EAGLE/MTP -> the checkpoint's MTP layers load too
     draft_layers: int | None = None  # override the number of draft (MTP/EAGLE) layers
     dp_lm_head: bool = False  # --enable-dp-lm-head
+    # PD role (--disaggregation-mode): null, prefill or decode (memory_defaults' reserve)
+    disaggregation_mode: str = "null"
+    num_draft_tokens: int | None = None  # --speculative-num-draft-tokens as given
 
     @property
     def attn_tp(self) -> int:
@@ -868,6 +871,8 @@ def _launch_defaults(
         moe_a2a_backend=layout.moe_a2a_backend,
         speculative=bool(layout.speculative),
         speculative_algorithm=layout.speculative,
+        disaggregation_mode=layout.disaggregation_mode,
+        num_draft_tokens=layout.num_draft_tokens,
     )
     defaults = memory_defaults(gpu_memory_mib, mem_fraction_static=mem_fraction_static, **settings)
     # The reserve SGLang's heuristic would keep at these settings, by cause: sglang_need_mb

@@ -65,6 +65,10 @@ def launch_settings(profile: Any, overrides: Mapping[str, Any] | None = None) ->
         or 0,
         speculative=algo,
         draft_layers=draft_layers,
+        # a PD role's profile (gpuserve/fleet/disaggregation.py) plans that role's memory
+        disaggregation_mode=getattr(getattr(profile, "disaggregation", None), "mode", None)
+        or "null",
+        num_draft_tokens=spec.num_draft_tokens if spec else None,
     )
     knobs = {
         key: _pick(o.get(key), getattr(mem, key) if mem else None)

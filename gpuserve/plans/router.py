@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gpuserve import safeload, versions
 from gpuserve.errors import InputError
+from gpuserve.fleet import disaggregation as disagg
 from gpuserve.fleet.multinode import Member, place_node
 from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.lock_choice import PreflightError
@@ -125,6 +126,8 @@ class Worker:
     host: str
     url: str
     drained: bool = False
+    role: str | None = None  # prefill or decode behind smg in PD mode (fleet/disaggregation.py)
+    bootstrap_port: int | None = None  # a prefill worker's bootstrap server
 
 
 @dataclass(frozen=True)
@@ -280,7 +283,8 @@ def worker_of(member: Member, *, router_host: str, router_ports: dict[str, int],
     if not isinstance(drain, bool):
         raise InputError(source, f"router_drain {where}", f"must be true or false, got "
                          f"{drain!r:.40}")
-    return Worker(member.name, _url(address, port), drain)
+    pd = disagg.gateway_role(member, group_members, source)
+    return Worker(member.name, _url(address, port), drain, *(pd or (None, None)))
 
 
 def plan_router(host_data: dict, source: str, *, host_name: str,
@@ -310,6 +314,8 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
     candidates = _lock_candidates(data, source)
     lock = choose_app_lock(candidates, python, glibc, host_name) if python else None
     args = _smg_args(listen, port, prometheus, prom_port, policy, numbers)
+    if any(w.role for w in workers):  # smg's PD router: prefill-decode pairs (the manifest)
+        args.append("--pd-disaggregation")
     return RouterPlan(group=group, workers=tuple(workers), lock=lock,
                       locks=tuple(sorted(candidates, key=lambda lk: lk.name)), user=user,
                       home=home, index_url=index_url, find_links=find_links, trusted=trusted,
@@ -402,7 +408,10 @@ def _workers(members: list[Member], group: str, *, host_name: str, ports: dict[s
                              "two workers of one gateway need distinct addresses")
         seen[worker.url] = member.name
         workers.append(worker)
-    warnings = []
+    errors, warnings = disagg.gateway_problems(
+        [(w.role or "regular", w.drained) for w in workers], group)
+    if errors:
+        raise InputError(source, "router_workers_group", errors[0])
     if not any(not w.drained for w in workers):
         warnings.append(f"every worker of group {group} is drained (router_drain): the "
                         "gateway serves nothing until one comes back")
@@ -465,8 +474,19 @@ def choose_app_lock(locks: list[AppLock], python: str, glibc: str | None,
 
 def manifest_text(workers: tuple[Worker, ...] | list[Worker]) -> str:
     """smg's file-discovery manifest (fleet.md section 7): the workers not drained."""
-    doc = {"version": 1, "workers": [{"url": w.url} for w in workers if not w.drained]}
+    doc = {"version": 1, "workers": [_entry(w) for w in workers if not w.drained]}
     return json.dumps(doc, indent=1) + "\n"
+
+
+def _entry(worker: Worker) -> dict:
+    """One manifest entry: a PD worker's type and a prefill's bootstrap port too (smg's
+    file discovery keys ``worker_type``, ``bootstrap_port``: docs/fleet.md)."""
+    entry: dict = {"url": worker.url}
+    if worker.role:
+        entry["worker_type"] = worker.role
+    if worker.bootstrap_port is not None:
+        entry["bootstrap_port"] = worker.bootstrap_port
+    return entry
 
 
 def render_unit(plan: RouterPlan) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from gpuserve import safeload
 from gpuserve.errors import InputError
+from gpuserve.fleet import disaggregation as disagg
 from gpuserve.fleet.multinode import Member, NodePlacement, place_node
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
 from gpuserve.launch.bench import (
@@ -91,6 +92,7 @@ class ServePlan:
     # where the launch's NCCL transport and custom all-reduce choice come from, and
     # whether that is a warning (no host record): transport_note
     transport: tuple[str, bool] = ("", False)
+    pd: disagg.PdLaunch | None = None  # this host's role flags in a PD fleet
 
     @property
     def venv(self) -> str:
@@ -130,6 +132,7 @@ def defaults() -> dict:
         # accepts: str
         "profile": None,
         **FLEET_DEFAULTS,
+        **disagg.PD_DEFAULTS,
     }
     for layer in (sglang.DEFAULTS, service.DEFAULTS, checks.DEFAULTS, weights.DEFAULTS,
                   metrics.DEFAULTS):
@@ -175,6 +178,7 @@ class ServeInput:
     placement: NodePlacement | None
     locks: tuple[Lock, ...]  # every lock the host may choose from (sglang_locks_dir)
     preflight: PreflightMode
+    pd: disagg.PdPlacement | None = None  # this host's role in a PD fleet (its profile's too)
 
     @property
     def candidate_locks(self) -> list[Lock]:
@@ -216,10 +220,12 @@ def read_input(host_data: dict, source: str, host_name: str = "",
     settings = _settings(data, source)
     profile, placement = _placed_profile(settings.profile_ref, data["sglang_nodes_group"],
                                          source, host_name, group_members)
+    profile, role = disagg.place_role(profile, {**host_data, **data}, host_name, source,
+                                      group_members)
     check_offline_model(profile)
     locks = load_locks(settings.locks_dir, source=source, field="sglang_locks_dir")
     return ServeInput(data, source, settings, profile, placement, tuple(locks),
-                      validate_preflight(data["preflight"], source))
+                      validate_preflight(data["preflight"], source), role)
 
 
 def plan_serve(
@@ -272,6 +278,13 @@ def plan_serve(
     host_json_lines = host_record()
     host_comm = communication(host_json_lines)
     args = _with_host_flags(args, host_json_lines, version)
+    role = disagg.pd_launch(profile, catalog=load_catalog(version), lock_name=lock.name,
+                            lock_packages=[p.name for p in lock.packages],
+                            host_json_lines=host_json_lines,
+                            record_path=HOST_JSON_PATH,
+                            ratio=inputs.pd.ratio) if inputs.pd else None
+    args += list(role.args) if role else []
+    checks_report.warnings.extend(role.warnings if role else ())
     # SGLang's own metrics, on unless host data turns them off (gpuserve/serve/metrics.py)
     args += metrics.metrics_flags(args, data["sglang_metrics"], load_catalog(version), source)
     plan = _service_plan(data, source, settings, profile, lock, version, runtime, launch, args,
@@ -287,7 +300,8 @@ def plan_serve(
                      settings.find_links, float(settings.timeout), settings.keep,
                      runtime.gpus, plan, record, bench, checks_report, placement,
                      weights_plan, runtime.interpreter, start,
-                     transport_note(host_json_lines, "--disable-custom-all-reduce" in args))
+                     transport_note(host_json_lines, "--disable-custom-all-reduce" in args),
+                     role)
 
 
 def _starts_reader(results_dir: str | None, host_name: str

@@ -135,3 +135,6 @@ def publish(mirror_root: Path) -> None:
     out = Path(mirror_root) / "wheels"
     for version in standin_versions():
         build_wheel(version, out)
+    from lab.sglang_standin import mooncake  # the PD fleet's transfer engine (lab/locks.py)
+
+    mooncake.build_wheel(out)

@@ -131,13 +131,14 @@ def plan_rollout(host_name: str, source: str) -> Rollout | None:
         return None
     served = plan.served
     others = tuple(w for w in served if w.host != host_name)
-    if not others:
+    # in a PD fleet a role stands alone: a prefill's requests go to another prefill only
+    if not any(w.role == mine.role for w in others):
         # the gateway's only worker: nothing can take its requests while it restarts,
         # and taking it out would only fail them sooner (take_out_refusal would refuse)
         return None
     return Rollout(
         router=router.name, worker=host_name, url=normal_url(mine.url),
-        desired=tuple(normal_url(w.url) for w in served),
+        desired=tuple(normal_url(w.url) for w in served if w.role == mine.role),
         members=tuple(m.name for m in group_members(plan.group) or ()),
         manifest_with=manifest_text(served), manifest_without=manifest_text(others),
         manifest_group=plan.user, probe=f"{plan.bin_dir}/{PROBE}", port=plan.port,

@@ -66,7 +66,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.lab)
     order = {"test_lab.py": 0, "test_lab_vm.py": 0, "test_container_host.py": 0.5,
              "test_monitor.py": 1.3, "test_nvswitch.py": 1.4, "test_router.py": 1.5,
-             "test_faults.py": 2, "test_fleet.py": 3, "test_kernel_cmdline.py": 4}
+             "test_faults.py": 2, "test_fleet.py": 3, "test_pd.py": 3.1,
+             "test_kernel_cmdline.py": 4}
     items.sort(key=lambda it: order.get(Path(str(it.path)).name, 1))
 
 

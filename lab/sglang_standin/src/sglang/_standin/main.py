@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from sglang._standin import group, logs
+from sglang._standin import group, logs, pd
 from sglang._standin import surface as surfaces
 from sglang._standin.config import ConfigArgumentMerger
 from sglang._standin.flagparser import build_parser, stderr_warn
@@ -68,6 +68,24 @@ def _die(exc: StartupError, rank: str = "TP0") -> None:
              level="error")
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _pd_engine(args) -> None:
+    """A PD server's Mooncake transfer engine must import, as SGLang's KV manager needs
+    it (0.5.23: srt/distributed/device_communicators/mooncake_transfer_engine.py:120)."""
+    mode = getattr(args, "disaggregation_mode", None) or "null"
+    if mode == "null" or args.disaggregation_transfer_backend not in ("mooncake",
+                                                                     "mooncake_tcp"):
+        return
+    try:
+        import mooncake.engine  # noqa: F401
+    except ImportError as exc:
+        _die(StartupError("ImportError", "Please install mooncake by following the "
+                          "instructions at https://github.com/kvcache-ai/Mooncake/blob/main/"
+                          "doc/en/build.md to run SGLang with MooncakeTransferEngine.",
+                          [("sglang/srt/distributed/device_communicators/"
+                            "mooncake_transfer_engine.py", 120, "init")]))
+        raise SystemExit(1) from exc  # _die kills the process; never reached
 
 
 def _sleep(seconds: float) -> None:
@@ -269,6 +287,7 @@ def run(argv: list[str]) -> None:
              for r in range(node_rank * per_node, (node_rank + 1) * per_node)]
 
     _load_phase(p, shape, args, ranks, load_s)
+    _pd_engine(args)
     avail = _capture_phase(launch, ranks, load_s, fail)
     logs.log(f"max_total_num_tokens={p.max_total_num_tokens}, "
              f"chunked_prefill_size={p.chunked_prefill_size}, "
@@ -292,6 +311,9 @@ def _serve(args, launch: Launch, resolved: dict, merged_argv: list[str], shape: 
     p = launch.plan
     info = {**resolved, "launch_command": " ".join(merged_argv), **_scheduler_info(p),
             "_model_type": shape.model_type, "_architectures": [shape.architecture]}
+    mode = getattr(args, "disaggregation_mode", None) or "null"
+    pd_role = pd.PdRole(mode, args.host, int(args.disaggregation_bootstrap_port), args.port,
+                        args.disaggregation_transfer_backend) if mode != "null" else None
     state = State(args, info, __version__, decode_tps=launch.perf.decode_tps,
                   prefill_tps=launch.perf.prefill_tps,
                   batch_decode_tps=launch.perf.batch_decode_tps, perf=launch.perf,
@@ -300,6 +322,7 @@ def _serve(args, launch: Launch, resolved: dict, merged_argv: list[str], shape: 
         crash = launch.crash
         state.crash_after = crash.after_requests
         state.on_crash = lambda: _crash_now(crash)
+    state.pd = pd_role
     httpd = serve(state, args.host, args.port)
     logs.uvicorn(f"Started server process [{os.getpid()}]")
     logs.uvicorn("Waiting for application startup.")

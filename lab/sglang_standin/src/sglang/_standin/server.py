@@ -112,6 +112,7 @@ class State:
         self.bursts = 0
         self.idle_since: float | None = time.monotonic()
         self.run_factor = 1.0
+        self.pd = None  # a PD server's role (sglang/_standin/pd.py), set by main
 
     def decode_logger(self, interval_steps: int) -> None:
         """Log SGLang's periodic decode line while requests run
@@ -390,8 +391,11 @@ def make_handler(state: State):
             held = prompt_tokens
             ttft = 0.0
             try:
-                with state.prefill_lock:
-                    time.sleep(prompt_tokens / state.prefill_tps)
+                if not self.prefilled:  # a PD decode server received the KV cache
+                    with state.prefill_lock:
+                        time.sleep(prompt_tokens / state.prefill_tps)
+                if self.pd_body is not None:  # a PD prefill server hands it over
+                    state.pd.produced(self.pd_body, prompt_tokens)
                 if state.perf.ttft_s > 0:
                     time.sleep(state.perf.ttft_s)
                 ttft = time.monotonic() - start
@@ -436,6 +440,23 @@ def make_handler(state: State):
             """Per-request ``sampling_params.stream_interval`` or the server's flag."""
             return int(params.get("stream_interval") or state.args.stream_interval or 1)
 
+        prefilled = False
+        pd_body: dict | None = None
+
+        def _pd_begin(self, body: dict, prompt_tokens: int) -> str | None:
+            """A PD request's role (pd.py: the decode side fetches the KV cache first),
+            "" outside PD, None when the fetch failed (answered 500)."""
+            self.prefilled, self.pd_body = False, None
+            if state.pd is None or state.pd.room_of(body) is None:
+                return ""
+            error = state.pd.receive(body, prompt_tokens)
+            if error:
+                self._json(500, {"object": "error", "message": error, "code": 500})
+                return None
+            self.prefilled = state.pd.mode == "decode"
+            self.pd_body = body if state.pd.mode == "prefill" else None
+            return state.pd.mode
+
         def generate(self) -> None:
             body = self._body()
             params = body.get("sampling_params") or {}
@@ -444,6 +465,10 @@ def make_handler(state: State):
             prompt = body.get("input_ids") if body.get("input_ids") is not None \
                 else body.get("text", "")
             prompt_tokens = count_prompt_tokens(prompt)
+            role = self._pd_begin(body, prompt_tokens)
+            if role is None:
+                return
+            max_new = 1 if role == "prefill" else max_new  # the prefill's first token
             rid = body.get("rid") or uuid.uuid4().hex
             out_ids: list[int] = []
             words: list[str] = []
@@ -493,6 +518,10 @@ def make_handler(state: State):
             max_new = body.get("max_tokens")
             max_new = 16 if max_new is None else int(max_new)
             prompt_tokens = count_prompt_tokens(body.get("prompt", ""))
+            role = self._pd_begin(body, prompt_tokens)
+            if role is None:
+                return
+            max_new = 1 if role == "prefill" else max_new  # the prefill's first token
             rid = uuid.uuid4().hex
             created = int(time.time())
             words: list[str] = []
