@@ -417,7 +417,7 @@ def check_monitor(name: str, data: dict, source: str,
     deploy runs): exporters, the monitor group's Prometheus, the grafana group's
     Grafana."""
     from gpuserve.monitor.host_plan import MONITOR_GROUP, plan_monitor_host
-    from gpuserve.monitor.records import recorded
+    from gpuserve.monitor.records import Recorded, recorded
     from gpuserve.monitor.targets import HostEntry
 
     groups = groups or {}
@@ -426,10 +426,10 @@ def check_monitor(name: str, data: dict, source: str,
     for other, other_data in hosts or [(name, data)]:
         first = [g for g in groups if g not in ("all", MONITOR_GROUP)
                  and any(m.name == other for m in groups[g])]
-        run, running, _ = recorded(other, other_data) if other_data.get("profile") else (
-            None, None, None)
-        entries.append(HostEntry(other, other_data, first[0] if first else "ungrouped", run,
-                                 running.profile if running else None))
+        rec = recorded(other, other_data) if other_data.get("profile") else Recorded()
+        entries.append(HostEntry(other, other_data, first[0] if first else "ungrouped",
+                                 rec.run, rec.running.profile if rec.running else None,
+                                 rec.removed))
     monitor_hosts = [(m.name, m.data) for m in groups.get(MONITOR_GROUP, [])]
     plan = plan_monitor_host(name, data, mine, entries if MONITOR_GROUP in mine else [],
                              monitor_hosts, source)

@@ -28,6 +28,7 @@ from gpuserve.fleet import status as st
 from gpuserve.fleet.rolling import parse_workers
 from gpuserve.measure.compare import scenario_of
 from gpuserve.measure.results import read_results, safe_name, validate_results_dir
+from gpuserve.monitor.removed import removed_after
 from gpuserve.redact import redact
 from gpuserve.serve.running import difference, running_of_records
 from gpuserve.terminal import printable
@@ -322,7 +323,9 @@ def _records(row: st.HostStatus, name: str, data: dict, source: str) -> None:
         row.records_error = str(exc)
         return
     row.last_run = st.last_run(records, name)
-    row.running = running_of_records(records, name)
+    newest = max((r.timestamp for r in records if r.timestamp), default=None)
+    if removed_after(Path(host_dir), newest) is None:  # deploy/remove.py: nothing runs
+        row.running = running_of_records(records, name)
 
 
 # ----------------------------------------------------------------------------- text

@@ -75,6 +75,7 @@ class HostEntry:
     group: str  # its first group (inventory order), "ungrouped" without one
     last_run: ResultRecord | None = None  # its last bench record on the controller
     running: str | None = None  # the profile it runs, by the last passing deploy's record
+    removed: str | None = None  # when deploy/remove.py took its server off (no SGLang target)
 
 
 @dataclass
@@ -167,7 +168,10 @@ def gpu_host_targets(entry: HostEntry, source: str, out: Targets,
     profile = running_profile(entry, source, out, profile_of)
     labels = host_labels(entry, profile)
     address = _url_host(scrape_address(entry.name, data, source))
-    if data.get("sglang_metrics", True) is False:
+    if entry.removed:
+        out.warnings.append(f"{entry.name}: its server was removed at {entry.removed} "
+                            "(deploy/remove.py): SGLang is not scraped until a serve deploy")
+    elif data.get("sglang_metrics", True) is False:
         out.warnings.append(f"{entry.name}: sglang_metrics is off: SGLang's figures are "
                             "not scraped")
     elif entry.name == monitor_host and not sglang_serves_remotely(data):

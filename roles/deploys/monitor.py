@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyinfra import host, inventory, logger
 
 from gpuserve.monitor.host_plan import MONITOR_GROUP, plan_monitor_host
-from gpuserve.monitor.records import recorded
+from gpuserve.monitor.records import Recorded, recorded
 from gpuserve.monitor.targets import HostEntry
 from gpuserve.roles import exporters as exporters_role
 from gpuserve.roles import grafana as grafana_role
@@ -24,13 +24,14 @@ def inventory_entries() -> list[HostEntry]:
     for other in inventory:
         data = other.data.dict()
         groups = [g for g in other.groups if g not in ("all", MONITOR_GROUP)]
-        run, running, why = recorded(other.name, data) if data.get("profile") else (
-            None, None, None)
+        records = recorded(other.name, data) if data.get("profile") else Recorded()
+        run, running, why = records.run, records.running, records.error
         if why:
             logger.warning(f"{other.name}: records not read ({why}); its benchmark "
                            "threshold is left out")
         entries.append(HostEntry(other.name, data, groups[0] if groups else "ungrouped",
-                                 run, running.profile if running else None))
+                                 run, running.profile if running else None,
+                                 records.removed))
     return entries
 
 

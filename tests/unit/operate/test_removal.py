@@ -60,12 +60,51 @@ def test_a_host_the_monitor_scrapes_is_named_with_the_way_out() -> None:
     """The remove deploy's line before any change (gpuserve/operate/monitor_note.py)."""
     from gpuserve.operate.monitor_note import monitor_note
 
-    note = monitor_note("gpu1", {"profile": "glm5-nvfp4-tp8"}, ["mon1"], "inventory/gpu.py")
-    assert note == (
-        "gpu1: still scraped by the monitor on mon1: its SGLang target goes down and "
-        "SGLangServerDown fires; to take it out of monitoring, remove gpu1 (or its profile) "
-        "from inventory/gpu.py, then run: pyinfra -y inventory/gpu.py deploy/monitor.py "
-        "--limit monitor (meanwhile: amtool silence add host=gpu1, or the Prometheus alert "
-        "view)")
-    assert monitor_note("gpu1", {"profile": "x"}, [], "inv.py") is None  # no monitor
-    assert monitor_note("box", {}, ["mon1"], "inv.py") is None  # exports nothing to it
+    data = {"profile": "glm5-nvfp4-tp8"}
+    assert monitor_note("gpu1", data, ["mon1"], "inventory/gpu.py", marked=True) == (
+        "gpu1: leaves the monitor's plan (marked removed in its results directory): "
+        "pyinfra -y inventory/gpu.py deploy/monitor.py --limit monitor drops its SGLang "
+        "target on mon1 (node and DCGM stay); until then SGLangServerDown fires for "
+        "host=gpu1: silence it there")
+    unmarked = monitor_note("gpu1", data, ["mon1"], "inventory/gpu.py", marked=False)
+    assert unmarked.startswith("gpu1: still scraped by the monitor on mon1 (recording is "
+                               "off, so it cannot be marked removed): remove its profile")
+    assert monitor_note("gpu1", data, [], "inv.py", marked=True) is None  # no monitor
+    assert monitor_note("box", {}, ["mon1"], "inv.py", marked=True) is None  # no server
+
+
+def test_a_removed_host_leaves_the_monitor_plan_until_its_next_record(tmp_path) -> None:
+    """The marker after the newest record drops the SGLang target (node stays) and the
+    running profile; a newer record (the next serve deploy) brings them back."""
+    from gpuserve.measure.results import ResultRecord, write_record
+    from gpuserve.monitor.records import recorded
+    from gpuserve.monitor.removed import (
+        mark_removed,
+        marked_since_last_record,
+        removed_marker,
+    )
+    from gpuserve.monitor.targets import HostEntry, targets_of
+
+    data = {"profile": "glm5-nvfp4-tp8", "results_dir": str(tmp_path),
+            "listen_address": "10.0.0.11"}
+
+    def smoke(ts: str) -> None:
+        write_record(tmp_path, ResultRecord(kind="smoke", profile="glm5-nvfp4-tp8",
+                                            host="gpu1", timestamp=ts, launch_hash="h",
+                                            figures={"tok_s": 90.0}))
+
+    smoke("2026-12-06T10:00:00Z")
+    marker = removed_marker("gpu1", data, "inv.py")
+    assert marker == tmp_path / "gpu1" / ".removed" and not marked_since_last_record(marker)
+    mark_removed(marker, "2026-12-06T11:00:00Z")
+    assert marked_since_last_record(marker)
+    rec = recorded("gpu1", data)
+    assert (rec.removed, rec.running, rec.error) == ("2026-12-06T11:00:00Z", None, None)
+    out = targets_of([HostEntry("gpu1", data, "gpus", rec.run, None, rec.removed)], "inv.py")
+    assert sorted(t.job for t in out.targets) == ["dcgm", "node"]
+    assert any("removed at 2026-12-06T11:00:00Z" in w for w in out.warnings)
+    smoke("2026-12-06T12:00:00Z")  # served again
+    rec = recorded("gpu1", data)
+    assert rec.removed is None and rec.running.profile == "glm5-nvfp4-tp8"
+    assert not marked_since_last_record(marker)
+    assert removed_marker("gpu1", {**data, "results_dir": None}, "inv.py") is None
