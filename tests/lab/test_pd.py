@@ -107,12 +107,16 @@ def test_the_pd_fleet_answers_every_bench_request_through_the_gateway(pd_fleet) 
     types = {w["url"].rstrip("/"): w.get("worker_type") for w in pd_fleet.workers()}
     assert types == {URLS["lab-gpu"]: "prefill", URLS["lab-gpu-2"]: "decode"}, types
     venv = unit_venv(pd_fleet.lab)
+    # the native backend (streaming /generate): smg refuses the OpenAI backend's
+    # best_of with stream ("best_of is not supported when stream is enabled"), and its
+    # gateway mode wants the model named in a /generate body
     bench = pd_fleet.ssh(HOSTS[0], (
         f"OPENAI_API_KEY={KEY} {venv}/bin/python -m sglang.benchmark.serving "
-        "--backend sglang-oai --host 127.0.0.1 --port 30080 --model glm-5 "
+        "--backend sglang --host 127.0.0.1 --port 30080 --model glm-5 "
         "--tokenizer /models/GLM-5-NVFP4 --dataset-name random-ids --random-input-len 32 "
         f"--random-output-len 8 --random-range-ratio 1.0 --num-prompts {PROMPTS} "
-        "--max-concurrency 4 --output-file /tmp/pd-bench.jsonl && "
+        "--max-concurrency 4 --extra-request-body '{\"model\": \"glm-5\"}' "
+        "--output-file /tmp/pd-bench.jsonl && "
         "tail -n 1 /tmp/pd-bench.jsonl"))
     result = json.loads(bench.strip().splitlines()[-1])
     assert result["completed"] == PROMPTS, bench[-3000:]

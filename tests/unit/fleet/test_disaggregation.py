@@ -318,3 +318,45 @@ def test_check_refuses_a_backend_the_lock_lacks(tmp_path, capsys) -> None:
     rc, out = check(capsys, inventory(tmp_path, None))
     assert rc == 1
     assert "disaggregation.transfer_backend" in out and "missing from the lock" in out
+
+
+# ------------------------------------------------------------------ a rolling switch per role
+
+def pd_inventory(decode: tuple[str, ...]):
+    """A PD fleet behind a gateway on its prefill host (inventory/lab_pd.py's shape)."""
+    from pyinfra.api import Inventory
+
+    pd = {"profile": str(PD), "sglang_prefill_group": "prefill",
+          "sglang_decode_group": "decode", "sglang_api_key": KEY}
+    hosts = [("gpu-p", {**pd, "private_address": "10.77.0.1", "router_workers_group": "gpu",
+                        "router_api_key": KEY})]
+    hosts += [(name, {**pd, "private_address": f"10.77.0.{i + 2}"})
+              for i, name in enumerate(decode)]
+    names = [h for h, _ in hosts]
+    return Inventory((names, {}), gpu=(names, {}), prefill=(["gpu-p"], {}),
+                     decode=(list(decode), {}), **{f"_{h}": ([h], d) for h, d in hosts})
+
+
+def rollout_of(inventory, name: str):
+    from pyinfra.api import Config, State
+    from pyinfra.context import ctx_inventory, ctx_state
+
+    from gpuserve.roles.router.rolling import plan_rollout
+
+    with ctx_state.use(State(inventory, Config())), ctx_inventory.use(inventory):
+        return plan_rollout(name, INV)
+
+
+def test_a_rolling_switch_counts_each_role_on_its_own() -> None:
+    inv = pd_inventory(("gpu-d", "gpu-e"))
+    first = rollout_of(inv, "gpu-d")
+    # the other decode host takes its requests; the prefill host is not a peer of it
+    assert first is not None
+    assert first.desired == ("http://10.77.0.2:30000", "http://10.77.0.3:30000")
+    # the manifest without it keeps the prefill and the other decode host
+    assert json.loads(first.manifest_without)["workers"] == [
+        {"url": "http://10.77.0.1:30000", "worker_type": "prefill", "bootstrap_port": 8998},
+        {"url": "http://10.77.0.3:30000", "worker_type": "decode"}]
+    # the only prefill host has no peer: taking it out would fail every request
+    assert rollout_of(inv, "gpu-p") is None
+    assert rollout_of(pd_inventory(("gpu-d",)), "gpu-d") is None

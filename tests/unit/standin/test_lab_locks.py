@@ -54,6 +54,14 @@ def test_one_lock_per_sglang_standin_named_like_the_tools(lab_locks):
     names = sorted(p.name for p in lab_locks.glob("*.json"))
     assert names == ["sglang-0.5.19+lab-cu13-py311.json", "sglang-0.5.23+lab-cu13-py311.json"]
     assert lab_locks_mod.lock_name("0.5.23+lab") == "sglang-0.5.23+lab-cu13-py311.json"
+    # a PD fleet's lock: the newest stand-in with the Mooncake stand-in (inventory/lab_pd.py)
+    pd = lab_locks_mod.pd_locks_dir(lab_locks.parent)
+    assert sorted(p.name for p in pd.glob("*.json")) == ["sglang-0.5.23+lab-cu13-py311.json"]
+    packages = {p.name: p.version for p in _load(pd / "sglang-0.5.23+lab-cu13-py311.json")
+                .packages}
+    assert packages["mooncake-transfer-engine"] == "0.3.11.post1+lab"
+    assert "mooncake-transfer-engine" not in {
+        p.name for p in _load(lab_locks / "sglang-0.5.23+lab-cu13-py311.json").packages}
 
 
 @pytest.mark.parametrize("version", sorted(EXPECTED))
@@ -92,7 +100,8 @@ def test_unchanged_inputs_keep_the_locks_and_a_changed_wheel_regenerates(
     out = lab_locks_mod.locks_dir(mirror)
     calls = []
     monkeypatch.setattr(lab_locks_mod, "generate",
-                        lambda wheels, version, out: calls.append(version) or (
+                        lambda wheels, version, out, extra=(): calls.append(
+                            version + (" with " + " ".join(extra) if extra else "")) or (
                             out / lab_locks_mod.lock_name(version)).write_text("{}"))
     lab_locks_mod.publish(mirror)  # nothing changed: the tool does not run
     assert calls == [] and (out / lab_locks_mod.lock_name("0.5.23+lab")).read_bytes() == (
@@ -100,7 +109,8 @@ def test_unchanged_inputs_keep_the_locks_and_a_changed_wheel_regenerates(
 
     (mirror / "wheels" / "zz_extra-1.0-py3-none-any.whl").write_bytes(b"not really a wheel")
     lab_locks_mod.publish(mirror)
-    assert sorted(calls) == sorted(EXPECTED)
+    # and the PD fleet's lock of the newest stand-in
+    assert sorted(calls) == sorted([*EXPECTED, "0.5.23+lab with mooncake-transfer-engine"])
     assert sorted(p.name for p in out.glob("*.json")) == sorted(
         lab_locks_mod.lock_name(v) for v in EXPECTED)
 

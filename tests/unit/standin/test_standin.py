@@ -71,7 +71,9 @@ def _get(port: int, path: str, headers: dict | None = None, body: dict | None = 
 def test_publish_writes_one_wheel_per_catalog(sglang_wheels):
     wheels = sglang_wheels
     names = sorted(p.name for p in wheels.glob("*.whl"))
-    assert names == ["sglang-0.5.19+lab-py3-none-any.whl", "sglang-0.5.23+lab-py3-none-any.whl"]
+    # and the PD fleet's Mooncake stand-in (lab/sglang_standin/mooncake.py)
+    assert names == ["mooncake_transfer_engine-0.3.11.post1+lab-py3-none-any.whl",
+                     "sglang-0.5.19+lab-py3-none-any.whl", "sglang-0.5.23+lab-py3-none-any.whl"]
 
 
 def test_wheel_metadata_entry_points_and_record(sglang_wheels):

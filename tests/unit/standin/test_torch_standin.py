@@ -60,6 +60,7 @@ def test_publish_writes_the_stack(wheels):
     hub_client = {w.name for w, _ in locks.hub_client_wheels()}  # real PyPI wheels
     names = sorted(p.name for p in wheels.glob("*.whl") if p.name not in hub_client)
     assert names == [
+        "mooncake_transfer_engine-0.3.11.post1+lab-py3-none-any.whl",
         "nvidia_cuda_runtime-13.0.96+lab-py3-none-any.whl",
         "sglang-0.5.19+lab-py3-none-any.whl",
         "sglang-0.5.23+lab-py3-none-any.whl",
