@@ -118,6 +118,12 @@ def test_floating_branch_resolved_then_moved_is_refused_unless_asked(tmp_path):
     ({"hf_plan_endpoint": "file:///etc"}, "hf_plan_endpoint"),
     ({"weights_stall_timeout": 0}, "weights_stall_timeout"),
     ({"weights_max_files": -1}, "weights_max_files"),
+    ({"weights_min_rate": -1}, "weights_min_rate"),
+    ({"weights_min_rate": "fast"}, "weights_min_rate"),
+    ({"weights_min_rate": True}, "weights_min_rate"),
+    ({"weights_workers": 0}, "weights_workers"),
+    ({"weights_workers": 65}, "weights_workers"),
+    ({"weights_workers": 2.5}, "weights_workers"),
     ({"hf_endpoint": "ftp://mirror"}, "hf_endpoint"),
     ({"hf_endpoint": "https://user:pw@mirror"}, "hf_endpoint"),
     ({"hf_endpoint": "http://mirror.internal"}, "hf_endpoint"),  # not a trusted mirror
