@@ -138,6 +138,15 @@ def test_bad_host_data_names_the_key_before_any_read(tmp_path, data, key):
     assert e.value.file == "inventory.py" and e.value.field == key and hub.calls == []
 
 
+def test_the_rate_floor_and_the_workers_reach_the_plan(tmp_path):
+    plan, *_ = _plan(_profile(tmp_path, f"org/name@{COMMIT}"), _state(False, 100 * GIB),
+                     Hub(), weights_min_rate=0, weights_workers=3)
+    assert (plan.min_rate, plan.workers) == (0.0, 3)
+    plan, *_ = _plan(_profile(tmp_path, f"org/name@{COMMIT}"), _state(False, 100 * GIB),
+                     Hub())
+    assert (plan.min_rate, plan.workers) == (4096.0, 8)
+
+
 @pytest.mark.parametrize("models_dir", ["/srv/models", "/opt/gpuserve/models/x",
                                         "/home/ml/models", "/data/hf"])
 def test_a_dedicated_models_dir_is_accepted(tmp_path, models_dir):

@@ -396,3 +396,16 @@ def test_a_document_request_has_a_total_deadline(stub):
     with pytest.raises(HUB.HubError, match="tree page: not done within the 60 s a request "
                        "may take"):
         meter.check(1 << 20)
+
+
+@pytest.mark.parametrize("option, value", [("--workers", "0"), ("--workers", "65"),
+                                           ("--min-rate", "-1"), ("--timeout", "0")])
+def test_gpuserve_weights_refuses_a_bad_limit_before_any_request(stub, tmp_path, capsys,
+                                                                 option, value):
+    from gpuserve.cli import main
+
+    rc = main(["weights", "--hf", f"{REPO}@{COMMIT}", "--hf-endpoint", stub.url, option,
+               value, str(tmp_path / "models")])
+    err = capsys.readouterr().err
+    assert rc != 0 and f"{option}:" in err and "must be" in err
+    assert stub.ranges == [] and not (tmp_path / "models").exists()
