@@ -409,3 +409,25 @@ def test_gpuserve_weights_refuses_a_bad_limit_before_any_request(stub, tmp_path,
     err = capsys.readouterr().err
     assert rc != 0 and f"{option}:" in err and "must be" in err
     assert stub.ranges == [] and not (tmp_path / "models").exists()
+
+
+def test_a_document_dripping_within_the_rate_ends_at_its_deadline(stub):
+    """A body fast enough for the rate floor (0 here) still ends at the request's total
+    deadline: the fake clock moves a second per reading and lets the server send one
+    more byte, so the 1,000-byte body needs far more than the 50 s allowed."""
+    stub.files["README.md"] = stub.files["README.md"][:1000]
+    stub.fault("README.md", drip=True)
+
+    class Ticking(FakeClock):
+        def __call__(self) -> float:
+            self.now += 1
+            stub.consumed.release()
+            return self.now
+
+    client = HUB.Client(stub.url, None, stall=10_000, min_rate=0, request_deadline=50,
+                        clock=Ticking())
+    with pytest.raises(HUB.HubError, match="README.md: not done within the 50 s a request "
+                       "may take") as e:
+        client.read_capped(client.resolve_url(REPO, COMMIT, "README.md"), 1 << 20,
+                           "README.md")
+    assert e.value.kind == "timeout"
