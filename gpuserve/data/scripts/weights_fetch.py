@@ -132,7 +132,6 @@ class StreamHash:
     def __init__(self, entry):
         self.entry = entry
         self.at = 0
-        self.read = 0  # bytes read back from disk (not from the network)
         self.h = self._fresh()
 
     def _fresh(self):
@@ -151,7 +150,6 @@ class StreamHash:
                     if not block:
                         raise OSError(f"{part} ended at byte {self.at:,} of {have:,}")
                     self.update(block)
-                    self.read += len(block)
 
     def update(self, chunk):
         self.h.update(chunk)
