@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import time
 from functools import cache
 from types import ModuleType
 
@@ -35,6 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "resolved and the commit printed)")
     parser.add_argument("--hf-endpoint", dest="hf_endpoint",
                         help="the Hub or a mirror (default: $HF_ENDPOINT, else huggingface.co)")
+    parser.add_argument("--timeout", type=float, default=86_400.0, metavar="S",
+                        help="seconds the whole fetch may take (host data weights_timeout; "
+                        "default 86400); the partial files stay and a rerun resumes them")
+    parser.add_argument("--min-rate", dest="min_rate", type=float, default=None,
+                        metavar="BYTES_S", help="bytes/s each download must average over "
+                        "30 s (host data weights_min_rate; default 4096, 0: no floor)")
+    parser.add_argument("--workers", type=int, default=8, metavar="N",
+                        help="files downloaded at once (host data weights_workers; default 8)")
     parser.add_argument("dir", metavar="DIR", help="the models directory to fill")
     parser.set_defaults(func=run)
 
@@ -50,14 +59,28 @@ def fetch_module() -> ModuleType:
     return module
 
 
+def _check_limits(args: argparse.Namespace) -> None:
+    """The options' ranges (host data's), refused before any request."""
+    if not 0 < args.timeout <= 30 * 86_400:
+        raise InputError("--timeout", "timeout", "must be seconds in (0, 2592000], got "
+                         f"{args.timeout:g}")
+    if args.min_rate is not None and not 0 <= args.min_rate <= 1 << 30:
+        raise InputError("--min-rate", "min_rate", "must be bytes/s in [0, 1073741824], "
+                         f"got {args.min_rate:g}")
+    if not 1 <= args.workers <= 64:
+        raise InputError("--workers", "workers", f"must be in [1, 64], got {args.workers}")
+
+
 def run(args: argparse.Namespace) -> int:
     problem = source_problem(args.hf, allow_floating=True)
     if problem:
         raise InputError("--hf", "hf", problem)
     source = parse_source(args.hf, True)
+    _check_limits(args)
     endpoint = args.hf_endpoint or os.environ.get("HF_ENDPOINT") or None
     token = os.environ.get("HF_TOKEN") or None
     where = Where("--hf", "hf", "--hf-endpoint", "hf_endpoint", endpoint)
+    deadline = time.monotonic() + args.timeout
     commit = resolve_commit(hub_api(endpoint, token, where), source, where)
     target = source.revision_dir(os.path.abspath(args.dir), commit)
     os.makedirs(source.repo_dir(os.path.abspath(args.dir)), exist_ok=True)
@@ -75,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with hub_errors(where, source):
             marker = module.fetch(source.repo_id, commit, target, endpoint=endpoint,
-                                  token=token, report=report)
+                                  token=token, report=report, workers=args.workers,
+                                  min_rate=args.min_rate, deadline=deadline)
     except module.Refused as e:
         raise GpuserveError(f"weights: {hub_module().one_line(e, (token,), 400)}") from None
     except OSError as e:  # the local directory (permissions, a full disk)

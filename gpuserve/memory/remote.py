@@ -103,7 +103,7 @@ def hub_api(endpoint: str | None, token: str | None, where: Where | None = None)
 _ADVICE = {
     "network": "check that the endpoint is reachable from here and retry",
     "timeout": "the server is hung or too slow; retry, or raise host data "
-               "weights_stall_timeout",
+               "weights_stall_timeout (or lower weights_min_rate)",
     "redirect": "the server is not a Hub API one can trust; check the endpoint",
     "listing": "the server's file list is refused as a whole; use the Hub or a mirror "
                "you trust (nothing was downloaded)",

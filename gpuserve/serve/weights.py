@@ -56,6 +56,15 @@ DEFAULTS = {
     # before it stops with a clear error; the partial file stays and a rerun resumes it
     # accepts: number of seconds
     "weights_stall_timeout": 120,
+    # bytes per second a download or Hub request must average over each 30 s window:
+    # a server dripping its body (progress, but too little to ever finish) stops with a
+    # clear error within a window; the partial file stays and a rerun resumes it
+    # (0: no floor, the stall timeout alone)
+    # accepts: number of bytes per second
+    "weights_min_rate": 4096,
+    # files the host downloads at once, each hashed as its bytes arrive
+    # accepts: int
+    "weights_workers": 8,
     # files a revision's listing may name (more is refused: a model is not a dataset)
     # accepts: int
     "weights_max_files": 10_000,
@@ -86,6 +95,8 @@ class WeightsPlan:
     record: bool = False  # write the commit there (new, or a move accepted)
     stall_timeout: float = 120.0
     max_files: int = 10_000
+    min_rate: float = 4096.0
+    workers: int = 8
 
     @property
     def run_dir(self) -> str:
@@ -160,6 +171,25 @@ def stall_of(data: dict, source: str) -> float:
     return float(value)
 
 
+def min_rate_of(data: dict, source: str) -> float:
+    """Host data ``weights_min_rate``: bytes/s in [0, 1 GiB/s] (0: no floor)."""
+    value = data.get("weights_min_rate", DEFAULTS["weights_min_rate"])
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            0 <= value <= 1 << 30):
+        raise InputError(source, "weights_min_rate", "must be a number of bytes per "
+                         f"second in [0, 1073741824] (0: no floor), got {value!r:.40}")
+    return float(value)
+
+
+def workers_of(data: dict, source: str) -> int:
+    """Host data ``weights_workers``: files downloaded at once, in [1, 64]."""
+    value = data.get("weights_workers", DEFAULTS["weights_workers"])
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        raise InputError(source, "weights_workers", "must be a whole number of files in "
+                         f"[1, 64], got {value!r:.40}")
+    return value
+
+
 def max_files_of(data: dict, source: str) -> int:
     value = data.get("weights_max_files", DEFAULTS["weights_max_files"])
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000_000:
@@ -222,6 +252,8 @@ def check_data(data: dict, source: str, home: str) -> None:
     validate_secret(data.get("hf_token"), "hf_token", source)
     timeout_of(data, source)
     stall_of(data, source)
+    min_rate_of(data, source)
+    workers_of(data, source)
     max_files_of(data, source)
     if not isinstance(data.get("hf_revision_update", False), bool):
         raise InputError(source, "hf_revision_update", "must be true or false")
@@ -290,7 +322,8 @@ def plan_weights(data: dict, source: str, profile: Profile, *, home: str, user: 
                        endpoint, state.complete, 0, 0, 0, user, timeout_of(data, source),
                        bool(token), ref, record=bool(ref) and state.recorded != commit,
                        stall_timeout=stall_of(data, source),
-                       max_files=max_files_of(data, source))
+                       max_files=max_files_of(data, source),
+                       min_rate=min_rate_of(data, source), workers=workers_of(data, source))
     model = dataclasses.replace(profile.model, path=target)
     return WeightsStep(plan, dataclasses.replace(profile, model=model), found,
                        state.free_bytes, state.staged_bytes, where, token, remote)

@@ -51,7 +51,8 @@ def download(plan: WeightsPlan, script: str, python: str, token_file: str | None
             "--python", python, "--hung-after", f"{plan.stall_timeout + 60:.0f}", "--",
             "run", "--repo", plan.repo_id, "--commit", plan.commit, "--target", plan.target,
             "--stall-timeout", f"{plan.stall_timeout:g}", "--max-files", str(plan.max_files),
-            "--timeout", f"{plan.timeout:g}"]
+            "--timeout", f"{plan.timeout:g}", "--min-rate", f"{plan.min_rate:g}",
+            "--workers", str(plan.workers)]
     if plan.endpoint:
         argv += ["--endpoint", plan.endpoint]
     if token_file:

@@ -38,6 +38,9 @@ CONNECT_TIMEOUT = 10.0
 READ_TIMEOUT = 30.0
 STALL_TIMEOUT = 120.0  # host data weights_stall_timeout
 STALL_BYTES = 64 << 10  # bytes a stall window must bring (a drip is a stall)
+MIN_RATE = 4096  # bytes/s every RATE_WINDOW of a body must average (weights_min_rate)
+RATE_WINDOW = 30.0  # seconds over which MIN_RATE is measured
+REQUEST_DEADLINE = 120.0  # seconds one document or header request may take in all
 MAX_REDIRECTS = 5
 ERROR_BODY = 4096  # bytes of an error page read for its message
 CHUNK = 1 << 20
@@ -235,13 +238,57 @@ def safe_join(root, name):
 # ------------------------------------------------------------------ requests
 
 
+class Meter:
+    """The pace of one body: ends it (HubError ``timeout``) past its ``deadline``
+    (monotonic), after a ``stall`` window bringing fewer than STALL_BYTES, or after a
+    RATE_WINDOW bringing fewer than ``min_rate`` bytes/s on average (a drip that the
+    per-read timeout never catches). ``clock`` is injectable: the windows are arithmetic
+    on its readings, so a test decides them without waiting."""
+
+    def __init__(self, what, stall, min_rate=0, deadline=None, limit="weights_timeout",
+                 clock=time.monotonic, resumable=True):
+        self.what, self.stall, self.min_rate, self.deadline = what, stall, min_rate, deadline
+        self.limit, self.clock, self.resumable = limit, clock, resumable
+        self.stall_at = self.rate_at = clock()
+        self.stall_got = self.rate_got = 0
+
+    def check(self, n=0):
+        """Count ``n`` more bytes; raise when the body is too slow or too late."""
+        now = self.clock()
+        self.stall_got += n
+        self.rate_got += n
+        if self.deadline is not None and now > self.deadline:
+            raise HubError("timeout", f"{self.what}: not done within {self.limit}",
+                           resumable=self.resumable)
+        if now - self.stall_at >= self.stall:
+            if self.stall_got < STALL_BYTES:
+                raise HubError("timeout", f"{self.what}: {self.stall_got} bytes in "
+                               f"{self.stall:.0f} s: stalled (host data "
+                               "weights_stall_timeout)", resumable=self.resumable)
+            self.stall_at, self.stall_got = now, 0
+        if self.min_rate and now - self.rate_at >= RATE_WINDOW:
+            if self.rate_got < self.min_rate * RATE_WINDOW:
+                raise HubError("timeout", f"{self.what}: {self.rate_got} bytes in "
+                               f"{now - self.rate_at:.0f} s, below {self.min_rate:g} bytes/s "
+                               "(host data weights_min_rate)", resumable=self.resumable)
+            self.rate_at, self.rate_got = now, 0
+
+    def left(self, read_timeout):
+        """The socket timeout for the next read: the read timeout, never past the
+        deadline."""
+        if self.deadline is None:
+            return read_timeout
+        return max(0.01, min(read_timeout, self.deadline - self.clock()))
+
+
 class Client:
     """HTTP(S) to one endpoint: connect and read timeouts on every request, redirects
     followed by hand (http(s) only, at most 5), the token sent only to the endpoint's
     own scheme, host and port."""
 
     def __init__(self, endpoint=None, token=None, connect=None, read=None, stall=None,
-                 user_agent="gpuserve"):
+                 user_agent="gpuserve", min_rate=None, request_deadline=None,
+                 clock=time.monotonic):
         self.endpoint = (endpoint or "https://huggingface.co").rstrip("/")
         problem = endpoint_problem(self.endpoint)
         if problem:
@@ -250,6 +297,9 @@ class Client:
         self.connect = connect or CONNECT_TIMEOUT
         self.read = read or READ_TIMEOUT
         self.stall = stall or STALL_TIMEOUT
+        self.min_rate = MIN_RATE if min_rate is None else min_rate
+        self.request_deadline = request_deadline or REQUEST_DEADLINE
+        self.clock = clock
         self.origin = origin(self.endpoint)
 
     def say(self, text, limit=300):
@@ -272,11 +322,14 @@ class Client:
             else:
                 conn = http.client.HTTPConnection(host, port, timeout=self.connect)
             conn.connect()
-            conn.sock.settimeout(read_timeout)
+            sock = conn.sock
+            sock.settimeout(read_timeout)
             p = urlsplit(url)
             target = (p.path or "/") + (f"?{p.query}" if p.query else "")
             conn.request(method, target, headers=headers)
-            return conn, conn.getresponse()
+            resp = conn.getresponse()
+            resp.gpuserve_sock = sock  # the deadline shortens its reads' timeout
+            return conn, resp
         except Exception as e:  # noqa: BLE001 - every network failure becomes one line
             raise self.network_error(e, url, read_timeout) from None
 
@@ -296,16 +349,20 @@ class Client:
                             f"({type(e).__name__}: {self.say(e, 120)})", resumable=True)
         return HubError("network", f"{host}: {type(e).__name__}: {self.say(e, 120)}")
 
-    def request(self, method, url, headers=None, follow=True, read_timeout=None):
+    def request(self, method, url, headers=None, follow=True, read_timeout=None,
+                meter=None):
         """(connection, response) of a 2xx (or a 3xx when ``follow`` is false); an
         error answer raises HubError with its status, X-Error-Code and a bounded,
-        redacted message. The caller closes the connection."""
+        redacted message. The caller closes the connection. Every hop within the
+        ``meter``'s deadline (default: REQUEST_DEADLINE from now)."""
+        meter = meter or self.meter(f"{method} {self.say(url, 120)}")
         for _ in range(MAX_REDIRECTS + 1):
             h = {"User-Agent": self.ua, "Accept-Encoding": "identity", **(headers or {})}
             if self.token and origin(url) == self.origin:
                 h["Authorization"] = f"Bearer {self.token}"
-            conn, resp = self._open(method, url, h,
-                                    read_timeout or min(self.read, self.stall))
+            meter.check()
+            conn, resp = self._open(method, url, h, meter.left(
+                read_timeout or min(self.read, self.stall)))
             if resp.status in (301, 302, 303, 307, 308) and follow:
                 location = resp.getheader("Location") or ""
                 conn.close()
@@ -347,27 +404,37 @@ class Client:
                         status=resp.status, code=self.say(code, 40) if code else None,
                         resumable=resp.status >= 500 or resp.status == 429)
 
+    def meter(self, what, deadline=None):
+        """A document request's meter: the sooner of ``deadline`` (monotonic) and
+        REQUEST_DEADLINE from now, the stall window and the minimum rate."""
+        own = self.clock() + self.request_deadline
+        if deadline is not None and deadline < own:
+            return Meter(what, self.stall, self.min_rate, deadline, "weights_timeout",
+                         self.clock, resumable=False)
+        return Meter(what, self.stall, self.min_rate, own,
+                     f"the {self.request_deadline:.0f} s a request may take", self.clock,
+                     resumable=False)
+
     # -- bounded reads
-    def read_capped(self, url, cap, what, headers=None):
-        """A body of at most ``cap`` bytes (one more is a refusal, not a bigger read)."""
-        conn, resp = self.request("GET", url, headers)
+    def read_capped(self, url, cap, what, headers=None, deadline=None):
+        """A body of at most ``cap`` bytes (one more is a refusal, not a bigger read),
+        within the request's deadline and at the minimum rate."""
+        meter = self.meter(what, deadline)
+        conn, resp = self.request("GET", url, headers, meter=meter)
         try:
             length = resp.getheader("Content-Length")
             if length is not None and length.isdigit() and int(length) > cap:
                 raise HubError("document", f"{what}: {int(length):,} bytes announced, more "
                                f"than the {cap:,} allowed")
-            data, window, got = bytearray(), time.monotonic(), 0
+            data = bytearray()
+            whole = int(length) if length is not None and length.isdigit() else None
             while len(data) <= cap:
-                chunk = self._read1(resp, cap + 1 - len(data), url)
+                chunk = self._read1(resp, cap + 1 - len(data), url, meter)
                 if not chunk:
                     break
                 data += chunk
-                got += len(chunk)
-                if time.monotonic() - window >= self.stall:
-                    if got < STALL_BYTES:
-                        raise HubError("timeout", f"{what}: {got} bytes in "
-                                       f"{self.stall:.0f} s: stalled")
-                    window, got = time.monotonic(), 0
+                if whole is None or len(data) < whole:  # a complete body is not slow
+                    meter.check(len(chunk))
             if len(data) > cap:
                 raise HubError("document", f"{what}: more than the {cap:,} bytes allowed "
                                "(or asked for)")
@@ -375,8 +442,14 @@ class Client:
         finally:
             conn.close()
 
-    def _read1(self, resp, n, url):
+    def _read1(self, resp, n, url, meter=None):
         try:
+            sock = getattr(resp, "gpuserve_sock", None)
+            if meter is not None and meter.deadline is not None and sock is not None:
+                timeout = min(self.read, self.stall)
+                left = meter.left(timeout)
+                if left < timeout:
+                    sock.settimeout(left)
             return resp.read1(min(n, CHUNK))
         except Exception as e:  # noqa: BLE001
             raise self.network_error(e, url) from None
@@ -413,7 +486,8 @@ class Client:
             seen.add(url)
             if deadline is not None and time.monotonic() > deadline:
                 raise HubError("timeout", "the listing was not done within weights_timeout")
-            resp, data = self.read_capped(url, MAX_JSON_BYTES, "tree page")
+            resp, data = self.read_capped(url, MAX_JSON_BYTES, "tree page",
+                                          deadline=deadline)
             page = parse_json(data, "tree page")
             if not isinstance(page, list):
                 raise HubError("listing", "a tree page that is not a JSON list")
@@ -432,21 +506,27 @@ class Client:
         return doc.get("sha") if isinstance(doc, dict) else None
 
     # -- a download
-    def download(self, url, part, size, stall=None, deadline=None):
+    def download(self, url, part, size, stall=None, deadline=None, hasher=None,
+                 what="the body"):
         """``url`` into ``part`` (resumed from its length) until it has ``size`` bytes.
-        Never writes past ``size``: one byte more is a refusal. A window of ``stall``
-        seconds that brings fewer than STALL_BYTES (and does not finish) stops it,
-        resumable."""
+        Never writes past ``size``: one byte more is a refusal. A ``stall`` window
+        bringing fewer than STALL_BYTES, a rate window below ``min_rate`` or the
+        ``deadline`` (monotonic) stops it, resumable. ``hasher`` (``resume(part,
+        have)``, ``update(chunk)``) sees every byte of the file once: the part already
+        on disk through ``resume``, then each chunk as it is written."""
         stall = stall or self.stall
+        meter = Meter(what, stall, self.min_rate, deadline, "weights_timeout", self.clock)
         have = os.path.getsize(part) if os.path.exists(part) else 0
         if have > size:
             os.truncate(part, 0)
             have = 0
         if have == size and size > 0:
+            if hasher is not None:
+                hasher.resume(part, have)
             return
         headers = {"Range": f"bytes={have}-"} if have else {}
         conn, resp = self.request("GET", url, headers,
-                                  read_timeout=min(self.read, stall))
+                                  read_timeout=min(self.read, stall), meter=meter)
         try:
             if have and resp.status == 200:
                 have = 0  # Range ignored: the whole file again, from the start
@@ -458,33 +538,28 @@ class Client:
             if length is not None and (not length.isdigit() or int(length) != size - have):
                 raise HubError("body", f"announces {self.say(length, 30)} bytes where the "
                                f"listing leaves {size - have:,}")
-            self._copy(resp, url, part, have, size, stall, deadline)
+            if hasher is not None:
+                hasher.resume(part, have)
+            self._copy(resp, url, part, have, size, meter, hasher)
         finally:
             conn.close()
 
-    def _copy(self, resp, url, part, have, size, stall, deadline):
+    def _copy(self, resp, url, part, have, size, meter, hasher):
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "wb") as f:
             f.truncate(have)
             f.seek(have)
-            window, got = time.monotonic(), 0
             while have < size:
-                chunk = self._read1(resp, size - have, url)
+                chunk = self._read1(resp, size - have, url, meter)
                 if not chunk:
                     raise HubError("body", f"the body ended at byte {have:,} of {size:,} "
                                    "(truncated)", resumable=True)
                 f.write(chunk)
+                if hasher is not None:
+                    hasher.update(chunk)
                 have += len(chunk)
-                got += len(chunk)
-                now = time.monotonic()
-                if deadline is not None and now > deadline:
-                    raise HubError("timeout", "not done within weights_timeout",
-                                   resumable=True)
-                if now - window >= stall:
-                    if got < STALL_BYTES and have < size:
-                        raise HubError("timeout", f"{got} bytes in {stall:.0f} s: stalled "
-                                       "(host data weights_stall_timeout)", resumable=True)
-                    window, got = now, 0
+                if have < size:
+                    meter.check(len(chunk))
         if self._read1(resp, 1, url):
             raise HubError("body", f"sent more than the {size:,} bytes the listing gives")
 

@@ -15,9 +15,11 @@ through hub_client.py (stdlib, carried beside this script): every name judged by
 rule, every body capped at its listed size, a stall or deadline ends it resumably, the
 token goes to the endpoint's origin alone. Partial files live under
 ``.cache/gpuserve/<hash>.incomplete``, never under their final name, and a rerun resumes
-them; the bytes still to fetch are checked against the free disk first. Every file is
-then hashed against the listing: sha256 for LFS files, the git blob sha1 for the others;
-a file that does not match is removed and fetched again (at most
+them; the bytes still to fetch are checked against the free disk first. Files are
+fetched ``--workers`` at once, each hashed as its bytes arrive (sha256 for LFS files,
+the git blob sha1 for the others; a resumed file's part read once): nothing is read
+back after the download, and a body slower than ``--min-rate`` bytes/s over a window
+ends like a stall. A file that does not match is removed and fetched again (at most
 ``--rounds`` rounds). Only then are the marker ``.gpuserve-complete.json`` written, the
 files made read-only and ``DIR.partial`` renamed to ``DIR``: a directory under its final
 name is always complete and verified. The token is read from a file (never argv).
@@ -121,6 +123,44 @@ def sha256(path):
     return h.hexdigest()
 
 
+class StreamHash:
+    """A listing entry's hash (sha256 for LFS files, else the git blob sha1) fed as the
+    bytes arrive. ``resume(part, have)`` brings it to ``have`` bytes: it reads from the
+    part only the bytes it has not seen (a resumed file's part once, at the first
+    attempt), and starts again only when the part shrank below what it saw."""
+
+    def __init__(self, entry):
+        self.entry = entry
+        self.at = 0
+        self.h = self._fresh()
+
+    def _fresh(self):
+        if self.entry.get("sha256"):
+            return hashlib.sha256()
+        return hashlib.sha1(b"blob %d\0" % self.entry["size"])
+
+    def resume(self, part, have):
+        if have < self.at:
+            self.h, self.at = self._fresh(), 0
+        if have > self.at:
+            with open(part, "rb") as f:
+                f.seek(self.at)
+                while self.at < have:
+                    block = f.read(min(1 << 20, have - self.at))
+                    if not block:
+                        raise OSError(f"{part} ended at byte {self.at:,} of {have:,}")
+                    self.update(block)
+
+    def update(self, chunk):
+        self.h.update(chunk)
+        self.at += len(chunk)
+
+    def matches(self):
+        """Whether every byte was seen and they hash to the listing's value."""
+        want = self.entry.get("sha256") or self.entry["git_sha1"]
+        return self.at == self.entry["size"] and self.h.hexdigest() == want
+
+
 def verify(directory, files):
     """The files (dicts: path, size, sha256|None, git_sha1) that are missing or differ."""
     bad = []
@@ -219,26 +259,70 @@ def check_disk(staging, files, total):
 
 def download_file(client, repo, commit, staging, entry, stall, deadline, tries=5):
     """One file into its partial file (resumed, up to ``tries`` times in this run),
-    then renamed to its name under ``staging`` (proven to lie under it)."""
+    hashed as its bytes arrive, then renamed to its name under ``staging`` (proven to
+    lie under it): True. False when its bytes differ from the listing's hash (the part
+    is removed: the next round fetches it again). A file already under its name counts
+    when this staging directory recorded it verified; else it is hashed once."""
     hub = hub_client()
     final = hub.safe_join(staging, entry["path"])
     if os.path.isfile(final) and os.lstat(final).st_size == entry["size"]:
-        return
+        if _verified(staging, entry, final):
+            return True
+        known = StreamHash(entry)
+        known.resume(final, entry["size"])
+        if known.matches():
+            _record(staging, entry, final)
+            return True
+        forget(staging, entry["path"])
+        return False
     parts = _parts_dir(staging)
     os.makedirs(parts, exist_ok=True)
     part = os.path.join(parts, hub.part_name(entry))
     url = client.resolve_url(repo, commit, entry["path"])
+    hasher = StreamHash(entry)
     for attempt in range(1, tries + 1):
         try:
-            client.download(url, part, entry["size"], stall=stall, deadline=deadline)
+            client.download(url, part, entry["size"], stall=stall, deadline=deadline,
+                            hasher=hasher, what=hub.shown(entry["path"]))
             break
         except hub.HubError as e:
             if not e.resumable or e.kind == "timeout" or attempt == tries:
                 raise
             time.sleep(min(2 * attempt, 10))
+    if not hasher.matches():
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(part)
+        return False
     os.makedirs(os.path.dirname(final), exist_ok=True)
     final = hub.safe_join(staging, entry["path"])  # again: the folders exist now
     os.replace(part, final)
+    _record(staging, entry, final)
+    return True
+
+
+def _record_path(staging, entry, final):
+    """The verified record of ``final``: an empty file whose name holds the entry's
+    path and hash and the file's inode, size and mtime (no byte added to staging)."""
+    st = os.lstat(final)
+    name = hashlib.sha1(entry["path"].encode("utf-8", "surrogatepass")).hexdigest()
+    want = entry.get("sha256") or entry["git_sha1"]
+    return os.path.join(_parts_dir(staging), f"{name}.{want}.{st.st_ino}.{st.st_size}."
+                                             f"{st.st_mtime_ns}.verified")
+
+
+def _record(staging, entry, final):
+    """Note that ``final`` (this inode, size and mtime) hashed to the listing's value."""
+    os.makedirs(_parts_dir(staging), exist_ok=True)
+    with open(_record_path(staging, entry, final), "w", encoding="utf-8"):
+        pass
+
+
+def _verified(staging, entry, final):
+    """Whether this staging directory recorded ``final``, unchanged since, as verified."""
+    try:
+        return os.path.isfile(_record_path(staging, entry, final))
+    except OSError:
+        return False
 
 
 def forget(directory, name):
@@ -277,16 +361,18 @@ def seal(staging, target, marker):
 
 
 def fetch(repo, commit, target, endpoint=None, token=None, report=print, rounds=3,
-          workers=8, disk_check=True, stall=None, max_files=None, deadline=None):
+          workers=8, disk_check=True, stall=None, max_files=None, deadline=None,
+          min_rate=None):
     """Fetch and verify ``repo@commit`` into ``target``; the marker's document. Every
-    request goes through hub_client (caps, deadlines, the token to the endpoint alone);
-    the listing is judged by its rule before any file is touched."""
+    request goes through hub_client (caps, deadlines, the minimum rate, the token to the
+    endpoint alone); the listing is judged by its rule before any file is touched; each
+    file is hashed as it arrives and only the files that differ are fetched again."""
     hub = hub_client()
     done = read_marker(target)
     if done is not None and done.get("commit") == commit:
         report({"state": "running", "phase": "present", "bytes": 0, "total": 0})
         return done
-    client = hub.Client(endpoint, token, stall=stall or hub.STALL_TIMEOUT)
+    client = hub.Client(endpoint, token, stall=stall or hub.STALL_TIMEOUT, min_rate=min_rate)
     files = client.list_tree(repo, commit, max_files or hub.MAX_FILES, deadline)
     staging = target.rstrip("/") + ".partial"
     reopen(target, staging)
@@ -295,20 +381,17 @@ def fetch(repo, commit, target, endpoint=None, token=None, report=print, rounds=
     need = check_disk(staging, files, total) if disk_check else total
     report({"state": "running", "phase": "plan", "bytes": total - need, "total": total,
             "files": len(files), "to_fetch": need})
-    refetched = []
+    refetched, todo = [], files
     for attempt in range(1, rounds + 1):
         with Progress(staging, total, report):
-            _download_all(client, repo, commit, staging, files, workers,
-                          stall or hub.STALL_TIMEOUT, deadline)
-        report({"state": "running", "phase": "verify", "bytes": total, "total": total})
-        bad = verify(staging, files)
+            bad = _download_all(client, repo, commit, staging, todo, workers,
+                                stall or hub.STALL_TIMEOUT, deadline)
         if not bad:
             break
         refetched += bad
         report({"state": "running", "phase": "refetch", "bad": bad, "round": attempt,
                 "bytes": total, "total": total})
-        for name in bad:
-            forget(staging, name)
+        todo = [f for f in files if f["path"] in set(bad)]
     else:
         raise Refused(f"verification: {', '.join(hub.shown(b) for b in bad[:5])} still "
                       f"differ from the Hub's hashes after {rounds} downloads; {staging} "
@@ -322,20 +405,30 @@ def fetch(repo, commit, target, endpoint=None, token=None, report=print, rounds=
 
 
 def _download_all(client, repo, commit, staging, files, workers, stall, deadline):
-    """Every file, ``workers`` at once; the first failure (in listing order) raised."""
+    """Every file, ``workers`` at once (files sharing a partial file's name, the same
+    bytes, one after the other); the names whose bytes differed from the listing, in
+    listing order; the first failure (in listing order) raised."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(entry):
         try:
-            download_file(client, repo, commit, staging, entry, stall, deadline)
+            return download_file(client, repo, commit, staging, entry, stall, deadline)
         except Exception as e:  # noqa: BLE001 - re-raised below, in listing order
             return e
-        return None
 
+    hub = hub_client()
+    waves, seen = [[], []], set()
+    for entry in files:
+        waves[hub.part_name(entry) in seen].append(entry)
+        seen.add(hub.part_name(entry))
+    results = {}
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        errors = [e for e in pool.map(one, files) if e is not None]
+        for wave in waves:
+            results.update(zip((f["path"] for f in wave), pool.map(one, wave), strict=True))
+    errors = [results[f["path"]] for f in files if isinstance(results[f["path"]], Exception)]
     if errors:
         raise errors[0]
+    return [f["path"] for f in files if results[f["path"]] is False]
 
 
 # ------------------------------------------------------------------ background run
@@ -367,7 +460,7 @@ def run(args):
         marker = fetch(args.repo, args.commit, args.target, endpoint=args.endpoint,
                        token=token, report=report, rounds=args.rounds, workers=args.workers,
                        stall=args.stall_timeout, max_files=args.max_files,
-                       deadline=deadline)
+                       deadline=deadline, min_rate=args.min_rate)
     except Refused as e:
         report({"state": "failed", "error": hub.one_line(e, (token,), 400), "code": e.code})
         return e.code
@@ -540,6 +633,7 @@ def main(argv=None):
     r.add_argument("--ref")
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--workers", type=int, default=8)
+    r.add_argument("--min-rate", type=float, default=None)
     r.add_argument("--stall-timeout", type=float, default=None)
     r.add_argument("--max-files", type=int, default=None)
     r.add_argument("--timeout", type=float, default=None)

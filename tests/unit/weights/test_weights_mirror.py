@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -228,6 +229,25 @@ def test_a_drip_stalls_and_the_rerun_resumes(hub, place):
     assert e.value.resumable and time.monotonic() - t < 20
     marker, target = fetch(hub, place, stall=2)  # the drip is gone: done
     assert fetch_module().verify(target, marker["files"]) == []
+
+
+@pytest.mark.parametrize("command", ["plan", "weights"])
+def test_a_drip_at_one_byte_a_second_ends_with_a_clear_error(hub, place, command, capsys,
+                                                             monkeypatch):
+    """The controller's header read (``gpuserve plan --hf``) and the fetch (``gpuserve
+    weights``, the host's code) of a body dripping 1 byte/s: per-read timeouts never
+    fire, the stall window (120 s) would; the minimum rate ends it within one rate
+    window (shortened here from 30 s to 3 s)."""
+    monkeypatch.setattr(HUB, "RATE_WINDOW", 3.0)
+    fault(hub, kind="drip", file="config.json", times=1, interval=1.0)
+    c = commit(hub)
+    argv = ["plan", "--hf", f"{TINY}@{c}", "--gpus", "2xH200", "--tp", "2",
+            "--hf-endpoint", hub.url] if command == "plan" else \
+        ["weights", "--hf", f"{TINY}@{c}", "--hf-endpoint", hub.url, str(place)]
+    err = _cli(argv, capsys, monkeypatch)
+    assert "config.json" in err and "hf_endpoint" in err
+    assert re.search(r"\b[1-9] bytes in [34] s, below 4096 bytes/s \(host data "
+                     r"weights_min_rate\)", err), err
 
 
 def test_a_listing_that_never_answers_ends_within_the_stall_window(hub, place):

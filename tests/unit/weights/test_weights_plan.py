@@ -118,6 +118,12 @@ def test_floating_branch_resolved_then_moved_is_refused_unless_asked(tmp_path):
     ({"hf_plan_endpoint": "file:///etc"}, "hf_plan_endpoint"),
     ({"weights_stall_timeout": 0}, "weights_stall_timeout"),
     ({"weights_max_files": -1}, "weights_max_files"),
+    ({"weights_min_rate": -1}, "weights_min_rate"),
+    ({"weights_min_rate": "fast"}, "weights_min_rate"),
+    ({"weights_min_rate": True}, "weights_min_rate"),
+    ({"weights_workers": 0}, "weights_workers"),
+    ({"weights_workers": 65}, "weights_workers"),
+    ({"weights_workers": 2.5}, "weights_workers"),
     ({"hf_endpoint": "ftp://mirror"}, "hf_endpoint"),
     ({"hf_endpoint": "https://user:pw@mirror"}, "hf_endpoint"),
     ({"hf_endpoint": "http://mirror.internal"}, "hf_endpoint"),  # not a trusted mirror
@@ -130,6 +136,15 @@ def test_bad_host_data_names_the_key_before_any_read(tmp_path, data, key):
     with pytest.raises(InputError) as e:
         _plan(_profile(tmp_path, f"org/name@{COMMIT}"), _state(False, 100 * GIB), hub, **data)
     assert e.value.file == "inventory.py" and e.value.field == key and hub.calls == []
+
+
+def test_the_rate_floor_and_the_workers_reach_the_plan(tmp_path):
+    plan, *_ = _plan(_profile(tmp_path, f"org/name@{COMMIT}"), _state(False, 100 * GIB),
+                     Hub(), weights_min_rate=0, weights_workers=3)
+    assert (plan.min_rate, plan.workers) == (0.0, 3)
+    plan, *_ = _plan(_profile(tmp_path, f"org/name@{COMMIT}"), _state(False, 100 * GIB),
+                     Hub())
+    assert (plan.min_rate, plan.workers) == (4096.0, 8)
 
 
 @pytest.mark.parametrize("models_dir", ["/srv/models", "/opt/gpuserve/models/x",
