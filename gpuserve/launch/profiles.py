@@ -29,6 +29,7 @@ from gpuserve.env_names import reserved_env
 from gpuserve.errors import InputError
 from gpuserve.launch.bench import BenchSpec, parse_bench
 from gpuserve.launch.hf_source import TOKEN_SHAPE, HfSource, parse_source, source_problem
+from gpuserve.launch.quality_spec import QualitySpec, parse_quality
 from gpuserve.launch.secrets import is_secret_env_name
 from gpuserve.terminal import escaped_key, non_ascii_note
 
@@ -226,6 +227,8 @@ TOP_LEVEL: dict[str, Any] = {
     "extra_args": list[str],
     # the throughput checks the serve deploy runs after its smoke completion
     "bench": BenchSpec,  # gpuserve.launch.bench.parse_bench
+    # the output-quality check of this profile's launches (docs/quality.md)
+    "quality": QualitySpec,  # gpuserve.quality.thresholds.parse_quality
 }
 
 
@@ -246,6 +249,7 @@ class Profile:
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
     bench: BenchSpec = field(default_factory=BenchSpec)
+    quality: QualitySpec = field(default_factory=QualitySpec)
     locations: dict[str, Origin] = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, dotted: str) -> Any:
@@ -556,6 +560,8 @@ def _build(src: Path, data: dict[str, Any], locs: dict[str, Origin]) -> Profile:
             kwargs[key] = _build_section(SECTIONS[key], key, value, locs, src)
         elif key == "bench":
             continue  # below: its checks need the memory section
+        elif key == "quality":
+            kwargs[key] = parse_quality(value, error_at(locs, src))
         elif key in TOP_LEVEL and key != "extends":
             kwargs[key] = _coerce(value, TOP_LEVEL[key], key, locs, src)
         else:
