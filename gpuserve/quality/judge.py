@@ -17,6 +17,9 @@ from gpuserve.quality.prompts import answer_value
 from gpuserve.quality.record import PromptResult, QualityRun
 from gpuserve.quality.thresholds import QualitySpec
 
+#: tokens per verify step at or below which a draft counts as accepting nothing
+ACCEPT_NONE = 1.05
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -142,7 +145,8 @@ def acceptance(run: QualityRun, ref: QualityRun | None, spec: QualitySpec
     figures = {"accept_length": measured}
     if expected is None:
         return [], figures
-    limit = expected * spec.accept_length_min_ratio
+    # a draft that is never accepted gives exactly 1 token per verify step: always below
+    limit = max(expected * spec.accept_length_min_ratio, min(ACCEPT_NONE, expected))
     return [Finding("spec_accept_length", measured, limit, measured >= limit,
                     f"expected {expected:.2f}: the draft model is "
                     + ("accepted" if measured >= limit else "rejected almost always"))], figures

@@ -25,6 +25,7 @@ from gpuserve.memory.remote import read_remote
 from gpuserve.monitor.live_judge import live_settings
 from gpuserve.roles import checks as checks_role
 from gpuserve.roles.checks import check_service, install_check_scripts, serving_probe_read
+from gpuserve.roles.checks.quality import quality_request
 from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import Read, fact, prefetch, reader
 from gpuserve.roles.preview import print_serve_preview
@@ -193,7 +194,7 @@ def serve(plan: ServePlan, rollback: RollbackSpec) -> None:
                   record=plan.record, rollback=rollback, bench=plan.bench,
                   serves_http=plan.node is None or plan.node.is_head,
                   smoke_per_start=health_generates(dict(plan.service.environment)),
-                  start=plan.start)
+                  start=plan.start, quality=quality_request(plan))
     if switching.rollout is not None:
         put_back(name=f"put {switching.rollout.url} back into the gateway on {router}, "
                       "wait until it is ready", rollout=switching.rollout, switching=switching)
