@@ -161,8 +161,9 @@ def quality_check(request: QualityRequest, port: int, profile: str, script: str,
             logger.info(f"{host.name}: quality: ok against "
                         f"{ref_name or 'no reference (sanity only)'}: {summary_line(run)}")
             return
-        failed = f"quality: profile {profile} failed its quality check:"
         details = verdict_lines(verdict)
+        failed = f"quality: profile {profile} failed its quality check: {details[0]}"
+        details = details[1:]
     outcome = (yield from roll_back(rollback, port, health_script, health_timeout,
                                     what="quality")) if rollback is not None else []
     yield fail_host(failed, details, outcome)
