@@ -99,3 +99,28 @@ def test_a_draft_that_accepts_nothing_is_named(site23, model_dir, tmp_path, refe
     judge(run, reference, spec, "ref")
     assert run.figures["accept_length"] == pytest.approx(1.0)
     assert "spec_accept_length" in failed(run)
+
+
+RULES = """rules:
+  - name: fp8 kv cache
+    when: {kv_cache_dtype: fp8_e4m3}
+    quality: fp8_kv
+  - name: broken attention backend
+    when: {attention_backend: triton}
+    quality: nan_after:8
+"""
+
+
+def test_a_surface_rule_assigns_a_launchs_perturbations(tmp_path):
+    from lab import surface
+
+    path = tmp_path / "s.yaml"
+    path.write_text("format: 1\nname: t\ndescription: a test surface\n"
+                    "base: {decode_tps: 50}\n" + RULES)
+    s = surface.load(path)
+    assert s.quality_of({"kv_cache_dtype": "fp8_e4m3", "attention_backend": "triton"}) \
+        == "fp8_kv,nan_after:8"
+    assert s.quality_of({"kv_cache_dtype": "auto"}) == ""
+    path.write_text(path.read_text().replace("nan_after:8", "nan_after:eight"))
+    with pytest.raises(surface.SurfaceError, match=r"rules\[1\]\.quality"):
+        surface.load(path)
