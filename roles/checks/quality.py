@@ -164,6 +164,7 @@ def quality_check(request: QualityRequest, port: int, profile: str, script: str,
         details = verdict_lines(verdict)
         failed = f"quality: profile {profile} failed its quality check: {details[0]}"
         details = details[1:]
+    # "quality check:", not "quality:": the failure line below is the one a tune reads
     outcome = (yield from roll_back(rollback, port, health_script, health_timeout,
-                                    what="quality")) if rollback is not None else []
+                                    what="quality check")) if rollback is not None else []
     yield fail_host(failed, details, outcome)
