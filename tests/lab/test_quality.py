@@ -26,11 +26,12 @@ FP8KV = REPO / "tests/fixtures/profiles/lab-quality-fp8kv.yaml"
 TUNE = REPO / "tests/fixtures/tune/lab-quality.tune.yaml"
 FIELD_NOTES = REPO / "lab/surfaces/field-notes.yaml"
 SURFACE_ON_HOST = "/etc/gpuserve-lab/quality-fastest-broken.yaml"
-# appended to the field-notes surface's rules (composed): its single-stream optimum,
-# decode graph max bs 128, gets NaN logprobs from the 4th generated token
+# appended to the field-notes surface's rules (composed): the tune's single-stream
+# optimum, decode graph max bs 128 (with the tune incumbent's chunked prefill 2048, so the
+# inventory profile stays healthy), gets NaN logprobs from the 4th generated token
 BROKEN_RULE = """
   - name: broken backend at decode graph max bs 128 (composed, tests/lab/test_quality.py)
-    when: {cuda_graph_max_bs: 128}
+    when: {cuda_graph_max_bs: 128, chunked_prefill_size: 2048}
     quality: nan_after:4
 """
 
