@@ -90,7 +90,12 @@ def preview_line(request: QualityRequest | None) -> str:
         return ("quality: checked on sanity only; this launch becomes the reference of "
                 "its checkpoint if it passes")
     return (f"quality: checked against reference {name} (profile {ref.profile}, SGLang "
-            f"{ref.sglang_version}, launch {ref.launch_hash[:12]}, {ref.timestamp})")
+            f"{ref.sglang_version}, launch {ref.launch_hash.split(':')[-1][:12]}, {ref.timestamp})")
+
+
+def print_quality_preview(plan) -> None:
+    """``--dry``'s line about the check (the preview's other lines: roles/preview.py)."""
+    logger.info(f"{host.name}: preview: {preview_line(quality_request(plan))}")
 
 
 def _already_passed(request: QualityRequest) -> bool:
@@ -141,9 +146,7 @@ def quality_check(request: QualityRequest, port: int, profile: str, script: str,
                   health_timeout: float = 600.0):
     """Check the served launch's output against its checkpoint's reference; on failure
     roll back (with ``rollback``) and fail the host naming the metric."""
-    if not state.is_executing:
-        if run_context().dry:
-            logger.info(f"{host.name}: {preview_line(request)}")
+    if not state.is_executing:  # --dry: print_quality_preview said it
         return
     if _already_passed(request):
         logger.info(f"{host.name}: quality: skipped, this launch passed its check already")

@@ -25,7 +25,7 @@ from gpuserve.memory.remote import read_remote
 from gpuserve.monitor.live_judge import live_settings
 from gpuserve.roles import checks as checks_role
 from gpuserve.roles.checks import check_service, install_check_scripts, serving_probe_read
-from gpuserve.roles.checks.quality import quality_request
+from gpuserve.roles.checks.quality import print_quality_preview, quality_request
 from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import Read, fact, prefetch, reader
 from gpuserve.roles.preview import print_serve_preview
@@ -116,6 +116,7 @@ def serve_sglang() -> None:
     run = run_context()
     if run.dry:  # what the real run would change (roles/preview.py); pyinfra stops after
         print_serve_preview(plan, with_diff=run.diff)
+        print_quality_preview(plan)
     serve(plan, rollback)
 
 
