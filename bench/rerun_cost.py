@@ -22,8 +22,10 @@ For each deploy it prints, over ``--runs`` runs (medians, and min-max):
   the floor (``exec -- true``, run beside each switch), the restart (from systemd's
   "Stopping" line for the old server to the new process's start: the old server's own
   exit and the new one's sandbox set-up), the smoke completion that proves the new
-  server generates (its own time, from the smoke record the deploy writes), and the
-  rest (reads, file writes, the health gate's polling, the last-good copy, the prune).
+  server generates (its own time, from the smoke record the deploy writes), the
+  output-quality check (its own time on the host, from the quality record the deploy
+  writes: docs/quality.md) and the rest (reads, file writes, the health gate's polling,
+  the last-good copy, the prune).
 
 - with ``--dry-switch PROFILE``: the preview of a switch (``--dry --diff --data
   profile=...``: roles/preview.py), its wall time beside the no-op rerun's and its
@@ -114,6 +116,19 @@ def smoke_seconds(records: list[Path]) -> float | None:
     return float(json.loads(records[-1].read_text())["figures"]["seconds"])
 
 
+def quality_records(name: str, profile: str) -> list[Path]:
+    """The quality check records of ``profile``, oldest first (roles/checks/quality.py)."""
+    return sorted((instance_dir(name) / "results" / "quality").glob(
+        f"*/*-quality-{profile}.json"), key=lambda p: p.name)
+
+
+def quality_seconds(records: list[Path]) -> float:
+    """The newest record's check time on the host (0 when the switch made none)."""
+    if not records:
+        return 0.0
+    return float(json.loads(records[-1].read_text()).get("elapsed_s") or 0.0)
+
+
 def fmt(values: list[float]) -> str:
     if not values:
         return "-"
@@ -165,11 +180,12 @@ def dry_switch(profile: str, inventory: str, runs: int, env: dict[str, str],
 def switch(profile: str, inventory: str, runs: int, name: str, env: dict[str, str]) -> None:
     back = os.environ.get("GPUSERVE_BENCH_PROFILE", "glm5-nvfp4-tp8")
     walls, startups, added = [], [], []
-    floors, restarts, smokes, rest = [], [], [], []
+    floors, restarts, smokes, checks, rest = [], [], [], [], []
     for _ in range(runs):
         for target in (profile, back):
             floor = pyinfra(inventory, "exec", "--", "true", env=env)[0]
             before = set(smoke_records(name, target))
+            before_q = set(quality_records(name, target))
             seconds, out, rc = pyinfra(inventory, "deploy/serve.py",
                                        "--data", f"profile={target}", "--data", "bench=off",
                                        env=env)
@@ -183,6 +199,8 @@ def switch(profile: str, inventory: str, runs: int, name: str, env: dict[str, st
                 raise SystemExit(f"no '{READY}' or systemd 'Stopping' line in the journal "
                                  f"for this start, or no new smoke record, after the switch "
                                  f"to {target}")
+            quality = quality_seconds([p for p in quality_records(name, target)
+                                       if p not in before_q])
             restart, own = times
             walls.append(seconds)
             startups.append(own)
@@ -190,7 +208,8 @@ def switch(profile: str, inventory: str, runs: int, name: str, env: dict[str, st
             floors.append(floor)
             restarts.append(restart)
             smokes.append(smoke)
-            rest.append(seconds - own - floor - restart - smoke)
+            checks.append(quality)
+            rest.append(seconds - own - floor - restart - smoke - quality)
     print(f"profile switch {profile} <-> {back}: {len(walls)} switches (bench=off)")
     print(f"  deploy wall time      {fmt(walls)}")
     print(f"  server's own start-up {fmt(startups)}")
@@ -199,6 +218,8 @@ def switch(profile: str, inventory: str, runs: int, name: str, env: dict[str, st
     print(f"    exec -- true        {fmt(floors)}")
     print(f"    restart             {fmt(restarts)}   (old server's exit, new sandbox)")
     print(f"    smoke completion    {fmt(smokes)}")
+    print(f"    quality check       {fmt(checks)}   (goal <= 2 s in the lab; "
+          "docs/quality.md)")
     print(f"  and the deploy's own  {fmt(rest)}   (reads, writes, gate, last-good, prune)")
 
 

@@ -51,7 +51,11 @@ TOP_KEYS = ("format", "name", "description", "sources", "box", "hardware", "mode
 # noise: relative standard deviation per benchmark run and per server start, and the seed
 NOISE_KEYS = ("run", "start", "seed")
 MAX_NOISE = 0.2
-RULE_KEYS = ("name", "when", "set", "mul", "add", "table", "fail")
+RULE_KEYS = ("name", "when", "set", "mul", "add", "table", "fail", "quality")
+# a rule's output-quality perturbation (the stand-in's toy model, sglang/_standin/toylm.py)
+QUALITY_PERTURBATION = re.compile(
+    r"(fp8_kv|flat|draft_mismatch|nan_after:\d+|degrade:\d+|noise:\d+(\.\d+)?)"
+    r"(,(fp8_kv|flat|draft_mismatch|nan_after:\d+|degrade:\d+|noise:\d+(\.\d+)?))*")
 TABLE_KEYS = ("knob", "op", "interpolate", "points", "default")
 FAIL_KEYS = ("phase", "builtin", "exception", "message", "frame", "after_requests")
 MATCH_OPS = ("eq", "ne", "in", "not_in", "gt", "ge", "lt", "le")
@@ -293,6 +297,7 @@ class Rule:
     add: dict
     table: dict | None
     fail: Fail | None
+    quality: str = ""  # output-quality perturbations of a matching launch (composed)
 
 
 @dataclass
@@ -335,6 +340,11 @@ class Surface:
                                    f"(must be >= {METRICS[k][1]})")
         return metrics, fails
 
+    def quality_of(self, launch: dict) -> str:
+        """The output-quality perturbations of a launch: every matching rule's."""
+        return ",".join(r.quality for r in self.rules if r.quality and all(
+            _matches(launch.get(k), m) for k, m in r.when.items()))
+
     def start(self, args: Any, shape: Any, speedup: float = 1.0, start_key: str = ""
               ) -> Startup:
         """What the stand-in does when it starts with ``args`` (argparse-like) serving a
@@ -364,6 +374,7 @@ class Surface:
         crash = next((f for f in fails if f.phase == "serve"), None)
         perf = Perf.from_metrics(metrics, p, speedup)
         perf.noise_run, perf.noise_seed = self.noise["run"], f"{self.noise['seed']}|{start_key}"
+        perf.quality = self.quality_of(launch)
         return Startup(launch=launch, plan=p, metrics=metrics, perf=perf, error=error,
                        crash=crash)
 
@@ -441,6 +452,7 @@ class Perf:
     attn_dp: int = 1                  # attention-DP ranks: each captures its own graphs
     noise_run: float = 0.0            # relative sd of the speed of one benchmark run
     noise_seed: str = ""
+    quality: str = ""                 # the toy model's perturbations (rules' quality)
 
     def run_factor(self, run: int) -> float:
         """The speed factor of benchmark run number ``run`` of this start (1.0 without
@@ -784,9 +796,13 @@ def _fail(path: str, name: str, value: Any, rule: str) -> Fail:
 def _rule(path: str, index: int, value: Any, known: frozenset | None) -> Rule:
     name = f"rules[{index}]"
     value = _mapping_of(path, name, value, RULE_KEYS)
-    effects = [k for k in ("set", "mul", "add", "table", "fail") if k in value]
+    effects = [k for k in ("set", "mul", "add", "table", "fail", "quality") if k in value]
     if not effects:
-        raise SurfaceError(path, name, "has no effect (set, mul, add, table or fail)")
+        raise SurfaceError(path, name, "has no effect (set, mul, add, table, fail or quality)")
+    quality = value.get("quality", "")
+    if quality and (not isinstance(quality, str) or not QUALITY_PERTURBATION.fullmatch(quality)):
+        raise SurfaceError(path, f"{name}.quality", "must be perturbations like fp8_kv, flat, "
+                           f"draft_mismatch, nan_after:N, degrade:D, noise:S; got {quality!r}")
     label = value.get("name", name)
     if not isinstance(label, str):
         raise SurfaceError(path, f"{name}.name", "must be a string")
@@ -797,7 +813,8 @@ def _rule(path: str, index: int, value: Any, known: frozenset | None) -> Rule:
         add=_metrics(path, f"{name}.add", value.get("add") or {}, "add"),
         table=_table(path, f"{name}.table", value["table"], known) if "table" in value
         else None,
-        fail=_fail(path, f"{name}.fail", value["fail"], label) if "fail" in value else None)
+        fail=_fail(path, f"{name}.fail", value["fail"], label) if "fail" in value else None,
+        quality=quality)
 
 
 def from_data(data: Any, path: str = "<surface>", launch_keys: Any = None) -> Surface:

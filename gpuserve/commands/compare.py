@@ -20,6 +20,8 @@ from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.measure import compare as cmp
 from gpuserve.measure.results import ResultRecord, read_results
+from gpuserve.quality.view import SKIP_NOTE as QUALITY_SKIP
+from gpuserve.quality.view import format_quality, latest_quality
 from gpuserve.terminal import printable
 
 
@@ -92,6 +94,11 @@ def run(args: argparse.Namespace) -> int:
     if measures:
         doc["gates"] = [cmp.gate_dict(row) for row in gate_rows]
         text = "\n\n".join(t for t in (text, format_gates(gate_rows, args.history)) if t)
+    quality = latest_quality(args.paths, host=args.host, profile=args.profile)
+    skipped = [s for s in skipped if QUALITY_SKIP not in s]  # shown below, not skipped
+    if quality:  # the output-quality checks beside the throughput (docs/quality.md)
+        doc["quality"] = quality
+        text = "\n\n".join(t for t in (text, format_quality(quality)) if t)
     if args.json:
         print(json.dumps({**doc, "skipped": skipped}, indent=2, allow_nan=False))
     else:

@@ -242,7 +242,7 @@ class PyinfraExecutor:
         return last_run(parse_snapshot(self.snapshot_path).journal) if rc == 0 else ""
 
 
-_FAILURE = re.compile(r"(?:\] |: )(health|bench|smoke): (.*(?:failed|stopped|fatal|not "
+_FAILURE = re.compile(r"(?:\] |: )(health|bench|smoke|quality): (.*(?:failed|stopped|fatal|not "
                       r"healthy|exited|did not finish|wrote no result|ended).*)")
 
 

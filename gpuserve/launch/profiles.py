@@ -30,6 +30,7 @@ from gpuserve.errors import InputError
 from gpuserve.launch.bench import BenchSpec, parse_bench
 from gpuserve.launch.disaggregation import DisaggregationSpec, parse_disaggregation
 from gpuserve.launch.hf_source import TOKEN_SHAPE, HfSource, parse_source, source_problem
+from gpuserve.launch.quality_spec import QualitySpec, parse_quality
 from gpuserve.launch.secrets import is_secret_env_name
 from gpuserve.terminal import escaped_key, non_ascii_note
 
@@ -231,6 +232,9 @@ TOP_LEVEL: dict[str, Any] = {
     # profile fields (prefill:, decode:); the hosts' roles come from the inventory
     # (docs/disaggregation.md)
     "disaggregation": DisaggregationSpec,  # gpuserve.launch.disaggregation
+
+    # the output-quality check of this profile's launches (docs/quality.md)
+    "quality": QualitySpec,  # gpuserve.quality.thresholds.parse_quality
 }
 
 
@@ -252,6 +256,8 @@ class Profile:
     extra_args: list[str] = field(default_factory=list)
     bench: BenchSpec = field(default_factory=BenchSpec)
     disaggregation: DisaggregationSpec | None = None
+
+    quality: QualitySpec = field(default_factory=QualitySpec)
     locations: dict[str, Origin] = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, dotted: str) -> Any:
@@ -564,6 +570,9 @@ def _build(src: Path, data: dict[str, Any], locs: dict[str, Origin]) -> Profile:
             continue  # below: its checks need the memory section
         elif key == "disaggregation":
             kwargs[key] = parse_disaggregation(value, error_at(locs, src))
+
+        elif key == "quality":
+            kwargs[key] = parse_quality(value, error_at(locs, src))
         elif key in TOP_LEVEL and key != "extends":
             kwargs[key] = _coerce(value, TOP_LEVEL[key], key, locs, src)
         else:

@@ -43,7 +43,10 @@ def table(run: TuneRun) -> list[str]:
             why += " [" + ", ".join(f"{k} {v}" for k, v in o.numbers.items()) + "]"
         if o.status == OutcomeStatus.FAILED and o.diagnosis:
             why += f" [startup log: {o.diagnosis.get('outcome')}]"
-        rows.append((o.label, o.phase, o.status, _num(pred), _spread(run, o, 1),
+        # a launch that failed its quality check is refused whatever its speed
+        status = ("refused: quality" if o.status == OutcomeStatus.FAILED
+                  and o.reason.startswith("quality:") else str(o.status))
+        rows.append((o.label, o.phase, status, _num(pred), _spread(run, o, 1),
                      _num(ratio, 2), _spread(run, o, top), slo, why))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
     out = []

@@ -28,11 +28,13 @@ from gpuserve.roles.checks.probe import (
     serving_probe,
     serving_probe_read,
 )
+from gpuserve.roles.checks.quality import QualityRequest, quality_check
 from gpuserve.roles.checks.rollback import roll_back
 from gpuserve.roles.checks.scripts import (
     BENCH,
     IDLE,
     PROBE,
+    QUALITY,
     SCRIPTS,
     SMOKE,
     install_check_scripts,
@@ -59,7 +61,8 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
                   record: RecordSpec | None = None,
                   rollback: RollbackSpec | None = None,
                   bench: BenchPlan | None = None, serves_http: bool = True,
-                  smoke_per_start: bool = True, start: StartSpec | None = None) -> None:
+                  smoke_per_start: bool = True, start: StartSpec | None = None,
+                  quality: QualityRequest | None = None) -> None:
     """Gate on health (the scripts: :func:`install_check_scripts`), then one smoke
     completion (recorded on the controller when ``record`` is given), then the
     throughput checks when ``bench`` is given (roles/checks/bench.py). With
@@ -69,7 +72,8 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
     ``/health`` generates a token: gpuserve.measure.health.health_generates): no smoke
     while the start the newest smoke record measured still runs; False: one every run.
     ``start``: the gate records the memory figures of a start this deploy made
-    (roles/checks/starts.py)."""
+    (roles/checks/starts.py). ``quality``: the output-quality check between the smoke
+    and the throughput checks (roles/checks/quality.py)."""
     if not serves_http:
         # a multi-node rank > 0: no HTTP here, so no smoke or throughput check either;
         # node 0's gate, smoke and checks cover the group
@@ -89,6 +93,11 @@ def check_service(unit: str, port: int, served_name: str, profile_name: str,
     smoke_completion(name=f"smoke completion on port {port}", port=port, model=served_name,
                      profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path,
                      record=record, unless_start=unless_start)
+    if quality is not None:
+        quality_check(name=f"quality check on port {port} (docs/quality.md)", request=quality,
+                      port=port, profile=profile_name, script=f"{bin_dir}/{QUALITY}",
+                      config=config_path, rollback=rollback,
+                      health_script=f"{bin_dir}/{PROBE}", health_timeout=health_timeout)
     if bench is not None and bench.mode != BenchMode.OFF:
         throughput_checks(name=f"throughput checks ({len(bench.spec.scenarios)} scenarios, "
                           f"SGLang's benchmark client)", plan=bench,

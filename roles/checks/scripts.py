@@ -15,7 +15,8 @@ PROBE = "sglang_probe.py"
 SMOKE = "sglang_smoke.py"
 BENCH = "sglang_bench.py"
 IDLE = "sglang_idle.py"  # a rolling switch's wait for in-flight requests (roles/router)
-SCRIPTS = (PROBE, SMOKE, BENCH, IDLE)
+QUALITY = "sglang_quality.py"  # the output-quality check (roles/checks/quality.py)
+SCRIPTS = (PROBE, SMOKE, BENCH, IDLE, QUALITY)
 
 
 def reads(bin_dir: str) -> list[Read]:

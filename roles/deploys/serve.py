@@ -26,6 +26,7 @@ from gpuserve.memory.remote import read_remote
 from gpuserve.monitor.live_judge import live_settings
 from gpuserve.roles import checks as checks_role
 from gpuserve.roles.checks import check_service, install_check_scripts, serving_probe_read
+from gpuserve.roles.checks.quality import print_quality_preview, quality_request
 from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import Read, fact, prefetch, reader
 from gpuserve.roles.preview import print_serve_preview
@@ -118,6 +119,7 @@ def serve_sglang() -> None:
     run = run_context()
     if run.dry:  # what the real run would change (roles/preview.py); pyinfra stops after
         print_serve_preview(plan, with_diff=run.diff)
+        print_quality_preview(plan)
     serve(plan, rollback)
 
 
@@ -196,7 +198,7 @@ def serve(plan: ServePlan, rollback: RollbackSpec) -> None:
                   record=plan.record, rollback=rollback, bench=plan.bench,
                   serves_http=plan.node is None or plan.node.is_head,
                   smoke_per_start=health_generates(dict(plan.service.environment)),
-                  start=plan.start)
+                  start=plan.start, quality=quality_request(plan))
     if switching.rollout is not None:
         put_back(name=f"put {switching.rollout.url} back into the gateway on {router}, "
                       "wait until it is ready", rollout=switching.rollout, switching=switching)

@@ -10,6 +10,7 @@ token with /health*, /ready and /metrics exempt (srt/utils/auth.py), refused wit
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -17,7 +18,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sglang._standin import logs
+from sglang._standin import logs, toylm
 from sglang._standin.surface import Perf
 
 STARTING, UP, UNHEALTHY = "Starting", "Up", "UnHealthy"
@@ -208,6 +209,10 @@ def count_prompt_tokens(prompt: Any) -> int:
 
 
 def make_handler(state: State):
+    # the launch's output-quality perturbations: a surface rule's, then the knob's
+    quality_model = toylm.ToyLM(",".join(filter(None, (
+        state.perf.quality, os.environ.get("GPUSERVE_LAB_STANDIN_QUALITY", "")))))
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "uvicorn"
@@ -459,6 +464,8 @@ def make_handler(state: State):
 
         def generate(self) -> None:
             body = self._body()
+            if isinstance(body, dict) and body.get("return_logprob") and not body.get("stream"):
+                return self._toy_generate(body)
             params = body.get("sampling_params") or {}
             max_new = int(params.get("max_new_tokens", 128) if params.get(
                 "max_new_tokens") is not None else 128)
@@ -511,6 +518,18 @@ def make_handler(state: State):
             e2e = self._decode(prompt_tokens, max_new, collect)
             self._json(200, {"text": " " + " ".join(words) if words else "",
                              "output_ids": out_ids, "meta_info": meta(True, e2e)})
+
+        def _toy_generate(self, body: dict) -> None:
+            """``/generate`` with logprobs: the toy model's reply (toylm.py), after the
+            simulated time of its prefill and decode."""
+            spec = state.perf.spec_accept_length or 2.0
+            reply = toylm.generate(quality_model, body, spec if getattr(
+                state.args, "speculative_algorithm", None) else None)
+            meta = reply["meta_info"]
+            e2e = self._decode(meta["prompt_tokens"], max(meta["completion_tokens"], 1),
+                               lambda *a: None)
+            meta["e2e_latency"] = e2e
+            self._json(200, reply)
 
         def completions(self) -> None:
             body = self._body()

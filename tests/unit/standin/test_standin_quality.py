@@ -1,0 +1,126 @@
+"""The stand-in's toy language model and its perturbations, measured the way the serve
+deploy measures a launch: the host script sglang_quality.py against a stand-in server on
+loopback, its output read and judged by gpuserve.quality against a reference launch.
+
+Each perturbation is composed (lab/sglang_standin/README.md); the thresholds are the
+profile defaults. Servers run fast (decode and prefill knobs raised); every wait is
+bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from standin_server import healthy_server, standin_env
+
+from gpuserve import paths
+from gpuserve.quality.collect import read_output, request_spec
+from gpuserve.quality.judge import judge
+from gpuserve.quality.prompts import load_prompts
+from gpuserve.quality.record import QualityRun
+from gpuserve.quality.thresholds import QualitySpec
+
+SPEC = QualitySpec()
+PROMPTS = load_prompts(SPEC.max_new_tokens)
+FAST = {"GPUSERVE_LAB_STANDIN_DECODE_TPS": "2000", "GPUSERVE_LAB_STANDIN_BATCH_DECODE_TPS": "0",
+        "GPUSERVE_LAB_STANDIN_PREFILL_TPS": "1000000"}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("models") / "toy"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"vocab_size": 263}))
+    return d
+
+
+def measure(site: Path, model_dir: Path, tmp: Path, perturbation: str,
+            ref: QualityRun | None, flags: tuple[str, ...] = ()) -> QualityRun:
+    env = standin_env(site, GPUSERVE_LAB_STANDIN_QUALITY=perturbation, **FAST)
+    forced = ({p.id: p.output_ids for p in ref.prompts if p.kind == "completion"}
+              if ref else None)
+    spec = request_spec(PROMPTS, SPEC.top_k, 60, forced)
+    with healthy_server(model_dir, "toy", flags, env, log=tmp / f"{perturbation}.log") as port:
+        out = subprocess.run([sys.executable, str(paths.SCRIPTS_DIR / "sglang_quality.py"),
+                              "--port", str(port), "--spec", spec],
+                             capture_output=True, text=True, timeout=90, check=True).stdout
+    results, elapsed = read_output(out, PROMPTS)
+    return QualityRun(host="h", profile=perturbation or "reference", model="toy",
+                      revision=None, sglang_version="0.5.23", launch_hash=perturbation,
+                      timestamp="2026-12-06T10:00:00Z", prompts=results, elapsed_s=elapsed)
+
+
+def failed(run: QualityRun) -> set[str]:
+    return {f["metric"] for f in run.verdict["findings"] if not f["passed"]}
+
+
+@pytest.fixture(scope="module")
+def reference(site23, model_dir, tmp_path_factory) -> QualityRun:
+    ref = measure(site23, model_dir, tmp_path_factory.mktemp("ref"), "", None)
+    assert judge(ref, None, SPEC, None)["passed"], ref.verdict
+    return ref
+
+
+def test_the_reference_launch_answers_the_arithmetic_and_repeats_itself(
+        site23, model_dir, tmp_path, reference):
+    assert reference.figures["arithmetic_accuracy"] >= 0.85
+    again = measure(site23, model_dir, tmp_path, "", reference)
+    assert judge(again, reference, SPEC, "ref")["passed"]
+    assert again.figures["kld_mean"] == pytest.approx(0.0, abs=1e-9)
+    assert again.figures["greedy_agreement"] == 1.0
+
+
+def test_fp8_kv_noise_passes_with_a_small_kld(site23, model_dir, tmp_path, reference):
+    run = measure(site23, model_dir, tmp_path, "fp8_kv", reference)
+    assert judge(run, reference, SPEC, "ref")["passed"], run.verdict
+    assert 0 < run.figures["kld_mean"] < SPEC.kld_mean_max
+
+
+@pytest.mark.parametrize("perturbation, metrics", [
+    ("nan_after:8", {"non_finite_logprobs"}),
+    ("flat", {"kld_mean", "kld_p99", "repetition_loops"}),
+    ("degrade:40", {"arithmetic_accuracy"}),
+])
+def test_broken_and_degraded_launches_fail_naming_the_metric(
+        site23, model_dir, tmp_path, reference, perturbation, metrics):
+    run = measure(site23, model_dir, tmp_path, perturbation, reference)
+    assert not judge(run, reference, SPEC, "ref")["passed"]
+    assert metrics <= failed(run)
+
+
+def test_a_draft_that_accepts_nothing_is_named(site23, model_dir, tmp_path, reference):
+    flags = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d")
+    spec = QualitySpec(expected_accept_length=2.0)
+    run = measure(site23, model_dir, tmp_path, "draft_mismatch", reference, flags)
+    judge(run, reference, spec, "ref")
+    assert run.figures["accept_length"] == pytest.approx(1.0)
+    assert "spec_accept_length" in failed(run)
+
+
+RULES = """rules:
+  - name: fp8 kv cache
+    when: {kv_cache_dtype: fp8_e4m3}
+    quality: fp8_kv
+  - name: broken attention backend
+    when: {attention_backend: triton}
+    quality: nan_after:8
+"""
+
+
+def test_a_surface_rule_assigns_a_launchs_perturbations(tmp_path):
+    from lab import surface
+
+    path = tmp_path / "s.yaml"
+    path.write_text("format: 1\nname: t\ndescription: a test surface\n"
+                    "base: {decode_tps: 50}\n" + RULES)
+    s = surface.load(path)
+    assert s.quality_of({"kv_cache_dtype": "fp8_e4m3", "attention_backend": "triton"}) \
+        == "fp8_kv,nan_after:8"
+    assert s.quality_of({"kv_cache_dtype": "auto"}) == ""
+    path.write_text(path.read_text().replace("nan_after:8", "nan_after:eight"))
+    with pytest.raises(surface.SurfaceError, match=r"rules\[1\]\.quality"):
+        surface.load(path)
