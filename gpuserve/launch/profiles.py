@@ -232,7 +232,6 @@ TOP_LEVEL: dict[str, Any] = {
     # profile fields (prefill:, decode:); the hosts' roles come from the inventory
     # (docs/disaggregation.md)
     "disaggregation": DisaggregationSpec,  # gpuserve.launch.disaggregation
-
     # the output-quality check of this profile's launches (docs/quality.md)
     "quality": QualitySpec,  # gpuserve.quality.thresholds.parse_quality
 }
