@@ -255,7 +255,6 @@ class Profile:
     extra_args: list[str] = field(default_factory=list)
     bench: BenchSpec = field(default_factory=BenchSpec)
     disaggregation: DisaggregationSpec | None = None
-
     quality: QualitySpec = field(default_factory=QualitySpec)
     locations: dict[str, Origin] = field(default_factory=dict, repr=False, compare=False)
 
@@ -569,7 +568,6 @@ def _build(src: Path, data: dict[str, Any], locs: dict[str, Origin]) -> Profile:
             continue  # below: its checks need the memory section
         elif key == "disaggregation":
             kwargs[key] = parse_disaggregation(value, error_at(locs, src))
-
         elif key == "quality":
             kwargs[key] = parse_quality(value, error_at(locs, src))
         elif key in TOP_LEVEL and key != "extends":
