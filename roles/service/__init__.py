@@ -21,7 +21,8 @@ from pyinfra.api import deploy
 from gpuserve.host.nccl_env import NCCL_ENV_PATH
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.roles import managed
+from gpuserve.preview import restart_reason
+from gpuserve.roles import managed, planned
 from gpuserve.roles.prefetch import Read
 from gpuserve.serve.service import (
     CONFIG_DIR,
@@ -121,7 +122,13 @@ def configure_service(plan: ServicePlan, before_restart: Callable[[], None] | No
     ``before_restart``: called (at prepare time, before the first file operation) when
     the activation will restart a live server, so its operations run first."""
     steps = planned_steps(plan)
-    live = managed.unit_state(UNIT_NAME, MANAGED_FILES).active in LIVE_STATES
+    unit = managed.unit_state(UNIT_NAME, MANAGED_FILES)
+    live = unit.active in LIVE_STATES
+    if planned.collecting():  # whether the server restarts, and why (the dry run's preview)
+        changed = [f.dest for f in service_files(plan) if _differs(f)]
+        if plan.config_text is None and managed.state(CONFIG_PATH).kind != "absent":
+            changed.append(CONFIG_PATH)
+        planned.restart("server", restart_reason(changed, steps, unit.stale))
     if before_restart is not None and "restart" in steps and live:
         before_restart()
     managed.directory(name=f"{CONFIG_DIR} (root, readable by {plan.group} only)",

@@ -20,7 +20,7 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.command import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
-from pyinfra.context import ctx_host, ctx_state
+from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 
 #: The fake host's name (``host.name`` inside the deploy).
 FAKE_HOST = "@fake/gpu1"
@@ -68,17 +68,25 @@ def _summary(cmd) -> tuple | None:
 
 def prepare_fake(deploy: Callable, responses: dict, data: dict | None = None, *args,
                  host: str = FAKE_HOST, config: Config | None = None,
-                 setup: Callable[[State], None] | None = None, **kwargs) -> FakeOps:
+                 setup: Callable[[State], None] | None = None,
+                 others: dict[str, dict] | None = None,
+                 groups: dict[str, list[str]] | None = None, **kwargs) -> FakeOps:
     """Prepare ``deploy(*args, **kwargs)`` on the @fake host ``host`` with host data
-    ``data`` (``setup(state)`` runs before it, e.g. to mark the run ``--dry``)."""
-    answers = {**responses, "uname -s": ["Linux"]}
-    inventory = Inventory(([host], {**(data or {}), "fake_responses": answers,
-                                    "fake_delay": 0, "fake_delay_jitter": 0}))
+    ``data`` (``setup(state)`` runs before it, e.g. to mark the run ``--dry``).
+    ``others``: more hosts of the inventory (name -> host data; the deploy does not run
+    on them), ``groups``: inventory groups (name -> host names)."""
+    fake = {"fake_responses": {**responses, "uname -s": ["Linux"]}, "fake_delay": 0,
+            "fake_delay_jitter": 0}
+    hosts = [(host, {**(data or {}), **fake}),
+             *((name, {**other, **fake}) for name, other in (others or {}).items())]
+    inventory = Inventory((hosts, {}), **{g: (names, {}) for g, names in
+                                           (groups or {}).items()})
     state = State(inventory=inventory, config=config or Config())
     connect_all(state)
     if setup is not None:
         setup(state)
-    add_deploy(state, deploy, *args, **kwargs)
+    with ctx_inventory.use(inventory):  # what pyinfra's CLI sets (roles read the fleet)
+        add_deploy(state, deploy, *args, host=inventory.get_host(host), **kwargs)
     fake = inventory.get_host(host)
     out = FakeOps()
     with ctx_state.use(state), ctx_host.use(fake):
