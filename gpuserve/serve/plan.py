@@ -422,6 +422,7 @@ class _Built:
     launch: Launch
     args: list[str]
     env: dict[str, str]  # the profile's env, with the nodes' socket interface
+    venv: str  # the lock's venv, built with the chosen interpreter
 
 
 def plan_serve(inputs: ServeInput, reads: HostReads) -> ServePlan:
@@ -456,7 +457,8 @@ def plan_serve(inputs: ServeInput, reads: HostReads) -> ServePlan:
     args = _with_host_flags(args, host_json_lines, version)
     # SGLang's own metrics, on unless host data turns them off (gpuserve/serve/metrics.py)
     args += metrics.metrics_flags(args, inputs.metrics, load_catalog(version), source)
-    built = _Built(profile, lock, version, runtime, launch, args, launch_env)
+    venv = venv_path(settings.home, lock, runtime.interpreter and runtime.interpreter.path)
+    built = _Built(profile, lock, version, runtime, launch, args, launch_env, venv)
     plan = _service_plan(inputs, built)
     # the listen address and hardening choices are printed with the preflight's warnings
     checks_report.warnings.extend(plan.warnings)
@@ -638,14 +640,14 @@ def _with_host_flags(args: list[str], host_json_lines: list[str] | None,
 
 def _service_plan(inputs: ServeInput, built: _Built) -> service.ServicePlan:
     """The unit, EnvironmentFile and --config file of this launch (gpuserve/serve/service.py)."""
-    home, profile, runtime, lock = inputs.settings.home, built.profile, built.runtime, built.lock
+    home, profile, lock = inputs.settings.home, built.profile, built.lock
     return service.plan_service(service.ServiceLaunch(
         args=built.args, env=built.env, user=inputs.settings.user,
-        venv=venv_path(home, lock, runtime.interpreter and runtime.interpreter.path),
-        state_dir=sglang.state_dir(home), bin_dir=sglang.bin_dir(home), profile_name=profile.name,
+        venv=built.venv, state_dir=sglang.state_dir(home), bin_dir=sglang.bin_dir(home),
+        profile_name=profile.name,
         profile_source=str(profile.source), sglang_version=built.version,
         model_path=profile.model.path, port=profile.server.port,
-        served_name=served_name(profile), cuda_home=cuda_home(runtime, lock),
+        served_name=served_name(profile), cuda_home=cuda_home(built.runtime, lock),
         lock_name=lock.name, profile_sets_host=profile.is_set("server.host"),
         arg_field=functools.partial(_arg_field, built.launch, profile),
     ), inputs.service)
@@ -759,13 +761,12 @@ def _bench_plan(inputs: ServeInput, built: _Built, service_plan: service.Service
             catalog.validate(argv, origin.file, f"bench.scenarios.{s.name}", origin.line)
     on_regression = (inputs.on_regression
                      or OnRegression(profile.bench.on_regression or "report"))
-    venv = venv_path(home, lock, built.runtime.interpreter and built.runtime.interpreter.path)
     return BenchPlan(
         mode=inputs.bench, spec=profile.bench,
         # the lock's hash too: the same name can pin other wheels (a user's own locks)
         fingerprint=run_fingerprint(launch, f"{lock.name}@{lock.hash}", profile.bench),
         on_regression=on_regression, profile=profile.name,
-        python=f"{venv}/bin/python", user=inputs.settings.user,
+        python=f"{built.venv}/bin/python", user=inputs.settings.user,
         port=profile.server.port, served_name=service_plan.served_name,
         tokenizer=profile.model.path,
         config_path=service.CONFIG_PATH if service_plan.config_text is not None else "",
