@@ -48,7 +48,6 @@ from gpuserve.roles.service import (
     UNIT_NAME,
     UNIT_PATH,
     configure_service,
-    planned_steps,
 )
 from gpuserve.roles.service.rollback import RollbackSpec, keep_last_good
 from gpuserve.roles.sglang import PruneState, VenvVerified, install_sglang, prune_venvs
@@ -207,8 +206,7 @@ def serve(plan: ServePlan, live: LiveSettings | None = None) -> None:
                                    token=lambda: plan.input.service.hf_token,
                                    token_file=f"{state_dir(plan.home)}/hf-token")
     # decided before the service's operations exist, from the batch's read
-    service_changed = bool(planned_steps(plan.service))
-    configure_service(plan=plan.service, before_restart=take_out_first)
+    service_changed = bool(configure_service(plan=plan.service, before_restart=take_out_first))
     check_service(plan=plan, rollback=rollback)
     if switching.rollout is not None:
         planned.action(f"put {switching.rollout.url} back into the gateway on {router}")

@@ -114,13 +114,14 @@ LIVE_STATES = ("active", "activating", "reloading")
 
 @deploy("Configure the SGLang service")
 def configure_service(plan: ServicePlan, before_restart: Callable[[], None] | None = None
-                      ) -> None:
+                      ) -> list[str]:
     """Put the files (only those that differ: roles/managed.py), then activate when
     anything changed, the unit is not active and enabled, or the server runs an older
     configuration than its files (see :class:`roles.managed.UnitState`).
 
     ``before_restart``: called (at prepare time, before the first file operation) when
-    the activation will restart a live server, so its operations run first."""
+    the activation will restart a live server, so its operations run first. Returns the
+    activation's steps ([]: the service's files and state stay as they are)."""
     steps = planned_steps(plan)
     unit = managed.unit_state(UNIT_NAME, MANAGED_FILES)
     live = unit.active in LIVE_STATES
@@ -144,6 +145,7 @@ def configure_service(plan: ServicePlan, before_restart: Callable[[], None] | No
     if steps:
         managed.systemctl(name=f"activate {UNIT_NAME}: {', '.join(steps)}", unit=UNIT_NAME,
                           steps=tuple(steps))
+    return steps
 
 
 def activation_steps(live: LiveUnit, files_changed: bool, unit_changed: bool) -> list[str]:
