@@ -508,7 +508,8 @@ def test_a_health_that_generates_nothing_asks_for_a_smoke_every_run(tmp_path, va
     extra = {} if value is None else {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": value}
     data = {"profile": "glm5-nvfp4-tp8", "results_dir": str(tmp_path),
             "sglang_extra_env": extra}
-    asked = dict(serving_probe_read(first_reads(read_input(data, "inventory/gpu.py")), "gpu1").kwargs)
+    first = first_reads(read_input(data, "inventory/gpu.py"))
+    asked = dict(serving_probe_read(first, "gpu1").kwargs)
     assert asked["smoke"].unless_start == (start if per_start else "")
     assert health_generates(extra) is per_start
 
