@@ -23,9 +23,11 @@ from gpuserve.host.proven import proven_on_host
 from gpuserve.launch.interpreter import (
     SGLANG,
     InterpreterChoice,
+    ManagedBuild,
     VenvRole,
     choose_interpreter,
     facts_from,
+    managed_path,
     packages_read_for,
 )
 from gpuserve.roles import managed
@@ -58,28 +60,34 @@ def reads(choice: InterpreterChoice | None) -> list[Read]:
 
 def asked(role: VenvRole = SGLANG) -> str:
     """Host data's interpreter for ``role`` (the gateway's ``router_python`` falls back to
-    ``sglang_python``), checked before any change, and the managed-CPython mirror."""
+    ``sglang_python``), checked before any change. The serve deploy takes it from its
+    parsed input instead (gpuserve/serve/plan.py)."""
     from gpuserve.serve.install import validate_python
 
     return validate_python(host.data.dict(), inventory_source(), role.key)[0]
 
 
-def choice_read(pythons: Collection[str], role: VenvRole = SGLANG) -> Read:
-    """The interpreter facts for these lock Pythons and ``role``'s host data (read in the
-    deploy's first batch; apt only where python3 has no lock)."""
-    wanted = asked(role)
+def explicit_path(wanted: str) -> str:
+    """Host data's interpreter when it is a path, else "" (auto, system, managed)."""
+    return wanted if isinstance(wanted, str) and wanted.startswith("/") else ""
+
+
+def choice_read(pythons: Collection[str], explicit: str = "") -> Read:
+    """The interpreter facts for these lock Pythons and host data's interpreter path
+    (``explicit``; read in the deploy's first batch; apt only where python3 has no lock)."""
     return Read.of(SglangInterpreter, pythons=" ".join(sorted(set(pythons))),
-                   explicit=wanted if wanted.startswith("/") else "")
+                   explicit=explicit)
 
 
 def choose_on_host(pythons: Collection[str], home: str, role: VenvRole = SGLANG
                    ) -> InterpreterChoice:
     """The interpreter ``role``'s venvs are built with (gpuserve/launch/interpreter.py),
-    said in the deploy's output with why; an InterpreterError before any change."""
+    said in the deploy's output with why; an InterpreterError before any change (the
+    gateway's deploy; the serve deploy's plan chooses from the same facts)."""
     from gpuserve.serve.install import validate_python
 
     wanted, mirror = validate_python(host.data.dict(), inventory_source(), role.key)
-    read = choice_read(pythons, role)
+    read = choice_read(pythons, explicit_path(wanted))
     facts = facts_from(fact(read.cls, **dict(read.kwargs)))
     choice = choose_interpreter(facts, pythons,
                                 asked=wanted, mirror=mirror, home=home, host=host.name,
@@ -97,23 +105,23 @@ def prepare_reads(home: str, pythons: Collection[str], role: VenvRole = SGLANG
     """Everything a choice for these lock Pythons reads or may install, for the deploy's
     first prefetch: the choice's facts, the apt packages and managed builds' stamps."""
     ordered = sorted(set(pythons))
-    return [choice_read(ordered, role), *package_reads(ordered), *stamp_reads(home, ordered)]
+    builds = tuple(b for b in builds_for_host() if b.python in ordered)
+    return [choice_read(ordered, explicit_path(asked(role))), *package_reads(ordered),
+            *stamp_reads(home, builds)]
 
 
-def candidate_paths(home: str, python: str, role: VenvRole = SGLANG) -> tuple[str, ...]:
+def candidate_paths(home: str, python: str, explicit: str,
+                    builds: Collection[ManagedBuild]) -> tuple[str, ...]:
     """The interpreters a choice for this lock Python may name besides python3: the
-    distribution's and the catalog's managed builds (host data's explicit path too)."""
-    from gpuserve.launch.interpreter import managed_path
-
-    explicit = asked(role)
+    distribution's, the managed ``builds``' and host data's ``explicit`` path."""
     return (f"/usr/bin/python{python}",
-            *(managed_path(home, b) for b in builds_for_host() if b.python == python),
-            *([explicit] if isinstance(explicit, str) and explicit.startswith("/") else []))
+            *(managed_path(home, b) for b in builds if b.python == python),
+            *([explicit] if explicit else []))
 
 
 def builds_for_host():
     """The managed CPython catalog host data's ``sglang_python_builds`` names, else the
-    shipped one (read on the controller, like ``sglang_locks_dir``)."""
+    shipped one (read on the controller, like ``sglang_locks_dir``; the gateway's deploy)."""
     from pathlib import Path
 
     from gpuserve.launch.interpreter import managed_builds
@@ -122,11 +130,10 @@ def builds_for_host():
     return managed_builds(Path(path)) if isinstance(path, str) and path else managed_builds()
 
 
-def stamp_reads(home: str, pythons: list[str]) -> list[Read]:
-    """The stamp of every catalog build a choice for these Pythons may name (deploy
-    prefetch: the choice is made after the first batch, a rerun needs no second)."""
-    return [Read.of(ManagedPythonStamp, path=f"{home}/python/{b.dirname}")
-            for b in builds_for_host() if b.python in pythons]
+def stamp_reads(home: str, builds: Collection[ManagedBuild]) -> list[Read]:
+    """The stamp of every catalog build a choice may name (deploy prefetch: the choice is
+    made after the first batch, a rerun needs no second)."""
+    return [Read.of(ManagedPythonStamp, path=f"{home}/python/{b.dirname}") for b in builds]
 
 
 def package_reads(pythons: list[str]) -> list[Read]:

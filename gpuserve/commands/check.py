@@ -12,6 +12,7 @@ How: docs/check.md, "gpuserve.commands.check: what it runs and what it leaves to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -464,21 +465,14 @@ def check_serve(name: str, data: dict, source: str,
     host could pick (as if it had picked it)."""
     from gpuserve.launch.catalog import available_versions
     from gpuserve.launch.lock_choice import PreflightError, choose_lock
-    from gpuserve.launch.locks import load_locks
-    from gpuserve.launch.profiles import load_profile
-    from gpuserve.serve.plan import plan_serve
+    from gpuserve.serve.plan import HostReads, plan_serve, read_input
 
-    members = (groups or {}).get
-    plan = plan_serve(data, source, host_runtime=lambda home: unknown_runtime(name),
-                      host_name=name, group_members=members)
-    # plan_serve accepted these; read them again to list the other candidate locks
-    profile = load_profile(data["profile"])
-    pinned = data.get("sglang_version") or None
-    locks = load_locks(data.get("sglang_locks_dir") or None, source=source,
-                       field="sglang_locks_dir")
+    inputs = read_input(data, source, name, (groups or {}).get)  # as the deploy reads it
+    plan = plan_serve(inputs, HostReads(runtime=lambda home: unknown_runtime(name)))
+    profile, pinned = inputs.profile, inputs.settings.pinned
     versions = profile.sglang_versions or available_versions()
     candidates = []
-    for lock in locks:
+    for lock in inputs.locks:
         try:
             choose_lock([lock], unknown_runtime(name, lock.python), versions=versions,
                         pinned=pinned, profile=profile.name)
@@ -492,9 +486,10 @@ def check_serve(name: str, data: dict, source: str,
         problem = None
         if lock.name != plan.lock.name:
             try:
-                plan_serve({**data, "sglang_version": lock.sglang}, source,
-                           host_runtime=lambda home, lk=lock: unknown_runtime(name, lk.python),
-                           host_name=name, group_members=members)
+                pinned_input = dataclasses.replace(inputs, settings=dataclasses.replace(
+                    inputs.settings, pinned=lock.sglang))
+                plan_serve(pinned_input, HostReads(
+                    runtime=lambda home, lk=lock: unknown_runtime(name, lk.python)))
             except GpuserveError as exc:
                 problem = str(exc)
                 warnings.append(f"a host that picks lock {lock.name} (Python {lock.python}, "

@@ -22,6 +22,7 @@ from gpuserve.errors import InputError
 from gpuserve.fleet import disaggregation as disagg
 from gpuserve.fleet.multinode import Member, NodePlacement, place_node
 from gpuserve.host.nccl_env import HOST_JSON_PATH, sglang_flags_for_host
+from gpuserve.host.proven import proven_on_host
 from gpuserve.launch.bench import (
     BenchMode,
     OnRegression,
@@ -33,7 +34,14 @@ from gpuserve.launch.bench import (
 from gpuserve.launch.catalog import available_versions, load_catalog
 from gpuserve.launch.dialect import Launch, render_launch
 from gpuserve.launch.hf_source import offline_path_problem
-from gpuserve.launch.interpreter import InterpreterChoice
+from gpuserve.launch.interpreter import (
+    SGLANG,
+    DistroFacts,
+    InterpreterChoice,
+    ManagedBuild,
+    choose_interpreter,
+    managed_builds,
+)
 from gpuserve.launch.lock_choice import (
     HostRuntime,
     PreflightError,
@@ -48,6 +56,7 @@ from gpuserve.launch.profiles import Profile, load_profile, profile_ref_problem
 from gpuserve.launch.secrets import secret_flags
 from gpuserve.launch.venvs import venv_path
 from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_catalog
+from gpuserve.measure.health import health_generates
 from gpuserve.measure.results import (
     RecordSpec,
     launch_hash,
@@ -66,37 +75,96 @@ from gpuserve.serve import checks, metrics, service, weights
 from gpuserve.serve import install as sglang
 from gpuserve.serve.checks import BenchPlan, results_root
 from gpuserve.serve.checks import mark_path as bench_mark_path
+from gpuserve.serve.install import validate_python
 from gpuserve.serve.preflight import PreflightMode, PreflightReport, run_preflight
 from gpuserve.serve.preflight import validate_mode as validate_preflight
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServePlan:
+    """What the serve deploy does on one host, decided before any operation: the roles
+    take it whole (roles/deploys/serve.py), and ``gpuserve check`` plans the same."""
+
+    input: ServeInput  # the host data and profile it was planned from
     lock: Lock
     version: str  # the release whose flags are rendered (the lock's, without local part)
-    user: str
-    home: str
-    index_url: str | None
-    find_links: str | None
-    health_timeout: float
-    keep_venvs: int
-    expect_gpus: int
+    runtime: HostRuntime  # what the host brings (GPUs, driver, the chosen interpreter)
     service: service.ServicePlan
     record: RecordSpec | None = None  # where the smoke check records (None: off)
     bench: BenchPlan | None = None  # the throughput checks (None: off)
     preflight: PreflightReport | None = None  # what the preflight printed (it raised errors)
-    node: NodePlacement | None = None  # this host's part in a multi-node launch
     weights: weights.WeightsPlan | None = None  # a model.hf profile's fetch (roles/weights)
-    interpreter: InterpreterChoice | None = None  # builds the venv (None: python3)
     start: StartSpec | None = None  # where the start's memory figures go (None: off)
     # where the launch's NCCL transport and custom all-reduce choice come from, and
     # whether that is a warning (no host record): transport_note
     transport: tuple[str, bool] = ("", False)
     pd: disagg.PdLaunch | None = None  # this host's role flags in a PD fleet
+    notes: tuple[str, ...] = ()  # lines for the deploy's output (the interpreter chosen)
+
+    @property
+    def user(self) -> str:
+        return self.input.settings.user
+
+    @property
+    def home(self) -> str:
+        return self.input.settings.home
+
+    @property
+    def index_url(self) -> str | None:
+        return self.input.settings.index_url
+
+    @property
+    def find_links(self) -> str | None:
+        return self.input.settings.find_links
+
+    @property
+    def health_timeout(self) -> float:
+        return float(self.input.settings.timeout)
+
+    @property
+    def keep_venvs(self) -> int:
+        return self.input.settings.keep
+
+    @property
+    def expect_gpus(self) -> int:
+        return self.runtime.gpus
+
+    @property
+    def interpreter(self) -> InterpreterChoice | None:
+        """The interpreter that builds the venv (None: python3)."""
+        return self.runtime.interpreter
+
+    @property
+    def node(self) -> NodePlacement | None:
+        """This host's part in a multi-node launch."""
+        return self.input.placement
+
+    @property
+    def serves_http(self) -> bool:
+        """False on a multi-node rank > 0: no HTTP there, so no smoke or bench either."""
+        return self.node is None or self.node.is_head
+
+    @property
+    def served_name(self) -> str:
+        return self.service.served_name
+
+    @property
+    def smoke_per_start(self) -> bool:
+        return self.input.smoke_per_start
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The host data's secrets, for the preview's redaction."""
+        return self.input.secrets
 
     @property
     def venv(self) -> str:
         return venv_path(self.home, self.lock, self.interpreter and self.interpreter.path)
+
+    @property
+    def python(self) -> str:
+        """The venv's interpreter (the weights fetch and the bench run it)."""
+        return f"{self.venv}/bin/python"
 
     @property
     def bin_dir(self) -> str:
@@ -165,19 +233,28 @@ class _Settings:
     timeout: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServeInput:
-    """One host's host data and profile, parsed and validated once (before any host
-    read): everything the serve plan and the reads it needs are derived from. Bad
-    input raises here, naming file and field, in the order :func:`plan_serve` checks."""
+    """One host's host data and profile, parsed, typed and validated once (before any
+    host or Hub read): the serve plan and the reads it needs are derived from this. Bad
+    input raises here, naming file and field, in the order :func:`read_input` checks."""
 
     data: dict  # host data over defaults(), every value bounded
     source: str
+    host_name: str
     settings: _Settings
     profile: Profile  # with this host's rank when it is a node of a multi-node launch
     placement: NodePlacement | None
     locks: tuple[Lock, ...]  # every lock the host may choose from (sglang_locks_dir)
     preflight: PreflightMode
+    bench: BenchMode
+    on_regression: OnRegression | None  # None: the profile's bench.on_regression
+    results_dir: str | None  # None: recording off
+    metrics: bool  # sglang_metrics
+    service: service.ServiceData  # extra env, secrets, listen address, hardening
+    python: str  # sglang_python: auto, system, managed or a path
+    python_mirror: str | None
+    python_builds: tuple[ManagedBuild, ...]  # the managed-CPython catalog
     pd: disagg.PdPlacement | None = None  # this host's role in a PD fleet (its profile's too)
 
     @property
@@ -210,12 +287,79 @@ class ServeInput:
         path = self.profile.model.path
         return path if path.startswith("/") else None
 
+    @property
+    def launch_env(self) -> dict:
+        """The server's environment as far as host data and profile give it: the
+        profile's ``env`` under host data's ``sglang_extra_env``."""
+        return {**self.profile.env, **self.service.extra_env}
+
+    @property
+    def smoke_per_start(self) -> bool:
+        """One smoke completion per server start (its ``/health`` generates a token:
+        gpuserve/measure/health.py); False: one every run."""
+        return health_generates(self.launch_env)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(s for s in (self.service.hf_token, self.service.api_key) if s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FirstReads:
+    """What the serve deploy's first batch reads, known from the input alone: the
+    roles turn it into fact reads (roles/deploys/serve.py), so that a rerun with nothing
+    to do needs no second batch."""
+
+    home: str
+    user: str
+    locks: tuple[Lock, ...]  # the candidate locks: their venvs
+    pythons: tuple[str, ...]  # their Python minors: the interpreter facts, apt, builds
+    explicit_python: str  # host data's interpreter path ("" unless one)
+    builds: tuple[ManagedBuild, ...]  # the managed builds a choice may name
+    checkpoint: str | None  # the checkpoint scan (None: none)
+    weights: tuple[str, str] | None  # (revision directory, models_dir) of a pinned Hub id
+    probe: ProbeRead | None  # the health gate's first probe (None: a multi-node launch)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeRead:
+    """The health gate's first probe with its smoke completion, as the checks will ask
+    for it (roles/checks/probe.py)."""
+
+    profile_name: str
+    port: int
+    served_name: str
+    config_path: str  # the --config file the smoke reads its key from ("" without one)
+    smoke_records: str | None  # results_dir whose newest smoke record's start is skipped
+
+
+def first_reads(inputs: ServeInput) -> FirstReads:
+    """The first batch of the serve deploy, from its parsed input (pure)."""
+    locks = tuple(inputs.candidate_locks)
+    pythons = tuple(sorted({lk.python for lk in locks}))
+    profile = inputs.profile
+    probe = None if profile.parallel.nnodes > 1 else ProbeRead(
+        profile_name=profile.name, port=profile.server.port,
+        served_name=served_name(profile),
+        config_path=service.CONFIG_PATH if inputs.service.api_key else "",
+        smoke_records=inputs.results_dir if inputs.smoke_per_start else None)
+    return FirstReads(
+        home=inputs.settings.home, user=inputs.settings.user, locks=locks, pythons=pythons,
+        explicit_python=inputs.python if inputs.python.startswith("/") else "",
+        builds=tuple(b for b in inputs.python_builds if b.python in pythons),
+        checkpoint=inputs.checkpoint_path, weights=inputs.weights_target, probe=probe)
+
+
+def served_name(profile: Profile) -> str:
+    """The model name the server answers to (``--served-model-name``, else its path)."""
+    return profile.model.served_name or profile.model.path
+
 
 def read_input(host_data: dict, source: str, host_name: str = "",
                group_members: Callable[[str], list[Member] | None] = lambda group: None
                ) -> ServeInput:
-    """Host data and profile checked and parsed once: the only place the serve deploy
-    loads the profile (``load_profile``) and its locks."""
+    """Host data and profile checked, typed and parsed once: the only place the serve
+    deploy loads the profile (``load_profile``) and its locks."""
     data = _checked_data(host_data, source)
     settings = _settings(data, source)
     profile, placement = _placed_profile(settings.profile_ref, data["sglang_nodes_group"],
@@ -224,50 +368,90 @@ def read_input(host_data: dict, source: str, host_name: str = "",
                                       group_members)
     check_offline_model(profile)
     locks = load_locks(settings.locks_dir, source=source, field="sglang_locks_dir")
-    return ServeInput(data, source, settings, profile, placement, tuple(locks),
-                      validate_preflight(data["preflight"], source), role)
+    preflight_mode = validate_preflight(data["preflight"], source)
+    if profile.model.hf:
+        weights.check_data(data, source, settings.home)
+    python, mirror = validate_python(data, source)
+    return ServeInput(
+        data=data, source=source, host_name=host_name, settings=settings, profile=profile,
+        placement=placement, locks=tuple(locks), preflight=preflight_mode,
+        bench=validate_mode(data["bench"], source),
+        on_regression=validate_on_regression(data["on_regression"], source),
+        results_dir=validate_results_dir(data["results_dir"], source),
+        metrics=_flag(data, "sglang_metrics", source),
+        service=service.service_data(
+            source, extra_env=data["sglang_extra_env"], hf_token=data["hf_token"],
+            api_key=data["sglang_api_key"], listen_address=data["listen_address"],
+            hardening_off=data["unit_hardening_off"]),
+        python=python, python_mirror=mirror, python_builds=_builds(data, source), pd=role)
 
 
-def plan_serve(
-    host_data: dict,
-    source: str,
-    host_runtime: Callable[[str], HostRuntime],
-    host_record: Callable[[], list[str] | None] = lambda: None,
-    checkpoint: Callable[[str], str | None] | None = None,
-    host_facts: Callable[[], dict | None] | None = None,
-    host_name: str = "",
-    group_members: Callable[[str], list[Member] | None] = lambda group: None,
-    weights_state: Callable[[str, str, str], str | None] | None = None,
-    remote: Callable | None = None,
-    inputs: ServeInput | None = None,
-) -> ServePlan:
-    """Validate ``host_data`` (merged over :func:`defaults`), choose the lock, preflight
-    the host against it, and render the launch for the lock's SGLang.
+def _flag(data: dict, key: str, source: str) -> bool:
+    value = data[key]
+    if not isinstance(value, bool):
+        raise InputError(source, key, f"must be true or false, got {value!r:.40}")
+    return value
 
-    ``host_record`` reads the host deploy's ``/etc/gpuserve/host.json`` (lines, or None
-    when absent); flags the host's communication requires (no P2P ->
-    ``--disable-custom-all-reduce``) are added when the profile does not set them.
-    ``checkpoint(path)`` (the checkpoint scan's JSON) and ``host_facts()`` (the doctor's
-    host-facts document) feed the preflight (gpuserve/serve/preflight.py); None skips it.
-    ``inputs``: the host's :func:`read_input`, when the caller has parsed it already
-    (the deploy, which derived its first reads from it); else parsed here.
-    """
-    inputs = inputs or read_input(host_data, source, host_name, group_members)
-    data, settings, profile, placement = (inputs.data, inputs.settings, inputs.profile,
-                                          inputs.placement)
-    runtime = host_runtime(settings.home)
+
+def _builds(data: dict, source: str) -> tuple[ManagedBuild, ...]:
+    """The managed CPython catalog host data's ``sglang_python_builds`` names, else the
+    shipped one (read on the controller, like ``sglang_locks_dir``)."""
+    path = data.get("sglang_python_builds")
+    return managed_builds(Path(path)) if isinstance(path, str) and path else managed_builds()
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostReads:
+    """What :func:`plan_serve` reads from the host and the Hub, each a function so that
+    the deploy answers from its prefetched facts, ``gpuserve check`` from nothing and
+    tests from plain values. None: not read (no preflight scan, no weights step)."""
+
+    runtime: Callable[[str], HostRuntime]  # sglang_home -> what the host brings
+    # the interpreter facts (gpuserve/launch/interpreter.py) for the candidate locks'
+    # Pythons; None: the runtime's own interpreter (python3 unless it names one)
+    interpreter: Callable[[], DistroFacts] | None = None
+    host_record: Callable[[], list[str] | None] = lambda: None  # host.json's lines
+    checkpoint: Callable[[str], str | None] | None = None  # the checkpoint scan's JSON
+    host_facts: Callable[[], dict | None] | None = None  # the doctor's host-facts document
+    weights_state: Callable[[str, str, str], str | None] | None = None
+    remote: Callable | None = None  # the Hub's reads (gpuserve/memory/remote.py)
+
+
+@dataclass(frozen=True)
+class _Built:
+    """One launch as :func:`plan_serve` rendered it, for the service and checks' plans."""
+
+    profile: Profile  # with the weights' revision directory for a model.hf profile
+    lock: Lock
+    version: str
+    runtime: HostRuntime
+    launch: Launch
+    args: list[str]
+    env: dict[str, str]  # the profile's env, with the nodes' socket interface
+    venv: str  # the lock's venv, built with the chosen interpreter
+
+
+def plan_serve(inputs: ServeInput, reads: HostReads) -> ServePlan:
+    """Choose the interpreter and the lock for the host, preflight the host against them,
+    and render the launch for the lock's SGLang, from the host's :func:`read_input`.
+
+    ``reads.host_record`` gives the host deploy's ``/etc/gpuserve/host.json``: flags the
+    host's communication requires (no P2P -> ``--disable-custom-all-reduce``) are added
+    when the profile does not set them. ``reads.checkpoint`` (the checkpoint scan's
+    JSON) and ``reads.host_facts`` feed the preflight (gpuserve/serve/preflight.py)."""
+    source, settings, placement = inputs.source, inputs.settings, inputs.placement
+    runtime, notes = _runtime(inputs, reads)
+    profile, checkpoint = inputs.profile, reads.checkpoint
     lock, version = _chosen_lock(list(inputs.locks), settings, runtime, profile, source)
-    step = _weights(data, source, settings, profile, weights_state, remote) \
-        if profile.model.hf else None
+    step = _weights(inputs, reads) if profile.model.hf else None
     if step is not None:
         profile = step.profile
         if step.found is not None and step.found.scan is not None:
             checkpoint = _remote_first(step.plan.target, step.found.scan_json(), checkpoint)
-    results_dir = validate_results_dir(data["results_dir"], source)
     checks_report = run_preflight(
         inputs.preflight, host=runtime.name, profile=profile,
         version=version, gpus=list(runtime.gpu_list), checkpoint=checkpoint,
-        host_facts=host_facts, starts=_starts_reader(results_dir, runtime.name))
+        host_facts=reads.host_facts, starts=_starts_reader(inputs.results_dir, runtime.name))
     # after the memory fit: a profile that cannot fit costs its headers, not a file list
     weights_plan = step.finish() if step is not None else None
     launch = render_launch(profile, version)
@@ -275,8 +459,7 @@ def plan_serve(
     # the nodes' socket interface: after the profile's env, before host data's extra env
     launch_env = {**launch.env, **(placement.env if placement else {})}
     _refuse_unsafe_args(args, launch, profile, version)
-    host_json_lines = host_record()
-    host_comm = communication(host_json_lines)
+    host_json_lines = reads.host_record()
     args = _with_host_flags(args, host_json_lines, version)
     role = disagg.pd_launch(profile, catalog=load_catalog(version), lock_name=lock.name,
                             lock_packages=[p.name for p in lock.packages],
@@ -286,22 +469,41 @@ def plan_serve(
     args += list(role.args) if role else []
     checks_report.warnings.extend(role.warnings if role else ())
     # SGLang's own metrics, on unless host data turns them off (gpuserve/serve/metrics.py)
-    args += metrics.metrics_flags(args, data["sglang_metrics"], load_catalog(version), source)
-    plan = _service_plan(data, source, settings, profile, lock, version, runtime, launch, args,
-                         launch_env)
+    args += metrics.metrics_flags(args, inputs.metrics, load_catalog(version), source)
+    venv = venv_path(settings.home, lock, runtime.interpreter and runtime.interpreter.path)
+    built = _Built(profile, lock, version, runtime, launch, args, launch_env, venv)
+    plan = _service_plan(inputs, built)
     # the listen address and hardening choices are printed with the preflight's warnings
     checks_report.warnings.extend(plan.warnings)
-    record, bench = _record_and_bench(data, source, settings, profile, lock, version, runtime,
-                                      host_comm, plan, args, launch_env)
-    start = StartSpec(results_dir, version, checks_report.checkpoint
+    record, bench = _record_and_bench(inputs, built, communication(host_json_lines), plan)
+    start = StartSpec(inputs.results_dir, version, checks_report.checkpoint
                       or Checkpoint(profile.model.path), launch_of(profile),
-                      gpu_of(list(runtime.gpu_list))) if results_dir else None
-    return ServePlan(lock, version, settings.user, settings.home, settings.index_url,
-                     settings.find_links, float(settings.timeout), settings.keep,
-                     runtime.gpus, plan, record, bench, checks_report, placement,
-                     weights_plan, runtime.interpreter, start,
-                     transport_note(host_json_lines, "--disable-custom-all-reduce" in args),
-                     role)
+                      gpu_of(list(runtime.gpu_list))) if inputs.results_dir else None
+    return ServePlan(input=inputs, lock=lock, version=version, runtime=runtime,
+                     service=plan, record=record, bench=bench, preflight=checks_report,
+                     weights=weights_plan, start=start, notes=notes,
+                     transport=transport_note(host_json_lines,
+                                              "--disable-custom-all-reduce" in args),
+                     pd=role)
+
+
+def _runtime(inputs: ServeInput, reads: HostReads) -> tuple[HostRuntime, tuple[str, ...]]:
+    """The host's runtime with the interpreter its venvs are built with, chosen from the
+    interpreter facts (gpuserve/launch/interpreter.py) and said with why; an
+    ``InterpreterError`` before any change."""
+    runtime = reads.runtime(inputs.settings.home)
+    pythons = {lk.python for lk in inputs.candidate_locks}
+    if reads.interpreter is None or not pythons:
+        return runtime, ()
+    facts = reads.interpreter()
+    choice = choose_interpreter(facts, pythons, asked=inputs.python,
+                                mirror=inputs.python_mirror, home=inputs.settings.home,
+                                host=runtime.name, builds=inputs.python_builds, role=SGLANG)
+    notes = (f"{SGLANG.label} interpreter: {choice.kind} Python {choice.version} "
+             f"({choice.path}): {choice.reason}",
+             # how this path is proven on the host's distribution (docs/hosts.md's matrix)
+             proven_on_host(facts.os_release, "serve"))
+    return dataclasses.replace(runtime, python=choice.version, interpreter=choice), notes
 
 
 def _starts_reader(results_dir: str | None, host_name: str
@@ -313,17 +515,16 @@ def _starts_reader(results_dir: str | None, host_name: str
     return lambda: read_starts(results_root(results_dir), host_name)
 
 
-def _weights(data: dict, source: str, settings: _Settings, profile: Profile,
-             weights_state, remote) -> weights.WeightsStep | None:
-    """The weights step's plan (gpuserve/serve/weights.py) for a ``model.hf`` profile."""
-    if weights_state is None or remote is None:
-        # no host and no Hub to read (gpuserve check): the host data is checked only
-        weights.check_data(data, source, settings.home)
+def _weights(inputs: ServeInput, reads: HostReads) -> weights.WeightsStep | None:
+    """The weights step's plan (gpuserve/serve/weights.py) for a ``model.hf`` profile;
+    None with no host and no Hub to read (``gpuserve check``: read_input checked the
+    host data)."""
+    if reads.weights_state is None or reads.remote is None:
         return None
-    want = validate_preflight(data["preflight"], source) != "off"
-    return weights.plan_weights(data, source, profile, home=settings.home,
-                                user=settings.user, host_state=weights_state,
-                                remote=remote, want_headers=want)
+    return weights.plan_weights(inputs.data, inputs.source, inputs.profile,
+                                home=inputs.settings.home, user=inputs.settings.user,
+                                host_state=reads.weights_state, remote=reads.remote,
+                                want_headers=inputs.preflight != PreflightMode.OFF)
 
 
 def _remote_first(target: str, scan_json: str, checkpoint):
@@ -451,48 +652,34 @@ def _with_host_flags(args: list[str], host_json_lines: list[str] | None,
     return args
 
 
-def _service_plan(data: dict, source: str, settings: _Settings, profile: Profile, lock: Lock,
-                  version: str, runtime: HostRuntime, launch: Launch, args: list[str],
-                  launch_env: dict[str, str]) -> service.ServicePlan:
+def _service_plan(inputs: ServeInput, built: _Built) -> service.ServicePlan:
     """The unit, EnvironmentFile and --config file of this launch (gpuserve/serve/service.py)."""
-    home = settings.home
-    served = profile.model.served_name or profile.model.path
-    return service.plan_service(
-        args=args, env=launch_env, user=settings.user,
-        venv=venv_path(home, lock, runtime.interpreter and runtime.interpreter.path),
-        state_dir=sglang.state_dir(home), bin_dir=sglang.bin_dir(home), profile_name=profile.name,
-        profile_source=str(profile.source), sglang_version=version,
-        model_path=profile.model.path, port=profile.server.port, served_name=served,
-        extra_env=data["sglang_extra_env"], hf_token=data["hf_token"],
-        api_key=data["sglang_api_key"], data_source=source,
-        cuda_home=cuda_home(runtime, lock), lock_name=lock.name,
-        listen_address=data["listen_address"], hardening_off=data["unit_hardening_off"],
-        profile_sets_host=profile.is_set("server.host"),
-        arg_field=functools.partial(_arg_field, launch, profile),
-    )
+    home, profile, lock = inputs.settings.home, built.profile, built.lock
+    return service.plan_service(service.ServiceLaunch(
+        args=built.args, env=built.env, user=inputs.settings.user,
+        venv=built.venv, state_dir=sglang.state_dir(home), bin_dir=sglang.bin_dir(home),
+        profile_name=profile.name,
+        profile_source=str(profile.source), sglang_version=built.version,
+        model_path=profile.model.path, port=profile.server.port,
+        served_name=served_name(profile), cuda_home=cuda_home(built.runtime, lock),
+        lock_name=lock.name, profile_sets_host=profile.is_set("server.host"),
+        arg_field=functools.partial(_arg_field, built.launch, profile),
+    ), inputs.service)
 
 
-def _record_and_bench(data: dict, source: str, settings: _Settings, profile: Profile,
-                      lock: Lock, version: str, runtime: HostRuntime, host_comm: dict,
-                      plan: service.ServicePlan, args: list[str], launch_env: dict[str, str]
+def _record_and_bench(inputs: ServeInput, built: _Built, host_comm: dict,
+                      plan: service.ServicePlan
                       ) -> tuple[RecordSpec | None, BenchPlan | None]:
     """Where the smoke check records, and the throughput checks, of the launch the unit
     really runs (its ``--host`` last)."""
-    served = profile.model.served_name or profile.model.path
-    extra_env = data["sglang_extra_env"] or {}
-    args = service.with_host(args, plan.host)  # what the unit really runs (--host last)
-    record = record_spec(data["results_dir"], source, profile=profile.name, args=args,
-                         env={**launch_env, **{k: str(v) for k, v in extra_env.items()}},
-                         sglang_version=version, model=profile.model.path, served_name=served,
-                         profile_hash=profile_hash(profile), lock=lock.name,
-                         context=run_context(runtime, lock, host_comm))
-    bench = _bench_plan(data, source, profile=profile, lock=lock, user=settings.user,
-                        home=settings.home, service_plan=plan, version=version,
-                        venv=venv_path(settings.home, lock, runtime.interpreter
-                                       and runtime.interpreter.path),
-                        launch=launch_hash(args, {**launch_env, **{
-                            k: str(v) for k, v in extra_env.items()}}))
-    return record, bench
+    profile, lock, version = built.profile, built.lock, built.version
+    env = {**built.env, **{k: str(v) for k, v in inputs.service.extra_env.items()}}
+    args = service.with_host(built.args, plan.host)  # what the unit really runs (--host last)
+    record = record_spec(inputs.data["results_dir"], inputs.source, profile=profile.name,
+                         args=args, env=env, sglang_version=version, model=profile.model.path,
+                         served_name=served_name(profile), profile_hash=profile_hash(profile),
+                         lock=lock.name, context=run_context(built.runtime, lock, host_comm))
+    return record, _bench_plan(inputs, built, plan, launch_hash(args, env))
 
 
 def _arg_field(launch: Launch, profile: Profile, arg: str) -> str:
@@ -569,17 +756,16 @@ def run_context(runtime: HostRuntime, lock: Lock, comm: dict) -> dict:
     }
 
 
-def _bench_plan(data: dict, source: str, *, profile, lock: Lock, user: str, home: str,
-                service_plan: service.ServicePlan, launch: str,
-                version: str, venv: str) -> BenchPlan | None:
+def _bench_plan(inputs: ServeInput, built: _Built, service_plan: service.ServicePlan,
+                launch: str) -> BenchPlan | None:
     """The throughput checks of this deploy (host data ``bench``, ``on_regression``;
     the profile's ``bench`` section); None when ``bench: off``. Each scenario's client
     argv is checked against the catalog of that SGLang version's benchmark client
     (gpuserve/data/bench/), so a flag the host's client lacks fails here, not after a
     ten-minute load."""
-    mode = validate_mode(data["bench"], source)
-    if mode == BenchMode.OFF:
+    if inputs.bench == BenchMode.OFF:
         return None
+    profile, lock, version, home = built.profile, built.lock, built.version, inputs.settings.home
     if version in available_bench_versions():
         catalog = load_bench_catalog(version)
         for s in profile.bench.scenarios:
@@ -587,14 +773,14 @@ def _bench_plan(data: dict, source: str, *, profile, lock: Lock, user: str, home
                                output_file="/r/result.jsonl", tag="t")
             origin = profile.where(f"bench.scenarios.{s.name}")
             catalog.validate(argv, origin.file, f"bench.scenarios.{s.name}", origin.line)
-    on_regression = (validate_on_regression(data["on_regression"], source)
+    on_regression = (inputs.on_regression
                      or OnRegression(profile.bench.on_regression or "report"))
     return BenchPlan(
-        mode=mode, spec=profile.bench,
+        mode=inputs.bench, spec=profile.bench,
         # the lock's hash too: the same name can pin other wheels (a user's own locks)
         fingerprint=run_fingerprint(launch, f"{lock.name}@{lock.hash}", profile.bench),
         on_regression=on_regression, profile=profile.name,
-        python=f"{venv}/bin/python", user=user,
+        python=f"{built.venv}/bin/python", user=inputs.settings.user,
         port=profile.server.port, served_name=service_plan.served_name,
         tokenizer=profile.model.path,
         config_path=service.CONFIG_PATH if service_plan.config_text is not None else "",

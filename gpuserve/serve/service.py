@@ -83,34 +83,84 @@ class ServicePlan:
     environment: tuple[tuple[str, str], ...] = ()
 
 
-def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
-                 state_dir: str, bin_dir: str, profile_name: str, profile_source: str,
-                 sglang_version: str, model_path: str, port: int, served_name: str,
-                 extra_env: object, hf_token: object, api_key: object,
-                 data_source: str, cuda_home: str | None = None,
-                 lock_name: str = "", listen_address: object = None,
-                 hardening_off: object = None, profile_sets_host: bool = True,
-                 arg_field: Callable[[str], str] = lambda arg: "extra_args") -> ServicePlan:
-    """Render the three files; every input problem is an ``InputError`` here
-    (``arg_field(arg)``: the profile field an argument came from, for its messages)."""
-    for hit in secret_flags(args, _catalog_or_none(sglang_version)):
+@dataclass(frozen=True, kw_only=True)
+class ServiceLaunch:
+    """What the unit runs: one lock's SGLang with the launch's arguments and environment
+    (gpuserve/serve/plan.py renders them)."""
+
+    args: list[str]
+    env: dict[str, str]
+    venv: str
+    user: str
+    state_dir: str
+    bin_dir: str
+    profile_name: str
+    profile_source: str
+    sglang_version: str
+    model_path: str
+    port: int
+    served_name: str
+    cuda_home: str | None = None
+    lock_name: str = ""
+    profile_sets_host: bool = True
+    # the profile field an argument came from, for its messages
+    arg_field: Callable[[str], str] = lambda arg: "extra_args"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceData:
+    """The service's host data (:data:`DEFAULTS`), checked by :func:`service_data`."""
+
+    source: str
+    extra_env: dict
+    hf_token: str | None = None
+    api_key: str | None = None
+    listen_address: str | None = None
+    hardening_off: tuple[str, ...] = ()
+
+
+def service_data(source: str, *, extra_env: object = None, hf_token: object = None,
+                 api_key: object = None, listen_address: object = None,
+                 hardening_off: object = None) -> ServiceData:
+    """The service's host data checked before any host is read; messages never show a
+    secret. The listen address is checked against the key here and against the
+    profile's ``server.host`` by :func:`plan_service`."""
+    if extra_env is None:
+        extra_env = {}
+    if not isinstance(extra_env, dict):
+        raise InputError(source, "sglang_extra_env", "must be a mapping of NAME: value")
+    for key, value in extra_env.items():
+        reserved = reserved_env(key) if isinstance(key, str) else None
+        if reserved:
+            raise InputError(source, f"sglang_extra_env.{key}", reserved)
+        env_line(key, value, source, "sglang_extra_env")
+    # type, single line, at least 16 characters, hf_ shape
+    token = validate_secret(hf_token, "hf_token", source)
+    key = validate_secret(api_key, "sglang_api_key", source)
+    for name, secret in (("hf_token", token), ("sglang_api_key", key)):
+        if secret and "\n" in secret:
+            raise InputError(source, name, "must be a single line")
+    if listen_address is not None and listen_address != "":
+        listen_host(None, listen_address, bool(key), "", source)
+    return ServiceData(source=source, extra_env=dict(extra_env), hf_token=token, api_key=key,
+                       listen_address=listen_address or None,
+                       hardening_off=validate_hardening_off(hardening_off, source))
+
+
+def plan_service(launch: ServiceLaunch, data: ServiceData) -> ServicePlan:
+    """Render the three files; every input problem is an ``InputError`` here."""
+    args, data_source, profile_source = launch.args, data.source, launch.profile_source
+    for hit in secret_flags(args, _catalog_or_none(launch.sglang_version)):
         # resolved like SGLang's parser: --api-k is --api-key (the message names the
         # option only, never the value)
         raise InputError(profile_source, "extra_args",
                          f"{hit.given} ({hit.flag}) would put a secret on the command line; "
                          "set sglang_api_key in host data instead")
-    if extra_env is None:
-        extra_env = {}
-    if not isinstance(extra_env, dict):
-        raise InputError(data_source, "sglang_extra_env", "must be a mapping of NAME: value")
-    # type, single line, at least 16 characters, hf_ shape; messages never show the value
-    hf_token = validate_secret(hf_token, "hf_token", data_source)
-    api_key = validate_secret(api_key, "sglang_api_key", data_source)
-
+    hf_token, api_key = data.hf_token, data.api_key
     merged: dict[str, tuple[str, str]] = {}
     values: dict[str, str] = {}
-    for source, field_name, pairs in ((profile_source, "env", env),
-                                      (data_source, "sglang_extra_env", extra_env)):
+    for source, field_name, pairs in ((profile_source, "env", launch.env),
+                                      (data_source, "sglang_extra_env", data.extra_env)):
         for key, value in pairs.items():
             reserved = reserved_env(key) if isinstance(key, str) else None
             if reserved:
@@ -118,26 +168,22 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
             merged[key] = env_line(key, value, source, field_name)
             values[key] = str(value)
     if hf_token:
-        if "\n" in hf_token:
-            raise InputError(data_source, "hf_token", "must be a single line")
         merged["HF_TOKEN"] = env_line("HF_TOKEN", hf_token, data_source, "hf_token")
         values["HF_TOKEN"] = hf_token
 
-    host, warnings = listen_host(_value(args, "--host"), listen_address, bool(api_key),
-                                 profile_source, data_source, quiet=not profile_sets_host)
+    host, warnings = listen_host(_value(args, "--host"), data.listen_address, bool(api_key),
+                                 profile_source, data_source, quiet=not launch.profile_sets_host)
     # last, so it wins over any spelling of --host earlier in the args (argparse keeps the
     # last value, abbreviations included)
     args = with_host(args, host)
-    off = validate_hardening_off(hardening_off, data_source)
+    off = data.hardening_off
     if off:
         warnings.append(f"unit hardening switched off on this host (unit_hardening_off): "
                         f"{', '.join(off)}")
-
+    venv, bin_dir = launch.venv, launch.bin_dir
     launcher = [f"{venv}/bin/python", "-m", "sglang.launch_server"]
     config_text = None
     if api_key:
-        if "\n" in api_key:
-            raise InputError(data_source, "sglang_api_key", "must be a single line")
         config_text = render_config({"api-key": api_key})
         args = [*args, "--config", CONFIG_PATH]
     if api_key or hf_token:
@@ -147,18 +193,19 @@ def plan_service(*, args: list[str], env: dict[str, str], venv: str, user: str,
                     *launcher]
 
     # the kernel refuses one argv or environment string over 128 KiB (exec_limits)
-    problem = args_problem(args, f"{ARGS_VAR}={args_value(args)}", arg_field)
+    problem = args_problem(args, f"{ARGS_VAR}={args_value(args)}", launch.arg_field)
     if problem:
         raise InputError(profile_source, *problem)
     unit_text = render_unit(UnitSpec(
-        user=user, group=user, state_dir=state_dir, env_file=ENV_PATH, launcher=launcher,
-        sglang_version=sglang_version, model_path=model_path, lock_name=lock_name,
-        cuda_home=cuda_home, hardening_off=off,
+        user=launch.user, group=launch.user, state_dir=launch.state_dir, env_file=ENV_PATH,
+        launcher=launcher, sglang_version=launch.sglang_version,
+        model_path=launch.model_path, lock_name=launch.lock_name,
+        cuda_home=launch.cuda_home, hardening_off=off,
     ))
-    env_text = render_env_file(list(merged.values()), profile_name, args)
-    return ServicePlan(user, user, unit_text, env_text, config_text, port, served_name,
-                       profile_name, bin_dir, host, tuple(warnings), (*launcher, *args),
-                       tuple(values.items()))
+    env_text = render_env_file(list(merged.values()), launch.profile_name, args)
+    return ServicePlan(launch.user, launch.user, unit_text, env_text, config_text, launch.port,
+                       launch.served_name, launch.profile_name, bin_dir, host, tuple(warnings),
+                       (*launcher, *args), tuple(values.items()))
 
 
 def listen_host(profile_host: str | None, listen_address: object, has_key: bool,

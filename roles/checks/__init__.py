@@ -18,8 +18,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from gpuserve.launch.bench import BenchMode
-from gpuserve.measure.results import RecordSpec
-from gpuserve.measure.starts import StartSpec
+from gpuserve.roles import planned
 from gpuserve.roles.checks.bench import throughput_checks
 from gpuserve.roles.checks.gate import wait_healthy
 from gpuserve.roles.checks.probe import (
@@ -28,7 +27,7 @@ from gpuserve.roles.checks.probe import (
     serving_probe,
     serving_probe_read,
 )
-from gpuserve.roles.checks.quality import QualityRequest, quality_check
+from gpuserve.roles.checks.quality import quality_check, quality_request
 from gpuserve.roles.checks.rollback import roll_back
 from gpuserve.roles.checks.scripts import (
     BENCH,
@@ -47,7 +46,9 @@ from gpuserve.roles.checks.smoke import (
     smoked_start,
 )
 from gpuserve.roles.service.rollback import RollbackSpec
-from gpuserve.serve.checks import DEFAULTS, BenchPlan, results_root
+from gpuserve.serve.checks import DEFAULTS, results_root
+from gpuserve.serve.plan import ServePlan
+from gpuserve.serve.service import UNIT_NAME
 
 __all__ = ["BATCH_PROBE_MAX_AGE", "BENCH", "DEFAULTS", "IDLE", "PROBE", "SCRIPTS", "SMOKE",
            "SglangProbe", "SglangSmoke", "SmokeRequest", "check_service",
@@ -56,50 +57,56 @@ __all__ = ["BATCH_PROBE_MAX_AGE", "BENCH", "DEFAULTS", "IDLE", "PROBE", "SCRIPTS
 
 
 @deploy("Check SGLang")
-def check_service(unit: str, port: int, served_name: str, profile_name: str,
-                  bin_dir: str, health_timeout: float, config_path: str = "",
-                  record: RecordSpec | None = None,
-                  rollback: RollbackSpec | None = None,
-                  bench: BenchPlan | None = None, serves_http: bool = True,
-                  smoke_per_start: bool = True, start: StartSpec | None = None,
-                  quality: QualityRequest | None = None) -> None:
+def check_service(plan: ServePlan, rollback: RollbackSpec | None = None) -> None:
     """Gate on health (the scripts: :func:`install_check_scripts`), then one smoke
-    completion (recorded on the controller when ``record`` is given), then the
-    throughput checks when ``bench`` is given (roles/checks/bench.py). With
-    ``rollback``, a failed gate restores the last good configuration first (see
-    :func:`wait_healthy`). ``serves_http`` False (a multi-node rank > 0): the gate
-    waits for the unit to run, and nothing else runs. ``smoke_per_start`` (the server's
-    ``/health`` generates a token: gpuserve.measure.health.health_generates): no smoke
-    while the start the newest smoke record measured still runs; False: one every run.
-    ``start``: the gate records the memory figures of a start this deploy made
-    (roles/checks/starts.py). ``quality``: the output-quality check between the smoke
-    and the throughput checks (roles/checks/quality.py)."""
-    if not serves_http:
+    completion (recorded on the controller when the plan records), then the throughput
+    checks when the plan has them (roles/checks/bench.py). With ``rollback``, a failed
+    gate restores the last good configuration first (see :func:`wait_healthy`). A
+    multi-node rank > 0 serves no HTTP: the gate waits for the unit to run, and nothing
+    else runs. One smoke per server start when the server's ``/health`` generates a token
+    (``plan.smoke_per_start``): none while the start the newest smoke record measured
+    still runs. The gate records the memory figures of a start this deploy made
+    (``plan.start``: roles/checks/starts.py)."""
+    unit, port, bin_dir = UNIT_NAME, plan.service.port, plan.bin_dir
+    timeout, record, bench = plan.health_timeout, plan.record, plan.bench
+    if not plan.serves_http:
         # a multi-node rank > 0: no HTTP here, so no smoke or throughput check either;
         # node 0's gate, smoke and checks cover the group
+        planned.action(f"health gate: {unit} running (a read)", changes=False)
         wait_healthy(name=f"health gate: {unit} running (node serves no HTTP)", unit=unit,
-                     port=0, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,
+                     port=0, script=f"{bin_dir}/{PROBE}", timeout=timeout,
                      rollback=rollback)
         return
     # one smoke per server start: none while the start the newest record measured runs
-    unless_start = smoked_start(record.results_dir if record and smoke_per_start else None,
-                                host.name)
+    unless_start = smoked_start(record.results_dir if record and plan.smoke_per_start
+                                else None, host.name)
+    planned.action(f"health gate on port {port} (a read; waits {timeout:g} s at most after "
+                   "a restart)", changes=False)
     wait_healthy(name=f"health gate: {unit} answers /health 200",
-                 unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=health_timeout,
-                 rollback=rollback, smoke=SmokeRequest(port=port, model=served_name,
-                                                       config=config_path,
-                                                       unless_start=unless_start),
-                 profile_name=profile_name, start=start)
-    smoke_completion(name=f"smoke completion on port {port}", port=port, model=served_name,
-                     profile=profile_name, script=f"{bin_dir}/{SMOKE}", config=config_path,
+                 unit=unit, port=port, script=f"{bin_dir}/{PROBE}", timeout=timeout,
+                 rollback=rollback, smoke=SmokeRequest(port=port, model=plan.served_name,
+                                                       config=plan.config_path,
+                                                       unless_start=unless_start,
+                                                       profile=plan.service.profile_name),
+                 start=plan.start)
+    planned.action("smoke completion (a read)", changes=False)
+    smoke_completion(name=f"smoke completion on port {port}", port=port,
+                     model=plan.served_name, profile=plan.service.profile_name,
+                     script=f"{bin_dir}/{SMOKE}", config=plan.config_path,
                      record=record, unless_start=unless_start)
+    quality = quality_request(plan)
     if quality is not None:
+        planned.action("quality check against the checkpoint's reference (a read)",
+                       changes=False)
         quality_check(name=f"quality check on port {port} (docs/quality.md)", request=quality,
-                      port=port, profile=profile_name, script=f"{bin_dir}/{QUALITY}",
-                      config=config_path, rollback=rollback,
-                      health_script=f"{bin_dir}/{PROBE}", health_timeout=health_timeout)
+                      port=port, profile=plan.service.profile_name,
+                      script=f"{bin_dir}/{QUALITY}", config=plan.config_path,
+                      rollback=rollback, health_script=f"{bin_dir}/{PROBE}",
+                      health_timeout=timeout)
     if bench is not None and bench.mode != BenchMode.OFF:
+        planned.action(f"throughput checks: bench {bench.mode} "
+                       f"({len(bench.spec.scenarios)} scenarios)", changes=False)
         throughput_checks(name=f"throughput checks ({len(bench.spec.scenarios)} scenarios, "
                           f"SGLang's benchmark client)", plan=bench,
                           script=f"{bin_dir}/{BENCH}", record=record, rollback=rollback,
-                          health_script=f"{bin_dir}/{PROBE}", health_timeout=health_timeout)
+                          health_script=f"{bin_dir}/{PROBE}", health_timeout=timeout)

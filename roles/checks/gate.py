@@ -28,11 +28,13 @@ from gpuserve.roles.service.rollback import (
     RollbackSpec,
 )
 
+#: How often a waiting gate says where the server's start is (seconds).
+REPORT_EVERY = 15.0
+
 
 @operation(is_idempotent=True)
 def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: float = 3.0,
-                 report_every: float = 15.0, rollback: RollbackSpec | None = None,
-                 smoke: SmokeRequest | None = None, profile_name: str = "",
+                 rollback: RollbackSpec | None = None, smoke: SmokeRequest | None = None,
                  start: StartSpec | None = None):
     """Wait for ``/health`` 200, printing the startup phase; fail early or on timeout.
 
@@ -40,8 +42,8 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
     there is one that differs from the failing one (roles/service/rollback.py), waits
     for it to be healthy again, and then fails the host saying so. With ``smoke``, the
     probe that finds the server healthy also makes the smoke completion (judged by
-    :func:`smoke_completion`, the next operation). With ``profile_name`` too, and no
-    operation of this deploy having changed the host, the first batch's probe of this
+    :func:`smoke_completion`, the next operation). With the smoke's ``profile`` too, and
+    no operation of this deploy having changed the host, the first batch's probe of this
     profile (:func:`serving_probe`) stands for the first probe: the server it found
     healthy is the one this deploy leaves running. With ``start``, the memory figures of
     a start this deploy made are recorded on the controller, healthy or not
@@ -50,12 +52,12 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
         return
     run_context().host(host.name).smoke = None
     found = None
-    if smoke is not None and profile_name and not changed_so_far():
-        batch = prefetched(serving_probe(script, unit, profile_name, smoke),
+    if smoke is not None and smoke.profile and not changed_so_far():
+        batch = prefetched(serving_probe(script, unit, smoke.profile, smoke),
                            max_age=BATCH_PROBE_MAX_AGE)
         found = _healthy_from_batch(batch, smoke, timeout)
     decision, tail, elapsed, error = ((*found, 0.0, "") if found else _gate(
-        unit, port, script, timeout, interval, report_every, smoke))
+        unit, port, script, timeout, interval, REPORT_EVERY, smoke))
     if found is None and changed_so_far():
         record_start(start, unit)
     if decision is not None and decision.verdict is Verdict.HEALTHY:
@@ -70,6 +72,6 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
                               f"; last journal lines of {unit}:"), tail)
         return
     failed = f"{reason}; profile {rollback.profile_name} failed, last journal lines of {unit}:"
-    outcome = yield from roll_back(rollback, port, script, timeout, interval, report_every,
+    outcome = yield from roll_back(rollback, port, script, timeout, interval, REPORT_EVERY,
                                    what="health")
     yield fail_host(failed, tail, outcome)

@@ -15,11 +15,9 @@ from gpuserve.measure.health import (
     ProbeError,
     Verdict,
     decide,
-    health_generates,
     parse_probe,
     progress_line,
 )
-from gpuserve.measure.results import validate_results_dir
 from gpuserve.measure.smoke import SmokeError, parse_smoke_output, same_start
 from gpuserve.roles.checks.scripts import PROBE
 from gpuserve.roles.checks.smoke import SmokeRequest, _smoke_seconds, smoked_start
@@ -27,7 +25,7 @@ from gpuserve.roles.prefetch import Read
 from gpuserve.roles.run_context import run_context
 from gpuserve.serve import install as sglang
 from gpuserve.serve import service
-from gpuserve.serve.plan import ServeInput
+from gpuserve.serve.plan import FirstReads
 from gpuserve.serve.render import SERVICE_ENV_PATH, profile_line
 
 
@@ -70,32 +68,21 @@ def serving_probe(script: str, unit: str, profile_name: str, smoke: SmokeRequest
                    only_profile=profile_name)
 
 
-def serving_probe_read(inputs: ServeInput, host_name: str) -> Read | None:
+def serving_probe_read(first: FirstReads, host_name: str) -> Read | None:
     """The health gate's first probe with its smoke completion, as the deploy's checks
-    will ask for it (roles/checks ``serving_probe``), derived from the host's parsed
-    input before any host read, so that a rerun with nothing to do proves health and a
-    completion in its first batch. None for a multi-node profile (only node 0 serves
-    HTTP, which the plan decides once the host is read). Its smoke is asked unless the
-    start of ``host_name``'s newest smoke record still runs (roles/checks/smoke.py)."""
-    profile, home = inputs.profile, inputs.settings.home
-    if profile.parallel.nnodes > 1:
+    will ask for it (roles/checks ``serving_probe``), from what the host's parsed input
+    tells before any host read (gpuserve/serve/plan.first_reads), so that a rerun with
+    nothing to do proves health and a completion in its first batch. None for a
+    multi-node profile (only node 0 serves HTTP, which the plan decides once the host is
+    read). Its smoke is asked unless the start of ``host_name``'s newest smoke record
+    still runs (roles/checks/smoke.py; only when the server makes one smoke per start)."""
+    probe = first.probe
+    if probe is None:
         return None
-    smoke = SmokeRequest(port=profile.server.port,
-                         model=profile.model.served_name or profile.model.path,
-                         config=service.CONFIG_PATH if inputs.data["sglang_api_key"] else "",
-                         unless_start=smoked_start(
-                             validate_results_dir(inputs.data.get("results_dir"),
-                                                  inputs.source)
-                             if health_generates(launch_env(inputs)) else None, host_name))
-    return serving_probe(f"{sglang.bin_dir(home)}/{PROBE}", service.UNIT_NAME,
-                         profile.name, smoke)
-
-
-def launch_env(inputs: ServeInput) -> dict:
-    """The server's environment as far as host data and profile give it before any
-    read: the profile's ``env`` under host data's ``sglang_extra_env``."""
-    extra = inputs.data.get("sglang_extra_env")
-    return {**inputs.profile.env, **(extra if isinstance(extra, dict) else {})}
+    smoke = SmokeRequest(port=probe.port, model=probe.served_name, config=probe.config_path,
+                         unless_start=smoked_start(probe.smoke_records, host_name))
+    return serving_probe(f"{sglang.bin_dir(first.home)}/{PROBE}", service.UNIT_NAME,
+                         probe.profile_name, smoke)
 
 
 #: How old the first batch's probe may be for the gate to take it (seconds). On a

@@ -29,7 +29,6 @@ from gpuserve.quality.record import (
 from gpuserve.quality.thresholds import QualitySpec
 from gpuserve.roles.checks.rollback import roll_back
 from gpuserve.roles.failure import fail_host
-from gpuserve.roles.run_context import run_context
 from gpuserve.serve.checks import results_root
 
 QUALITY = "sglang_quality.py"
@@ -45,10 +44,8 @@ class QualityRequest:
 
 
 def quality_request(plan) -> QualityRequest | None:
-    """The serve plan's check (None when the profile says ``quality: {check: false}``):
-    the profile comes from the run's parsed input (roles/deploys/serve.py keeps it)."""
-    inputs = run_context().host(host.name).serve_input
-    spec = inputs.profile.quality if inputs is not None else QualitySpec()
+    """The serve plan's check (None when the profile says ``quality: {check: false}``)."""
+    spec = plan.input.profile.quality
     if not spec.check:
         return None
     weights = getattr(plan, "weights", None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyinfra import host, logger, state
 from pyinfra.api import FactBase, operation
@@ -38,6 +38,9 @@ class SmokeRequest:
     # the server start (InvocationID) the newest smoke record measured: the probe makes
     # no completion while that start still runs ("" : always make one)
     unless_start: str = ""
+    # the profile the deploy serves: the health gate takes the first batch's probe of it
+    # (roles/checks/gate.py); not part of the request (the probe's command lacks it)
+    profile: str = field(default="", compare=False)
 
 
 def smoked_start(results_dir: str | None, host_name: str) -> str:

@@ -31,10 +31,9 @@ from gpuserve.facts.host import ModelCheckpoint
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.measure.results import utc_now
 from gpuserve.roles.deploys.operate import ServiceJournal
-from gpuserve.roles.deploys.serve import host_runtime, plan_and_read
+from gpuserve.roles.deploys.serve import plan_and_read
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import fact, reader
-from gpuserve.roles.run_context import run_context
 from gpuserve.serve.service import ENV_PATH, UNIT_NAME
 from gpuserve.tune.snapshot import MAX_DRAFTS, SCHEMA
 
@@ -86,14 +85,13 @@ def tune_snapshot() -> None:
         raise InputError(inventory_source(), "tune_snapshot", f"a tune measures one host, "
                          f"this run has {len(state.activated_hosts)}: give gpuserve tune "
                          "--limit HOST")
-    plan = plan_and_read()
-    inputs = run_context().host(host.name).serve_input
-    path = inputs.checkpoint_path
+    plan = plan_and_read()  # the serve deploy's input and plan, its interpreter chosen once
+    path = plan.input.checkpoint_path
     host_json = fact(FileContents, path=HOST_JSON_PATH)
     doc = {
         "schema": SCHEMA, "host": host.name, "taken": utc_now(),
         "sglang_version": plan.version, "lock": f"{plan.lock.name}@{plan.lock.hash}",
-        "gpus": [dict(g) for g in host_runtime(plan.home, inputs.candidate_locks).gpu_list],
+        "gpus": [dict(g) for g in plan.runtime.gpu_list],
         "checkpoint": fact(ModelCheckpoint, path=path) if path else None,
         "host_facts": host_facts_document(reader()),
         "host_json": "\n".join(host_json) if host_json else None,

@@ -21,7 +21,8 @@ from pyinfra.api import deploy
 from gpuserve.host.nccl_env import NCCL_ENV_PATH
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.roles import managed
+from gpuserve.preview import restart_reason
+from gpuserve.roles import managed, planned
 from gpuserve.roles.prefetch import Read
 from gpuserve.serve.service import (
     CONFIG_DIR,
@@ -113,15 +114,22 @@ LIVE_STATES = ("active", "activating", "reloading")
 
 @deploy("Configure the SGLang service")
 def configure_service(plan: ServicePlan, before_restart: Callable[[], None] | None = None
-                      ) -> None:
+                      ) -> list[str]:
     """Put the files (only those that differ: roles/managed.py), then activate when
     anything changed, the unit is not active and enabled, or the server runs an older
     configuration than its files (see :class:`roles.managed.UnitState`).
 
     ``before_restart``: called (at prepare time, before the first file operation) when
-    the activation will restart a live server, so its operations run first."""
+    the activation will restart a live server, so its operations run first. Returns the
+    activation's steps ([]: the service's files and state stay as they are)."""
     steps = planned_steps(plan)
-    live = managed.unit_state(UNIT_NAME, MANAGED_FILES).active in LIVE_STATES
+    unit = managed.unit_state(UNIT_NAME, MANAGED_FILES)
+    live = unit.active in LIVE_STATES
+    if planned.collecting():  # whether the server restarts, and why (the dry run's preview)
+        changed = [f.dest for f in service_files(plan) if _differs(f)]
+        if plan.config_text is None and managed.state(CONFIG_PATH).kind != "absent":
+            changed.append(CONFIG_PATH)
+        planned.restart("server", restart_reason(changed, steps, unit.stale))
     if before_restart is not None and "restart" in steps and live:
         before_restart()
     managed.directory(name=f"{CONFIG_DIR} (root, readable by {plan.group} only)",
@@ -137,6 +145,7 @@ def configure_service(plan: ServicePlan, before_restart: Callable[[], None] | No
     if steps:
         managed.systemctl(name=f"activate {UNIT_NAME}: {', '.join(steps)}", unit=UNIT_NAME,
                           steps=tuple(steps))
+    return steps
 
 
 def activation_steps(live: LiveUnit, files_changed: bool, unit_changed: bool) -> list[str]:

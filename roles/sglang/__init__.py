@@ -20,6 +20,7 @@ from pyinfra.operations import server
 from gpuserve.errors import InputError
 from gpuserve.launch.install_progress import PIP_LINES, pip_progress
 from gpuserve.launch.interpreter import InterpreterChoice
+from gpuserve.launch.lock_choice import public_version
 from gpuserve.launch.locks import Lock
 from gpuserve.launch.venvs import (
     STAMP,
@@ -32,7 +33,8 @@ from gpuserve.launch.venvs import (
 )
 from gpuserve.launch.verify import judge
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.roles import managed, progress
+from gpuserve.preview import lock_install
+from gpuserve.roles import managed, planned, progress
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.interpreter import install_interpreter
 from gpuserve.roles.inventory import inventory_source
@@ -372,6 +374,7 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
     # read before any change: an existing account gpuserve did not create is refused
     check_account(account["entry"], account["group_exists"], user, inventory_source())
     if not account_is_ours(account["entry"], account["group_exists"], user, home):
+        planned.action(f"make the service account {user} (system user and group)")
         server.group(name=f"Service group {user}", group=user, system=True)
         server.user(
             name=f"Service user {user}",
@@ -403,6 +406,10 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
 
     verified = fact(VenvVerified, venv=venv) == lock.hash
     if not verified:
+        planned.action(f"install the venv {venv} and verify it against the lock",
+                       would="install " + lock_install(
+                           lock.name, "SGLang", public_version(lock.sglang),
+                           len(lock.packages), lock.download_bytes, venv))
         locked_venv(name=f"venv {venv} from lock {lock.name}", venv=venv, lock=lock,
                     requirements=requirements,
                     pip_options=pip_args(index_url, find_links, trusted=trusted),

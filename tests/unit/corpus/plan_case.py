@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from gpuserve.errors import GpuserveError, InputError  # noqa: E402
 from gpuserve.launch.lock_choice import HostRuntime  # noqa: E402
-from gpuserve.serve.plan import plan_serve  # noqa: E402
+from tests.serve_plans import plan_of  # noqa: E402
 
 #: The 8-GPU R580 host of tests/unit/serve/test_serve_plan.py.
 RUNTIME = dict(name="gpu1", python="3.11.2", glibc="2.36", driver="580.126.20",
@@ -29,7 +29,7 @@ def main(case: dict) -> int:
     host_json = case.get("host_json")
     facts = case.get("host_facts")  # a host-facts document: the preflight's doctor runs
     try:
-        plan_serve(case["data"], case.get("source", "inventory/gpu.py"),
+        plan_of(case["data"], case.get("source", "inventory/gpu.py"),
                    lambda home: HostRuntime(**RUNTIME),
                    host_record=lambda: None if host_json is None else host_json.splitlines(),
                    host_facts=None if facts is None else lambda: facts)

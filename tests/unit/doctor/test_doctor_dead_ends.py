@@ -14,9 +14,9 @@ from gpuserve.doctor.rules import diagnose
 from gpuserve.host.hostfacts import HostFacts
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
 from gpuserve.launch.profiles import load_profile
-from gpuserve.serve.plan import plan_serve
 from gpuserve.tune.judge import judge
 from gpuserve.tune.snapshot import HostSnapshot
+from tests.serve_plans import plan_of
 
 REPO = Path(__file__).resolve().parents[3]
 HOSTFACTS = REPO / "tests/fixtures/hostfacts"
@@ -76,7 +76,7 @@ def runtime(home):
 
 def test_serve_preflight_refuses_it_before_any_change():
     with pytest.raises(PreflightError, match=f"doctor error {RULE}: moe.a2a_backend deepep"):
-        plan_serve({"profile": str(DEEPEP)}, "inv.py", runtime, host_facts=lambda: BOX)
+        plan_of({"profile": str(DEEPEP)}, "inv.py", runtime, host_facts=lambda: BOX)
 
 
 def test_tuner_judge_prunes_it():

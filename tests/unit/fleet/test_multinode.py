@@ -14,7 +14,7 @@ from gpuserve.errors import InputError
 from gpuserve.fleet.multinode import Member, place_node
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.profiles import load_profile
-from gpuserve.serve.plan import plan_serve
+from tests.serve_plans import plan_of
 
 REPO = Path(__file__).resolve().parents[3]
 TWO = REPO / "tests/fixtures/profiles/two-nodes.yaml"
@@ -32,7 +32,7 @@ def plan(host: str = "gpu-b", group=GROUP, **data):
     members = {"pair": group}
     host_data = {"profile": str(TWO), "sglang_nodes_group": "pair", "preflight": "off",
                  **next((m.data for m in group if m.name == host), {}), **data}
-    return plan_serve(host_data, INV, runtime, host_name=host, group_members=members.get)
+    return plan_of(host_data, INV, runtime, host_name=host, group_members=members.get)
 
 
 def value(args: list[str], flag: str) -> str | None:
@@ -61,7 +61,7 @@ def test_socket_interface_goes_to_nccl_and_gloo_in_the_env_file() -> None:
 
 
 def test_single_node_profile_has_no_placement_and_no_group_needed() -> None:
-    p = plan_serve({"profile": "glm5-nvfp4-tp8", "preflight": "off"}, INV, runtime)
+    p = plan_of({"profile": "glm5-nvfp4-tp8", "preflight": "off"}, INV, runtime)
     assert p.node is None and "--nnodes" not in launched(p)
 
 

@@ -161,14 +161,14 @@ def test_serve_plan_on_ubuntu2204_facts_takes_the_py312_lock_and_its_own_venv() 
     """The serve plan with the choice for Ubuntu 22.04's recorded answers: the lock of
     the managed CPython's Python, the server and the venv from that interpreter."""
     from gpuserve.launch.lock_choice import HostRuntime
-    from gpuserve.serve.plan import plan_serve
+    from tests.serve_plans import plan_of
 
     choice = choose("ubuntu2204")
     runtime = HostRuntime(name="gpu1", python=choice.version, glibc="2.35",
                           driver="580.126.20", cuda_toolkit="13.0", free_bytes=500 * 1024**3,
                           gpus=0, interpreter=choice)
-    plan = plan_serve({"profile": "glm5-nvfp4-tp8", "preflight": "off"}, "inventory/gpu.py",
-                      host_runtime=lambda home: runtime, host_name="gpu1")
+    plan = plan_of({"profile": "glm5-nvfp4-tp8", "preflight": "off"}, "inventory/gpu.py",
+                      lambda home: runtime, host_name="gpu1")
     assert plan.lock.name == "sglang-0.5.23-cu13-py312"
     assert plan.interpreter is choice
     assert plan.venv.startswith(f"/opt/gpuserve/venvs/0.5.23-{plan.lock.hash}-py")

@@ -9,7 +9,7 @@ import shlex
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.redact import REDACTED
 from gpuserve.serve.launch_view import launch_view, unit_environment, view_of
-from gpuserve.serve.plan import plan_serve
+from tests.serve_plans import plan_of
 
 TOKEN = "hf_renderTokenNeverShown0123"
 KEY = "sk-render-key-never-shown-4567"
@@ -25,7 +25,7 @@ def runtime(home: str) -> HostRuntime:
 
 
 def plan(**data):
-    return plan_serve({"profile": "glm5-nvfp4-tp8", **data}, "inventory/gpu.py", runtime,
+    return plan_of({"profile": "glm5-nvfp4-tp8", **data}, "inventory/gpu.py", runtime,
                       host_record=lambda: HOST_JSON.splitlines())
 
 

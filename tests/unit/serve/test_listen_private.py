@@ -17,7 +17,7 @@ import pytest
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.serve.plan import plan_serve
+from tests.serve_plans import plan_of
 
 sys.path.insert(0, str(SCRIPTS_DIR))
 import sglang_bench  # noqa: E402
@@ -34,7 +34,7 @@ def runtime(home: str) -> HostRuntime:
 
 
 def plan(**data):
-    return plan_serve({"profile": "glm5-nvfp4-tp8", **data}, "inventory/gpu.py", runtime)
+    return plan_of({"profile": "glm5-nvfp4-tp8", **data}, "inventory/gpu.py", runtime)
 
 
 @pytest.mark.parametrize("address", ["10.0.0.21", "172.16.4.4", "192.168.1.5", "fd00::5"])

@@ -145,7 +145,8 @@ def run_gate_then_smoke(responses: dict):
     inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
     state = State(inv, Config())
     connect_all(state)
-    request = SmokeRequest(port=SMOKE["port"], model=SMOKE["model"], config=SMOKE["config"])
+    request = SmokeRequest(port=SMOKE["port"], model=SMOKE["model"], config=SMOKE["config"],
+                           profile=SMOKE["profile"])
     gate = next(iter(add_op(state, wait_healthy, timeout=5, smoke=request, **GATE).values()))
     smoke = next(iter(add_op(state, smoke_completion, **SMOKE).values()))
     with contextlib.suppress(PyinfraError):
@@ -201,7 +202,8 @@ def run_gate_from_batch(batch: str | None, responses: dict, change_first: bool =
     inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
     state = State(inv, Config())
     connect_all(state)
-    request = SmokeRequest(port=SMOKE["port"], model=SMOKE["model"], config=SMOKE["config"])
+    request = SmokeRequest(port=SMOKE["port"], model=SMOKE["model"], config=SMOKE["config"],
+                           profile=SMOKE["profile"])
     read = serving_probe(GATE["script"], GATE["unit"], SMOKE["profile"], request)
     store = prefetch_mod._Store()
     run_context(state).host("@fake").reads = store
@@ -211,7 +213,7 @@ def run_gate_from_batch(batch: str | None, responses: dict, change_first: bool =
     if change_first:
         add_op(state, server.shell, commands=["touch /etc/gpuserve/sglang.env"])
     gate = next(iter(add_op(state, wait_healthy, timeout=5, smoke=request,
-                            profile_name=SMOKE["profile"], **GATE).values()))
+                            **GATE).values()))
     smoke = next(iter(add_op(state, smoke_completion, **SMOKE).values()))
     with contextlib.suppress(PyinfraError):
         run_ops(state)

@@ -9,7 +9,7 @@ from gpuserve.env_names import ARGS_VAR
 from gpuserve.errors import InputError
 from gpuserve.launch.catalog import load_catalog
 from gpuserve.serve.metrics import attention_dp, metrics_flags
-from gpuserve.serve.plan import plan_serve
+from tests.serve_plans import plan_of
 from tests.unit.serve.test_serve_plan import R580
 
 
@@ -19,7 +19,7 @@ def _args_line(plan) -> str:
 
 
 def test_metrics_are_on_by_default_and_once() -> None:
-    plan = plan_serve({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.23"},
+    plan = plan_of({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.23"},
                       "inv.py", R580)
     line = _args_line(plan)
     assert line.count("--enable-metrics") == 1
@@ -28,7 +28,7 @@ def test_metrics_are_on_by_default_and_once() -> None:
 
 
 def test_attention_dp_records_every_scheduler() -> None:
-    plan = plan_serve({"profile": "deepseek-v3-fp8-h200-tp8-dpattn",
+    plan = plan_of({"profile": "deepseek-v3-fp8-h200-tp8-dpattn",
                        "sglang_version": "0.5.23"}, "inv.py", R580)
     line = _args_line(plan)
     assert "--enable-metrics-for-all-schedulers" in line
@@ -36,14 +36,14 @@ def test_attention_dp_records_every_scheduler() -> None:
 
 
 def test_host_data_turns_metrics_off() -> None:
-    plan = plan_serve({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.23",
+    plan = plan_of({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.23",
                        "sglang_metrics": False}, "inv.py", R580)
     assert "--enable-metrics" not in _args_line(plan)
 
 
 def test_bad_switch_names_inventory_and_key() -> None:
     with pytest.raises(InputError) as info:
-        plan_serve({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_metrics": "yes"},
+        plan_of({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_metrics": "yes"},
                    "inv.py", R580)
     assert (info.value.file, info.value.field) == ("inv.py", "sglang_metrics")
 

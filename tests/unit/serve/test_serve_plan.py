@@ -16,7 +16,8 @@ from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
 from gpuserve.roles.checks import serving_probe_read
 from gpuserve.roles.sglang import pip_args
-from gpuserve.serve.plan import plan_serve, read_input
+from gpuserve.serve.plan import HostReads, first_reads, read_input
+from tests.serve_plans import plan_of
 
 REPO = Path(__file__).resolve().parents[3]
 PYINFRA = Path(sys.executable).with_name("pyinfra")
@@ -37,7 +38,7 @@ def test_pip_args_air_gapped_mirror() -> None:
 def test_plain_http_pip_mirror_needs_trusted_mirrors(field) -> None:
     url = "http://10.0.2.2:8000/simple/"
     with pytest.raises(InputError) as info:
-        plan_serve({"profile": "glm5-nvfp4-tp8", field: url}, "inventory/gpu.py", runtime())
+        plan_of({"profile": "glm5-nvfp4-tp8", field: url}, "inventory/gpu.py", runtime())
     assert (info.value.file, info.value.field) == ("inventory/gpu.py", field)
     assert 'trusted_mirrors: ["http://10.0.2.2:8000/"]' in info.value.message
     # pip_args itself refuses too (install_sglang builds the command with it), and never
@@ -52,7 +53,7 @@ def test_plain_http_pip_mirror_needs_trusted_mirrors(field) -> None:
 
 
 def test_trusted_mirror_passes_the_serve_plan() -> None:
-    plan = plan_serve({"profile": "glm5-nvfp4-tp8", "pip_find_links": "http://10.0.2.2:8000/w/",
+    plan = plan_of({"profile": "glm5-nvfp4-tp8", "pip_find_links": "http://10.0.2.2:8000/w/",
                        "trusted_mirrors": ["http://10.0.2.2:8000"]},
                       "inventory/gpu.py", runtime())
     assert plan.find_links == "http://10.0.2.2:8000/w/"
@@ -62,7 +63,7 @@ def test_trusted_mirror_passes_the_serve_plan() -> None:
                                    ["http://u:p@m/"], [None]])
 def test_bad_trusted_mirrors_are_refused(value) -> None:
     with pytest.raises(InputError) as info:
-        plan_serve({"profile": "glm5-nvfp4-tp8", "trusted_mirrors": value},
+        plan_of({"profile": "glm5-nvfp4-tp8", "trusted_mirrors": value},
                    "inventory/gpu.py", runtime())
     assert info.value.field == "trusted_mirrors"
 
@@ -79,7 +80,7 @@ R580 = runtime()
 
 
 def test_plan_installs_the_newest_lock_into_its_own_venv() -> None:
-    p = plan_serve({"profile": "glm5-nvfp4-tp8"}, "inventory/gpu.py", R580)
+    p = plan_of({"profile": "glm5-nvfp4-tp8"}, "inventory/gpu.py", R580)
     assert (p.lock.name, p.version) == ("sglang-0.5.23-cu13-py311", "0.5.23")
     assert p.venv == f"/opt/gpuserve/venvs/0.5.23-{p.lock.hash}"
     unit = p.service.unit_text
@@ -93,7 +94,7 @@ def test_plan_installs_the_newest_lock_into_its_own_venv() -> None:
 
 
 def test_host_python_picks_the_lock() -> None:
-    p = plan_serve({"profile": "deepseek-v3-fp8-h200-tp8"}, "inv.py",
+    p = plan_of({"profile": "deepseek-v3-fp8-h200-tp8"}, "inv.py",
                    runtime(python="3.12.3", glibc="2.39"))
     assert (p.lock.name, p.version) == ("sglang-0.5.23-cu13-py312", "0.5.23")
 
@@ -101,7 +102,7 @@ def test_host_python_picks_the_lock() -> None:
 def test_pinned_lock_with_a_placeholder_package_is_refused_saying_where_its_wheel_is() -> None:
     # sglang 0.5.19 pins cuda-tile 1.6.0rc5, on PyPI only a download-at-build placeholder
     with pytest.raises(PreflightError) as e:
-        plan_serve({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.19"},
+        plan_of({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.19"},
                    "inv.py", runtime(python="3.12.3", glibc="2.39"))
     msg = str(e.value)
     assert "lock sglang-0.5.19-cu13-py312" in msg and "cuda-tile==1.6.0rc5" in msg
@@ -111,14 +112,14 @@ def test_pinned_lock_with_a_placeholder_package_is_refused_saying_where_its_whee
 def test_profile_needing_cuda13_on_an_r570_host_is_refused_before_any_change() -> None:
     # GLM-5 NVFP4 is rendered for SGLang 0.5.23 only, whose torch is CUDA 13.0
     with pytest.raises(PreflightError) as e:
-        plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py",
+        plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py",
                    runtime(driver="570.195.03", cuda_toolkit="12.8"))
     assert "gpu1: driver 570.195.03 cannot run lock sglang-0.5.23-cu13-py311" in str(e.value)
 
 
 def test_toolkit_of_another_major_and_a_full_disk_are_refused() -> None:
     with pytest.raises(PreflightError) as e:
-        plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py",
+        plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py",
                    runtime(cuda_toolkit="12.9", free_bytes=1024**3))
     msg = str(e.value)
     assert "GiB free" in msg and "CUDA toolkit 12.9 does not match" in msg
@@ -132,14 +133,14 @@ def _host_json(disable: object) -> list[str]:
 
 def test_host_without_p2p_adds_disable_custom_all_reduce_once() -> None:
     data = {"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.23"}
-    plain = plan_serve(data, "inv.py", R580)
+    plain = plan_of(data, "inv.py", R580)
     assert "--disable-custom-all-reduce" not in plain.service.env_text
-    no_p2p = plan_serve(data, "inv.py", R580, host_record=lambda: _host_json(True))
+    no_p2p = plan_of(data, "inv.py", R580, host_record=lambda: _host_json(True))
     assert no_p2p.service.env_text.count("--disable-custom-all-reduce") == 1
-    p2p_ok = plan_serve(data, "inv.py", R580, host_record=lambda: _host_json(False))
+    p2p_ok = plan_of(data, "inv.py", R580, host_record=lambda: _host_json(False))
     assert "--disable-custom-all-reduce" not in p2p_ok.service.env_text
     # the GLM-5 profile leaves it to the host: rendered once, from host.json
-    glm = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_version": "0.5.23"},
+    glm = plan_of({"profile": "glm5-nvfp4-tp8", "sglang_version": "0.5.23"},
                      "inv.py", R580, host_record=lambda: _host_json(True))
     assert glm.service.env_text.count("--disable-custom-all-reduce") == 1
 
@@ -162,13 +163,13 @@ def test_restoring_p2p_changes_the_rendered_launch_with_no_profile_change() -> N
     custom all-reduce (and nccl.env NCCL_P2P_DISABLE); P2P restored and measured faster
     drops the flag at the next serve, and each plan says where its transport came from."""
     data = {"profile": "glm5-nvfp4-tp8", "sglang_version": "0.5.23"}
-    no_p2p = plan_serve(data, "inv.py", R580, host_record=lambda: _measured_host_json(False))
+    no_p2p = plan_of(data, "inv.py", R580, host_record=lambda: _measured_host_json(False))
     assert "--disable-custom-all-reduce" in no_p2p.service.env_text
     assert "NCCL_P2P_DISABLE" not in no_p2p.service.env_text  # nccl.env's, not the profile's
     note, warn = no_p2p.transport
     assert not warn and note.startswith("NCCL transport: measured (driver P2P verdict is none")
     assert "NCCL_P2P_DISABLE=1, custom all-reduce off" in note
-    clique = plan_serve(data, "inv.py", R580, host_record=lambda: _measured_host_json(True))
+    clique = plan_of(data, "inv.py", R580, host_record=lambda: _measured_host_json(True))
     assert "--disable-custom-all-reduce" not in clique.service.env_text
     assert "NCCL defaults, custom all-reduce left to SGLang" in clique.transport[0]
     assert clique.transport[0].startswith("NCCL transport: measured (P2P on is faster")
@@ -176,11 +177,11 @@ def test_restoring_p2p_changes_the_rendered_launch_with_no_profile_change() -> N
 
 def test_an_unrecorded_or_unmeasured_host_is_said() -> None:
     data = {"profile": "glm5-nvfp4-tp8", "sglang_version": "0.5.23"}
-    bare = plan_serve(data, "inv.py", R580)
+    bare = plan_of(data, "inv.py", R580)
     note, warn = bare.transport
     assert warn and "no /etc/gpuserve/host.json" in note and "SHM" in note
     assert "--disable-custom-all-reduce" not in bare.service.env_text
-    driver = plan_serve(data, "inv.py", R580, host_record=lambda: _host_json(True))
+    driver = plan_of(data, "inv.py", R580, host_record=lambda: _host_json(True))
     assert driver.transport == (
         "NCCL transport: from the driver's P2P verdict (none), not measured: NCCL defaults, "
         "custom all-reduce off; deploy/host.py with gates measures it", False)
@@ -189,7 +190,7 @@ def test_an_unrecorded_or_unmeasured_host_is_said() -> None:
 @pytest.mark.parametrize("lines", [["{not json"], _host_json("yes")])
 def test_bad_host_record_names_the_file(lines: list[str]) -> None:
     with pytest.raises(InputError) as e:
-        plan_serve({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.23"},
+        plan_of({"profile": "deepseek-v3-fp8-h200-tp8", "sglang_version": "0.5.23"},
                    "inv.py", R580, host_record=lambda: lines)
     assert e.value.file == "/etc/gpuserve/host.json"
 
@@ -213,7 +214,7 @@ def test_bad_host_record_names_the_file(lines: list[str]) -> None:
 )
 def test_bad_host_data_names_inventory_and_field(data: dict, field: str) -> None:
     with pytest.raises(InputError) as e:
-        plan_serve(data, "inventory/gpu.py", R580)
+        plan_of(data, "inventory/gpu.py", R580)
     assert (e.value.file, e.value.field) == ("inventory/gpu.py", field)
 
 
@@ -228,7 +229,7 @@ def test_control_character_in_argv_names_the_profile_field(tmp_path: Path, text:
     profile = tmp_path / "ctl.yaml"
     profile.write_text(text)
     with pytest.raises(InputError) as e:
-        plan_serve({"profile": str(profile), "sglang_version": "0.5.23"}, "inv.py",
+        plan_of({"profile": str(profile), "sglang_version": "0.5.23"}, "inv.py",
                    R580)
     assert (e.value.file, e.value.field, e.value.line) == (str(profile), field, line)
     assert "control character" in e.value.message
@@ -273,7 +274,7 @@ def test_user_lock_whose_sglang_wheel_differs_from_the_catalogs_is_refused(tmp_p
     mine.mkdir()
     (mine / shipped.name).write_text(json.dumps(lock))
     with pytest.raises(InputError) as e:
-        plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": str(mine)}, "inv.py", R580)
+        plan_of({"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": str(mine)}, "inv.py", R580)
     assert (e.value.file, e.value.field) == (str(mine / shipped.name), "packages (sglang)")
     catalog_sha = "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937"
     assert forged in e.value.message and catalog_sha in e.value.message
@@ -316,7 +317,7 @@ def test_serve_deploy_on_fake_host_refuses_a_fifo_profile_without_waiting(tmp_pa
 
 def test_locks_dir_that_is_not_a_directory_names_the_field() -> None:
     with pytest.raises(InputError) as e:
-        plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": "/nonexistent/locks"},
+        plan_of({"profile": "glm5-nvfp4-tp8", "sglang_locks_dir": "/nonexistent/locks"},
                    "inventory/gpu.py", R580)
     assert (e.value.file, e.value.field) == ("inventory/gpu.py", "sglang_locks_dir")
 
@@ -329,7 +330,7 @@ def test_bench_plan_defaults_and_record_context() -> None:
                   "memory_total_mib": 97887} for _ in range(8))
     host_json = json.dumps({"p2p": "none", "nccl_env": {"NCCL_P2P_DISABLE": "1"},
                             "disable_custom_all_reduce": True})
-    p = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_api_key": "sk-plan-secret-01"},
+    p = plan_of({"profile": "glm5-nvfp4-tp8", "sglang_api_key": "sk-plan-secret-01"},
                    "inv.py", runtime(gpu_list=gpus), lambda: host_json.splitlines())
     assert p.bench is not None and p.bench.mode == "auto"
     assert [s.name for s in p.bench.spec.scenarios] == ["single", "batch"]
@@ -350,10 +351,10 @@ def test_bench_plan_defaults_and_record_context() -> None:
 
 
 def test_bench_fingerprint_follows_the_launch() -> None:
-    a = plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", R580).bench.fingerprint
-    assert a == plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", R580).bench.fingerprint
-    b = plan_serve({"profile": "glm5-nvfp4-tp8-ep8"}, "inv.py", R580).bench.fingerprint
-    c = plan_serve({"profile": "glm5-nvfp4-tp8",
+    a = plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py", R580).bench.fingerprint
+    assert a == plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py", R580).bench.fingerprint
+    b = plan_of({"profile": "glm5-nvfp4-tp8-ep8"}, "inv.py", R580).bench.fingerprint
+    c = plan_of({"profile": "glm5-nvfp4-tp8",
                     "sglang_extra_env": {"SGLANG_X": "1"}}, "inv.py", R580).bench.fingerprint
     assert len({a, b, c}) == 3
 
@@ -364,13 +365,13 @@ def test_bench_fingerprint_follows_the_launch() -> None:
 ])
 def test_bench_host_data_is_validated(data, field) -> None:
     with pytest.raises(InputError) as e:
-        plan_serve({"profile": "glm5-nvfp4-tp8", **data}, "inventory/gpu.py", R580)
+        plan_of({"profile": "glm5-nvfp4-tp8", **data}, "inventory/gpu.py", R580)
     assert e.value.field == field and e.value.file == "inventory/gpu.py"
 
 
 def test_bench_off_and_host_on_regression_wins() -> None:
-    assert plan_serve({"profile": "glm5-nvfp4-tp8", "bench": "off"}, "i", R580).bench is None
-    p = plan_serve({"profile": "glm5-nvfp4-tp8", "on_regression": "rollback"}, "i", R580)
+    assert plan_of({"profile": "glm5-nvfp4-tp8", "bench": "off"}, "i", R580).bench is None
+    p = plan_of({"profile": "glm5-nvfp4-tp8", "on_regression": "rollback"}, "i", R580)
     assert p.bench.on_regression == "rollback"
 
 
@@ -437,8 +438,8 @@ def test_install_gives_trusted_host_only_for_a_marked_mirror() -> None:
 def test_bench_fingerprint_and_record_follow_the_listen_address() -> None:
     """What the unit runs (--host appended by the listen rule) is what is fingerprinted
     and recorded: a key that opens the profile's 0.0.0.0 is a new configuration."""
-    plain = plan_serve({"profile": "glm5-nvfp4-tp8"}, "i", R580)
-    keyed = plan_serve({"profile": "glm5-nvfp4-tp8",
+    plain = plan_of({"profile": "glm5-nvfp4-tp8"}, "i", R580)
+    keyed = plan_of({"profile": "glm5-nvfp4-tp8",
                         "sglang_api_key": "sk-" + "k" * 20}, "i", R580)
     assert plain.service.host == "127.0.0.1" and keyed.service.host == "0.0.0.0"
     assert plain.bench.fingerprint != keyed.bench.fingerprint
@@ -457,7 +458,7 @@ def test_bench_fingerprint_and_record_follow_the_listen_address() -> None:
 def test_the_chosen_lock_is_among_the_candidates_read_in_the_first_batch(data, host) -> None:
     """The deploy reads the venvs of every candidate lock in its first batch,
     so the lock the plan then chooses must be one of them (else a second batch runs)."""
-    chosen = plan_serve(data, "inventory/gpu.py", host).lock
+    chosen = plan_of(data, "inventory/gpu.py", host).lock
     candidates = read_input(data, "inventory/gpu.py").candidate_locks
     assert chosen in candidates
 
@@ -481,13 +482,13 @@ def test_the_batch_probe_is_the_one_the_gate_asks_for(data, tmp_path) -> None:
     write_record(tmp_path, ResultRecord(kind="smoke", profile="p", host="gpu1",
                                         figures={"tok_s": 40.0}, server_start=start))
     data = {**data, "results_dir": str(tmp_path)}
-    plan = plan_serve(data, "inventory/gpu.py", R580 if "deepseek" not in data["profile"]
+    plan = plan_of(data, "inventory/gpu.py", R580 if "deepseek" not in data["profile"]
                       else runtime(python="3.12.3", glibc="2.39"))
     asked = serving_probe(f"{plan.bin_dir}/{PROBE}", UNIT_NAME, plan.service.profile_name,
                           SmokeRequest(port=plan.service.port, model=plan.service.served_name,
                                        config=plan.config_path, unless_start=start))
-    assert serving_probe_read(read_input(data, "inventory/gpu.py"), "gpu1") == asked
-    assert dict(serving_probe_read(read_input(data, "inventory/gpu.py"), "gpu2")
+    assert serving_probe_read(first_reads(read_input(data, "inventory/gpu.py")), "gpu1") == asked
+    assert dict(serving_probe_read(first_reads(read_input(data, "inventory/gpu.py")), "gpu2")
                 .kwargs)["smoke"].unless_start == ""
     assert bool(dict(asked.kwargs)["smoke"].config) == ("sglang_api_key" in data)
 
@@ -507,7 +508,8 @@ def test_a_health_that_generates_nothing_asks_for_a_smoke_every_run(tmp_path, va
     extra = {} if value is None else {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": value}
     data = {"profile": "glm5-nvfp4-tp8", "results_dir": str(tmp_path),
             "sglang_extra_env": extra}
-    asked = dict(serving_probe_read(read_input(data, "inventory/gpu.py"), "gpu1").kwargs)
+    first = first_reads(read_input(data, "inventory/gpu.py"))
+    asked = dict(serving_probe_read(first, "gpu1").kwargs)
     assert asked["smoke"].unless_start == (start if per_start else "")
     assert health_generates(extra) is per_start
 
@@ -522,7 +524,7 @@ def test_bad_input_stops_before_any_read_with_the_plans_own_error(data) -> None:
     with pytest.raises(InputError) as first:
         read_input(data, "inventory/gpu.py")
     with pytest.raises(InputError) as planned:
-        plan_serve(data, "inventory/gpu.py", R580)
+        plan_of(data, "inventory/gpu.py", R580)
     assert str(first.value) == str(planned.value)
 
 
@@ -552,7 +554,7 @@ def test_the_serve_deploy_loads_the_profile_once_per_host(monkeypatch) -> None:
             monkeypatch.setattr(module, "load_profile", counted)
     batches: list[list] = []
     monkeypatch.setattr(deploy, "prefetch", batches.append)
-    monkeypatch.setattr(deploy, "host_runtime", lambda home, locks: R580(home))
+    monkeypatch.setattr(deploy, "host_reads", lambda first: HostReads(runtime=R580))
     monkeypatch.setattr(deploy, "fact", lambda cls, **kwargs: None)  # nothing on the hosts
     monkeypatch.setattr(deploy, "host_facts_document", lambda reader: None)
     inv = Inventory((["gpu1", "gpu2"], {"profile": "glm5-nvfp4-tp8"}))

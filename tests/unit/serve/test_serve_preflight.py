@@ -16,8 +16,8 @@ import pytest
 from gpuserve.errors import InputError
 from gpuserve.facts.host import ModelCheckpoint
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
-from gpuserve.serve.plan import plan_serve
 from tests.checkpoints import compose_record
+from tests.serve_plans import plan_of
 
 REPO = Path(__file__).resolve().parents[3]
 BOX = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
@@ -51,7 +51,7 @@ def scan_on_host(directory: Path):
 
 def test_fitting_profile_passes_and_says_why(glm5_dir):
     checkpoint, calls = scan_on_host(glm5_dir)
-    p = plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), checkpoint=checkpoint,
+    p = plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), checkpoint=checkpoint,
                    host_facts=lambda: BOX)
     assert calls == ["/models/GLM-5-NVFP4"]
     info = "\n".join(p.preflight.info)
@@ -63,7 +63,7 @@ def test_fitting_profile_passes_and_says_why(glm5_dir):
 def test_profile_that_cannot_fit_is_refused_with_the_fraction_that_would(glm5_dir):
     checkpoint, _ = scan_on_host(glm5_dir)
     with pytest.raises(PreflightError) as e:
-        plan_serve({"profile": str(DOES_NOT_FIT)}, "inv.py", runtime(), checkpoint=checkpoint)
+        plan_of({"profile": str(DOES_NOT_FIT)}, "inv.py", runtime(), checkpoint=checkpoint)
     msg = str(e.value)
     assert msg.startswith("gpu1: preflight: profile lab-does-not-fit does not fit")
     assert "memory.mem_fraction_static 0.500 leaves -8.70 GiB/GPU for the KV cache" in msg
@@ -93,7 +93,7 @@ def test_weights_over_the_gpu_are_refused_without_a_fraction(glm5_dir, tmp_path)
     tp4.write_text(f"extends: {REPO}/profiles/glm5-nvfp4-tp8.yaml\nparallel:\n  tp: 4\n")
     checkpoint, _ = scan_on_host(glm5_dir)
     with pytest.raises(PreflightError) as e:
-        plan_serve({"profile": str(tp4)}, "inv.py", runtime(), checkpoint=checkpoint)
+        plan_of({"profile": str(tp4)}, "inv.py", runtime(), checkpoint=checkpoint)
     msg = str(e.value)
     assert "free after weights -13.47 of 93.30 GiB/GPU" in msg, msg
     assert_readable(msg, fix="no mem_fraction_static fits (weights leave -13.47 GiB")
@@ -102,15 +102,15 @@ def test_weights_over_the_gpu_are_refused_without_a_fraction(glm5_dir, tmp_path)
 
 def test_warn_mode_deploys_anyway_and_off_reads_nothing(glm5_dir):
     checkpoint, calls = scan_on_host(glm5_dir)
-    p = plan_serve({"profile": str(DOES_NOT_FIT), "preflight": "warn"}, "inv.py", runtime(),
+    p = plan_of({"profile": str(DOES_NOT_FIT), "preflight": "warn"}, "inv.py", runtime(),
                    checkpoint=checkpoint)
     assert any("does not fit" in w for w in p.preflight.warnings)
     calls.clear()
-    p = plan_serve({"profile": str(DOES_NOT_FIT), "preflight": "off"}, "inv.py", runtime(),
+    p = plan_of({"profile": str(DOES_NOT_FIT), "preflight": "off"}, "inv.py", runtime(),
                    checkpoint=checkpoint)
     assert calls == [] and p.preflight.info == [] and p.preflight.warnings == []
     with pytest.raises(InputError, match="inv.py: preflight: must be one of enforce, warn, off"):
-        plan_serve({"profile": "glm5-nvfp4-tp8", "preflight": "maybe"}, "inv.py", runtime())
+        plan_of({"profile": "glm5-nvfp4-tp8", "preflight": "maybe"}, "inv.py", runtime())
 
 
 def test_truncated_header_is_refused_naming_the_file(glm5_dir, tmp_path):
@@ -122,7 +122,7 @@ def test_truncated_header_is_refused_naming_the_file(glm5_dir, tmp_path):
         (bad / shard.name).write_bytes(f.read(4000))  # 8-byte length + part of the header
     checkpoint, _ = scan_on_host(bad)
     with pytest.raises(PreflightError) as e:
-        plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), checkpoint=checkpoint)
+        plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), checkpoint=checkpoint)
     assert shard.name in str(e.value) and "nothing on the host was changed" in str(e.value)
 
 
@@ -130,12 +130,12 @@ def test_directory_without_safetensors_is_refused(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     checkpoint, _ = scan_on_host(tmp_path)
     with pytest.raises(PreflightError, match="safetensors"):
-        plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), checkpoint=checkpoint)
+        plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), checkpoint=checkpoint)
 
 
 def test_no_gpu_visible_is_said_not_refused(glm5_dir):
     checkpoint, calls = scan_on_host(glm5_dir)
-    p = plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(gpus=()),
+    p = plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(gpus=()),
                    checkpoint=checkpoint)
     assert calls == [] and any("no GPU visible" in w for w in p.preflight.warnings)
 
@@ -144,7 +144,7 @@ def test_doctor_errors_stop_and_warnings_print():
     four = copy.deepcopy(BOX)
     four["gpus"] = four["gpus"][:4]
     with pytest.raises(PreflightError, match="doctor error gpu-count: profile needs 8 GPUs"):
-        plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), host_facts=lambda: four)
+        plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), host_facts=lambda: four)
     h200 = json.loads((REPO / "tests/fixtures/hostfacts/h200-nvlink.json").read_text())
-    p = plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), host_facts=lambda: h200)
+    p = plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py", runtime(), host_facts=lambda: h200)
     assert any("doctor warn nvfp4-weights-arch" in w for w in p.preflight.warnings)

@@ -22,8 +22,8 @@ from gpuserve.launch.lock_choice import HostRuntime, PreflightError
 from gpuserve.measure.starts import Checkpoint, checkpoint_digest, from_log, write_start
 from gpuserve.memory.checkpoint import parse_scan
 from gpuserve.memory.startup_log import read_log
-from gpuserve.serve.plan import plan_serve
 from tests.checkpoints import compose_record
+from tests.serve_plans import plan_of
 from tests.unit.serve.test_serve_preflight import assert_readable
 
 REPO = Path(__file__).resolve().parents[3]
@@ -57,7 +57,7 @@ def scan(glm5_dir):
 
 @pytest.fixture(scope="module")
 def version(scan) -> str:
-    return plan_serve({"profile": "glm5-nvfp4-tp8", "results_dir": ""}, "inv.py", runtime,
+    return plan_of({"profile": "glm5-nvfp4-tp8", "results_dir": ""}, "inv.py", runtime,
                       checkpoint=scan).version
 
 
@@ -79,7 +79,7 @@ def ep8_at(tmp: Path, fraction: float) -> str:
 
 
 def plan(tmp: Path, profile: str, results: Path, scan):
-    return plan_serve({"profile": profile, "results_dir": str(results)}, "inv.py", runtime,
+    return plan_of({"profile": profile, "results_dir": str(results)}, "inv.py", runtime,
                       checkpoint=scan)
 
 
@@ -131,7 +131,7 @@ def test_the_plan_says_what_its_start_record_will_carry(tmp_path, scan, version)
     assert p.start.checkpoint == Checkpoint("/models/GLM-5-NVFP4", digest(scan))
     assert p.start.launch["ep"] == 8 and p.start.launch["mem_fraction_static"] == 0.83
     assert p.start.gpu["count"] == 8 and p.start.gpu["memory_total_mib"] == 97887
-    off = plan_serve({"profile": "glm5-nvfp4-tp8", "results_dir": ""}, "inv.py", runtime,
+    off = plan_of({"profile": "glm5-nvfp4-tp8", "results_dir": ""}, "inv.py", runtime,
                      checkpoint=scan)
     assert off.start is None
 
@@ -141,14 +141,14 @@ def test_the_doctor_in_the_preflight_judges_the_same_calibrated_plan(tmp_path, s
     results = tmp_path / "results"
     measured(results, "2026-12-06T07:00:00Z", version, Checkpoint("/models/GLM-5-NVFP4"))
     with pytest.raises(PreflightError) as e:
-        plan_serve({"profile": ep8_at(tmp_path, 0.78), "results_dir": str(results)},
+        plan_of({"profile": ep8_at(tmp_path, 0.78), "results_dir": str(results)},
                    "inv.py", runtime, checkpoint=scan, host_facts=lambda: BOX)
     # one problem, one refusal: the doctor's memory-plan finding would repeat the memory
     # fit's (the same calibrated plan), so only the memory fit's, with its fix, is shown
     msg = str(e.value)
     assert msg.count("does not fit") == 1 and "doctor error memory-plan" not in msg, msg
     assert_readable(msg, fix="set mem_fraction_static to 0.843 or more")
-    p = plan_serve({"profile": ep8_at(tmp_path, 0.83), "results_dir": str(results)},
+    p = plan_of({"profile": ep8_at(tmp_path, 0.83), "results_dir": str(results)},
                    "inv.py", runtime, checkpoint=scan, host_facts=lambda: BOX)
     risky = [w for w in p.preflight.warnings if "memory-plan-risky" in w]
     # the host's own start decides, not the record's two disagreeing public figures

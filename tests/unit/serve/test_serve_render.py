@@ -8,7 +8,7 @@ import pytest
 from systemd_words import env_value, server_argv, split_variable
 
 from gpuserve.errors import GpuserveError, InputError
-from gpuserve.roles.service import CONFIG_PATH, ENV_PATH, plan_service
+from gpuserve.roles.service import CONFIG_PATH, ENV_PATH
 from gpuserve.serve.render import (
     ARGS_VAR,
     UnitSpec,
@@ -20,6 +20,7 @@ from gpuserve.serve.render import (
     render_unit,
     systemd_quote,
 )
+from tests.serve_plans import service_plan_of
 
 
 def unquote_systemd(text: str) -> list[str]:
@@ -162,7 +163,7 @@ def plan(**kw):
                 model_path="/models/x", port=30000, served_name="x", extra_env={},
                 hf_token=None, api_key=None, data_source="inventory/gpu.py")
     base.update(kw)
-    return plan_service(**base)
+    return service_plan_of(**base)
 
 
 SECRET_TOKEN = "hf_Sup3rSecretToken"

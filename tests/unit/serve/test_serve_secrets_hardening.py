@@ -31,7 +31,6 @@ from gpuserve.launch.locks import available_locks
 from gpuserve.measure.results import ResultRecord
 from gpuserve.redact import REDACTED
 from gpuserve.roles.managed import write_secret_command
-from gpuserve.roles.service import plan_service
 from gpuserve.roles.sglang import (
     PIP_CONFIG,
     locked_venv,
@@ -40,8 +39,8 @@ from gpuserve.roles.sglang import (
     strip_credentials,
     validate_pip_url,
 )
-from gpuserve.serve.plan import plan_serve
 from gpuserve.serve.secret import MIN_SECRET_LENGTH, validate_secret
+from tests.serve_plans import plan_of, service_plan_of
 
 REPO = Path(__file__).resolve().parents[3]
 REDACT = REPO / "gpuserve" / "data" / "scripts" / "sglang_redact.py"
@@ -57,7 +56,7 @@ def plan(**kw):
                 model_path="/models/x", port=30000, served_name="x", extra_env={},
                 hf_token=None, api_key=None, data_source="inventory/gpu.py")
     base.update(kw)
-    return plan_service(**base)
+    return service_plan_of(**base)
 
 
 # ------------------------------------------------------------ abbreviated secret flags
@@ -178,7 +177,7 @@ def test_credentials_over_plain_http_are_refused_naming_the_field(field) -> None
     assert PASSWORD not in str(info.value)
     # and by the serve plan, before the profile, the lock or the host are looked at
     with pytest.raises(InputError) as info:
-        plan_serve({"profile": "glm5-nvfp4-tp8", field: url}, "inventory/gpu.py",
+        plan_of({"profile": "glm5-nvfp4-tp8", field: url}, "inventory/gpu.py",
                    lambda home: HostRuntime(name="h", python="3.11.2", glibc="2.36",
                                             driver="580.126.20", cuda_toolkit="13.0",
                                             free_bytes=10**12, gpus=8))

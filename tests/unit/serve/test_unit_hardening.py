@@ -13,9 +13,9 @@ from systemd_words import server_argv
 
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime
-from gpuserve.roles.service import listen_host, plan_service, with_host
-from gpuserve.serve.plan import plan_serve
+from gpuserve.roles.service import listen_host, with_host
 from gpuserve.serve.render import HARDENING, validate_hardening_off
+from tests.serve_plans import plan_of, service_plan_of
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.yaml"))
@@ -55,22 +55,22 @@ def exposure(unit_text: str, tmp_path: Path) -> tuple[float, str]:
 def test_exposure_of_the_shipped_profiles_is_at_most_4(profile: str, key: str | None,
                                                         tmp_path: Path) -> None:
     data = {"profile": profile, "sglang_api_key": key}
-    plan = plan_serve(data, "inv.py", r580)
+    plan = plan_of(data, "inv.py", r580)
     level, report = exposure(plan.service.unit_text, tmp_path)
     assert level <= 4.0, report  # it was 6.3 (MEDIUM) before the hardening
 
 
 @pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed here")
 def test_the_escape_hatch_really_removes_a_directive(tmp_path: Path) -> None:
-    base = plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", r580).service.unit_text
-    off = plan_serve({"profile": "glm5-nvfp4-tp8", "unit_hardening_off": ["SystemCallFilter"]},
+    base = plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py", r580).service.unit_text
+    off = plan_of({"profile": "glm5-nvfp4-tp8", "unit_hardening_off": ["SystemCallFilter"]},
                      "inv.py", r580)
     assert exposure(off.service.unit_text, tmp_path)[0] > exposure(base, tmp_path)[0]
     assert any("SystemCallFilter" in w for w in off.preflight.warnings)
 
 
 def test_code_runs_only_from_the_venv() -> None:
-    plan = plan_serve({"profile": "glm5-nvfp4-tp8", "sglang_api_key": KEY}, "inv.py", r580)
+    plan = plan_of({"profile": "glm5-nvfp4-tp8", "sglang_api_key": KEY}, "inv.py", r580)
     d = directives(plan.service.unit_text)
     # the cwd is read-only to the service (ProtectSystem=strict, not in ReadWritePaths) and
     # never on sys.path; HOME and the caches stay writable
@@ -87,14 +87,14 @@ def test_code_runs_only_from_the_venv() -> None:
 
 
 def test_every_switchable_directive_is_set_and_can_be_switched_off() -> None:
-    base = directives(plan_serve({"profile": "glm5-nvfp4-tp8"}, "inv.py", r580)
+    base = directives(plan_of({"profile": "glm5-nvfp4-tp8"}, "inv.py", r580)
                       .service.unit_text)
     assert base["CapabilityBoundingSet"] == [""] and base["DevicePolicy"] == ["closed"]
     assert "char-nvidia-uvm rw" in base["DeviceAllow"]
     assert base["SystemCallFilter"] == ["@system-service pidfd_getfd"]
     for name in HARDENING:
         assert name in base, name
-        off = directives(plan_serve({"profile": "glm5-nvfp4-tp8", "unit_hardening_off": [name]},
+        off = directives(plan_of({"profile": "glm5-nvfp4-tp8", "unit_hardening_off": [name]},
                                     "inv.py", r580).service.unit_text)
         assert name not in off, name
         assert len(off) == len(base) - 1 - {"DevicePolicy": 1, "SystemCallFilter": 1}.get(
@@ -111,7 +111,7 @@ def test_unit_hardening_off_is_validated(value: object) -> None:
 # -- listen address ------------------------------------------------------------------
 
 def served_on(**data) -> str:
-    plan = plan_serve({"profile": "glm5-nvfp4-tp8", **data}, "inventory/gpu.py", r580)
+    plan = plan_of({"profile": "glm5-nvfp4-tp8", **data}, "inventory/gpu.py", r580)
     args = server_argv(plan.service.unit_text, plan.service.env_text)
     if "--config" in args:  # the secrets file comes last (with an API key)
         args = args[:args.index("--config")]
@@ -167,7 +167,7 @@ def test_the_chosen_host_wins_over_any_spelling_in_the_args() -> None:
     # argparse keeps the last value, abbreviations included (--hos is --host)
     assert with_host(["--host", "0.0.0.0", "--hos", "0.0.0.0", "--port", "1"],
                      "127.0.0.1")[-2:] == ["--host", "127.0.0.1"]
-    plan = plan_service(args=["--model-path", "/m", "--host=0.0.0.0"], env={},
+    plan = service_plan_of(args=["--model-path", "/m", "--host=0.0.0.0"], env={},
                         venv="/v", user="sglang", state_dir="/c", bin_dir="/b",
                         profile_name="p", profile_source="p.yaml", sglang_version="0.5.23",
                         model_path="/m", port=30000, served_name="m", extra_env={},

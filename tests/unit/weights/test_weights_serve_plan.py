@@ -14,8 +14,8 @@ from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
 from gpuserve.memory.checkpoint import scan_directory
 from gpuserve.memory.remote import RemoteCheckpoint, RepoFile, scan_document
-from gpuserve.serve.plan import plan_serve
 from tests.checkpoints import compose_record
+from tests.serve_plans import plan_of
 
 REPO = Path(__file__).resolve().parents[3]
 BOX = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
@@ -86,7 +86,7 @@ class Reads:
 
 
 def _plan(tmp_path, reads: Reads, mfs=None, **data):
-    return plan_serve({"profile": str(_profile(tmp_path, mfs)), **data}, "inv.py", runtime,
+    return plan_of({"profile": str(_profile(tmp_path, mfs)), **data}, "inv.py", runtime,
                       checkpoint=reads.checkpoint, host_facts=lambda: BOX,
                       weights_state=reads.state, remote=reads.remote)
 
@@ -129,10 +129,10 @@ def test_a_complete_revision_is_planned_from_the_host_without_a_hub_call(tmp_pat
 
 
 def test_check_without_host_or_hub_checks_the_host_data_only(tmp_path):
-    plan = plan_serve({"profile": str(_profile(tmp_path))}, "inv.py", runtime)
+    plan = plan_of({"profile": str(_profile(tmp_path))}, "inv.py", runtime)
     assert plan.weights is None
     with pytest.raises(InputError) as e:
-        plan_serve({"profile": str(_profile(tmp_path)), "models_dir": "rel"}, "inv.py",
+        plan_of({"profile": str(_profile(tmp_path)), "models_dir": "rel"}, "inv.py",
                    runtime)
     assert e.value.field == "models_dir"
 
