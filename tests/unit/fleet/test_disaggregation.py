@@ -19,7 +19,7 @@ from gpuserve.fleet.multinode import Member
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.profiles import load_profile
 from gpuserve.plans.router import manifest_text, plan_router
-from gpuserve.serve.plan import plan_serve
+from tests.serve_plans import plan_of
 
 REPO = Path(__file__).resolve().parents[3]
 PD = REPO / "tests/fixtures/profiles/pd-glm5.yaml"
@@ -74,8 +74,8 @@ def plan(host: str, groups: dict, locks_dir: Path | None, record: dict | None = 
     if locks_dir is not None:
         host_data["sglang_locks_dir"] = str(locks_dir)
     lines = json.dumps(record).splitlines() if record is not None else None
-    return plan_serve(host_data, INV, runtime, host_record=lambda: lines, host_name=host,
-                      group_members=groups.get)
+    return plan_of(host_data, INV, runtime, lambda: lines, host_name=host,
+                   group_members=groups.get)
 
 
 def value(args: list[str], flag: str) -> str | None:
@@ -145,8 +145,8 @@ def test_a_fleet_without_both_roles_is_refused(groups, field, words, locks) -> N
     me = Member(host, fleet()["prefill"][0].data)
     members = {k: v for k, v in groups.items()}
     with pytest.raises(InputError) as err:
-        plan_serve({**me.data, "sglang_locks_dir": str(locks)}, INV, runtime,
-                   host_name=host, group_members=members.get)
+        plan_of({**me.data, "sglang_locks_dir": str(locks)}, INV, runtime,
+                host_name=host, group_members=members.get)
     assert (err.value.file, err.value.field) == (INV, field)
     assert words in err.value.message
 

@@ -73,8 +73,10 @@ def test_a_fresh_host_installs_then_configures_starts_and_checks(fake_deploy) ->
              "activate gpuserve-sglang.service: daemon-reload, restart, enable",
              "health gate: gpuserve-sglang.service answers /health 200",
              "smoke completion on port 30000",
+             "quality check on port 30000 (docs/quality.md)",
              "throughput checks (2 scenarios, SGLang's benchmark client)",
              "keep this configuration as the last good one (root-only copies)",
+             f"record what {HOST} runs (/etc/gpuserve/running.json)",
              f"prune venvs beyond keep_venvs={plan.keep_venvs}"]
     assert [n for n in names if n in order] == order, names
     assert not any("gateway" in n for n in names)
@@ -116,8 +118,10 @@ def test_a_rerun_on_a_host_serving_the_plan_adds_only_the_checks(fake_deploy) ->
     assert kinds(ops) == [
         "health gate: gpuserve-sglang.service answers /health 200",
         "smoke completion on port 30000",
+        "quality check on port 30000 (docs/quality.md)",
         "throughput checks (2 scenarios, SGLang's benchmark client)",
         "keep this configuration as the last good one (root-only copies)",
+        f"record what {HOST} runs (/etc/gpuserve/running.json)",
         f"prune venvs beyond keep_venvs={plan.keep_venvs}"]
 
 
@@ -170,6 +174,7 @@ def test_dry_lists_the_take_out_and_put_back_the_live_judge_and_the_prune(
              "systemctl daemon-reload, reset-failed, restart gpuserve-sglang.service",
              "health gate on port 30000 (a read; waits 900 s at most after a restart)",
              "smoke completion (a read)",
+             "quality check against the checkpoint's reference (a read)",
              f"put {url} back into the gateway on {HOST}",
              f"judge {url} by live traffic for 60 s against the workers not switched yet "
              "(a read)",
