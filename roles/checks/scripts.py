@@ -15,7 +15,8 @@ PROBE = "sglang_probe.py"
 SMOKE = "sglang_smoke.py"
 BENCH = "sglang_bench.py"
 IDLE = "sglang_idle.py"  # a rolling switch's wait for in-flight requests (roles/router)
-SCRIPTS = (PROBE, SMOKE, BENCH, IDLE)
+JOB = "host_job.py"  # the job runner the benchmark's start imports
+SCRIPTS = (PROBE, SMOKE, BENCH, IDLE, JOB)
 
 
 def reads(bin_dir: str) -> list[Read]:

@@ -28,6 +28,7 @@ from gpuserve.monitor.live_judge import (
     parse_reads,
     read_command,
 )
+from gpuserve.poll import Poll
 from gpuserve.roles.checks import PROBE, roll_back
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.router.rolling import Rollout, Switching, _command, _router, _take_out
@@ -39,13 +40,10 @@ PROGRESS_EVERY_S = 60
 
 def _wait_window(host_name: str, seconds: float) -> None:
     """Sleep the window, with a progress line every minute of a long one."""
-    left = float(seconds)
-    while left > 0:
-        step = min(left, PROGRESS_EVERY_S)
-        time.sleep(step)
-        left -= step
-        if left > 0:
-            logger.info(f"{host_name}: live: {left:.0f} s of the window left")
+    for elapsed in Poll(float(seconds), PROGRESS_EVERY_S, clock=time.monotonic,
+                        sleep=time.sleep):
+        if 0 < elapsed < seconds:
+            logger.info(f"{host_name}: live: {seconds - elapsed:.0f} s of the window left")
 
 
 def read_workers(router, rollout: Rollout) -> Reads:
@@ -78,7 +76,8 @@ def watch(host_name: str, rollout: Rollout, settings: LiveSettings) -> Verdict:
     logger.info(f"{host_name}: live: watching {rollout.url} under the gateway's traffic for "
                 f"{settings.window_s} s against {', '.join(rollout.later)} (not switched yet)")
     _wait_window(host_name, settings.window_s)
-    while True:
+    rounds = Poll(settings.max_wait_s, 1.0, clock=time.monotonic, sleep=time.sleep)
+    for _ in rounds:
         last = read_workers(router, rollout)
         waited = max(0.0, last.at - first.at - settings.window_s)
         verdict, notes = compare(host_name, rollout.url, rollout.later, first, last,
@@ -88,7 +87,9 @@ def watch(host_name: str, rollout: Rollout, settings: LiveSettings) -> Verdict:
         if verdict.kind != LiveKind.WAIT:
             return verdict
         logger.info(f"{verdict.message} (waited {waited:.0f} of {settings.max_wait_s} s)")
-        time.sleep(next_read_in(settings, waited))
+        rounds.next_s = next_read_in(settings, waited)
+    return compare(host_name, rollout.url, rollout.later, first, last, settings,
+                   max(waited, float(settings.max_wait_s)))[0]
 
 
 @operation(is_idempotent=True)
