@@ -40,6 +40,7 @@ from gpuserve.memory.planner import (
     GIB,
     FitVerdict,
     Layout,
+    PlanRequest,
     kv_cell,
     predict,
     resolve_kv_dtype,
@@ -344,7 +345,7 @@ def _run_predict(args: argparse.Namespace) -> int:
         parts = checkpoint_weights(scan, chosen.layout, arch) if scan is not None else None
         return predict(
             arch,
-            gpu_memory_mib=gpu.memory_total_mib,
+            PlanRequest(gpu_memory_mib=gpu.memory_total_mib,
             gpu_name=gpu.key,
             gpu_count=count,
             sm_major=gpu.sm_major,
@@ -359,7 +360,7 @@ def _run_predict(args: argparse.Namespace) -> int:
             record=record,
             draft=_draft(args, prof, chosen.layout)
             if chosen.layout.speculative or chosen is settings else None,
-            **chosen.knobs,
+            **chosen.knobs),
         )
 
     plan = _measured_or_records(args, prof, plan_for(settings), settings, plan_for,

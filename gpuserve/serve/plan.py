@@ -49,6 +49,7 @@ from gpuserve.launch.venvs import venv_path
 from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_catalog
 from gpuserve.measure.results import (
     RecordSpec,
+    Served,
     launch_hash,
     record_spec,
     validate_results_dir,
@@ -467,10 +468,11 @@ def _record_and_bench(data: dict, source: str, settings: _Settings, profile: Pro
     served = profile.model.served_name or profile.model.path
     extra_env = data["sglang_extra_env"] or {}
     args = service.with_host(args, plan.host)  # what the unit really runs (--host last)
-    record = record_spec(data["results_dir"], source, profile=profile.name, args=args,
+    record = record_spec(data["results_dir"], source,
+                         Served(profile=profile.name, sglang_version=version,
+                                model=profile.model.path, served_name=served,
+                                profile_hash=profile_hash(profile), lock=lock.name), args=args,
                          env={**launch_env, **{k: str(v) for k, v in extra_env.items()}},
-                         sglang_version=version, model=profile.model.path, served_name=served,
-                         profile_hash=profile_hash(profile), lock=lock.name,
                          context=run_context(runtime, lock, host_comm))
     bench = _bench_plan(data, source, profile=profile, lock=lock, user=settings.user,
                         home=settings.home, service_plan=plan, version=version,

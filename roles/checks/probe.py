@@ -22,7 +22,7 @@ from gpuserve.measure.results import validate_results_dir
 from gpuserve.measure.smoke import SmokeError, parse_smoke_output, same_start
 from gpuserve.poll import Poll
 from gpuserve.roles.checks.scripts import PROBE
-from gpuserve.roles.checks.smoke import SmokeRequest, _smoke_seconds, smoked_start
+from gpuserve.roles.checks.smoke import SmokeRequest, smoke_seconds, smoked_start
 from gpuserve.roles.prefetch import Read
 from gpuserve.roles.run_context import run_context
 from gpuserve.serve import install as sglang
@@ -105,7 +105,7 @@ def launch_env(inputs: ServeInput) -> dict:
 BATCH_PROBE_MAX_AGE = 15.0
 
 
-def _healthy_from_batch(text: str | None, smoke: SmokeRequest, timeout: float
+def healthy_from_batch(text: str | None, smoke: SmokeRequest, timeout: float
                         ) -> tuple[Decision, list[str]] | None:
     """The batch's probe (:func:`serving_probe`) as the gate's verdict, when it found
     the server healthy and its smoke completion succeeded; None otherwise (the gate then
@@ -126,7 +126,7 @@ def _healthy_from_batch(text: str | None, smoke: SmokeRequest, timeout: float
     return decision, probe.tail
 
 
-def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
+def poll_health(unit: str, port: int, script: str, timeout: float, interval: float,
           report_every: float, smoke: SmokeRequest | None = None
           ) -> tuple[Decision | None, list[str], float, str]:
     """Poll until healthy, dead or timed out: (decision, journal tail, seconds, error).
@@ -162,7 +162,7 @@ def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
         decision = decide(probe, elapsed, timeout, baseline)
         if decision.verdict is Verdict.HEALTHY and smoke is not None and smoke_line:
             run_context().host(host.name).smoke = (smoke, smoke_line)
-            elapsed = max(0.0, elapsed - _smoke_seconds(smoke_line))  # ready before it
+            elapsed = max(0.0, elapsed - smoke_seconds(smoke_line))  # ready before it
         if decision.verdict is not Verdict.WAIT:
             return decision, probe.tail, elapsed, ""
         if decision.phase != last_phase or elapsed - last_report >= report_every:

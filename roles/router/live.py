@@ -31,7 +31,13 @@ from gpuserve.monitor.live_judge import (
 from gpuserve.poll import Poll
 from gpuserve.roles.checks import PROBE, roll_back
 from gpuserve.roles.failure import fail_host
-from gpuserve.roles.router.rolling import Rollout, Switching, _command, _router, _take_out
+from gpuserve.roles.router.rolling import (
+    Rollout,
+    Switching,
+    connected_router,
+    execute_time_command,
+    take_out_now,
+)
 from gpuserve.roles.service.rollback import RollbackSpec
 
 #: a line while the window runs, this often (seconds)
@@ -66,7 +72,7 @@ def watch(host_name: str, rollout: Rollout, settings: LiveSettings) -> Verdict:
                        "the previous profile left to compare with: not judged by live "
                        "traffic")
     try:
-        router = _router(rollout)
+        router = connected_router(rollout)
         first = read_workers(router, rollout)
     except (PyinfraError, OSError) as exc:
         return Verdict(LiveKind.UNJUDGED, f"{host_name}: the router host {rollout.router} could "
@@ -117,7 +123,7 @@ def judge_live(rollout: Rollout, switching: Switching, settings: LiveSettings | 
     kept = (f"live traffic: {verdict.message}; not rolled back, {host.name} keeps serving "
             f"profile {rollback.profile_name}: roll it back with a serve deploy of the "
             "previous profile")
-    yield _command(_take_out, rollout, switching, bin_dir, port, config, kept)
+    yield execute_time_command(take_out_now, rollout, switching, bin_dir, port, config, kept)
     outcome = yield from roll_back(rollback, port, f"{bin_dir}/{PROBE}", health_timeout,
                                    what="live")
     yield fail_host(f"rolling switch: live traffic: {verdict.message}; profile "
