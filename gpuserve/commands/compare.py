@@ -20,6 +20,7 @@ from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.measure import compare as cmp
 from gpuserve.measure.results import ResultRecord, read_results
+from gpuserve.table import table as fixed_width
 from gpuserve.terminal import printable
 
 
@@ -174,12 +175,10 @@ def gate_cell(r: ResultRecord) -> str:
 
 
 def table(headers: tuple[str, ...], cells: list[tuple[str, ...]], right: set[str]) -> list[str]:
+    """The records' table (gpuserve.table), cells escaped, the ``right`` headers'
+    columns right-aligned."""
     rows = [headers, *[tuple(printable(c) for c in row) for row in cells]]
-    widths = [max(len(c[i]) for c in rows) for i in range(len(headers))]
-    lines = ["  ".join(c[i].rjust(widths[i]) if headers[i] in right else c[i].ljust(widths[i])
-                       for i in range(len(headers))).rstrip() for c in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
+    return fixed_width(rows, right={i for i, h in enumerate(headers) if h in right})
 
 
 class Notes:

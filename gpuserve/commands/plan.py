@@ -48,6 +48,7 @@ from gpuserve.memory.planner import (
 )
 from gpuserve.memory.preflight import launch_settings
 from gpuserve.memory.startup_log import diagnose, read_log
+from gpuserve.table import table as fixed_width
 from gpuserve.terminal import printable
 from gpuserve.throughput.plan import register_args
 
@@ -520,18 +521,20 @@ def _profile_version(prof: Any) -> str | None:
     return versions.newest(known) if known else None
 
 
+def _shown(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.4f}" if abs(value) < 2 else f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
 def _table(rows: list[tuple[str, Any]]) -> None:
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        if value is None:
-            shown = "-"
-        elif isinstance(value, float):
-            shown = f"{value:,.4f}" if abs(value) < 2 else f"{value:,.2f}"
-        elif isinstance(value, int):
-            shown = f"{value:,}"
-        else:
-            shown = str(value)
-        print(f"  {key.ljust(width)}  {shown}")
+    for line in fixed_width([(key, _shown(value)) for key, value in rows], rule=False,
+                            free_last=True, indent="  "):
+        print(line)
 
 
 def _print_calibrated(c: dict | None) -> None:
