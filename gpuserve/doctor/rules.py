@@ -207,8 +207,8 @@ class Context:
         p = self.profile
         settings = launch_settings(p, overrides)
         majors = self.facts.sm_majors
-        return predict(
-            record, PlanRequest(gpu_memory_mib=self.facts.min_memory_mib,
+        return predict(record, PlanRequest(
+            gpu_memory_mib=self.facts.min_memory_mib,
             gpu_count=len(self.facts.gpus) or p.gpus,
             sm_major=max(majors) if majors else None, layout=layout or settings.layout,
             version=self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1],
@@ -229,9 +229,8 @@ class Context:
         version = self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1]
         p = self.profile
         record = self.arch
-        return memory_defaults(
-            self.facts.min_memory_mib, MemorySettings(
-                tp=p.parallel.tp, attn_dp=p.parallel.attention_dp,
+        return memory_defaults(self.facts.min_memory_mib, MemorySettings(
+            tp=p.parallel.tp, attn_dp=p.parallel.attention_dp,
             use_mla=bool(record and record.is_mla), version=version,
             chunked_prefill_size=p.memory.chunked_prefill_size,
             decode_max_bs=p.memory.cuda_graph_max_bs,
