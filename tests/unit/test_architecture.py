@@ -8,7 +8,9 @@
 - no import circle among gpuserve's modules, among roles' modules, nor among the host
   scripts under gpuserve/data/scripts (uploaded side by side, they import each other by
   bare name);
-- no function over 80 lines in gpuserve/, roles/ or deploy/.
+- no function over 80 lines in gpuserve/, roles/ or deploy/;
+- no function in gpuserve/ or roles/ over 8 parameters, no ``_private`` name taken from
+  another module, no ``__all__`` re-exporting another module's names.
 """
 
 from __future__ import annotations
