@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gpuserve.launch.locks import Lock, available_locks  # noqa: E402
+from gpuserve.table import table as fixed_width  # noqa: E402
 
 # (header, lock -> cell text); add one for the lab's install time, e.g.
 # ("install s", lambda lk: f"{timings[lk.name]:.0f}").
@@ -53,12 +54,7 @@ def table(locks: Sequence[Lock], extra_columns: Sequence[Column] = ()) -> str:
     columns = [*COLUMNS, *extra_columns]
     rows = [[header for header, _ in columns]]
     rows += [[cell(lk) for _, cell in columns] for lk in locks]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
-    lines = ["  ".join(text.ljust(w) if i == 0 else text.rjust(w)
-                       for i, (text, w) in enumerate(zip(row, widths, strict=True))).rstrip()
-             for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join(fixed_width(rows, right=range(1, len(columns))))
 
 
 def install_seconds(lock: Lock, wheels: Path, runs: int) -> list[float]:

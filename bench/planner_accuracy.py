@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gpuserve.host.gpus import get_gpu, known_gpus  # noqa: E402
-from gpuserve.memory.memory_defaults import KNOWN_VERSIONS, memory_defaults  # noqa: E402
+from gpuserve.memory.memory_defaults import KNOWN_VERSIONS, MemorySettings, memory_defaults  # noqa: E402
 from gpuserve.memory.planner import sglang_need_mb  # noqa: E402
 from gpuserve.memory.planner_cases import evaluate, format_table  # noqa: E402
 
@@ -30,7 +30,8 @@ def defaults_table() -> str:
         mib = get_gpu(key).memory_total_mib
         cells = []
         for v in KNOWN_VERSIONS:
-            mfs = [memory_defaults(mib, tp=tp, use_mla=mla, version=v).mem_fraction_static
+            mfs = [memory_defaults(mib, MemorySettings(tp=tp, use_mla=mla, version=v)
+                                   ).mem_fraction_static
                    for tp, mla in ((1, False), (8, False), (8, True))]
             cells.append(f"{' / '.join(f'{m:.3f}' for m in mfs):>20}")
         lines.append(f"{key:14} {mib:>7}  " + "  ".join(cells))
@@ -50,7 +51,8 @@ def ceiling_table() -> str:
         cells = []
         for v in KNOWN_VERSIONS:
             needs = [sum(sglang_need_mb(memory_defaults(
-                gpu.memory_total_mib, tp=tp, use_mla=mla, version=v)).values()) / 1024
+                gpu.memory_total_mib, MemorySettings(tp=tp, use_mla=mla, version=v))
+                ).values()) / 1024
                 for tp, mla in ((1, False), (8, False), (8, True))]
             cells.append(f"{' / '.join(f'{1 - n / pre:.3f}' for n in needs):>20}")
         lines.append(f"{key:14} {gpu.memory_total_mib:>7}  " + "  ".join(cells))

@@ -56,7 +56,7 @@ sys.path.insert(0, str(REPO))
 
 from gpuserve.launch import catalog  # noqa: E402
 from gpuserve.launch.dialect import render_launch  # noqa: E402
-from gpuserve.memory.checkpoint import _scan_module  # noqa: E402
+from gpuserve.memory.checkpoint import scan_module  # noqa: E402
 from gpuserve.tune.candidates import Candidate  # noqa: E402
 from gpuserve.tune.noise import pooled  # noqa: E402
 from gpuserve.tune.predict import Comm  # noqa: E402
@@ -137,7 +137,7 @@ def snapshot(tmp: Path) -> HostSnapshot:
     box = json.loads(BOX.read_text())
     model = compose_record("glm-5-nvfp4", tmp / "GLM-5-NVFP4", shards=20)
     return HostSnapshot(host="lab-gpu", sglang_version=VERSION, lock="lab",
-                        gpus=box["gpus"], checkpoint=json.dumps(_scan_module().scan(str(model))),
+                        gpus=box["gpus"], checkpoint=json.dumps(scan_module().scan(str(model))),
                         host_facts=box, host_json=None)
 
 

@@ -19,6 +19,7 @@ from pyinfra.api.exceptions import PyinfraError
 from gpuserve.errors import GpuserveError
 from gpuserve.fleet.multinode import Member
 from gpuserve.roles.run_context import run_context
+from gpuserve.settings import settings
 from gpuserve.terminal import printable
 
 
@@ -34,11 +35,7 @@ def inventory_source() -> str:
 
 def host_data(*defaults: dict) -> dict:
     """The roles' DEFAULTS, overridden by this host's data for the keys they document."""
-    merged: dict = {}
-    for layer in defaults:
-        merged.update(layer)
-    merged.update({k: v for k, v in host.data.dict().items() if k in merged})
-    return merged
+    return settings(host.data.dict(), *defaults)
 
 
 def group_members(name: str) -> list[Member] | None:

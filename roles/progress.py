@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pyinfra import host, logger
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from gpuserve.poll import Poll
 from gpuserve.serve.weights import POLL_S, REPORT_S
 
 #: Where the jobs keep their output, one directory per start: tmpfs on a systemd host, so
@@ -91,16 +92,15 @@ def wait(run_dir: str, select: str, describe: Callable[[list[str], float], str],
     """Poll the job until it ends (or ``timeout``: then the state so far, rc None),
     logging ``<host>: <label>: <describe(selected lines, elapsed)>`` at least every
     ``REPORT_S`` seconds, and once at the end."""
-    started = time.monotonic()
     last = 0.0
-    while True:
+    job = JobState(None, [], [])
+    for elapsed in Poll(timeout, POLL_S):
         job = host.get_fact(JobStatus, run_dir=run_dir, select=select) or JobState(
             None, [], [])
-        elapsed = time.monotonic() - started
-        if job.rc is not None or elapsed > timeout:
-            logger.info(f"{host.name}: {label}: {describe(job.selected, elapsed)}")
-            return job
+        if job.rc is not None:
+            break
         if elapsed - last >= REPORT_S:
             logger.info(f"{host.name}: {label}: {describe(job.selected, elapsed)}")
             last = elapsed
-        time.sleep(POLL_S)
+    logger.info(f"{host.name}: {label}: {describe(job.selected, elapsed)}")
+    return job

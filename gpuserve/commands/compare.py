@@ -22,6 +22,7 @@ from gpuserve.measure import compare as cmp
 from gpuserve.measure.results import ResultRecord, read_results
 from gpuserve.quality.view import SKIP_NOTE as QUALITY_SKIP
 from gpuserve.quality.view import format_quality, latest_quality
+from gpuserve.table import table as fixed_width
 from gpuserve.terminal import printable
 
 
@@ -181,12 +182,10 @@ def gate_cell(r: ResultRecord) -> str:
 
 
 def table(headers: tuple[str, ...], cells: list[tuple[str, ...]], right: set[str]) -> list[str]:
+    """The records' table (gpuserve.table), cells escaped, the ``right`` headers'
+    columns right-aligned."""
     rows = [headers, *[tuple(printable(c) for c in row) for row in cells]]
-    widths = [max(len(c[i]) for c in rows) for i in range(len(headers))]
-    lines = ["  ".join(c[i].rjust(widths[i]) if headers[i] in right else c[i].ljust(widths[i])
-                       for i in range(len(headers))).rstrip() for c in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
+    return fixed_width(rows, right={i for i, h in enumerate(headers) if h in right})
 
 
 class Notes:

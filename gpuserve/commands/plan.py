@@ -40,6 +40,7 @@ from gpuserve.memory.planner import (
     GIB,
     FitVerdict,
     Layout,
+    PlanRequest,
     kv_cell,
     predict,
     resolve_kv_dtype,
@@ -47,6 +48,7 @@ from gpuserve.memory.planner import (
 )
 from gpuserve.memory.preflight import launch_settings
 from gpuserve.memory.startup_log import diagnose, read_log
+from gpuserve.table import table as fixed_width
 from gpuserve.terminal import printable
 from gpuserve.throughput.plan import register_args
 
@@ -344,7 +346,7 @@ def _run_predict(args: argparse.Namespace) -> int:
         parts = checkpoint_weights(scan, chosen.layout, arch) if scan is not None else None
         return predict(
             arch,
-            gpu_memory_mib=gpu.memory_total_mib,
+            PlanRequest(gpu_memory_mib=gpu.memory_total_mib,
             gpu_name=gpu.key,
             gpu_count=count,
             sm_major=gpu.sm_major,
@@ -359,7 +361,7 @@ def _run_predict(args: argparse.Namespace) -> int:
             record=record,
             draft=_draft(args, prof, chosen.layout)
             if chosen.layout.speculative or chosen is settings else None,
-            **chosen.knobs,
+            **chosen.knobs),
         )
 
     plan = _measured_or_records(args, prof, plan_for(settings), settings, plan_for,
@@ -519,18 +521,20 @@ def _profile_version(prof: Any) -> str | None:
     return versions.newest(known) if known else None
 
 
+def _shown(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.4f}" if abs(value) < 2 else f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
 def _table(rows: list[tuple[str, Any]]) -> None:
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        if value is None:
-            shown = "-"
-        elif isinstance(value, float):
-            shown = f"{value:,.4f}" if abs(value) < 2 else f"{value:,.2f}"
-        elif isinstance(value, int):
-            shown = f"{value:,}"
-        else:
-            shown = str(value)
-        print(f"  {key.ljust(width)}  {shown}")
+    for line in fixed_width([(key, _shown(value)) for key, value in rows], rule=False,
+                            free_last=True, indent="  "):
+        print(line)
 
 
 def _print_calibrated(c: dict | None) -> None:

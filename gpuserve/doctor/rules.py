@@ -201,38 +201,42 @@ class Context:
         if record is None or self.facts.min_memory_mib is None:
             return None
         from gpuserve.memory.memory_defaults import KNOWN_VERSIONS
-        from gpuserve.memory.planner import predict
+        from gpuserve.memory.planner import PlanRequest, predict
         from gpuserve.memory.preflight import launch_settings
 
         p = self.profile
         settings = launch_settings(p, overrides)
         majors = self.facts.sm_majors
-        return predict(
-            record, gpu_memory_mib=self.facts.min_memory_mib,
+        return predict(record, PlanRequest(
+            gpu_memory_mib=self.facts.min_memory_mib,
             gpu_count=len(self.facts.gpus) or p.gpus,
             sm_major=max(majors) if majors else None, layout=layout or settings.layout,
             version=self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1],
-            **settings.knobs)
+            **settings.knobs))
 
     def memory_defaults(self) -> Any:
         """SGLang's auto memory settings for this launch (gpuserve.memory.memory_defaults)."""
         if self.facts.min_memory_mib is None:
             return None
         try:
-            from gpuserve.memory.memory_defaults import KNOWN_VERSIONS, memory_defaults
+            from gpuserve.memory.memory_defaults import (
+                KNOWN_VERSIONS,
+                MemorySettings,
+                memory_defaults,
+            )
         except ImportError:  # pragma: no cover - planner side not present
             return None
         version = self.version if self.version in KNOWN_VERSIONS else KNOWN_VERSIONS[-1]
         p = self.profile
         record = self.arch
-        return memory_defaults(
-            self.facts.min_memory_mib, tp=p.parallel.tp, attn_dp=p.parallel.attention_dp,
+        return memory_defaults(self.facts.min_memory_mib, MemorySettings(
+            tp=p.parallel.tp, attn_dp=p.parallel.attention_dp,
             use_mla=bool(record and record.is_mla), version=version,
             chunked_prefill_size=p.memory.chunked_prefill_size,
             decode_max_bs=p.memory.cuda_graph_max_bs,
             max_running_requests=p.memory.max_running_requests,
             moe_a2a_backend=p.moe.a2a_backend or "none",
-            speculative=bool(p.speculative.algorithm),
+            speculative=bool(p.speculative.algorithm)),
         )
 
 

@@ -39,7 +39,7 @@ class GpuSpec:
         return int(self.compute_capability.split(".")[0])
 
 
-def _norm(name: str) -> str:
+def norm_name(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", str(name).lower())
 
 
@@ -62,7 +62,7 @@ def _catalog() -> dict[str, GpuSpec]:
             raise InputError(GPUS_FILE, f"gpus.{key}.datasheet",
                              "every GPU needs datasheet_gb and the vendor's https:// page")
         for alias in [key, rec["name"], *rec.get("aliases", [])]:
-            out[_norm(alias)] = spec
+            out[norm_name(alias)] = spec
     return out
 
 
@@ -71,7 +71,7 @@ def known_gpus() -> list[str]:
 
 
 def get_gpu(name: str) -> GpuSpec:
-    spec = _catalog().get(_norm(name))
+    spec = _catalog().get(norm_name(name))
     if spec is None:
         raise InputError("--gpus", "gpu", f"unknown GPU {name!r}; known: {', '.join(known_gpus())}")
     return spec

@@ -372,7 +372,7 @@ def list_profiles(profiles_dir: Path | None = None) -> list[str]:
     return sorted(p.stem for p in (profiles_dir or PROFILES_DIR).glob("*.yaml"))
 
 
-def _read(path: Path) -> tuple[dict[str, Any], dict[str, Origin]]:
+def read_with_origins(path: Path) -> tuple[dict[str, Any], dict[str, Origin]]:
     # Bounded (size, depth, alias expansion): see gpuserve/safeload.py. Non-finite floats
     # are left to the typed checks (_coerce, parse_bench), whose messages say what the
     # field wants ("seconds", "a number in (0, 1)").
@@ -421,7 +421,7 @@ def _walk(
 
 
 def _resolve(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, Origin]]:
-    data, locs = _read(path)
+    data, locs = read_with_origins(path)
     parent = data.pop("extends", None)
     extends_at = locs.pop("extends", Origin(str(path), None))
     if parent is None:

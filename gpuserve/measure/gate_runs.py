@@ -448,16 +448,16 @@ def gate_size(exp: gates.Expectations, topology: str | None) -> int:
 
 def evaluate(
     outcomes: list[RunOutcome], *, host: str, timestamp: str, facts: Mapping[str, Any],
-    gpus: int, driver_p2p: str | None, exp: gates.Expectations,
+    driver_p2p: str | None, exp: gates.Expectations,
     sources: Mapping[str, gates.ToolSource], records: Iterable[Mapping[str, Any]] = (),
 ) -> Evaluation:
-    """Choose the NCCL env from the runs, judge the figures, build the record.
+    """Choose the NCCL env from the runs, judge the figures, build the record (GPUs:
+    ``facts["gpus"]``, as nvidia-smi lists them).
 
     The topology class is first taken from the driver's view to know the gate size;
     then again with the measured P2P (a P2P path that hung or lost is judged as
     PCIe without P2P)."""
-    problems: list[str] = []
-    lines: list[str] = []
+    gpus, problems, lines = len(facts["gpus"]), [], []
     by_label = {o.spec.label: o for o in outcomes}
     size = gate_size(exp, gates.topology_class(facts))
     on, on_result = _all_reduce(by_label.get("p2p_on"), size, problems)
@@ -521,7 +521,7 @@ def evaluate(
     nccl = gates.nccl_version("\n".join(o.text for o in outcomes
                                          if o.spec.tool == "all_reduce_perf"))
     record = gates.measure_record(
-        host=host, timestamp=timestamp, topology=topology, sources=sources, nccl=nccl,
+        gates.RecordHeader(host, timestamp, topology, sources, nccl),
         runs=[o.summary() for o in outcomes], figures=figures, choice=choice,
         verdicts=verdicts)
     return Evaluation(choice, topology, figures, verdicts, record, lines, problems)
@@ -571,10 +571,19 @@ def _matrix_verdict(report: P2PBandwidthReport, choice: gates.NcclChoice,
 # ----------------------------------------------------------------------------- host state
 
 
+@dataclass(frozen=True)
+class MeasuredOn:
+    """The host a measurement ran on, as far as its figures depend on it: the GPUs (by
+    UUID), the driver, the driver's P2P verdict and the virtualization."""
+
+    gpu_uuids: tuple[str, ...]
+    driver: str | None
+    driver_p2p: str | None = None
+    virtualization: str | None = None
+
+
 def fingerprint(sources: Mapping[str, gates.ToolSource], nccl: NcclLib | None,
-                gpu_uuids: Iterable[str], driver: str | None, settings_timeout: float,
-                expectations_text: str, driver_p2p: str | None = None,
-                virtualization: str | None = None,
+                on: MeasuredOn, settings_timeout: float, expectations_text: str,
                 collectives: Iterable[str] = ALL_REDUCE_ONLY) -> str:
     """What a measurement depends on: when it is unchanged, the last one still holds and
     the stage measures nothing (host data ``gates_remeasure: true`` forces it). The
@@ -584,8 +593,8 @@ def fingerprint(sources: Mapping[str, gates.ToolSource], nccl: NcclLib | None,
     before they existed, so hosts measured then are not measured again for nothing."""
     doc = {"tools": {n: [s.commit, s.sha256] for n, s in sorted(sources.items())},
            "nccl": None if nccl is None else [nccl.origin, nccl.lib],
-           "gpus": sorted(gpu_uuids), "driver": driver, "timeout": settings_timeout,
-           "driver_p2p": driver_p2p, "virtualization": virtualization,
+           "gpus": sorted(on.gpu_uuids), "driver": on.driver, "timeout": settings_timeout,
+           "driver_p2p": on.driver_p2p, "virtualization": on.virtualization,
            "expectations": hashlib.sha256(expectations_text.encode()).hexdigest()}
     wanted = [c for c in COLLECTIVES if c in set(collectives) | {"all_reduce"}]
     if wanted != list(ALL_REDUCE_ONLY):

@@ -805,9 +805,20 @@ def judge_class(
 # ----------------------------------------------------------------------------- records
 
 
+@dataclass(frozen=True)
+class RecordHeader:
+    """Whose measurement a record holds: the host, when, its topology class, the pinned
+    tools' sources and the NCCL version the runs printed."""
+
+    host: str
+    timestamp: str
+    topology: str | None
+    sources: Mapping[str, ToolSource]
+    nccl: str | None
+
+
 def measure_record(
-    *, host: str, timestamp: str, topology: str | None, sources: Mapping[str, ToolSource],
-    nccl: str | None, runs: Iterable[Mapping[str, Any]], figures: Mapping[str, float],
+    header: RecordHeader, *, runs: Iterable[Mapping[str, Any]], figures: Mapping[str, float],
     choice: NcclChoice | None, verdicts: Iterable[GateVerdict],
 ) -> dict[str, Any]:
     """A ``gpuserve.measure/1`` document (one per measuring run, under results/<host>/).
@@ -818,11 +829,11 @@ def measure_record(
     host is its baseline for the checks that have no published figure.
     """
     doc = {
-        "schema": MEASURE_SCHEMA, "host": host, "timestamp": timestamp,
-        "topology_class": topology,
+        "schema": MEASURE_SCHEMA, "host": header.host, "timestamp": header.timestamp,
+        "topology_class": header.topology,
         "tools": {name: {"commit": s.commit, "sha256": s.sha256, "version": s.version,
-                         "url": s.url} for name, s in sorted(sources.items())},
-        "nccl_version": nccl, "runs": [dict(r) for r in runs],
+                         "url": s.url} for name, s in sorted(header.sources.items())},
+        "nccl_version": header.nccl, "runs": [dict(r) for r in runs],
         "figures": dict(figures),
         "choice": choice.to_dict() if choice else None,
         "verdicts": [v.to_dict() for v in verdicts],

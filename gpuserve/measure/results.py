@@ -625,12 +625,24 @@ def validate_results_dir(value: object, source: str) -> str | None:
     return value
 
 
-def record_spec(results_dir: object, source: str, *, profile: str, args: Iterable[str],
-                env: Mapping[str, str], sglang_version: str, model: str,
-                served_name: str, profile_hash: str | None = None, lock: str | None = None,
-                context: Mapping | None = None) -> RecordSpec | None:
+@dataclass(frozen=True)
+class Served:
+    """What the records say was served: the profile (and its hash), the model and the
+    name it is served under, the SGLang release and its lock."""
+
+    profile: str
+    sglang_version: str
+    model: str
+    served_name: str
+    profile_hash: str | None = None
+    lock: str | None = None
+
+
+def record_spec(results_dir: object, source: str, served: Served, *, args: Iterable[str],
+                env: Mapping[str, str], context: Mapping | None = None) -> RecordSpec | None:
     """The serve deploy's :class:`RecordSpec` from host data ``results_dir`` (validated
-    here, at prepare time) and the rendered launch; None when recording is off.
+    here, at prepare time), what is served and the rendered launch; None when recording
+    is off.
 
     ``context`` (see :data:`CONTEXT_KEYS`) gets ``argv`` and ``env`` from the launch and
     ``gpuserve_version`` from this package unless given; secrets are removed here and
@@ -644,7 +656,8 @@ def record_spec(results_dir: object, source: str, *, profile: str, args: Iterabl
     if context is not None:
         ctx = {"argv": args, "env": dict(env), "gpuserve_version": __version__, **context}
         ctx = _redact(clean_context(ctx), _secret_values(ctx))
-    return RecordSpec(results_dir=directory, profile=profile,
-                      launch_hash=launch_hash(args, env), sglang_version=sglang_version,
-                      model=model, served_name=served_name, profile_hash=profile_hash,
-                      lock=lock, context=ctx)
+    return RecordSpec(results_dir=directory, profile=served.profile,
+                      launch_hash=launch_hash(args, env),
+                      sglang_version=served.sglang_version, model=served.model,
+                      served_name=served.served_name, profile_hash=served.profile_hash,
+                      lock=served.lock, context=ctx)

@@ -139,13 +139,12 @@ def checkpoint_digest(files: list[tuple[str, int]]) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def from_log(log: StartupLog, *, host: str, timestamp: str, server_start: str,
-             sglang_version: str, checkpoint: Checkpoint, launch: dict,
-             error: str | None = None, gpu: dict | None = None) -> StartRecord:
-    """A record of the start ``log`` (the journal lines of that start, parsed). The
-    effective ``mem_fraction_static`` is SGLang's own where its server_args line says it
-    (an auto fraction is resolved there)."""
-    launch = {**launch, **_logged_launch(log.server_args)}
+def from_log(log: StartupLog, spec: StartSpec, *, host: str, timestamp: str,
+             server_start: str, error: str | None = None) -> StartRecord:
+    """A record of the start ``log`` (the journal lines of that start, parsed) of what
+    ``spec`` launched. The effective ``mem_fraction_static`` is SGLang's own where its
+    server_args line says it (an auto fraction is resolved there)."""
+    launch = {**spec.launch, **_logged_launch(log.server_args)}
     ranks = tuple(RankFigures(
         rank=name, free_before_weights_gib=r.load_begin_avail,
         free_after_weights_gib=r.load_end_avail, weights_gib=r.weights_usage,
@@ -153,10 +152,10 @@ def from_log(log: StartupLog, *, host: str, timestamp: str, server_start: str,
         graph_gib=r.graph_usage or None, free_after_graphs_gib=r.graph_end_avail)
         for name, r in sorted(log.ranks.items())[:MAX_RANKS])
     return StartRecord(host=host, timestamp=timestamp, server_start=server_start,
-                       sglang_version=sglang_version, checkpoint=checkpoint,
+                       sglang_version=spec.sglang_version, checkpoint=spec.checkpoint,
                        launch=_launch(launch, "<launch>"), outcome=diagnose(log).outcome,
                        ranks=ranks, error=(error or None) and str(error)[:300],
-                       gpu=_gpu(gpu, "<gpu>"))
+                       gpu=_gpu(spec.gpu, "<gpu>"))
 
 
 def _logged_launch(args: dict) -> dict:

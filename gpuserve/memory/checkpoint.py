@@ -99,7 +99,7 @@ class CheckpointScan:
 
 
 @cache
-def _scan_module() -> ModuleType:
+def scan_module() -> ModuleType:
     """The host script, imported so the controller runs the very code the host runs."""
     spec = importlib.util.spec_from_file_location("gpuserve_checkpoint_scan", SCAN_SCRIPT)
     assert spec is not None and spec.loader is not None
@@ -110,7 +110,7 @@ def _scan_module() -> ModuleType:
 
 def scan_directory(path: str | Path) -> CheckpointScan:
     """Scan a local checkpoint directory (config.json + safetensors headers)."""
-    return scan_from_dict(_scan_module().scan(str(path)), str(path))
+    return scan_from_dict(scan_module().scan(str(path)), str(path))
 
 
 def parse_scan(text: str, source: str = "checkpoint_scan.py output") -> CheckpointScan:

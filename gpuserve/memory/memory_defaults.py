@@ -16,7 +16,7 @@ How: docs/planner.md, "gpuserve.memory.memory_defaults: sources and version diff
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 KNOWN_VERSIONS = ("0.5.10.post1", "0.5.19", "0.5.23")
 # Versions whose tiers, unknown-memory fraction and MLA prefill max are 0.5.19's.
@@ -118,33 +118,80 @@ def prefill_capture_sizes(max_bs: int) -> list[int]:
     return [s for s in sizes if s <= max_bs]
 
 
-def _reserve_breakdown(
-    gpu_memory_mib: float | None, *, tp: int, pp: int, attn_dp: int, use_mla: bool, cps: int,
-    max_prefill_tokens: int, max_bs: int, prefill_max: int, decode_graph: bool,
-    prefill_graph: bool, prefill_graph_breakable: bool, moe_a2a_backend: str,
-    post_capture_kv_sizing: bool, disaggregation_mode: str = "null", decode_tokens: int = 1,
-) -> dict[str, float]:
+@dataclass(frozen=True)
+class MemorySettings:
+    """The launch settings SGLang's memory defaults depend on (:func:`memory_defaults`):
+    the parallel layout, the chunked prefill, the decode graphs' batch sizes, the fraction
+    when it is set, and speculation. None: SGLang's own default."""
+
+    tp: int = 1
+    pp: int = 1
+    attn_dp: int = 1
+    use_mla: bool = False
+    version: str = DEFAULT_VERSION
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int = 16384
+    decode_max_bs: int | None = None
+    max_running_requests: int | None = None
+    mem_fraction_static: float | None = None
+    decode_graph: bool = True
+    prefill_graph: bool = True
+    prefill_graph_breakable: bool = True
+    moe_a2a_backend: str = "none"
+    speculative: bool = False
+    post_capture_kv_sizing: bool = False
+    speculative_algorithm: str | None = None
+    disaggregation_mode: str = "null"  # a PD server's role: prefill, decode
+    num_draft_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class _ReserveTerms:
+    """What the reserve's terms read, resolved (chunked prefill, graph batch sizes)."""
+
+    tp: int
+    pp: int
+    attn_dp: int
+    use_mla: bool
+    cps: int
+    max_prefill_tokens: int
+    max_bs: int
+    prefill_max: int
+    decode_graph: bool
+    prefill_graph: bool
+    prefill_graph_breakable: bool
+    moe_a2a_backend: str
+    post_capture_kv_sizing: bool
+    disaggregation_mode: str = "null"
+    decode_tokens: int = 1  # a PD decode server's running requests x draft tokens
+
+
+def _reserve_breakdown(gpu_memory_mib: float | None, terms: _ReserveTerms) -> dict[str, float]:
     """The MiB SGLang reserves outside the static pool when it picks mem_fraction_static
     itself, by cause (handle_gpu_memory_settings' reserved_mem)."""
+    t = terms
+    tp, pp, attn_dp, use_mla, cps = t.tp, t.pp, t.attn_dp, t.use_mla, t.cps
+    max_prefill_tokens, max_bs, moe_a2a_backend = t.max_prefill_tokens, t.max_bs, t.moe_a2a_backend
+    pd = t.disaggregation_mode
+    # a PD prefill server captures no decode graphs, a decode server no prefill ones
+    decode_graph = t.decode_graph and pd != "prefill"
     breakdown: dict[str, float] = {}
-    if post_capture_kv_sizing and not use_mla:
+    if t.post_capture_kv_sizing and not use_mla:
         # SGLANG_ENABLE_POST_CAPTURE_KV_SIZING: only the floor + parallel slack.
         breakdown["floor"] = 1536
         breakdown["parallel"] = tp * pp / 8 * 1024
     else:
         activation_tokens = max(cps, 2048) if cps > 0 else max(max_prefill_tokens, 2048)
-        if disaggregation_mode == "decode":  # running requests x draft tokens (PD decode)
-            activation_tokens = max(decode_tokens, 2048)
+        if pd == "decode":  # running requests x draft tokens (PD decode)
+            activation_tokens = max(t.decode_tokens, 2048)
         breakdown["constant"] = 512
         breakdown["activations"] = activation_tokens * 1.5
         breakdown["parallel"] = tp * pp / 8 * 1024
-        # a PD prefill server captures no decode graphs, a decode server no prefill ones
-        decode_graph = decode_graph and disaggregation_mode != "prefill"
         breakdown["cuda_graphs"] = _graph_reserve_mb(
-            max_bs, attn_dp=attn_dp if disaggregation_mode != "prefill" else 1,
-            use_mla=use_mla, prefill_max=prefill_max, decode_graph=decode_graph,
-            prefill_graph=prefill_graph and disaggregation_mode != "decode",
-            prefill_graph_breakable=prefill_graph_breakable, moe_a2a_backend=moe_a2a_backend)
+            max_bs, attn_dp=attn_dp if pd != "prefill" else 1, use_mla=use_mla,
+            prefill_max=t.prefill_max, decode_graph=decode_graph,
+            prefill_graph=t.prefill_graph and pd != "decode",
+            prefill_graph_breakable=t.prefill_graph_breakable, moe_a2a_backend=moe_a2a_backend)
         subtotal = sum(breakdown.values())
         if gpu_memory_mib is not None and gpu_memory_mib > 60 * 1024 and subtotal < 10240:
             breakdown["floor_10GiB"] = 10240 - subtotal
@@ -175,20 +222,20 @@ def _graph_reserve_mb(max_bs: int, *, attn_dp: int, use_mla: bool, prefill_max: 
 
 
 def _server_args_hook_breakdown(
-    gpu_memory_mib: float | None, settings: dict, speculative_algorithm: str | None
+    gpu_memory_mib: float | None, settings: _ReserveTerms, speculative_algorithm: str | None
 ) -> dict[str, float]:
     """0.5.10.post1's reserve (server_args.py::_handle_gpu_memory_settings, 1281-1322): the
     same terms without deepep's or post-capture sizing, the piecewise (prefill) graphs off
     where _handle_piecewise_cuda_graph (1078-1102) turns them off, and the draft's 4/6 GiB
     added after the 10 GiB floor."""
     piecewise_off = (
-        speculative_algorithm is not None or settings["attn_dp"] > 1 or settings["pp"] > 1
-        or settings["moe_a2a_backend"] != "none"
+        speculative_algorithm is not None or settings.attn_dp > 1 or settings.pp > 1
+        or settings.moe_a2a_backend != "none"
     )
-    breakdown = _reserve_breakdown(gpu_memory_mib, **{
-        **settings, "prefill_graph": settings["prefill_graph"] and not piecewise_off,
-        "moe_a2a_backend": "none", "post_capture_kv_sizing": False,
-        "disaggregation_mode": "null"})  # its PD rules are not transcribed
+    breakdown = _reserve_breakdown(gpu_memory_mib, replace(
+        settings, prefill_graph=settings.prefill_graph and not piecewise_off,
+        moe_a2a_backend="none", post_capture_kv_sizing=False,
+        disaggregation_mode="null"))  # its PD rules are not transcribed
     if speculative_algorithm == "STANDALONE":
         breakdown["speculative"] = 6 * 1024  # "standalone draft model and cuda graphs"
     elif speculative_algorithm not in (None, "NGRAM"):
@@ -196,40 +243,20 @@ def _server_args_hook_breakdown(
     return breakdown
 
 
-def _default_fraction(gpu_memory_mib: float | None, version: str, settings: dict,
+def _default_fraction(gpu_memory_mib: float | None, version: str, settings: _ReserveTerms,
                       speculative_algorithm: str | None) -> tuple[float, dict[str, float]]:
     """SGLang's own mem_fraction_static, (G - R) / G to 3 places, and R by cause."""
     if version in _SERVER_ARGS_HOOK:
         breakdown = _server_args_hook_breakdown(gpu_memory_mib, settings, speculative_algorithm)
     else:
-        breakdown = _reserve_breakdown(gpu_memory_mib, **settings)
+        breakdown = _reserve_breakdown(gpu_memory_mib, settings)
     if gpu_memory_mib is None:
         return (0.88 if version in _OLD_RULES else 0.95), breakdown
     return round((gpu_memory_mib - sum(breakdown.values())) / gpu_memory_mib, 3), breakdown
 
 
-def memory_defaults(
-    gpu_memory_mib: float | None,
-    *,
-    tp: int = 1,
-    pp: int = 1,
-    attn_dp: int = 1,
-    use_mla: bool = False,
-    version: str = DEFAULT_VERSION,
-    chunked_prefill_size: int | None = None,
-    max_prefill_tokens: int = 16384,
-    decode_max_bs: int | None = None,
-    max_running_requests: int | None = None,
-    mem_fraction_static: float | None = None,
-    decode_graph: bool = True,
-    prefill_graph: bool = True,
-    prefill_graph_breakable: bool = True,
-    moe_a2a_backend: str = "none",
-    speculative: bool = False,
-    post_capture_kv_sizing: bool = False,
-    speculative_algorithm: str | None = None,
-    disaggregation_mode: str = "null", num_draft_tokens: int | None = None,
-) -> MemoryDefaults:
+def memory_defaults(gpu_memory_mib: float | None,
+                    settings: MemorySettings = MemorySettings()) -> MemoryDefaults:
     """Reproduce handle_gpu_memory_settings for a non-VLM CUDA launch (a PD role too).
 
     ``gpu_memory_mib`` is nvidia-smi's memory.total (min over GPUs). Explicit values
@@ -238,6 +265,11 @@ def memory_defaults(
     ``speculative_algorithm`` (EAGLE, NEXTN, STANDALONE, NGRAM...) matters to 0.5.10.post1
     only, whose reserve grows with it; ``speculative`` alone counts as EAGLE there.
     """
+    m = settings
+    tp, attn_dp, use_mla, version = m.tp, m.attn_dp, m.use_mla, m.version
+    chunked_prefill_size, decode_max_bs = m.chunked_prefill_size, m.decode_max_bs
+    max_running_requests, mem_fraction_static = m.max_running_requests, m.mem_fraction_static
+    speculative_algorithm = m.speculative_algorithm
     _check_version(version)
     default_cps, default_bs = capacity_defaults(gpu_memory_mib, tp, version)
     cps = chunked_prefill_size if chunked_prefill_size is not None else default_cps
@@ -249,7 +281,7 @@ def memory_defaults(
         and max_bs > max_running_requests
     ):
         max_bs = max_running_requests
-    speculative = speculative or bool(speculative_algorithm)
+    speculative = m.speculative or bool(speculative_algorithm)
     captures = tuple(decode_capture_sizes(max_bs, speculative))
 
     # Prefill graph max_bs as the hook sets it, even when chunking is off (cps = -1): the
@@ -263,15 +295,16 @@ def memory_defaults(
         mfs, is_default, reserved = mem_fraction_static, False, 0.0
     else:
         is_default = True
-        settings = dict(
-            tp=tp, pp=pp, attn_dp=attn_dp, use_mla=use_mla, cps=cps,
-            max_prefill_tokens=max_prefill_tokens, max_bs=max_bs, prefill_max=prefill_max,
-            decode_graph=decode_graph, prefill_graph=prefill_graph,
-            prefill_graph_breakable=prefill_graph_breakable, moe_a2a_backend=moe_a2a_backend,
-            post_capture_kv_sizing=post_capture_kv_sizing, disaggregation_mode=disaggregation_mode,
-            decode_tokens=(max_running_requests or max_bs or 1) * (num_draft_tokens or 1))
+        terms = _ReserveTerms(
+            tp=tp, pp=m.pp, attn_dp=attn_dp, use_mla=use_mla, cps=cps,
+            max_prefill_tokens=m.max_prefill_tokens, max_bs=max_bs, prefill_max=prefill_max,
+            decode_graph=m.decode_graph, prefill_graph=m.prefill_graph,
+            prefill_graph_breakable=m.prefill_graph_breakable,
+            moe_a2a_backend=m.moe_a2a_backend, post_capture_kv_sizing=m.post_capture_kv_sizing,
+            disaggregation_mode=m.disaggregation_mode,
+            decode_tokens=(max_running_requests or max_bs or 1) * (m.num_draft_tokens or 1))
         spec = speculative_algorithm or ("EAGLE" if speculative else None)
-        mfs, breakdown = _default_fraction(gpu_memory_mib, version, settings, spec)
+        mfs, breakdown = _default_fraction(gpu_memory_mib, version, terms, spec)
         reserved = sum(breakdown.values())
 
     per_dp = cps // attn_dp if (attn_dp > 1 and cps > 0) else cps

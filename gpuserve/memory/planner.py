@@ -22,7 +22,12 @@ from enum import StrEnum
 from typing import Any
 
 from gpuserve.errors import InputError
-from gpuserve.memory.memory_defaults import DEFAULT_VERSION, MemoryDefaults, memory_defaults
+from gpuserve.memory.memory_defaults import (
+    DEFAULT_VERSION,
+    MemoryDefaults,
+    MemorySettings,
+    memory_defaults,
+)
 from gpuserve.memory.models import ModelArch, component_modules
 from gpuserve.terminal import signed_term
 
@@ -720,80 +725,59 @@ class DraftCharge:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
-def predict(
-    arch: ModelArch,
-    *,
-    gpu_memory_mib: float,
-    gpu_name: str = "",
-    gpu_count: int = 1,
-    sm_major: int | None = None,
-    init_overhead_gib: float = 2.0,
-    layout: Layout | None = None,
-    version: str = DEFAULT_VERSION,
-    mem_fraction_static: float | None = None,
-    kv_cache_dtype: str = "auto",
-    cuda_graph_max_bs: int | None = None,
-    chunked_prefill_size: int | None = None,
-    max_running_requests: int | None = None,
-    context_length: int | None = None,
-    pre_load_free_gib: float | None = None,
-    a2a_buffer_gib: float | None = None,
-    dsa_backend: str | None = None,
-    page_size: int = 1,
-    draft_weights_gib: float = 0.0,
-    weight_parts: list[WeightPart] | None = None,
-    weights_from: str | None = None,
-    record: ModelArch | None = None,
-    draft: Any = None,
-) -> Plan:
-    """Predict a launch: SGLang's defaults, weights, KV capacity and a verdict with fixes.
+@dataclass(frozen=True)
+class PlanRequest:
+    """What :func:`predict` is asked: the GPUs, the launch's settings and where its weights
+    come from (one value: the CLI, the preflight, the doctor and the tuner fill it alike).
 
-    ``weight_parts`` replaces the weights computed from ``arch`` (e.g. those of the real
-    checkpoint, gpuserve.memory.checkpoint.checkpoint_weights), ``weights_from`` says where
-    they came from, and ``record`` (the model record a profile names) is compared with them:
-    a difference above 5% becomes a note with both figures. ``draft`` is a separate draft
-    model (a gpuserve.memory.draft.Draft): its weights, KV layers and pool are charged.
-    """
-    layout = layout or Layout()
-    if draft is not None:
-        layout = replace(layout, draft_layers=draft.kv_layers)
-    problems = _layout_problems(arch, layout, gpu_count)
-    defaults, heuristic = _launch_defaults(
-        arch,
-        layout,
-        gpu_memory_mib,
-        version=version,
-        mem_fraction_static=mem_fraction_static,
-        chunked_prefill_size=chunked_prefill_size,
-        cuda_graph_max_bs=cuda_graph_max_bs,
-        max_running_requests=max_running_requests,
-    )
-    s = _size_launch(
-        arch,
-        layout,
-        defaults,
-        heuristic,
-        gpu_memory_mib=gpu_memory_mib,
-        init_overhead_gib=init_overhead_gib,
-        pre_load_free_gib=pre_load_free_gib,
-        kv_cache_dtype=kv_cache_dtype,
-        a2a_buffer_gib=a2a_buffer_gib,
-        draft_weights_gib=draft_weights_gib,
-        weight_parts=weight_parts,
-        sm_major=sm_major,
-        dsa_backend=dsa_backend,
-        page_size=page_size,
-        context_length=context_length,
-        draft=draft,
-    )
+    ``weight_parts`` replaces the weights computed from the architecture (e.g. those of
+    the real checkpoint, gpuserve.memory.checkpoint.checkpoint_weights), ``weights_from``
+    says where they came from, and ``record`` (the model record a profile names) is
+    compared with them: a difference above 5% becomes a note with both figures.
+    ``draft`` is a separate draft model (a gpuserve.memory.draft.Draft): its weights, KV
+    layers and pool are charged."""
+
+    gpu_memory_mib: float
+    gpu_name: str = ""
+    gpu_count: int = 1
+    sm_major: int | None = None
+    init_overhead_gib: float = 2.0
+    layout: Layout | None = None
+    version: str = DEFAULT_VERSION
+    mem_fraction_static: float | None = None
+    kv_cache_dtype: str = "auto"
+    cuda_graph_max_bs: int | None = None
+    chunked_prefill_size: int | None = None
+    max_running_requests: int | None = None
+    context_length: int | None = None
+    pre_load_free_gib: float | None = None
+    a2a_buffer_gib: float | None = None
+    dsa_backend: str | None = None
+    page_size: int = 1
+    draft_weights_gib: float = 0.0
+    weight_parts: list[WeightPart] | None = None
+    weights_from: str | None = None
+    record: ModelArch | None = None
+    draft: Any = None
+
+
+def predict(arch: ModelArch, request: PlanRequest) -> Plan:
+    """Predict a launch: SGLang's defaults, weights, KV capacity and a verdict with fixes
+    (``request``: :class:`PlanRequest`)."""
+    r = request
+    layout = r.layout or Layout()
+    if r.draft is not None:
+        layout = replace(layout, draft_layers=r.draft.kv_layers)
+    problems = _layout_problems(arch, layout, r.gpu_count)
+    defaults, heuristic = _launch_defaults(arch, layout, r)
+    s = _size_launch(arch, layout, defaults, heuristic, r)
     verdict, explanation, changes = _judged(
-        arch, layout, s, problems, version=version, draft_weights_gib=draft_weights_gib,
-        record=record if weight_parts is not None else None)
-    plan = _plan(arch, layout, s, gpu_name=gpu_name, gpu_count=gpu_count, version=version,
-                 requested_max_running=max_running_requests, verdict=verdict,
-                 explanation=explanation, changes=changes, problems=problems)
-    if weight_parts is not None:
-        plan.weights_from = weights_from or "checkpoint"
+        arch, layout, s, problems, version=r.version, draft_weights_gib=r.draft_weights_gib,
+        record=r.record if r.weight_parts is not None else None)
+    plan = _plan(arch, layout, s, r, verdict=verdict, explanation=explanation,
+                 changes=changes, problems=problems)
+    if r.weight_parts is not None:
+        plan.weights_from = r.weights_from or "checkpoint"
     if s.draft is not None:
         plan.draft = s.draft.to_dict()
     return plan
@@ -842,80 +826,60 @@ def _layout_problems(arch: ModelArch, layout: Layout, gpu_count: int) -> list[st
     return problems
 
 
-def _launch_defaults(
-    arch: ModelArch,
-    layout: Layout,
-    gpu_memory_mib: float,
-    *,
-    version: str,
-    mem_fraction_static: float | None,
-    chunked_prefill_size: int | None,
-    cuda_graph_max_bs: int | None,
-    max_running_requests: int | None,
-) -> tuple[MemoryDefaults, MemoryDefaults]:
+def _launch_defaults(arch: ModelArch, layout: Layout, request: PlanRequest
+                     ) -> tuple[MemoryDefaults, MemoryDefaults]:
     """SGLang's defaults as launched, and its own heuristic at the same settings.
 
     The two differ only when the user sets mem_fraction_static; the heuristic's reserve,
     less its padding (sglang_need_mb), is what SGLang allocates outside the static pool at
     these settings, so it bounds a safe fraction.
     """
+    gpu_memory_mib, mem_fraction_static = request.gpu_memory_mib, request.mem_fraction_static
     settings = dict(
         tp=layout.tp,
         pp=layout.pp,
         attn_dp=layout.attn_dp,
         use_mla=arch.is_mla,
-        version=version,
-        chunked_prefill_size=chunked_prefill_size,
-        decode_max_bs=cuda_graph_max_bs,
-        max_running_requests=max_running_requests,
+        version=request.version,
+        chunked_prefill_size=request.chunked_prefill_size,
+        decode_max_bs=request.cuda_graph_max_bs,
+        max_running_requests=request.max_running_requests,
         moe_a2a_backend=layout.moe_a2a_backend,
         speculative=bool(layout.speculative),
         speculative_algorithm=layout.speculative,
         disaggregation_mode=layout.disaggregation_mode,
         num_draft_tokens=layout.num_draft_tokens,
     )
-    defaults = memory_defaults(gpu_memory_mib, mem_fraction_static=mem_fraction_static, **settings)
+    defaults = memory_defaults(gpu_memory_mib, MemorySettings(
+        mem_fraction_static=mem_fraction_static, **settings))
     # The reserve SGLang's heuristic would keep at these settings, by cause: sglang_need_mb
     # reads what graphs and activations really take from it, even when the user sets it.
     heuristic = (
-        defaults if mem_fraction_static is None else memory_defaults(gpu_memory_mib, **settings)
+        defaults if mem_fraction_static is None
+        else memory_defaults(gpu_memory_mib, MemorySettings(**settings))
     )
     return defaults, heuristic
 
 
-def _size_launch(
-    arch: ModelArch,
-    layout: Layout,
-    defaults: MemoryDefaults,
-    heuristic: MemoryDefaults,
-    *,
-    gpu_memory_mib: float,
-    init_overhead_gib: float,
-    pre_load_free_gib: float | None,
-    kv_cache_dtype: str,
-    a2a_buffer_gib: float | None,
-    draft_weights_gib: float,
-    sm_major: int | None,
-    dsa_backend: str | None,
-    page_size: int,
-    context_length: int | None,
-    weight_parts: list[WeightPart] | None = None,
-    draft: Any = None,
-) -> _Sizing:
+def _size_launch(arch: ModelArch, layout: Layout, defaults: MemoryDefaults,
+                 heuristic: MemoryDefaults, request: PlanRequest) -> _Sizing:
     """Follow SGLang's startup: weights load, then _profile_available_bytes sizes the pool.
 
     free before weights -> minus weights and a2a buffers -> rest after the static-pool slack
     -> KV tokens at the per-token cell size.
     """
-    mfs = defaults.mem_fraction_static
-    kv_dtype = resolve_kv_dtype(arch, kv_cache_dtype)
-    parts = _weight_parts(arch, layout, draft_weights_gib, weight_parts)
+    r, mfs = request, defaults.mem_fraction_static
+    gpu_memory_mib, sm_major, dsa_backend, draft = (r.gpu_memory_mib, r.sm_major,
+                                                    r.dsa_backend, r.draft)
+    kv_dtype = resolve_kv_dtype(arch, r.kv_cache_dtype)
+    parts = _weight_parts(arch, layout, r.draft_weights_gib, r.weight_parts)
     if draft is not None:
         parts += list(draft.weights)
     weights = sum(p.gib for p in parts)
+    a2a_buffer_gib = r.a2a_buffer_gib
     if a2a_buffer_gib is None:
         a2a_buffer_gib = DEFAULT_A2A_BUFFER_GIB.get(layout.moe_a2a_backend, 0.0)
-    pre = _pre_load_free(gpu_memory_mib, init_overhead_gib, pre_load_free_gib)
+    pre = _pre_load_free(gpu_memory_mib, r.init_overhead_gib, r.pre_load_free_gib)
     after = pre - weights - a2a_buffer_gib
     cell = kv_cell(
         arch,
@@ -925,11 +889,10 @@ def _size_launch(
         sm_major=sm_major,
         dsa_backend=dsa_backend,
     )
-    b = budget(pre, after, mfs, cell.bytes_per_token, page_size)
+    b = budget(pre, after, mfs, cell.bytes_per_token, r.page_size)
     need = _sglang_need_gib(heuristic)
-    charge = _draft_charge(arch, layout, heuristic, draft, pre=pre,
-                           mfs=mfs, cell=cell, tokens=b.kv_tokens or 0,
-                           kv_cache_dtype=kv_cache_dtype, draft_weights_gib=draft_weights_gib)
+    charge = _draft_charge(arch, layout, heuristic, r, pre=pre, mfs=mfs, cell=cell,
+                           tokens=b.kv_tokens or 0)
     return _Sizing(
         gpu_memory_mib=gpu_memory_mib,
         sm_major=sm_major,
@@ -946,7 +909,7 @@ def _size_launch(
         cell=cell,
         budget=b,
         tokens=b.kv_tokens or 0,
-        ctx=context_length or arch.max_position_embeddings,
+        ctx=r.context_length or arch.max_position_embeddings,
         graph_reserve=need,
         max_safe=_max_safe_mfs(pre, need),
         draft=charge,
@@ -954,9 +917,8 @@ def _size_launch(
 
 
 def _draft_charge(arch: ModelArch, layout: Layout, heuristic: MemoryDefaults,
-                  draft: Any, *, pre: float, mfs: float, cell: KvCell,
-                  tokens: int, kv_cache_dtype: str, draft_weights_gib: float
-                  ) -> DraftCharge | None:
+                  request: PlanRequest, *, pre: float, mfs: float, cell: KvCell,
+                  tokens: int) -> DraftCharge | None:
     """What speculation adds, None when it drafts with no model (NGRAM) or is off.
 
     The draft's KV inside the cell is SGLang's own budget (pool_configurator.py scales the
@@ -970,7 +932,8 @@ def _draft_charge(arch: ModelArch, layout: Layout, heuristic: MemoryDefaults,
     algo = (layout.speculative or "").upper()
     if algo not in DRAFTING:
         return None
-    real = None
+    draft, kv_cache_dtype = request.draft, request.kv_cache_dtype
+    draft_weights_gib, real = request.draft_weights_gib, None
     if draft is not None:
         model, source = draft.name, draft.source
         weights, error = draft.weights_gib, draft.weights_error_gib
@@ -1088,10 +1051,9 @@ def _draft_changes(arch: ModelArch, layout: Layout, s: _Sizing, verdict: FitVerd
     for bs in (256, 128, 64, 32):
         if bs >= s.heuristic.decode_max_bs:
             continue
-        _, lower = _launch_defaults(
-            arch, layout, s.gpu_memory_mib, version=s.heuristic.version,
-            mem_fraction_static=None, chunked_prefill_size=s.heuristic.chunked_prefill_size,
-            cuda_graph_max_bs=bs, max_running_requests=None)
+        _, lower = _launch_defaults(arch, layout, PlanRequest(
+            s.gpu_memory_mib, version=s.heuristic.version,
+            chunked_prefill_size=s.heuristic.chunked_prefill_size, cuda_graph_max_bs=bs))
         room = _spare(d.outside_pool_gib, _sglang_need_gib(lower)) \
             - _draft_graphs_gib(bs) - d.kv_extra_gib
         if room >= 0:
@@ -1250,23 +1212,7 @@ def _changes_for_verdict(arch: ModelArch, layout: Layout, s: _Sizing,
     """Fixes when the launch fails or falls short of the context; when it fits, a warning
     if the fraction leaves less than SGLang allocates outside the static pool."""
     if verdict in (FitVerdict.REFUSED, FitVerdict.NO_KV, FitVerdict.TIGHT):
-        return suggest_changes(
-            arch,
-            layout,
-            pre=s.pre,
-            after=s.after,
-            mfs=s.mfs,
-            cell=s.cell,
-            ctx=s.ctx,
-            max_safe=s.max_safe,
-            defaults=s.heuristic,
-            kv_dtype=s.kv_dtype,
-            a2a_buffer_gib=s.a2a_buffer_gib,
-            gpu_memory_mib=s.gpu_memory_mib,
-            sm_major=s.sm_major,
-            dsa_backend=s.dsa_backend,
-            draft=s.draft,
-        )
+        return suggest_changes(arch, layout, s)
     outside = s.pre * (1 - s.mfs)
     if outside < s.graph_reserve and verdict == FitVerdict.FITS:
         return [_short_outside_line(s, outside)]
@@ -1288,27 +1234,17 @@ def _short_outside_line(s: _Sizing, outside: float) -> str:
     )
 
 
-def _plan(
-    arch: ModelArch,
-    layout: Layout,
-    s: _Sizing,
-    *,
-    gpu_name: str,
-    gpu_count: int,
-    version: str,
-    requested_max_running: int | None,
-    verdict: str,
-    explanation: list[str],
-    changes: list[str],
-    problems: list[str],
-) -> Plan:
+def _plan(arch: ModelArch, layout: Layout, s: _Sizing, request: PlanRequest, *,
+          verdict: str, explanation: list[str], changes: list[str], problems: list[str]
+          ) -> Plan:
     """Assemble the Plan: the sizing's figures in the shape the CLI and JSON output use."""
     tokens, ctx = s.tokens, s.ctx
+    requested_max_running = request.max_running_requests
     return Plan(
         model=arch.name,
-        gpu=gpu_name,
-        gpus=gpu_count,
-        version=version,
+        gpu=request.gpu_name,
+        gpus=request.gpu_count,
+        version=request.version,
         layout=asdict(layout),
         defaults=s.defaults.to_dict(),
         mem_fraction_static=s.mfs,
@@ -1346,27 +1282,14 @@ def _plan(
     )
 
 
-def suggest_changes(
-    arch: ModelArch,
-    layout: Layout,
-    *,
-    pre: float,
-    after: float,
-    mfs: float,
-    cell: KvCell,
-    ctx: int | None,
-    max_safe: float,
-    defaults: MemoryDefaults,
-    kv_dtype: str,
-    a2a_buffer_gib: float,
-    gpu_memory_mib: float,
-    sm_major: int | None = None,
-    dsa_backend: str | None = None,
-    draft: DraftCharge | None = None,
-) -> list[str]:
+def suggest_changes(arch: ModelArch, layout: Layout, s: _Sizing) -> list[str]:
     """Concrete changes, most direct first, each with the number that makes it work. A
-    drafting launch's fraction is held low enough to leave its draft room too."""
-    want_tokens = ctx or 4096
+    drafting launch's fraction is held low enough to leave its draft room too (the
+    sizing's reserve is SGLang's own heuristic, ``s.heuristic``)."""
+    pre, after, cell, max_safe, defaults, draft = (s.pre, s.after, s.cell, s.max_safe,
+                                                   s.heuristic, s.draft)
+    a2a_buffer_gib = s.a2a_buffer_gib
+    want_tokens = s.ctx or 4096
     target = mfs_for_tokens(pre, after, want_tokens, cell.bytes_per_token)
     min_viable = math.ceil((1 - after / pre) * 1000) / 1000
     ceiling = _draft_ceiling(draft, defaults, pre, after, cell)
@@ -1384,20 +1307,8 @@ def suggest_changes(
             f"{target:.3f}; {limit} allows up to {max_safe:.3f})"
         ]
     else:
-        out = _best_fraction_changes(
-            arch,
-            layout,
-            pre=pre,
-            after=after,
-            cell=cell,
-            want_tokens=want_tokens,
-            min_viable=min_viable,
-            max_safe=max_safe,
-            defaults=defaults,
-            gpu_memory_mib=gpu_memory_mib,
-            draft=draft,
-            limit=limit,
-        )
+        out = _best_fraction_changes(arch, layout, s, want_tokens=want_tokens,
+                                     min_viable=min_viable, max_safe=max_safe, limit=limit)
     if not out:
         out.append(
             f"no mem_fraction_static leaves room for both the KV cache and {limit} "
@@ -1405,7 +1316,7 @@ def suggest_changes(
             f"weights must shrink (more GPUs or a smaller quantization) or SGLang's need must"
         )
     optional = (
-        _fp8_kv_change(arch, layout, cell, kv_dtype, sm_major, dsa_backend),
+        _fp8_kv_change(arch, layout, cell, s.kv_dtype, s.sm_major, s.dsa_backend),
         _redundant_experts_change(arch, layout),
         _plain_tp_change(arch, layout, a2a_buffer_gib),
         _attn_dp_change(layout, defaults),
@@ -1428,38 +1339,23 @@ def _kv_tokens_at(pre: float, after: float, mfs: float, cell: KvCell) -> int:
     return max(0, int((after - pre * (1 - mfs)) * GIB) // cell.bytes_per_token)
 
 
-def _best_fraction_changes(
-    arch: ModelArch,
-    layout: Layout,
-    *,
-    pre: float,
-    after: float,
-    cell: KvCell,
-    want_tokens: int,
-    min_viable: float,
-    max_safe: float,
-    defaults: MemoryDefaults,
-    gpu_memory_mib: float,
-    draft: DraftCharge | None = None,
-    limit: str = "SGLang's graph/activation need",
-) -> list[str]:
+def _best_fraction_changes(arch: ModelArch, layout: Layout, s: _Sizing, *, want_tokens: int,
+                           min_viable: float, max_safe: float,
+                           limit: str = "SGLang's graph/activation need") -> list[str]:
     """When the wanted tokens need more than the reserve allows: the most the fraction can
     rise as things stand, then each knob that shrinks SGLang's own need (and a draft's
     graphs) and so lets it rise further, stopping at the first that reaches the wanted
     tokens."""
     out: list[str] = []
-    best = max_safe
-    tokens_at_best = _kv_tokens_at(pre, after, best, cell)
+    best, draft = max_safe, s.draft
+    tokens_at_best = _kv_tokens_at(s.pre, s.after, best, s.cell)
     if best > min_viable:
         out.append(
             f"raise --mem-fraction-static to {best:.3f} (the most {limit} "
             f"allows): about {tokens_at_best:,} KV tokens"
         )
-    for label, bs, cps in _reserve_knobs(defaults):
-        safe, toks = _with_smaller_reserve(
-            arch, layout, defaults, gpu_memory_mib, pre, after, cell, bs=bs, cps=cps,
-            draft=draft,
-        )
+    for label, bs, cps in _reserve_knobs(s.heuristic):
+        safe, toks = _with_smaller_reserve(arch, layout, s, bs=bs, cps=cps)
         if toks > 0 and safe > best + 0.0005:
             best = safe
             out.append(
@@ -1490,37 +1386,27 @@ def _reserve_knobs(defaults: MemoryDefaults) -> list[tuple[str, int, int]]:
     return knobs
 
 
-def _with_smaller_reserve(
-    arch: ModelArch,
-    layout: Layout,
-    defaults: MemoryDefaults,
-    gpu_memory_mib: float,
-    pre: float,
-    after: float,
-    cell: KvCell,
-    *,
-    bs: int,
-    cps: int,
-    draft: DraftCharge | None = None,
-) -> tuple[float, int]:
+def _with_smaller_reserve(arch: ModelArch, layout: Layout, s: _Sizing, *, bs: int, cps: int
+                          ) -> tuple[float, int]:
     """(safe mem_fraction_static, KV tokens) once SGLang's reserve is recomputed for a
     smaller decode graph batch and chunked-prefill size: what that knob buys (a draft's
     smaller graphs included)."""
     # Shrink SGLang's own reserve: decode graphs (2 MiB per bs, more with attention-DP)
     # and activations (1.5 MiB per chunked-prefill token); report what each knob buys.
+    pre, after, cell = s.pre, s.after, s.cell
     lower = memory_defaults(
-        gpu_memory_mib,
-        tp=layout.tp,
+        s.gpu_memory_mib,
+        MemorySettings(tp=layout.tp,
         pp=layout.pp,
         attn_dp=layout.attn_dp,
         use_mla=arch.is_mla,
-        version=defaults.version,
+        version=s.heuristic.version,
         decode_max_bs=bs,
         chunked_prefill_size=cps,
-        moe_a2a_backend=layout.moe_a2a_backend,
+        moe_a2a_backend=layout.moe_a2a_backend),
     )
     safe = min(_max_safe_mfs(pre, _sglang_need_gib(lower)),
-               _draft_ceiling(draft, lower, pre, after, cell))
+               _draft_ceiling(s.draft, lower, pre, after, cell))
     return safe, _kv_tokens_at(pre, after, safe, cell)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from gpuserve.host.gpus import get_gpu
-from gpuserve.memory.memory_defaults import memory_defaults
+from gpuserve.memory.memory_defaults import MemorySettings, memory_defaults
 from gpuserve.memory.models import resolve_model
 from gpuserve.memory.planner import GIB, Layout, budget, kv_cell, resolve_kv_dtype, weights_per_gpu
 
@@ -159,10 +159,10 @@ def _kv_token_rows(case: dict, spec: dict, arch, layout: Layout, gpu, weights: f
     if mfs is None and spec.get("default_mfs") and gpu is not None:
         d = memory_defaults(
             gpu.memory_total_mib,
-            tp=layout.tp,
+            MemorySettings(tp=layout.tp,
             attn_dp=layout.attn_dp,
             use_mla=arch.is_mla,
-            decode_max_bs=case.get("cuda_graph_max_bs"),
+            decode_max_bs=case.get("cuda_graph_max_bs")),
         )
         mfs = d.mem_fraction_static
         derived.append(f"mfs = SGLang 0.5.23 default {mfs} for {gpu.key}")

@@ -23,7 +23,7 @@ from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, unrec
 from gpuserve.memory.draft import resolve_draft
 from gpuserve.memory.measured import MeasuredStart
 from gpuserve.memory.models import load_record
-from gpuserve.memory.planner import GIB, FitVerdict, Layout, Plan, predict
+from gpuserve.memory.planner import GIB, FitVerdict, Layout, Plan, PlanRequest, predict
 
 # Free memory lost before weights load when the GPU is not in gpus.yaml (CUDA context,
 # NCCL, cuBLAS); the planner's own default.
@@ -191,7 +191,7 @@ def _predict(profile: Any, settings: LaunchSettings, scan: CheckpointScan,
     name = str(gpu.get("name") or "GPU")
     return predict(
         arch,
-        gpu_memory_mib=float(gpu["memory_total_mib"]),
+        PlanRequest(gpu_memory_mib=float(gpu["memory_total_mib"]),
         gpu_name=name,
         # a multi-node launch spreads tp x pp over every node of the group, each a host
         # like this one (the GPUs it needs here are checked above: profile.gpus)
@@ -204,7 +204,7 @@ def _predict(profile: Any, settings: LaunchSettings, scan: CheckpointScan,
         weights_from=f"checkpoint {scan.directory}",
         record=record,
         draft=draft,
-        **settings.knobs,
+        **settings.knobs),
     )
 
 

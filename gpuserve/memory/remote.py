@@ -31,7 +31,7 @@ from types import ModuleType
 
 from gpuserve.errors import InputError
 from gpuserve.launch.hf_source import COMMIT, HfSource
-from gpuserve.memory.checkpoint import _scan_module
+from gpuserve.memory.checkpoint import scan_module
 from gpuserve.paths import SCRIPTS_DIR
 
 INDEX = "model.safetensors.index.json"
@@ -263,7 +263,7 @@ def scan_document(label: str, config: dict | None, quant: dict | None, index: di
         end = max((o[1] for o in ends if isinstance(o, list) and len(o) == 2
                    and isinstance(o[1], int) and not isinstance(o[1], bool)), default=0)
         headers.append((name, 8 + max(end, 0), header, 0))
-    return _scan_module().scan_headers(label, config, quant, index, headers)
+    return scan_module().scan_headers(label, config, quant, index, headers)
 
 
 #: Shard headers read at once (huggingface_hub's own thread map uses 8 workers too).

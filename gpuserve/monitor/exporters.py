@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from gpuserve.errors import InputError
 from gpuserve.monitor.targets import EXPORTER_DEFAULTS
 from gpuserve.paths import DATA_DIR
+from gpuserve.settings import settings
 
 NODE_PACKAGE = "prometheus-node-exporter"
 NODE_UNIT = "prometheus-node-exporter.service"
@@ -100,7 +101,7 @@ def dcgm_dropin_text(address: str, port: int) -> str:
 def plan_exporters(data: dict, source: str, gpu_host: bool) -> ExportersPlan:
     """The exporters of one host from its data (``EXPORTER_DEFAULTS``); a router host
     (``gpu_host`` False) gets the node exporter only."""
-    merged = {**EXPORTER_DEFAULTS, **{k: v for k, v in data.items() if k in EXPORTER_DEFAULTS}}
+    merged = settings(data, EXPORTER_DEFAULTS)
     for key in ("node_exporter", "dcgm_exporter"):
         if not isinstance(merged[key], bool):
             raise InputError(source, key, f"must be true or false, got {merged[key]!r:.40}")

@@ -19,6 +19,7 @@ from gpuserve.monitor.live import Snapshot, Window, pooled, quantile, window
 from gpuserve.parsers.common import ParseError
 from gpuserve.parsers.prometheus_text import parse_metrics
 from gpuserve.paths import SCRIPTS_DIR
+from gpuserve.settings import settings as merged
 
 LIVE_DEFAULTS = {
     # A rolling switch watches each switched host under live traffic for this many
@@ -77,7 +78,7 @@ class Verdict:
 
 def _number(data: dict, key: str, source: str, low: float, high: float,
             kind: type = int) -> float:
-    value = data.get(key, LIVE_DEFAULTS[key])
+    value = merged(data, LIVE_DEFAULTS)[key]
     ok_type = (int,) if kind is int else (int, float)
     if isinstance(value, bool) or not isinstance(value, ok_type) or not low <= value <= high:
         raise InputError(source, key, f"must be a number in [{low:g}, {high:g}], got "

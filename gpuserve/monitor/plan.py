@@ -19,6 +19,7 @@ from gpuserve.errors import InputError
 from gpuserve.launch.profiles import Profile, load_profile
 from gpuserve.monitor import rules
 from gpuserve.monitor.targets import JOBS, HostEntry, targets_of
+from gpuserve.settings import settings
 
 MONITOR_DEFAULTS = {
     # seconds between scrapes and between rule evaluations on the monitor host
@@ -112,8 +113,7 @@ def plan_monitor(entries: list[HostEntry], monitor_data: dict, source: str,
     """Every file of the monitor host (``monitor_host``, when it is an inventory host),
     from the inventory's hosts; bad host data is an ``InputError`` naming the inventory
     and key before any host changes."""
-    data = {**MONITOR_DEFAULTS, **{k: v for k, v in monitor_data.items()
-                                   if k in MONITOR_DEFAULTS}}
+    data = settings(monitor_data, MONITOR_DEFAULTS)
     interval = _interval(data["monitor_scrape_interval"], source)
     overrides = rules.check_for_overrides(data["monitor_alert_for"], source)
     retention = _retention(data["monitor_retention"], source)

@@ -22,6 +22,7 @@ from gpuserve.launch.profiles import Profile, load_profile
 from gpuserve.measure.results import ResultRecord
 from gpuserve.plans.router import DEFAULTS as ROUTER_DEFAULTS
 from gpuserve.plans.router import is_router_host
+from gpuserve.settings import settings
 
 #: Host data of the exporters on a GPU host (roles/exporters).
 EXPORTER_DEFAULTS = {
@@ -92,14 +93,14 @@ class Targets:
 
 
 def _port(data: dict, key: str, source: str) -> int:
-    value = data.get(key, EXPORTER_DEFAULTS.get(key, ROUTER_DEFAULTS.get(key)))
+    value = settings(data, ROUTER_DEFAULTS, EXPORTER_DEFAULTS)[key]
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise InputError(source, key, f"must be a port in 1..65535, got {value!r:.40}")
     return value
 
 
 def _switch(data: dict, key: str, source: str) -> bool:
-    value = data.get(key, EXPORTER_DEFAULTS[key])
+    value = settings(data, EXPORTER_DEFAULTS)[key]
     if not isinstance(value, bool):
         raise InputError(source, key, f"must be true or false, got {value!r:.40}")
     return value

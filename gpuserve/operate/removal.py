@@ -19,6 +19,7 @@ from gpuserve.errors import InputError
 from gpuserve.plans import router as router_plan
 from gpuserve.serve import install, service, weights
 from gpuserve.serve.running import RUNNING_PATH
+from gpuserve.settings import settings
 
 DEFAULTS = {
     # the remove deploy (deploy/remove.py) deletes the weights too: the models directory
@@ -52,7 +53,7 @@ class RemovalPlan:
 
 
 def _flag(data: dict, key: str, source: str) -> bool:
-    value = data.get(key, DEFAULTS.get(key))
+    value = settings(data, DEFAULTS).get(key)
     if not isinstance(value, bool):
         raise InputError(source, key, f"must be true or false, got {value!r:.40}")
     return value

@@ -17,17 +17,14 @@ from gpuserve.host import defaults as host_defaults
 from gpuserve.host import fabric, keyring, mirrors
 from gpuserve.host.host_data import HostSettings, host_settings
 from gpuserve.measure import gate_runs
+from gpuserve.settings import settings as merged
 
 
 def defaults() -> dict:
     """Every host-data key deploy/host.py reads, with its documented default."""
-    merged: dict = {}
-    for layer in (host_defaults.KERNEL, host_defaults.NVIDIA_DRIVER,
-                  host_defaults.FABRIC_MANAGER, host_defaults.CUDA_TOOLKIT,
-                  host_defaults.NCCL, host_defaults.GPU_GATES,
-                  {"results_dir": "results"}):
-        merged.update(layer)
-    return merged
+    return merged({}, host_defaults.KERNEL, host_defaults.NVIDIA_DRIVER,
+                    host_defaults.FABRIC_MANAGER, host_defaults.CUDA_TOOLKIT,
+                    host_defaults.NCCL, host_defaults.GPU_GATES, {"results_dir": "results"})
 
 
 def plan_host(host_data: dict, source: str) -> HostSettings:
@@ -35,8 +32,7 @@ def plan_host(host_data: dict, source: str) -> HostSettings:
     merged over :func:`defaults` and validated; ``InputError`` names ``source`` and the
     key before any operation exists. ``nvidia_repo_url`` must be https (or file://) unless
     ``trusted_mirrors`` marks it trusted; ``nvidia_keyring_sha256`` must be a sha256."""
-    data = defaults()
-    data.update({k: v for k, v in host_data.items() if k in data})
+    data = merged(host_data, defaults())
     for key, value in data.items():  # bounded before any message repeats a value
         safeload.check_value(value, source, key)
     settings = host_settings(data, source)

@@ -37,6 +37,7 @@ from gpuserve.serve.plan import optional_str
 from gpuserve.serve.render import exec_start, systemd_quote
 from gpuserve.serve.secret import validate_secret
 from gpuserve.serve.service import listen_host
+from gpuserve.settings import settings
 
 PACKAGE = "smg"
 
@@ -294,8 +295,7 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
     """Validate the router host's data and its workers group; choose the smg lock for
     the ``python``/``glibc`` of the host's ``interpreter`` (gpuserve/launch/interpreter.py;
     unknown: no lock chosen, every candidate listed)."""
-    data = defaults()
-    data.update({k: v for k, v in host_data.items() if k in data})
+    data = settings(host_data, DEFAULTS)
     for key, value in data.items():  # before any message repeats a value
         safeload.check_value(value, source, key)
     group, members = _workers_group(data, source, group_members)

@@ -59,6 +59,7 @@ from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_
 from gpuserve.measure.health import health_generates
 from gpuserve.measure.results import (
     RecordSpec,
+    Served,
     launch_hash,
     record_spec,
     validate_results_dir,
@@ -675,10 +676,11 @@ def _record_and_bench(inputs: ServeInput, built: _Built, host_comm: dict,
     profile, lock, version = built.profile, built.lock, built.version
     env = {**built.env, **{k: str(v) for k, v in inputs.service.extra_env.items()}}
     args = service.with_host(built.args, plan.host)  # what the unit really runs (--host last)
-    record = record_spec(inputs.data["results_dir"], inputs.source, profile=profile.name,
-                         args=args, env=env, sglang_version=version, model=profile.model.path,
-                         served_name=served_name(profile), profile_hash=profile_hash(profile),
-                         lock=lock.name, context=run_context(built.runtime, lock, host_comm))
+    record = record_spec(inputs.data["results_dir"], inputs.source,
+                         Served(profile=profile.name, sglang_version=version,
+                                model=profile.model.path, served_name=served_name(profile),
+                                profile_hash=profile_hash(profile), lock=lock.name),
+                         args=args, env=env, context=run_context(built.runtime, lock, host_comm))
     return record, _bench_plan(inputs, built, plan, launch_hash(args, env))
 
 

@@ -42,7 +42,7 @@ from gpuserve.memory.calibration import calibrate_or_check
 from gpuserve.memory.checkpoint import CheckpointScan, parse_scan
 from gpuserve.memory.draft import SEPARATE_DRAFT, local_draft_dir
 from gpuserve.memory.models import load_record
-from gpuserve.memory.planner import FitVerdict, Plan, predict
+from gpuserve.memory.planner import FitVerdict, Plan, PlanRequest, predict
 from gpuserve.memory.preflight import (
     LaunchSettings,
     check_fit,
@@ -218,10 +218,11 @@ def recorded_fit(profile, version: str, start: StartRecord) -> Plan | None:
     gpu, measured = start.gpu, to_measured(start)
 
     def plan_for(settings: LaunchSettings) -> Plan:
-        return predict(record, gpu_memory_mib=gpu["memory_total_mib"], gpu_name=gpu["name"],
-                       gpu_count=gpu["count"], sm_major=sm_major(gpu["compute_cap"]),
-                       init_overhead_gib=init_overhead(gpu["name"]), layout=settings.layout,
-                       version=version, record=record, **settings.knobs)
+        return predict(record, PlanRequest(
+            gpu_memory_mib=gpu["memory_total_mib"], gpu_name=gpu["name"],
+            gpu_count=gpu["count"], sm_major=sm_major(gpu["compute_cap"]),
+            init_overhead_gib=init_overhead(gpu["name"]), layout=settings.layout,
+            version=version, record=record, **settings.knobs))
 
     settings = launch_settings(profile)
     try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuserve.memory.memory_defaults import memory_defaults
+from gpuserve.memory.memory_defaults import MemorySettings, memory_defaults
 from gpuserve.tune.space import OFF, TuneSpec
 
 AUTO_KNOBS = ("layout", "memory.cuda_graph_max_bs", "memory.mem_fraction_static", "speculative")
@@ -66,10 +66,10 @@ def _layouts(incumbent, arch, gpu_count: int) -> list[dict[str, Any]]:
 
 def _graph_sizes(incumbent, arch, gpus: list[dict], version: str) -> list[int]:
     mib = min((float(g.get("memory_total_mib") or 0) for g in gpus), default=0) or None
-    d = memory_defaults(mib, tp=incumbent.parallel.tp,
+    d = memory_defaults(mib, MemorySettings(tp=incumbent.parallel.tp,
                         attn_dp=incumbent.parallel.attention_dp,
                         use_mla=bool(arch and arch.attention in ("mla", "dsa")),
-                        version=version).decode_max_bs
+                        version=version)).decode_max_bs
     sizes = {max(8, d // 2), d, min(1024, d * 2)}
     if incumbent.memory.cuda_graph_max_bs:
         sizes.add(incumbent.memory.cuda_graph_max_bs)

@@ -19,18 +19,17 @@ from gpuserve.errors import InputError
 from gpuserve.host.hostfacts import HostFacts
 from gpuserve.host.nccl_env import sglang_flags_for_host
 from gpuserve.memory import calibration
-from gpuserve.memory.calibration import CALIBRATION_ERROR_GIB, DRAFT_DEFAULT_GIB, DRAFT_GIB
 from gpuserve.memory.checkpoint import CheckpointScan, checkpoint_weights, parse_scan
 from gpuserve.memory.draft import local_draft_dir
 from gpuserve.memory.planner import FitVerdict
 from gpuserve.memory.preflight import check_fit, launch_settings
-from gpuserve.tune.predict import Comm, Prediction, predict
+from gpuserve.tune.predict import Comm, Prediction, host_box, predict
 from gpuserve.tune.snapshot import HostSnapshot
 
 _EXPERTS = "routed experts"
 # the calibration's error and a draft's unknowns: one definition, shared with the serve
 # preflight and gpuserve plan (gpuserve/memory/calibration.py)
-__all__ = ["CALIBRATION_ERROR_GIB", "DRAFT_DEFAULT_GIB", "DRAFT_GIB", "Verdict", "judge",
+__all__ = ["Verdict", "judge",
            "risk", "risky", "uncertainty"]
 
 
@@ -216,8 +215,8 @@ def _predict(profile, scan: CheckpointScan, snapshot: HostSnapshot, comm: Comm,
     facts = snapshot.host_facts if isinstance(snapshot.host_facts, dict) else {}
     try:
         return predict(arch=arch, layout=launch.layout, spec=launch.spec,
-                       kv_dtype=launch.kv_dtype, gpu_name=snapshot.gpu_name, comm=comm,
-                       peak_batch=peak_batch, measured=facts.get("measured"),
-                       parts=checkpoint_weights(scan, settings.layout, arch))
+                       kv_dtype=launch.kv_dtype,
+                       box=host_box(snapshot.gpu_name, comm, facts.get("measured")),
+                       peak_batch=peak_batch, parts=checkpoint_weights(scan, settings.layout, arch))
     except InputError:
         return None  # a launch the arithmetic cannot size (an unmodelled KV dtype)

@@ -52,13 +52,13 @@ class Prediction:
 def bandwidth_gbs(gpu_name: str) -> float | None:
     """Memory bandwidth of ``gpu_name`` (any alias) from gpus.yaml: measured, else the
     datasheet's."""
-    from gpuserve.host.gpus import _norm
+    from gpuserve.host.gpus import norm_name
 
     data = safeload.load_yaml_file(DATA_DIR / "gpus.yaml")
-    want = _norm(gpu_name)
+    want = norm_name(gpu_name)
     for key, rec in data["gpus"].items():
         names = [key, rec.get("name", ""), *rec.get("aliases", [])]
-        if any(_norm(n) == want for n in names) or _norm(rec.get("name", "")) in want:
+        if any(norm_name(n) == want for n in names) or norm_name(rec.get("name", "")) in want:
             value = rec.get("memory_read_measured_gbs") or rec.get("memory_bandwidth_gbs")
             return float(value) if value else None
     return None
@@ -78,11 +78,10 @@ def host_box(gpu_name: str, comm: Comm, measured: dict | None) -> Box | None:
 
 
 def predict(*, arch: ModelArch, layout: Layout, spec: Speculation | None, kv_dtype: str,
-            gpu_name: str, comm: Comm, peak_batch: int, measured: dict | None = None,
-            parts: list | None = None) -> Prediction | None:
-    """One candidate's single-stream and peak-load output tok/s (None without a known
-    GPU bandwidth); ``parts``: the checkpoint's weights per GPU, else the record's."""
-    box = host_box(gpu_name, comm, measured)
+            box: Box | None, peak_batch: int, parts: list | None = None) -> Prediction | None:
+    """One candidate's single-stream and peak-load output tok/s on the host ``box``
+    (:func:`host_box`; None without a known GPU bandwidth, and then no prediction);
+    ``parts``: the checkpoint's weights per GPU, else the record's."""
     if box is None:
         return None
     single = throughput(arch, layout, box, Workload(1), kv_dtype=kv_dtype, spec=spec,

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from gpuserve.errors import GpuserveError
+from gpuserve.table import table as fixed_width
 from gpuserve.tune.noise import Where
 from gpuserve.tune.outcome import Outcome, OutcomeStatus, goodput, pareto_front, score
 from gpuserve.tune.search import TuneRun
@@ -48,12 +49,7 @@ def table(run: TuneRun) -> list[str]:
                   and o.reason.startswith("quality:") else str(o.status))
         rows.append((o.label, o.phase, status, _num(pred), _spread(run, o, 1),
                      _num(ratio, 2), _spread(run, o, top), slo, why))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
-    out = []
-    for r in rows:
-        out.append("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True))
-                   + "  " + r[-1])
-    return out
+    return fixed_width(rows, rule=False, free_last=True)
 
 
 def _spread(run: TuneRun, o: Outcome, level: int) -> str:

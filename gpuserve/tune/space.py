@@ -24,9 +24,9 @@ from gpuserve.launch.profiles import (
     SECTIONS,
     Origin,
     Profile,
-    _read,
     error_at,
     load_profile_with,
+    read_with_origins,
     resolve_profile_path,
 )
 
@@ -131,7 +131,7 @@ def load_tune(path: str | Path) -> tuple[TuneSpec, dict[str, Any]]:
     if not src.exists():
         raise InputError(src, None, "no such tune file")
     safeload.regular_file(src)  # a FIFO, a device, a directory: named, never opened
-    data, locs = _read(src)
+    data, locs = read_with_origins(src)
     error = error_at(locs, src)
     for key in data:
         if key not in TOP_KEYS:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import time
 
 from pyinfra import host, logger, state
 from pyinfra.api import FactBase, StringCommand, operation
@@ -42,6 +41,7 @@ from gpuserve.measure.results import (
     utc_now,
     write_record,
 )
+from gpuserve.poll import Poll
 from gpuserve.roles.checks.rollback import roll_back
 from gpuserve.roles.failure import fail_host
 from gpuserve.roles.prefetch import Read, fact_if_unchanged
@@ -101,20 +101,16 @@ def _results_for(record: RecordSpec | None) -> list:
 def _poll(script: str, run_dir: str, scenario: Scenario, timeout: float, interval: float,
           report_every: float) -> tuple[RunStatus, bool]:
     """Poll until the run ends or ``timeout`` passes: (last status, timed out)."""
-    start = time.monotonic()
     last_report, last_done = -report_every, -1
-    while True:
+    for elapsed in Poll(timeout, interval):
         status = parse_status(host.get_fact(BenchStatus, script=script, run_dir=run_dir))
         if status.state != RunState.RUNNING:
             return status, False
-        if time.monotonic() - start > timeout:
-            return status, True
-        elapsed = time.monotonic() - start
         if elapsed - last_report >= report_every or (
                 status.done != last_done and elapsed - last_report >= report_every / 3):
             logger.info(progress_line(host.name, scenario, status))
             last_report, last_done = elapsed, status.done
-        time.sleep(interval)
+    return status, True
 
 
 def reads(home: str) -> list[Read]:

@@ -14,8 +14,8 @@ from gpuserve.measure.health import (
 from gpuserve.measure.starts import StartSpec
 from gpuserve.roles.checks.probe import (
     BATCH_PROBE_MAX_AGE,
-    _gate,
-    _healthy_from_batch,
+    healthy_from_batch,
+    poll_health,
     serving_probe,
 )
 from gpuserve.roles.checks.rollback import roll_back
@@ -28,12 +28,12 @@ from gpuserve.roles.service.rollback import (
     RollbackSpec,
 )
 
-#: How often a waiting gate says where the server's start is (seconds).
-REPORT_EVERY = 15.0
+#: The gate's pace: a probe at least this often (s), a progress line this often (s).
+INTERVAL_S, REPORT_EVERY_S = 3.0, 15.0
 
 
 @operation(is_idempotent=True)
-def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: float = 3.0,
+def wait_healthy(unit: str, port: int, script: str, timeout: float,
                  rollback: RollbackSpec | None = None, smoke: SmokeRequest | None = None,
                  start: StartSpec | None = None):
     """Wait for ``/health`` 200, printing the startup phase; fail early or on timeout.
@@ -55,9 +55,9 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
     if smoke is not None and smoke.profile and not changed_so_far():
         batch = prefetched(serving_probe(script, unit, smoke.profile, smoke),
                            max_age=BATCH_PROBE_MAX_AGE)
-        found = _healthy_from_batch(batch, smoke, timeout)
-    decision, tail, elapsed, error = ((*found, 0.0, "") if found else _gate(
-        unit, port, script, timeout, interval, REPORT_EVERY, smoke))
+        found = healthy_from_batch(batch, smoke, timeout)
+    decision, tail, elapsed, error = ((*found, 0.0, "") if found else poll_health(
+        unit, port, script, timeout, INTERVAL_S, REPORT_EVERY_S, smoke))
     if found is None and changed_so_far():
         record_start(start, unit)
     if decision is not None and decision.verdict is Verdict.HEALTHY:
@@ -72,6 +72,6 @@ def wait_healthy(unit: str, port: int, script: str, timeout: float, interval: fl
                               f"; last journal lines of {unit}:"), tail)
         return
     failed = f"{reason}; profile {rollback.profile_name} failed, last journal lines of {unit}:"
-    outcome = yield from roll_back(rollback, port, script, timeout, interval, REPORT_EVERY,
+    outcome = yield from roll_back(rollback, port, script, timeout, INTERVAL_S, REPORT_EVERY_S,
                                    what="health")
     yield fail_host(failed, tail, outcome)

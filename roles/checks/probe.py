@@ -5,7 +5,6 @@ from the deploy's first batch when it is fresh, else polled until a verdict.
 from __future__ import annotations
 
 import shlex
-import time
 
 from pyinfra import host, logger
 from pyinfra.api import FactBase
@@ -19,8 +18,9 @@ from gpuserve.measure.health import (
     progress_line,
 )
 from gpuserve.measure.smoke import SmokeError, parse_smoke_output, same_start
+from gpuserve.poll import Poll
 from gpuserve.roles.checks.scripts import PROBE
-from gpuserve.roles.checks.smoke import SmokeRequest, _smoke_seconds, smoked_start
+from gpuserve.roles.checks.smoke import SmokeRequest, smoke_seconds, smoked_start
 from gpuserve.roles.prefetch import Read
 from gpuserve.roles.run_context import run_context
 from gpuserve.serve import install as sglang
@@ -92,7 +92,7 @@ def serving_probe_read(first: FirstReads, host_name: str) -> Read | None:
 BATCH_PROBE_MAX_AGE = 15.0
 
 
-def _healthy_from_batch(text: str | None, smoke: SmokeRequest, timeout: float
+def healthy_from_batch(text: str | None, smoke: SmokeRequest, timeout: float
                         ) -> tuple[Decision, list[str]] | None:
     """The batch's probe (:func:`serving_probe`) as the gate's verdict, when it found
     the server healthy and its smoke completion succeeded; None otherwise (the gate then
@@ -113,7 +113,7 @@ def _healthy_from_batch(text: str | None, smoke: SmokeRequest, timeout: float
     return decision, probe.tail
 
 
-def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
+def poll_health(unit: str, port: int, script: str, timeout: float, interval: float,
           report_every: float, smoke: SmokeRequest | None = None
           ) -> tuple[Decision | None, list[str], float, str]:
     """Poll until healthy, dead or timed out: (decision, journal tail, seconds, error).
@@ -122,40 +122,38 @@ def _gate(unit: str, port: int, script: str, timeout: float, interval: float,
     ``smoke``, each probe asks the host for the smoke completion too once the server is
     healthy (one command and one Python start for both); a healthy verdict keeps it for
     :func:`smoke_completion`."""
-    start = time.monotonic()
     last_report = -report_every
     last_phase = None
     baseline: int | None = None
     # the first probe waits on the host too (its NRestarts when it began is the baseline):
     # a server just restarted is rarely ready at once, and under TCG an answer that only
-    # says "starting" cost a switch a round trip of about 3 s (two journalctl runs)
-    wait = max(0.0, min(report_every, timeout))
-    while True:
-        asked = time.monotonic()
+    # says "starting" cost a switch a round trip of about 3 s (two journalctl runs).
+    # The host waits for readiness (polling /health every 0.5 s), so the gate sees a
+    # ready server at once; each wait ends in time for the next progress line, and a
+    # waiting probe that came back early without a verdict is paced by the poll.
+    rounds = Poll(timeout, interval)
+    start = rounds.clock()
+    for _ in rounds:
+        wait = max(0.0, min(report_every, timeout - (rounds.clock() - start)))
         text = host.get_fact(SglangProbe, script=script, unit=unit, port=port, wait=wait,
                              smoke=smoke)
         probe_line, _, smoke_line = (text or "").partition("\n")
         try:
             probe = parse_probe(probe_line)
         except ProbeError as e:
-            return None, [], time.monotonic() - start, str(e)
-        elapsed = time.monotonic() - start
+            return None, [], rounds.clock() - start, str(e)
+        elapsed = rounds.clock() - start
         if baseline is None:
             baseline = (probe.restarts_before if probe.restarts_before is not None
                         else probe.n_restarts)
         decision = decide(probe, elapsed, timeout, baseline)
         if decision.verdict is Verdict.HEALTHY and smoke is not None and smoke_line:
             run_context().host(host.name).smoke = (smoke, smoke_line)
-            elapsed = max(0.0, elapsed - _smoke_seconds(smoke_line))  # ready before it
+            elapsed = max(0.0, elapsed - smoke_seconds(smoke_line))  # ready before it
         if decision.verdict is not Verdict.WAIT:
             return decision, probe.tail, elapsed, ""
         if decision.phase != last_phase or elapsed - last_report >= report_every:
             logger.info(progress_line(host.name, decision, elapsed))
             last_phase, last_report = decision.phase, elapsed
-        if wait > 0 and time.monotonic() - asked < interval:
-            time.sleep(interval)  # a waiting probe came back early without a verdict
-        # the host waits for readiness (polling /health every 0.5 s), so the gate sees a
-        # ready server at once; each wait ends in time for the next progress line
-        wait = max(0.0, min(report_every, timeout - (time.monotonic() - start)))
-        if wait == 0:
-            time.sleep(interval)
+    # the poll's count bound ended it first: the timeout's verdict
+    return decide(probe, max(elapsed, timeout), timeout, baseline), probe.tail, elapsed, ""

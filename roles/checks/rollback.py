@@ -10,7 +10,7 @@ from pyinfra.api import QuoteString, StringCommand
 from gpuserve.measure.health import (
     Verdict,
 )
-from gpuserve.roles.checks.probe import _gate
+from gpuserve.roles.checks.probe import poll_health
 from gpuserve.roles.service.rollback import (
     RollbackSpec,
     read_state,
@@ -31,7 +31,7 @@ def roll_back(rollback: RollbackSpec, port: int, script: str, timeout: float,
     logger.info(f"{host.name}: {what}: profile {rollback.profile_name} failed; "
                 f"{choice.reason}")
     yield StringCommand("sh", "-c", QuoteString(restore_script(rollback)))
-    after, after_tail, after_s, after_error = _gate(rollback.unit, port, script, timeout,
+    after, after_tail, after_s, after_error = poll_health(rollback.unit, port, script, timeout,
                                                     interval, report_every)
     if after is not None and after.verdict is Verdict.HEALTHY:
         return [rollback_outcome(rollback.profile_name, choice.target, after_s, None)]

@@ -16,7 +16,8 @@ SMOKE = "sglang_smoke.py"
 BENCH = "sglang_bench.py"
 IDLE = "sglang_idle.py"  # a rolling switch's wait for in-flight requests (roles/router)
 QUALITY = "sglang_quality.py"  # the output-quality check (roles/checks/quality.py)
-SCRIPTS = (PROBE, SMOKE, BENCH, IDLE, QUALITY)
+JOB = "host_job.py"  # the job runner the benchmark's start imports
+SCRIPTS = (PROBE, SMOKE, BENCH, IDLE, QUALITY, JOB)
 
 
 def reads(bin_dir: str) -> list[Read]:

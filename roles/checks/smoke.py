@@ -71,7 +71,7 @@ class SglangSmoke(FactBase):
 # the smoke script's JSON line), per host, for :func:`smoke_completion` to judge.
 
 
-def _smoke_seconds(smoke_line: str) -> float:
+def smoke_seconds(smoke_line: str) -> float:
     """How long the smoke completion in a probe's output took (0 when unreadable: the
     smoke's own check reports that)."""
     try:

@@ -57,9 +57,8 @@ def record_start(spec: StartSpec | None, unit: str) -> None:
     secrets = host_secret_values(host.data.dict())
     error = error_line(lines)
     try:
-        record = from_log(log, host=host.name, timestamp=utc_now(), server_start=server_start,
-                          sglang_version=spec.sglang_version, checkpoint=spec.checkpoint,
-                          launch=spec.launch, gpu=spec.gpu,
+        record = from_log(log, spec, host=host.name, timestamp=utc_now(),
+                          server_start=server_start,
                           error=redact(error, secrets) if error else None)
         path = write_start(root, record)
     except (InputError, OSError) as e:

@@ -72,7 +72,7 @@ def provision_kernel_host(settings: HostSettings) -> None:
     fm = fabric_manager.decide(settings.fabric, settings.branch)
     change = nvidia_driver.installed_change(driver_plan(settings.branch, settings.flavour))
     fm_changed = nvidia_driver.fabric_moves(change, fm)
-    nvidia_driver.install_nvidia_driver(
+    nvidia_driver.install_nvidia_driver(nvidia_driver.DriverRequest(
         repo_url=settings.repo_url,
         branch=settings.branch,
         flavour=settings.flavour,
@@ -80,8 +80,7 @@ def provision_kernel_host(settings: HostSettings) -> None:
         install_headers=settings.install_headers,
         contrib=settings.debian_contrib,
         persistence=settings.persistence,
-        fm=fm,
-    )
+    ), fm=fm)
     cuda_toolkit.install_cuda_toolkit(lane=settings.cuda_lane, branch=settings.branch)
     nccl.configure_nccl(overrides=settings.nccl_overrides)
     kernel.activate_kernel(

@@ -159,10 +159,10 @@ def measure(settings: gate_runs.GateSettings, nccl_overrides: dict[str, str],
     virtualization = fact_if_unchanged(host_facts.Virtualization)
     verdict = nccl_env.combined_verdict(
         *(fact_if_unchanged(gpu.NvidiaP2P, mode=m) for m in ("r", "w")))
-    fp = gate_runs.fingerprint(settings.sources, nccl, [str(g.get("uuid")) for g in gpus],
-                               driver, settings.timeout_s,
-                               gates.EXPECTATIONS_PATH.read_text(), verdict, virtualization,
-                               settings.collectives)
+    on = gate_runs.MeasuredOn(tuple(str(g.get("uuid")) for g in gpus), driver, verdict,
+                              virtualization)
+    fp = gate_runs.fingerprint(settings.sources, nccl, on, settings.timeout_s,
+                               gates.EXPECTATIONS_PATH.read_text(), settings.collectives)
     current = gate_runs.read_measured(
         "\n".join(fact_if_unchanged(FileContents, path=gate_runs.MEASURED_JSON) or []))
     if current is not None and current.get("fingerprint") == fp and not settings.remeasure:
@@ -191,7 +191,7 @@ def measure(settings: gate_runs.GateSettings, nccl_overrides: dict[str, str],
                               .get("links"), "p2p": verdict}}
     ev = gate_runs.evaluate(
         outcomes, host=host.name, timestamp=_dt.datetime.now(_dt.UTC).strftime(
-            "%Y-%m-%dT%H:%M:%SZ"), facts=facts_doc, gpus=len(gpus), driver_p2p=verdict,
+            "%Y-%m-%dT%H:%M:%SZ"), facts=facts_doc, driver_p2p=verdict,
         exp=gates.load_expectations(), sources=settings.sources, records=records)
     for line in ev.lines:
         logger.info(f"{host.name}: {line}")

@@ -15,6 +15,7 @@ Source for every step: NVIDIA Driver Installation Guide
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from io import StringIO
 
 from pyinfra import host, logger
@@ -369,20 +370,30 @@ def repository(repo_url: str | None, keyring_sha256: str | None) -> tuple[str, s
     return repo_url or nvidia_default, sha256
 
 
+@dataclass(frozen=True)
+class DriverRequest:
+    """The driver the host data asks for: the repository (``keyring_sha256``: see
+    :func:`repository`), the branch and flavour, whether the module's signing key is
+    enrolled, the kernel headers, Debian's contrib component, the persistence daemon."""
+
+    repo_url: str | None
+    branch: int
+    flavour: str = "open"
+    mok_enrolled: bool = False
+    install_headers: bool = True
+    contrib: bool = True
+    persistence: bool = True
+    keyring_sha256: str | None = None
+
+
 @deploy("NVIDIA driver")
-def install_nvidia_driver(
-    repo_url: str | None,
-    branch: int,
-    flavour: str = "open",
-    mok_enrolled: bool = False,
-    install_headers: bool = True,
-    contrib: bool = True,
-    persistence: bool = True,
-    keyring_sha256: str | None = None,
-    fm: fabric.FabricPlan | None = None,
-):
-    """Install the pinned NVIDIA driver (with Fabric Manager: ``fm``); refuses (raises)
-    before changing anything (``keyring_sha256``: see :func:`repository`)."""
+def install_nvidia_driver(want: DriverRequest, fm: fabric.FabricPlan | None = None):
+    """Install the pinned NVIDIA driver ``want`` (with Fabric Manager: ``fm``); refuses
+    (raises) before changing anything."""
+    repo_url, branch, flavour = want.repo_url, want.branch, want.flavour
+    install_headers, contrib = want.install_headers, want.contrib
+    mok_enrolled, persistence, keyring_sha256 = (want.mok_enrolled, want.persistence,
+                                                 want.keyring_sha256)
     preflight(flavour, mok_enrolled)
     meta = (fact(LinuxDistribution) or {}).get("release_meta") or {}
     problem = driver.repository_branch_problem(meta.get("ID"), meta.get("VERSION_ID"), branch)

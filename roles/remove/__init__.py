@@ -14,11 +14,11 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from gpuserve.operate.removal import DEFAULTS, RemovalPlan
+from gpuserve.operate.removal import RemovalPlan
 from gpuserve.roles import managed
 from gpuserve.roles.prefetch import Read, prefetch
 
-__all__ = ["DEFAULTS", "reads", "remove_installation"]
+__all__ = ["reads", "remove_installation"]
 
 #: Unit states in which the unit still has to be stopped.
 RUNNING = ("active", "activating", "reloading", "deactivating", "failed")

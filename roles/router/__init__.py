@@ -22,7 +22,6 @@ from gpuserve.facts.host import InstallTarget
 from gpuserve.paths import SCRIPTS_DIR
 from gpuserve.plans.router import (
     CONFIG_DIR,
-    DEFAULTS,
     KEY_PATH,
     LAUNCHER,
     MANIFEST_PATH,
@@ -42,8 +41,9 @@ from gpuserve.roles.inventory import inventory_source
 from gpuserve.roles.prefetch import Read, fact
 from gpuserve.roles.service import activation_steps
 from gpuserve.roles.sglang import NOLOGIN, ServiceAccount, VenvVerified, locked_venv
+from gpuserve.serve.install import pip_args
 
-__all__ = ["DEFAULTS", "check_router", "configure_router", "install_router", "plan_reads",
+__all__ = ["check_router", "configure_router", "install_router", "plan_reads",
            "reads"]
 
 #: Files whose change the running gateway must be restarted for (not the manifest).
@@ -144,7 +144,7 @@ def install_router(plan: RouterPlan) -> None:
                            lock.download_bytes, plan.venv))
         locked_venv(name=f"venv {plan.venv} from lock {plan.lock.name}", venv=plan.venv,
                     lock=plan.lock, requirements=plan.requirements,
-                    pip_options=sglang_role.pip_args(plan.index_url, plan.find_links,
+                    pip_options=pip_args(plan.index_url, plan.find_links,
                                                      inventory_source(), plan.trusted),
                     python=plan.python)
         verify_router_venv(name=f"verify {plan.venv} as {plan.user}", venv=plan.venv,

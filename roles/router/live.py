@@ -28,9 +28,16 @@ from gpuserve.monitor.live_judge import (
     parse_reads,
     read_command,
 )
+from gpuserve.poll import Poll
 from gpuserve.roles.checks import PROBE, roll_back
 from gpuserve.roles.failure import fail_host
-from gpuserve.roles.router.rolling import Rollout, Switching, _command, _router, _take_out
+from gpuserve.roles.router.rolling import (
+    Rollout,
+    Switching,
+    connected_router,
+    execute_time_command,
+    take_out_now,
+)
 from gpuserve.roles.service.rollback import RollbackSpec
 
 #: a line while the window runs, this often (seconds)
@@ -39,13 +46,10 @@ PROGRESS_EVERY_S = 60
 
 def _wait_window(host_name: str, seconds: float) -> None:
     """Sleep the window, with a progress line every minute of a long one."""
-    left = float(seconds)
-    while left > 0:
-        step = min(left, PROGRESS_EVERY_S)
-        time.sleep(step)
-        left -= step
-        if left > 0:
-            logger.info(f"{host_name}: live: {left:.0f} s of the window left")
+    for elapsed in Poll(float(seconds), PROGRESS_EVERY_S, clock=time.monotonic,
+                        sleep=time.sleep):
+        if 0 < elapsed < seconds:
+            logger.info(f"{host_name}: live: {seconds - elapsed:.0f} s of the window left")
 
 
 def read_workers(router, rollout: Rollout) -> Reads:
@@ -68,7 +72,7 @@ def watch(host_name: str, rollout: Rollout, settings: LiveSettings) -> Verdict:
                        "the previous profile left to compare with: not judged by live "
                        "traffic")
     try:
-        router = _router(rollout)
+        router = connected_router(rollout)
         first = read_workers(router, rollout)
     except (PyinfraError, OSError) as exc:
         return Verdict(LiveKind.UNJUDGED, f"{host_name}: the router host {rollout.router} could "
@@ -78,7 +82,8 @@ def watch(host_name: str, rollout: Rollout, settings: LiveSettings) -> Verdict:
     logger.info(f"{host_name}: live: watching {rollout.url} under the gateway's traffic for "
                 f"{settings.window_s} s against {', '.join(rollout.later)} (not switched yet)")
     _wait_window(host_name, settings.window_s)
-    while True:
+    rounds = Poll(settings.max_wait_s, 1.0, clock=time.monotonic, sleep=time.sleep)
+    for _ in rounds:
         last = read_workers(router, rollout)
         waited = max(0.0, last.at - first.at - settings.window_s)
         verdict, notes = compare(host_name, rollout.url, rollout.later, first, last,
@@ -88,7 +93,9 @@ def watch(host_name: str, rollout: Rollout, settings: LiveSettings) -> Verdict:
         if verdict.kind != LiveKind.WAIT:
             return verdict
         logger.info(f"{verdict.message} (waited {waited:.0f} of {settings.max_wait_s} s)")
-        time.sleep(next_read_in(settings, waited))
+        rounds.next_s = next_read_in(settings, waited)
+    return compare(host_name, rollout.url, rollout.later, first, last, settings,
+                   max(waited, float(settings.max_wait_s)))[0]
 
 
 @operation(is_idempotent=True)
@@ -116,7 +123,7 @@ def judge_live(rollout: Rollout, switching: Switching, settings: LiveSettings | 
     kept = (f"live traffic: {verdict.message}; not rolled back, {host.name} keeps serving "
             f"profile {rollback.profile_name}: roll it back with a serve deploy of the "
             "previous profile")
-    yield _command(_take_out, rollout, switching, bin_dir, port, config, kept)
+    yield execute_time_command(take_out_now, rollout, switching, bin_dir, port, config, kept)
     outcome = yield from roll_back(rollback, port, f"{bin_dir}/{PROBE}", health_timeout,
                                    what="live")
     yield fail_host(f"rolling switch: live traffic: {verdict.message}; profile "

@@ -223,7 +223,7 @@ class EngineIdle(FactBase):
         return "\n".join(output)
 
 
-def _router(rollout: Rollout):
+def connected_router(rollout: Rollout):
     """The router host, connected (a run limited to the workers, ``--limit``, has not
     connected to it yet)."""
     router = inventory.get_host(rollout.router)
@@ -307,10 +307,10 @@ def take_out(rollout: Rollout, switching: Switching, bin_dir: str, port: int, co
     """Take this worker out of the gateway, wait until it is dropped and idle."""
     if not state.is_executing:
         return
-    yield _command(_take_out, rollout, switching, bin_dir, port, config)
+    yield execute_time_command(take_out_now, rollout, switching, bin_dir, port, config)
 
 
-def _command(func, *args) -> FunctionCommand:
+def execute_time_command(func, *args) -> FunctionCommand:
     """A command running ``func(host, *args)`` at execute time; its False fails the host
     (pyinfra passes ``state`` and ``host`` only to a function with those argument names,
     and uses its result only then)."""
@@ -325,13 +325,13 @@ def _command(func, *args) -> FunctionCommand:
 NOT_SWITCHED = "not switched, nothing changed"
 
 
-def _take_out(host_, rollout: Rollout, switching: Switching, bin_dir: str, port: int,
+def take_out_now(host_, rollout: Rollout, switching: Switching, bin_dir: str, port: int,
               config: str, outcome: str = NOT_SWITCHED) -> bool:
     """Take the worker out (see :func:`take_out`); ``outcome`` ends a failure's message
     (a take-out to roll back a live regression says what keeps serving instead)."""
     t0 = time.monotonic()
     try:
-        router = _router(rollout)
+        router = connected_router(rollout)
         try:
             _, workers = _view(router, rollout, "ready", 0)
         except GatewayDown:
@@ -427,7 +427,7 @@ def put_back(rollout: Rollout, switching: Switching):
     """Put this worker back into the gateway and wait until it is ready there."""
     if not state.is_executing:
         return
-    yield _command(_put_back, rollout, switching)
+    yield execute_time_command(_put_back, rollout, switching)
 
 
 def _put_back(host_, rollout: Rollout, switching: Switching) -> bool:
@@ -442,7 +442,7 @@ def _put_back(host_, rollout: Rollout, switching: Switching) -> bool:
 def _put_back_and_wait(host_, rollout: Rollout, switching: Switching) -> str | None:
     t0 = time.monotonic()
     try:
-        router = _router(rollout)
+        router = connected_router(rollout)
         _write_manifest(router, rollout, rollout.manifest_with)
         switching.out = False
         failure.clear(host_.name)

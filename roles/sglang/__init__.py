@@ -40,27 +40,18 @@ from gpuserve.roles.interpreter import install_interpreter
 from gpuserve.roles.inventory import inventory_source
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
 from gpuserve.serve.install import (
-    DEFAULTS,
     PIP_CONFIG,
     bin_dir,
     pip_args,
     pip_config_text,
     state_dir,
-    strip_credentials,
-    validate_home,
-    validate_keep,
-    validate_pip_url,
     validate_pip_urls,
-    validate_user,
 )
 
-__all__ = ["account_is_ours", "ACCOUNT_MARK", "account_reads", "bin_dir", "check_account",
-           "clear_leftovers", "DEFAULTS", "directories", "ere_literal", "install_sglang",
-           "LEGACY_MARKS", "locked_venv", "NOLOGIN", "parse_account", "pip_args", "PIP_CONFIG",
-           "pip_config_text", "prune_reads", "prune_venvs", "PruneState", "reads",
-           "ServiceAccount", "state_dir", "strip_credentials", "validate_home", "validate_keep",
-           "validate_pip_url", "validate_pip_urls", "validate_user", "VenvReport", "VenvVerified",
-           "VERIFY", "verify_venv"]
+__all__ = ["account_is_ours", "ACCOUNT_MARK", "account_reads", "check_account", "clear_leftovers",
+           "directories", "ere_literal", "install_sglang", "LEGACY_MARKS", "locked_venv",
+           "NOLOGIN", "parse_account", "prune_reads", "prune_venvs", "PruneState", "reads",
+           "ServiceAccount", "VenvReport", "VenvVerified", "VERIFY", "verify_venv"]
 
 VERIFY = "sglang_verify.py"
 #: The GECOS comment of every account gpuserve creates: the mark that lets a later deploy

@@ -16,19 +16,20 @@ from __future__ import annotations
 import json
 import posixpath
 import shlex
-import time
 from collections.abc import Callable
 
 from pyinfra import host, logger, state
 from pyinfra.api import StringCommand, deploy, operation
 
 from gpuserve.paths import SCRIPTS_DIR
+from gpuserve.poll import Poll
 from gpuserve.roles import managed
 from gpuserve.roles.failure import fail_host
 from gpuserve.serve.weights import POLL_S, REPORT_S, WeightsPlan, one_line, progress_line
 
 SCRIPT = "weights_fetch.py"
 CLIENT = "hub_client.py"
+JOB = "host_job.py"  # the job runner its start imports
 
 
 def _status(script: str, run_dir: str) -> dict:
@@ -58,9 +59,8 @@ def download(plan: WeightsPlan, script: str, python: str, token_file: str | None
     if token_file:
         argv += ["--token-file", token_file]
     yield StringCommand(" ".join(shlex.quote(a) for a in argv))
-    start = time.monotonic()
     last, phase = -REPORT_S, None
-    while True:
+    for elapsed in Poll(plan.timeout, POLL_S):
         doc = _status(script, plan.run_dir)
         if doc.get("state") == "done":
             again = doc.get("refetched") or []
@@ -76,17 +76,13 @@ def download(plan: WeightsPlan, script: str, python: str, token_file: str | None
                             "the service was not changed",
                             [one_line(x) for x in doc.get("tail") or []])
             return
-        elapsed = time.monotonic() - start
-        if elapsed > plan.timeout:
-            yield fail_host(f"weights: {plan.repo_id}: not done within {plan.timeout:.0f} s "
-                            "(host data weights_timeout); the download keeps running on the "
-                            "host and a rerun picks it up", [])
-            return
         if doc.get("state") == "running" and (elapsed - last >= REPORT_S
                                               or doc.get("phase") != phase):
             logger.info(progress_line(host.name, plan.repo_id, doc))
             last, phase = elapsed, doc.get("phase")
-        time.sleep(POLL_S)
+    yield fail_host(f"weights: {plan.repo_id}: not done within {plan.timeout:.0f} s "
+                    "(host data weights_timeout); the download keeps running on the "
+                    "host and a rerun picks it up", [])
 
 
 @deploy("Model weights from the Hub")
@@ -120,7 +116,7 @@ def _fetch(plan: WeightsPlan, bin_dir: str, python: str, token: Callable[[], str
                        user=plan.user, group=plan.user, mode="600")
     managed.directory(name=f"{bin_dir} (gpuserve host scripts)", path=bin_dir, user="root",
                       group="root", mode="755")
-    for name in (CLIENT, SCRIPT):  # the script imports its Hub client from its own dir
+    for name in (CLIENT, JOB, SCRIPT):  # the script imports these from its own dir
         managed.put(name=f"host script {bin_dir}/{name}", src=str(SCRIPTS_DIR / name),
                     dest=f"{bin_dir}/{name}", user="root", group="root", mode="755")
     gib = 1 << 30

@@ -8,7 +8,9 @@
 - no import circle among gpuserve's modules, among roles' modules, nor among the host
   scripts under gpuserve/data/scripts (uploaded side by side, they import each other by
   bare name);
-- no function over 80 lines in gpuserve/, roles/ or deploy/.
+- no function over 80 lines in gpuserve/, roles/ or deploy/;
+- no function in gpuserve/ or roles/ over 8 parameters, no ``_private`` name taken from
+  another module, no ``__all__`` re-exporting another module's names.
 """
 
 from __future__ import annotations
@@ -250,3 +252,154 @@ def test_no_import_circle_among_gpuserve_packages():
 def test_the_package_fold_finds_a_ring_of_packages():
     modules = {"p.a.x": {"p.b.y"}, "p.b.y": {"p.c.z"}, "p.c.z": {"p.a.w"}, "p.a.w": set()}
     assert _cycles(_package_graph(modules, 2)) == [["p.a", "p.b", "p.c", "p.a"]]
+
+
+# ----------------------------------------------------------------------------- shapes
+
+#: Files whose functions, imports and facades another change rewrites (the serve plan
+#: taken whole, the role layout): exempt from the three checks below until it lands.
+#: Each entry is a path prefix; empty this once they are in.
+ELSEWHERE = ("gpuserve/serve/", "roles/deploys/serve.py", "roles/checks/__init__.py",
+             "roles/service/", "gpuserve/commands/check.py",
+             "gpuserve/data/scripts/weights_fetch.py")
+#: The published import path of the deploys (``from gpuserve.roles.deploys import
+#: serve_sglang`` in a pyinfra project's own deploy file, docs/deploys.md): the one
+#: module whose ``__all__`` gathers names defined next to it, on purpose.
+PUBLIC_ENTRY = ("roles/deploys/__init__.py",)
+MAX_PARAMETERS = 8
+PRODUCT = ("gpuserve", "roles", "deploy")
+
+
+def _elsewhere(path: Path) -> bool:
+    return str(path.relative_to(REPO)).startswith(ELSEWHERE)
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """Every parameter of a function (``*args`` and ``**kwargs`` count one each), less a
+    method's ``self`` or ``cls``."""
+    a = node.args
+    names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    names += [f"*{p.arg}" for p in (a.vararg, a.kwarg) if p is not None]
+    return names[1:] if names[:1] in (["self"], ["cls"]) else names
+
+
+def _too_many(tree: ast.AST) -> list[tuple[int, str, int]]:
+    return [(n.lineno, n.name, len(_parameters(n))) for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            and len(_parameters(n)) > MAX_PARAMETERS]
+
+
+def test_no_function_takes_more_than_8_parameters():
+    """More than 8 parameters are the fields of a value passed one by one: group them in
+    a dataclass (gpuserve.memory.planner.PlanRequest, MemorySettings, measure's Served)."""
+    found = []
+    for base in ("gpuserve", "roles"):
+        for path in _sources(base):
+            if _elsewhere(path):
+                continue
+            for line, name, count in _too_many(ast.parse(path.read_text(), str(path))):
+                found.append(f"{path.relative_to(REPO)}:{line}: {name} ({count} parameters)")
+    assert not found, (f"functions over {MAX_PARAMETERS} parameters (group them in a "
+                       "dataclass):\n" + "\n".join(found))
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_imports(tree: ast.AST, module: str, is_package: bool,
+                     modules: set[str]) -> list[tuple[int, str]]:
+    """(line, what) for each private name this module takes from another of ``modules``:
+    ``from m import _x``, and ``m._x`` on a module it imported (``import a.m as m``,
+    ``from a import m``)."""
+    found, aliases = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names
+                            if a.name in modules and a.asname})
+        elif isinstance(node, ast.ImportFrom):
+            target = _imported(ast.Module([node], []), module, is_package)[0][1]
+            for alias in node.names:
+                if f"{target}.{alias.name}" in modules:
+                    aliases[alias.asname or alias.name] = f"{target}.{alias.name}"
+                elif target in modules and target != module and _is_private(alias.name):
+                    found.append((node.lineno, f"{target}.{alias.name}"))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases and _is_private(node.attr)
+                and aliases[node.value.id] != module):
+            found.append((node.lineno, f"{aliases[node.value.id]}.{node.attr}"))
+    return sorted(set(found))
+
+
+def _product_modules() -> dict[str, Path]:
+    return {n: p for base in PRODUCT for n, p in _package_modules(base).items()}
+
+
+def test_no_private_name_is_imported_across_modules():
+    """A ``_name`` is its module's own: another module that needs it needs a public name
+    (and the tests that need it import it from its module, as they may)."""
+    modules = _product_modules()
+    owners = {p: n for n, p in modules.items()}
+    found = []
+    for path, name in owners.items():
+        if _elsewhere(path):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for line, what in _private_imports(tree, name, path.name == "__init__.py",
+                                           set(modules)):
+            provider = modules.get(what.rsplit(".", 1)[0])
+            if provider is not None and _elsewhere(provider):
+                continue
+            found.append(f"{path.relative_to(REPO)}:{line}: {what}")
+    assert not found, "private names imported from another module:\n" + "\n".join(found)
+
+
+def _reexports(tree: ast.AST, module: str, is_package: bool,
+               modules: set[str]) -> list[tuple[str, str]]:
+    """(name, its module) for each name in ``__all__`` that this module only imports from
+    another of ``modules``: a facade's re-export."""
+    listed: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__"
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+            listed = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+    imported = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            target = _imported(ast.Module([node], []), module, is_package)[0][1]
+            if target in modules:
+                imported.update({a.asname or a.name: target for a in node.names})
+    return [(name, imported[name]) for name in listed if name in imported]
+
+
+def test_no_module_re_exports_another_modules_names():
+    """``__all__`` lists what a module defines: a name listed there but imported from
+    another module of the product is a second home for it (two ``UNIT_NAME``s); its
+    users import it from where it is defined."""
+    modules = _product_modules()
+    found = []
+    for name, path in modules.items():
+        if _elsewhere(path) or str(path.relative_to(REPO)) in PUBLIC_ENTRY:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for what, source in _reexports(tree, name, path.name == "__init__.py", set(modules)):
+            found.append(f"{path.relative_to(REPO)}: {what} (defined in {source})")
+    assert not found, "re-exported names (import them from their module):\n" + "\n".join(found)
+
+
+def test_the_shape_checks_find_what_they_look_for():
+    """The three scanners above on small sources: too many parameters (a method's self
+    not counted), a private import in both spellings, a re-export in ``__all__``."""
+    tree = ast.parse("def f(a, b, c, d, e, f, g, h, *i): pass\n"
+                     "class C:\n    def m(self, a, b, c, d, e, f, g, h): pass\n"
+                     "def g(a, b, c, d, e, f, g, h, i): pass\n")
+    assert _too_many(tree) == [(1, "f", 9), (4, "g", 9)]
+    modules = {"p.a", "p.b"}
+    tree = ast.parse("from p.b import _x, y\nimport p.b as b\nfrom p import b as c\n"
+                     "b._z\nc._w\nb.__doc__\n")
+    assert _private_imports(tree, "p.a", False, modules) == [
+        (1, "p.b._x"), (4, "p.b._z"), (5, "p.b._w")]
+    tree = ast.parse("from p.b import x, y\ndef z(): pass\n__all__ = ['x', 'z']\n")
+    assert _reexports(tree, "p.a", False, modules) == [("x", "p.b")]

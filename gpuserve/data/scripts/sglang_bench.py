@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 
+import host_job
 from sglang_probe import api_key_from_config, server_host
 
 PROGRESS = re.compile(r"(\d+)/(\d+) \[")
@@ -83,11 +84,8 @@ def start(args):
     monitor = [sys.executable, os.path.abspath(__file__), "_monitor", "--run-dir",
                args.run_dir, "--user", args.user, "--python", args.python,
                "--config", args.config]
-    with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
-        proc = subprocess.Popen(monitor, stdin=null_in, stdout=null_out, stderr=null_out,
-                                start_new_session=True, close_fds=True)
-    _write(_path(args.run_dir, "monitor.pid"), str(proc.pid))
-    print(json.dumps({"started": True, "pid": proc.pid}))
+    pid = host_job.detach(monitor, args.run_dir, pid_name="monitor.pid")
+    print(json.dumps({"started": True, "pid": pid}))
 
 
 def monitor(args):
@@ -106,11 +104,7 @@ def monitor(args):
     if key:
         env["OPENAI_API_KEY"] = key
 
-    def drop_privileges():
-        os.setgid(user.pw_gid)
-        os.initgroups(args.user, user.pw_gid)
-        os.setuid(user.pw_uid)
-
+    drop = host_job.drop_to(args.user)
     started = time.time()
     with open(_path(args.run_dir, "client.out"), "wb") as out, \
             open(_path(args.run_dir, "client.err"), "wb") as err:
@@ -119,7 +113,7 @@ def monitor(args):
         try:
             proc = subprocess.Popen([args.python, "-m", "sglang.benchmark.serving", *argv],
                                     cwd=args.run_dir, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, preexec_fn=drop_privileges)
+                                    stdout=out, stderr=err, preexec_fn=drop)
             rc = proc.wait()
         except OSError as e:
             err.write(f"cannot start the benchmark client: {e}\n".encode())

@@ -32,7 +32,6 @@ import json
 import os
 import pwd
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -481,6 +480,20 @@ def run(args):
     return 0
 
 
+def _host_job():
+    """The job runner carried beside this script (host_job.py), loaded by its path: this
+    module also runs imported by the controller, where its directory is not on sys.path."""
+    import importlib.util
+
+    name = "gpuserve_host_job"
+    if name not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "host_job.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
 def start(args):
     """Start ``run`` detached as ``--user`` (root calls this); print the pid."""
     user = pwd.getpwnam(args.user)
@@ -507,18 +520,9 @@ def start(args):
             "--status", os.path.join(args.run_dir, "status.json")]
     shell = (" ".join(_q(a) for a in argv) + f" 2>{_q(args.run_dir + '/run.err')}; "
              f"echo $? > {_q(args.run_dir + '/rc')}")
-
-    def drop():
-        os.setgid(user.pw_gid)
-        os.initgroups(args.user, user.pw_gid)
-        os.setuid(user.pw_uid)
-
-    with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
-        proc = subprocess.Popen(["/bin/sh", "-c", shell], stdin=null_in, stdout=null_out,
-                                stderr=null_out, env=env, cwd=args.run_dir,
-                                start_new_session=True, close_fds=True, preexec_fn=drop)
-    _write(os.path.join(args.run_dir, "pid"), str(proc.pid))
-    print(json.dumps({"started": True, "pid": proc.pid}))
+    pid = _host_job().detach(["/bin/sh", "-c", shell], args.run_dir, user=args.user,
+                             env=env, cwd=args.run_dir)
+    print(json.dumps({"started": True, "pid": pid}))
     return 0
 
 

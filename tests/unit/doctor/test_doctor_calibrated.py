@@ -15,7 +15,7 @@ import yaml
 
 from gpuserve.cli import main
 from gpuserve.launch.profiles import PROFILES_DIR
-from gpuserve.measure.starts import Checkpoint, from_log, write_start
+from gpuserve.measure.starts import Checkpoint, StartSpec, from_log, write_start
 from gpuserve.memory.startup_log import read_log
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -52,10 +52,21 @@ def test_the_notes_failing_launch_is_an_error_once_calibrated_by_their_start(tmp
 
 
 def test_a_start_record_calibrates_too_and_0_83_passes(tmp_path, capsys):
-    record = write_start(tmp_path / "results", from_log(
-        read_log(TP8_LOG), host="gpu1", timestamp="2026-12-06T07:00:00Z",
-        server_start="2026-12-06T07:00:00Z", sglang_version="0.5.23",
-        checkpoint=Checkpoint("/models/GLM-5-NVFP4"), launch={"profile": "glm5-nvfp4-tp8"}))
+    record = write_start(
+        tmp_path / "results",
+        from_log(
+            read_log(TP8_LOG),
+            StartSpec(
+                results_dir="",
+                sglang_version="0.5.23",
+                checkpoint=Checkpoint("/models/GLM-5-NVFP4"),
+                launch={"profile": "glm5-nvfp4-tp8"},
+            ),
+            host="gpu1",
+            timestamp="2026-12-06T07:00:00Z",
+            server_start="2026-12-06T07:00:00Z",
+        ),
+    )
     rc, doc = doctor(capsys, "--profile", ep8_at(tmp_path, 0.78), "--calibrate", str(record))
     assert rc == 1 and "16.29 +- 1.50" in memory_plan(doc)["evidence"]
     rc, doc = doctor(capsys, "--profile", ep8_at(tmp_path, 0.83), "--calibrate", str(record))
@@ -63,10 +74,21 @@ def test_a_start_record_calibrates_too_and_0_83_passes(tmp_path, capsys):
 
 
 def test_a_start_of_another_version_is_bad_input(tmp_path, capsys):
-    record = write_start(tmp_path / "results", from_log(
-        read_log(TP8_LOG), host="gpu1", timestamp="2026-12-06T07:00:00Z",
-        server_start="2026-12-06T07:00:00Z", sglang_version="0.5.19",
-        checkpoint=Checkpoint("/models/GLM-5-NVFP4"), launch={"profile": "glm5-nvfp4-tp8"}))
+    record = write_start(
+        tmp_path / "results",
+        from_log(
+            read_log(TP8_LOG),
+            StartSpec(
+                results_dir="",
+                sglang_version="0.5.19",
+                checkpoint=Checkpoint("/models/GLM-5-NVFP4"),
+                launch={"profile": "glm5-nvfp4-tp8"},
+            ),
+            host="gpu1",
+            timestamp="2026-12-06T07:00:00Z",
+            server_start="2026-12-06T07:00:00Z",
+        ),
+    )
     assert main(["doctor", "--facts", REF, "--profile", ep8_at(tmp_path, 0.78),
                  "--calibrate", str(record)]) == 2
     err = capsys.readouterr().err

@@ -149,7 +149,7 @@ def _evaluation(driver_p2p: str, texts: dict, virtualization: str = "none", reco
                       for i in range(8)], "virtualization": virtualization,
              "topology": {"links": links, "p2p": driver_p2p}}
     return gr.evaluate(gr.split_runs(lines, runs, 30), host="gpu1",
-                       timestamp="2026-12-01T10:00:00Z", facts=facts, gpus=8,
+                       timestamp="2026-12-01T10:00:00Z", facts=facts,
                        driver_p2p=driver_p2p, exp=gates.load_expectations(),
                        sources=gates.load_sources(), records=records)
 

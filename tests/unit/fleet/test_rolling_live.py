@@ -156,7 +156,7 @@ class Router:
 def watch_with(monkeypatch, answers: list[str]) -> tuple[Verdict, Clock, Router]:
     clock, router = Clock(), Router(answers)
     monkeypatch.setattr(live, "time", clock)
-    monkeypatch.setattr(live, "_router", lambda r: router)
+    monkeypatch.setattr(live, "connected_router", lambda r: router)
     plan = rollout("a")
     plan = type(plan)(**{**plan.__dict__, "url": ME, "later": (OLD,)})
     return live.watch("a", plan, SETTINGS), clock, router
@@ -229,7 +229,7 @@ def run_judge(monkeypatch, verdict: Verdict, switching: Switching | None = None)
         events.append("take-out")
         return True
 
-    monkeypatch.setattr(live, "_take_out", take_out)
+    monkeypatch.setattr(live, "take_out_now", take_out)
     monkeypatch.setattr(gpuserve.roles.checks.probe, "parse_probe", lambda _out: Probe(
         200, "active", "running", 0, None, [], []))
     responses = {"sha1sum": state_lines(B, A, "good")}
@@ -298,9 +298,9 @@ def test_a_take_out_for_a_rollback_that_fails_says_the_regressed_profile_keeps_s
     seen: list[str] = []
     monkeypatch.setattr(rolling, "_fail", lambda host_, message, footer=(): seen.append(
         message) or False)
-    monkeypatch.setattr(rolling, "_router", lambda r: RouterHost("active"))
+    monkeypatch.setattr(rolling, "connected_router", lambda r: RouterHost("active"))
     switching = Switching(restarts=True, rollout=rollout("a"))
     kept = "live traffic: a: ITL p99 50 ms; not rolled back, a keeps serving profile slow"
-    assert rolling._take_out(SimpleNamespace(name="a"), switching.rollout, switching, "/bin",
+    assert rolling.take_out_now(SimpleNamespace(name="a"), switching.rollout, switching, "/bin",
                              30000, "/c", kept) is False
     assert seen and seen[0].endswith(kept) and "nothing changed" not in seen[0]

@@ -48,10 +48,10 @@ def reports(monkeypatch) -> list[str]:
 def test_a_stopped_gateway_routes_nothing_so_the_worker_switches_undrained(
         monkeypatch, reports, unit_state) -> None:
     router = RouterHost(unit_state)
-    monkeypatch.setattr(rolling, "_router", lambda r: router)
+    monkeypatch.setattr(rolling, "connected_router", lambda r: router)
     switching = Switching(restarts=True, rollout=rollout("a"))
     worker = SimpleNamespace(name="a")
-    assert rolling._take_out(worker, switching.rollout, switching, "/bin", 30000, "/c") is True
+    assert rolling.take_out_now(worker, switching.rollout, switching, "/bin", 30000, "/c") is True
     assert reports == []
     assert switching.gateway_stopped and not switching.out
     assert any("systemctl is-active gpuserve-router.service" in c for c in router.commands)
@@ -67,10 +67,10 @@ def test_a_stopped_gateway_routes_nothing_so_the_worker_switches_undrained(
 ], ids=["active", "activating", "unreachable"])
 def test_a_gateway_that_may_be_running_and_does_not_answer_stops_the_switch(
         monkeypatch, reports, router) -> None:
-    monkeypatch.setattr(rolling, "_router", lambda r: router)
+    monkeypatch.setattr(rolling, "connected_router", lambda r: router)
     switching = Switching(restarts=True, rollout=rollout("a"))
     worker = SimpleNamespace(name="a")
-    assert rolling._take_out(worker, switching.rollout, switching, "/bin", 30000, "/c") is False
+    assert rolling.take_out_now(worker, switching.rollout, switching, "/bin", 30000, "/c") is False
     assert len(reports) == 1 and "does not answer GET /liveness" in reports[0]
     assert "nothing changed" in reports[0]
     assert not switching.gateway_stopped and not switching.out

@@ -127,7 +127,9 @@ def _driver_plan(responses, **kwargs):
 
     args = dict(repo_url="http://10.0.2.2:8080/cuda/repos/debian12/x86_64/", branch=580)
     args.update(kwargs)
-    return plan(nvidia_driver.install_nvidia_driver, {**OS_RELEASE_DEBIAN12, **responses}, **args)
+    fm = args.pop("fm", None)
+    return plan(nvidia_driver.install_nvidia_driver, {**OS_RELEASE_DEBIAN12, **responses},
+                want=nvidia_driver.DriverRequest(**args), fm=fm)
 
 
 def test_driver_install_plan_uses_keyring_deb822_and_branch_pin():
@@ -321,12 +323,14 @@ def test_keyring_refused_without_a_known_digest():
     from gpuserve.roles import nvidia_driver
 
     with pytest.raises(InputError) as info:
-        plan(nvidia_driver.install_nvidia_driver, ubuntu2004, repo_url=None, branch=580)
+        plan(nvidia_driver.install_nvidia_driver, ubuntu2004,
+             want=nvidia_driver.DriverRequest(repo_url=None, branch=580))
     assert info.value.field == "nvidia_keyring_sha256"
     assert "ubuntu2004/x86_64" in info.value.message
     # a digest in host data (the function argument the deploy fills from it) is enough
-    ops = plan(nvidia_driver.install_nvidia_driver, ubuntu2004, repo_url=None, branch=580,
-               keyring_sha256="ab" * 32, install_headers=False)
+    ops = plan(nvidia_driver.install_nvidia_driver, ubuntu2004,
+               want=nvidia_driver.DriverRequest(repo_url=None, branch=580,
+                                                keyring_sha256="ab" * 32, install_headers=False))
     cmd = _keyring_command(ops)
     assert "ab" * 32 in cmd
     assert "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64/" in cmd

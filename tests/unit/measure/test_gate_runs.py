@@ -44,7 +44,7 @@ def _evaluate(driver_p2p: str, texts: dict[str, str | None], virtualization: str
               records=(), collectives=gr.ALL_REDUCE_ONLY) -> gr.Evaluation:
     runs = gr.run_plan("/g/n/bin", "/g/p/bin", 8, driver_p2p, virtualization, collectives)
     return gr.evaluate(_outcomes(runs, texts), host="gpu1", timestamp="2026-12-01T10:00:00Z",
-                       facts=_facts(driver_p2p, virtualization), gpus=8,
+                       facts=_facts(driver_p2p, virtualization),
                        driver_p2p=driver_p2p, exp=gates.load_expectations(),
                        sources=gates.load_sources(), records=records)
 
@@ -352,14 +352,16 @@ def test_read_measured_refuses_foreign_documents():
 def test_fingerprint_changes_with_what_the_measurement_depends_on():
     src = gates.load_sources()
     nccl = gr.NcclLib("system", "/usr/include", "/usr/lib/x86_64-linux-gnu")
-    base = gr.fingerprint(src, nccl, ["GPU-a", "GPU-b"], "580.126.20", 600, "exp")
-    assert base == gr.fingerprint(src, nccl, ["GPU-b", "GPU-a"], "580.126.20", 600, "exp")
-    assert base != gr.fingerprint(src, None, ["GPU-a", "GPU-b"], "580.126.20", 600, "exp")
-    assert base != gr.fingerprint(src, nccl, ["GPU-a"], "580.126.20", 600, "exp")
-    assert base != gr.fingerprint(src, nccl, ["GPU-a", "GPU-b"], "590.48.01", 600, "exp")
-    assert base != gr.fingerprint(src, nccl, ["GPU-a", "GPU-b"], "580.126.20", 600, "exp2")
-    assert base != gr.fingerprint(src, nccl, ["GPU-a", "GPU-b"], "580.126.20", 600, "exp",
-                                  driver_p2p="ok")
+    def fp(uuids=("GPU-a", "GPU-b"), driver="580.126.20", exp="exp", lib=nccl, **host):
+        return gr.fingerprint(src, lib, gr.MeasuredOn(uuids, driver, **host), 600, exp)
+
+    base = fp()
+    assert base == fp(uuids=("GPU-b", "GPU-a"))
+    assert base != fp(lib=None)
+    assert base != fp(uuids=("GPU-a",))
+    assert base != fp(driver="590.48.01")
+    assert base != fp(exp="exp2")
+    assert base != fp(driver_p2p="ok")
 
 
 def test_gate_size_is_the_classes_busbw_size_and_stamp_names_the_pin():
@@ -482,7 +484,7 @@ def test_busbw_near_reads_the_bytes_all_gather_really_moved():
 
 def test_fingerprint_counts_the_collectives_but_all_reduce_alone_changes_nothing():
     src, nccl = gates.load_sources(), gr.NcclLib("system", "/usr/include", "/usr/lib")
-    args = (src, nccl, ["GPU-a"], "580.126.20", 600, "exp", "ok", "none")
+    args = (src, nccl, gr.MeasuredOn(("GPU-a",), "580.126.20", "ok", "none"), 600, "exp")
     assert gr.fingerprint(*args) == gr.fingerprint(*args, ("all_reduce",))
     assert gr.fingerprint(*args) != gr.fingerprint(*args, gr.COLLECTIVES)
 

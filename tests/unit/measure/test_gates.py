@@ -265,8 +265,8 @@ def _record(host: str, stamp: str, busbw: float) -> dict:
     choice = gates.choose_nccl_env("none", None, OFF)
     c = gates.load_expectations().classes["pcie-no-p2p"][0]
     return gates.measure_record(
-        host=host, timestamp=stamp, topology="pcie-no-p2p", sources=gates.load_sources(),
-        nccl=gates.nccl_version(text("all_reduce_pro6000x8_p2p_off_composed.txt")),
+        gates.RecordHeader(host, stamp, "pcie-no-p2p", gates.load_sources(),
+                           gates.nccl_version(text("all_reduce_pro6000x8_p2p_off_composed.txt"))),
         runs=[{"tool": "all_reduce_perf", "argv": ["-b", "1G", "-e", "2G", "-g", "8"],
                "env": OFF.env, "gpus": 8, "sizes": [1073741824, GIB2],
                "figures": {c.key: busbw}, "hang": None}],

@@ -17,7 +17,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
-from gpuserve.measure.results import read_results, record_spec
+from gpuserve.measure.results import Served, read_results, record_spec
 from gpuserve.paths import PROJECT_ROOT
 from gpuserve.roles.checks import DEFAULTS, results_root, smoke_completion
 
@@ -43,11 +43,11 @@ def smoke_doc(status=200, tokens=64, elapsed=1.9):
 
 
 def spec(results_dir):
-    return record_spec(str(results_dir), "inventory/gpu.py", profile="glm5-nvfp4-tp8",
+    return record_spec(str(results_dir), "inventory/gpu.py",
+                       Served(profile="glm5-nvfp4-tp8", sglang_version="0.5.23",
+                              model="/models/GLM-5-NVFP4", served_name="glm-5"),
                        args=["--model-path", "/models/GLM-5-NVFP4", "--tp-size", "8"],
-                       env={"NCCL_P2P_DISABLE": "1", "HF_TOKEN": SECRET},
-                       sglang_version="0.5.23", model="/models/GLM-5-NVFP4",
-                       served_name="glm-5")
+                       env={"NCCL_P2P_DISABLE": "1", "HF_TOKEN": SECRET})
 
 
 def smoke_args(results_dir):
@@ -101,8 +101,8 @@ def test_unwritable_results_dir_warns_but_the_check_passes(tmp_path: Path, caplo
 
 
 def test_recording_off_and_default_location(tmp_path: Path) -> None:
-    assert record_spec("", "inventory/gpu.py", profile="p", args=[], env={},
-                       sglang_version="0.5.23", model="m", served_name="m") is None
+    assert record_spec("", "inventory/gpu.py", Served("p", "0.5.23", "m", "m"), args=[],
+                       env={}) is None
     assert DEFAULTS["results_dir"] == "results"
     assert results_root("results") == PROJECT_ROOT / "results"
     assert (PROJECT_ROOT / "pyproject.toml").is_file()  # a checkout: the repository root

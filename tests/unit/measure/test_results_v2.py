@@ -15,6 +15,7 @@ from gpuserve.measure.results import (
     SCHEMA,
     RecordSpec,
     ResultRecord,
+    Served,
     bench_record,
     last_good,
     launch_hash,
@@ -43,11 +44,13 @@ def strict_loads(text: str):
 
 
 def make_spec(results_dir: Path, args=(), env=None, **extra) -> RecordSpec:
-    spec = record_spec(str(results_dir), "inventory/gpu.py", profile="glm5-nvfp4-tp8",
+    spec = record_spec(str(results_dir), "inventory/gpu.py",
+                       Served(profile="glm5-nvfp4-tp8", sglang_version="0.5.23",
+                              model="/models/GLM-5-NVFP4", served_name="glm-5",
+                              profile_hash="sha256:" + "ab" * 32,
+                              lock="sglang-0.5.23-cu13-py311"),
                        args=["--model-path", "/models/GLM-5-NVFP4", "--tp-size", "8", *args],
-                       env=env or {"NCCL_P2P_DISABLE": "1"}, sglang_version="0.5.23",
-                       model="/models/GLM-5-NVFP4", served_name="glm-5",
-                       profile_hash="sha256:" + "ab" * 32, lock="sglang-0.5.23-cu13-py311",
+                       env=env or {"NCCL_P2P_DISABLE": "1"},
                        context={"gpus": {"name": "NVIDIA H200", "count": 8},
                                 "driver": "580.95.05", "cuda": "13.0", "p2p": "ok",
                                 "nccl_env": {"NCCL_P2P_LEVEL": "NVL"}, **extra})
@@ -322,8 +325,8 @@ def test_profile_hash_follows_the_file(tmp_path: Path) -> None:
 
 
 def test_record_spec_without_new_arguments_is_unchanged(tmp_path: Path) -> None:
-    spec = record_spec(str(tmp_path), "inventory/gpu.py", profile="p", args=["--tp-size", "8"],
-                       env={}, sglang_version="0.5.23", model="m", served_name="m")
+    spec = record_spec(str(tmp_path), "inventory/gpu.py", Served("p", "0.5.23", "m", "m"),
+                       args=["--tp-size", "8"], env={})
     assert (spec.profile_hash, spec.lock, spec.context) == (None, None, None)
     doc = smoke_record(spec, "gpu1", SmokeResult("/v1/completions", 1, 1, 1.0, "x")).to_dict()
     assert doc["context"] is None and doc["scenario"] is None and doc["sglang"] is None

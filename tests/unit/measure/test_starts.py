@@ -14,7 +14,14 @@ import pytest
 
 from gpuserve.errors import InputError
 from gpuserve.measure import starts
-from gpuserve.measure.starts import Checkpoint, from_log, last_measured, read_starts, write_start
+from gpuserve.measure.starts import (
+    Checkpoint,
+    StartSpec,
+    from_log,
+    last_measured,
+    read_starts,
+    write_start,
+)
 from gpuserve.memory.startup_log import read_log
 
 LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
@@ -26,9 +33,8 @@ LAUNCH = {"profile": "glm5-nvfp4-tp8", "tp": 8, "ep": 1, "mem_fraction_static": 
 
 def record(log: str = "fieldnote_glm5_tp8.log", *, stamp: str = "2026-12-06T07:00:00Z",
            version: str = "0.5.23", checkpoint: Checkpoint = GLM5, host: str = "gpu1"):
-    return from_log(read_log(LOGS / log), host=host, timestamp=stamp,
-                    server_start=stamp.replace("Z", "+00:00"), sglang_version=version,
-                    checkpoint=checkpoint, launch=LAUNCH, gpu=GPU)
+    return from_log(read_log(LOGS / log), StartSpec("", version, checkpoint, LAUNCH, GPU),
+                    host=host, timestamp=stamp, server_start=stamp.replace("Z", "+00:00"))
 
 
 def test_a_start_keeps_every_rank_and_the_launch_sglang_resolved():

@@ -24,7 +24,7 @@ from gpuserve.memory.checkpoint import (
     unrecognised,
 )
 from gpuserve.memory.models import MODELS_DIR, load_record
-from gpuserve.memory.planner import GIB, Layout, predict, weights_per_gpu
+from gpuserve.memory.planner import GIB, Layout, PlanRequest, predict, weights_per_gpu
 from gpuserve.paths import SCRIPTS_DIR
 from tests.checkpoints import compose_tool
 
@@ -214,12 +214,12 @@ def test_plan_from_checkpoint_notes_a_drifted_record(mini):
     layout = Layout(tp=8)
     plan = predict(
         arch,
-        gpu_memory_mib=97887,
+        PlanRequest(gpu_memory_mib=97887,
         gpu_count=8,
         layout=layout,
         weight_parts=checkpoint_weights(scan, layout, arch),
         weights_from=f"checkpoint {scan.directory}",
-        record=load_record("glm-5-nvfp4"),
+        record=load_record("glm-5-nvfp4")),
     )
     assert plan.weights_from.startswith("checkpoint ")
     note = next(line for line in plan.explanation if line.startswith("model record"))

@@ -19,6 +19,7 @@ import pytest
 from gpuserve.cli import main as cli_main
 from gpuserve.errors import InputError
 from gpuserve.launch.profiles import load_profile
+from gpuserve.memory.calibration import CALIBRATION_ERROR_GIB, DRAFT_DEFAULT_GIB
 from gpuserve.memory.checkpoint import CheckpointScan, TensorGroup, scan_directory
 from gpuserve.memory.draft import (
     draft_from_config,
@@ -27,12 +28,10 @@ from gpuserve.memory.draft import (
     resolve_draft,
 )
 from gpuserve.memory.models import load_record
-from gpuserve.memory.planner import GIB, Layout, predict
+from gpuserve.memory.planner import GIB, Layout, PlanRequest, predict
 from gpuserve.memory.preflight import check_fit
 from gpuserve.paths import draft_record_names
 from gpuserve.tune.judge import (
-    CALIBRATION_ERROR_GIB,
-    DRAFT_DEFAULT_GIB,
     Verdict,
     draft_numbers,
     risk,
@@ -108,8 +107,8 @@ def test_the_shipped_kimi_head_borrows_the_targets_lm_head_and_overflows_its_kv_
                     + h * (64 * 128 + 2 * 64 * 128) / 8         # the wide QKV's half
                     + 3 * h * inter / 8 + 3 * h * h + 3 * h)      # MLP, fc, norms
     assert draft.weights_gib * GIB == pytest.approx(expected)
-    plan = predict(load_record("kimi-k2-instruct"), gpu_memory_mib=143771, gpu_count=8,
-                   layout=TP8, draft=draft)
+    plan = predict(load_record("kimi-k2-instruct"), PlanRequest(gpu_memory_mib=143771, gpu_count=8,
+                   layout=TP8, draft=draft))
     d = plan.draft
     assert d["kv_budget_bytes"] == 70272 // 61 and plan.kv_cell["bytes_per_token"] == 71424
     assert d["kv_real_bytes"] == 64 // 8 * (128 + 128) * 2
@@ -120,8 +119,9 @@ def test_the_shipped_kimi_head_borrows_the_targets_lm_head_and_overflows_its_kv_
 def test_no_draft_without_a_drafting_algorithm():
     """No speculation, or NGRAM (no model): nothing added, no draft line, same figures."""
     arch = load_record("qwen3-30b-a3b")
-    plain = predict(arch, gpu_memory_mib=81559, gpu_count=1)
-    ngram = predict(arch, gpu_memory_mib=81559, gpu_count=1, layout=Layout(speculative="NGRAM"))
+    plain = predict(arch, PlanRequest(gpu_memory_mib=81559, gpu_count=1))
+    ngram = predict(arch,
+        PlanRequest(gpu_memory_mib=81559, gpu_count=1, layout=Layout(speculative="NGRAM")))
     for plan in (plain, ngram):
         assert plan.draft is None
         assert not any(line.startswith("draft") for line in plan.explanation)
@@ -237,12 +237,12 @@ def write_head_checkpoint(directory: Path) -> Path:
 def test_the_serve_preflight_reads_the_drafts_checkpoint_on_the_host(glm5, tmp_path):
     """A local speculative.draft_model is scanned like the target's directory and its real
     weights charged; one that cannot be read is a warning, not a refusal."""
-    from gpuserve.memory.checkpoint import _scan_module
+    from gpuserve.memory.checkpoint import scan_module
     from gpuserve.serve.preflight import run_preflight
 
     head = write_head_checkpoint(tmp_path / "glm5-eagle3-head")
-    docs = {"/models/GLM-5-NVFP4": json.dumps(_scan_module().scan(glm5.directory)),
-            "/models/glm5-eagle3-head": json.dumps(_scan_module().scan(str(head)))}
+    docs = {"/models/GLM-5-NVFP4": json.dumps(scan_module().scan(glm5.directory)),
+            "/models/glm5-eagle3-head": json.dumps(scan_module().scan(str(head)))}
     prof = _profile(tmp_path, 128, True)
     report = run_preflight("enforce", host="gpu1", profile=prof, version="0.5.23", gpus=GPUS,
                            checkpoint=docs.get, host_facts=None)
@@ -260,7 +260,7 @@ def test_a_tune_reads_the_drafts_its_candidates_name_and_plans_them(glm5, tmp_pa
     """The snapshot asks for every local speculative.draft_model of the knobs (not hub ids,
     not the model's own directory); the pre-load check then plans the scanned draft: its
     real weights, and no more uncertainty than the calibration's own."""
-    from gpuserve.memory.checkpoint import _scan_module
+    from gpuserve.memory.checkpoint import scan_module
     from gpuserve.tune.judge import judge
     from gpuserve.tune.predict import Comm
     from gpuserve.tune.snapshot import draft_paths, parse_snapshot
@@ -279,8 +279,8 @@ def test_a_tune_reads_the_drafts_its_candidates_name_and_plans_them(glm5, tmp_pa
     box = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
     doc = {"schema": "gpuserve.tune-snapshot/1", "host": "box", "sglang_version": "0.5.23",
            "lock": "x", "gpus": GPUS, "host_facts": box,
-           "checkpoint": json.dumps(_scan_module().scan(glm5.directory)),
-           "drafts": {"/models/glm5-eagle3-head": json.dumps(_scan_module().scan(str(head))),
+           "checkpoint": json.dumps(scan_module().scan(glm5.directory)),
+           "drafts": {"/models/glm5-eagle3-head": json.dumps(scan_module().scan(str(head))),
                       "/models/unreadable": None}}
     (tmp_path / "snap.json").write_text(json.dumps(doc))
     snapshot = parse_snapshot(tmp_path / "snap.json")
@@ -328,10 +328,10 @@ def test_auto_kv_dtype_is_resolved_for_the_draft_itself():
     fp8_kv = replace(glm, quantization=replace(glm.quantization, kv_cache_quant_algo="FP8"))
     head = draft_from_config(HEAD, name="head", source="record head", algorithm="EAGLE3",
                              layout=TP8, file="head.yaml")
-    auto = predict(fp8_kv, gpu_memory_mib=97887, gpu_count=8, layout=TP8, draft=head)
+    auto = predict(fp8_kv, PlanRequest(gpu_memory_mib=97887, gpu_count=8, layout=TP8, draft=head))
     assert auto.kv_dtype == "fp8_e4m3" and auto.draft["kv_real_bytes"] == 512
-    explicit = predict(glm, gpu_memory_mib=97887, gpu_count=8, layout=TP8, draft=head,
-                       kv_cache_dtype="fp8_e4m3")
+    explicit = predict(glm, PlanRequest(gpu_memory_mib=97887, gpu_count=8, layout=TP8, draft=head,
+                       kv_cache_dtype="fp8_e4m3"))
     assert explicit.draft["kv_real_bytes"] == 256
 
 
@@ -344,8 +344,8 @@ what holds the fraction, 0.001 more would not fit."""
     draft = draft_from_scan(head_scan(), algorithm="EAGLE3", layout=layout)
     arch = load_record("glm-5-nvfp4")
     mem = GPUS[0]["memory_total_mib"]
-    plan = predict(arch, gpu_memory_mib=mem, gpu_count=8, layout=layout, draft=draft,
-                   mem_fraction_static=0.75, context_length=400_000)
+    plan = predict(arch, PlanRequest(gpu_memory_mib=mem, gpu_count=8, layout=layout, draft=draft,
+                   mem_fraction_static=0.75, context_length=400_000))
     assert plan.verdict == "tight" and plan.max_safe_mfs == 0.914
     assert "with the EAGLE3 draft's graphs and KV allows" in plan.changes[0]
     fractions = [line for line in plan.changes if "--mem-fraction-static" in line]
@@ -356,17 +356,18 @@ what holds the fraction, 0.001 more would not fit."""
             r"--(cuda-graph-max-bs-decode|chunked-prefill-size) (\d+)", line)}
 
         def room(fraction: float, knobs: dict = knobs) -> float:
-            return predict(arch, gpu_memory_mib=mem, gpu_count=8, layout=layout, draft=draft,
+            return predict(arch,
+                PlanRequest(gpu_memory_mib=mem, gpu_count=8, layout=layout, draft=draft,
                            mem_fraction_static=fraction,
                            cuda_graph_max_bs=knobs.get("cuda-graph-max-bs-decode"),
-                           chunked_prefill_size=knobs.get("chunked-prefill-size")
+                           chunked_prefill_size=knobs.get("chunked-prefill-size"))
                            ).draft["room_gib"]
         assert room(mfs) >= 0, line
         if "graph-max-bs" in line or line is fractions[0]:  # the draft's graphs hold these
             assert room(mfs + 0.001) < 0, line
     # without the draft the same launch is held by SGLang's reserve alone
-    plain = predict(arch, gpu_memory_mib=mem, gpu_count=8, layout=Layout(tp=8),
-                    mem_fraction_static=0.75, context_length=400_000)
+    plain = predict(arch, PlanRequest(gpu_memory_mib=mem, gpu_count=8, layout=Layout(tp=8),
+                    mem_fraction_static=0.75, context_length=400_000))
     assert "(the most SGLang's graph/activation need allows)" in plain.changes[0]
     assert "to 0.914 " in plain.changes[0]
 
@@ -380,10 +381,11 @@ def test_every_shipped_draft_record_plans_beside_its_target(name, target, layout
     """Each draft record loads with its sources and is charged beside its target's record:
     weights in the plan's weights, a draft section, an exact KV budget."""
     draft = load_draft_record(name, algorithm="EAGLE3", layout=layout)
-    plain = predict(load_record(target), gpu_memory_mib=143771, gpu_count=8,
-                    layout=Layout(tp=layout.tp))
-    plan = predict(load_record(target), gpu_memory_mib=143771, gpu_count=8, layout=layout,
-                   draft=draft)
+    plain = predict(load_record(target), PlanRequest(gpu_memory_mib=143771, gpu_count=8,
+                    layout=Layout(tp=layout.tp)))
+    plan = predict(load_record(target),
+        PlanRequest(gpu_memory_mib=143771, gpu_count=8, layout=layout,
+                   draft=draft))
     assert plan.draft["model"] == name and plan.draft["source"] == f"record {name}"
     assert plan.weights_gib == pytest.approx(plain.weights_gib + draft.weights_gib)
     assert plan.verdict != "invalid", plan.problems
@@ -402,7 +404,7 @@ def test_a_head_with_its_own_draft_vocabulary_carries_that_lm_head():
     assert parts["draft lm_head"] == pytest.approx(32000 * h * 2 / 8)
     assert parts["draft fc"] == pytest.approx(3 * h * h * 2)
     assert parts["draft dense MLP x1"] == pytest.approx(3 * h * 40960 * 2 / 8)
-    plan = predict(load_record("deepseek-v3"), gpu_memory_mib=143771, gpu_count=8,
-                   layout=layout, draft=draft)
+    plan = predict(load_record("deepseek-v3"), PlanRequest(gpu_memory_mib=143771, gpu_count=8,
+                   layout=layout, draft=draft))
     assert (plan.draft["kv_real_bytes"], plan.draft["kv_budget_bytes"]) == (512, 1152)
     assert plan.draft["kv_extra_gib"] == 0

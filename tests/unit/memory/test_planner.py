@@ -8,6 +8,7 @@ import pytest
 
 from gpuserve.host.gpus import parse_gpus
 from gpuserve.memory.memory_defaults import (
+    MemorySettings,
     capacity_defaults,
     decode_capture_sizes,
     memory_defaults,
@@ -17,6 +18,7 @@ from gpuserve.memory.models import load_record
 from gpuserve.memory.planner import (
     GIB,
     Layout,
+    PlanRequest,
     budget,
     kv_cell,
     predict,
@@ -41,7 +43,7 @@ G_PRO6000 = 97887  # nvidia-smi memory.total of an RTX PRO 6000 (MiB)
     ],
 )
 def test_default_mem_fraction_worked_values(kwargs, mfs, reserved):
-    d = memory_defaults(G_PRO6000, version="0.5.23", **kwargs)
+    d = memory_defaults(G_PRO6000, MemorySettings(version="0.5.23", **kwargs))
     assert d.mem_fraction_static == mfs
     if reserved is not None:
         assert d.reserved_mb == reserved
@@ -69,22 +71,24 @@ def test_capacity_tiers(gib, tp, v23, v19):
 
 
 def test_unknown_gpu_memory_defaults_differ_by_version():
-    assert memory_defaults(None, version="0.5.23").mem_fraction_static == 0.95
-    assert memory_defaults(None, version="0.5.19").mem_fraction_static == 0.88
+    assert memory_defaults(None, MemorySettings(version="0.5.23")).mem_fraction_static == 0.95
+    assert memory_defaults(None, MemorySettings(version="0.5.19")).mem_fraction_static == 0.88
     assert capacity_defaults(None, 8) == (4096, 160)
 
 
 def test_max_running_requests_caps_max_bs_only_in_0_5_23():
-    assert memory_defaults(G_PRO6000, tp=8, max_running_requests=48).decode_max_bs == 48
+    assert memory_defaults(G_PRO6000, MemorySettings(tp=8, max_running_requests=48)
+                           ).decode_max_bs == 48
     assert (
-        memory_defaults(G_PRO6000, tp=8, max_running_requests=48, version="0.5.19").decode_max_bs
+        memory_defaults(G_PRO6000, MemorySettings(tp=8, max_running_requests=48,
+                                                  version="0.5.19")).decode_max_bs
         == 512
     )
 
 
 def test_small_gpu_reserve_follows_the_formula_without_floor():
     # 24 GiB card, tp1, GQA: R = 512 + 1.5*4096 + 128 + 2*48 + 8*50 prefill captures
-    d = memory_defaults(24 * 1024, tp=1)
+    d = memory_defaults(24 * 1024, MemorySettings(tp=1))
     assert len(prefill_capture_sizes(4096)) == 50
     assert d.reserved_mb == 512 + 6144 + 128 + 96 + 400
     assert d.mem_fraction_static == round((24576 - d.reserved_mb) / 24576, 3)
@@ -92,7 +96,7 @@ def test_small_gpu_reserve_follows_the_formula_without_floor():
 
 
 def test_attention_dp_splits_chunked_prefill_after_the_fraction():
-    d = memory_defaults(G_PRO6000, tp=8, attn_dp=8, use_mla=True)
+    d = memory_defaults(G_PRO6000, MemorySettings(tp=8, attn_dp=8, use_mla=True))
     assert d.chunked_prefill_size == 8192 and d.chunked_prefill_size_per_dp == 1024
 
 
@@ -187,8 +191,9 @@ def test_predict_glm5_ep8_loses_free_memory_like_the_field_notes():
         kv_cache_dtype="fp8_e4m3",
         pre_load_free_gib=94,
     )
-    tp = predict(glm, layout=Layout(tp=8), **common)
-    ep = predict(glm, layout=Layout(tp=8, ep=8, moe_a2a_backend="flashinfer"), **common)
+    tp = predict(glm, PlanRequest(layout=Layout(tp=8), **common))
+    ep = predict(glm,
+        PlanRequest(layout=Layout(tp=8, ep=8, moe_a2a_backend="flashinfer"), **common))
     # field notes: 21.7 GB free after weights under TP, 16.3 GB under EP
     assert tp.avail_after_weights_gib - ep.avail_after_weights_gib == pytest.approx(5.4, abs=0.3)
     assert ep.kv_tokens < tp.kv_tokens
@@ -199,13 +204,13 @@ def test_predict_refused_launch_gets_a_fraction_that_fits():
     dsv3 = load_record("deepseek-v3")
     plan = predict(
         dsv3,
-        gpu_memory_mib=gpu.memory_total_mib,
+        PlanRequest(gpu_memory_mib=gpu.memory_total_mib,
         gpu_count=count,
         sm_major=9,
         layout=Layout(tp=8),
         kv_cache_dtype="fp8_e4m3",
         context_length=4096,
-        pre_load_free_gib=77.0,
+        pre_load_free_gib=77.0),
     )
     # 79 GiB of FP8 weights on 77 GiB free: nothing can fit
     assert plan.weights_gib > 77 and plan.verdict == "refused"
@@ -213,12 +218,12 @@ def test_predict_refused_launch_gets_a_fraction_that_fits():
     assert not any(c.startswith("raise --mem-fraction-static") for c in plan.changes)
     smaller = predict(
         load_record("qwen3-235b-a22b-fp8"),
-        gpu_memory_mib=gpu.memory_total_mib,
+        PlanRequest(gpu_memory_mib=gpu.memory_total_mib,
         gpu_count=count,
         sm_major=9,
         layout=Layout(tp=8, ep=8),
         mem_fraction_static=0.30,
-        context_length=40960,
+        context_length=40960),
     )
     assert smaller.verdict == "refused"
     fix = float(smaller.changes[0].split(" to ")[1].split()[0])
@@ -226,12 +231,12 @@ def test_predict_refused_launch_gets_a_fraction_that_fits():
     assert fix > smaller.min_viable_mfs
     again = predict(
         load_record("qwen3-235b-a22b-fp8"),
-        gpu_memory_mib=gpu.memory_total_mib,
+        PlanRequest(gpu_memory_mib=gpu.memory_total_mib,
         gpu_count=count,
         sm_major=9,
         layout=Layout(tp=8, ep=8),
         mem_fraction_static=fix,
-        context_length=40960,
+        context_length=40960),
     )
     assert again.verdict == "fits" and again.kv_tokens >= 40960
 
@@ -240,11 +245,11 @@ def test_predict_default_fraction_on_h200_fits():
     count, gpu = parse_gpus("8xH200")
     plan = predict(
         load_record("deepseek-v3"),
-        gpu_memory_mib=gpu.memory_total_mib,
+        PlanRequest(gpu_memory_mib=gpu.memory_total_mib,
         gpu_count=count,
         sm_major=gpu.sm_major,
         layout=Layout(tp=8),
-        context_length=32768,
+        context_length=32768),
     )
     assert plan.defaults["mem_fraction_static"] == plan.mem_fraction_static
     assert plan.verdict == "fits" and plan.kv_tokens > 32768
@@ -253,8 +258,8 @@ def test_predict_default_fraction_on_h200_fits():
 
 def test_predict_too_small_gpu_suggests_fp8_and_higher_fraction():
     count, gpu = parse_gpus("8xH200")  # 75 GiB/GPU of DeepSeek-V3 weights leave room
-    plan = predict(load_record("deepseek-v3"), gpu_memory_mib=gpu.memory_total_mib,
-                   gpu_count=count, sm_major=9, layout=Layout(tp=8), mem_fraction_static=0.5)
+    plan = predict(load_record("deepseek-v3"), PlanRequest(gpu_memory_mib=gpu.memory_total_mib,
+                   gpu_count=count, sm_major=9, layout=Layout(tp=8), mem_fraction_static=0.5))
     assert plan.verdict in ("refused", "no-kv", "tight")
     assert any("fp8_e4m3" in c for c in plan.changes)
     assert plan.changes[0].startswith("raise --mem-fraction-static to 0.")
@@ -264,8 +269,8 @@ def test_weights_over_the_gpu_get_no_fraction_above_1_and_no_minus_minus():
     """DeepSeek-V3 FP8 at TP8 on 80 GB cards: the weights alone exceed what is free, so
     no fraction fits; the planner says what would and writes the negative term as such."""
     count, gpu = parse_gpus("8xH100")
-    plan = predict(load_record("deepseek-v3"), gpu_memory_mib=gpu.memory_total_mib,
-                   gpu_count=count, sm_major=9, layout=Layout(tp=8))
+    plan = predict(load_record("deepseek-v3"), PlanRequest(gpu_memory_mib=gpu.memory_total_mib,
+                   gpu_count=count, sm_major=9, layout=Layout(tp=8)))
     assert plan.verdict == "refused" and plan.avail_after_weights_gib < 0
     text = "\n".join(plan.explanation + plan.changes)
     assert not re.search(r"-\s*-\s*\d", text), text
@@ -287,7 +292,7 @@ def test_invalid_layouts_are_reported():
     assert Layout(tp=8, ep=3).validate(glm)
     assert Layout(tp=8, ep=4, moe_a2a_backend="deepep").validate(glm)
     assert not Layout(tp=8, ep=8, moe_a2a_backend="deepep").validate(glm)
-    plan = predict(glm, gpu_memory_mib=G_PRO6000, gpu_count=4, layout=Layout(tp=8))
+    plan = predict(glm, PlanRequest(gpu_memory_mib=G_PRO6000, gpu_count=4, layout=Layout(tp=8)))
     assert plan.verdict == "invalid"
 
 
@@ -318,16 +323,15 @@ def test_draft_layers_by_algorithm():
 def test_reserve_shrinking_suggestion_is_actionable():
     dsv3 = load_record("deepseek-v3")
     common = dict(gpu_memory_mib=G_PRO6000, gpu_count=8, sm_major=12, init_overhead_gib=2.29)
-    plan = predict(dsv3, layout=Layout(tp=8), **common)
+    plan = predict(dsv3, PlanRequest(layout=Layout(tp=8), **common))
     assert plan.verdict == "refused" and plan.mem_fraction_static == 0.833
     tip = next(c for c in plan.changes if "--chunked-prefill-size" in c)
     cps = int(tip.split("--chunked-prefill-size ")[1].split()[0])
     mfs = float(tip.split("--mem-fraction-static ")[1].split()[0])
-    applied = predict(
-        dsv3, layout=Layout(tp=8), chunked_prefill_size=cps, mem_fraction_static=mfs, **common
-    )
+    applied = predict(dsv3, PlanRequest(layout=Layout(tp=8), chunked_prefill_size=cps,
+                                        mem_fraction_static=mfs, **common))
     assert applied.kv_tokens > 0 and applied.verdict in ("fits", "tight")
     assert mfs <= applied.max_safe_mfs
     # 0.5.19 spells the decode graph flag without the -decode suffix
-    old = predict(dsv3, layout=Layout(tp=8), version="0.5.19", **common)
+    old = predict(dsv3, PlanRequest(layout=Layout(tp=8), version="0.5.19", **common))
     assert not any("--cuda-graph-max-bs-decode" in c for c in old.changes)

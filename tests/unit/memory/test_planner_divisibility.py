@@ -7,14 +7,14 @@ import pytest
 
 from gpuserve.cli import main
 from gpuserve.memory.models import load_record
-from gpuserve.memory.planner import Layout, heads_problems, predict
+from gpuserve.memory.planner import Layout, PlanRequest, heads_problems, predict
 
 H200 = 143771
 
 
 def test_llama70b_tp3_is_invalid_naming_tp_and_heads():
     llama = load_record("llama-3.1-70b")  # 64 attention heads, 8 KV heads
-    plan = predict(llama, gpu_memory_mib=H200, gpu_count=3, layout=Layout(tp=3))
+    plan = predict(llama, PlanRequest(gpu_memory_mib=H200, gpu_count=3, layout=Layout(tp=3)))
     assert plan.verdict == "invalid"
     assert any(p.startswith("--tp 3 (tp_size): llama-3.1-70b's num_attention_heads 64 do not "
                             "split over 3 ranks (64 % 3 = 1)") for p in plan.problems)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuserve.memory.memory_defaults import memory_defaults
+from gpuserve.memory.memory_defaults import MemorySettings, memory_defaults
 
 VENDORED = Path(__file__).resolve().parents[2] / "fixtures" / "sglang"
 
@@ -183,14 +183,14 @@ def test_memory_defaults_match_sglang(version, monkeypatch):
             )
             got = memory_defaults(
                 gpu,
-                tp=tp,
+                MemorySettings(tp=tp,
                 attn_dp=attn_dp,
                 use_mla=mla,
                 version=version,
                 decode_max_bs=bs,
                 max_running_requests=mrr,
                 moe_a2a_backend=a2a,
-                chunked_prefill_size=cps,
+                chunked_prefill_size=cps),
             )
             have = (got.chunked_prefill_size, got.decode_max_bs, got.mem_fraction_static)
             if have != want:

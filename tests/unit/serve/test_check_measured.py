@@ -14,7 +14,7 @@ from pathlib import Path
 
 from test_check_inventory import check, fleet, line, no_network  # noqa: F401 (fixture)
 
-from gpuserve.measure.starts import Checkpoint, from_log, write_start
+from gpuserve.measure.starts import Checkpoint, StartSpec, from_log, write_start
 from gpuserve.memory.startup_log import read_log
 
 REPO = Path(__file__).resolve().parents[3]
@@ -33,11 +33,22 @@ def ep8_at(tmp: Path, fraction: float) -> str:
 def test_a_launch_the_host_s_start_refuses_fails_its_check(tmp_path, capsys) -> None:
     results = tmp_path / "results"
     for host in ("gpu1", "gpu2"):
-        write_start(results, from_log(
-            read_log(REPO / "tests/fixtures/logs/fieldnote_glm5_tp8.log"), host=host,
-            timestamp="2026-12-06T07:00:00Z", server_start="2026-12-06T07:00:00Z",
-            sglang_version="0.5.23", checkpoint=Checkpoint("/models/GLM-5-NVFP4"),
-            launch={"profile": "glm5-nvfp4-tp8", "tp": 8, "ep": 1}, gpu=GPU))
+        write_start(
+            results,
+            from_log(
+                read_log(REPO / "tests/fixtures/logs/fieldnote_glm5_tp8.log"),
+                StartSpec(
+                    results_dir="",
+                    sglang_version="0.5.23",
+                    checkpoint=Checkpoint("/models/GLM-5-NVFP4"),
+                    launch={"profile": "glm5-nvfp4-tp8", "tp": 8, "ep": 1},
+                    gpu=GPU,
+                ),
+                host=host,
+                timestamp="2026-12-06T07:00:00Z",
+                server_start="2026-12-06T07:00:00Z",
+            ),
+        )
     inv = fleet(tmp_path, {
         "gpu1": {"profile": ep8_at(tmp_path, 0.78), "results_dir": str(results)},
         "gpu2": {"profile": ep8_at(tmp_path, 0.83), "results_dir": str(results)},

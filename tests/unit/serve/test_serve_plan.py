@@ -15,7 +15,7 @@ import pytest
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
 from gpuserve.roles.checks import serving_probe_read
-from gpuserve.roles.sglang import pip_args
+from gpuserve.serve.install import pip_args
 from gpuserve.serve.plan import HostReads, first_reads, read_input
 from tests.serve_plans import plan_of
 

@@ -19,7 +19,13 @@ import pytest
 
 from gpuserve.facts.host import ModelCheckpoint
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
-from gpuserve.measure.starts import Checkpoint, checkpoint_digest, from_log, write_start
+from gpuserve.measure.starts import (
+    Checkpoint,
+    StartSpec,
+    checkpoint_digest,
+    from_log,
+    write_start,
+)
 from gpuserve.memory.checkpoint import parse_scan
 from gpuserve.memory.startup_log import read_log
 from tests.checkpoints import compose_record
@@ -67,9 +73,16 @@ def digest(scan) -> str:
 
 def measured(results: Path, stamp: str, version: str, checkpoint: Checkpoint,
              log: Path = TP8_LOG) -> Path:
-    return write_start(results, from_log(read_log(log), host="gpu1", timestamp=stamp,
-                                         server_start=stamp, sglang_version=version,
-                                         checkpoint=checkpoint, launch=LAUNCH))
+    return write_start(
+        results,
+        from_log(
+            read_log(log),
+            StartSpec(results_dir="", sglang_version=version, checkpoint=checkpoint, launch=LAUNCH),
+            host="gpu1",
+            timestamp=stamp,
+            server_start=stamp,
+        ),
+    )
 
 
 def ep8_at(tmp: Path, fraction: float) -> str:
@@ -161,9 +174,18 @@ def test_a_start_that_contradicts_the_host_is_skipped_with_a_warning(tmp_path, s
     96 GB card) measured something else: the deploy plans without it and says so, instead
     of failing on the record."""
     results = tmp_path / "results"
-    record = from_log(read_log(TP8_LOG), host="gpu1", timestamp="2026-12-06T07:00:00Z",
-                      server_start="2026-12-06T07:00:00Z", sglang_version=version,
-                      checkpoint=Checkpoint("/models/GLM-5-NVFP4"), launch=LAUNCH)
+    record = from_log(
+        read_log(TP8_LOG),
+        StartSpec(
+            results_dir="",
+            sglang_version=version,
+            checkpoint=Checkpoint("/models/GLM-5-NVFP4"),
+            launch=LAUNCH,
+        ),
+        host="gpu1",
+        timestamp="2026-12-06T07:00:00Z",
+        server_start="2026-12-06T07:00:00Z",
+    )
     ranks = tuple(dataclasses.replace(r, free_before_weights_gib=138.4) for r in record.ranks)
     write_start(results, dataclasses.replace(record, ranks=ranks))
     p = plan(tmp_path, ep8_at(tmp_path, 0.78), results, scan)  # planned without it
@@ -178,15 +200,31 @@ def test_the_start_closest_to_the_new_launch_calibrates_it(tmp_path, scan, versi
     results = tmp_path / "results"
     check = Checkpoint("/models/GLM-5-NVFP4")
     plain = {**LAUNCH, "attn_dp": 1, "moe_a2a_backend": None, "speculative": None}
-    write_start(results, from_log(read_log(TP8_LOG), host="gpu1",
-                                  timestamp="2026-12-06T07:00:00Z",
-                                  server_start="2026-12-06T07:00:00Z",
-                                  sglang_version=version, checkpoint=check, launch=plain))
-    write_start(results, from_log(read_log(TP8_LOG), host="gpu1",
-                                  timestamp="2026-12-06T09:00:00Z",
-                                  server_start="2026-12-06T09:00:00Z",
-                                  sglang_version=version, checkpoint=check,
-                                  launch={**plain, "speculative": "EAGLE3"}))
+    write_start(
+        results,
+        from_log(
+            read_log(TP8_LOG),
+            StartSpec(results_dir="", sglang_version=version, checkpoint=check, launch=plain),
+            host="gpu1",
+            timestamp="2026-12-06T07:00:00Z",
+            server_start="2026-12-06T07:00:00Z",
+        ),
+    )
+    write_start(
+        results,
+        from_log(
+            read_log(TP8_LOG),
+            StartSpec(
+                results_dir="",
+                sglang_version=version,
+                checkpoint=check,
+                launch={**plain, "speculative": "EAGLE3"},
+            ),
+            host="gpu1",
+            timestamp="2026-12-06T09:00:00Z",
+            server_start="2026-12-06T09:00:00Z",
+        ),
+    )
     p = plan(tmp_path, ep8_at(tmp_path, 0.83), results, scan)
     assert any("calibrated by this host's start of 2026-12-06T07:00:00Z" in line
                for line in p.preflight.info), p.preflight.info

@@ -31,9 +31,9 @@ from gpuserve.launch.locks import available_locks
 from gpuserve.measure.results import ResultRecord
 from gpuserve.redact import REDACTED
 from gpuserve.roles.managed import write_secret_command
-from gpuserve.roles.sglang import (
+from gpuserve.roles.sglang import locked_venv
+from gpuserve.serve.install import (
     PIP_CONFIG,
-    locked_venv,
     pip_args,
     pip_config_text,
     strip_credentials,

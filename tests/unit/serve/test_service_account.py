@@ -7,7 +7,8 @@ import pytest
 from pyinfra.facts.server import Groups, Users
 
 from gpuserve.errors import InputError
-from gpuserve.roles.sglang import ACCOUNT_MARK, check_account, validate_user
+from gpuserve.roles.sglang import ACCOUNT_MARK, check_account
+from gpuserve.serve.install import validate_user
 
 SOURCE = "inventory/gpu.py"
 # /etc/passwd lines as on Debian 12, read through pyinfra's own Users fact (the one

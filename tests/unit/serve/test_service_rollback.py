@@ -21,6 +21,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
+import gpuserve.roles.checks.gate
 import gpuserve.roles.checks.probe
 from gpuserve.measure.health import Probe
 from gpuserve.roles.checks import wait_healthy
@@ -208,7 +209,7 @@ DEAD = probe(None, "activating", "auto-restart", 1,
              lines_=["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"],
              tail=["Nov 29 sglang[42]: torch.OutOfMemoryError: CUDA out of memory."])
 GATE = dict(unit="gpuserve-sglang.service", port=30000,
-            script="/opt/gpuserve/bin/sglang_probe.py", timeout=60, interval=0)
+            script="/opt/gpuserve/bin/sglang_probe.py", timeout=60)
 
 
 @pytest.fixture
@@ -220,6 +221,7 @@ def probes(monkeypatch):
         return seq.pop(0) if len(seq) > 1 else seq[0]
 
     monkeypatch.setattr(gpuserve.roles.checks.probe, "parse_probe", fake_parse)
+    monkeypatch.setattr(gpuserve.roles.checks.gate, "INTERVAL_S", 0.001)  # no pause
     return seq
 
 

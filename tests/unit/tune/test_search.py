@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuserve.commands.tune import FileStore
-from gpuserve.memory.checkpoint import _scan_module
+from gpuserve.memory.checkpoint import scan_module
 from gpuserve.tune.outcome import goodput, pareto_front
 from gpuserve.tune.predict import Comm
 from gpuserve.tune.report import summary, table, winner_text
@@ -34,7 +34,7 @@ TP8_AFTER_WEIGHTS_GIB = 21.7  # the field notes' free memory after TP8 weights
 def snapshot(tmp_path_factory) -> HostSnapshot:
     directory = compose_record("glm-5-nvfp4", tmp_path_factory.mktemp("m") / "GLM-5-NVFP4",
                                shards=20)
-    scan = json.dumps(_scan_module().scan(str(directory)))
+    scan = json.dumps(scan_module().scan(str(directory)))
     return HostSnapshot(host="box", sglang_version="0.5.23", lock="sglang-0.5.23@x",
                         gpus=BOX["gpus"], checkpoint=scan, host_facts=BOX, host_json=None)
 
@@ -326,7 +326,8 @@ def test_room_inside_the_calibrations_error_loads_last(snapshot, tmp_path) -> No
     """The pre-load check counts what a draft model adds (SGLang's own reserve for it)
     and the calibration's error: a candidate whose calibrated room lies inside that
     loads after every candidate that surely fits, whatever its prediction."""
-    from gpuserve.tune.judge import CALIBRATION_ERROR_GIB, DRAFT_DEFAULT_GIB, Verdict, risky
+    from gpuserve.memory.calibration import CALIBRATION_ERROR_GIB, DRAFT_DEFAULT_GIB
+    from gpuserve.tune.judge import Verdict, risky
 
     host = FakeHost()
     run, lines, _ = tuned(snapshot, tmp_path, SPACE, host)
