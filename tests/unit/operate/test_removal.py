@@ -53,3 +53,15 @@ def test_bad_host_data_is_refused(data, field) -> None:
     with pytest.raises(InputError) as info:
         plan_removal(data, "inventory/gpu.py")
     assert info.value.file == "inventory/gpu.py" and info.value.field == field
+
+
+def test_jit_caches_are_kept_unless_asked() -> None:
+    kept = plan_removal({}, "inv.py")
+    assert "/opt/gpuserve/cache/jit" not in paths(kept)
+    assert any("/opt/gpuserve/cache/jit" in line for line in kept.kept)
+    gone = plan_removal({"remove_caches": True}, "inv.py")
+    assert "/opt/gpuserve/cache/jit" in paths(gone)
+    assert "/opt/gpuserve/cache" not in paths(gone)  # the Hub cache stays
+    with pytest.raises(InputError) as info:
+        plan_removal({"remove_caches": "yes"}, "inv.py")
+    assert info.value.field == "remove_caches"
