@@ -20,6 +20,7 @@ from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.measure import compare as cmp
 from gpuserve.measure.results import ResultRecord, read_results
+from gpuserve.measure.start_view import read_start_records, starts_json, starts_table
 from gpuserve.quality.view import SKIP_NOTE as QUALITY_SKIP
 from gpuserve.quality.view import format_quality, latest_quality
 from gpuserve.table import table as fixed_width
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     records = [r for path in args.paths for r in read_results(path, skipped, measures)]
     # a host's start records live beside its results (gpuserve/measure/starts.py): not news
     skipped = [s for s in skipped if "'gpuserve.start/1'" not in s]
-    if not records and not measures:
+    starts = read_start_records(args.paths, args.host)
+    if not records and not measures and not starts:
         raise InputError(", ".join(args.paths), None, "no result records found"
                          + (f" ({len(skipped)} non-result files skipped)" if skipped else ""))
     if not records and args.plot:
@@ -100,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
     if quality:  # the output-quality checks beside the throughput (docs/quality.md)
         doc["quality"] = quality
         text = "\n\n".join(t for t in (text, format_quality(quality)) if t)
+    if starts:  # where each recorded start's time went (gpuserve/measure/start_view.py)
+        doc["starts"] = starts_json(starts)
+        text = "\n\n".join(t for t in (text, starts_table(starts)) if t)
     if args.json:
         print(json.dumps({**doc, "skipped": skipped}, indent=2, allow_nan=False))
     else:

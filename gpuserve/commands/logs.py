@@ -56,9 +56,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(args.inventory, name, f"the read-only run wrote no {SCHEMA} document")
     recent, shown = str(doc.get("recent") or ""), str(doc.get("window") or "")
     start, diagnosis = last_start(recent)
+    timing = start_phases(recent) if start else {}
     if args.json:
         print(json.dumps({"host": name, "unit": UNIT, "last_start": start,
                           "profile": doc.get("profile"), "running": doc.get("running"),
+                          "phases": timing,
                           "diagnosis": diagnosis.to_dict() if diagnosis else None,
                           "journal": shown.splitlines()}, indent=2))
         return 0
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     print(running_line(doc.get("running"), doc.get("profile")).replace("# running:",
                                                                        f"# {name}: running:"))
-    print_report(name, start, diagnosis, shown, args)
+    print_report(name, start, diagnosis, shown, args, timing)
     if args.follow:
         follow(args, name, data)
     return 0
@@ -88,9 +90,18 @@ def last_start(journal: str):
         return lines[starts[-1]], None
 
 
+def start_phases(journal: str) -> dict[str, float]:
+    """Where the last start's time went (gpuserve/measure/start_phases.py)."""
+    from gpuserve.measure.start_phases import phases
+    from gpuserve.tune.snapshot import last_run
+
+    return phases(last_run(journal))
+
+
 def print_report(name: str, start: str | None, diagnosis, shown: str,
-                 args: argparse.Namespace) -> None:
+                 args: argparse.Namespace, timing: dict | None = None) -> None:
     from gpuserve.commands.plan import print_diagnosis
+    from gpuserve.measure.start_phases import format_phases
 
     if start is None:
         print(f"# {name}: {UNIT}: no start in the journal's last lines")
@@ -98,6 +109,8 @@ def print_report(name: str, start: str | None, diagnosis, shown: str,
         stamp = start.split(" ", 1)[0]
         outcome = diagnosis.outcome if diagnosis else "no SGLang start-up lines yet"
         print(f"# {name}: {UNIT}: last start {stamp}: {outcome}")
+        if timing:
+            print(f"# start-up: {format_phases(timing)}")
         if diagnosis:
             print_diagnosis(diagnosis)
     window = f"since {args.since}, at most {args.lines} lines" if args.since else \

@@ -87,6 +87,9 @@ class StartRecord:
     # the host's smallest GPU (SGLang sizes every rank by it) and how many it has:
     # {name, memory_total_mib, compute_cap, count}; None where not known
     gpu: dict | None = None
+    # where the start's time went, seconds per phase (gpuserve/measure/start_phases.py);
+    # added to gpuserve.start/1 compatibly: a record without it reads as before
+    phases: dict | None = None
     source: str | None = field(default=None, compare=False)  # the file; not stored
 
     def _min(self, name: str) -> float | None:
@@ -140,10 +143,12 @@ def checkpoint_digest(files: list[tuple[str, int]]) -> str:
 
 
 def from_log(log: StartupLog, spec: StartSpec, *, host: str, timestamp: str,
-             server_start: str, error: str | None = None) -> StartRecord:
+             server_start: str, error: str | None = None,
+             phases: dict | None = None) -> StartRecord:
     """A record of the start ``log`` (the journal lines of that start, parsed) of what
-    ``spec`` launched. The effective ``mem_fraction_static`` is SGLang's own where its
-    server_args line says it (an auto fraction is resolved there)."""
+    ``spec`` launched, with its start-up ``phases``. The effective ``mem_fraction_static``
+    is SGLang's own where its server_args line says it (an auto fraction is resolved
+    there)."""
     launch = {**spec.launch, **_logged_launch(log.server_args)}
     ranks = tuple(RankFigures(
         rank=name, free_before_weights_gib=r.load_begin_avail,
@@ -155,7 +160,7 @@ def from_log(log: StartupLog, spec: StartSpec, *, host: str, timestamp: str,
                        sglang_version=spec.sglang_version, checkpoint=spec.checkpoint,
                        launch=_launch(launch, "<launch>"), outcome=diagnose(log).outcome,
                        ranks=ranks, error=(error or None) and str(error)[:300],
-                       gpu=_gpu(spec.gpu, "<gpu>"))
+                       gpu=_gpu(spec.gpu, "<gpu>"), phases=_phases(phases, "<phases>"))
 
 
 def _logged_launch(args: dict) -> dict:
@@ -214,7 +219,24 @@ def parse_start(doc: object, source: str) -> StartRecord:
         checkpoint=Checkpoint(cp["path"], cp.get("digest")),
         launch=_launch(doc.get("launch"), source), outcome=text("outcome"),
         ranks=tuple(_rank(r, source, i) for i, r in enumerate(ranks)),
-        error=text("error", optional=True), gpu=_gpu(doc.get("gpu"), source), source=source)
+        error=text("error", optional=True), gpu=_gpu(doc.get("gpu"), source),
+        phases=_phases(doc.get("phases"), source), source=source)
+
+
+def _phases(value: object, source: str) -> dict | None:
+    """A record's ``phases``: seconds per known phase, or None (older records)."""
+    from gpuserve.measure.start_phases import PHASES
+
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict):
+        raise InputError(source, "phases", "must be an object of seconds per phase")
+    for key, v in value.items():
+        if key not in PHASES:
+            raise InputError(source, f"phases.{key}", f"not a phase; one of {', '.join(PHASES)}")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e7:
+            raise InputError(source, f"phases.{key}", "must be seconds, 0 or more")
+    return {k: float(value[k]) for k in PHASES if k in value}
 
 
 def _gpu(value: object, source: str) -> dict | None:

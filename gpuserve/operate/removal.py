@@ -6,8 +6,9 @@ rerun changes nothing. Removed: the server's and the gateway's units, env files,
 configs and secrets, their venvs, locks and host scripts, the last good copies. Kept:
 the records (the controller's results, the host deploy's ``/etc/gpuserve/host.json``,
 ``nccl.env`` and ``measured.json``, the benchmark runs under ``<sglang_home>/bench``),
-the service accounts, and the weights (the models directory and the service's Hub
-cache) unless host data ``remove_weights`` is true. Only fixed names under the homes
+the service accounts, the weights (the models directory and the service's Hub
+cache) unless host data ``remove_weights`` is true, and the JIT caches unless
+``remove_caches`` is true. Only fixed names under the homes
 are deleted, never a home itself (a home of ``/opt`` must not take ``/opt`` with it).
 """
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from gpuserve.errors import InputError
 from gpuserve.plans import router as router_plan
 from gpuserve.serve import install, service, weights
+from gpuserve.serve.jit_cache import jit_dir
 from gpuserve.serve.running import RUNNING_PATH
 from gpuserve.settings import settings
 
@@ -27,6 +29,11 @@ DEFAULTS = {
     # either way
     # accepts: bool
     "remove_weights": False,
+    # the remove deploy deletes the JIT and autotune caches too (<sglang_home>/cache/jit:
+    # FlashInfer, Triton, DeepGEMM, torch inductor; docs/startup.md); kept by default, so
+    # the next serve deploy starts without recompiling
+    # accepts: bool
+    "remove_caches": False,
 }
 
 #: The last good copies the rollback keeps (roles/service/rollback.py LAST_GOOD_DIR).
@@ -68,6 +75,7 @@ def plan_removal(host_data: dict, source: str) -> RemovalPlan:
     except InputError as exc:  # the same rule, under its own key
         raise InputError(source, "router_home", exc.message) from None
     with_weights = _flag(host_data, "remove_weights", source)
+    with_caches = _flag(host_data, "remove_caches", source)
     models = weights.models_dir_of(host_data, source, home)
     files = [
         Target(service.UNIT_PATH, "the SGLang unit"),
@@ -89,9 +97,16 @@ def plan_removal(host_data: dict, source: str) -> RemovalPlan:
     ]
     kept = ["records (controller results, /etc/gpuserve/host.json, nccl.env, "
             f"measured.json, {home}/bench)", "the service accounts"]
+    caches = jit_dir(install.state_dir(home))
+    if with_caches and not with_weights:  # the Hub cache's removal takes them with it
+        dirs.append(Target(caches, "the JIT and autotune caches (remove_caches)"))
+    elif not with_caches and not with_weights:
+        kept.append(f"the JIT and autotune caches ({caches}; remove_caches=true removes "
+                    "them)")
     if with_weights:
         dirs += [Target(models, "the model weights (remove_weights)"),
-                 Target(install.state_dir(home), "the service's Hub cache (remove_weights)")]
+                 Target(install.state_dir(home), "the service's Hub cache and, inside it, the JIT "
+                        "caches (remove_weights)")]
     else:
         kept.append(f"the weights ({models}, {install.state_dir(home)}; "
                     "remove_weights=true removes them)")

@@ -25,6 +25,7 @@ from gpuserve.errors import GpuserveError, InputError
 from gpuserve.host.nccl_env import NCCL_ENV_PATH
 from gpuserve.launch.exec_limits import env_problem
 from gpuserve.paths import TEMPLATES_DIR
+from gpuserve.serve.jit_cache import jit_env
 
 TEMPLATES = TEMPLATES_DIR  # templates/ of the checkout, or gpuserve/templates installed
 
@@ -210,6 +211,7 @@ def render_unit(spec: UnitSpec) -> str:
         exec_start=exec_start(spec.launcher) + f" \\\n    ${ARGS_VAR}",
         read_write_paths=[spec.state_dir, *spec.extra_rw_paths],
         venv_bin=str(PurePosixPath(spec.launcher[0]).parent) if spec.launcher else "",
+        jit_env=jit_env(spec.state_dir, spec.sglang_version),
     )
 
 

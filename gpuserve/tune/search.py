@@ -161,6 +161,7 @@ class _State:
         # out: the follow-ups' cap is one host's), and the tally when the sweep ended
         self.sweep_loads: int | None = None
         self.sweep_end = 0
+        self.first_load_s: float | None = None  # the incumbent's load and first runs
 
     def update_noise(self, extra: Outcome | None = None) -> None:
         every = [*self.outcomes, *([extra] if extra else [])]
@@ -443,6 +444,8 @@ def _measure(st: _State, candidate: Candidate) -> None:
     t0 = st.executor.now()
     st.tally.loads += 1  # counted while it loads: over a fleet, others check the budget
     first = st.executor.measure(candidate, profile, levels, True, repeat)
+    if incumbent:
+        st.first_load_s = st.executor.now() - t0
     st.tally.loads += first.extra_loads - (first.status == LoadStatus.REFUSED)
     samples: dict[int, list[dict]] = {}
     _take(outcome, first, samples)
@@ -490,6 +493,10 @@ def _after_first(st: _State, candidate: Candidate, profile, outcome: Outcome,
         # one deploy's bench section holds at most MAX_SCENARIOS scenarios
         runs = max(1, min(runs, MAX_SCENARIOS // len(levels)))
         gate = any(wanted[c] > _target_runs(st, candidate) for c in levels)
+        if not _room_for(st, outcome, levels, runs):
+            st.say(candidate, "no more runs: the wall budget keeps its time for the loads "
+                   "still planned")
+            return
         st.say(candidate, f"running concurrency {', '.join(map(str, levels))} {runs} more "
                "times in the same server (" + ("the host's noise and the baseline every "
                "candidate is compared with" if candidate.phase == "incumbent"
@@ -573,6 +580,32 @@ def _to_repeat(st: _State, candidate: Candidate, outcome: Outcome) -> dict[int, 
         if runs < want:
             levels[level] = max(levels.get(level, 0), want)
     return levels
+
+
+def _run_s(st: _State, outcome: Outcome, level: int) -> float | None:
+    """One benchmark run's seconds at ``level``: its requests' output over the tok/s."""
+    tok = (outcome.levels.get(level) or {}).get("output_throughput")
+    if not isinstance(tok, int | float) or tok <= 0:
+        return None
+    return level * st.spec.prompts_per_level * st.spec.output_len / tok
+
+
+def _room_for(st: _State, outcome: Outcome, levels: tuple[int, ...], runs: int) -> bool:
+    """Whether a round of ``runs`` more runs at ``levels`` leaves the wall budget time
+    for the loads still planned (each at the host's load time, then one run at every
+    level): repeats never crowd out the candidates a tune is for."""
+    wall = st.spec.budget.wall_s
+    load_s = st.ctx.load_estimate_s or st.first_load_s
+    if wall is None or not load_s:
+        return True
+    round_s = runs * sum(_run_s(st, outcome, c) or 0.0 for c in levels)
+    # each load still planned: its start, then one run at every level (its sweep)
+    base = next((o for o in st.outcomes if o.phase == "incumbent"), outcome)
+    sweep_s = sum(_run_s(st, base, c) or 0.0 for c in st.spec.loads)
+    left = max(0, st.planned - st.index)
+    if st.spec.budget.loads is not None:
+        left = min(left, max(0, st.spec.budget.loads - st.tally.loads))
+    return st.elapsed() + round_s + left * (load_s + sweep_s) <= wall
 
 
 def _undecided(st: _State, objective: str, where: Where, mine: float, runs: int) -> int:

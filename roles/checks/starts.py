@@ -14,6 +14,7 @@ from pyinfra.api import FactBase
 from gpuserve.errors import InputError
 from gpuserve.launch.secrets import host_secret_values
 from gpuserve.measure.results import utc_now
+from gpuserve.measure.start_phases import phases
 from gpuserve.measure.starts import StartSpec, from_log, read_starts, write_start
 from gpuserve.memory.startup_log import parse_log
 from gpuserve.redact import redact
@@ -58,7 +59,7 @@ def record_start(spec: StartSpec | None, unit: str) -> None:
     error = error_line(lines)
     try:
         record = from_log(log, spec, host=host.name, timestamp=utc_now(),
-                          server_start=server_start,
+                          server_start=server_start, phases=phases(lines),
                           error=redact(error, secrets) if error else None)
         path = write_start(root, record)
     except (InputError, OSError) as e:

@@ -108,3 +108,13 @@ def test_a_removed_host_leaves_the_monitor_plan_until_its_next_record(tmp_path) 
     assert rec.removed is None and rec.running.profile == "glm5-nvfp4-tp8"
     assert not marked_since_last_record(marker)
     assert removed_marker("gpu1", {**data, "results_dir": None}, "inv.py") is None
+def test_jit_caches_are_kept_unless_asked() -> None:
+    kept = plan_removal({}, "inv.py")
+    assert "/opt/gpuserve/cache/jit" not in paths(kept)
+    assert any("/opt/gpuserve/cache/jit" in line for line in kept.kept)
+    gone = plan_removal({"remove_caches": True}, "inv.py")
+    assert "/opt/gpuserve/cache/jit" in paths(gone)
+    assert "/opt/gpuserve/cache" not in paths(gone)  # the Hub cache stays
+    with pytest.raises(InputError) as info:
+        plan_removal({"remove_caches": "yes"}, "inv.py")
+    assert info.value.field == "remove_caches"

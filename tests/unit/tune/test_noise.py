@@ -133,3 +133,32 @@ def test_a_round_fits_one_bench_section(snapshot, tmp_path) -> None:  # noqa: F8
     run, _, _ = tuned(snapshot, tmp_path, body, host)
     assert host.repeats and all(r <= MAX_SCENARIOS for _, r in host.repeats)
     assert len(run.incumbent.runs(1)) > MAX_SCENARIOS
+
+
+
+def _state(elapsed: float, planned: int, wall: float | None):
+    """What ``_room_for`` reads of a tune: GLM-5's requests (2 x 256 output tokens per
+    level), a 600 s load, the incumbent at 225 tok/s at concurrency 64."""
+    from types import SimpleNamespace as NS
+
+    incumbent = NS(phase="incumbent", levels={64: {"output_throughput": 225.0}})
+    spec = NS(budget=NS(wall_s=wall, loads=10), prompts_per_level=2, output_len=256,
+              loads=(64,))
+    return NS(spec=spec, ctx=NS(load_estimate_s=600.0), first_load_s=None,
+              outcomes=[incumbent], planned=planned, index=1, tally=NS(loads=1),
+              elapsed=lambda: elapsed), incumbent
+
+
+def test_repeats_leave_the_wall_budget_time_for_the_loads() -> None:
+    """A round of repeated runs fits only while the wall budget keeps, for every load
+    still planned, its start and one run per level: at concurrency 64 a run is 128
+    requests of 256 tokens at 225 tok/s (146 s), a load 600 s. Without a wall budget
+    every round fits."""
+    from gpuserve.tune.search import _room_for
+
+    st, incumbent = _state(elapsed=1000.0, planned=6, wall=7200.0)
+    # five loads left: 5 x (600 + 146) = 3729 s; 1000 + 3729 + n x 146 <= 7200
+    assert _room_for(st, incumbent, (64,), 16)
+    assert not _room_for(st, incumbent, (64,), 17)
+    st, incumbent = _state(elapsed=1000.0, planned=6, wall=None)
+    assert _room_for(st, incumbent, (64,), 1000)

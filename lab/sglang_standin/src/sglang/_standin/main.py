@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from sglang._standin import group, logs, pd
+from sglang._standin import group, jit, logs, pd
 from sglang._standin import surface as surfaces
 from sglang._standin.config import ConfigArgumentMerger
 from sglang._standin.flagparser import build_parser, stderr_warn
@@ -288,6 +288,7 @@ def run(argv: list[str]) -> None:
 
     _load_phase(p, shape, args, ranks, load_s)
     _pd_engine(args)
+    jit.load_op(str(getattr(args, "kv_cache_dtype", "") or ""), shape.architecture)
     avail = _capture_phase(launch, ranks, load_s, fail)
     logs.log(f"max_total_num_tokens={p.max_total_num_tokens}, "
              f"chunked_prefill_size={p.chunked_prefill_size}, "
