@@ -256,12 +256,8 @@ def test_the_package_fold_finds_a_ring_of_packages():
 
 # ----------------------------------------------------------------------------- shapes
 
-#: Files whose functions, imports and facades another change rewrites (the serve plan
-#: taken whole, the role layout): exempt from the three checks below until it lands.
-#: Each entry is a path prefix; empty this once they are in.
-ELSEWHERE = ("gpuserve/serve/", "roles/deploys/serve.py", "roles/checks/__init__.py",
-             "roles/service/", "gpuserve/commands/check.py",
-             "gpuserve/data/scripts/weights_fetch.py")
+#: Files exempt from the three checks below (path prefixes): none.
+ELSEWHERE: tuple[str, ...] = ()
 #: The published import path of the deploys (``from gpuserve.roles.deploys import
 #: serve_sglang`` in a pyinfra project's own deploy file, docs/deploys.md): the one
 #: module whose ``__all__`` gathers names defined next to it, on purpose.
