@@ -16,7 +16,14 @@ from gpuserve.cli import main
 from gpuserve.commands.logs import start_phases
 from gpuserve.errors import InputError
 from gpuserve.measure.start_phases import format_phases, line_time, phases
-from gpuserve.measure.starts import Checkpoint, from_log, parse_start, read_starts, write_start
+from gpuserve.measure.starts import (
+    Checkpoint,
+    StartSpec,
+    from_log,
+    parse_start,
+    read_starts,
+    write_start,
+)
 from gpuserve.memory.startup_log import parse_log
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -56,10 +63,10 @@ def test_an_unfinished_jit_span_and_a_start_without_marks() -> None:
 
 def test_the_start_record_keeps_the_phases_and_reads_older_records(tmp_path) -> None:
     text = JOURNAL.read_text()
-    record = from_log(parse_log(text), host="gpu1", timestamp="2026-03-02T10:10:30Z",
-                      server_start="2026-03-02T10:00:00.500000+0000", sglang_version="0.5.23",
-                      checkpoint=Checkpoint("/models/GLM-5-NVFP4"),
-                      launch={"profile": "glm5-tp8"}, phases=phases(text))
+    spec = StartSpec(results_dir=str(tmp_path), sglang_version="0.5.23",
+                     checkpoint=Checkpoint("/models/GLM-5-NVFP4"), launch={"profile": "glm5-tp8"})
+    record = from_log(parse_log(text), spec, host="gpu1", timestamp="2026-03-02T10:10:30Z",
+                      server_start="2026-03-02T10:00:00.500000+0000", phases=phases(text))
     write_start(tmp_path, record)
     back = read_starts(tmp_path, "gpu1")[0]
     assert back.phases == phases(text) and back.to_dict()["schema"] == "gpuserve.start/1"
