@@ -16,7 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from standin_server import free_port, healthy_server, standin_env
+from standin_server import (
+    free_port,
+    healthy_server,
+    scheduled_steps,
+    standin_env,
+    steps_between,
+)
 
 from gpuserve.measure.bench_catalog import load_bench_catalog
 
@@ -74,24 +80,6 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def _scheduled_steps(port: int) -> tuple[float, float]:
-    """(sum, count) of the server's inter-token latency histogram (--enable-metrics):
-    the decode steps the stand-in scheduled (its pacing), not what a client on a busy
-    machine saw."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
-    found = {m[1]: float(m[2]) for m in re.finditer(
-        r"^sglang:inter_token_latency_seconds_(sum|count)\{[^}]*\} (\S+)$", text, re.M)}
-    return found["sum"], found["count"]
-
-
-def _steps_between(before: tuple[float, float], after: tuple[float, float]
-                   ) -> tuple[float, float]:
-    """(mean step in seconds, steps) scheduled between two readings."""
-    steps = after[1] - before[1]
-    return (after[0] - before[0]) / max(steps, 1), steps
-
 
 def test_wheel_bundles_the_bench_catalog(site):
     bundled = json.loads((site / "sglang" / "_standin" / "bench.json").read_text())
@@ -106,10 +94,10 @@ def test_two_runs_append_lines_with_the_real_keys(site, server, model_dir, tmp_p
     assert "============ Serving Benchmark Result ============" in r1.stdout
     assert re.search(r"Successful requests:\s+6\s", r1.stdout)
     assert re.search(r"100%\|██████████\| 6/6 \[\d\d:\d\d<00:00, +[\d.]+it/s\]", r1.stderr)
-    before = _scheduled_steps(server)
+    before = scheduled_steps(server)
     r2 = _bench(site, _argv(server, model_dir, out, concurrency=3, tag="c3", output_len=64))
     assert r2.returncode == 0, r2.stderr
-    steps3 = _steps_between(before, _scheduled_steps(server))
+    steps3 = steps_between(before, scheduled_steps(server))
     assert out.read_text().count("\n") == 2
     assert '"request_rate": Infinity' in out.read_text()  # json.dumps(float("inf"))
     one, three = _lines(out)
@@ -144,9 +132,9 @@ def test_batch_cap_saturates_throughput(site, model_dir, tmp_path):
     out = tmp_path / "b.jsonl"
     with _server(site, model_dir, "--enable-metrics", DECODE_TPS="400",
                  BATCH_DECODE_TPS="400", PREFILL_TPS="100000") as port:
-        before = _scheduled_steps(port)
+        before = scheduled_steps(port)
         r = _bench(site, _argv(port, model_dir, out, prompts=8, concurrency=4))
-        mean_step, _ = _steps_between(before, _scheduled_steps(port))
+        mean_step, _ = steps_between(before, scheduled_steps(port))
     assert r.returncode == 0, r.stderr
     line = _lines(out)[0]
     # Four streams share 400 tok/s: each sees ~100 tok/s (TPOT ~10 ms, not 2.5 ms). The
