@@ -55,3 +55,18 @@ def compose_record_once(name: str, out: Path, shards: int = 1) -> Path:
         _COMPOSED[key] = compose_record(name, root / name, shards=shards)
     shutil.copytree(_COMPOSED[key], out, copy_function=os.link)
     return out
+
+
+_ONCE: dict[str, object] = {}
+
+
+def once_in_dir(key: str, make):
+    """``make(directory)`` once per test process, in a temporary directory kept until the
+    process ends; later calls return the first value. For read-only values that cost a
+    composed checkpoint and its scan (a tune's host snapshot), which several modules
+    built each for itself."""
+    if key not in _ONCE:
+        root = Path(tempfile.mkdtemp(prefix="gpuserve-once-"))
+        atexit.register(shutil.rmtree, root, True)
+        _ONCE[key] = make(root)
+    return _ONCE[key]
