@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/planner_accuracy.py
 
-Same data and comparison as tests/unit/memory/test_planner_accuracy.py: weights per GPU,
+Same data and comparison as tests/unit/memory/test_planner.py: weights per GPU,
 KV bytes per token and KV tokens (from each case's own free-memory figures and mem
 fraction), with skipped cases and their reasons.
 """

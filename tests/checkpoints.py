@@ -4,8 +4,12 @@ tests that scan, plan or preflight one."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib.util
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -34,3 +38,35 @@ def compose_record(name: str, out: Path, shards: int = 1, source: str = "",
     compose_tool().compose({**data["config"], **config}, out, shards=shards,
                            quant=data.get("quantization_config"), source=source or name)
     return out
+
+
+_COMPOSED: dict[tuple[str, int], Path] = {}
+
+
+def compose_record_once(name: str, out: Path, shards: int = 1) -> Path:
+    """:func:`compose_record`'s checkpoint, composed once per test process and hard-linked
+    into ``out`` (a directory of its own: files added there stay there). For tests that
+    only read it: composing GLM-5's 20 shards took 40-60 s on a busy 2-core machine, and
+    five modules each composed their own."""
+    key = (name, shards)
+    if key not in _COMPOSED or not _COMPOSED[key].is_dir():
+        root = Path(tempfile.mkdtemp(prefix="gpuserve-composed-"))
+        atexit.register(shutil.rmtree, root, True)
+        _COMPOSED[key] = compose_record(name, root / name, shards=shards)
+    shutil.copytree(_COMPOSED[key], out, copy_function=os.link)
+    return out
+
+
+_ONCE: dict[str, object] = {}
+
+
+def once_in_dir(key: str, make):
+    """``make(directory)`` once per test process, in a temporary directory kept until the
+    process ends; later calls return the first value. For read-only values that cost a
+    composed checkpoint and its scan (a tune's host snapshot), which several modules
+    built each for itself."""
+    if key not in _ONCE:
+        root = Path(tempfile.mkdtemp(prefix="gpuserve-once-"))
+        atexit.register(shutil.rmtree, root, True)
+        _ONCE[key] = make(root)
+    return _ONCE[key]

@@ -8,7 +8,7 @@ For each case it compares, wherever the case states them:
     ``avail after + mem usage`` (how model_runner.py computes mem usage) and a missing
     fraction as SGLang's default when the inputs file allows it.
 Cases without a model record, or without figures to compare, are reported as skipped with
-the reason. Used by tests/unit/memory/test_planner_accuracy.py and bench/planner_accuracy.py.
+the reason. Used by tests/unit/memory/test_planner.py and bench/planner_accuracy.py.
 """
 
 from __future__ import annotations

@@ -3,14 +3,21 @@ the SGLang stand-in following a performance surface (lab/surfaces/, lab/surface.
 
 On the default surface (the field notes' box), with 2 % run-to-run noise drawn by the
 stand-in per benchmark run, the tune file tests/fixtures/tune/lab.tune.yaml starts from
-decode graph max bs 512 and must pick 128 for single stream (within 1 % of the optimum:
-the next graph size is 3.4 % slower), measure the noise, prune TP8+EP8 at
-mem_fraction_static 0.78 before loading it (calibrated from the incumbent's own start),
-roll back the EAGLE-3 tree-decoding candidate that crashes under load and carry on, and
-leave the host on its inventory profile; a rerun measures nothing. On every other shipped
-surface but pcie-draft-graphs the same tune file must find that surface's optimum within
-its budget; on pcie-draft-graphs a small tune file shows EAGLE-3, which fails alone at
-graph max bs 512, retried beside 128, measured and picked.
+decode graph max bs 512, measures the noise, prunes TP8+EP8 at mem_fraction_static 0.78
+before loading it (calibrated from the incumbent's own start), rolls back the EAGLE-3
+tree-decoding candidate that crashes under load and carries on, and leaves the host on
+its inventory profile; a rerun measures nothing. On every other shipped surface but
+pcie-draft-graphs the same tune file searches within its budget; on pcie-draft-graphs a
+small tune file shows EAGLE-3, which fails alone at graph max bs 512, retried beside 128
+and measured.
+
+What a tune picks is asserted as the decision it must take given what it measured
+(`judge_pick`), never as a fixed winner: the stand-in decodes at the surface's rate on
+this machine's CPUs, so a loaded machine adds its own run-to-run noise (5-8 % per run
+seen on a busy 2-core CI machine, against the surface's +9 % for graph max bs 128 over
+512). Where the measured noise resolves the surface's differences, the pick is the
+surface's optimum (within 2 %); where it does not, the tune must say "no significant
+gain" and keep the incumbent, or pick a launch the noise cannot tell from the optimum.
 
 A fleet's parallel tune is tests/lab/test_tune_fleet.py (a module of its own, so that
 `make test` runs it beside this one).
@@ -58,6 +65,118 @@ def bench_files(results: Path) -> list[Path]:
     return sorted((results / "lab-gpu").glob("*-bench-*.json"))
 
 
+# A difference "far beyond" the measured noise: four standard errors of the difference
+# of two means (the tuner's own test is one-sided 95 %, Student's t about 1.7-2.1), so
+# that neither a lucky nor an unlucky draw of the noise decides what is asserted.
+WIDE = 4.0
+# launches within this of the surface's optimum count as it (the stand-in's timings are
+# real: its HTTP and tokenizing work blur differences of a percent or two)
+TOLERANCE = 0.02
+NOISE_LINE = re.compile(r"run-to-run noise: ([\d.]+) % per benchmark run \((\d+) degrees")
+
+
+def measured_noise(out: str) -> float:
+    """The tune's own estimate of one benchmark run's relative standard deviation."""
+    found = NOISE_LINE.search(out)
+    assert found, out[-3000:]
+    return float(found[1]) / 100
+
+
+def figure(doc: dict, objective: str) -> tuple[float, str]:
+    """(the measured tok/s an objective ranks by, its load level) of a tune record."""
+    levels = {k: v["output_throughput"] for k, v in doc["levels"].items()}
+    level = "1" if objective == "single_stream" else max(levels, key=levels.get)
+    return float(levels[level]), level
+
+
+def runs(doc: dict, objective: str) -> int:
+    """How many benchmark runs the record's figure is the mean of."""
+    return max(1, len((doc["numbers"].get("runs") or {}).get(figure(doc, objective)[1])
+                      or []))
+
+
+def spread(noise: float, objective: str, *docs: dict) -> float:
+    """:data:`WIDE` standard errors of the relative difference of ``docs``' means."""
+    return WIDE * noise * sum(1 / runs(d, objective) for d in docs) ** 0.5
+
+
+def reported_pick(out: str, objective: str, docs: list[dict]) -> tuple[dict, str]:
+    """(the record the tune named as best ``objective``, what it said of the gain)."""
+    found = re.search(rf"^best {objective}: [\d.,]+ tok/s: .*? \(([^()\s]+)\)"
+                      r"(?:; (.*))?$", out, re.M)
+    assert found, out[-3000:]
+    return next(d for d in docs if d["candidate"] == found[1]), found[2] or ""
+
+
+def judge_pick(out: str, docs: list[dict], objective: str, truth, *,
+               reported: bool = True) -> dict:
+    """Assert the pick for ``objective`` is the decision the tune must take given what it
+    measured, and what that decision is worth on the surface; returns the picked record.
+
+    With ``reported``, the tune's own "best" line: the measured top, with its gain, or
+    the incumbent with "no significant gain", never where the measured gain lies far
+    beyond the measured noise. Without, the measured top (an objective the tune does not
+    name). Either way ``truth(doc)`` (the surface's noise-free figure and its optimum)
+    must put the pick within the tolerance of the optimum, or within what the measured
+    noise cannot resolve."""
+    noise = measured_noise(out)
+    measured = [d for d in docs if d["status"] in ("measured", "stopped")]
+    incumbent = next(d for d in measured if d["phase"] == "incumbent")
+    top = max(measured, key=lambda d: figure(d, objective)[0])
+    pick = top
+    if reported:
+        pick, gain = reported_pick(out, objective, docs)
+        top_gain = figure(top, objective)[0] / figure(incumbent, objective)[0] - 1
+        if gain.startswith("no significant gain"):
+            assert pick is incumbent, (pick["choice"], gain)
+            assert top_gain <= spread(noise, objective, top, incumbent), (
+                f"{top['choice']} measured {100 * top_gain:+.1f} % over the incumbent, far "
+                f"beyond the measured noise {100 * noise:.2f} %: {gain}")
+        elif pick is not top:  # a tie on the mean: the same figure
+            assert figure(pick, objective)[0] == figure(top, objective)[0], (
+                pick["choice"], top["choice"])
+    value, optimum = truth(pick)
+    # the surface's optimum, measured as often as the pick at the most
+    blur = spread(noise, objective, pick, pick)
+    assert value >= optimum * (1 - max(TOLERANCE, blur)), (
+        f"{objective}: picked {pick['choice']} at {value:.1f} tok/s on the surface, its "
+        f"optimum {optimum:.1f}; measured noise {100 * noise:.2f} % per run, "
+        f"{runs(pick, objective)} runs")
+    return pick
+
+
+def surface_truth(surface: str, tune_file: Path, objective: str):
+    """``truth(doc) -> (the surface's noise-free figure of the record's launch, the
+    surface's optimum over the tune file's whole space)`` for ``objective``
+    (lab/surface.py, bench/tune_surface.py: the same evaluation the stand-in serves)."""
+    import tempfile
+
+    from gpuserve.tune.session import prepare
+    from gpuserve.tune.space import candidate_profile, load_tune
+    from lab import surface as surfaces
+
+    bench = _bench_module()
+    spec, raw = load_tune(tune_file)
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = prepare(spec, raw, bench.snapshot(Path(tmp)), comm=bench.Comm(),
+                           log=lambda _: None, stamp=lambda: "")
+    loaded = surfaces.load(REPO / "lab/surfaces" / f"{surface}.yaml")
+    by_knob = {k.name: {v.label: v for v in k.values} for k in prepared.knobs}
+    opt = surfaces.true_optimum(loaded, bench.every_launch(spec, prepared.knobs), objective,
+                                concurrencies=spec.loads, input_len=spec.input_len,
+                                output_len=spec.output_len, metric="output")
+
+    def truth(doc: dict) -> tuple[float, float]:
+        choice = {k: by_knob[k][label] for k, label in doc["choice"].items()}
+        launch = bench.launch_of(candidate_profile(spec, choice, "check"))
+        value = next((v for v, _, each, _ in opt.ranking if each == launch), None)
+        assert value is not None, (f"{doc['choice']} was measured but fails on the "
+                                   f"surface {surface}")
+        return value, opt.value
+
+    return truth
+
+
 @pytest.fixture(scope="module")
 def serving(lab):
     """The host serving its inventory profile, whatever ran before (labhelpers)."""
@@ -71,21 +190,33 @@ def field_notes(lab, serving, tmp_path_factory):
     return results, rc, out
 
 
-def test_picks_graph_max_bs_128_for_single_stream(field_notes) -> None:
+def test_single_stream_pick_is_what_the_measured_noise_decides(field_notes) -> None:
+    """Graph max bs 128 (on the surface, in output tok/s of the tune file's requests,
+    +9 % over the incumbent's 512 and 3.4 % over the next size, 256) is picked where the
+    measured noise resolves it; where a loaded machine's noise does not, the tune says
+    "no significant gain" and keeps the incumbent."""
     results, rc, out = field_notes
     assert rc == 0, out[-6000:]
-    assert re.search(r"best single_stream: [\d.,]+ tok/s: memory\.cuda_graph_max_bs=128 ", out)
+    docs = list(outcomes(results).values())
+    pick = judge_pick(out, docs, "single_stream",
+                      surface_truth("field-notes", TUNE, "single_stream"))
+    noise = measured_noise(out)
+    incumbent = outcomes(results)["incumbent"]
+    if spread(noise, "single_stream", incumbent, incumbent) < 0.034:
+        # the noise resolves even the gap to the next graph size: only 128 is right
+        assert pick["choice"].get("memory.cuda_graph_max_bs") == "128", pick["choice"]
     winner = results / "lab-gpu/tune-lab/lab-single_stream.yaml"
     text = winner.read_text()
-    assert "cuda_graph_max_bs: 128" in text and "# host lab-gpu, SGLang 0.5.23" in text
+    label = " ".join(f"{k}={v}" for k, v in pick["choice"].items()) or "incumbent"
+    assert f"best single_stream ({label})" in text and "# host lab-gpu, SGLang 0.5.23" in text
+    if pick["phase"] != "incumbent":
+        assert f"cuda_graph_max_bs: {pick['choice']['memory.cuda_graph_max_bs']}" in text
     assert re.search(r"tune: candidate \d+/\d+ \[one knob\] .*elapsed; best single_stream", out)
     # under noise: measured, repeated in the incumbent's server, shown with intervals
     assert re.search(r"tune: run-to-run noise on this host: [\d.]+ % per benchmark run", out)
     # three runs for the noise, then more as the baseline every candidate is compared
     # with (at most twice repeats.most), all in its one server
-    incumbent = outcomes(results)["incumbent"]
     assert 3 <= len(incumbent["numbers"]["runs"]["1"]) <= 20, incumbent["numbers"]
-    assert re.search(r"run-to-run noise: [\d.]+ % per benchmark run", out)
 
 
 def test_prunes_ep_at_mfs_078_before_loading_it(field_notes) -> None:
@@ -143,40 +274,18 @@ def _optimum(surface: str):
                              reason="no second surface shipped in lab/surfaces"))])
 def test_finds_another_surfaces_optimum_within_budget(lab, serving, tmp_path, surface
                                                       ) -> None:
-    """The same tune file on a surface with another optimum: the single-stream and
-    throughput picks are that surface's true optimum over the whole space (within its
-    2% tolerance: the stand-in's timings are real)."""
-    import tempfile
-
-    from gpuserve.tune.session import prepare
-    from gpuserve.tune.space import candidate_profile, load_tune
-    from lab import surface as surfaces
-
-    bench = _bench_module()
+    """The same tune file on a surface with another optimum, within its budget: the
+    single-stream pick and the highest measured throughput are that surface's optimum
+    over the whole space (within 2 %: the stand-in's timings are real), or as close to
+    it as the noise this machine showed can resolve (:func:`judge_pick`)."""
     rc, out = tune(lab, tmp_path, surface, TUNE)
     assert rc == 0, out[-6000:]
     assert "budget of" not in out, out[-3000:]  # found within the budget
-    spec, raw = load_tune(TUNE)
-    with tempfile.TemporaryDirectory() as tmp:
-        prepared = prepare(spec, raw, bench.snapshot(Path(tmp)), comm=bench.Comm(),
-                           log=lambda _: None, stamp=lambda: "")
-    loaded = surfaces.load(REPO / "lab/surfaces" / f"{surface}.yaml")
-    launches = bench.every_launch(spec, prepared.knobs)
-    docs = [d for d in outcomes(tmp_path).values() if d["status"] in ("measured", "stopped")]
-    by_knob = {k.name: {v.label: v for v in k.values} for k in prepared.knobs}
-
-    def launch(doc: dict) -> dict:
-        choice = {k: by_knob[k][label] for k, label in doc["choice"].items()}
-        return bench.launch_of(candidate_profile(spec, choice, "check"))
-
-    for objective, figure, level in (("single_stream", "single_stream", "1"),
-                                     ("throughput", "throughput", None)):
-        opt = surfaces.true_optimum(loaded, launches, figure, concurrencies=spec.loads,
-                                    input_len=spec.input_len, output_len=spec.output_len,
-                                    metric="output")
-        found = max(docs, key=lambda d: d["levels"][level]["output_throughput"] if level
-                    else max(f["output_throughput"] for f in d["levels"].values()))
-        assert launch(found) in opt.near, (objective, found["choice"], opt.launch)
+    docs = list(outcomes(tmp_path).values())
+    judge_pick(out, docs, "single_stream", surface_truth(surface, TUNE, "single_stream"))
+    # the tune file names no throughput objective (pareto): its measured top is judged
+    judge_pick(out, docs, "throughput", surface_truth(surface, TUNE, "throughput"),
+               reported=False)
 
 
 def test_a_value_failing_alone_is_retried_beside_what_relieves_it(lab, serving,
@@ -198,12 +307,10 @@ def test_a_value_failing_alone_is_retried_beside_what_relieves_it(lab, serving,
     retry = next(d for d in docs.values() if d["phase"] == "retry")
     assert retry["status"] == "measured", retry
     assert retry["choice"]["memory.cuda_graph_max_bs"] == "128"
-    # picked, unless this machine's own run-to-run noise hides the gain (the surface
-    # adds none here; a busy shared runner does): then the tune says so
-    picked = re.search(r"best single_stream: [\d.,]+ tok/s: speculative=.* "
-                       r"memory\.cuda_graph_max_bs=128", out)
-    assert picked or re.search(r"no significant gain: speculative=.*"
-                               r"memory\.cuda_graph_max_bs=128", out), out[-3000:]
+    # picked where the measured noise resolves its gain; else the tune says "no
+    # significant gain" and keeps the incumbent (a busy shared runner's noise)
+    judge_pick(out, list(docs.values()), "single_stream",
+               surface_truth("pcie-draft-graphs", RETRY, "single_stream"))
     assert served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab)
 
 

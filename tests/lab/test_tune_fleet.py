@@ -7,11 +7,12 @@ its share of candidates, and both are left on the inventory's profile.
 The module brings the host to what it needs itself (labhelpers.serve_inventory_profile);
 the second host is a clone of the served host (`lab up --clone-from`: a copy of its
 disk), down at the end. The fleet's wall time in loads is asserted: the most loads one
-host ran, at most 0.6 x the loads of the one host's tune (9 of 17 when evenly split; on
-a real box a load takes minutes and sets the wall time). The two wall-clock times are
-printed, not asserted: in the lab a load takes seconds, so the read-only runs and final
-switches both tunes make weigh as much as two loads, and the ratio is also a figure of
-the machine's free cores (docs/tune.md); speed goals are the bench scripts'.
+host ran, at most 0.6 x the loads of the fleet's search less the second incumbent (9 of
+17 when evenly split; on a real box a load takes minutes and sets the wall time). The
+two wall-clock times are printed, not asserted: in the lab a load takes seconds, so the
+read-only runs and final switches both tunes make weigh as much as two loads, and the
+ratio is also a figure of the machine's free cores (docs/tune.md); speed goals are the
+bench scripts'.
 """
 
 from __future__ import annotations
@@ -71,11 +72,14 @@ def test_two_hosts_tune_side_by_side(lab, fleet_tunes) -> None:
     assert [h["host"] for h in fleet["hosts"]] == ["lab-gpu", "lab-gpu-2"]
     assert all(h["loads"] >= 3 and h["incumbent_tok_s"]["1"] for h in fleet["hosts"]), fleet
     assert fleet["loads"] == sum(h["loads"] for h in fleet["hosts"])
-    # the wall time in loads: the busiest host ran at most 0.6 x the one host's loads
-    # (one more incumbent in all: the second host's own)
+    # the wall time in loads: the busiest host ran at most 0.6 x the loads the fleet's
+    # search took on one host (every load but the second host's own incumbent). Not
+    # against the one-host tune's count: how many follow-ups a search makes is decided
+    # by the noise each tune measured, which a loaded machine moves.
     alone = int(re.search(r"; (\d+) loads used", out1)[1])
-    assert fleet["loads"] == alone + 1, (fleet["loads"], alone)
-    assert max(h["loads"] for h in fleet["hosts"]) <= 0.6 * alone, (fleet["hosts"], alone)
+    print(f"fleet tune: {alone} loads on one host, {fleet['loads']} over two")
+    assert max(h["loads"] for h in fleet["hosts"]) <= 0.6 * (fleet["loads"] - 1), (
+        fleet["hosts"], fleet["loads"])
     assert re.search(r"tune: lab-gpu-2: run-to-run noise [\d.]+ % per benchmark run .*"
                      r"scaled to lab-gpu's incumbent: c1 x[\d.]+", out2), out2[-3000:]
     spans = []

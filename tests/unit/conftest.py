@@ -7,10 +7,14 @@ on a fake host whose commands answer from ``responses`` (pyinfra's ``fake_respon
 a substring or ``re.Pattern`` of the command -> its stdout lines, or a dict with
 ``stdout``/``stderr``/``success``), and what it would run comes back as
 ``[(operation name, [command, ...])]`` in the order pyinfra would execute them.
+``fake_op``: one operation added and executed on such a host (pyinfra's real execution
+path), its meta and the commands it ran. Helpers outside a test import them
+(``from tests.unit.conftest import prepare_fake, run_fake_op``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import shlex
 from collections.abc import Callable
@@ -20,6 +24,9 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.command import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operation import add_op
+from pyinfra.api.operations import run_ops
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 
 #: The fake host's name (``host.name`` inside the deploy).
@@ -103,3 +110,31 @@ def prepare_fake(deploy: Callable, responses: dict, data: dict | None = None, *a
 def fake_deploy() -> Callable[..., FakeOps]:
     """``fake_deploy(deploy, responses, data, *args, **kwargs)``: :func:`prepare_fake`."""
     return prepare_fake
+
+
+def run_fake_op(op: Callable, responses: dict, data: dict | None = None, *,
+                pyinfra_config: Config | None = None,
+                before_op: Callable[[State], None] | None = None,
+                **kwargs) -> tuple[object, list[str]]:
+    """Add and *execute* the one operation ``op(**kwargs)`` on an @fake host whose
+    commands answer from ``responses``: (its operation meta, every command executed, as
+    text). ``before_op(state)`` adds operations ahead of it; ``pyinfra_config`` is the
+    run's Config (names an operation's own arguments do not use). A failed host is the meta's
+    to tell (pyinfra's "No hosts remaining!" is swallowed)."""
+    inventory = Inventory((["@fake"], {**(data or {}), "fake_responses": responses,
+                                       "fake_delay": 0}))
+    state = State(inventory, pyinfra_config or Config())
+    connect_all(state)
+    if before_op is not None:
+        before_op(state)
+    meta = next(iter(add_op(state, op, **kwargs).values()))
+    with contextlib.suppress(PyinfraError):
+        run_ops(state)
+    host = next(iter(inventory))
+    return meta, [str(c) for c in host.connector.executed_commands]
+
+
+@pytest.fixture
+def fake_op() -> Callable[..., tuple[object, list[str]]]:
+    """``fake_op(op, responses, data, **kwargs)``: :func:`run_fake_op`."""
+    return run_fake_op

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -48,15 +49,16 @@ def healthy_server(model_dir: Path, served_name: str, flags: tuple[str, ...],
                    env: dict[str, str], log: Path | None = None,
                    port: int | None = None) -> Iterator[int]:
     """``python -m sglang.launch_server`` on ``port`` (default: a free loopback port),
-    once /health answers 200 (at most 20 s); its output to ``log`` (or nowhere).
-    Stopped on exit."""
+    once /health answers 200 (at most 120 s: a start is about a second here, but a
+    Python start beside a busy CI run has taken over 20 s); its output to ``log`` (or
+    nowhere). Stopped on exit."""
     port = port or free_port()
     argv = launch_argv(model_dir, served_name, port, flags)
     with (log.open("w") if log else open(os.devnull, "w")) as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 20
-        for _ in range(200):
+        deadline = time.monotonic() + 120
+        for _ in range(1200):
             if time.monotonic() > deadline or proc.poll() is not None:
                 break
             try:
@@ -78,3 +80,22 @@ def healthy_server(model_dir: Path, served_name: str, flags: tuple[str, ...],
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def scheduled_steps(port: int) -> tuple[float, float]:
+    """(sum, count) of the server's inter-token latency histogram (--enable-metrics):
+    the decode steps the stand-in scheduled (its pacing), not what a client on a busy
+    machine saw."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    found = {m[1]: float(m[2]) for m in re.finditer(
+        r"^sglang:inter_token_latency_seconds_(sum|count)\{[^}]*\} (\S+)$", text, re.M)}
+    return found["sum"], found["count"]
+
+
+def steps_between(before: tuple[float, float], after: tuple[float, float]
+                   ) -> tuple[float, float]:
+    """(mean step in seconds, steps) scheduled between two readings."""
+    steps = after[1] - before[1]
+    return (after[0] - before[0]) / max(steps, 1), steps

@@ -1,11 +1,15 @@
 """The bad-input corpus: every case is refused cleanly, bounded in time and memory.
 
 Cases are data (tests/fixtures/corpus/*.yaml, format in its README.md). Each runs in a
-child process, the real CLI (``python -m gpuserve ...``) for CLI inputs or
-tests/unit/corpus/plan_case.py for host data, under a wall-clock timeout and an address
-space limit, and must exit with the expected code, name the file and the field in its
-message, and print no traceback and no raw terminal escape. The corpus writes only under
-pytest's tmp_path, so a case cannot change a host.
+child process, the real CLI's entry point (``gpuserve.cli.main``, what ``python -m
+gpuserve`` runs) for CLI inputs or tests/unit/corpus/plan_case.py for host data, under a
+wall-clock timeout and an address space limit, and must exit with the expected code,
+name the file and the field in its message, and print no traceback and no raw terminal
+escape. The child is one worker for many cases (tests/unit/corpus/case_worker.py: a
+Python start with gpuserve's imports was most of each case's cost), restarted after a
+case that times out; ``GPUSERVE_CORPUS_PROCESS=1`` runs each case in a process of its
+own instead (``python -m gpuserve``). The corpus writes only under pytest's tmp_path,
+so a case cannot change a host.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -132,27 +137,87 @@ def write_lock(spec: dict[str, Any], tmp: Path) -> Path:
     return path
 
 
-def run_case(case: dict[str, Any], tmp: Path) -> tuple[int, str]:
+def run_case(case: dict[str, Any], tmp: Path, worker: Worker | None = None
+             ) -> tuple[int, str]:
+    """(exit code, output) of ``case`` run in ``tmp``: by ``worker``, or, without one, in
+    a process of its own."""
     path = write_input(case, tmp)
     subst = {"{input}": str(path), "{tmp}": str(tmp), "{repo}": str(REPO)}
     if case.get("kind", "cli") == "cli":
-        argv = [sys.executable, "-m", "gpuserve"]
+        args = []
         for arg in case["argv"]:
             for key, value in subst.items():
                 arg = arg.replace(key, value)
-            argv.append(arg)
+            args.append(arg)
+        message = {"kind": "cli", "argv": args}
+        argv = [sys.executable, "-m", "gpuserve", *args]
     else:
         payload = {"data": _substitute(case["data"], subst),
                    "host_json": case.get("host_json"), "host_facts": case.get("host_facts")}
         if "host_json" in case and path is not None:
             payload["host_json"] = path.read_text(encoding="utf-8")
+        message = {"kind": "host_data", "payload": payload}
         argv = [sys.executable, str(REPO / "tests/unit/corpus/plan_case.py"),
                 json.dumps(payload)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True,
+    if worker is not None:
+        return worker.run({**message, "cwd": str(tmp)})
+    proc = subprocess.run(argv, cwd=tmp, env=_env(), capture_output=True, text=True,
                           errors="replace", timeout=TIMEOUT_S, preexec_fn=_limit_memory,
                           check=False)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+class Worker:
+    """tests/unit/corpus/case_worker.py: cases one after another in one child process
+    (its address space limited as each case's was), each within :data:`TIMEOUT_S`; a
+    case that passes it kills the child (the next case starts another) and fails."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def _start(self) -> subprocess.Popen:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(REPO / "tests/unit/corpus/case_worker.py")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=_env(), text=True, preexec_fn=_limit_memory)
+        return self.proc
+
+    def run(self, message: dict[str, Any]) -> tuple[int, str]:
+        proc = self._start()
+        proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], TIMEOUT_S)
+        line = proc.stdout.readline() if ready else ""
+        if not line:
+            died = proc.poll()
+            self.close()
+            if died is not None:  # killed (the memory limit, a signal): as a process would
+                return died, f"the case worker exited with {died}"
+            raise subprocess.TimeoutExpired(message.get("argv") or "plan_case", TIMEOUT_S)
+        answer = json.loads(line)
+        return answer["code"], answer["output"]
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture(scope="module")
+def worker():
+    """One case worker for the module (None: a process per case, as the env asks)."""
+    if os.environ.get("GPUSERVE_CORPUS_PROCESS") == "1":
+        yield None
+        return
+    each = Worker()
+    yield each
+    each.close()
 
 
 def _substitute(data: Any, subst: dict[str, str]) -> Any:
@@ -169,8 +234,8 @@ def _substitute(data: Any, subst: dict[str, str]) -> Any:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
-def test_bad_input_is_refused_cleanly(case: dict[str, Any], tmp_path: Path) -> None:
-    code, output = run_case(case, tmp_path)
+def test_bad_input_is_refused_cleanly(case: dict[str, Any], tmp_path: Path, worker) -> None:
+    code, output = run_case(case, tmp_path, worker)
     assert "Traceback" not in output, output[-3000:]
     assert "\x1b" not in output, "a raw ESC reached the terminal (gpuserve.terminal)"
     assert code == case.get("exit", 2), output[-3000:]

@@ -16,11 +16,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.connect import connect_all
-from pyinfra.api.exceptions import PyinfraError
-from pyinfra.api.operation import add_op
-from pyinfra.api.operations import run_ops
 from test_rolling_serial import fleet_inventory, plan_in, rollout
 
 import gpuserve.roles.checks.probe
@@ -35,6 +30,7 @@ from gpuserve.monitor.live_judge import (
 )
 from gpuserve.roles.router.rolling import Switching
 from gpuserve.roles.service.rollback import RollbackSpec
+from tests.unit.conftest import run_fake_op
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "metrics" / \
     "sglang-production-metrics.txt"
@@ -233,19 +229,13 @@ def run_judge(monkeypatch, verdict: Verdict, switching: Switching | None = None)
     monkeypatch.setattr(gpuserve.roles.checks.probe, "parse_probe", lambda _out: Probe(
         200, "active", "running", 0, None, [], []))
     responses = {"sha1sum": state_lines(B, A, "good")}
-    inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
-    state = State(inv, Config())
-    connect_all(state)
-    meta = next(iter(add_op(
-        state, live.judge_live, rollout=rollout("a"),
+    meta, commands = run_fake_op(
+        live.judge_live, responses, rollout=rollout("a"),
         switching=switching or Switching(restarts=True, rollout=rollout("a")),
         settings=SETTINGS, bin_dir="/opt/gpuserve/bin", port=30000, config="/c",
-        rollback=RollbackSpec(profile_name="slow"), health_timeout=60).values()))
-    with contextlib.suppress(PyinfraError):
-        run_ops(state)
-    host = next(iter(inv))
-    for command in host.connector.executed_commands:
-        events.append("restore" if "systemctl restart" in str(command) else "read")
+        rollback=RollbackSpec(profile_name="slow"), health_timeout=60)
+    for command in commands:
+        events.append("restore" if "systemctl restart" in command else "read")
     return meta, events
 
 

@@ -6,18 +6,12 @@ fails the host with apt's last lines."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shlex
 
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.connect import connect_all
-from pyinfra.api.exceptions import PyinfraError
-from pyinfra.api.operation import add_op
-from pyinfra.api.operations import run_ops
-
 from gpuserve.host import fabric
 from gpuserve.roles import managed
+from tests.unit.conftest import run_fake_op
 from tests.unit.launch.test_install_progress import apt_lines
 
 FM = fabric.fabric_plan(590)
@@ -28,16 +22,8 @@ SCRIPT = fabric.transaction(["nvidia-driver-cuda=590.48.01-1", *FM.specs("590.48
 def run_job(op, status: list[str], caplog, **kwargs):
     """Prepare and execute ``op`` on @fake, the detached job reporting ``status``
     (roles/progress.JobStatus: rc, ##, the selected lines, ##, the tail)."""
-    inv = Inventory((["@fake"], {"fake_responses": {"/rc 2>/dev/null": status},
-                                 "fake_delay": 0}))
-    state = State(inv, Config())
-    connect_all(state)
     with caplog.at_level(logging.INFO, logger="pyinfra"):
-        metas = add_op(state, op, name="driver", **kwargs)
-        with contextlib.suppress(PyinfraError):
-            run_ops(state)
-    commands = [str(c) for c in next(iter(inv)).connector.executed_commands]
-    return next(iter(metas.values())), commands
+        return run_fake_op(op, {"/rc 2>/dev/null": status}, name="driver", **kwargs)
 
 
 def test_the_held_transaction_runs_detached_and_reports_apt_progress(caplog) -> None:

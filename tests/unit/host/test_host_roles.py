@@ -3,55 +3,20 @@ commands each role plans for a given host state (facts answered by fake_response
 
 from __future__ import annotations
 
-import io
 import re
-import shlex
 
 import pytest
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.command import FileUploadCommand, FunctionCommand, StringCommand
-from pyinfra.api.connect import connect_all
-from pyinfra.api.deploy import add_deploy
-from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.server import LinuxDistribution
 
 from gpuserve.host.driver import HostRefusal
+from tests.unit.conftest import prepare_fake
 
 HOST = "@fake/gpu1"
 
 
 def plan(deploy, responses: dict, *args, **kwargs) -> list[tuple[str, list]]:
     """Prepare ``deploy`` on a fake host; return [(op name, [command summaries])]."""
-    responses = {**responses, "uname -s": ["Linux"]}
-    inventory = Inventory(([HOST], {"fake_responses": responses, "fake_delay": 0,
-                                    "fake_delay_jitter": 0}))
-    state = State(inventory=inventory, config=Config())
-    connect_all(state)
-    add_deploy(state, deploy, *args, **kwargs)
-    host = inventory.get_host(HOST)
-    out = []
-    with ctx_state.use(state), ctx_host.use(host):
-        for op_hash in state.get_op_order():
-            name = ", ".join(sorted(state.get_op_meta(op_hash).names))
-            commands = []
-            for cmd in state.get_op_data_for_host(host, op_hash).command_generator():
-                if isinstance(cmd, FileUploadCommand):
-                    src = cmd.src
-                    data = src.getvalue() if isinstance(src, io.StringIO) else src
-                    if isinstance(data, io.BytesIO):
-                        data = data.getvalue().decode()
-                    commands.append(("upload", cmd.dest, data))
-                elif isinstance(cmd, FunctionCommand):
-                    commands.append(("function", cmd.function.__name__))
-                elif isinstance(cmd, StringCommand) and cmd.connector_arguments.get("_stdin"):
-                    # roles/managed.py writes a file from stdin: tmp, chown, chmod, mv
-                    script = shlex.split(cmd.get_raw_value())[-1]
-                    commands.append(("upload", shlex.split(script)[-1],
-                                     cmd.connector_arguments["_stdin"]))
-                elif isinstance(cmd, StringCommand):
-                    commands.append(("run", cmd.get_raw_value()))
-            out.append((name, commands))
-    return out
+    return prepare_fake(deploy, responses, None, *args, host=HOST, **kwargs)
 
 
 def runs(ops) -> list[str]:

@@ -20,20 +20,19 @@ from pyinfra.api.operations import run_ops
 from gpuserve.measure.results import Served, read_results, record_spec
 from gpuserve.paths import PROJECT_ROOT
 from gpuserve.roles.checks import DEFAULTS, results_root, smoke_completion
+from tests.unit.conftest import run_fake_op
 
 SECRET = "hf_Sup3rSecretToken"
 
 
 def run(responses: dict, execute: bool = True, **kwargs):
+    if execute:
+        return run_fake_op(smoke_completion, responses, **kwargs)
     inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
     state = State(inv, Config())
     connect_all(state)
     meta = next(iter(add_op(state, smoke_completion, **kwargs).values()))
-    if execute:
-        with contextlib.suppress(PyinfraError):
-            run_ops(state)
-    host = next(iter(inv))
-    return meta, [str(c) for c in host.connector.executed_commands]
+    return meta, [str(c) for c in next(iter(inv)).connector.executed_commands]
 
 
 def smoke_doc(status=200, tokens=64, elapsed=1.9):

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from pathlib import Path
 
 import pytest
 
-from gpuserve.host.gpus import parse_gpus
+from gpuserve.cli import main
+from gpuserve.errors import InputError
+from gpuserve.host.gpus import get_gpu, parse_gpus
+from gpuserve.launch.catalog import available_versions, load_catalog
 from gpuserve.memory.memory_defaults import (
+    KNOWN_VERSIONS,
     MemorySettings,
     capacity_defaults,
     decode_capture_sizes,
@@ -16,15 +23,20 @@ from gpuserve.memory.memory_defaults import (
 )
 from gpuserve.memory.models import load_record
 from gpuserve.memory.planner import (
+    ACTIVATION_MIB_PER_TOKEN,
     GIB,
     Layout,
     PlanRequest,
     budget,
+    decode_bs_flag,
+    heads_problems,
     kv_cell,
     predict,
     resolve_max_running_requests,
+    sglang_need_mb,
     weights_per_gpu,
 )
+from gpuserve.memory.planner_cases import evaluate, format_table, load_cases
 from gpuserve.terminal import signed_term
 
 G_PRO6000 = 97887  # nvidia-smi memory.total of an RTX PRO 6000 (MiB)
@@ -335,3 +347,278 @@ def test_reserve_shrinking_suggestion_is_actionable():
     # 0.5.19 spells the decode graph flag without the -decode suffix
     old = predict(dsv3, PlanRequest(layout=Layout(tp=8), version="0.5.19", **common))
     assert not any("--cuda-graph-max-bs-decode" in c for c in old.changes)
+
+
+# --------------------------------------------------------------------------------------
+# --pre-load-free-gib is bounded by the card's memory.total (gpus.yaml).
+
+
+H200 = 143771  # gpus.yaml memory_total_mib
+
+
+def test_free_memory_above_the_card_is_refused():
+    with pytest.raises(InputError) as exc:
+        predict(load_record("llama-3.1-70b"), gpu_memory_mib=H200, gpu_count=8,
+                layout=Layout(tp=8), pre_load_free_gib=200)
+    assert exc.value.field == "pre_load_free_gib"
+    assert "more than the GPU holds (memory.total 143771 MiB = 140.40 GiB)" in str(exc.value)
+
+
+def test_free_memory_up_to_the_card_is_planned():
+    plan = predict(load_record("llama-3.1-70b"), gpu_memory_mib=H200, gpu_count=8,
+                   layout=Layout(tp=8), pre_load_free_gib=137.29)
+    assert plan.pre_load_free_gib == 137.29 and plan.verdict != "invalid"
+
+
+def test_cli_names_the_flag(capsys):
+    rc = main(["plan", "--model", "llama-3.1-70b", "--gpus", "8xH200", "--tp", "8",
+               "--pre-load-free-gib", "200"])
+    assert rc == 2
+    assert "--pre-load-free-gib: pre_load_free_gib: 200 GiB" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------
+# The planner refuses a TP / attention-DP split SGLang itself refuses (heads that do not divide), as
+# the doctor's tp-heads-divisible rule does; the vocabulary is padded by SGLang.
+
+
+def test_llama70b_tp3_is_invalid_naming_tp_and_heads():
+    llama = load_record("llama-3.1-70b")  # 64 attention heads, 8 KV heads
+    plan = predict(llama, gpu_memory_mib=H200, gpu_count=3, layout=Layout(tp=3))
+    assert plan.verdict == "invalid"
+    assert any(p.startswith("--tp 3 (tp_size): llama-3.1-70b's num_attention_heads 64 do not "
+                            "split over 3 ranks (64 % 3 = 1)") for p in plan.problems)
+    assert any("num_key_value_heads 8" in p and "8 % 3 = 2" in p for p in plan.problems)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_dividing_tp_is_accepted(tp):
+    assert heads_problems(load_record("llama-3.1-70b"), Layout(tp=tp)) == []
+
+
+def test_kv_heads_fewer_than_tp_must_divide_it():
+    # qwen3-30b-a3b: 32 heads, 4 KV heads; tp 8 replicates each KV head over 2 ranks
+    qwen = load_record("qwen3-30b-a3b")
+    assert heads_problems(qwen, Layout(tp=8)) == []
+    assert qwen.num_kv_heads == 4
+
+
+def test_attention_dp_shrinks_the_group():
+    llama = load_record("llama-3.1-70b")
+    # tp 6 alone fails; attention-DP 2 leaves attention TP 3, which still fails
+    msgs = heads_problems(llama, Layout(tp=6, attn_dp=2))
+    assert msgs and msgs[0].startswith("--tp 6 (tp_size) / --attn-dp 2 = attention TP 3")
+    assert heads_problems(llama, Layout(tp=8, attn_dp=2)) == []
+
+
+def test_mla_checks_attention_heads_only():
+    dsv3 = load_record("deepseek-v3")  # MLA: 128 heads, no separate KV heads to shard
+    assert heads_problems(dsv3, Layout(tp=8)) == []
+    assert heads_problems(dsv3, Layout(tp=3))  # 128 % 3
+
+
+def test_cli_exits_2_with_the_message(capsys):
+    rc = main(["plan", "--model", "llama-3.1-70b", "--gpus", "3xH200", "--tp", "3"])
+    assert rc == 2
+    out = capsys.readouterr().out
+    assert "verdict: invalid" in out and "num_attention_heads 64" in out
+
+
+# --------------------------------------------------------------------------------------
+# The planner's "max safe" mem_fraction_static: the highest fraction whose memory outside the static
+# pool (pre x (1 - m), what stays free after SGLang sizes the KV pool) still holds what SGLang
+# allocates there at the launch's graph size and chunk size.
+#
+# It used to be SGLang's own default, whose reserve is a default-choosing heuristic (1.5 MiB per
+# chunked-prefill token, a 10 GiB floor on large cards): "keep mfs <= 0.840" on every shipped GLM-5
+# profile, although the field notes ran TP8 at 0.92 with decode graphs to bs 128 (7.52 GiB free
+# after the pool) and a public guide ran 0.92 on the same GPUs (7.43-7.53 GB).
+
+
+PRE = 93.30  # "Load weight begin. avail mem=93.30 GB" (sglang#29562, memory_cases.jsonl 22)
+COMMON = dict(gpu_memory_mib=G_PRO6000, gpu_count=8, sm_major=12, pre_load_free_gib=PRE)
+
+
+def _warns(plan) -> bool:
+    return any("CUDA graph capture may OOM" in c for c in plan.changes)
+
+
+@pytest.mark.parametrize("max_bs", [None, 128, 256])
+def test_sglang_default_fraction_does_not_warn(max_bs):
+    """SGLang's default keeps its whole reserve outside the pool, padding included, so it
+    sits below the ceiling and never warns."""
+    glm = load_record("glm-5-nvfp4")
+    plan = predict(glm, PlanRequest(layout=Layout(tp=8), cuda_graph_max_bs=max_bs, **COMMON))
+    d = memory_defaults(G_PRO6000, MemorySettings(tp=8, use_mla=True, decode_max_bs=max_bs))
+    assert plan.defaults["mem_fraction_is_default"]
+    assert plan.mem_fraction_static == d.mem_fraction_static < plan.max_safe_mfs
+    assert plan.verdict == "fits" and not _warns(plan)
+
+
+def test_the_need_is_sglangs_terms_without_its_padding():
+    """At decode graphs to bs 128 and 8192-token chunks: SGLang's metadata (512 MiB),
+    workspaces (tp 8: 1024), graphs (2 x 128 + 1536 for MLA prefill graphs) as its hook
+    computes them, and activations at the measured 0.5 MiB/token, not its 1.5 heuristic."""
+    d = memory_defaults(G_PRO6000, MemorySettings(tp=8, use_mla=True, decode_max_bs=128))
+    need = sglang_need_mb(d)
+    assert d.reserve_breakdown["activations"] == 8192 * 1.5
+    assert need["activations"] == 8192 * ACTIVATION_MIB_PER_TOKEN
+    assert {k: need[k] for k in ("constant", "parallel", "cuda_graphs")} == \
+        {"constant": 512, "parallel": 1024, "cuda_graphs": 2 * 128 + 1536}
+    plan = predict(load_record("glm-5-nvfp4"),
+        PlanRequest(layout=Layout(tp=8), cuda_graph_max_bs=128,
+                   **COMMON))
+    assert plan.graph_reserve_gib == pytest.approx(sum(need.values()) / 1024)
+    assert plan.max_safe_mfs == math.floor((1 - sum(need.values()) / 1024 / PRE) * 1000) / 1000
+
+
+def test_the_10_gib_floor_is_padding_not_need():
+    """With 2048-token chunks SGLang's reserve falls under 10 GiB and its floor fills the
+    rest: the floor picks SGLang's default, nothing allocates it."""
+    d = memory_defaults(G_PRO6000, MemorySettings(tp=8, use_mla=True, decode_max_bs=128,
+                        chunked_prefill_size=2048))
+    assert d.reserve_breakdown["floor_10GiB"] > 0 and d.reserved_mb == 10240
+    assert "floor_10GiB" not in sglang_need_mb(d)
+    assert sum(sglang_need_mb(d).values()) < d.reserved_mb - d.reserve_breakdown["floor_10GiB"]
+
+
+@pytest.mark.parametrize("profile_mfs", [0.90, 0.92])
+def test_what_ran_plans_as_fitting_without_advice_to_go_lower(profile_mfs):
+    """The notes' TP8 launch (0.92, decode graphs to bs 128, fp8 KV) and the shipped 0.90."""
+    plan = predict(load_record("glm-5-nvfp4"),
+        PlanRequest(layout=Layout(tp=8), cuda_graph_max_bs=128,
+                   mem_fraction_static=profile_mfs, kv_cache_dtype="fp8_e4m3", **COMMON))
+    assert plan.verdict == "fits" and plan.changes == []
+    assert plan.max_safe_mfs >= 0.92
+
+
+def test_a_fraction_that_leaves_too_little_still_warns():
+    """0.97 leaves 93.30 x 0.03 = 2.80 GiB after the pool, under the 7.25 GiB SGLang
+    allocates there at bs 128: the warning names the figures and the ceiling."""
+    plan = predict(load_record("glm-5-nvfp4"),
+        PlanRequest(layout=Layout(tp=8), cuda_graph_max_bs=128,
+                   mem_fraction_static=0.97, **COMMON))
+    assert plan.verdict == "fits" and _warns(plan)
+    line = plan.changes[0]
+    assert "leaves 2.80 GiB free after the KV pool" in line and "(7.25 GiB:" in line
+    assert f"keep mfs <= {plan.max_safe_mfs:.3f}" in line and plan.max_safe_mfs < 0.97
+    above = predict(load_record("glm-5-nvfp4"),
+        PlanRequest(layout=Layout(tp=8), cuda_graph_max_bs=128,
+                    mem_fraction_static=round(plan.max_safe_mfs + 0.002, 3), **COMMON))
+    assert _warns(above)
+
+
+@pytest.mark.parametrize("version", KNOWN_VERSIONS)
+def test_the_advice_names_the_versions_own_graph_flag(version):
+    """The decode graph flag in the planner's advice is one the version's catalog has (the
+    0.5.10.post1 lane has only --cuda-graph-max-bs, 0.5.20+ only the per-phase one)."""
+    assert version in available_versions()
+    assert load_catalog(version).has_flag(decode_bs_flag(version))
+    plan = predict(load_record("glm-5-nvfp4"),
+        PlanRequest(layout=Layout(tp=8), cuda_graph_max_bs=128,
+                   mem_fraction_static=0.97, version=version, **COMMON))
+    assert f"lower {decode_bs_flag(version)} " in plan.changes[0]
+
+
+def _case(case_id: int) -> dict:
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "memory_cases.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return next(r for r in rows if r["id"] == case_id)
+
+
+def test_starts_that_ran_had_the_need_free_after_their_pool():
+    """The need against measured starts: sglang#11716 (case 7, a Llama-70B-class GQA model,
+    TP8 on H200, decode graphs to bs 512, SGLang's default 8192-token chunks) logged
+    "Memory pool end. avail mem=11.87 GB" and went on to capture; the field notes' GLM-5
+    TP8 start had 94 x (1 - 0.92) = 7.52 GB after its pool at bs 128."""
+    case = _case(7)
+    assert (case["tp_size"], case["cuda_graph_max_bs"]) == (8, 512)
+    h200 = memory_defaults(get_gpu("H200").memory_total_mib,
+                           MemorySettings(tp=8, decode_max_bs=512))
+    assert h200.chunked_prefill_size == 8192
+    assert sum(sglang_need_mb(h200).values()) / 1024 <= case["avail_mem_after_mem_pool_gb"]
+    glm = memory_defaults(G_PRO6000, MemorySettings(tp=8, use_mla=True, decode_max_bs=128))
+    assert sum(sglang_need_mb(glm).values()) / 1024 <= 94 * (1 - 0.92)
+
+
+ADVICE_FLAG = re.compile(r"(--[a-z][a-z0-9-]*)(?: (?!to )([\w.]+))?")
+
+
+@pytest.mark.parametrize("version", KNOWN_VERSIONS)
+def test_every_flag_the_advice_names_is_in_the_versions_catalog(version):
+    """Refused, short of context, above the ceiling, with EP and attention-DP: every flag
+    the changes name (with its value) is one the version's catalog from the real wheel
+    accepts."""
+    catalog, glm = load_catalog(version), load_record("glm-5-nvfp4")
+    plans = [
+        predict(glm, PlanRequest(layout=Layout(tp=8), mem_fraction_static=m, cuda_graph_max_bs=bs,
+                version=version, context_length=ctx, **COMMON))
+        for m, bs, ctx in ((0.5, None, None), (0.75, None, 900_000), (0.97, 128, None))]
+    plans.append(predict(load_record("deepseek-v3"), PlanRequest(layout=Layout(tp=8, attn_dp=8),
+                         mem_fraction_static=0.75, context_length=900_000, version=version,
+                         kv_cache_dtype="auto", **COMMON)))
+    plans.append(predict(glm, PlanRequest(layout=Layout(tp=8, ep=8, moe_a2a_backend="flashinfer"),
+                         mem_fraction_static=0.75, context_length=900_000, version=version,
+                         **COMMON)))
+    named = [m for p in plans for line in p.changes for m in ADVICE_FLAG.findall(line)]
+    assert named
+    for flag, value in named:
+        option = catalog.option(flag)
+        assert option is not None, (version, flag)
+        if option.takes_value and value:
+            catalog.validate([flag, value])
+
+
+# --------------------------------------------------------------------------------------
+# Planner accuracy against measured SGLang start-ups (tests/fixtures/memory_cases.jsonl).
+#
+# Run with ``pytest -s`` to see the per-case table (bench/planner_accuracy.py prints the same).
+
+
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def results():
+    res = evaluate(FIXTURES / "memory_cases.jsonl", FIXTURES / "memory_cases_inputs.yaml", ROOT)
+    print("\n" + format_table(res))
+    return res
+
+
+def test_every_case_is_reported(results):
+    ids = [c["id"] for c in load_cases(FIXTURES / "memory_cases.jsonl")]
+    assert [r.case_id for r in results] == ids
+    for r in results:
+        assert r.status == "checked" or r.reason, r.case_id
+
+
+def test_weights_within_5_percent(results):
+    errors = [e for r in results for e in r.errors("weights GiB/GPU")]
+    assert errors, "no case with a weights figure was checked"
+    assert all(abs(e) <= 0.05 for e in errors), errors
+
+
+def test_free_after_weights_within_5_percent(results):
+    errors = [e for r in results for e in r.errors("free after weights GiB")]
+    assert errors
+    assert all(abs(e) <= 0.05 for e in errors), errors
+
+
+def test_kv_tokens_within_10_percent(results):
+    errors = [e for r in results for e in r.errors("KV tokens")]
+    assert len(errors) >= 3
+    assert all(abs(e) <= 0.10 for e in errors), errors
+
+
+def test_kv_bytes_per_token_within_1_percent(results):
+    errors = [e for r in results for e in r.errors("KV B/token")]
+    assert len(errors) >= 6
+    assert all(abs(e) <= 0.01 for e in errors), errors
+
+
+def test_excluded_rows_say_why(results):
+    for r in results:
+        for row in r.rows:
+            if row.get("excluded"):
+                assert len(row.get("note", "")) > 20

@@ -11,7 +11,7 @@ from gpuserve.cli import main as cli_main
 from gpuserve.launch.profiles import load_profile
 from gpuserve.memory.checkpoint import scan_directory
 from gpuserve.memory.preflight import check_fit, launch_settings
-from tests.checkpoints import compose_record
+from tests.checkpoints import compose_record, compose_record_once
 
 REPO = Path(__file__).resolve().parents[3]
 BOX = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
@@ -20,7 +20,7 @@ GPUS = BOX["gpus"]  # 8x RTX PRO 6000 Blackwell Server Edition, 97887 MiB
 
 @pytest.fixture(scope="module")
 def glm5_dir(tmp_path_factory) -> Path:
-    return compose_record("glm-5-nvfp4", tmp_path_factory.mktemp("models") / "GLM-5-NVFP4",
+    return compose_record_once("glm-5-nvfp4", tmp_path_factory.mktemp("models") / "GLM-5-NVFP4",
                           shards=20)
 
 

@@ -179,3 +179,116 @@ def test_exception_after_ready_is_a_crash():
 def test_memory_errors_still_win_over_the_generic_exception():
     d = diagnose(read_log(LOGS / "fieldnote_glm5_ep8.log"))
     assert d.outcome == "refused-no-kv"
+
+
+# --------------------------------------------------------------------------------------
+# CUDA-graph and distributed-init lines of SGLang startup logs (gpuserve.memory.startup_log).
+#
+# Real lines come from tests/fixtures/logs and tests/fixtures/sglang_logs (each file names its
+# source in its first line); the one reordered line is composed and says so.
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+LLAMA4_LINE = (FIXTURES / "logs" / "sglang_8538_llama4_graph.log").read_text().splitlines()[1]
+
+
+def test_graph_end_usage_then_avail_real_line():
+    log = parse_log(LLAMA4_LINE)
+    assert log.graph_usage == pytest.approx(6.19)
+    assert log.ranks["TP0"].graph_end_avail == pytest.approx(5.24)
+
+
+def test_graph_end_avail_before_usage():
+    # Composed: the real sglang#8538 line with its two figures swapped, the order other
+    # builds print them in ("avail mem=..., mem usage=..." as "Load weight end" does).
+    swapped = LLAMA4_LINE.replace(
+        "mem usage=6.19 GB. avail mem=5.24 GB.", "avail mem=5.24 GB, mem usage=6.19 GB."
+    )
+    assert swapped != LLAMA4_LINE
+    log = parse_log(swapped)
+    assert log.graph_usage == pytest.approx(6.19)
+    assert log.ranks["TP0"].graph_end_avail == pytest.approx(5.24)
+
+
+def test_graph_end_new_format_and_usage_only():
+    # 0.5.2x spelling: "Capture target decode CUDA graph end. elapsed=..., mem usage=...,
+    # avail mem=..." (as shared/reference/model_configs.md quotes it); and a build printing the
+    # usage alone. Composed from the real figures of sglang#8538.
+    new = "[2025-07-29 18:14:43 TP0] Capture target decode CUDA graph end. elapsed=19.50 s, "
+    log = parse_log(new + "mem usage=6.19 GB, avail mem=5.24 GB.")
+    assert (log.graph_usage, log.ranks["TP0"].graph_end_avail) == (6.19, 5.24)
+    log = parse_log(LLAMA4_LINE + "\n" + new + "mem usage=1.5 GB.")
+    assert log.graph_usage == pytest.approx(6.19 + 1.5)  # decode + another graph, per rank
+
+
+def test_graph_end_per_rank_real_log():
+    log = read_log(FIXTURES / "logs" / "sglang_pr12978_graph_end_two_ranks.log")
+    assert log.ranks["TP1"].graph_usage == pytest.approx(1.04)
+    assert log.ranks["TP0"].graph_usage == pytest.approx(1.00)
+    assert log.graph_usage == pytest.approx(1.04)  # the worst rank
+    assert log.errors == []
+
+
+def test_init_torch_distributed_is_not_an_error():
+    path = FIXTURES / "sglang_logs" / "startup_pr11716_tp8.log"
+    lines = [line for line in path.read_text().splitlines() if "Init torch distributed" in line]
+    assert lines, "fixture lost its Init torch distributed lines"
+    log = read_log(path)
+    assert not [e for e in log.errors if "Init torch distributed" in e["text"]]
+    only_init = parse_log("\n".join(lines))
+    assert only_init.errors == []
+
+
+# --------------------------------------------------------------------------------------
+# Startup logs as journald and ``docker logs -t`` hand them over read like the raw log.
+#
+# The wrapped fixtures under tests/fixtures/logs/wrapped/ are COMPOSED by tools/wrap_log.py from
+# real raw fixtures (each file's header names its raw log and the documented format: journalctl(1)
+# --output, docker logs --timestamps); read raw, their ranks used to merge into one ("rank0"): the
+# graph usages summed and a second rank's KV line became a draft pool.
+
+
+WRAPPED = FIXTURES / "logs" / "wrapped"
+TP8 = FIXTURES / "sglang_logs" / "startup_pr11716_tp8.log"
+GRAPHS = FIXTURES / "logs" / "sglang_pr12978_graph_end_two_ranks.log"
+MODES = ["journal-short", "journal-short-precise", "journal-short-iso",
+         "journal-short-iso-precise", "docker"]
+
+
+def _figures(path: Path) -> dict:
+    d = read_log(path).to_dict()
+    d.pop("source")
+    return d
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_wrapped_tp8_log_equals_raw(mode):
+    wrapped = WRAPPED / f"startup_pr11716_tp8.{mode}.log"
+    assert _figures(wrapped) == _figures(TP8)
+    log = read_log(wrapped)
+    assert sorted(log.ranks) == [f"TP{i}" for i in range(8)]
+    assert log.ranks["TP7"].load_begin_avail == 137.52
+    assert log.pre_load_free == 137.29
+
+
+@pytest.mark.parametrize("mode", ["journal-short", "docker"])
+def test_wrapped_graph_ends_stay_per_rank(mode):
+    log = read_log(WRAPPED / f"sglang_pr12978_graph_end_two_ranks.{mode}.log")
+    assert _figures(WRAPPED / f"sglang_pr12978_graph_end_two_ranks.{mode}.log") == \
+        _figures(GRAPHS)
+    assert (log.ranks["TP0"].graph_usage, log.ranks["TP1"].graph_usage) == (1.00, 1.04)
+    assert log.graph_usage == 1.04  # the largest rank's, not the 2.04 GiB sum
+
+
+@pytest.mark.parametrize("prefix", [
+    "Oct  6 09:06:10 gpu01 sglang[4242]: ",  # short, day padded with a space
+    "Mon 2025-10-06 09:06:10 UTC gpu01 sglang[4242]: ",  # short-full
+    "2025-10-06T09:06:10+0000 gpu01 python3[17]: ",  # short-iso, older systemd zone
+    "Oct 06 09:06:10 gpu01 sglang: ",  # no pid
+    "2025-10-06T09:06:10.123456789+02:00 ",  # docker with a zone offset
+])
+def test_other_prefix_spellings_keep_the_rank(prefix):
+    raw = "[2025-10-06 09:06:10 TP3] Load weight begin. avail mem=137.29 GB"
+    assert parse_log(prefix + raw).to_dict() | {"source": ""} == \
+        parse_log(raw).to_dict() | {"source": ""}
+    assert list(parse_log(prefix + raw).ranks) == ["TP3"]

@@ -8,21 +8,15 @@ see its README), so the records and the gate read what the real client writes.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from pathlib import Path
-
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.connect import connect_all
-from pyinfra.api.exceptions import PyinfraError
-from pyinfra.api.operation import add_op
-from pyinfra.api.operations import run_ops
 
 from gpuserve.launch.bench import BenchMode, BenchSpec, OnRegression, Scenario, parse_expectation
 from gpuserve.measure.results import RecordSpec, read_results
 from gpuserve.roles.checks import throughput_checks
 from gpuserve.serve.checks import BenchPlan
+from tests.unit.conftest import run_fake_op
 
 FIXTURE = (Path(__file__).resolve().parents[2] / "fixtures" / "bench"
            / "sglang-serving-composed.jsonl")
@@ -54,17 +48,10 @@ def status(state="done", **extra) -> str:
 
 
 def run(bench_plan, responses, rec=None, **kwargs):
-    inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
-    state = State(inv, Config())
-    connect_all(state)
-    meta = next(iter(add_op(state, throughput_checks, plan=bench_plan,
-                            script="/opt/gpuserve/bin/sglang_bench.py", record=rec,
-                            rollback=None, health_script="/x/probe.py", health_timeout=5,
-                            interval=0.01, report_every=0.05, **kwargs).values()))
-    with contextlib.suppress(PyinfraError):
-        run_ops(state)
-    host = next(iter(inv))
-    return meta, [str(c) for c in host.connector.executed_commands]
+    return run_fake_op(throughput_checks, responses, plan=bench_plan,
+                       script="/opt/gpuserve/bin/sglang_bench.py", record=rec, rollback=None,
+                       health_script="/x/probe.py", health_timeout=5, interval=0.01,
+                       report_every=0.05, **kwargs)
 
 
 def test_measured_configuration_is_not_benchmarked_again(caplog):

@@ -25,17 +25,11 @@ from pyinfra.api.operations import run_ops
 from gpuserve.launch.locks import available_locks
 from gpuserve.roles import managed
 from gpuserve.roles.checks import SmokeRequest, smoke_completion, wait_healthy
+from tests.unit.conftest import run_fake_op
 
 
 def run(op, responses: dict, diff: bool = False, **kwargs):
-    inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
-    state = State(inv, Config(DIFF=diff))
-    connect_all(state)
-    meta = next(iter(add_op(state, op, **kwargs).values()))
-    with contextlib.suppress(PyinfraError):  # "No hosts remaining!" once the host failed
-        run_ops(state)
-    host = next(iter(inv))
-    return meta, [str(c) for c in host.connector.executed_commands]
+    return run_fake_op(op, responses, pyinfra_config=Config(DIFF=diff), **kwargs)
 
 
 def probe_doc(health, active="active", sub="running", restarts="0", lines=(), tail=(),

@@ -393,32 +393,15 @@ def test_cli_refuses_untrusted_http_find_links_before_any_operation() -> None:
 
 def _install_commands(trusted: list[str], find_links: str) -> list[str]:
     """install_sglang prepared on a @fake host whose host data has ``trusted_mirrors``."""
-    from pyinfra.api import Config, Inventory, State
-    from pyinfra.api.command import StringCommand
-    from pyinfra.api.connect import connect_all
-    from pyinfra.api.deploy import add_deploy
-    from pyinfra.context import ctx_host, ctx_state
-
     from gpuserve.launch.locks import available_locks
     from gpuserve.roles.sglang import install_sglang
+    from tests.unit.conftest import prepare_fake
 
     lock = next(lk for lk in available_locks() if lk.name == "sglang-0.5.23-cu13-py311")
-    responses = {"uname -s": ["Linux"], "useradd": ["/usr/sbin/useradd"],
-                 "groupadd": ["/usr/sbin/groupadd"]}
-    inv = Inventory((["@fake/h"], {"fake_responses": responses, "fake_delay": 0,
-                                   "fake_delay_jitter": 0, "trusted_mirrors": trusted}))
-    state = State(inventory=inv, config=Config())
-    connect_all(state)
-    add_deploy(state, install_sglang, user="sglang", home="/opt/gpuserve", lock=lock,
-               find_links=find_links)
-    host = inv.get_host("@fake/h")
-    out = []
-    with ctx_state.use(state), ctx_host.use(host):
-        for op_hash in state.get_op_order():
-            for cmd in state.get_op_data_for_host(host, op_hash).command_generator():
-                if isinstance(cmd, StringCommand):
-                    out.append(cmd.get_raw_value())
-    return out
+    responses = {"useradd": ["/usr/sbin/useradd"], "groupadd": ["/usr/sbin/groupadd"]}
+    return prepare_fake(install_sglang, responses, {"trusted_mirrors": trusted},
+                        host="@fake/h", user="sglang", home="/opt/gpuserve", lock=lock,
+                        find_links=find_links).runs()
 
 
 def test_install_gives_trusted_host_only_for_a_marked_mirror() -> None:

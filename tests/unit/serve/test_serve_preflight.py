@@ -16,7 +16,7 @@ import pytest
 from gpuserve.errors import InputError
 from gpuserve.facts.host import ModelCheckpoint
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
-from tests.checkpoints import compose_record
+from tests.checkpoints import compose_record_once
 from tests.serve_plans import plan_of
 
 REPO = Path(__file__).resolve().parents[3]
@@ -33,7 +33,7 @@ def runtime(gpus=GPUS):
 
 @pytest.fixture(scope="module")
 def glm5_dir(tmp_path_factory) -> Path:
-    return compose_record("glm-5-nvfp4", tmp_path_factory.mktemp("models") / "GLM-5-NVFP4",
+    return compose_record_once("glm-5-nvfp4", tmp_path_factory.mktemp("models") / "GLM-5-NVFP4",
                           shards=20)
 
 

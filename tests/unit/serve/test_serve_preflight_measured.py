@@ -28,7 +28,7 @@ from gpuserve.measure.starts import (
 )
 from gpuserve.memory.checkpoint import parse_scan
 from gpuserve.memory.startup_log import read_log
-from tests.checkpoints import compose_record
+from tests.checkpoints import compose_record_once
 from tests.serve_plans import plan_of
 from tests.unit.serve.test_serve_preflight import assert_readable
 
@@ -48,7 +48,7 @@ def runtime(home: str) -> HostRuntime:
 
 @pytest.fixture(scope="module")
 def glm5_dir(tmp_path_factory) -> Path:
-    return compose_record("glm-5-nvfp4", tmp_path_factory.mktemp("models") / "GLM-5-NVFP4",
+    return compose_record_once("glm-5-nvfp4", tmp_path_factory.mktemp("models") / "GLM-5-NVFP4",
                           shards=20)
 
 

@@ -8,18 +8,13 @@ with the @fake connector, as in test_serve_checks.py.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.connect import connect_all
-from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import add_op
-from pyinfra.api.operations import run_ops
 
 import gpuserve.roles.checks.gate
 import gpuserve.roles.checks.probe
@@ -36,6 +31,7 @@ from gpuserve.roles.service.rollback import (
     save_script,
     state_command,
 )
+from tests.unit.conftest import run_fake_op
 
 A = "a" * 40 + " 600:root:root"
 B = "b" * 40 + " 600:root:root"
@@ -147,14 +143,7 @@ def test_scripts_save_compare_and_restore_for_real(tmp_path: Path) -> None:
 # -- operations through pyinfra (@fake) --
 
 def run(op, responses: dict, **kwargs):
-    inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
-    state = State(inv, Config())
-    connect_all(state)
-    meta = next(iter(add_op(state, op, **kwargs).values()))
-    with contextlib.suppress(PyinfraError):
-        run_ops(state)
-    host = next(iter(inv))
-    return meta, [str(c) for c in host.connector.executed_commands]
+    return run_fake_op(op, responses, **kwargs)
 
 
 SPEC = RollbackSpec(profile_name="bad")
@@ -190,13 +179,8 @@ def test_keep_last_good_after_another_change_still_reads() -> None:
     from pyinfra.operations import server
 
     st = lines({"unit": U1, "env": A}, {"unit": U1, "env": A}, "bad")
-    inv = Inventory((["@fake"], {"fake_responses": {"sha1sum": st}, "fake_delay": 0}))
-    state = State(inv, Config())
-    connect_all(state)
-    add_op(state, server.shell, commands=["echo benchmarked"])
-    meta = next(iter(add_op(state, keep_last_good, spec=SPEC).values()))
-    run_ops(state)
-    cmds = [str(c) for c in next(iter(inv)).connector.executed_commands]
+    meta, cmds = run_fake_op(keep_last_good, {"sha1sum": st}, spec=SPEC, before_op=lambda state:
+                             add_op(state, server.shell, commands=["echo benchmarked"]))
     assert meta.did_succeed() and not meta.did_change()
     assert not any("cp -p" in c for c in cmds), cmds
 

@@ -116,9 +116,18 @@ def test_unchanged_inputs_keep_the_locks_and_a_changed_wheel_regenerates(
 
 
 def test_failing_tool_is_an_error_naming_it(tmp_path):
+    """The tool's failure, its exit status and its last words, in one error. The tool is
+    run by an interpreter that fails at once (the real one over an empty wheels
+    directory fails the same way, after a minute and a half of making its resolver's
+    venv: the resolve itself is the lab_locks fixture's)."""
     (tmp_path / "wheels").mkdir()
-    with pytest.raises(RuntimeError, match=r"tools/gen_lock.py 0\.5\.23\+lab over .* failed"):
-        lab_locks_mod.generate(tmp_path / "wheels", "0.5.23+lab", tmp_path / "out")
+    failing = tmp_path / "python"
+    failing.write_text("#!/bin/sh\necho 'gen_lock: pip could not resolve' >&2\nexit 3\n")
+    failing.chmod(0o755)
+    with pytest.raises(RuntimeError, match=r"tools/gen_lock.py 0\.5\.23\+lab over .* failed "
+                       r"\(exit 3\):\ngen_lock: pip could not resolve$"):
+        lab_locks_mod.generate(tmp_path / "wheels", "0.5.23+lab", tmp_path / "out",
+                               python=str(failing))
 
 
 def _verification(guest) -> list[str]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import math
 import random
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -21,6 +19,7 @@ from gpuserve.tune.search import run_search
 from gpuserve.tune.session import prepare
 from gpuserve.tune.space import load_tune
 from lab import surface as surfaces
+from tests.checkpoints import once_in_dir
 from tests.unit.tune.test_schedule import BENCH, SURFACES
 
 INC, A1, B1 = "incumbent", "cand-a", "cand-b"
@@ -157,8 +156,8 @@ def test_two_hosts_equal_candidates_are_told_apart_at_the_nominal_rate() -> None
 
 @pytest.fixture(scope="module")
 def snapshot():
-    with tempfile.TemporaryDirectory() as tmp:
-        yield BENCH.snapshot(Path(tmp))
+    """The lab host's snapshot (bench/tune_surface.py), built once per test process."""
+    return once_in_dir("tune_surface.snapshot", BENCH.snapshot)
 
 
 def test_a_fleet_estimates_each_hosts_noise_from_its_own_runs(snapshot) -> None:

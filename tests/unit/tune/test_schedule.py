@@ -20,6 +20,7 @@ from gpuserve.tune.search import run_search
 from gpuserve.tune.session import prepare
 from gpuserve.tune.space import load_tune
 from lab import surface as surfaces
+from tests.checkpoints import once_in_dir
 
 REPO = Path(__file__).resolve().parents[3]
 SURFACES = REPO / "lab/surfaces"
@@ -38,8 +39,8 @@ BENCH = _bench()
 
 @pytest.fixture(scope="module")
 def snapshot():
-    with tempfile.TemporaryDirectory() as tmp:
-        yield BENCH.snapshot(Path(tmp))
+    """The lab host's snapshot (bench/tune_surface.py), built once per test process."""
+    return once_in_dir("tune_surface.snapshot", BENCH.snapshot)
 
 
 def test_scheduler_hands_candidates_in_order_to_whoever_asks() -> None:

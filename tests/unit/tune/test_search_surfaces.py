@@ -12,7 +12,6 @@ seeded noise), the host the lab's (reference box, composed GLM-5 NVFP4 checkpoin
 from __future__ import annotations
 
 import importlib.util
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from gpuserve.tune.search import run_search
 from gpuserve.tune.session import prepare
 from gpuserve.tune.space import load_tune
 from lab import surface as surfaces
+from tests.checkpoints import once_in_dir
 
 REPO = Path(__file__).resolve().parents[3]
 INCUMBENT = REPO / "tests/fixtures/profiles/lab-glm5-graph512.yaml"
@@ -47,8 +47,8 @@ BENCH = _bench()
 
 @pytest.fixture(scope="module")
 def snapshot():
-    with tempfile.TemporaryDirectory() as tmp:
-        yield BENCH.snapshot(Path(tmp))
+    """The lab host's snapshot (bench/tune_surface.py), built once per test process."""
+    return once_in_dir("tune_surface.snapshot", BENCH.snapshot)
 
 
 def surface(rules: list[dict], run_noise: float = 0.0, seed: int = 0):

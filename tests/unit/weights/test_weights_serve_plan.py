@@ -14,7 +14,7 @@ from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
 from gpuserve.memory.checkpoint import scan_directory
 from gpuserve.memory.remote import RemoteCheckpoint, RepoFile, scan_document
-from tests.checkpoints import compose_record
+from tests.checkpoints import compose_record_once
 from tests.serve_plans import plan_of
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,7 +31,7 @@ def runtime(home):
 
 @pytest.fixture(scope="module")
 def glm5(tmp_path_factory) -> Path:
-    return compose_record("glm-5-nvfp4", tmp_path_factory.mktemp("hub") / "GLM-5-NVFP4",
+    return compose_record_once("glm-5-nvfp4", tmp_path_factory.mktemp("hub") / "GLM-5-NVFP4",
                           shards=20)
 
 
