@@ -83,9 +83,10 @@ def test_the_start_record_keeps_the_phases_and_reads_older_records(tmp_path) -> 
 def test_compare_shows_each_start_and_logs_the_last(tmp_path, capsys) -> None:
     text = JOURNAL.read_text()
     for stamp, jit in (("2026-03-02T10:10:30Z", 29.0), ("2026-03-02T11:10:30Z", 0.4)):
+        spec = StartSpec(results_dir=str(tmp_path), sglang_version="0.5.23",
+                         checkpoint=Checkpoint("/m"), launch={"profile": "p"})
         write_start(tmp_path, from_log(
-            parse_log(text), host="gpu1", timestamp=stamp, server_start=stamp,
-            sglang_version="0.5.23", checkpoint=Checkpoint("/m"), launch={"profile": "p"},
+            parse_log(text), spec, host="gpu1", timestamp=stamp, server_start=stamp,
             phases={**phases(text), "jit": jit}))
     assert main(["compare", str(tmp_path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

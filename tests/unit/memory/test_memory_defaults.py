@@ -232,7 +232,8 @@ def test_the_cuda12_lane_has_rules():
     (dict(tp=8, use_mla=True, moe_a2a_backend="deepep"), 0.848),
 ])
 def test_default_fraction(kwargs, mfs):
-    assert memory_defaults(G_PRO6000, version=V, **kwargs).mem_fraction_static == mfs
+    settings = MemorySettings(version=V, **kwargs)
+    assert memory_defaults(G_PRO6000, settings).mem_fraction_static == mfs
 
 
 def test_differs_from_0523_where_the_source_does():
@@ -240,13 +241,13 @@ def test_differs_from_0523_where_the_source_does():
     assert capacity_defaults(32607, 1, V) == (2048, 24)
     assert capacity_defaults(32607, 1, "0.5.23") == (4096, 48)
     # unknown GPU memory: 0.88 (line 1328)
-    assert memory_defaults(None, version=V).mem_fraction_static == 0.88
+    assert memory_defaults(None, MemorySettings(version=V)).mem_fraction_static == 0.88
     # no --max-running-requests cap on the decode max_bs
-    assert memory_defaults(G_PRO6000, tp=8, version=V, max_running_requests=64).decode_max_bs \
-        == 512
+    capped = MemorySettings(tp=8, version=V, max_running_requests=64)
+    assert memory_defaults(G_PRO6000, capped).decode_max_bs == 512
     # deepep buffers are reserved from 0.5.19 on, not in 0.5.10.post1
     assert "deepep_buffers" not in memory_defaults(
-        G_PRO6000, tp=8, version=V, moe_a2a_backend="deepep").reserve_breakdown
+        G_PRO6000, MemorySettings(tp=8, version=V, moe_a2a_backend="deepep")).reserve_breakdown
 
 
 def test_plan_accepts_the_version(capsys):

@@ -358,15 +358,15 @@ H200 = 143771  # gpus.yaml memory_total_mib
 
 def test_free_memory_above_the_card_is_refused():
     with pytest.raises(InputError) as exc:
-        predict(load_record("llama-3.1-70b"), gpu_memory_mib=H200, gpu_count=8,
-                layout=Layout(tp=8), pre_load_free_gib=200)
+        predict(load_record("llama-3.1-70b"), PlanRequest(gpu_memory_mib=H200, gpu_count=8,
+                layout=Layout(tp=8), pre_load_free_gib=200))
     assert exc.value.field == "pre_load_free_gib"
     assert "more than the GPU holds (memory.total 143771 MiB = 140.40 GiB)" in str(exc.value)
 
 
 def test_free_memory_up_to_the_card_is_planned():
-    plan = predict(load_record("llama-3.1-70b"), gpu_memory_mib=H200, gpu_count=8,
-                   layout=Layout(tp=8), pre_load_free_gib=137.29)
+    plan = predict(load_record("llama-3.1-70b"), PlanRequest(gpu_memory_mib=H200, gpu_count=8,
+                   layout=Layout(tp=8), pre_load_free_gib=137.29))
     assert plan.pre_load_free_gib == 137.29 and plan.verdict != "invalid"
 
 
@@ -384,7 +384,7 @@ def test_cli_names_the_flag(capsys):
 
 def test_llama70b_tp3_is_invalid_naming_tp_and_heads():
     llama = load_record("llama-3.1-70b")  # 64 attention heads, 8 KV heads
-    plan = predict(llama, gpu_memory_mib=H200, gpu_count=3, layout=Layout(tp=3))
+    plan = predict(llama, PlanRequest(gpu_memory_mib=H200, gpu_count=3, layout=Layout(tp=3)))
     assert plan.verdict == "invalid"
     assert any(p.startswith("--tp 3 (tp_size): llama-3.1-70b's num_attention_heads 64 do not "
                             "split over 3 ranks (64 % 3 = 1)") for p in plan.problems)
