@@ -35,14 +35,15 @@ unit: setup
 lab: lab-deps
 	$(BIN)/pytest -m lab
 
-# Everything CI runs: lint, then five pytest processes side by side, each with its own log
+# Everything CI runs: lint, then seven pytest processes side by side, each with its own log
 # and temporary directory: the unit tier (niced), the VM lab tier (`-m "lab and vm"`: the
 # tests that need a kernel, on the QEMU VM, bound by its emulated CPUs) and the container
-# lab tier in three parts on hosts of their own (`-m "lab and not vm"`: everything above
+# lab tier in four parts on hosts of their own (`-m "lab and not vm"`: everything above
 # the kernel, on systemd-nspawn hosts at native speed): modules that bring their own
 # hosts to the state they need and spend most of their time waiting on servers, the
 # tuner's on lab host "pytest-own" (CONTAINER_OWN_HOST), the fleet's, the fleet tune's
-# and Debian 13's on "pytest-side" and its clones (CONTAINER_SIDE), the rest, in their
+# and Debian 13's on "pytest-side" and its clones (CONTAINER_SIDE), the start-up cache's,
+# the quality gate's and the PD fleet's on "pytest-new" and its clone (CONTAINER_NEW), the rest, in their
 # order, on "pytest", whose output streams here. The lab's disk images (debootstrap
 # and dpkg, minutes on a fresh machine) are built first, beside the unit tier. The logs of
 # the others are printed once all are done; an interrupted run stops them (background
@@ -58,15 +59,17 @@ UNIT_SECOND = tests/unit/corpus tests/unit/memory tests/unit/tune tests/unit/mon
 CONTAINER_OWN_HOST = tests/lab/test_tune.py
 # in this order: the fleet tune clones "pytest-side-2", which the fleet module names too
 CONTAINER_SIDE = tests/lab/test_tune_fleet.py tests/lab/test_debian13.py tests/lab/test_fleet.py
+# the start-up cache, the output-quality gate and the PD fleet (which clones "pytest-new-2")
+CONTAINER_NEW = tests/lab/test_startup_cache.py tests/lab/test_quality.py tests/lab/test_pd.py
 test: lab-deps
 	$(BIN)/ruff check .
 	@nice -n 10 $(PYTEST_TIER) -m "not lab" --basetemp=$(VENV)/tmp-unit --durations=25 \
 	  $(foreach m,$(UNIT_SECOND),--ignore=$(m)) >$(VENV)/unit.log 2>&1 & unit=$$!; \
 	nice -n 10 $(PYTEST_TIER) -m "not lab" --basetemp=$(VENV)/tmp-unit2 --durations=25 \
 	  $(UNIT_SECOND) >$(VENV)/unit2.log 2>&1 & unit2=$$!; \
-	vm=; own=; side=; trap 'kill $$unit $$unit2 $$vm $$own $$side 2>/dev/null; tail -n 20 $(VENV)/unit.log $(VENV)/unit2.log $(VENV)/vm.log $(VENV)/own.log $(VENV)/side.log; exit 130' INT TERM HUP; \
+	vm=; own=; side=; new=; trap 'kill $$unit $$unit2 $$vm $$own $$side $$new 2>/dev/null; tail -n 20 $(VENV)/unit.log $(VENV)/unit2.log $(VENV)/vm.log $(VENV)/own.log $(VENV)/side.log $(VENV)/new.log; exit 130' INT TERM HUP; \
 	echo "the unit tier runs beside the lab tiers, in two parts (logs: $(VENV)/unit.log, $(VENV)/unit2.log)"; \
-	lab=1; vmrc=1; ownrc=1; siderc=1; if $(BIN)/python -m lab image; then \
+	lab=1; vmrc=1; ownrc=1; siderc=1; newrc=1; if $(BIN)/python -m lab image; then \
 	  $(PYTEST_TIER) -m "lab and vm" --basetemp=$(VENV)/tmp-vm --durations=30 >$(VENV)/vm.log 2>&1 & vm=$$!; \
 	  echo "the VM lab tier runs beside the container lab tier (log: $(VENV)/vm.log)"; \
 	  GPUSERVE_LAB_NAME=pytest-own $(PYTEST_TIER) -m "lab and not vm" --basetemp=$(VENV)/tmp-own \
@@ -75,18 +78,23 @@ test: lab-deps
 	  GPUSERVE_LAB_NAME=pytest-side $(PYTEST_TIER) -m "lab and not vm" --basetemp=$(VENV)/tmp-side \
 	    --durations=20 $(CONTAINER_SIDE) >$(VENV)/side.log 2>&1 & side=$$!; \
 	  echo "$(CONTAINER_SIDE) run beside it on hosts of their own (log: $(VENV)/side.log)"; \
+	  GPUSERVE_LAB_NAME=pytest-new $(PYTEST_TIER) -m "lab and not vm" --basetemp=$(VENV)/tmp-new \
+	    --durations=20 $(CONTAINER_NEW) >$(VENV)/new.log 2>&1 & new=$$!; \
+	  echo "$(CONTAINER_NEW) run beside it on hosts of their own (log: $(VENV)/new.log)"; \
 	  $(PYTEST_TIER) -m "lab and not vm" --basetemp=$(VENV)/tmp-container --durations=40 \
-	    $(foreach m,$(CONTAINER_OWN_HOST) $(CONTAINER_SIDE),--ignore=$(m)); lab=$$?; \
+	    $(foreach m,$(CONTAINER_OWN_HOST) $(CONTAINER_SIDE) $(CONTAINER_NEW),--ignore=$(m)); lab=$$?; \
 	  echo "waiting for the other lab processes"; wait $$own; ownrc=$$?; wait $$side; siderc=$$?; \
+	  wait $$new; newrc=$$?; \
 	  wait $$vm; vmrc=$$?; fi; \
 	echo "waiting for the unit tier"; wait $$unit; unit=$$?; wait $$unit2; unit2=$$?; \
 	echo "=== container lab tier, own-host modules (exit $$ownrc) ==="; cat $(VENV)/own.log; \
 	echo "=== container lab tier, side modules (exit $$siderc) ==="; cat $(VENV)/side.log; \
+	echo "=== container lab tier, new modules (exit $$newrc) ==="; cat $(VENV)/new.log; \
 	echo "=== VM lab tier (exit $$vmrc) ==="; cat $(VENV)/vm.log; \
 	echo "=== unit tier (exit $$unit) ==="; cat $(VENV)/unit.log; \
 	echo "=== unit tier, second part: $(UNIT_SECOND) (exit $$unit2) ==="; cat $(VENV)/unit2.log; \
-	echo "=== container lab tier: exit $$lab, own-host modules: exit $$ownrc, side modules: exit $$siderc, VM lab tier: exit $$vmrc, unit tier: exit $$unit and $$unit2 ==="; \
-	[ $$unit -eq 0 ] && [ $$unit2 -eq 0 ] && [ $$lab -eq 0 ] && [ $$ownrc -eq 0 ] && [ $$siderc -eq 0 ] && [ $$vmrc -eq 0 ]
+	echo "=== container lab tier: exit $$lab, own-host modules: exit $$ownrc, side modules: exit $$siderc, new modules: exit $$newrc, VM lab tier: exit $$vmrc, unit tier: exit $$unit and $$unit2 ==="; \
+	[ $$unit -eq 0 ] && [ $$unit2 -eq 0 ] && [ $$lab -eq 0 ] && [ $$ownrc -eq 0 ] && [ $$siderc -eq 0 ] && [ $$newrc -eq 0 ] && [ $$vmrc -eq 0 ]
 
 # Boot a container lab host, provision it as a GPU host (deploy/host.py: its host record
 # gives the serve preflight its memory figures) and serve on it, then say what to try next.
