@@ -23,7 +23,7 @@ import pytest
 from gpuserve.fleet.disaggregation import role_profile
 from gpuserve.launch.profiles import load_profile
 from gpuserve.memory.checkpoint import scan_directory
-from gpuserve.memory.memory_defaults import memory_defaults
+from gpuserve.memory.memory_defaults import MemorySettings, memory_defaults
 from gpuserve.memory.preflight import check_fit, launch_settings
 from tests.checkpoints import compose_record
 
@@ -58,11 +58,11 @@ def sglang_reserve(mode: str, *, cps=8192, max_bs=512, running=None, draft=None,
 ])
 @pytest.mark.parametrize("mode", ["null", "prefill", "decode"])
 def test_each_roles_reserve_is_sglangs(mode, case) -> None:
-    d = memory_defaults(G, tp=8, use_mla=True, version="0.5.23", disaggregation_mode=mode,
-                        attn_dp=case.get("attn_dp", 1),
-                        max_running_requests=case.get("running"),
-                        num_draft_tokens=case.get("draft"),
-                        moe_a2a_backend="deepep" if case.get("deepep") else "none")
+    d = memory_defaults(G, MemorySettings(
+        tp=8, use_mla=True, version="0.5.23", disaggregation_mode=mode,
+        attn_dp=case.get("attn_dp", 1), max_running_requests=case.get("running"),
+        num_draft_tokens=case.get("draft"),
+        moe_a2a_backend="deepep" if case.get("deepep") else "none"))
     # max_running_requests caps the decode max_bs in 0.5.23 (1024 > 512: no cap here)
     want = sglang_reserve(mode, **case)
     assert d.reserved_mb == pytest.approx(want)
@@ -70,7 +70,7 @@ def test_each_roles_reserve_is_sglangs(mode, case) -> None:
 
 
 def test_decode_keeps_more_for_its_pool_than_prefill() -> None:
-    modes = {m: memory_defaults(G, tp=8, use_mla=True, disaggregation_mode=m)
+    modes = {m: memory_defaults(G, MemorySettings(tp=8, use_mla=True, disaggregation_mode=m))
              for m in ("null", "prefill", "decode")}
     # the plain launch is sglang.md's worked TP8 MLA value: R 16,384 MiB, mfs 0.833
     assert modes["null"].reserved_mb == 16384 and modes["null"].mem_fraction_static == 0.833

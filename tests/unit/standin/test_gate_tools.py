@@ -128,7 +128,7 @@ def _hgx_evaluation(tmp_path: Path) -> gr.Evaluation:
     facts = {"gpus": [{"index": g["index"], "name": g["name"]} for g in box["gpus"]],
              "virtualization": box["virtualization"], "topology": {"links": links, "p2p": "ok"}}
     return gr.evaluate(gr.split_runs(lines, runs, 30), host="lab-gpu",
-                       timestamp="2026-12-06T00:00:00Z", facts=facts, gpus=8,
+                       timestamp="2026-12-06T00:00:00Z", facts=facts,
                        driver_p2p="ok", exp=gates.load_expectations(),
                        sources=gates.load_sources())
 

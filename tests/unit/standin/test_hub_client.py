@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import logging
 import struct
 import urllib.error
@@ -279,8 +280,15 @@ def test_the_lab_mirror_serves_the_hub_under_hub(hub_root, tmp_path):
         info = HfApi(endpoint=url, token=False).model_info(TINY)
         assert info.sha == store.Repo(hub_root, TINY).branches["main"]
         assert HfApi(endpoint=url, token=False).file_exists(SINGLE, "model.safetensors")
-        with urllib.request.urlopen(f"{url}/_lab/stats", timeout=10) as resp:
-            assert len(json.loads(resp.read())["requests"]) == 2
+        # the server logs a request once its answer is written: the client may ask for the
+        # stats first, so they are read until both are in (bounded: 50 reads, 5 s)
+        for _ in range(50):
+            with urllib.request.urlopen(f"{url}/_lab/stats", timeout=10) as resp:
+                logged = len(json.loads(resp.read())["requests"])
+            if logged >= 2:
+                break
+            time.sleep(0.1)
+        assert logged == 2
         static = f"http://127.0.0.1:{port}/hub/{TINY}/repo.json"
         with pytest.raises(urllib.error.HTTPError):  # the raw tree is not served
             urllib.request.urlopen(static, timeout=10)
