@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 import logging
 import struct
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
