@@ -105,6 +105,16 @@ GPU_GATES = {
 }
 
 
+
+#: roles/rdma
+RDMA = {
+    # RDMA userspace, GPUDirect RDMA and the host record's "rdma" block: "auto" (where
+    # the host has RDMA devices in /sys/class/infiniband), "on" (record an empty list
+    # where none are found), "off".
+    # accepts: str: auto, on or off (true/false: on/off)
+    "rdma": "auto",
+}
+
 #: roles/proxmox (deploy/hypervisor.py; gpuserve check reads it for hypervisor hosts)
 PROXMOX = {
     # The VM that receives the GPUs through vfio-pci passthrough (this or proxmox_ctid).

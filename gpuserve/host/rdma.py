@@ -1,0 +1,119 @@
+"""RDMA decisions of the host deploy: userspace packages per distribution, GPUDirect RDMA
+(dma-buf or nvidia-peermem) from the driver and kernel, and the record written to
+host.json (``rdma``) that the PD serve path and the doctor read.
+
+Why, and the sources: gpuserve/data/host/rdma.yaml and docs/disaggregation.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from gpuserve import safeload
+from gpuserve.errors import InputError
+from gpuserve.parsers.rdma import RdmaPort
+from gpuserve.paths import DATA_DIR
+
+MODES = ("auto", "on", "off")
+
+
+@cache
+def catalog() -> dict[str, Any]:
+    return safeload.load_yaml_file(DATA_DIR / "host" / "rdma.yaml")
+
+
+def rdma_mode(value: object, source: str) -> str:
+    """Host data ``rdma``: auto (where the host has RDMA devices), on, off."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value not in MODES:
+        raise InputError(source, "rdma", f"must be one of {', '.join(MODES)} (or true/false), "
+                         f"got {value!r}")
+    return str(value)
+
+
+def wanted(mode: str, ports: list[RdmaPort]) -> bool:
+    """Whether this host gets the RDMA userspace: asked for, or devices found."""
+    return mode == "on" or (mode == "auto" and bool(ports))
+
+
+def packages(distro_id: str | None) -> tuple[str, ...]:
+    """The userspace packages for the host's distribution (``ID`` of os-release)."""
+    table = catalog()["packages"]
+    name = (distro_id or "").lower()
+    if name not in table:
+        raise ValueError(f"no RDMA package list for distribution {distro_id!r} "
+                         f"(known: {', '.join(sorted(table))}; gpuserve/data/host/rdma.yaml)")
+    return tuple(table[name])
+
+
+def _kernel_tuple(release: str | None) -> tuple[int, int] | None:
+    match = re.match(r"(\d+)\.(\d+)", release or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+@dataclass(frozen=True)
+class GpuDirect:
+    """How GPU memory is registered with the NIC: "dmabuf", "nvidia-peermem" or None."""
+
+    method: str | None
+    reason: str
+
+
+def gpudirect(flavour: str, branch: int, kernel_release: str | None) -> GpuDirect:
+    """dma-buf where NVIDIA recommends it (open kernel module, branch and kernel new
+    enough), else the legacy nvidia-peermem module, else none."""
+    data = catalog()["gpudirect"]
+    kernel = _kernel_tuple(kernel_release)
+    need = _kernel_tuple(data["dmabuf_min_kernel"])
+    if (flavour in data["dmabuf_flavours"] and branch >= data["dmabuf_min_branch"]
+            and kernel is not None and need is not None and kernel >= need):
+        return GpuDirect("dmabuf", f"open kernel module {branch}, kernel {kernel_release} "
+                         f">= {data['dmabuf_min_kernel']}: dma-buf (NVIDIA's recommended "
+                         "path, no extra module)")
+    if branch >= data["peermem_min_branch"]:
+        why = (f"{flavour} kernel module" if flavour not in data["dmabuf_flavours"] else
+               f"kernel {kernel_release or 'unknown'} < {data['dmabuf_min_kernel']}"
+               if kernel is None or need is None or kernel < need else
+               f"branch {branch} < {data['dmabuf_min_branch']}")
+        return GpuDirect("nvidia-peermem", f"{why}: the legacy {data['peermem_module']} "
+                         "module, loaded at boot")
+    return GpuDirect(None, f"driver branch {branch} has neither dma-buf nor nvidia-peermem")
+
+
+def record(ports: list[RdmaPort], gpu_numa: list[int | None],
+           direct: GpuDirect | None) -> dict[str, Any]:
+    """host.json's ``rdma``: every port (devices[]), the GPUs' NUMA nodes and the
+    GPUDirect choice. The PD serve path passes only ACTIVE devices to SGLang."""
+    return {"devices": [p.as_dict() for p in ports],
+            "gpu_numa_nodes": sorted({n for n in gpu_numa if n is not None}),
+            "gpudirect": None if direct is None else {"method": direct.method,
+                                                       "reason": direct.reason}}
+
+
+def has_roce_v2(device: dict) -> bool:
+    return any(g.get("type") == "RoCE v2" for g in device.get("gids") or [])
+
+
+def problems(rdma: dict) -> list[tuple[str, str]]:
+    """(kind, evidence) of each RDMA fault in a host.json ``rdma`` record: port_down,
+    no_roce_v2_gid, numa_mismatch. The doctor's rules name and explain them."""
+    found = []
+    gpu_nodes = set(rdma.get("gpu_numa_nodes") or [])
+    for dev in rdma.get("devices") or []:
+        name = f"{dev.get('name')}/{dev.get('port')}"
+        if dev.get("state") != "ACTIVE":
+            found.append(("port_down", f"{name} is {dev.get('state')} "
+                          f"(physical {dev.get('phys_state')})"))
+            continue
+        if dev.get("link_layer") == "Ethernet" and not has_roce_v2(dev):
+            found.append(("no_roce_v2_gid", f"{name} is RoCE (Ethernet) with no RoCE v2 GID "
+                          f"({len(dev.get('gids') or [])} GIDs)"))
+        node = dev.get("numa_node")
+        if gpu_nodes and node is not None and node not in gpu_nodes:
+            found.append(("numa_mismatch", f"{name} is on NUMA node {node}, the GPUs on "
+                          f"{sorted(gpu_nodes)}"))
+    return found
