@@ -35,6 +35,14 @@ def rdma_mode(value: object, source: str) -> str:
     return str(value)
 
 
+def loopback_seconds(value: object, source: str) -> int:
+    """Host data ``rdma_loopback``: seconds of perftest per port, 0 (off) to 60."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 60:
+        raise InputError(source, "rdma_loopback", f"must be seconds from 0 (off) to 60, "
+                         f"got {value!r}")
+    return value
+
+
 def wanted(mode: str, ports: list[RdmaPort]) -> bool:
     """Whether this host gets the RDMA userspace: asked for, or devices found."""
     return mode == "on" or (mode == "auto" and bool(ports))
@@ -117,3 +125,55 @@ def problems(rdma: dict) -> list[tuple[str, str]]:
             found.append(("numa_mismatch", f"{name} is on NUMA node {node}, the GPUs on "
                           f"{sorted(gpu_nodes)}"))
     return found
+
+
+LOOPBACK_PATH = "/etc/gpuserve/rdma-loopback.json"
+
+
+def roce_v2_index(device: dict) -> int | None:
+    """A RoCE v2 GID index of a recorded port for perftest's ``-x``: an IPv4-mapped one
+    first (routable, what NCCL picks by default), else the first v2; None without."""
+    v2 = [g for g in device.get("gids") or [] if g.get("type") == "RoCE v2"]
+    mapped = [g for g in v2 if "0000:ffff:" in str(g.get("gid", "")).lower()]
+    return (mapped or v2)[0]["index"] if v2 else None
+
+
+def loopback_script(device: dict, seconds: int, tcp_port: int = 18515) -> str:
+    """Shell: perftest's ib_write_bw then ib_write_lat, server and client on this host
+    over ``device`` (its traffic goes through the device and back: a verbs smoke test
+    of device, driver and userspace, not a figure between hosts). Each client's output
+    follows a section marker; ``timeout`` bounds every process."""
+    from gpuserve.parsers.sections import marker
+
+    name, port = device["name"], int(device["port"])
+    gid = roce_v2_index(device) if device.get("link_layer") == "Ethernet" else None
+    common = f"-d {name} -i {port}" + (f" -x {gid}" if gid is not None else "") + " -F"
+    limit = seconds + 30
+    steps = []
+    for tool, extra, section in (("ib_write_bw", f"-D {seconds} --report_gbits", "bw"),
+                                 ("ib_write_lat", "-n 1000", "lat")):
+        steps.append(
+            f"timeout {limit} {tool} {common} {extra} -p {tcp_port} >/dev/null 2>&1 & _s=$!; "
+            f"sleep 1; echo '{marker(section)}'; "
+            f"timeout {limit} {tool} {common} {extra} -p {tcp_port} 127.0.0.1 2>&1; "
+            "wait $_s")
+    return "; ".join(steps)
+
+
+def loopback_result(device: dict, output: str) -> dict[str, Any]:
+    """The figures of :func:`loopback_script`'s output, or the tool's own error text."""
+    from gpuserve.parsers.rdma import parse_perftest_bw, parse_perftest_lat
+    from gpuserve.parsers.sections import split_sections
+
+    sections = split_sections(output)
+    result: dict[str, Any] = {"name": device["name"], "port": device["port"]}
+    try:
+        bw = parse_perftest_bw(sections.get("bw", []))
+        lat = parse_perftest_lat(sections.get("lat", []))
+    except ValueError as exc:
+        tail = [line for line in output.splitlines() if line.strip()][-3:]
+        result["error"] = f"{exc}: {' | '.join(tail)}"
+        return result
+    result.update(write_bw_gbps=round(bw.average_gbps, 3), write_bw_size=bw.size_bytes,
+                  write_lat_us=lat.t_avg, write_lat_p99_us=lat.p99)
+    return result

@@ -52,4 +52,6 @@ def plan_host(host_data: dict, source: str) -> HostSettings:
     gates = gate_runs.gate_settings(data, source, profile_ref=host_data.get("profile"))
     return dataclasses.replace(settings, gates=gates, results_dir=results_dir,
                                fabric=fabric.fabric_settings(data, source),
-                               rdma=rdma.rdma_mode(data["rdma"], source))
+                               rdma=rdma.rdma_mode(data["rdma"], source),
+                               rdma_loopback=rdma.loopback_seconds(data["rdma_loopback"],
+                                                                   source))

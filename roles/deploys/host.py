@@ -107,6 +107,7 @@ def provision_kernel_host(settings: HostSettings) -> None:
     # before anything uses CUDA (the measurement)
     fabric_manager.activate(fm, fm_changed, settings.fabric.wait_timeout)
     rdma.activate_gpudirect(direct)  # after the reboot that loads the new module
+    rdma.measure_loopback(settings.rdma_loopback)
     measure(settings)
 
 
@@ -115,6 +116,7 @@ def provision_userspace(settings: HostSettings, branch: int) -> None:
     branch of the host's kernel module), NCCL, the measurement."""
     cuda_toolkit.install_cuda_toolkit(lane=settings.cuda_lane, branch=branch)
     nccl.configure_nccl(overrides=settings.nccl_overrides)
+    rdma.measure_loopback(settings.rdma_loopback)
     measure(settings)
 
 

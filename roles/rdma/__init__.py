@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra import host
-from pyinfra.api import StringCommand, deploy, operation
+from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 from pyinfra.facts.server import LinuxDistribution
 
 from gpuserve.errors import InputError
@@ -106,3 +106,48 @@ def activate_gpudirect(direct: rdma_host.GpuDirect | None) -> None:
     if not observed()["peermem_loaded"]:
         planned.action("modprobe nvidia-peermem (GPUDirect RDMA)")
     load_peermem(name="GPUDirect RDMA: nvidia-peermem loaded")
+
+
+def _loopback(seconds: int, devices: list[dict]):
+    """FunctionCommand body: run the loopback on each ACTIVE port, log the figures and
+    write them to LOOPBACK_PATH; a port whose tools fail is named, the host not failed
+    (the record and the doctor already say what is wrong with a port)."""
+    import json
+
+    def run(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
+        results = []
+        for device in devices:
+            ok, output = host.run_shell_command(rdma_host.loopback_script(device, seconds))
+            text = "\n".join(output.stdout_lines + output.stderr_lines)
+            result = rdma_host.loopback_result(device, text)
+            results.append(result)
+            figures = (f"error: {result['error']}" if "error" in result else
+                       f"write {result['write_bw_gbps']} Gb/s, latency "
+                       f"{result['write_lat_us']} us (p99 {result['write_lat_p99_us']})")
+            host.log(f"RDMA loopback {device['name']}/{device['port']}: {figures}")
+        text = json.dumps({"loopback_seconds": seconds, "ports": results}, indent=2) + "\n"
+        command = managed.write_command(rdma_host.LOOPBACK_PATH, text, "root", "root", "644")
+        ok, _ = host.run_shell_command(command, **command.connector_arguments)
+        return ok
+
+    return run
+
+
+@operation(is_idempotent=False)
+def loopback(seconds: int):
+    devices = [d for d in (chosen_record() or {}).get("devices", [])
+               if d.get("state") == "ACTIVE"]
+    if not devices:
+        host.noop("no ACTIVE RDMA port to measure")
+        return
+    yield FunctionCommand(_loopback(seconds, devices), (), {})
+
+
+def measure_loopback(seconds: int) -> None:
+    """perftest over each ACTIVE port to itself for ``seconds`` (host data
+    ``rdma_loopback``; 0: off): figures in the log and LOOPBACK_PATH."""
+    if seconds <= 0 or chosen_record() is None:
+        return
+    planned.action(f"ib_write_bw/ib_write_lat loopback, {seconds} s a port "
+                   f"(writes {rdma_host.LOOPBACK_PATH})")
+    loopback(name="RDMA loopback: ib_write_bw, ib_write_lat", seconds=seconds)

@@ -83,3 +83,37 @@ def test_host_json_record_is_what_the_pd_path_reads():
     assert json.loads(text)["rdma"]["gpudirect"]["method"] == "dmabuf"
     assert rdma_devices(text.splitlines(), "host.json") == ("mlx5_0",)  # the ACTIVE one
     assert "rdma" not in json.loads(nccl_env.host_json(nccl_env.NcclPlan()))
+
+
+def test_loopback_script_uses_the_roce_v2_gid_and_bounds_each_tool():
+    from gpuserve.parsers.rdma import parse_sysfs_rdma
+
+    roce, ib = [p.as_dict() for p in parse_sysfs_rdma(
+        (FIXTURES / "sysfs_ib_grep_composed.txt").read_text())]
+    script = rdma_host.loopback_script(roce, 3)
+    assert "ib_write_bw -d mlx5_0 -i 1 -x 3 -F -D 3 --report_gbits" in script
+    assert "ib_write_lat -d mlx5_0 -i 1 -x 3 -F -n 1000" in script
+    assert script.count("timeout 33 ") == 4 and "127.0.0.1" in script
+    assert " -x " not in rdma_host.loopback_script(ib, 3)  # InfiniBand: LID, no GID index
+
+
+def test_loopback_result_from_real_perftest_outputs():
+    bw = (FIXTURES / "ib_write_bw_spark_rocep.txt").read_text()
+    lat = (FIXTURES / "ib_write_lat_spark_rocep.txt").read_text()
+    out = "\n".join([marker("bw"), bw, marker("lat"), lat])
+    result = rdma_host.loopback_result({"name": "rocep1s0f1", "port": 1}, out)
+    assert result == {"name": "rocep1s0f1", "port": 1, "write_bw_gbps": 111.71,
+                      "write_bw_size": 65536, "write_lat_us": 1.47, "write_lat_p99_us": 1.57}
+
+
+def test_loopback_failure_names_the_tool_text():
+    out = "\n".join([marker("bw"), " Couldn't connect to 127.0.0.1:18515", marker("lat")])
+    result = rdma_host.loopback_result({"name": "rxe0", "port": 1}, out)
+    assert "Couldn't connect" in result["error"]
+
+
+def test_loopback_seconds_validated():
+    assert plan_host({"rdma_loopback": 5}, "inv.py").rdma_loopback == 5
+    for bad in (-1, 61, True, "5"):
+        with pytest.raises(InputError, match="rdma_loopback"):
+            plan_host({"rdma_loopback": bad}, "inv.py")
