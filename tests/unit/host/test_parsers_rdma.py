@@ -122,3 +122,20 @@ def test_perftest_without_result_row_is_an_error():
         parse_perftest_bw(head)
     with pytest.raises(ParseError):
         parse_perftest_lat(head)
+
+
+def test_soft_roce_sysfs_from_the_lab_vm():
+    (port,) = parse_sysfs_rdma(fixture("sysfs_rxe0_lab_vm.txt"))
+    assert (port.device, port.state, port.link_layer, port.numa_node) == (
+        "rxe0", "ACTIVE", "Ethernet", None)
+    assert [(g.index, g.type) for g in port.gids] == [(0, "RoCE v2"), (1, "RoCE v2"),
+                                                      (2, "RoCE v2")]
+    assert port.gids[1].gid.endswith("ffff:0a00:020f")  # 10.0.2.15, the VM's address
+
+
+def test_soft_roce_perftest_rows_with_tabs():
+    bw = parse_perftest_bw(fixture("ib_write_bw_rxe0_lab_vm.txt"))
+    assert (bw.device, bw.link_type, bw.iterations, bw.average, bw.unit) == (
+        "rxe0", "Ethernet", 672, 0.12, "Gb/sec")
+    lat = parse_perftest_lat(fixture("ib_write_lat_rxe0_lab_vm.txt"))
+    assert (lat.t_min, lat.t_avg, lat.p99) == (31.76, 53.43, 508.54)
