@@ -852,6 +852,48 @@ def _persistence(ctx: Context) -> str | None:
     return f"persistence mode Disabled on GPU {', '.join(off)}" if off else None
 
 
+def _rdma_problems(ctx: Context, kind: str) -> str | None:
+    """The evidence of one kind of RDMA fault in the host's record (None: no record)."""
+    if ctx.facts.rdma is None:
+        return None
+    from gpuserve.host.rdma import problems
+
+    found = [evidence for k, evidence in problems(ctx.facts.rdma) if k == kind]
+    return "; ".join(found) or None
+
+
+@rule("rdma-port-down")
+def _rdma_port_down(ctx: Context) -> str | None:
+    return _rdma_problems(ctx, "port_down")
+
+
+@rule("rdma-no-roce-v2-gid")
+def _rdma_no_roce_v2(ctx: Context) -> str | None:
+    return _rdma_problems(ctx, "no_roce_v2_gid")
+
+
+@rule("rdma-numa-mismatch")
+def _rdma_numa(ctx: Context) -> str | None:
+    return _rdma_problems(ctx, "numa_mismatch")
+
+
+@rule("pd-without-rdma")
+def _pd_without_rdma(ctx: Context) -> str | None:
+    """A prefill or decode profile whose host recorded no ACTIVE RDMA port: the KV
+    cache moves over TCP. Unknown (no record gathered) never fires."""
+    spec = ctx.profile.disaggregation
+    if spec is None or ctx.facts.rdma is None:
+        return None
+    active = [d for d in ctx.facts.rdma.get("devices") or [] if d.get("state") == "ACTIVE"]
+    if active:
+        return None
+    from gpuserve.fleet.disaggregation import TCP_COST
+
+    return (f"{spec.mode or 'PD'} with {spec.transfer_backend}, "
+            f"{len(ctx.facts.rdma.get('devices') or [])} RDMA ports recorded, none ACTIVE: "
+            f"TCP fallback; {TCP_COST}")
+
+
 @rule("deepep-needs-nvlink")
 def _deepep_needs_nvlink(ctx: Context) -> str | None:
     """DeepEP moves tokens over NVLink inside a node (its README's requirements); with

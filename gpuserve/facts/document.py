@@ -16,11 +16,13 @@ from typing import Any, TypeVar
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.facts.base import complete_jobs, in_parallel, logger, print_file, quiet
 from gpuserve.facts.gpu import CUDA_TOOLKIT_COMMAND, NVIDIA_DRIVER_COMMAND, driver_from_sections
 from gpuserve.facts.host import BOOT_EVIDENCE_COMMAND, IOMMU_COMMAND, IOMMU_MARKER
 from gpuserve.host.hostfacts import HostFacts
+from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.measure.gate_runs import MEASURED_JSON, read_measured
 from gpuserve.measure.gates import measured_section
 from gpuserve.parsers import (
@@ -71,6 +73,9 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
     # so the doctor sees what the box did beside what the driver claims
     ("measured", f"if [ -e {MEASURED_JSON} ]; then {print_file(MEASURED_JSON)} "
                  f"|| echo '{UNREADABLE}'; fi"),
+    # the host deploy's record (roles/rdma writes its ``rdma`` block): the RDMA rules
+    ("host_json", f"if [ -e {HOST_JSON_PATH} ]; then cat {HOST_JSON_PATH} 2>/dev/null "
+                  f"|| echo '{UNREADABLE}'; fi"),
 )
 SECTION_NAMES = tuple(name for name, _ in _SECTIONS) + ("sglang",)
 _NVIDIA_SMI_SECTIONS = ("gpus", "topo", "p2p_r", "p2p_w", "fabric")
@@ -142,7 +147,22 @@ def document_from_sections(sections: dict[str, list[str]]) -> dict[str, Any]:
         "cpu_vendor": _parse(sections.get("cpu"), cpuinfo.parse_cpu_vendor),
         "sglang_version": sglang[0] if sglang else None,
         "measured": _measured(sections.get("measured")),
+        "rdma": _rdma(sections.get("host_json")),
     }
+
+
+def _rdma(lines: list[str] | None) -> dict[str, Any] | None:
+    """host.json's ``rdma`` block; None when not gathered, absent or unreadable (unknown:
+    the RDMA rules stay silent)."""
+    if not lines or UNREADABLE in "\n".join(lines):
+        return None
+    try:
+        doc = safeload.loads_json("\n".join(lines), HOST_JSON_PATH)
+    except InputError as exc:
+        logger.warning("host facts document: %s: %s, treated as unknown", HOST_JSON_PATH, exc)
+        return None
+    rdma = doc.get("rdma") if isinstance(doc, dict) else None
+    return rdma if isinstance(rdma, dict) else None
 
 
 def _measured(lines: list[str] | None) -> dict[str, Any] | None:

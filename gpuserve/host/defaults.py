@@ -105,6 +105,21 @@ GPU_GATES = {
 }
 
 
+
+#: roles/rdma
+RDMA = {
+    # RDMA userspace, GPUDirect RDMA and the host record's "rdma" block: "auto" (where
+    # the host has RDMA devices in /sys/class/infiniband), "on" (record an empty list
+    # where none are found), "off".
+    # accepts: str: auto, on or off (true/false: on/off)
+    "rdma": "auto",
+    # Seconds of perftest (ib_write_bw, then ib_write_lat) over each ACTIVE port to
+    # itself after provisioning: a verbs smoke test, figures in the log and
+    # /etc/gpuserve/rdma-loopback.json; 0 turns it off.
+    # accepts: int (seconds, 0-60)
+    "rdma_loopback": 0,
+}
+
 #: roles/proxmox (deploy/hypervisor.py; gpuserve check reads it for hypervisor hosts)
 PROXMOX = {
     # The VM that receives the GPUs through vfio-pci passthrough (this or proxmox_ctid).

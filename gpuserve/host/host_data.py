@@ -83,6 +83,8 @@ class HostSettings:
     gates: Any = None  # gpuserve.measure.gate_runs.GateSettings (gpuserve/plans/host.py)
     results_dir: str = "results"  # where the measuring stage records (roles.checks)
     fabric: Any = None  # gpuserve.host.fabric.FabricSettings (gpuserve/host/plan.py)
+    rdma: str = "auto"  # roles/rdma: auto, on, off (gpuserve.host.rdma.rdma_mode)
+    rdma_loopback: int = 0  # roles/rdma: seconds of perftest loopback per port, 0 off
 
 
 def kernel_settings(data: dict[str, Any], src: str) -> KernelSettings:

@@ -223,6 +223,9 @@ class HostFacts:
     #: each GPU's fabric registration ({"bus_id", "state", "status"}; NVSwitch hosts),
     #: None when not gathered
     fabric: tuple[dict[str, str | None], ...] | None = None
+    #: host.json's ``rdma`` block as roles/rdma records it (devices[] per port, the
+    #: GPUs' NUMA nodes, GPUDirect); None when not gathered
+    rdma: dict[str, Any] | None = None
     source: str | None = field(default=None, compare=False)
 
     # ---- derived views the rules share
@@ -313,6 +316,7 @@ class HostFacts:
             sglang_version=root.get("sglang_version", str),
             measured=_measured(root),
             fabric=_fabric(root),
+            rdma=_rdma(root),
             source=f,
         )
 
@@ -343,6 +347,8 @@ class HostFacts:
             data.pop("fabric")  # the same
         else:
             data["fabric"] = list(data["fabric"])
+        if data["rdma"] is None:
+            data.pop("rdma")  # the same
         return data
 
 
@@ -436,6 +442,36 @@ def _unwrap_pyinfra_fact(data: Any, file: str | Path | None, host: str | None) -
         raise InputError(file, f"{PYINFRA_FACT_NAME}.{host}",
                          "pyinfra gathered no document for this host (did the fact fail?)")
     return hosts[host]
+
+
+def _rdma(root: _Reader) -> dict[str, Any] | None:
+    """The ``rdma`` block, its devices typed (name, port, state, link_layer, numa_node,
+    gids[] with type); other keys kept as they are."""
+    raw = root.data.get("rdma")
+    if raw is None:
+        return None
+    r = _Reader(raw, "rdma", root.file)
+    devices_raw = r.data.get("devices") or []
+    if not isinstance(devices_raw, list):
+        raise InputError(root.file, "rdma.devices", f"must be a list, got {_kind(devices_raw)}")
+    devices = []
+    for i, item in enumerate(devices_raw):
+        d = _Reader(item, f"rdma.devices[{i}]", root.file)
+        gids = d.data.get("gids") or []
+        if not isinstance(gids, list):
+            raise InputError(root.file, f"rdma.devices[{i}].gids", "must be a list")
+        devices.append({"name": d.get("name", str), "port": d.get("port", int, minimum=0),
+                        "state": d.get("state", str), "link_layer": d.get("link_layer", str),
+                        "phys_state": d.get("phys_state", str),
+                        "numa_node": d.get("numa_node", int, minimum=0),
+                        "gids": [{"index": _Reader(g, f"rdma.devices[{i}].gids[{j}]",
+                                                   root.file).get("index", int, minimum=0),
+                                  "type": g.get("type") if isinstance(g.get("type"), str)
+                                  else None} for j, g in enumerate(gids)]})
+    nodes = r.data.get("gpu_numa_nodes") or []
+    if not isinstance(nodes, list) or not all(isinstance(n, int) for n in nodes):
+        raise InputError(root.file, "rdma.gpu_numa_nodes", "must be a list of integers")
+    return {**r.data, "devices": devices, "gpu_numa_nodes": nodes}
 
 
 def _fabric(root: _Reader) -> tuple[dict[str, str | None], ...] | None:

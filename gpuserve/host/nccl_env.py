@@ -98,6 +98,7 @@ class NcclPlan:
     virtualization: str | None = None
     summary: str = ""
     measured: dict[str, Any] | None = None  # the measuring stage's choice, when it ran
+    rdma: dict[str, Any] | None = None  # roles/rdma's record (gpuserve.host.rdma.record)
 
 
 def validate_overrides(overrides: Any) -> dict[str, str]:
@@ -237,6 +238,8 @@ def host_json(plan: NcclPlan) -> str:
     }
     if plan.measured is not None:  # beside the driver's verdict, not instead of it
         doc["measured_nccl"] = plan.measured
+    if plan.rdma is not None:  # devices the PD serve path and the doctor read
+        doc["rdma"] = plan.rdma
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 

@@ -14,7 +14,7 @@ import dataclasses
 from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.host import defaults as host_defaults
-from gpuserve.host import fabric, keyring, mirrors
+from gpuserve.host import fabric, keyring, mirrors, rdma
 from gpuserve.host.host_data import HostSettings, host_settings
 from gpuserve.measure import gate_runs
 from gpuserve.settings import settings as merged
@@ -23,8 +23,9 @@ from gpuserve.settings import settings as merged
 def defaults() -> dict:
     """Every host-data key deploy/host.py reads, with its documented default."""
     return merged({}, host_defaults.KERNEL, host_defaults.NVIDIA_DRIVER,
-                    host_defaults.FABRIC_MANAGER, host_defaults.CUDA_TOOLKIT,
-                    host_defaults.NCCL, host_defaults.GPU_GATES, {"results_dir": "results"})
+                  host_defaults.FABRIC_MANAGER, host_defaults.CUDA_TOOLKIT,
+                  host_defaults.NCCL, host_defaults.GPU_GATES, host_defaults.RDMA,
+                  {"results_dir": "results"})
 
 
 def plan_host(host_data: dict, source: str) -> HostSettings:
@@ -47,4 +48,7 @@ def plan_host(host_data: dict, source: str) -> HostSettings:
     # the collectives (an EP profile named by the serve deploy's ``profile`` adds two)
     gates = gate_runs.gate_settings(data, source, profile_ref=host_data.get("profile"))
     return dataclasses.replace(settings, gates=gates, results_dir=results_dir,
-                               fabric=fabric.fabric_settings(data, source))
+                               fabric=fabric.fabric_settings(data, source),
+                               rdma=rdma.rdma_mode(data["rdma"], source),
+                               rdma_loopback=rdma.loopback_seconds(data["rdma_loopback"],
+                                                                   source))

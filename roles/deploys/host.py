@@ -13,7 +13,15 @@ from gpuserve.host.driver import driver_plan, flavour_meta
 from gpuserve.host.host_data import HostSettings
 from gpuserve.host.proven import proven_on_host
 from gpuserve.plans.host import plan_host
-from gpuserve.roles import cuda_toolkit, fabric_manager, gpu_gates, kernel, nccl, nvidia_driver
+from gpuserve.roles import (
+    cuda_toolkit,
+    fabric_manager,
+    gpu_gates,
+    kernel,
+    nccl,
+    nvidia_driver,
+    rdma,
+)
 from gpuserve.roles.inventory import inventory_source, packaged_deploy
 from gpuserve.roles.nvidia_driver import userspace
 from gpuserve.roles.prefetch import defer, fact, prefetch
@@ -41,7 +49,7 @@ def provision(settings: HostSettings) -> None:
     # every read of the roles below in one remote command (roles/prefetch.py); the driver
     # role adds its files and packages once it knows the repository
     prefetch([*kernel.reads(), *nvidia_driver.fact_reads(), *fabric_manager.reads(),
-              *cuda_toolkit.reads(settings.cuda_lane), *nccl.reads(),
+              *cuda_toolkit.reads(settings.cuda_lane), *nccl.reads(), *rdma.reads(),
               *gpu_gates.reads(settings.gates)])
     # the measuring tools' build stamps are named after the NCCL this batch found: they
     # join the driver role's second batch instead of costing a command each
@@ -58,6 +66,9 @@ def provision(settings: HostSettings) -> None:
                                            container_kind=container,
                                            contrib=settings.debian_contrib, fm=fm)
         fabric_manager.activate(fm, fm_changed, settings.fabric.wait_timeout)
+        # a container shares the host's kernel: userspace and record only, no module
+        rdma.install_rdma(direct=rdma.plan(settings.rdma, settings.flavour, plan.branch),
+                          kernel_host=False)
         provision_userspace(settings, plan.branch)
         return
     provision_kernel_host(settings)
@@ -82,6 +93,8 @@ def provision_kernel_host(settings: HostSettings) -> None:
         persistence=settings.persistence,
     ), fm=fm)
     cuda_toolkit.install_cuda_toolkit(lane=settings.cuda_lane, branch=settings.branch)
+    direct = rdma.plan(settings.rdma, settings.flavour, settings.branch)
+    rdma.install_rdma(direct=direct)  # before NCCL: its host.json carries the record
     nccl.configure_nccl(overrides=settings.nccl_overrides)
     kernel.activate_kernel(
         params=params,
@@ -92,6 +105,8 @@ def provision_kernel_host(settings: HostSettings) -> None:
     # after the reboot that loads the new module (FM refuses any other version) and
     # before anything uses CUDA (the measurement)
     fabric_manager.activate(fm, fm_changed, settings.fabric.wait_timeout)
+    rdma.activate_gpudirect(direct)  # after the reboot that loads the new module
+    rdma.measure_loopback(settings.rdma_loopback)
     measure(settings)
 
 
@@ -100,6 +115,7 @@ def provision_userspace(settings: HostSettings, branch: int) -> None:
     branch of the host's kernel module), NCCL, the measurement."""
     cuda_toolkit.install_cuda_toolkit(lane=settings.cuda_lane, branch=branch)
     nccl.configure_nccl(overrides=settings.nccl_overrides)
+    rdma.measure_loopback(settings.rdma_loopback)
     measure(settings)
 
 

@@ -71,8 +71,12 @@ def current_plan(overrides: dict[str, str], measured: object = _UNREAD) -> nccl_
         *(fact_if_unchanged(gpu.NvidiaP2P, mode=mode) for mode in ("r", "w"))
     )
     gpus = fact_if_unchanged(gpu.NvidiaGpus) or []
-    return nccl_env.plan_nccl(virtualization, verdict, overrides, len(gpus) or None,
+    plan = nccl_env.plan_nccl(virtualization, verdict, overrides, len(gpus) or None,
                               measured=measured if isinstance(measured, dict) else None)
+    from gpuserve.roles import rdma  # its record joins host.json (roles/rdma)
+
+    plan.rdma = rdma.chosen_record()
+    return plan
 
 
 def planned_files(overrides: dict[str, str]) -> tuple[tuple[str, str], ...]:

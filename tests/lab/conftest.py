@@ -59,7 +59,8 @@ def pytest_collection_modifyitems(config, items):
     tier the container host deploy (test_container_host.py) provisions the host right
     after the self-test, as deploy/host.py does on a Proxmox LXC container; in the VM
     tier the reboot through GRUB (test_kernel_cmdline.py) is last, so the host deploy
-    starts from a cold boot."""
+    starts from a cold boot, and the soft-RoCE deploy (test_rdma_vm.py) comes after
+    the host deploy's module."""
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.path)).parents:
@@ -67,7 +68,7 @@ def pytest_collection_modifyitems(config, items):
     order = {"test_lab.py": 0, "test_lab_vm.py": 0, "test_container_host.py": 0.5,
              "test_monitor.py": 1.3, "test_nvswitch.py": 1.4, "test_router.py": 1.5,
              "test_faults.py": 2, "test_fleet.py": 3, "test_pd.py": 3.1,
-             "test_kernel_cmdline.py": 4}
+             "test_rdma_vm.py": 3.9, "test_kernel_cmdline.py": 4}
     items.sort(key=lambda it: order.get(Path(str(it.path)).name, 1))
 
 
