@@ -59,8 +59,9 @@ def test_python3_without_an_smg_lock_gets_the_managed_cpython_312(distro, python
     assert plan.lock.name == "smg-1.13.0-py312"
     # built beside a python3 venv of the same lock, never in its place
     assert plan.venv.startswith(f"{HOME}/venvs/smg-1.13.0-{plan.lock.hash}-py")
-    assert build_steps(plan.venv, plan.requirements, [], None, plan.python)[0].startswith(
-        f"{shlex.quote(choice.path)} -m venv {shlex.quote(plan.venv)} ")
+    steps = build_steps(plan.venv, plan.requirements, [], None, plan.python)
+    assert f" venv {shlex.quote(plan.venv)} --no-config --python {shlex.quote(choice.path)} " \
+        in steps[1]
     assert plan.argv()[0] == f"{plan.venv}/bin/python"
 
 
