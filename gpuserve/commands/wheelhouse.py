@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "wheelhouse",
         help="download a lock's wheels (hash-checked) into a directory for pip_find_links",
-        description="Download exactly the wheels of a lock, checking each sha256, into DIR. "
-        "Point the host's pip_find_links at DIR (served over https, or a trusted mirror).",
+        description="Download exactly the wheels of a lock, checking each sha256, into DIR, "
+        "with the pinned uv wheel that installs them. Point the host's pip_find_links at "
+        "DIR (served over https, or a trusted mirror).",
     )
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--lock", help="a lock file (gpuserve/data/locks/*.json, SGLang's or "
