@@ -23,6 +23,12 @@ lock ``gpuserve/data/locks/sglang-0.5.23-cu13-py311.json`` pins, downloads them 
 the same cache (sha256-checked against that lock) and puts them beside the stand-ins in
 ``<mirror>/wheels``, so the lab locks below include the real client.
 
+uv (``wheels/`` and ``pypi/``): every locked venv is built by the pinned uv
+(gpuserve/serve/uv.py), which the host installs from the lock's own find-links.
+:func:`publish_uv` downloads the pin's x86_64 wheel once into the same cache (sha256
+against ``gpuserve/data/tools/uv.json``) and puts it into both directories, so the lab
+serves through uv-built venvs with no other network than the mirror.
+
 The tool resolves with ``--find-links <mirror>/wheels`` and ``--index-url`` set to the
 same directory, which holds no project pages: pip finds every candidate through
 find-links and never reaches PyPI. The lock's ``url`` fields are those controller
@@ -166,6 +172,29 @@ def publish_pypi(mirror_root: Path, locks_dir: Path | None = None) -> list[str]:
                     shutil.copyfile(cached, tmp)
                     tmp.replace(target)
                 names.append(pkg.filename)
+    return names
+
+
+def _publish_file(cached: Path, target: Path, sha256: str) -> None:
+    """``cached`` at ``target`` unless a file of that sha256 is there (renamed into place)."""
+    if not (target.exists() and _sha256(target) == sha256):
+        tmp = target.with_name(f".{target.name}.new")
+        shutil.copyfile(cached, tmp)
+        tmp.replace(target)
+
+
+def publish_uv(mirror_root: Path) -> list[str]:
+    """The pinned uv wheel for the guest (x86_64) into ``wheels/`` and ``pypi/``, the
+    find-links of the SGLang and the gateway deploys; returns the file names."""
+    from gpuserve.serve.uv import pin
+
+    names = []
+    for wheel in pin().wheels_for(GUEST_MARKERS["platform_machine"]):
+        cached = fetch_wheel(wheel.url, wheel.sha256, pypi_cache() / wheel.filename)
+        for sub in ("wheels", PYPI_SUBDIR):
+            (Path(mirror_root) / sub).mkdir(parents=True, exist_ok=True)
+            _publish_file(cached, Path(mirror_root) / sub / wheel.filename, wheel.sha256)
+        names.append(wheel.filename)
     return names
 
 

@@ -40,8 +40,10 @@ from pathlib import Path
 # pypi/, each checked against the lock's sha256.
 # lab.hub.publish composes the Hub stand-in's repositories into hub/ (lab/hub/README.md).
 # lab.locks:publish_hub_client puts the real huggingface-hub closure into wheels/ first.
+# lab.locks:publish_uv puts the pinned uv wheel into wheels/ and pypi/ (every venv's
+# installer, found through the deploy's find-links).
 PUBLISHERS = ("lab.torch_standin", "lab.sglang_standin", "lab.locks:publish_hub_client",
-              "lab.nvidia_repo", "lab.locks",
+              "lab.locks:publish_uv", "lab.nvidia_repo", "lab.locks",
               "lab.gate_tools", "lab.locks:publish_pypi", "lab.hub.publish",
               "lab.python_standin")
 LAYOUT = ("wheels", "cuda/repos/debian12/x86_64", "cuda/repos/debian13/x86_64", "pypi", "hub",

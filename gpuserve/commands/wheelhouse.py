@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "wheelhouse",
         help="download a lock's wheels (hash-checked) into a directory for pip_find_links",
-        description="Download exactly the wheels of a lock, checking each sha256, into DIR. "
-        "Point the host's pip_find_links at DIR (served over https, or a trusted mirror).",
+        description="Download exactly the wheels of a lock, checking each sha256, into DIR, "
+        "with the pinned uv wheel that installs them. Point the host's pip_find_links at "
+        "DIR (served over https, or a trusted mirror).",
     )
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--lock", help="a lock file (gpuserve/data/locks/*.json, SGLang's or "
@@ -197,6 +198,31 @@ def run_python_builds(args: argparse.Namespace, target: Path) -> int:
     return 0
 
 
+def uv_wheels(locks: list[Lock], target: Path, check: bool, missing: list[str]) -> int:
+    """The pinned uv wheel for each lock's platform (gpuserve/data/tools/uv.json): the
+    deploy installs uv from the same find-links before the venv, so an air-gapped host
+    needs it beside the lock's wheels. Returns the bytes fetched; with ``check``, adds
+    what is missing to ``missing``."""
+    from gpuserve.serve.uv import pin
+
+    uv = pin()
+    arches = {"aarch64" if lock.platform.endswith("aarch64") else "x86_64" for lock in locks}
+    fetched = 0
+    for wheel in (w for w in uv.wheels if w.arch in arches):
+        dest = target / wheel.filename
+        if dest.is_file() and sha256_of(dest) == wheel.sha256:
+            continue
+        if check:
+            missing.append(f"uv {uv.version} (the venvs' installer): {dest} is missing or "
+                           "its sha256 differs")
+            continue
+        print(f"  uv {uv.version}: {wheel.filename} ({wheel.size / 1024**2:.1f} MiB)",
+              flush=True)
+        fetch(wheel.url, dest, wheel.sha256, "the uv pin's")
+        fetched += wheel.size
+    return fetched
+
+
 def run(args: argparse.Namespace) -> int:
     target = Path(args.dir)
     if getattr(args, "python_builds", False):
@@ -231,6 +257,7 @@ def run(args: argparse.Namespace) -> int:
                   f"({pkg.size / 1024**2:.1f} MiB)", flush=True)
             fetch(pkg.url, dest, pkg.sha256)
             total += pkg.size
+    total += uv_wheels(locks, target, args.check, missing)
     for line in missing:
         print(f"gpuserve: wheelhouse: {line}", file=sys.stderr)
     if not args.check:

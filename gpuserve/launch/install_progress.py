@@ -44,6 +44,31 @@ def pip_progress(lines: list[str], lock: Lock, elapsed_s: float) -> str:
             f"{total_bytes / GIB:.2f} GiB by the lock){current}, {elapsed_s:.0f} s")
 
 
+#: The lines of a uv install (the bootstrap's pip, then uv 0.13's summaries, printed by
+#: crates/uv/src/commands/pip/operations.rs: "Resolved N packages in", "Prepared N
+#: packages in", "Installed N packages in"); uv prints nothing per wheel without a tty.
+UV_LINES = (r"^(Collecting uv==|Successfully installed uv-|Resolved [0-9]+ package|"
+            r"Prepared [0-9]+ package|Installed [0-9]+ package)")
+
+
+def uv_progress(lines: list[str], lock: Lock, elapsed_s: float) -> str:
+    """``fetching and unpacking 19 packages (3.40 GiB by the lock), 45 s``, or the step
+    before or after it, from the lines so far (those matching :data:`UV_LINES`)."""
+    count = len(lock.packages)
+    total = sum(int(p.size or 0) for p in lock.packages) / GIB
+    last = lines[-1] if lines else ""
+    if last.startswith("Installed "):
+        return f"installed {count} packages ({total:.2f} GiB), {elapsed_s:.0f} s"
+    if last.startswith("Prepared "):
+        return f"all {count} packages fetched ({total:.2f} GiB), installing, {elapsed_s:.0f} s"
+    if last.startswith("Resolved "):
+        return (f"fetching and unpacking {count} packages ({total:.2f} GiB by the lock), "
+                f"{elapsed_s:.0f} s")
+    if last.startswith("Collecting uv=="):
+        return f"installing the pinned uv, {elapsed_s:.0f} s"
+    return f"creating the venv, {elapsed_s:.0f} s"
+
+
 #: apt-get's lines the progress of a package install is read from (apt 2.x:
 #: apt-private/private-install.cc "%lu upgraded, %lu newly installed, ..." and "Need to
 #: get %sB of archives."; apt-pkg/acquire-worker "Get:%lu %s [%sB]"; dpkg's "Unpacking

@@ -19,9 +19,10 @@ from gpuserve.errors import GpuserveError
 from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.locks import Lock
 
-# Free space a venv needs beyond its wheels: pip unpacks next to its download cache and
-# installed trees are larger than the wheels that carry them (torch's 0.5 GiB wheel
-# unpacks to about 1.6 GiB). Twice the wheels plus 2 GiB, checked against the lock size.
+# Free space a venv needs beyond its wheels: uv unpacks into its cache beside the venvs
+# (hard-linked into the venv, one copy) and installed trees are larger than the wheels
+# that carry them (torch's 0.5 GiB wheel unpacks to about 1.6 GiB). Twice the wheels
+# plus 2 GiB, checked against the lock size.
 DISK_FACTOR = 2.0
 DISK_MARGIN_BYTES = 2 * 1024**3
 

@@ -89,10 +89,12 @@ def plan_removal(host_data: dict, source: str) -> RemovalPlan:
         Target(LAST_GOOD_DIR, "the last good unit, env and config copies"),
         Target(f"{home}/venvs", "the SGLang venvs"),
         Target(f"{home}/locks", "the SGLang lock requirements"),
+        Target(f"{home}/tools", "the pinned uv that builds the venvs"),
         Target(install.bin_dir(home), "the host scripts (redactor, checks)"),
         Target(router_plan.CONFIG_DIR, "the gateway's manifest and API key"),
         *(Target(f"{router_home}/{name}", f"the gateway's {what}") for name, what in (
-            ("venvs", "venvs"), ("locks", "lock requirements"), ("bin", "host scripts"),
+            ("venvs", "venvs"), ("locks", "lock requirements"), ("tools", "pinned uv"),
+            ("bin", "host scripts"),
             ("cache", "state directory"))),
     ]
     kept = ["records (controller results, /etc/gpuserve/host.json, nccl.env, "

@@ -18,7 +18,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand, deploy, operation
 from pyinfra.operations import server
 
 from gpuserve.errors import InputError
-from gpuserve.launch.install_progress import PIP_LINES, pip_progress
+from gpuserve.launch.install_progress import UV_LINES, uv_progress
 from gpuserve.launch.interpreter import InterpreterChoice
 from gpuserve.launch.lock_choice import public_version
 from gpuserve.launch.locks import Lock
@@ -39,6 +39,7 @@ from gpuserve.roles.failure import fail_host
 from gpuserve.roles.interpreter import install_interpreter
 from gpuserve.roles.inventory import inventory_source
 from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.serve import uv
 from gpuserve.serve.install import (
     PIP_CONFIG,
     bin_dir,
@@ -198,13 +199,15 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
 
     ``pip_config`` (a function, so that pyinfra's operation arguments never hold the
     text) returns the pip config file with the mirror credentials; it is written from
-    stdin to ``pip_config_path`` (0600 root) for the install and removed after it,
-    whatever pip's exit status."""
+    stdin to ``pip_config_path`` (0600 root), with uv's equivalent beside it, for the
+    install and both are removed after it, whatever its exit status."""
     if host.get_fact(VenvVerified, venv=venv) == lock.hash:
         host.noop(f"{venv} is verified for lock {lock.name}")
         return
     if pip_config is not None:
         yield managed.write_secret_command(pip_config_path, pip_config())
+        yield managed.write_secret_command(uv_config_path(pip_config_path) or "",
+                                           uv.uv_config_text(pip_config()))
     steps = build_steps(venv, requirements, pip_options,
                         pip_config_path if pip_config is not None else None, python)
     # detached, polled with a progress line every 10 s (roles/progress.py); an unstamped
@@ -213,7 +216,7 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
     yield progress.start_command(run_dir, "\n".join(steps), before=clear_leftovers(venv))
     if not state.is_executing:
         return
-    job = progress.wait(run_dir, PIP_LINES, lambda lines, s: pip_progress(lines, lock, s),
+    job = progress.wait(run_dir, UV_LINES, lambda lines, s: uv_progress(lines, lock, s),
                         label=f"venv {venv.rsplit('/', 1)[-1]}", timeout=INSTALL_TIMEOUT_S)
     if job.rc != 0:
         yield fail_host(f"venv: building {venv} from lock {lock.name} failed "
@@ -225,30 +228,34 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
 
 def build_steps(venv: str, requirements: str, pip_options: list[str],
                 pip_config_path: str | None = None, python: str = "python3") -> list[str]:
-    """The install's shell steps: the venv, pip's hash-checked install (with the
-    credentials file, removed after it whatever pip's status), ``pip check``."""
+    """The install's shell steps: the credentials files removed at exit whatever the
+    status, the pinned uv (gpuserve/serve/uv.py), the venv and uv's hash-checked install
+    of the lock without resolving, ``uv pip check``."""
     q = shlex.quote
-    pip = f"{q(venv)}/bin/pip"
-    options = " ".join(q(a) for a in pip_options)
     # A step that fails (a full disk, a bad hash, a broken set) removes the venv at once:
     # half a venv is never served anyway, and on a full disk it would keep the space the
     # next attempt needs. Only an interrupted deploy leaves one, rebuilt by the next run.
-    # The space left is measured before the removal: `python3 -m venv` hides ensurepip's
+    # The space left is measured before the removal: a venv tool hides the
     # "No space left on device" behind "returned non-zero exit status 1".
     parent = q(venv.rsplit("/", 1)[0])
     failed = (f"{{ free=$(df -Pm {parent} | tail -n 1 | tr -s ' ' | cut -d ' ' -f 4); "
               f'rm -rf {q(venv)}; echo "gpuserve: building {venv} failed (exit $status, '
               '${free:-?} MiB free on its filesystem); the unfinished venv was removed" >&2; '
               "exit $status; }")
-    install = (f"{pip} install --disable-pip-version-check --no-input --require-hashes "
-               f"--no-deps --only-binary=:all: {options} -r {q(requirements)}")
-    if pip_config_path is None:
-        install_step = f"{install} || {{ status=$?; {failed}; }}"
-    else:
-        install_step = (f"PIP_CONFIG_FILE={q(pip_config_path)} {install}; status=$?; "
-                        f"rm -f {q(pip_config_path)}; [ $status -eq 0 ] || {failed}")
-    return [f"{q(python)} -m venv {q(venv)} || {{ status=$?; {failed}; }}", install_step,
-            f"{pip} check --disable-pip-version-check || {{ status=$?; {failed}; }}"]
+    pin = uv.pin()
+    uv_config = uv_config_path(pip_config_path)
+    steps = [uv.bootstrap_step(venv, python, pip_options, pin.version, pin.requirement(),
+                               pip_config_path),
+             *uv.install_steps(venv, python, requirements, pip_options, pin.version,
+                               uv_config)]
+    trap = ([f"trap {q('rm -f -- ' + q(pip_config_path) + ' ' + q(uv_config))} EXIT"]
+            if pip_config_path and uv_config else [])
+    return trap + [f"{step} || {{ status=$?; {failed}; }}" for step in steps]
+
+
+def uv_config_path(pip_config_path: str | None) -> str | None:
+    """uv's credentials file beside pip's (``<pip's>.uv.toml``); None without one."""
+    return f"{pip_config_path}.uv.toml" if pip_config_path else None
 
 
 def ere_literal(text: str) -> str:
@@ -260,17 +267,18 @@ def ere_literal(text: str) -> str:
 def clear_leftovers(venv: str) -> str:
     """Shell that stops what still builds ``venv`` and removes it, then ``&&``.
 
-    Why: a deploy cut off mid-build (an SSH drop) leaves ``python3 -m venv`` or pip
-    running on the host (no pty, so no SIGHUP), still writing into the directory; the
-    rerun's ``rm -rf`` then fails ("Directory not empty") or, worse, the old process
-    writes into the new venv. The patterns are bracketed literals, and the shell running
-    them (whose text holds the plain path) and its parent are skipped."""
+    Why: a deploy cut off mid-build (an SSH drop) leaves ``uv venv`` or ``uv pip``
+    (``--python <venv>/bin/python``) running on the host (no pty, so no SIGHUP), still
+    writing into the directory; the rerun's ``rm -rf`` then fails ("Directory not
+    empty") or, worse, the old process writes into the new venv. The patterns are
+    bracketed literals, and the shell running them (whose text holds the plain path)
+    and its parent are skipped."""
     q = shlex.quote
     pattern = ere_literal(venv)
     # this very shell (and its parent) holds the plain path too: never itself
     return (f"if command -v pgrep >/dev/null 2>&1; then "
-            f"for p in $(pgrep -f -- {q('-m venv ' + pattern)}; "
-            f"pgrep -f -- {q(pattern + '/bin/pip')}); do "
+            f"for p in $(pgrep -f -- {q('venv ' + pattern)}; "
+            f"pgrep -f -- {q(pattern + '/bin/p')}); do "
             f"[ \"$p\" = \"$$\" ] || [ \"$p\" = \"$PPID\" ] || kill \"$p\" 2>/dev/null; done; "
             f"fi; for i in 1 2 3 4 5; do rm -rf {q(venv)} 2>/dev/null && break; sleep 1; "
             f"done; [ ! -e {q(venv)} ] && ")

@@ -165,6 +165,25 @@ def test_systemd_splits_the_rendered_args_into_the_same_words(lab) -> None:
     assert json.loads(r.stdout.strip().splitlines()[-1]) == words, r.stdout
 
 
+def test_the_venv_is_built_by_the_pinned_uv(vm, first_run) -> None:
+    """uv (gpuserve/data/tools/uv.json) came from the lab mirror's find-links as a
+    hash-checked wheel into /opt/gpuserve/tools, and built the served venv: uv writes
+    its version into pyvenv.cfg and installs no pip."""
+    from gpuserve.serve.uv import pin
+
+    version = pin().version
+    uv = f"/opt/gpuserve/tools/uv-{version}/bin/uv"
+    assert vm.check_output(f"{uv} --version").split()[:2] == ["uv", version]
+    unit = vm.file(UNIT_PATH).content_string
+    venv = re.search(r"ExecStart=(/opt/gpuserve/venvs/[^/\s]+)/bin/python", unit).group(1)
+    cfg = vm.file(f"{venv}/pyvenv.cfg").content_string
+    assert re.search(rf"^uv = {re.escape(version)}$", cfg, re.M), cfg
+    assert not vm.file(f"{venv}/bin/pip").exists
+    assert not vm.file("/opt/gpuserve/tools/uv-cache").exists  # removed after the install
+    check = vm.run(f"UV_NO_CONFIG=1 {uv} pip check --python {venv}/bin/python")
+    assert check.rc == 0 and "All installed packages are compatible" in check.stderr, check
+
+
 def test_service_account_is_gpuserve_own(vm, first_run) -> None:
     """The account carries gpuserve's mark, so a later deploy knows it may manage it."""
     fields = vm.check_output("getent passwd sglang").split(":")

@@ -1,8 +1,8 @@
 """Verify a freshly installed SGLang venv from the inside: what really imports.
 
 Uploaded by roles/sglang and run as the service user with the venv's own python, after
-``pip install --require-hashes`` and ``pip check`` and before the venv is put behind the
-unit. pip checks nothing about the GPU (sglang-install.md §4.8), so this imports torch
+``uv pip install --require-hashes`` and ``uv pip check`` and before the venv is put behind
+the unit. Neither checks anything about the GPU (sglang-install.md §4.8), so this imports torch
 and sglang the way the server will and reports what they say. Stdlib apart from the two
 imports under test; prints exactly one JSON line and always exits 0: the controller
 judges it against the lock (gpuserve/launch/verify.py).

@@ -59,8 +59,9 @@ def test_python3_without_an_smg_lock_gets_the_managed_cpython_312(distro, python
     assert plan.lock.name == "smg-1.13.0-py312"
     # built beside a python3 venv of the same lock, never in its place
     assert plan.venv.startswith(f"{HOME}/venvs/smg-1.13.0-{plan.lock.hash}-py")
-    assert build_steps(plan.venv, plan.requirements, [], None, plan.python)[0].startswith(
-        f"{shlex.quote(choice.path)} -m venv {shlex.quote(plan.venv)} ")
+    steps = build_steps(plan.venv, plan.requirements, [], None, plan.python)
+    assert f" venv {shlex.quote(plan.venv)} --no-config --python {shlex.quote(choice.path)} " \
+        in steps[1]
     assert plan.argv()[0] == f"{plan.venv}/bin/python"
 
 
@@ -149,6 +150,7 @@ def test_the_wheelhouse_takes_smgs_lock_with_its_filters(tmp_path, capsys) -> No
     """``gpuserve wheelhouse --lock`` on smg's lock (it has no CUDA facts): the plan of
     exactly its wheels, and ``--check`` naming each one missing; a wrong filter refused."""
     from gpuserve.cli import main
+    from gpuserve.serve.uv import pin as uv_pin
 
     lock = next(lk for lk in app_locks("smg") if lk.python == "3.12")
     assert main(["wheelhouse", "--lock", str(lock.path), "--dry-run", str(tmp_path)]) == 0
@@ -157,7 +159,9 @@ def test_the_wheelhouse_takes_smgs_lock_with_its_filters(tmp_path, capsys) -> No
     assert f"to fetch: {len(lock.packages)} wheels" in out
     assert main(["wheelhouse", "--lock", str(lock.path), "--check", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert err.count("is missing or its sha256 differs") == len(lock.packages)
+    # each of the lock's wheels, and the pinned uv that installs them
+    assert err.count("is missing or its sha256 differs") == len(lock.packages) + 1
+    assert f"uv {uv_pin().version} (the venvs' installer):" in err
     assert f"smg==1.13.0: {tmp_path}/{lock.package('smg').filename}" in err
     assert main(["wheelhouse", "--lock", str(lock.path), "--version", "1.12.0", "--dry-run",
                  str(tmp_path)]) != 0

@@ -14,6 +14,22 @@ from pathlib import Path
 import pytest
 
 from gpuserve.cli import main
+from gpuserve.serve import uv
+
+
+@pytest.fixture(autouse=True)
+def uv_pin(tmp_path: Path, monkeypatch) -> uv.UvPin:
+    """A uv pin of a wheel the test made (file://), in place of PyPI's."""
+    body = b"u" * 50
+    path = tmp_path / "src" / "uv-0.13.9-py3-none-manylinux_2_17_x86_64.whl"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(body)
+    pin = uv.UvPin("0.13.9", (uv.UvWheel(path.name, "x86_64", path.as_uri(),
+                                         hashlib.sha256(body).hexdigest(), len(body)),
+                              uv.UvWheel("uv-0.13.9-py3-none-manylinux_2_28_aarch64.whl",
+                                         "aarch64", "file:///nonexistent", "0" * 64, 1)))
+    monkeypatch.setattr(uv, "pin", lambda: pin)
+    return pin
 
 
 def wheel(tmp: Path, name: str, body: bytes) -> dict:
@@ -42,13 +58,19 @@ def test_downloads_exactly_the_lock_and_keeps_what_is_there(tmp_path: Path, caps
                                  wheel(tmp_path, "torch", b"t" * 300)])
     house = tmp_path / "house"
     assert main(["wheelhouse", "--lock", str(lock), str(house)]) == 0
+    # and the pinned uv for the lock's platform (the deploy installs it from here first)
     assert sorted(p.name for p in house.iterdir()) == [
-        "sglang-1.0-py3-none-any.whl", "torch-1.0-py3-none-any.whl"]
+        "sglang-1.0-py3-none-any.whl", "torch-1.0-py3-none-any.whl",
+        "uv-0.13.9-py3-none-manylinux_2_17_x86_64.whl"]
     assert "[2/2] torch-1.0-py3-none-any.whl" in capsys.readouterr().out
     # a rerun downloads nothing; --check agrees the house is complete
     assert main(["wheelhouse", "--lock", str(lock), str(house)]) == 0
     assert "downloaded 0.00 GiB" in capsys.readouterr().out
     assert main(["wheelhouse", "--lock", str(lock), "--check", str(house)]) == 0
+    # without uv the air-gapped host could not build the venv: --check says so
+    (house / "uv-0.13.9-py3-none-manylinux_2_17_x86_64.whl").write_bytes(b"x" * 50)
+    assert main(["wheelhouse", "--lock", str(lock), "--check", str(house)]) == 1
+    assert "uv 0.13.9 (the venvs' installer):" in capsys.readouterr().err
 
 
 def test_check_names_a_missing_wheel_and_a_wrong_hash_is_never_kept(tmp_path: Path,
@@ -117,7 +139,7 @@ def test_the_plan_comes_first_and_a_large_fetch_needs_yes(tmp_path: Path, capsys
     assert "to fetch: 2 wheels" in out and "add --yes" in err
     assert list(house.iterdir()) == []  # nothing fetched
     assert main(["wheelhouse", "--lock", str(lock), "--yes", str(house)]) == 0
-    assert len(list(house.iterdir())) == 2
+    assert len(list(house.iterdir())) == 3  # and the pinned uv
     # once there, the rest is under the threshold: no --yes needed
     assert main(["wheelhouse", "--lock", str(lock), str(house)]) == 0
     assert "to fetch: 0 wheels, 0.00 GiB" in capsys.readouterr().out

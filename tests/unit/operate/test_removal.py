@@ -30,6 +30,7 @@ def test_units_configs_and_venvs_go_records_and_weights_stay() -> None:
             "/etc/gpuserve/sglang-secrets.yaml", "/opt/gpuserve/venvs", "/opt/gpuserve/bin",
             "/etc/gpuserve/last-good", "/etc/systemd/system/gpuserve-router.service",
             "/etc/gpuserve-router", "/opt/gpuserve-router/venvs",
+            "/opt/gpuserve/tools", "/opt/gpuserve-router/tools",  # the pinned uv
             "/etc/gpuserve/running.json"} <= gone
     for kept in ("/etc/gpuserve", "/etc/gpuserve/host.json", "/etc/gpuserve/nccl.env",
                  "/etc/gpuserve/measured.json", "/opt/gpuserve", "/opt/gpuserve/bench",

@@ -88,5 +88,8 @@ def test_the_venv_is_built_with_the_chosen_interpreter(tmp_path) -> None:
 
     _, cmds = run(locked_venv, {".gpuserve-verified": "", **JOB_DONE}, **BUILD,
                   python=choice.path)
-    assert any(f"{choice.path} -m venv {BUILD['venv']}" in c for c in cmds)
-    assert not any("python3 -m venv" in c for c in cmds)
+    # uv builds the venv with it, and the pinned uv's tools venv is built with it too
+    assert any(f"uv venv {BUILD['venv']} --no-config --python {choice.path} " in c
+               for c in cmds)
+    assert any(f"{choice.path} -m venv /opt/gpuserve/tools/uv-" in c for c in cmds)
+    assert not any("python3 -m venv" in c or "--python python3" in c for c in cmds)

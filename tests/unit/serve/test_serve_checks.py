@@ -25,6 +25,7 @@ from pyinfra.api.operations import run_ops
 from gpuserve.launch.locks import available_locks
 from gpuserve.roles import managed
 from gpuserve.roles.checks import SmokeRequest, smoke_completion, wait_healthy
+from gpuserve.serve.uv import pin as uv_pin
 from tests.unit.conftest import run_fake_op
 
 
@@ -353,14 +354,25 @@ def test_missing_or_other_stamp_rebuilds_from_nothing_with_hashes(stamp: str) ->
               '$status, ${free:-?} MiB free on its filesystem); the unfinished venv was '
               'removed" >&2; exit $status; }; }')
     steps = build_steps(VENV, "/opt/gpuserve/locks/r.txt", BUILD["pip_options"])
-    assert steps[0] == f"python3 -m venv {VENV} || {failed}"
-    assert steps[1] == (f"{VENV}/bin/pip install --disable-pip-version-check --no-input "
-                        "--require-hashes --no-deps --only-binary=:all: --no-index "
-                        "--find-links http://10.0.2.2:8000/wheels/ -r /opt/gpuserve/locks/r.txt"
-                        f" || {failed}")
-    assert steps[2] == f"{VENV}/bin/pip check --disable-pip-version-check || {failed}"
+    version = uv_pin().version
+    uv = f"UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1 /opt/gpuserve/tools/uv-{version}/bin/uv"
+    # the pinned uv first, by pip with the pin's hashes, from the lock's own mirror
+    assert steps[0].startswith(f'[ "$(/opt/gpuserve/tools/uv-{version}/bin/uv --version ')
+    assert ("/bin/pip install --disable-pip-version-check --no-input --require-hashes "
+            "--no-deps --only-binary=:all: --no-index --find-links "
+            f"http://10.0.2.2:8000/wheels/ -r /opt/gpuserve/tools/uv-{version}.txt; }} || "
+            f"{failed}") in steps[0]
+    assert steps[1] == f"{uv} venv {VENV} --no-config --python python3 || {failed}"
+    assert steps[2] == ("{ UV_CACHE_DIR=/opt/gpuserve/tools/uv-cache "
+                        f"{uv} pip install --no-config --python {VENV}/bin/python "
+                        "--require-hashes --no-deps --only-binary :all: --link-mode hardlink "
+                        "--no-index --find-links http://10.0.2.2:8000/wheels/ "
+                        "-r /opt/gpuserve/locks/r.txt; status=$?; "
+                        "rm -rf /opt/gpuserve/tools/uv-cache; (exit $status); } || "
+                        f"{failed}")
+    assert steps[3] == f"{uv} pip check --no-config --python {VENV}/bin/python || {failed}"
     # one detached job runs them (leftovers of an interrupted run stopped first), polled
-    start = shlex.split(next(c for c in cmds if "python3 -m venv" in c))
+    start = shlex.split(next(c for c in cmds if "uv venv" in c))
     assert start[:2] == ["sh", "-c"] and start[2].startswith(clear_leftovers(VENV))
     assert shlex.quote("\n".join(steps)) in start[2]
     assert re.fullmatch(rf"rm -rf /run/gpuserve-jobs/venv-0\.5\.23-{LOCK.hash}-\d+", cmds[-1])
@@ -381,27 +393,44 @@ def test_a_failed_detached_install_fails_the_host_with_its_last_lines(caplog) ->
     assert "venv 0.5.23-" in caplog.text  # the last progress line, when it ended
 
 
+def fake_uv(tmp_path, version: str, pip_status: int) -> None:
+    """A uv at the pinned path that says ``version``, half-builds a venv and fails its
+    ``pip install`` with ``pip_status`` (on a host: a full disk or a bad hash)."""
+    uv = tmp_path / "tools" / f"uv-{version}" / "bin" / "uv"
+    uv.parent.mkdir(parents=True)
+    uv.write_text("#!/bin/sh\n"
+                  f'case "$1" in --version) echo "uv {version} (x86_64-unknown-linux-gnu)";;\n'
+                  '  venv) mkdir -p "$2/lib" && echo x > "$2/lib/half-written";;\n'
+                  f'  pip) [ "$2" = install ] && exit {pip_status};;\nesac\n')
+    uv.chmod(0o755)
+
+
 @pytest.mark.parametrize("credentials", [False, True])
 def test_a_failed_install_removes_the_unfinished_venv(tmp_path, credentials: bool) -> None:
-    """pip fails (here: no pip in the venv; on a host, a full disk or a bad hash): the
-    step's own shell removes the half-built venv and says so, with pip's exit status,
-    so a failed deploy does not leave it holding the disk."""
+    """uv's install fails: the step's own shell removes the half-built venv and says so,
+    with uv's exit status, so a failed deploy does not leave it holding the disk; the
+    credentials files go at the job's exit, the pinned uv already there is not rebuilt."""
     from gpuserve.roles.sglang import build_steps
 
+    version = uv_pin().version
+    fake_uv(tmp_path, version, pip_status=3)
     venv = tmp_path / "venvs" / "0.5.23-abc"
-    (venv / "lib").mkdir(parents=True)
-    (venv / "lib" / "half-written").write_text("x")
-    conf = str(tmp_path / "pip.conf")
-    install = build_steps(str(venv), "/opt/gpuserve/locks/r.txt", BUILD["pip_options"],
-                          conf if credentials else None)[1]
-    if credentials:  # the step that carries the config file removes it
-        (tmp_path / "pip.conf").write_text("[global]\n")
-    done = subprocess.run(["sh", "-c", install], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 127, done.stderr  # sh: .../bin/pip: not found
-    assert not venv.exists()
-    assert re.search(rf"gpuserve: building {re.escape(str(venv))} failed \(exit 127, \d+ MiB "
+    venv.parent.mkdir()
+    conf = tmp_path / "pip.conf"
+    steps = build_steps(str(venv), "/opt/gpuserve/locks/r.txt", BUILD["pip_options"],
+                        str(conf) if credentials else None)
+    if credentials:  # written before the job by their own commands
+        conf.write_text("[global]\n")
+        (tmp_path / "pip.conf.uv.toml").write_text("[pip]\n")
+    done = subprocess.run(["sh", "-c", "\n".join(steps)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert not venv.exists() and (tmp_path / "venvs").is_dir()
+    assert re.search(rf"gpuserve: building {re.escape(str(venv))} failed \(exit 3, \d+ MiB "
                      r"free on its filesystem\); the unfinished venv was removed", done.stderr)
-    assert not (tmp_path / "pip.conf").exists()
+    assert not conf.exists() and not (tmp_path / "pip.conf.uv.toml").exists()
+    assert not (tmp_path / "tools" / f"uv-{version}.txt").exists()  # no bootstrap ran
+    assert not (tmp_path / "tools" / "uv-cache").exists()
 
 
 def test_passing_verification_runs_as_the_service_user_and_stamps(caplog) -> None:
@@ -474,8 +503,11 @@ def test_activation_steps(active, enabled, files, unit, reload, newer, steps) ->
     assert activation_steps(live, files_changed=files, unit_changed=unit) == steps
 
 
-def test_leftover_build_of_a_cut_off_deploy_is_stopped_before_the_rebuild(tmp_path) -> None:
-    """An SSH drop leaves pip running on the host, writing into the venv; the rebuild
+@pytest.mark.parametrize("leftover", [("pip", "install", "--python", "{venv}/bin/python"),
+                                      ("venv", "{venv}", "--no-config")])
+def test_leftover_build_of_a_cut_off_deploy_is_stopped_before_the_rebuild(
+        tmp_path, leftover: tuple[str, ...]) -> None:
+    """An SSH drop leaves uv running on the host, writing into the venv; the rebuild
     stops it (and only it: the pattern never matches its own shell) and removes the
     directory. Runs the real shell here, against a real process."""
     import subprocess
@@ -487,12 +519,12 @@ def test_leftover_build_of_a_cut_off_deploy_is_stopped_before_the_rebuild(tmp_pa
     venv = str(tmp_path / "venvs" / "0.5.19+lab-abc")
     (tmp_path / "venvs" / "0.5.19+lab-abc" / "lib").mkdir(parents=True)
     orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
-                               f"{venv}/bin/pip", "install"])
+                               *(a.format(venv=venv) for a in leftover)])
     try:
         time.sleep(0.3)
         # the real step's text names the venv plainly after the clearing part
         out = subprocess.run(["sh", "-c", clear_leftovers(venv)
-                              + f"echo cleared || echo -m venv {venv} {venv}/bin/pip"],
+                              + f"echo cleared || echo uv venv {venv} --python {venv}/bin/python"],
                              capture_output=True, text=True, timeout=30)
         assert out.stdout.strip() == "cleared", out
         assert orphan.wait(timeout=10) != 0  # killed

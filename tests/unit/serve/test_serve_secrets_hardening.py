@@ -221,10 +221,14 @@ def test_no_command_of_the_install_holds_the_password(caplog) -> None:
     # the operation's arguments (pyinfra --json prints them) name the function only
     assert all(PASSWORD not in a for meta in state.op_meta.values() for a in meta.args)
     install = next(c for c in cmds if " install " in c)
+    # pip (the pinned uv's bootstrap) and uv read the URL from their files, removed at
+    # the job's exit whatever its status
     assert f"PIP_CONFIG_FILE=/opt/gpuserve/{PIP_CONFIG}" in install
-    assert f"rm -f /opt/gpuserve/{PIP_CONFIG}; [ $status -eq 0 ] ||" in install
-    written = next(i for i, c in enumerate(cmds) if "umask 077 && cat >" in c)
-    assert written < cmds.index(install)
+    assert f"--config-file /opt/gpuserve/{PIP_CONFIG}.uv.toml --no-config" in install
+    assert (f"rm -f -- /opt/gpuserve/{PIP_CONFIG} /opt/gpuserve/{PIP_CONFIG}.uv.toml"
+            in install and "' EXIT" in install)
+    written = [i for i, c in enumerate(cmds) if "umask 077 && cat >" in c]
+    assert len(written) == 2 and max(written) < cmds.index(install)
 
 
 def test_the_config_file_travels_on_stdin() -> None:

@@ -77,3 +77,26 @@ def test_publish_puts_every_wheel_of_the_guests_lock_on_the_mirror(tmp_path, mon
     assert sorted(fetched) == sorted(p.url for p in lock.packages)  # py312's not fetched
     for pkg in lock.packages:
         assert (tmp_path / "mirror/pypi" / pkg.filename).read_bytes() == pkg.sha256.encode()
+
+
+def test_publish_uv_puts_the_pinned_guest_wheel_in_both_find_links(tmp_path, monkeypatch,
+                                                                    served) -> None:
+    """The guest (x86_64) gets the pin's x86_64 wheel, fetched by its pinned sha256, in
+    wheels/ (the SGLang deploy's find-links) and pypi/ (the gateway's); no other."""
+    from gpuserve.serve.uv import pin
+
+    fetched = []
+
+    def fetch(url: str, sha256: str, dest: Path) -> Path:
+        fetched.append((url, sha256))
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(sha256.encode())
+        return dest
+
+    monkeypatch.setattr(lab_locks, "fetch_wheel", fetch)
+    monkeypatch.setenv("GPUSERVE_LAB_HOME", str(tmp_path / "home"))
+    (wheel,) = [w for w in pin().wheels if w.arch == "x86_64"]
+    assert lab_locks.publish_uv(tmp_path / "mirror") == [wheel.filename]
+    assert fetched == [(wheel.url, wheel.sha256)]
+    for sub in ("wheels", "pypi"):
+        assert [p.name for p in (tmp_path / "mirror" / sub).iterdir()] == [wheel.filename]
