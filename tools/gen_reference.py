@@ -311,7 +311,7 @@ def _scan(project: Project, mod: Module, root: ast.AST, walk: Walk) -> list:
                 walk.registries[(registry[0].name, registry[1])] = registry[2]
             elif target and target[0] == "def":
                 functions.append(target)
-        if isinstance(node, ast.Tuple | ast.List | ast.Dict):
+        if isinstance(node, ast.Tuple | ast.List | ast.Dict | ast.Call):
             _inline_layers(project, mod, node, walk)
         read = _read_key(node)
         if read:
@@ -328,14 +328,16 @@ def _is_registry(project: Project, mod: Module, node: ast.AST | None) -> bool:
 
 
 def _inline_layers(project: Project, mod: Module, node: ast.AST, walk: Walk) -> None:
-    """A dict literal of string keys beside a registry (in one tuple, or splatting one)."""
+    """A dict literal of string keys beside a registry (in one tuple or call's arguments,
+    ``settings(data, A, B, {...})``, or splatting one)."""
     if isinstance(node, ast.Dict):
         if any(k is None and _is_registry(project, mod, v)
                for k, v in zip(node.keys, node.values, strict=True)):
             walk.inline.append((mod, node))
         return
-    if any(_is_registry(project, mod, e) for e in node.elts):
-        walk.inline.extend((mod, e) for e in node.elts if isinstance(e, ast.Dict))
+    elts = node.args if isinstance(node, ast.Call) else node.elts
+    if any(_is_registry(project, mod, e) for e in elts):
+        walk.inline.extend((mod, e) for e in elts if isinstance(e, ast.Dict))
 
 
 def _read_key(node: ast.AST) -> tuple[str, str] | None:
