@@ -26,10 +26,12 @@ from gpuserve.launch.venvs import parse_listing, referenced_venvs, venvs_to_prun
 from gpuserve.memory.remote import read_remote
 from gpuserve.monitor.live_judge import LiveSettings, live_settings
 from gpuserve.preview import gib
-from gpuserve.roles import checks as checks_role
 from gpuserve.roles import planned
-from gpuserve.roles.checks import check_service, install_check_scripts, serving_probe_read
+from gpuserve.roles.checks import check_service
+from gpuserve.roles.checks import scripts as check_scripts
+from gpuserve.roles.checks.probe import serving_probe_read
 from gpuserve.roles.checks.quality import print_quality_preview
+from gpuserve.roles.checks.scripts import install_check_scripts
 from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
 from gpuserve.roles.prefetch import Read, fact, prefetch, reader
 from gpuserve.roles.preview import print_planned_preview
@@ -44,13 +46,7 @@ from gpuserve.roles.router.rolling import (
     take_out,
 )
 from gpuserve.roles.run_context import run_context
-from gpuserve.roles.service import (
-    CONFIG_PATH,
-    ENV_PATH,
-    UNIT_NAME,
-    UNIT_PATH,
-    configure_service,
-)
+from gpuserve.roles.service import configure_service
 from gpuserve.roles.service.rollback import RollbackSpec, keep_last_good
 from gpuserve.roles.sglang import PruneState, VenvVerified, install_sglang, prune_venvs
 from gpuserve.serve.install import state_dir
@@ -62,6 +58,7 @@ from gpuserve.serve.plan import (
     plan_serve,
     read_input,
 )
+from gpuserve.serve.service import CONFIG_PATH, ENV_PATH, UNIT_NAME, UNIT_PATH
 
 # the unit files whose venv a prune keeps: the live one and the last good one
 UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
@@ -96,7 +93,7 @@ def role_reads(first: FirstReads, locks: tuple[Lock, ...] | None = None) -> list
                   home, lock.python, first.explicit_python, first.builds))),
             *interpreter_role.package_reads(list(first.pythons)),
             *interpreter_role.stamp_reads(home, first.builds),
-            *service_role.reads(bin_dir), *checks_role.reads(bin_dir),
+            *service_role.reads(bin_dir), *check_scripts.reads(bin_dir),
             *bench_role.reads(home), *rollback_role.reads(RollbackSpec(profile_name="")),
             *sglang_role.prune_reads(home, UNIT_PATHS), *running_role.reads()]
 

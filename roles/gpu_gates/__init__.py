@@ -134,7 +134,7 @@ def build_tool(tool: str, settings: gate_runs.GateSettings):
 
 
 def _results_root(results_dir: str):
-    from gpuserve.roles.checks import results_root
+    from gpuserve.serve.checks import results_root
 
     return results_root(results_dir)
 

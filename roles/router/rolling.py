@@ -39,17 +39,18 @@ from gpuserve.plans.router import (
 )
 from gpuserve.plans.router import UNIT_NAME as ROUTER_UNIT
 from gpuserve.roles import failure, managed
-from gpuserve.roles.checks import IDLE, SglangProbe
-from gpuserve.roles.checks import PROBE as HEALTH_PROBE
+from gpuserve.roles.checks.probe import SglangProbe
+from gpuserve.roles.checks.scripts import IDLE
+from gpuserve.roles.checks.scripts import PROBE as HEALTH_PROBE
 from gpuserve.roles.inventory import group_members
 from gpuserve.roles.run_context import run_context
-from gpuserve.roles.service import UNIT_NAME
 from gpuserve.roles.service.rollback import (
     RollbackSpec,
     ServiceConfigState,
     parse_state,
     state_command,
 )
+from gpuserve.serve.service import UNIT_NAME
 
 
 @dataclass(frozen=True)

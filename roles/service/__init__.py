@@ -27,24 +27,14 @@ from gpuserve.roles.prefetch import Read
 from gpuserve.serve.service import (
     CONFIG_DIR,
     CONFIG_PATH,
-    DEFAULTS,
     ENV_PATH,
-    LOOPBACK,
-    PRIVATE_NETWORKS,
     REDACT_SCRIPT,
     UNIT_NAME,
     UNIT_PATH,
     ServicePlan,
-    listen_host,
-    plan_service,
-    with_host,
 )
 
-__all__ = ["CONFIG_DIR", "CONFIG_PATH", "DEFAULTS", "ENV_PATH", "LOOPBACK", "PRIVATE_NETWORKS",
-           "REDACT_SCRIPT", "UNIT_NAME", "UNIT_PATH", "ServicePlan", "activation_steps",
-           "configure_service", "listen_host", "plan_service", "planned_steps", "reads",
-           "service_files", "with_host"]
-
+__all__ = ["activation_steps", "configure_service", "planned_steps", "reads", "service_files"]
 
 def reads(bin_dir: str) -> list[Read]:
     """Every path and state :func:`configure_service` reads, for the deploy's prefetch

@@ -17,7 +17,7 @@ from pyinfra import host, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 
 from gpuserve.roles.prefetch import Read, fact_if_unchanged
-from gpuserve.roles.service import CONFIG_DIR, CONFIG_PATH, ENV_PATH, UNIT_NAME, UNIT_PATH
+from gpuserve.serve.service import CONFIG_DIR, CONFIG_PATH, ENV_PATH, UNIT_NAME, UNIT_PATH
 
 LAST_GOOD_DIR = f"{CONFIG_DIR}/last-good"
 PROFILE_RECORD = "profile"

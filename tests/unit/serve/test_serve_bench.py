@@ -21,7 +21,7 @@ from pyinfra.api.operations import run_ops
 
 from gpuserve.launch.bench import BenchMode, BenchSpec, OnRegression, Scenario, parse_expectation
 from gpuserve.measure.results import RecordSpec, read_results
-from gpuserve.roles.checks import throughput_checks
+from gpuserve.roles.checks.bench import throughput_checks
 from gpuserve.serve.checks import BenchPlan
 
 FIXTURE = (Path(__file__).resolve().parents[2] / "fixtures" / "bench"

@@ -14,7 +14,7 @@ import pytest
 
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
-from gpuserve.roles.checks import serving_probe_read
+from gpuserve.roles.checks.probe import serving_probe_read
 from gpuserve.serve.install import pip_args
 from gpuserve.serve.plan import HostReads, first_reads, read_input
 from tests.serve_plans import plan_of
@@ -475,8 +475,10 @@ def test_the_batch_probe_is_the_one_the_gate_asks_for(data, tmp_path) -> None:
     own request, so the guess must equal it (else every rerun probes again). Both skip
     the completion while the start of the host's newest smoke record runs."""
     from gpuserve.measure.results import ResultRecord, write_record
-    from gpuserve.roles.checks import PROBE, SmokeRequest, serving_probe
-    from gpuserve.roles.service import UNIT_NAME
+    from gpuserve.roles.checks.probe import serving_probe
+    from gpuserve.roles.checks.scripts import PROBE
+    from gpuserve.roles.checks.smoke import SmokeRequest
+    from gpuserve.serve.service import UNIT_NAME
 
     start = "4f6e0c2b9d5a4e7f8a1b3c5d7e9f0a12"
     write_record(tmp_path, ResultRecord(kind="smoke", profile="p", host="gpu1",

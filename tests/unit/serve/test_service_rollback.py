@@ -24,7 +24,7 @@ from pyinfra.api.operations import run_ops
 import gpuserve.roles.checks.gate
 import gpuserve.roles.checks.probe
 from gpuserve.measure.health import Probe
-from gpuserve.roles.checks import wait_healthy
+from gpuserve.roles.checks.gate import wait_healthy
 from gpuserve.roles.service.rollback import (
     ConfigState,
     RollbackSpec,
