@@ -18,17 +18,21 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from gpuserve.launch.bench import BenchMode
-from gpuserve.roles import planned
+from gpuserve.plans.serve import ServePlan
+from gpuserve.roles.base import planned
 from gpuserve.roles.checks.bench import throughput_checks
 from gpuserve.roles.checks.gate import wait_healthy
 from gpuserve.roles.checks.quality import quality_check, quality_request
 from gpuserve.roles.checks.scripts import BENCH, PROBE, QUALITY, SMOKE
 from gpuserve.roles.checks.smoke import SmokeRequest, smoke_completion, smoked_start
 from gpuserve.roles.service.rollback import RollbackSpec
-from gpuserve.serve.plan import ServePlan
+from gpuserve.serve.checks import DEFAULTS as CHECK_DEFAULTS
 from gpuserve.serve.service import UNIT_NAME
 
-__all__ = ["check_service"]
+#: the host-data keys these checks read (defined beside their decisions)
+DEFAULTS = CHECK_DEFAULTS
+
+__all__ = ["DEFAULTS", "check_service"]
 
 @deploy("Check SGLang")
 def check_service(plan: ServePlan, rollback: RollbackSpec | None = None) -> None:

@@ -27,8 +27,8 @@ from gpuserve.quality.record import (
     write_reference,
     write_run,
 )
+from gpuserve.roles.base.failure import fail_host
 from gpuserve.roles.checks.rollback import roll_back
-from gpuserve.roles.failure import fail_host
 from gpuserve.serve.checks import results_root
 
 QUALITY = "sglang_quality.py"
@@ -91,7 +91,7 @@ def preview_line(request: QualityRequest | None) -> str:
 
 
 def print_quality_preview(plan) -> None:
-    """``--dry``'s line about the check (the preview's other lines: roles/preview.py)."""
+    """``--dry``'s line about the check (the preview's other lines: roles/base/preview.py)."""
     logger.info(f"{host.name}: preview: {preview_line(quality_request(plan))}")
 
 

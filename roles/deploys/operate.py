@@ -26,9 +26,9 @@ from gpuserve.host.nccl_env import NCCL_ENV_PATH
 from gpuserve.launch.secrets import host_secret_values
 from gpuserve.measure.results import utc_now
 from gpuserve.redact import redact
+from gpuserve.roles.base.inventory import inventory_source, packaged_deploy
+from gpuserve.roles.base.prefetch import fact
 from gpuserve.roles.deploys.serve import plan_and_read
-from gpuserve.roles.inventory import inventory_source, packaged_deploy
-from gpuserve.roles.prefetch import fact
 from gpuserve.roles.service.running import read_running
 from gpuserve.serve.launch_view import launch_view
 from gpuserve.serve.service import UNIT_NAME

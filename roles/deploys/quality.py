@@ -19,6 +19,7 @@ from gpuserve.measure.results import utc_now
 from gpuserve.quality.collect import QualityRunError
 from gpuserve.quality.judge import judge, summary_line, verdict_lines
 from gpuserve.quality.prompts import load_prompts
+from gpuserve.roles.base.inventory import inventory_source, packaged_deploy
 from gpuserve.roles.checks.quality import (
     QUALITY,
     measure,
@@ -28,7 +29,6 @@ from gpuserve.roles.checks.quality import (
 )
 from gpuserve.roles.deploys.operate import snapshot_target, write_snapshot
 from gpuserve.roles.deploys.serve import plan_and_read
-from gpuserve.roles.inventory import inventory_source, packaged_deploy
 
 SCHEMA = "gpuserve.quality-check/1"
 

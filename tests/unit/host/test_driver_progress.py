@@ -1,6 +1,6 @@
 """The driver's apt transactions report progress like every other apt install: the
 driver with Fabric Manager (one held transaction) and a container host's pinned
-userspace driver run detached and polled (roles/managed.py apt_script / apt_install),
+userspace driver run detached and polled (roles/base/managed.py apt_script / apt_install),
 so a gigabyte-sized driver install prints what apt fetched and unpacked, and a failure
 fails the host with apt's last lines."""
 
@@ -17,7 +17,7 @@ from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
 from gpuserve.host import fabric
-from gpuserve.roles import managed
+from gpuserve.roles.base import managed
 from tests.unit.launch.test_install_progress import apt_lines
 
 FM = fabric.fabric_plan(590)
@@ -27,7 +27,7 @@ SCRIPT = fabric.transaction(["nvidia-driver-cuda=590.48.01-1", *FM.specs("590.48
 
 def run_job(op, status: list[str], caplog, **kwargs):
     """Prepare and execute ``op`` on @fake, the detached job reporting ``status``
-    (roles/progress.JobStatus: rc, ##, the selected lines, ##, the tail)."""
+    (roles/base/progress.JobStatus: rc, ##, the selected lines, ##, the tail)."""
     inv = Inventory((["@fake"], {"fake_responses": {"/rc 2>/dev/null": status},
                                  "fake_delay": 0}))
     state = State(inv, Config())

@@ -44,7 +44,7 @@ def plan(deploy, responses: dict, *args, **kwargs) -> list[tuple[str, list]]:
                 elif isinstance(cmd, FunctionCommand):
                     commands.append(("function", cmd.function.__name__))
                 elif isinstance(cmd, StringCommand) and cmd.connector_arguments.get("_stdin"):
-                    # roles/managed.py writes a file from stdin: tmp, chown, chmod, mv
+                    # roles/base/managed.py writes a file from stdin: tmp, chown, chmod, mv
                     script = shlex.split(cmd.get_raw_value())[-1]
                     commands.append(("upload", shlex.split(script)[-1],
                                      cmd.connector_arguments["_stdin"]))

@@ -23,7 +23,7 @@ from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
 from gpuserve.launch.locks import available_locks
-from gpuserve.roles import managed
+from gpuserve.roles.base import managed
 from gpuserve.roles.checks.gate import wait_healthy
 from gpuserve.roles.checks.smoke import SmokeRequest, smoke_completion
 
@@ -196,9 +196,9 @@ def run_gate_from_batch(batch: str | None, responses: dict, change_first: bool =
     operation that changed the host."""
     from pyinfra.operations import server
 
-    import gpuserve.roles.prefetch as prefetch_mod
+    import gpuserve.roles.base.prefetch as prefetch_mod
+    from gpuserve.roles.base.run_context import run_context
     from gpuserve.roles.checks.probe import serving_probe
-    from gpuserve.roles.run_context import run_context
 
     inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
     state = State(inv, Config())
@@ -344,7 +344,7 @@ def test_verified_venv_of_the_lock_is_no_change() -> None:
     assert not any("pip" in c for c in cmds)
 
 
-#: The detached install's status (roles/progress.py JobStatus): done, exit 0.
+#: The detached install's status (roles/base/progress.py JobStatus): done, exit 0.
 JOB_DONE = {"/rc 2>/dev/null": ["0", "##", "Collecting torch==2.9.1", "Successfully installed",
                                 "##", "Successfully installed torch-2.9.1"]}
 

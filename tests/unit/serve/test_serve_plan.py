@@ -14,9 +14,9 @@ import pytest
 
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
+from gpuserve.plans.serve import HostReads, first_reads, read_input
 from gpuserve.roles.checks.probe import serving_probe_read
 from gpuserve.serve.install import pip_args
-from gpuserve.serve.plan import HostReads, first_reads, read_input
 from tests.serve_plans import plan_of
 
 REPO = Path(__file__).resolve().parents[3]
@@ -542,7 +542,7 @@ def test_the_serve_deploy_loads_the_profile_once_per_host(monkeypatch) -> None:
 
     import gpuserve.launch.profiles as profiles
     import gpuserve.roles.deploys.serve as deploy
-    from gpuserve.roles.run_context import run_context
+    from gpuserve.roles.base.run_context import run_context
 
     loads: list[str] = []
     real = profiles.load_profile
