@@ -28,7 +28,7 @@ For each deploy it prints, over ``--runs`` runs (medians, and min-max):
   the last-good copy, the prune).
 
 - with ``--dry-switch PROFILE``: the preview of a switch (``--dry --diff --data
-  profile=...``: roles/preview.py), its wall time beside the no-op rerun's and its
+  profile=...``: roles/base/preview.py), its wall time beside the no-op rerun's and its
   remote commands (the rerun's batch plus the live texts it diffs).
 
 The goals: 1 remote command and at most 3 times ``exec -- true`` for a no-op rerun of

@@ -1,6 +1,6 @@
 """What a deploy would change on a host, as text: the preview of ``--dry --diff``.
 
-Pure, one for every deploy (serve, host, gateway): the deploy (roles/preview.py) reads
+Pure, one for every deploy (serve, host, gateway): the deploy (roles/base/preview.py) reads
 the live files and hands them here with the plan's own texts and decisions, so the
 preview is the plan the real run executes, not a second guess. Secrets never reach the
 text: the plan's secret values and any line whose key names a token, key, secret or

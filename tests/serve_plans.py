@@ -1,11 +1,11 @@
 """The serve plan of plain host data, for tests: ``read_input`` then ``plan_serve`` with
-the given reads (gpuserve/serve/plan.py), as the deploy and ``gpuserve check`` do."""
+the given reads (gpuserve/plans/serve.py), as the deploy and ``gpuserve check`` do."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuserve.serve.plan import HostReads, ServePlan, plan_serve, read_input
+from gpuserve.plans.serve import HostReads, ServePlan, plan_serve, read_input
 from gpuserve.serve.service import ServiceLaunch, ServicePlan, plan_service, service_data
 
 

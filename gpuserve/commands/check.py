@@ -308,7 +308,7 @@ def misspelt_keys(data: dict, source: str) -> None:
     from gpuserve.monitor.targets import EXPORTER_DEFAULTS
     from gpuserve.plans.host import defaults as host_defaults
     from gpuserve.plans.router import defaults as router_defaults
-    from gpuserve.serve.plan import defaults as serve_defaults
+    from gpuserve.plans.serve import defaults as serve_defaults
 
     ours = sorted({*serve_defaults(), *host_defaults(), *router_defaults(), *PROXMOX,
                    *EXPORTER_DEFAULTS, *MONITOR_DEFAULTS, *GRAFANA_DEFAULTS, *LIVE_DEFAULTS})
@@ -465,7 +465,7 @@ def check_serve(name: str, data: dict, source: str,
     host could pick (as if it had picked it)."""
     from gpuserve.launch.catalog import available_versions
     from gpuserve.launch.lock_choice import PreflightError, choose_lock
-    from gpuserve.serve.plan import HostReads, plan_serve, read_input
+    from gpuserve.plans.serve import HostReads, plan_serve, read_input
 
     inputs = read_input(data, source, name, (groups or {}).get)  # as the deploy reads it
     plan = plan_serve(inputs, HostReads(runtime=lambda home: unknown_runtime(name)))

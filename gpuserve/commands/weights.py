@@ -98,8 +98,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         with hub_errors(where, source):
             marker = module.fetch(source.repo_id, commit, target, endpoint=endpoint,
-                                  token=token, report=report, workers=args.workers,
-                                  min_rate=args.min_rate, deadline=deadline)
+                                  token=token, report=report,
+                                  options=module.FetchOptions(workers=args.workers,
+                                                              min_rate=args.min_rate,
+                                                              deadline=deadline))
     except module.Refused as e:
         raise GpuserveError(f"weights: {hub_module().one_line(e, (token,), 400)}") from None
     except OSError as e:  # the local directory (permissions, a full disk)

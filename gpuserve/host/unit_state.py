@@ -6,7 +6,7 @@ org.freedesktop.systemd1(5); the main process's start as ``Wed 2026-12-02 00:59:
 UTC``), plus, when the start is in any other form (systemd before v251 prints local
 time to the second), ``Started=<epoch>`` (that value through ``date +%s.%N``);
 then one ``Mtime=<epoch> <path>`` per file (``stat -c %.9Y``), as
-``roles.managed.UnitState`` prints them.
+``roles.base.managed.UnitState`` prints them.
 
 Why the times: a deploy cut off after writing a file and before restarting the server
 (an SSH drop, a killed controller) leaves the new file in place; the rerun then finds

@@ -515,7 +515,7 @@ def check_against_catalog(lock: Lock, catalog_source_sha: str) -> str | None:
             f"{filename or 'a wheel'} with sha256 {wanted}")
 
 
-# The name gpuserve/serve/plan.py uses.
+# The name gpuserve/plans/serve.py uses.
 catalog_mismatch = check_against_catalog
 
 

@@ -233,7 +233,7 @@ TOP_LEVEL: dict[str, Any] = {
     # (docs/disaggregation.md)
     "disaggregation": DisaggregationSpec,  # gpuserve.launch.disaggregation
     # the output-quality check of this profile's launches (docs/quality.md)
-    "quality": QualitySpec,  # gpuserve.quality.thresholds.parse_quality
+    "quality": QualitySpec,  # gpuserve.launch.quality_spec.parse_quality
 }
 
 

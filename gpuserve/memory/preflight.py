@@ -115,14 +115,17 @@ def _gpu_facts(gpus: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], list[
     return dict(smallest), notes
 
 
-def _init_overhead(name: str) -> float:
+def init_overhead(name: str) -> float:
+    """The GPU catalog's CUDA-context overhead of ``name`` (GiB), or the default for a
+    GPU the catalog does not list."""
     try:
         return get_gpu(name).init_overhead_gib
     except InputError:
         return DEFAULT_INIT_OVERHEAD_GIB
 
 
-def _sm_major(compute_cap: Any) -> int | None:
+def sm_major(compute_cap: Any) -> int | None:
+    """The SM major of nvidia-smi's ``compute_cap`` ("12.0" -> 12), None when unreadable."""
     try:
         return int(str(compute_cap).split(".")[0])
     except ValueError:
@@ -196,8 +199,8 @@ def _predict(profile: Any, settings: LaunchSettings, scan: CheckpointScan,
         # a multi-node launch spreads tp x pp over every node of the group, each a host
         # like this one (the GPUs it needs here are checked above: profile.gpus)
         gpu_count=count * max(profile.parallel.nnodes, 1),
-        sm_major=_sm_major(gpu.get("compute_cap")),
-        init_overhead_gib=_init_overhead(name),
+        sm_major=sm_major(gpu.get("compute_cap")),
+        init_overhead_gib=init_overhead(name),
         layout=settings.layout,
         version=version,
         weight_parts=parts,

@@ -32,8 +32,8 @@ from gpuserve.launch.locks import AppLock, app_locks
 from gpuserve.launch.profiles import load_profile, profile_ref_problem
 from gpuserve.launch.venvs import interpreter_suffix
 from gpuserve.paths import TEMPLATES_DIR
+from gpuserve.plans.serve import optional_str
 from gpuserve.serve import install as sglang
-from gpuserve.serve.plan import optional_str
 from gpuserve.serve.render import exec_start, systemd_quote
 from gpuserve.serve.secret import validate_secret
 from gpuserve.serve.service import listen_host

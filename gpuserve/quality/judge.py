@@ -12,10 +12,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from gpuserve.launch.quality_spec import QualitySpec
 from gpuserve.quality import metrics
 from gpuserve.quality.prompts import answer_value
 from gpuserve.quality.record import PromptResult, QualityRun
-from gpuserve.quality.thresholds import QualitySpec
 
 #: tokens per verify step at or below which a draft counts as accepting nothing
 ACCEPT_NONE = 1.05

@@ -44,7 +44,7 @@ def results_root(results_dir: str) -> Path:
 
 @dataclass(frozen=True)
 class BenchPlan:
-    """Everything the throughput checks need, decided at prepare time (gpuserve/serve/plan.py)."""
+    """Everything the throughput checks need, decided at prepare time (gpuserve/plans/serve.py)."""
 
     mode: BenchMode
     spec: BenchSpec

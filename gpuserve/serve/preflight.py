@@ -46,10 +46,10 @@ from gpuserve.memory.planner import FitVerdict, Plan, PlanRequest, predict
 from gpuserve.memory.preflight import (
     LaunchSettings,
     check_fit,
+    init_overhead,
     launch_settings,
+    sm_major,
 )
-from gpuserve.memory.preflight import _init_overhead as init_overhead
-from gpuserve.memory.preflight import _sm_major as sm_major
 
 
 class PreflightMode(StrEnum):

@@ -1,6 +1,6 @@
 """Secrets in host data (``hf_token``, ``sglang_api_key``): checked before any change.
 
-The files that hold them are written by :func:`roles.managed.secret` (contents on stdin,
+The files that hold them are written by :func:`roles.base.managed.secret` (contents on stdin,
 never on argv, never in pyinfra's output or ``--diff``, never readable by others).
 """
 

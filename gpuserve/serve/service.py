@@ -86,7 +86,7 @@ class ServicePlan:
 @dataclass(frozen=True, kw_only=True)
 class ServiceLaunch:
     """What the unit runs: one lock's SGLang with the launch's arguments and environment
-    (gpuserve/serve/plan.py renders them)."""
+    (gpuserve/plans/serve.py renders them)."""
 
     args: list[str]
     env: dict[str, str]

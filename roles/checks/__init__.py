@@ -18,43 +18,21 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from gpuserve.launch.bench import BenchMode
-from gpuserve.roles import planned
+from gpuserve.plans.serve import ServePlan
+from gpuserve.roles.base import planned
 from gpuserve.roles.checks.bench import throughput_checks
 from gpuserve.roles.checks.gate import wait_healthy
-from gpuserve.roles.checks.probe import (
-    BATCH_PROBE_MAX_AGE,
-    SglangProbe,
-    serving_probe,
-    serving_probe_read,
-)
 from gpuserve.roles.checks.quality import quality_check, quality_request
-from gpuserve.roles.checks.rollback import roll_back
-from gpuserve.roles.checks.scripts import (
-    BENCH,
-    IDLE,
-    PROBE,
-    QUALITY,
-    SCRIPTS,
-    SMOKE,
-    install_check_scripts,
-    reads,
-)
-from gpuserve.roles.checks.smoke import (
-    SglangSmoke,
-    SmokeRequest,
-    smoke_completion,
-    smoked_start,
-)
+from gpuserve.roles.checks.scripts import BENCH, PROBE, QUALITY, SMOKE
+from gpuserve.roles.checks.smoke import SmokeRequest, smoke_completion, smoked_start
 from gpuserve.roles.service.rollback import RollbackSpec
-from gpuserve.serve.checks import DEFAULTS, results_root
-from gpuserve.serve.plan import ServePlan
+from gpuserve.serve.checks import DEFAULTS as CHECK_DEFAULTS
 from gpuserve.serve.service import UNIT_NAME
 
-__all__ = ["BATCH_PROBE_MAX_AGE", "BENCH", "DEFAULTS", "IDLE", "PROBE", "SCRIPTS", "SMOKE",
-           "SglangProbe", "SglangSmoke", "SmokeRequest", "check_service",
-           "install_check_scripts", "reads", "results_root", "roll_back", "serving_probe",
-           "serving_probe_read", "smoke_completion", "throughput_checks", "wait_healthy"]
+#: the host-data keys these checks read (defined beside their decisions)
+DEFAULTS = CHECK_DEFAULTS
 
+__all__ = ["DEFAULTS", "check_service"]
 
 @deploy("Check SGLang")
 def check_service(plan: ServePlan, rollback: RollbackSpec | None = None) -> None:

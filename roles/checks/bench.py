@@ -42,9 +42,9 @@ from gpuserve.measure.results import (
     write_record,
 )
 from gpuserve.poll import Poll
+from gpuserve.roles.base.failure import fail_host
+from gpuserve.roles.base.prefetch import Read, fact_if_unchanged
 from gpuserve.roles.checks.rollback import roll_back
-from gpuserve.roles.failure import fail_host
-from gpuserve.roles.prefetch import Read, fact_if_unchanged
 from gpuserve.roles.service.rollback import (
     RollbackSpec,
 )

@@ -12,6 +12,9 @@ from gpuserve.measure.health import (
     restart_warning,
 )
 from gpuserve.measure.starts import StartSpec
+from gpuserve.roles.base.failure import fail_host
+from gpuserve.roles.base.prefetch import changed_so_far, prefetched
+from gpuserve.roles.base.run_context import run_context
 from gpuserve.roles.checks.probe import (
     BATCH_PROBE_MAX_AGE,
     healthy_from_batch,
@@ -21,9 +24,6 @@ from gpuserve.roles.checks.probe import (
 from gpuserve.roles.checks.rollback import roll_back
 from gpuserve.roles.checks.smoke import SmokeRequest
 from gpuserve.roles.checks.starts import record_start
-from gpuserve.roles.failure import fail_host
-from gpuserve.roles.prefetch import changed_so_far, prefetched
-from gpuserve.roles.run_context import run_context
 from gpuserve.roles.service.rollback import (
     RollbackSpec,
 )

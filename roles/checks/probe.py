@@ -18,14 +18,14 @@ from gpuserve.measure.health import (
     progress_line,
 )
 from gpuserve.measure.smoke import SmokeError, parse_smoke_output, same_start
+from gpuserve.plans.serve import FirstReads
 from gpuserve.poll import Poll
+from gpuserve.roles.base.prefetch import Read
+from gpuserve.roles.base.run_context import run_context
 from gpuserve.roles.checks.scripts import PROBE
 from gpuserve.roles.checks.smoke import SmokeRequest, smoke_seconds, smoked_start
-from gpuserve.roles.prefetch import Read
-from gpuserve.roles.run_context import run_context
 from gpuserve.serve import install as sglang
 from gpuserve.serve import service
-from gpuserve.serve.plan import FirstReads
 from gpuserve.serve.render import SERVICE_ENV_PATH, profile_line
 
 
@@ -71,7 +71,7 @@ def serving_probe(script: str, unit: str, profile_name: str, smoke: SmokeRequest
 def serving_probe_read(first: FirstReads, host_name: str) -> Read | None:
     """The health gate's first probe with its smoke completion, as the deploy's checks
     will ask for it (roles/checks ``serving_probe``), from what the host's parsed input
-    tells before any host read (gpuserve/serve/plan.first_reads), so that a rerun with
+    tells before any host read (gpuserve/plans/serve.first_reads), so that a rerun with
     nothing to do proves health and a completion in its first batch. None for a
     multi-node profile (only node 0 serves HTTP, which the plan decides once the host is
     read). Its smoke is asked unless the start of ``host_name``'s newest smoke record

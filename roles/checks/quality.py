@@ -14,6 +14,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import FactBase, operation
 
 from gpuserve.errors import InputError
+from gpuserve.launch.quality_spec import QualitySpec
 from gpuserve.measure.results import RecordSpec, utc_now
 from gpuserve.quality.collect import QualityRunError, read_output, request_spec
 from gpuserve.quality.judge import judge, summary_line, verdict_lines
@@ -26,9 +27,8 @@ from gpuserve.quality.record import (
     write_reference,
     write_run,
 )
-from gpuserve.quality.thresholds import QualitySpec
+from gpuserve.roles.base.failure import fail_host
 from gpuserve.roles.checks.rollback import roll_back
-from gpuserve.roles.failure import fail_host
 from gpuserve.serve.checks import results_root
 
 QUALITY = "sglang_quality.py"
@@ -64,7 +64,7 @@ class SglangQuality(FactBase):
         return "\n".join(output)
 
 
-def _reference(request: QualityRequest) -> tuple[QualityRun | None, str | None]:
+def reference_run(request: QualityRequest) -> tuple[QualityRun | None, str | None]:
     """The checkpoint's reference run and its file name, or (None, None)."""
     rec = request.record
     if rec is None:
@@ -82,7 +82,7 @@ def preview_line(request: QualityRequest | None) -> str:
     """What ``--dry`` says about the check: whether, and against which reference."""
     if request is None:
         return "quality: not checked (the profile sets quality.check: false)"
-    ref, name = _reference(request)
+    ref, name = reference_run(request)
     if ref is None:
         return ("quality: checked on sanity only; this launch becomes the reference of "
                 "its checkpoint if it passes")
@@ -91,7 +91,7 @@ def preview_line(request: QualityRequest | None) -> str:
 
 
 def print_quality_preview(plan) -> None:
-    """``--dry``'s line about the check (the preview's other lines: roles/preview.py)."""
+    """``--dry``'s line about the check (the preview's other lines: roles/base/preview.py)."""
     logger.info(f"{host.name}: preview: {preview_line(quality_request(plan))}")
 
 
@@ -122,7 +122,7 @@ def measure(request: QualityRequest, port: int, script: str, config: str,
                       prompts=results, elapsed_s=elapsed)
 
 
-def _record(request: QualityRequest, run: QualityRun, ref: QualityRun | None) -> None:
+def record_run(request: QualityRequest, run: QualityRun, ref: QualityRun | None) -> None:
     """Write the run; a passing run with no reference (or of the profile marked
     ``quality.reference``) becomes the checkpoint's reference."""
     if request.record is None:
@@ -148,7 +148,7 @@ def quality_check(request: QualityRequest, port: int, profile: str, script: str,
     if _already_passed(request):
         logger.info(f"{host.name}: quality: skipped, this launch passed its check already")
         return
-    ref, ref_name = _reference(request)
+    ref, ref_name = reference_run(request)
     try:
         prompts = load_prompts(request.spec.max_new_tokens)
         run = measure(request, port, script, config, ref, prompts)
@@ -156,7 +156,7 @@ def quality_check(request: QualityRequest, port: int, profile: str, script: str,
         failed, details = f"quality: profile {profile}: the check could not be made: {e}", []
     else:
         verdict = judge(run, ref, request.spec, ref_name)
-        _record(request, run, ref)
+        record_run(request, run, ref)
         if verdict["passed"]:
             logger.info(f"{host.name}: quality: ok against "
                         f"{ref_name or 'no reference (sanity only)'}: {summary_line(run)}")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pyinfra.api import deploy
 
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.roles import managed
-from gpuserve.roles.prefetch import Read
+from gpuserve.roles.base import managed
+from gpuserve.roles.base.prefetch import Read
 
 PROBE = "sglang_probe.py"
 SMOKE = "sglang_smoke.py"

@@ -20,8 +20,8 @@ from gpuserve.measure.results import (
     write_record,
 )
 from gpuserve.measure.smoke import SmokeError, parse_smoke_output, same_start, smoke_line
-from gpuserve.roles.failure import fail_host
-from gpuserve.roles.run_context import run_context
+from gpuserve.roles.base.failure import fail_host
+from gpuserve.roles.base.run_context import run_context
 from gpuserve.serve.checks import (
     results_root,
 )

@@ -16,8 +16,8 @@ from pyinfra.facts.server import Command
 from gpuserve.host import defaults as host_defaults
 from gpuserve.host import driver
 from gpuserve.paths import TEMPLATES_DIR
-from gpuserve.roles import managed, planned
-from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.roles.base import managed, planned
+from gpuserve.roles.base.prefetch import Read, fact, fact_if_unchanged
 
 TEMPLATES = TEMPLATES_DIR  # templates/ of the checkout, or gpuserve/templates installed
 
@@ -35,7 +35,7 @@ CUDA_LINK = "readlink -f /usr/local/cuda || true"
 
 
 def reads(lane: str) -> list[Read]:
-    """Everything this role reads, for the deploy's prefetch (roles/prefetch.py)."""
+    """Everything this role reads, for the deploy's prefetch (roles/base/prefetch.py)."""
     return [Read.of(_gpu_facts().NvidiaDriver), Read.of(Command, command=CUDA_LINK),
             managed.read(PROFILE), managed.read_package(driver.lanes()[lane]["package"])]
 

@@ -22,11 +22,11 @@ from gpuserve.roles import (
     nvidia_driver,
     rdma,
 )
-from gpuserve.roles.inventory import inventory_source, packaged_deploy
+from gpuserve.roles.base.inventory import inventory_source, packaged_deploy
+from gpuserve.roles.base.prefetch import defer, fact, prefetch
+from gpuserve.roles.base.preview import print_planned_preview
+from gpuserve.roles.base.run_context import run_context
 from gpuserve.roles.nvidia_driver import userspace
-from gpuserve.roles.prefetch import defer, fact, prefetch
-from gpuserve.roles.preview import print_planned_preview
-from gpuserve.roles.run_context import run_context
 
 
 @packaged_deploy
@@ -37,7 +37,7 @@ def provision_gpu_host() -> None:
     ``gpuserve check`` runs), so a bad value stops the run with ``<inventory>: <key>:
     ...`` before any host is changed. On a container host only the userspace driver of
     the kernel module's version is installed and the kernel's steps are skipped. Under
-    ``--dry`` it prints what the run would change (roles/preview.py)."""
+    ``--dry`` it prints what the run would change (roles/base/preview.py)."""
     provision(plan_host(host.data.dict(), inventory_source()))  # also run by gpuserve check
     run = run_context()
     if run.dry:  # what the real run would change; pyinfra stops after
@@ -46,7 +46,7 @@ def provision_gpu_host() -> None:
 
 def provision(settings: HostSettings) -> None:
     """The container host's steps, or :func:`provision_kernel_host`'s."""
-    # every read of the roles below in one remote command (roles/prefetch.py); the driver
+    # every read of the roles below in one remote command (roles/base/prefetch.py); the driver
     # role adds its files and packages once it knows the repository
     prefetch([*kernel.reads(), *nvidia_driver.fact_reads(), *fabric_manager.reads(),
               *cuda_toolkit.reads(settings.cuda_lane), *nccl.reads(), *rdma.reads(),

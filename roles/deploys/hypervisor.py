@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gpuserve.host.host_data import hypervisor_settings
 from gpuserve.roles import kernel, proxmox
-from gpuserve.roles.inventory import host_data, inventory_source, packaged_deploy
+from gpuserve.roles.base.inventory import host_data, inventory_source, packaged_deploy
 from gpuserve.roles.proxmox import container
 
 

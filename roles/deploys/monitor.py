@@ -14,8 +14,8 @@ from gpuserve.monitor.targets import HostEntry
 from gpuserve.roles import exporters as exporters_role
 from gpuserve.roles import grafana as grafana_role
 from gpuserve.roles import monitor as monitor_role
-from gpuserve.roles.inventory import inventory_source, packaged_deploy
-from gpuserve.roles.prefetch import prefetch
+from gpuserve.roles.base.inventory import inventory_source, packaged_deploy
+from gpuserve.roles.base.prefetch import prefetch
 
 
 def inventory_entries() -> list[HostEntry]:

@@ -26,9 +26,9 @@ from gpuserve.host.nccl_env import NCCL_ENV_PATH
 from gpuserve.launch.secrets import host_secret_values
 from gpuserve.measure.results import utc_now
 from gpuserve.redact import redact
+from gpuserve.roles.base.inventory import inventory_source, packaged_deploy
+from gpuserve.roles.base.prefetch import fact
 from gpuserve.roles.deploys.serve import plan_and_read
-from gpuserve.roles.inventory import inventory_source, packaged_deploy
-from gpuserve.roles.prefetch import fact
 from gpuserve.roles.service.running import read_running
 from gpuserve.serve.launch_view import launch_view
 from gpuserve.serve.service import UNIT_NAME
@@ -70,7 +70,7 @@ class ServiceJournal(FactBase):
         return "\n".join(line[:MAX_LINE] for line in output)
 
 
-def _target() -> Path:
+def snapshot_target() -> Path:
     target = host.data.get("operate_snapshot")
     if not isinstance(target, str) or not target:
         raise InputError(inventory_source(), "operate_snapshot", "required: the controller "
@@ -81,7 +81,7 @@ def _target() -> Path:
     return Path(target)
 
 
-def _write(target: Path, doc: dict) -> None:
+def write_snapshot(target: Path, doc: dict) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -93,13 +93,13 @@ def _write(target: Path, doc: dict) -> None:
 @packaged_deploy
 def serve_launch() -> None:
     """Write the launch the serve deploy would run on this host (see module doc)."""
-    target = _target()
+    target = snapshot_target()
     plan = plan_and_read()
     nccl = fact(FileContents, path=NCCL_ENV_PATH)
     view = launch_view(plan.service, host=host.name, sglang_version=plan.version,
                        lock=plan.lock.name, nccl_env_text="\n".join(nccl) if nccl else None)
     running = read_running()
-    _write(target, {**view.to_dict(), "taken": utc_now(),
+    write_snapshot(target, {**view.to_dict(), "taken": utc_now(),
                     "running": running.to_dict() if running else None})
 
 
@@ -118,13 +118,13 @@ def _window(source: str) -> tuple[str | None, int]:
 @packaged_deploy
 def service_journal() -> None:
     """Write the serve unit's journal: the window and the last start (see module doc)."""
-    target = _target()
+    target = snapshot_target()
     since, lines = _window(inventory_source())
     secrets = host_secret_values(host.data.dict())
     window = host.get_fact(ServiceJournal, unit=UNIT_NAME, lines=lines, since=since)
     recent = host.get_fact(ServiceJournal, unit=UNIT_NAME, lines=START_LINES)
     running = read_running()
-    _write(target, {"schema": JOURNAL_SCHEMA, "host": host.name, "taken": utc_now(),
+    write_snapshot(target, {"schema": JOURNAL_SCHEMA, "host": host.name, "taken": utc_now(),
                     "unit": UNIT_NAME, "since": since, "lines": lines,
                     "window": redact(window or "", secrets),
                     "recent": redact(recent or "", secrets),

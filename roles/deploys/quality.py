@@ -19,10 +19,16 @@ from gpuserve.measure.results import utc_now
 from gpuserve.quality.collect import QualityRunError
 from gpuserve.quality.judge import judge, summary_line, verdict_lines
 from gpuserve.quality.prompts import load_prompts
-from gpuserve.roles.checks.quality import QUALITY, _record, _reference, measure, quality_request
-from gpuserve.roles.deploys.operate import _target, _write
+from gpuserve.roles.base.inventory import inventory_source, packaged_deploy
+from gpuserve.roles.checks.quality import (
+    QUALITY,
+    measure,
+    quality_request,
+    record_run,
+    reference_run,
+)
+from gpuserve.roles.deploys.operate import snapshot_target, write_snapshot
 from gpuserve.roles.deploys.serve import plan_and_read
-from gpuserve.roles.inventory import inventory_source, packaged_deploy
 
 SCHEMA = "gpuserve.quality-check/1"
 
@@ -30,7 +36,7 @@ SCHEMA = "gpuserve.quality-check/1"
 @packaged_deploy
 def quality_now() -> None:
     """Check the served launch's output now and write the verdict (see module doc)."""
-    target = _target()
+    target = snapshot_target()
     plan = plan_and_read()
     request = quality_request(plan)
     if request is None:
@@ -40,7 +46,7 @@ def quality_now() -> None:
         raise InputError(inventory_source(), "quality_reference", "must be true or false")
     if str(make_ref).lower() == "true":
         request = replace(request, spec=replace(request.spec, reference=True))
-    ref, ref_name = _reference(request)
+    ref, ref_name = reference_run(request)
     doc = {"schema": SCHEMA, "host": host.name, "taken": utc_now(),
            "profile": plan.service.profile_name}
     try:
@@ -50,8 +56,8 @@ def quality_now() -> None:
         doc.update(passed=False, error=str(e))
     else:
         verdict = judge(run, ref, request.spec, ref_name)
-        _record(request, run, ref)
+        record_run(request, run, ref)
         doc.update(passed=verdict["passed"], reference=ref_name, summary=summary_line(run),
                    figures=run.figures, failures=verdict_lines(verdict),
                    findings=verdict["findings"])
-    _write(target, doc)
+    write_snapshot(target, doc)

@@ -1,7 +1,7 @@
 """The remove deploy: gpuserve's server and gateway taken off the host, records and
 weights kept (``remove_weights=true`` takes the weights too). Called by
 deploy/remove.py, or by a pyinfra project's own deploy file. What goes and what stays:
-gpuserve/operate/removal.py and docs/operate.md.
+gpuserve/plans/removal.py and docs/operate.md.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pyinfra.operations import python
 from gpuserve.measure.results import utc_now
 from gpuserve.monitor.removed import mark_removed, marked_since_last_record, removed_marker
 from gpuserve.operate.monitor_note import MONITOR_GROUP, monitor_note
-from gpuserve.operate.removal import plan_removal
+from gpuserve.plans.removal import plan_removal
 from gpuserve.roles import remove as remove_role
-from gpuserve.roles.inventory import inventory_source, packaged_deploy
+from gpuserve.roles.base.inventory import inventory_source, packaged_deploy
 
 
 @packaged_deploy

@@ -12,13 +12,13 @@ from gpuserve.facts.host import InstallTarget
 from gpuserve.launch.interpreter import GATEWAY
 from gpuserve.launch.lock_choice import PreflightError
 from gpuserve.plans.router import DEFAULTS, is_router_host, plan_router
-from gpuserve.roles import interpreter as interpreter_role
-from gpuserve.roles import planned
 from gpuserve.roles import router as router_role
-from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
-from gpuserve.roles.prefetch import fact, prefetch
-from gpuserve.roles.preview import print_planned_preview
-from gpuserve.roles.run_context import run_context
+from gpuserve.roles.base import interpreter as interpreter_role
+from gpuserve.roles.base import planned
+from gpuserve.roles.base.inventory import group_members, inventory_source, packaged_deploy
+from gpuserve.roles.base.prefetch import fact, prefetch
+from gpuserve.roles.base.preview import print_planned_preview
+from gpuserve.roles.base.run_context import run_context
 
 
 @packaged_deploy
@@ -28,7 +28,7 @@ def sglang_gateway() -> None:
     Every other host is skipped with a line saying so; an inventory without a router
     host is refused. Keys and defaults: ``gpuserve.plans.router.DEFAULTS``. The
     workers are served by :func:`gpuserve.roles.deploys.serve_sglang`, not here. Under
-    ``--dry`` it prints what the run would change (roles/preview.py)."""
+    ``--dry`` it prints what the run would change (roles/base/preview.py)."""
     data = host.data.dict()
     if not is_router_host(data):
         if not any(is_router_host(h.data.dict()) for h in inventory):
@@ -62,5 +62,5 @@ def sglang_gateway() -> None:
     planned.action(f"check: {check} (a read)", changes=False)
     router_role.check_router(name=check, plan=plan)
     run = run_context()
-    if run.dry:  # what the real run would change (roles/preview.py); pyinfra stops after
+    if run.dry:  # what the real run would change (roles/base/preview.py); pyinfra stops after
         print_planned_preview(with_diff=run.diff, secrets=[plan.api_key])

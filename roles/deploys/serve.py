@@ -9,8 +9,8 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.facts.files import FileContents
 
+import gpuserve.roles.base.interpreter as interpreter_role
 import gpuserve.roles.checks.bench as bench_role
-import gpuserve.roles.interpreter as interpreter_role
 import gpuserve.roles.service as service_role
 import gpuserve.roles.service.rollback as rollback_role
 import gpuserve.roles.service.running as running_role
@@ -25,14 +25,25 @@ from gpuserve.launch.locks import Lock
 from gpuserve.launch.venvs import parse_listing, referenced_venvs, venvs_to_prune
 from gpuserve.memory.remote import read_remote
 from gpuserve.monitor.live_judge import LiveSettings, live_settings
+from gpuserve.plans.serve import (
+    FirstReads,
+    HostReads,
+    ServePlan,
+    first_reads,
+    plan_serve,
+    read_input,
+)
 from gpuserve.preview import gib
-from gpuserve.roles import checks as checks_role
-from gpuserve.roles import planned
-from gpuserve.roles.checks import check_service, install_check_scripts, serving_probe_read
+from gpuserve.roles.base import planned
+from gpuserve.roles.base.inventory import group_members, inventory_source, packaged_deploy
+from gpuserve.roles.base.prefetch import Read, fact, prefetch, reader
+from gpuserve.roles.base.preview import print_planned_preview
+from gpuserve.roles.base.run_context import run_context
+from gpuserve.roles.checks import check_service
+from gpuserve.roles.checks import scripts as check_scripts
+from gpuserve.roles.checks.probe import serving_probe_read
 from gpuserve.roles.checks.quality import print_quality_preview
-from gpuserve.roles.inventory import group_members, inventory_source, packaged_deploy
-from gpuserve.roles.prefetch import Read, fact, prefetch, reader
-from gpuserve.roles.preview import print_planned_preview
+from gpuserve.roles.checks.scripts import install_check_scripts
 from gpuserve.roles.router.live import judge_live
 from gpuserve.roles.router.rolling import (
     Switching,
@@ -43,25 +54,11 @@ from gpuserve.roles.router.rolling import (
     rollout_guard,
     take_out,
 )
-from gpuserve.roles.run_context import run_context
-from gpuserve.roles.service import (
-    CONFIG_PATH,
-    ENV_PATH,
-    UNIT_NAME,
-    UNIT_PATH,
-    configure_service,
-)
+from gpuserve.roles.service import configure_service
 from gpuserve.roles.service.rollback import RollbackSpec, keep_last_good
 from gpuserve.roles.sglang import PruneState, VenvVerified, install_sglang, prune_venvs
 from gpuserve.serve.install import state_dir
-from gpuserve.serve.plan import (
-    FirstReads,
-    HostReads,
-    ServePlan,
-    first_reads,
-    plan_serve,
-    read_input,
-)
+from gpuserve.serve.service import CONFIG_PATH, ENV_PATH, UNIT_NAME, UNIT_PATH
 
 # the unit files whose venv a prune keeps: the live one and the last good one
 UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
@@ -69,7 +66,7 @@ UNIT_PATHS = (UNIT_PATH, RollbackSpec(profile_name="").saved("unit"))
 
 def first_batch(first: FirstReads, host_name: str) -> list[Read]:
     """What the plan and every role below read, as far as the input tells before any
-    host read (gpuserve/serve/plan.first_reads), for every lock the plan may choose: one
+    host read (gpuserve/plans/serve.first_reads), for every lock the plan may choose: one
     command, so that a rerun with nothing to do needs no second batch (nor a probe of its
     own: the health gate's first probe with its smoke completion is in it); the second
     batch reads only what this missed, the probe never (the gate probes when it must)."""
@@ -96,7 +93,7 @@ def role_reads(first: FirstReads, locks: tuple[Lock, ...] | None = None) -> list
                   home, lock.python, first.explicit_python, first.builds))),
             *interpreter_role.package_reads(list(first.pythons)),
             *interpreter_role.stamp_reads(home, first.builds),
-            *service_role.reads(bin_dir), *checks_role.reads(bin_dir),
+            *service_role.reads(bin_dir), *check_scripts.reads(bin_dir),
             *bench_role.reads(home), *rollback_role.reads(RollbackSpec(profile_name="")),
             *sglang_role.prune_reads(home, UNIT_PATHS), *running_role.reads()]
 
@@ -139,9 +136,9 @@ def serve_sglang() -> None:
     """Serve host data's ``profile`` with SGLang on this host and prove it (health gate,
     smoke completion, throughput checks), keeping a last good configuration to roll
     back to. Reads ``host.data``: ``profile`` (required; a name in ``profiles/`` or a
-    path) and the keys of ``gpuserve.serve.plan.defaults()``. Bad input stops the host
+    path) and the keys of ``gpuserve.plans.serve.defaults()``. Bad input stops the host
     before any operation, naming file and field. Under ``--dry`` it prints what the run
-    would change (roles/preview.py, from what the roles noted: roles/planned.py)."""
+    would change (roles/base/preview.py, from what the roles noted: roles/base/planned.py)."""
     # a rolling switch's live-traffic judge (None: off), checked before any host read
     live = live_settings(host.data.dict(), inventory_source())
     plan = plan_and_read()
@@ -160,7 +157,7 @@ def serve_sglang() -> None:
 
 
 def plan_and_read() -> ServePlan:
-    """The input, the first batch of reads and the plan (``gpuserve/serve/plan.py``)."""
+    """The input, the first batch of reads and the plan (``gpuserve/plans/serve.py``)."""
     inputs = read_input(host.data.dict(), inventory_source(), host.name, group_members)
     first = first_reads(inputs)
     prefetch(first_batch(first, host.name))

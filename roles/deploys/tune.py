@@ -1,7 +1,7 @@
 """A tune's one read of the host: ``tune_snapshot()``, run by ``gpuserve tune`` first.
 
 It plans the incumbent profile exactly as the serve deploy would (host data, lock,
-on-host preflight: gpuserve/serve/plan.py, so a tune that the host cannot serve stops
+on-host preflight: gpuserve/plans/serve.py, so a tune that the host cannot serve stops
 here) and writes what the controller needs to judge every candidate without another
 SSH round trip: GPUs, the checkpoint scan, the doctor's host-facts document, host.json,
 the service's journal (load time, SGLang's own memory figures) and the profile the host
@@ -30,10 +30,10 @@ from gpuserve.facts.document import host_facts_document
 from gpuserve.facts.host import ModelCheckpoint
 from gpuserve.host.nccl_env import HOST_JSON_PATH
 from gpuserve.measure.results import utc_now
+from gpuserve.roles.base.inventory import inventory_source, packaged_deploy
+from gpuserve.roles.base.prefetch import fact, reader
 from gpuserve.roles.deploys.operate import ServiceJournal
 from gpuserve.roles.deploys.serve import plan_and_read
-from gpuserve.roles.inventory import inventory_source, packaged_deploy
-from gpuserve.roles.prefetch import fact, reader
 from gpuserve.serve.service import ENV_PATH, UNIT_NAME
 from gpuserve.tune.snapshot import MAX_DRAFTS, SCHEMA
 

@@ -14,9 +14,9 @@ from pyinfra.operations import apt
 from gpuserve.monitor import exporters as ex
 from gpuserve.monitor.exporters import ExportersPlan
 from gpuserve.monitor.targets import EXPORTER_DEFAULTS
-from gpuserve.roles import managed
+from gpuserve.roles.base import managed
+from gpuserve.roles.base.prefetch import Read, fact
 from gpuserve.roles.nvidia_driver import DebVersion
-from gpuserve.roles.prefetch import Read, fact
 from gpuserve.roles.service import activation_steps
 
 DEFAULTS = EXPORTER_DEFAULTS

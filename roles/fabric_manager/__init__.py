@@ -18,8 +18,8 @@ from gpuserve.host import defaults as host_defaults
 from gpuserve.host import fabric, passthrough
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.roles import managed, planned
-from gpuserve.roles.prefetch import Read, fact
+from gpuserve.roles.base import managed, planned
+from gpuserve.roles.base.prefetch import Read, fact
 
 DEFAULTS = host_defaults.FABRIC_MANAGER
 WAIT_SCRIPT = "fabric_wait.py"

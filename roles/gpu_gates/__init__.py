@@ -22,9 +22,9 @@ from gpuserve.host import defaults as host_defaults
 from gpuserve.host import nccl_env
 from gpuserve.measure import gate_runs, gates
 from gpuserve.measure.results import safe_name
-from gpuserve.roles import managed, planned, progress
-from gpuserve.roles.failure import fail_host
-from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.roles.base import managed, planned, progress
+from gpuserve.roles.base.failure import fail_host
+from gpuserve.roles.base.prefetch import Read, fact, fact_if_unchanged
 
 DEFAULTS = host_defaults.GPU_GATES
 
@@ -43,7 +43,7 @@ def _facts():
 
 
 def reads(settings: gate_runs.GateSettings) -> list[Read]:
-    """Everything this role reads, for the deploy's prefetch (roles/prefetch.py)."""
+    """Everything this role reads, for the deploy's prefetch (roles/base/prefetch.py)."""
     if settings.mode == "off":
         return []
     gpu, host_facts = _facts()
@@ -60,7 +60,7 @@ def reads(settings: gate_runs.GateSettings) -> list[Read]:
 def stamp_reads(settings: gate_runs.GateSettings) -> list[Read]:
     """The build stamps ``build_tool`` checks, once the first batch has told where NCCL
     is (the nccl-tests directory is named after it): for the deploy to defer into its
-    next batch (roles/prefetch.defer), so that a rerun reads them in no command of their
+    next batch (roles/base/prefetch.defer), so that a rerun reads them in no command of their
     own. Without an NCCL yet (a first run) that stamp is read when its build runs."""
     if settings.mode == "off":
         return []
@@ -119,7 +119,7 @@ def build_tool(tool: str, settings: gate_runs.GateSettings):
     gpu, _ = _facts()
     caps = [g.get("compute_cap") for g in fact_if_unchanged(gpu.NvidiaGpus) or []]
     script = gate_runs.build_script(src, dest, CUDA_HOME, nccl, gate_runs.gencode(caps))
-    # detached, polled with a progress line every 10 s (roles/progress.py)
+    # detached, polled with a progress line every 10 s (roles/base/progress.py)
     run_dir = progress.fresh_dir(f"build-{tool}")
     yield progress.start_command(run_dir, script)
     if not state.is_executing:
@@ -134,7 +134,7 @@ def build_tool(tool: str, settings: gate_runs.GateSettings):
 
 
 def _results_root(results_dir: str):
-    from gpuserve.roles.checks import results_root
+    from gpuserve.serve.checks import results_root
 
     return results_root(results_dir)
 

@@ -22,10 +22,10 @@ from gpuserve.monitor.dashboards import (
     GRAFANA_SOURCES,
     GrafanaPlan,
 )
-from gpuserve.roles import managed
+from gpuserve.roles.base import managed
+from gpuserve.roles.base.prefetch import Read
 from gpuserve.roles.exporters import missing_packages, package_reads
 from gpuserve.roles.grafana import upstream
-from gpuserve.roles.prefetch import Read
 from gpuserve.roles.service import activation_steps
 
 DEFAULTS = GRAFANA_DEFAULTS

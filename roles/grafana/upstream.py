@@ -16,7 +16,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from gpuserve.monitor.upstream_dashboards import DashboardFetch
-from gpuserve.roles.prefetch import Read, fact
+from gpuserve.roles.base.prefetch import Read, fact
 
 
 class FileSha256(FactBase):

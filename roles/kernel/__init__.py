@@ -18,8 +18,8 @@ from pyinfra.operations import files, server
 
 from gpuserve.host import boot
 from gpuserve.host import defaults as host_defaults
-from gpuserve.roles import planned
-from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.roles.base import planned
+from gpuserve.roles.base.prefetch import Read, fact, fact_if_unchanged
 
 DEFAULTS = host_defaults.KERNEL
 
@@ -36,7 +36,7 @@ REBOOT_REQUIRED = "/run/reboot-required"
 
 
 def reads() -> list[Read]:
-    """Everything this role reads, for the deploy's prefetch (roles/prefetch.py)."""
+    """Everything this role reads, for the deploy's prefetch (roles/base/prefetch.py)."""
     facts = _host_facts()
     return [*(Read.of(File, path=f"/sys/firmware/acpi/tables/{t}") for t in ACPI_TABLES),
             Read.of(facts.CpuVendor), Read.of(facts.BootLoader), Read.of(facts.KernelCmdline),
@@ -90,7 +90,7 @@ def boot_cmdline(params: list[str], boot_loader: str | None):
 
 def reboot_reasons(params: list[str], driver_package: str | None = None) -> list[str]:
     """Why this host needs a reboot now (read at execute time inside the op: after the
-    other roles' changes, unless the deploy changes nothing; roles/prefetch.py), the
+    other roles' changes, unless the deploy changes nothing; roles/base/prefetch.py), the
     NVIDIA module loaded against ``driver_package``'s installed version included."""
     facts = _host_facts()
     reasons: list[str] = []

@@ -23,8 +23,8 @@ from gpuserve.monitor.plan import (
     TARGETS_DIR,
     MonitorPlan,
 )
-from gpuserve.roles import managed
-from gpuserve.roles.prefetch import Read
+from gpuserve.roles.base import managed
+from gpuserve.roles.base.prefetch import Read
 from gpuserve.roles.service import activation_steps
 
 DEFAULTS = MONITOR_DEFAULTS

@@ -22,8 +22,8 @@ from pyinfra.operations import files
 from gpuserve.host import defaults as host_defaults
 from gpuserve.host import nccl_env
 from gpuserve.measure.gate_runs import MEASURED_JSON, read_measured
-from gpuserve.roles import managed, planned
-from gpuserve.roles.prefetch import Read, fact_if_unchanged
+from gpuserve.roles.base import managed, planned
+from gpuserve.roles.base.prefetch import Read, fact_if_unchanged
 
 DEFAULTS = host_defaults.NCCL
 
@@ -36,7 +36,7 @@ def _facts():
 
 
 def reads() -> list[Read]:
-    """Everything this role reads, for the deploy's prefetch (roles/prefetch.py)."""
+    """Everything this role reads, for the deploy's prefetch (roles/base/prefetch.py)."""
     gpu, host_facts = _facts()
     return [Read.of(host_facts.Virtualization), Read.of(gpu.NvidiaGpus),
             Read.of(FileContents, path=MEASURED_JSON),

@@ -30,9 +30,9 @@ from gpuserve.host import defaults as host_defaults
 from gpuserve.host import driver, fabric, keyring, passthrough
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import TEMPLATES_DIR
-from gpuserve.roles import managed, planned
-from gpuserve.roles.inventory import inventory_source
-from gpuserve.roles.prefetch import Read, fact, prefetch
+from gpuserve.roles.base import managed, planned
+from gpuserve.roles.base.inventory import inventory_source
+from gpuserve.roles.base.prefetch import Read, fact, prefetch
 
 TEMPLATES = TEMPLATES_DIR  # templates/ of the checkout, or gpuserve/templates installed
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
@@ -63,7 +63,7 @@ DEBIAN_SOURCES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/debian.sourc
 
 def fact_reads() -> list[Read]:
     """What this role reads before it knows the repository (the deploy's first
-    prefetch, roles/prefetch.py)."""
+    prefetch, roles/base/prefetch.py)."""
     return [Read.of(LinuxDistribution), Read.of(Arch), Read.of(KernelVersion),
             Read.of(Command, command=passthrough.SYSFS_PCI_COMMAND),
             Read.of(_host_facts().SecureBoot), Read.of(_gpu_facts().NvidiaGpus),

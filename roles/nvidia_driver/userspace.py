@@ -17,10 +17,11 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt
 
 from gpuserve.host import container, driver, fabric
-from gpuserve.roles import fabric_manager, managed, planned
-from gpuserve.roles.inventory import inventory_source
+from gpuserve.roles import fabric_manager
+from gpuserve.roles.base import managed, planned
+from gpuserve.roles.base.inventory import inventory_source
+from gpuserve.roles.base.prefetch import Read, fact, prefetch
 from gpuserve.roles.nvidia_driver import DebVersion, add_repository, repository
-from gpuserve.roles.prefetch import Read, fact, prefetch
 
 
 def _host_facts():

@@ -21,8 +21,8 @@ from pyinfra.facts.server import LinuxDistribution
 from gpuserve.errors import InputError
 from gpuserve.host import defaults as host_defaults
 from gpuserve.host import rdma as rdma_host
-from gpuserve.roles import managed, planned
-from gpuserve.roles.prefetch import Read, fact
+from gpuserve.roles.base import managed, planned
+from gpuserve.roles.base.prefetch import Read, fact
 
 DEFAULTS = host_defaults.RDMA
 
@@ -36,7 +36,7 @@ def _facts():
 
 
 def reads() -> list[Read]:
-    """Everything this role reads, for the deploy's prefetch (roles/prefetch.py)."""
+    """Everything this role reads, for the deploy's prefetch (roles/base/prefetch.py)."""
     packages = rdma_host.catalog()["packages"]["debian"]
     return [Read.of(_facts().RdmaDevices), Read.of(LinuxDistribution),
             managed.read(PEERMEM_LOAD), *(managed.read_package(p) for p in packages)]

@@ -1,6 +1,6 @@
 """Take gpuserve's server and gateway off a host: units, env files, configs, venvs.
 
-What is removed and what is kept is decided in ``gpuserve/operate/removal.py``; here one
+What is removed and what is kept is decided in ``gpuserve/plans/removal.py``; here one
 prefetched read (every path's state, both units') decides which operations exist at
 all, so a rerun on a clean host has none ("No changes") and ``--dry`` lists exactly
 the ones that would run, each named by what it removes.
@@ -14,9 +14,9 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from gpuserve.operate.removal import RemovalPlan
-from gpuserve.roles import managed
-from gpuserve.roles.prefetch import Read, prefetch
+from gpuserve.plans.removal import RemovalPlan
+from gpuserve.roles.base import managed
+from gpuserve.roles.base.prefetch import Read, prefetch
 
 __all__ = ["reads", "remove_installation"]
 

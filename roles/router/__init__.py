@@ -33,12 +33,12 @@ from gpuserve.plans.router import (
     render_unit,
 )
 from gpuserve.preview import lock_install, restart_reason
-from gpuserve.roles import interpreter as interpreter_role
-from gpuserve.roles import managed, planned
 from gpuserve.roles import sglang as sglang_role
-from gpuserve.roles.failure import fail_host
-from gpuserve.roles.inventory import inventory_source
-from gpuserve.roles.prefetch import Read, fact
+from gpuserve.roles.base import interpreter as interpreter_role
+from gpuserve.roles.base import managed, planned
+from gpuserve.roles.base.failure import fail_host
+from gpuserve.roles.base.inventory import inventory_source
+from gpuserve.roles.base.prefetch import Read, fact
 from gpuserve.roles.service import activation_steps
 from gpuserve.roles.sglang import NOLOGIN, ServiceAccount, VenvVerified, locked_venv
 from gpuserve.serve.install import pip_args
@@ -52,7 +52,7 @@ RESTART_FILES = (UNIT_PATH, KEY_PATH)
 
 def plan_reads(home: str, user: str) -> list[Read]:
     """What the plan reads from the host before any change (python3, glibc, the
-    account; the interpreter choice's reads are roles/interpreter.prepare_reads)."""
+    account; the interpreter choice's reads are roles/base/interpreter.prepare_reads)."""
     return [Read.of(InstallTarget, path=home), Read.of(ServiceAccount, user=user)]
 
 

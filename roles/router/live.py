@@ -29,8 +29,9 @@ from gpuserve.monitor.live_judge import (
     read_command,
 )
 from gpuserve.poll import Poll
-from gpuserve.roles.checks import PROBE, roll_back
-from gpuserve.roles.failure import fail_host
+from gpuserve.roles.base.failure import fail_host
+from gpuserve.roles.checks.rollback import roll_back
+from gpuserve.roles.checks.scripts import PROBE
 from gpuserve.roles.router.rolling import (
     Rollout,
     Switching,

@@ -38,18 +38,19 @@ from gpuserve.plans.router import (
     plan_router,
 )
 from gpuserve.plans.router import UNIT_NAME as ROUTER_UNIT
-from gpuserve.roles import failure, managed
-from gpuserve.roles.checks import IDLE, SglangProbe
-from gpuserve.roles.checks import PROBE as HEALTH_PROBE
-from gpuserve.roles.inventory import group_members
-from gpuserve.roles.run_context import run_context
-from gpuserve.roles.service import UNIT_NAME
+from gpuserve.roles.base import failure, managed
+from gpuserve.roles.base.inventory import group_members
+from gpuserve.roles.base.run_context import run_context
+from gpuserve.roles.checks.probe import SglangProbe
+from gpuserve.roles.checks.scripts import IDLE
+from gpuserve.roles.checks.scripts import PROBE as HEALTH_PROBE
 from gpuserve.roles.service.rollback import (
     RollbackSpec,
     ServiceConfigState,
     parse_state,
     state_command,
 )
+from gpuserve.serve.service import UNIT_NAME
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def _after_in_inventory(host_name: str, workers: list[tuple[str, str]]) -> tuple
 
 def runs_serially() -> bool:
     """Whether pyinfra was started with ``--serial`` (host by host): its CLI's own
-    parsed flag (gpuserve.roles.run_context)."""
+    parsed flag (gpuserve.roles.base.run_context)."""
     return run_context().serial
 
 
@@ -494,5 +495,5 @@ def _answers_health(bin_dir: str, port: int) -> bool:
 
 
 def _fail(host_, message: str, footer: tuple[str, ...] | list[str] = ()) -> bool:
-    """Report like gpuserve.roles.failure.fail_host (with the failure hooks) and fail the host."""
+    """Report like roles/base/failure.fail_host (with the failure hooks), fail the host."""
     return failure.fail_report(host_, message, [], footer)

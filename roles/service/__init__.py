@@ -3,12 +3,13 @@
 Everything is decided at prepare time by :func:`plan_service` (pure, raises
 ``InputError``), then :func:`configure_service` only puts files and (re)starts.
 
-Every read comes from the deploy's one batched prefetch (roles/prefetch.py): a file is
-written only when it differs (roles/managed.py), and activation is one ``systemctl``
+Every read comes from the deploy's one batched prefetch (roles/base/prefetch.py): a file is
+written only when it differs (roles/base/managed.py), and activation is one ``systemctl``
 chain decided by :func:`activation_steps` (daemon-reload when the unit changed,
 reset-failed and restart when a live server must pick up changes, start and enable
 when needed). A rerun with nothing changed therefore runs no command at all, and one
-cut off between writing a file and restarting still restarts (:class:`roles.managed.UnitState`).
+cut off between writing a file and restarting still restarts
+(:class:`roles.base.managed.UnitState`).
 """
 
 from __future__ import annotations
@@ -22,29 +23,24 @@ from gpuserve.host.nccl_env import NCCL_ENV_PATH
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import SCRIPTS_DIR
 from gpuserve.preview import restart_reason
-from gpuserve.roles import managed, planned
-from gpuserve.roles.prefetch import Read
+from gpuserve.roles.base import managed, planned
+from gpuserve.roles.base.prefetch import Read
 from gpuserve.serve.service import (
     CONFIG_DIR,
     CONFIG_PATH,
-    DEFAULTS,
     ENV_PATH,
-    LOOPBACK,
-    PRIVATE_NETWORKS,
     REDACT_SCRIPT,
     UNIT_NAME,
     UNIT_PATH,
     ServicePlan,
-    listen_host,
-    plan_service,
-    with_host,
 )
+from gpuserve.serve.service import DEFAULTS as SERVICE_DEFAULTS
 
-__all__ = ["CONFIG_DIR", "CONFIG_PATH", "DEFAULTS", "ENV_PATH", "LOOPBACK", "PRIVATE_NETWORKS",
-           "REDACT_SCRIPT", "UNIT_NAME", "UNIT_PATH", "ServicePlan", "activation_steps",
-           "configure_service", "listen_host", "plan_service", "planned_steps", "reads",
-           "service_files", "with_host"]
+#: the host-data keys this role reads (defined beside the plan's decisions)
+DEFAULTS = SERVICE_DEFAULTS
 
+__all__ = ["DEFAULTS", "activation_steps", "configure_service", "planned_steps", "reads",
+           "service_files"]
 
 def reads(bin_dir: str) -> list[Read]:
     """Every path and state :func:`configure_service` reads, for the deploy's prefetch
@@ -115,9 +111,9 @@ LIVE_STATES = ("active", "activating", "reloading")
 @deploy("Configure the SGLang service")
 def configure_service(plan: ServicePlan, before_restart: Callable[[], None] | None = None
                       ) -> list[str]:
-    """Put the files (only those that differ: roles/managed.py), then activate when
+    """Put the files (only those that differ: roles/base/managed.py), then activate when
     anything changed, the unit is not active and enabled, or the server runs an older
-    configuration than its files (see :class:`roles.managed.UnitState`).
+    configuration than its files (see :class:`roles.base.managed.UnitState`).
 
     ``before_restart``: called (at prepare time, before the first file operation) when
     the activation will restart a live server, so its operations run first. Returns the
@@ -158,7 +154,7 @@ def activation_steps(live: LiveUnit, files_changed: bool, unit_changed: bool) ->
     (every start counts towards StartLimitBurst, so a few redeploys in an hour or a
     fixed profile after a crash loop would be refused with "Start request repeated too
     quickly"); ``restart`` when a running server must pick up changed files (or runs an
-    older configuration than its files: :class:`roles.managed.UnitState`), and also when
+    older configuration than its files: :class:`roles.base.managed.UnitState`), and also when
     files changed while it was not running: a start queued at boot (the unit waits for
     network-online.target) may run the old files after they were read and before they
     are rewritten, and ``start`` would leave that server running, ``restart`` replaces

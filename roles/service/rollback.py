@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pyinfra import host, state
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 
-from gpuserve.roles.prefetch import Read, fact_if_unchanged
-from gpuserve.roles.service import CONFIG_DIR, CONFIG_PATH, ENV_PATH, UNIT_NAME, UNIT_PATH
+from gpuserve.roles.base.prefetch import Read, fact_if_unchanged
+from gpuserve.serve.service import CONFIG_DIR, CONFIG_PATH, ENV_PATH, UNIT_NAME, UNIT_PATH
 
 LAST_GOOD_DIR = f"{CONFIG_DIR}/last-good"
 PROFILE_RECORD = "profile"
@@ -169,7 +169,7 @@ class ServiceConfigState(FactBase):
 
 def read_state(spec: RollbackSpec) -> ConfigState:
     """The live and last-good fingerprints; from the deploy's prefetch while the deploy
-    changes nothing on this host (roles/prefetch.py), else read now."""
+    changes nothing on this host (roles/base/prefetch.py), else read now."""
     return parse_state(fact_if_unchanged(ServiceConfigState, script=state_command(spec)))
 
 

@@ -15,7 +15,7 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.files import FileContents
 
 from gpuserve.measure.results import utc_now
-from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.roles.base.prefetch import Read, fact, fact_if_unchanged
 from gpuserve.serve.running import (
     RUNNING_PATH,
     Running,

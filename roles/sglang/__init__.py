@@ -34,11 +34,11 @@ from gpuserve.launch.venvs import (
 from gpuserve.launch.verify import judge
 from gpuserve.paths import SCRIPTS_DIR
 from gpuserve.preview import lock_install
-from gpuserve.roles import managed, planned, progress
-from gpuserve.roles.failure import fail_host
-from gpuserve.roles.interpreter import install_interpreter
-from gpuserve.roles.inventory import inventory_source
-from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.roles.base import managed, planned, progress
+from gpuserve.roles.base.failure import fail_host
+from gpuserve.roles.base.interpreter import install_interpreter
+from gpuserve.roles.base.inventory import inventory_source
+from gpuserve.roles.base.prefetch import Read, fact, fact_if_unchanged
 from gpuserve.serve import uv
 from gpuserve.serve.install import (
     PIP_CONFIG,
@@ -210,7 +210,7 @@ def locked_venv(venv: str, lock: Lock, requirements: str, pip_options: list[str]
                                            uv.uv_config_text(pip_config()))
     steps = build_steps(venv, requirements, pip_options,
                         pip_config_path if pip_config is not None else None, python)
-    # detached, polled with a progress line every 10 s (roles/progress.py); an unstamped
+    # detached, polled with a progress line every 10 s (roles/base/progress.py); an unstamped
     # venv is an interrupted or failed install: start it again from nothing
     run_dir = progress.fresh_dir(f"venv-{venv.rsplit('/', 1)[-1]}")
     yield progress.start_command(run_dir, "\n".join(steps), before=clear_leftovers(venv))
@@ -367,8 +367,8 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
                    interpreter: InterpreterChoice | None = None) -> str:
     """Service account, the lock's verified venv; returns the venv's path.
 
-    Reads come from the deploy's prefetch where it has them (roles/prefetch.py); every
-    item that already matches adds no operation (roles/managed.py)."""
+    Reads come from the deploy's prefetch where it has them (roles/base/prefetch.py); every
+    item that already matches adds no operation (roles/base/managed.py)."""
     account = fact(ServiceAccount, user=user)
     # read before any change: an existing account gpuserve did not create is refused
     check_account(account["entry"], account["group_exists"], user, inventory_source())

@@ -23,8 +23,8 @@ from pyinfra.api import StringCommand, deploy, operation
 
 from gpuserve.paths import SCRIPTS_DIR
 from gpuserve.poll import Poll
-from gpuserve.roles import managed
-from gpuserve.roles.failure import fail_host
+from gpuserve.roles.base import managed
+from gpuserve.roles.base.failure import fail_host
 from gpuserve.serve.weights import POLL_S, REPORT_S, WeightsPlan, one_line, progress_line
 
 SCRIPT = "weights_fetch.py"

@@ -65,7 +65,7 @@ def _summary(cmd) -> tuple | None:
     if isinstance(cmd, FunctionCommand):
         return ("function", cmd.function.__name__)
     if isinstance(cmd, StringCommand) and cmd.connector_arguments.get("_stdin"):
-        # roles/managed.py writes a file from stdin: tmp, chown, chmod, mv
+        # roles/base/managed.py writes a file from stdin: tmp, chown, chmod, mv
         script = shlex.split(cmd.get_raw_value())[-1]
         return ("upload", shlex.split(script)[-1], cmd.connector_arguments["_stdin"])
     if isinstance(cmd, StringCommand):

@@ -156,7 +156,7 @@ def test_the_wheel_serves_sglang_from_a_users_project(tmp_path: Path) -> None:
     assert ("gpuserve: error: profiles/no-such-profile.yaml: no such profile (known: "
             in out and "glm5-nvfp4-tp8" in out), out
     assert "Traceback" not in out and "Beginning operation run" not in out
-    # the message alone, not pyinfra's "pyinfra error in .../roles/inventory.py line N:"
+    # the message alone, not pyinfra's "pyinfra error in .../roles/base/inventory.py line N:"
     assert "pyinfra error" not in out and r.returncode == 2, out
 
     # gpuserve check runs the deploys' prepare-time plans from the wheel alone

@@ -7,7 +7,7 @@ stdin from /dev/null, its output where the caller says, and, when ``user`` is gi
 as that user (root calls this; the group, the supplementary groups, then the uid are
 dropped before exec). Its pid goes to ``<run_dir>/<pid_name>``; its exit status is the
 job's own to write to ``<run_dir>/rc``, the same run directory contract as the shell
-jobs of roles/progress.py (docs/architecture.md, "Host jobs").
+jobs of roles/base/progress.py (docs/architecture.md, "Host jobs").
 """
 
 import os

@@ -21,7 +21,7 @@ import ssl
 import time
 import unicodedata
 from collections.abc import Iterable
-from typing import AnyStr
+from typing import AnyStr, NamedTuple
 from urllib.parse import quote, urljoin, urlsplit
 
 MARKER = ".gpuserve-complete.json"
@@ -281,24 +281,38 @@ class Meter:
         return max(0.01, min(read_timeout, self.deadline - self.clock()))
 
 
+class Limits(NamedTuple):
+    """A client's limits, each None for its default: the connect and read timeouts, the
+    stall that ends a body (seconds), the minimum rate a body averages (bytes/s), one
+    document or header request's deadline (seconds)."""
+
+    connect: float | None = None
+    read: float | None = None
+    stall: float | None = None
+    min_rate: float | None = None
+    request_deadline: float | None = None
+
+
+DEFAULT_LIMITS = Limits()
+
+
 class Client:
     """HTTP(S) to one endpoint: connect and read timeouts on every request, redirects
     followed by hand (http(s) only, at most 5), the token sent only to the endpoint's
     own scheme, host and port."""
 
-    def __init__(self, endpoint=None, token=None, connect=None, read=None, stall=None,
-                 user_agent="gpuserve", min_rate=None, request_deadline=None,
+    def __init__(self, endpoint=None, token=None, limits=DEFAULT_LIMITS, user_agent="gpuserve",
                  clock=time.monotonic):
         self.endpoint = (endpoint or "https://huggingface.co").rstrip("/")
         problem = endpoint_problem(self.endpoint)
         if problem:
             raise HubError("endpoint", f"hf_endpoint {problem}")
         self.token, self.ua = token or None, user_agent
-        self.connect = connect or CONNECT_TIMEOUT
-        self.read = read or READ_TIMEOUT
-        self.stall = stall or STALL_TIMEOUT
-        self.min_rate = MIN_RATE if min_rate is None else min_rate
-        self.request_deadline = request_deadline or REQUEST_DEADLINE
+        self.connect = limits.connect or CONNECT_TIMEOUT
+        self.read = limits.read or READ_TIMEOUT
+        self.stall = limits.stall or STALL_TIMEOUT
+        self.min_rate = MIN_RATE if limits.min_rate is None else limits.min_rate
+        self.request_deadline = limits.request_deadline or REQUEST_DEADLINE
         self.clock = clock
         self.origin = origin(self.endpoint)
 

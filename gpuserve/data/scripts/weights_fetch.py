@@ -35,6 +35,7 @@ import shutil
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 MARKER = ".gpuserve-complete.json"
 SCHEMA = "gpuserve.weights/1"
@@ -359,19 +360,38 @@ def seal(staging, target, marker):
     os.rename(staging, target)
 
 
-def fetch(repo, commit, target, endpoint=None, token=None, report=print, rounds=3,
-          workers=8, disk_check=True, stall=None, max_files=None, deadline=None,
-          min_rate=None):
+class FetchOptions(NamedTuple):
+    """How a fetch runs: rounds of downloads, files at once, whether the free disk is
+    checked first, and its limits (None: hub_client's default or none): the stall of a
+    body, the listing's file cap, the monotonic deadline of the whole fetch, the minimum
+    rate a body averages."""
+
+    rounds: int = 3
+    workers: int = 8
+    disk_check: bool = True
+    stall: float | None = None
+    max_files: int | None = None
+    deadline: float | None = None
+    min_rate: float | None = None
+
+
+DEFAULT_FETCH = FetchOptions()
+
+
+def fetch(repo, commit, target, endpoint=None, token=None, report=print,
+          options=DEFAULT_FETCH):
     """Fetch and verify ``repo@commit`` into ``target``; the marker's document. Every
     request goes through hub_client (caps, deadlines, the minimum rate, the token to the
     endpoint alone); the listing is judged by its rule before any file is touched; each
     file is hashed as it arrives and only the files that differ are fetched again."""
+    rounds, workers, disk_check, stall, max_files, deadline, min_rate = options
     hub = hub_client()
     done = read_marker(target)
     if done is not None and done.get("commit") == commit:
         report({"state": "running", "phase": "present", "bytes": 0, "total": 0})
         return done
-    client = hub.Client(endpoint, token, stall=stall or hub.STALL_TIMEOUT, min_rate=min_rate)
+    client = hub.Client(endpoint, token, hub.Limits(stall=stall or hub.STALL_TIMEOUT,
+                                                     min_rate=min_rate))
     files = client.list_tree(repo, commit, max_files or hub.MAX_FILES, deadline)
     staging = target.rstrip("/") + ".partial"
     reopen(target, staging)
@@ -457,9 +477,10 @@ def run(args):
     deadline = time.monotonic() + args.timeout if args.timeout else None
     try:
         marker = fetch(args.repo, args.commit, args.target, endpoint=args.endpoint,
-                       token=token, report=report, rounds=args.rounds, workers=args.workers,
-                       stall=args.stall_timeout, max_files=args.max_files,
-                       deadline=deadline, min_rate=args.min_rate)
+                       token=token, report=report, options=FetchOptions(
+                           rounds=args.rounds, workers=args.workers,
+                           stall=args.stall_timeout, max_files=args.max_files,
+                           deadline=deadline, min_rate=args.min_rate))
     except Refused as e:
         report({"state": "failed", "error": hub.one_line(e, (token,), 400), "code": e.code})
         return e.code

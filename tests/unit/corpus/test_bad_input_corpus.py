@@ -267,7 +267,7 @@ def test_check_and_the_serve_deploy_refuse_the_same_locks(case: dict[str, Any], 
                                                           monkeypatch) -> None:
     """Every lock the corpus refuses through ``gpuserve check`` is refused by the serve
     deploy's prepare step (roles/deploys/serve.plan_and_read) too, with the same error,
-    before its first read of the host: both go through serve.plan.read_input."""
+    before its first read of the host: both go through plans.serve.read_input."""
     from pyinfra.api import Config, Inventory, State
     from pyinfra.context import ctx_host, ctx_state
 

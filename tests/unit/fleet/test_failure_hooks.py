@@ -1,4 +1,4 @@
-"""roles/failure: a host's pending hook (a rolling switch's put-back) runs when the host
+"""roles/base/failure: a host's pending hook (a rolling switch's put-back) runs when the host
 fails, whether through a failure report or an ordinary operation failing (a command's
 non-zero exit), and only once. Real pyinfra operations on the @local connector."""
 
@@ -16,8 +16,8 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 from pyinfra.operations import server
 
-from gpuserve.roles import failure
-from gpuserve.roles.run_context import run_context
+from gpuserve.roles.base import failure
+from gpuserve.roles.base.run_context import run_context
 
 
 def _state() -> State:

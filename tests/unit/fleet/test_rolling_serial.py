@@ -10,8 +10,8 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.context import ctx_state
 
 from gpuserve.launch.lock_choice import PreflightError
+from gpuserve.roles.base.run_context import run_context
 from gpuserve.roles.router.rolling import Rollout, Switching, register_restart
-from gpuserve.roles.run_context import run_context
 
 
 def rollout(worker: str, router: str = "gw") -> Rollout:
@@ -138,7 +138,7 @@ def test_the_run_context_takes_the_command_line_pyinfra_parsed() -> None:
     parameters (no sys.argv sniffing), one context per run."""
     import click
 
-    from gpuserve.roles.run_context import RunContext
+    from gpuserve.roles.base.run_context import RunContext
 
     params = {"inventory": "inventory/lab.py", "serial": True, "dry": True, "diff": False}
     first, second = State(Inventory(([], {})), Config()), State(Inventory(([], {})), Config())

@@ -1,5 +1,5 @@
-"""The gateway deploy's preview under ``--dry --diff`` (roles/preview.py from what
-roles/router notes: roles/planned.py), prepared on pyinfra's @fake host: a first install
+"""The gateway deploy's preview under ``--dry --diff`` (roles/base/preview.py from what
+roles/router notes: roles/base/planned.py), prepared on pyinfra's @fake host: a first install
 lists the lock's venv and the files with the key redacted, a changed key restarts the
 gateway with its value never shown, and a host that already runs the plan shows nothing."""
 
@@ -20,10 +20,10 @@ from gpuserve.plans.router import (
     UNIT_PATH,
     render_unit,
 )
-from gpuserve.roles.managed import sha1
-from gpuserve.roles.preview import print_planned_preview
+from gpuserve.roles.base.managed import sha1
+from gpuserve.roles.base.preview import print_planned_preview
+from gpuserve.roles.base.run_context import run_context
 from gpuserve.roles.router import configure_router, install_router
-from gpuserve.roles.run_context import run_context
 from gpuserve.roles.sglang import ACCOUNT_MARK, NOLOGIN
 from tests.unit.fleet.test_router_plan import KEY, plan
 

@@ -1,6 +1,6 @@
 """The driver's apt transactions report progress like every other apt install: the
 driver with Fabric Manager (one held transaction) and a container host's pinned
-userspace driver run detached and polled (roles/managed.py apt_script / apt_install),
+userspace driver run detached and polled (roles/base/managed.py apt_script / apt_install),
 so a gigabyte-sized driver install prints what apt fetched and unpacked, and a failure
 fails the host with apt's last lines."""
 
@@ -10,7 +10,7 @@ import logging
 import shlex
 
 from gpuserve.host import fabric
-from gpuserve.roles import managed
+from gpuserve.roles.base import managed
 from tests.unit.conftest import run_fake_op
 from tests.unit.launch.test_install_progress import apt_lines
 
@@ -21,7 +21,7 @@ SCRIPT = fabric.transaction(["nvidia-driver-cuda=590.48.01-1", *FM.specs("590.48
 
 def run_job(op, status: list[str], caplog, **kwargs):
     """Prepare and execute ``op`` on @fake, the detached job reporting ``status``
-    (roles/progress.JobStatus: rc, ##, the selected lines, ##, the tail)."""
+    (roles/base/progress.JobStatus: rc, ##, the selected lines, ##, the tail)."""
     with caplog.at_level(logging.INFO, logger="pyinfra"):
         return run_fake_op(op, {"/rc 2>/dev/null": status}, name="driver", **kwargs)
 

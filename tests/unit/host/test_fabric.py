@@ -174,7 +174,7 @@ def test_service_steps():
 
 def test_held_packages_count_as_installed():
     # dpkg-query ${Status} of a package after apt-mark hold
-    from gpuserve.roles.managed import DebInstalled
+    from gpuserve.roles.base.managed import DebInstalled
     from gpuserve.roles.nvidia_driver import DebVersion
 
     assert DebInstalled().process(["nvidia-fabricmanager hold ok installed"])

@@ -55,7 +55,7 @@ def test_dry_run_shows_the_plan(tmp_path):
 
 def test_dry_diff_previews_packages_files_and_the_reboot(tmp_path):
     """--dry --diff: what would be installed, each file's diff, the initramfs and the
-    reboot that would follow, from the state read before any change (roles/preview.py)."""
+    reboot that would follow, from the state read before any change (roles/base/preview.py)."""
     r = run(tmp_path, "deploy/host.py", {**MIRROR, "allow_reboot": True}, "--dry", "--diff")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out

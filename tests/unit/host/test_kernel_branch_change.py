@@ -70,7 +70,7 @@ def kernel_host(state: dict, branch: int = 590) -> list[tuple[str, list]]:
 
 def op(ops, words: str) -> tuple[str, list[str]]:
     """The one operation named with ``words``: its name and the shell it runs (a script
-    run detached with apt's progress, roles/progress.py: the script itself)."""
+    run detached with apt's progress, roles/base/progress.py: the script itself)."""
     found = [(n, [detached_script(c[1]) for c in cmds if c[0] == "run"])
              for n, cmds in ops if words in n]
     assert len(found) == 1, [n for n, _ in ops]

@@ -1,5 +1,5 @@
 """The venv install's progress line, from pip's own lines and the lock's sizes, and the
-detached job's status fact (roles/progress.py)."""
+detached job's status fact (roles/base/progress.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpuserve.launch.install_progress import APT_LINES, PIP_LINES, apt_progress, pip_progress
 from gpuserve.launch.locks import available_locks
-from gpuserve.roles.progress import LOST, JobStatus
+from gpuserve.roles.base.progress import LOST, JobStatus
 
 LOCK = next(lk for lk in available_locks() if lk.name == "sglang-0.5.23-cu13-py311")
 GIB = 1 << 30
@@ -67,7 +67,7 @@ def test_a_job_reports_its_status_and_a_lost_one_is_told_apart(tmp_path) -> None
     import subprocess
     import time
 
-    from gpuserve.roles.progress import start_command
+    from gpuserve.roles.base.progress import start_command
 
     def status(run_dir: str):
         out = subprocess.run(["sh", "-c", JobStatus().command(run_dir, "^step")],

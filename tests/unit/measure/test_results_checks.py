@@ -19,7 +19,8 @@ from pyinfra.api.operations import run_ops
 
 from gpuserve.measure.results import Served, read_results, record_spec
 from gpuserve.paths import PROJECT_ROOT
-from gpuserve.roles.checks import DEFAULTS, results_root, smoke_completion
+from gpuserve.roles.checks.smoke import smoke_completion
+from gpuserve.serve.checks import DEFAULTS, results_root
 from tests.unit.conftest import run_fake_op
 
 SECRET = "hf_Sup3rSecretToken"
@@ -114,8 +115,8 @@ START = "4f6e0c2b9d5a4e7f8a1b3c5d7e9f0a12"  # a systemd InvocationID
 def gate_then_smoke(results_dir: Path, probe_second_line: str, responses: dict | None = None):
     """The health gate (asking for the smoke unless the newest record's start still
     runs, as roles/checks.check_service does) and the smoke check, in one pyinfra run."""
-    from gpuserve.roles.checks import SmokeRequest, wait_healthy
-    from gpuserve.roles.checks.smoke import smoked_start
+    from gpuserve.roles.checks.gate import wait_healthy
+    from gpuserve.roles.checks.smoke import SmokeRequest, smoked_start
 
     probe = json.dumps({"health": 200, "unit": {"ActiveState": "active",
                                                 "SubState": "running", "NRestarts": "0"},

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpuserve.errors import InputError
-from gpuserve.operate import removal
-from gpuserve.operate.removal import plan_removal
+from gpuserve.plans import removal
 from gpuserve.plans import router as router_plan
+from gpuserve.plans.removal import plan_removal
 from gpuserve.roles.service.rollback import LAST_GOOD_DIR
 from gpuserve.serve import install
 

@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 from gpuserve.cli import main
+from gpuserve.launch.quality_spec import QualitySpec
 from gpuserve.quality.judge import judge
 from gpuserve.quality.record import PromptResult, QualityRun, write_reference, write_run
-from gpuserve.quality.thresholds import QualitySpec
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "results"
 

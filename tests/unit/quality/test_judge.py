@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
+from gpuserve.launch.quality_spec import QualitySpec
 from gpuserve.quality.judge import judge, summary_line, verdict_lines
 from gpuserve.quality.record import PromptResult, QualityRun
-from gpuserve.quality.thresholds import QualitySpec
 
 SPEC = QualitySpec()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuserve.errors import InputError
+from gpuserve.launch.quality_spec import QualitySpec, parse_quality
 from gpuserve.quality.prompts import answer_value, arithmetic_items, load_prompts
-from gpuserve.quality.thresholds import QualitySpec, parse_quality
 
 
 def err(dotted: str, message: str) -> InputError:

@@ -1,5 +1,5 @@
 """The serve deploy reads the checkpoint scan in its first batch (roles/deploys/serve.py
-host_reads, gpuserve/serve/plan.checkpoint_path): the path is known from the
+host_reads, gpuserve/plans/serve.checkpoint_path): the path is known from the
 profile before any host read, and inside the batch the scan's heredoc must give exactly
 what the fact's own command gives."""
 
@@ -16,9 +16,9 @@ import pytest
 from gpuserve.errors import InputError
 from gpuserve.facts.host import CHECKPOINT_JSON_FILES, CHECKPOINT_SCAN_CACHE, ModelCheckpoint
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.roles.managed import PathState
-from gpuserve.roles.prefetch import Read, _command_text, batch_script, split_output
-from gpuserve.serve.plan import read_input
+from gpuserve.plans.serve import read_input
+from gpuserve.roles.base.managed import PathState
+from gpuserve.roles.base.prefetch import Read, _command_text, batch_script, split_output
 from tests.checkpoints import compose_record
 
 REPO = Path(__file__).resolve().parents[3]

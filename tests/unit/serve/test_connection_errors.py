@@ -1,6 +1,6 @@
 """A deploy run from the repository (pyinfra's CLI loads its ``config.py``): a missing
 SSH key file and a closed port each give one ``gpuserve: error:`` line with the cause
-and one fix, and no traceback (roles/connection.py). Through the real pyinfra CLI and
+and one fix, and no traceback (roles/base/connection.py). Through the real pyinfra CLI and
 SSH connector, to a loopback port nothing listens on."""
 
 from __future__ import annotations

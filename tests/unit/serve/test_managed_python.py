@@ -1,4 +1,4 @@
-"""The managed CPython operation (roles/interpreter.py) on a @fake host, its command
+"""The managed CPython operation (roles/base/interpreter.py) on a @fake host, its command
 then run here for real against an archive with python-build-standalone's install_only
 layout (``python/bin/python3.12``, ``python/include/python3.12/Python.h``): fetched from
 a file:// URL, checked against the sha256, unpacked and stamped; a wrong hash unpacks
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpuserve.launch.interpreter import ManagedBuild, choose_interpreter, managed_builds
 from gpuserve.launch.locks import available_locks
-from gpuserve.roles.interpreter import STAMP, managed_python
+from gpuserve.roles.base.interpreter import STAMP, managed_python
 from tests.unit.serve.test_service_rollback import run  # the operation on a @fake host
 
 BUILD = dict(venv="/opt/gpuserve/venvs/0.5.23-abc", lock=next(

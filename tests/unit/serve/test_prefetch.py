@@ -1,4 +1,4 @@
-"""One batched read instead of one command per fact (roles/prefetch.py, roles/managed.py),
+"""One batched read instead of one command per fact (roles/base/prefetch.py, roles/base/managed.py),
 and the small facts the no-op rerun relies on. The shell parts run in a real local ``sh``
 against real files: the batch must give each fact exactly the lines its own command
 gives."""
@@ -14,8 +14,14 @@ import pytest
 from pyinfra.facts.files import FileContents
 
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state, utc_timestamp
-from gpuserve.roles.managed import DebInstalled, PathInfo, PathState, UnitState, parse_path_states
-from gpuserve.roles.prefetch import Read, _command_text, _Group, batch_script, split_output
+from gpuserve.roles.base.managed import (
+    DebInstalled,
+    PathInfo,
+    PathState,
+    UnitState,
+    parse_path_states,
+)
+from gpuserve.roles.base.prefetch import Read, _command_text, _Group, batch_script, split_output
 from gpuserve.roles.sglang import STAMP, ServiceAccount, VenvVerified, parse_account
 
 
@@ -106,7 +112,7 @@ def test_no_output_is_the_fact_default_as_in_pyinfra(monkeypatch) -> None:
     """pyinfra's File fact has no output for a missing path and cannot process []."""
     from pyinfra.facts.files import File
 
-    import gpuserve.roles.prefetch as prefetch_mod
+    import gpuserve.roles.base.prefetch as prefetch_mod
 
     class FakeHost:
         name = "h"
@@ -125,7 +131,7 @@ def test_no_output_is_the_fact_default_as_in_pyinfra(monkeypatch) -> None:
 def test_deferred_reads_join_the_next_batch(monkeypatch, tmp_path: Path) -> None:
     """defer() runs nothing; the next prefetch runs the deferred reads in its one
     command, with its own reads."""
-    import gpuserve.roles.prefetch as prefetch_mod
+    import gpuserve.roles.base.prefetch as prefetch_mod
 
     (tmp_path / "later").write_text("deferred")
     scripts: list[str] = []
@@ -316,7 +322,7 @@ def test_deb_installed() -> None:
 def test_write_changed_writes_only_the_files_that_differ(monkeypatch) -> None:
     """managed.write_changed (nccl.env/host.json, measured.json): one command per file
     whose prefetched state differs, none for one that matches; returns whether any."""
-    from gpuserve.roles import managed
+    from gpuserve.roles.base import managed
 
     same = managed.PathInfo("file", 0o644, "root", "root", managed.sha1("kept\n"))
     states = {"/etc/gpuserve/a": same, "/etc/gpuserve/b": managed.PathInfo("absent"),

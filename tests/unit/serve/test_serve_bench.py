@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpuserve.launch.bench import BenchMode, BenchSpec, OnRegression, Scenario, parse_expectation
 from gpuserve.measure.results import RecordSpec, read_results
-from gpuserve.roles.checks import throughput_checks
+from gpuserve.roles.checks.bench import throughput_checks
 from gpuserve.serve.checks import BenchPlan
 from tests.unit.conftest import run_fake_op
 

@@ -23,8 +23,9 @@ from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
 from gpuserve.launch.locks import available_locks
-from gpuserve.roles import managed
-from gpuserve.roles.checks import SmokeRequest, smoke_completion, wait_healthy
+from gpuserve.roles.base import managed
+from gpuserve.roles.checks.gate import wait_healthy
+from gpuserve.roles.checks.smoke import SmokeRequest, smoke_completion
 from gpuserve.serve.uv import pin as uv_pin
 from tests.unit.conftest import run_fake_op
 
@@ -190,9 +191,9 @@ def run_gate_from_batch(batch: str | None, responses: dict, change_first: bool =
     operation that changed the host."""
     from pyinfra.operations import server
 
-    import gpuserve.roles.prefetch as prefetch_mod
-    from gpuserve.roles.checks import serving_probe
-    from gpuserve.roles.run_context import run_context
+    import gpuserve.roles.base.prefetch as prefetch_mod
+    from gpuserve.roles.base.run_context import run_context
+    from gpuserve.roles.checks.probe import serving_probe
 
     inv = Inventory((["@fake"], {"fake_responses": responses, "fake_delay": 0}))
     state = State(inv, Config())
@@ -245,7 +246,7 @@ def test_a_batch_probe_that_proves_nothing_is_probed_again(batch) -> None:
 def test_a_batch_probe_older_than_its_limit_is_probed_again() -> None:
     """Across a fleet a host's gate may run minutes after its batch (pyinfra runs each
     operation on every host first): an old answer proves nothing about now."""
-    from gpuserve.roles.checks import BATCH_PROBE_MAX_AGE
+    from gpuserve.roles.checks.probe import BATCH_PROBE_MAX_AGE
 
     batch = probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)
     fresh = probe_doc(200) + "\n" + smoke_doc(elapsed=1.6)
@@ -269,7 +270,7 @@ def test_the_batch_probe_runs_only_on_the_env_file_of_its_profile(tmp_path) -> N
     """The guard of :func:`serving_probe` is the profile line the EnvironmentFile
     template renders, so a switch's batch makes no completion on the server it
     replaces."""
-    from gpuserve.roles.checks import SglangProbe, serving_probe
+    from gpuserve.roles.checks.probe import SglangProbe, serving_probe
     from gpuserve.serve.render import SERVICE_ENV_PATH, render_env_file
 
     request = SmokeRequest(port=30000, model="glm-5")
@@ -338,7 +339,7 @@ def test_verified_venv_of_the_lock_is_no_change() -> None:
     assert not any("pip" in c for c in cmds)
 
 
-#: The detached install's status (roles/progress.py JobStatus): done, exit 0.
+#: The detached install's status (roles/base/progress.py JobStatus): done, exit 0.
 JOB_DONE = {"/rc 2>/dev/null": ["0", "##", "Collecting torch==2.9.1", "Successfully installed",
                                 "##", "Successfully installed torch-2.9.1"]}
 

@@ -16,12 +16,13 @@ import gpuserve.roles.deploys.serve as deploy
 from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.venvs import requirements_path
 from gpuserve.paths import SCRIPTS_DIR
+from gpuserve.plans.serve import HostReads, ServePlan
+from gpuserve.roles.base.managed import sha1
+from gpuserve.roles.base.run_context import run_context
 from gpuserve.roles.checks.scripts import SCRIPTS
-from gpuserve.roles.managed import sha1
-from gpuserve.roles.run_context import run_context
-from gpuserve.roles.service import CONFIG_DIR, service_files
+from gpuserve.roles.service import service_files
 from gpuserve.roles.sglang import ACCOUNT_MARK, NOLOGIN, VERIFY, directories
-from gpuserve.serve.plan import HostReads, ServePlan
+from gpuserve.serve.service import CONFIG_DIR
 
 HOST = "@fake/gpu1"
 DATA = {"profile": "glm5-nvfp4-tp8", "results_dir": "", "preflight": "off"}

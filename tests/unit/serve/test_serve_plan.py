@@ -14,9 +14,9 @@ import pytest
 
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
-from gpuserve.roles.checks import serving_probe_read
+from gpuserve.plans.serve import HostReads, first_reads, read_input
+from gpuserve.roles.checks.probe import serving_probe_read
 from gpuserve.serve.install import pip_args
-from gpuserve.serve.plan import HostReads, first_reads, read_input
 from tests.serve_plans import plan_of
 
 REPO = Path(__file__).resolve().parents[3]
@@ -458,8 +458,10 @@ def test_the_batch_probe_is_the_one_the_gate_asks_for(data, tmp_path) -> None:
     own request, so the guess must equal it (else every rerun probes again). Both skip
     the completion while the start of the host's newest smoke record runs."""
     from gpuserve.measure.results import ResultRecord, write_record
-    from gpuserve.roles.checks import PROBE, SmokeRequest, serving_probe
-    from gpuserve.roles.service import UNIT_NAME
+    from gpuserve.roles.checks.probe import serving_probe
+    from gpuserve.roles.checks.scripts import PROBE
+    from gpuserve.roles.checks.smoke import SmokeRequest
+    from gpuserve.serve.service import UNIT_NAME
 
     start = "4f6e0c2b9d5a4e7f8a1b3c5d7e9f0a12"
     write_record(tmp_path, ResultRecord(kind="smoke", profile="p", host="gpu1",
@@ -523,7 +525,7 @@ def test_the_serve_deploy_loads_the_profile_once_per_host(monkeypatch) -> None:
 
     import gpuserve.launch.profiles as profiles
     import gpuserve.roles.deploys.serve as deploy
-    from gpuserve.roles.run_context import run_context
+    from gpuserve.roles.base.run_context import run_context
 
     loads: list[str] = []
     real = profiles.load_profile

@@ -8,7 +8,6 @@ import pytest
 from systemd_words import env_value, server_argv, split_variable
 
 from gpuserve.errors import GpuserveError, InputError
-from gpuserve.roles.service import CONFIG_PATH, ENV_PATH
 from gpuserve.serve.render import (
     ARGS_VAR,
     UnitSpec,
@@ -20,6 +19,7 @@ from gpuserve.serve.render import (
     render_unit,
     systemd_quote,
 )
+from gpuserve.serve.service import CONFIG_PATH, ENV_PATH
 from tests.serve_plans import service_plan_of
 
 

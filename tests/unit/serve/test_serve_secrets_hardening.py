@@ -30,7 +30,7 @@ from gpuserve.launch.lock_choice import HostRuntime
 from gpuserve.launch.locks import available_locks
 from gpuserve.measure.results import ResultRecord
 from gpuserve.redact import REDACTED
-from gpuserve.roles.managed import write_secret_command
+from gpuserve.roles.base.managed import write_secret_command
 from gpuserve.roles.sglang import locked_venv
 from gpuserve.serve.install import (
     PIP_CONFIG,
@@ -201,7 +201,7 @@ def test_no_command_of_the_install_holds_the_password(caplog) -> None:
     def pip_credentials() -> str:
         return text
 
-    # the detached install's status (roles/progress.py): done
+    # the detached install's status (roles/base/progress.py): done
     inv = Inventory((["@fake"], {"fake_responses": {".gpuserve-verified": "",
                                                     "/rc 2>/dev/null": ["0", "##", "##"]},
                                  "fake_delay": 0}))

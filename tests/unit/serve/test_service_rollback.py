@@ -19,7 +19,7 @@ from pyinfra.api.operation import add_op
 import gpuserve.roles.checks.gate
 import gpuserve.roles.checks.probe
 from gpuserve.measure.health import Probe
-from gpuserve.roles.checks import wait_healthy
+from gpuserve.roles.checks.gate import wait_healthy
 from gpuserve.roles.service.rollback import (
     ConfigState,
     RollbackSpec,

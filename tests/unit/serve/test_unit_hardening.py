@@ -13,8 +13,8 @@ from systemd_words import server_argv
 
 from gpuserve.errors import InputError
 from gpuserve.launch.lock_choice import HostRuntime
-from gpuserve.roles.service import listen_host, with_host
 from gpuserve.serve.render import HARDENING, validate_hardening_off
+from gpuserve.serve.service import listen_host, with_host
 from tests.serve_plans import plan_of, service_plan_of
 
 REPO = Path(__file__).resolve().parents[3]

@@ -18,11 +18,11 @@ import pytest
 from standin_server import healthy_server, standin_env
 
 from gpuserve import paths
+from gpuserve.launch.quality_spec import QualitySpec
 from gpuserve.quality.collect import read_output, request_spec
 from gpuserve.quality.judge import judge
 from gpuserve.quality.prompts import load_prompts
 from gpuserve.quality.record import QualityRun
-from gpuserve.quality.thresholds import QualitySpec
 
 SPEC = QualitySpec()
 PROMPTS = load_prompts(SPEC.max_new_tokens)

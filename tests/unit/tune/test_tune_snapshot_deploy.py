@@ -8,9 +8,9 @@ import json
 
 import gpuserve.roles.deploys.serve as serve_deploy
 from gpuserve.launch.lock_choice import HostRuntime
+from gpuserve.plans.serve import HostReads
+from gpuserve.roles.base.run_context import run_context
 from gpuserve.roles.deploys.tune import tune_snapshot
-from gpuserve.roles.run_context import run_context
-from gpuserve.serve.plan import HostReads
 
 GPUS = tuple({"name": "NVIDIA H200", "memory_total_mib": 143771, "index": i} for i in range(8))
 

@@ -77,8 +77,9 @@ def commit(hub) -> str:
 def fetch(hub, models: Path, **kw):
     c = commit(hub)
     target = str(models / "gpuserve-lab--Tiny-Llama-3L" / c)
-    return fetch_module().fetch(TINY, c, target, endpoint=hub.url, token=TOKEN,
-                                report=lambda d: None, **kw), target
+    module = fetch_module()
+    return module.fetch(TINY, c, target, endpoint=hub.url, token=TOKEN,
+                        report=lambda d: None, options=module.FetchOptions(**kw)), target
 
 
 def where(hub) -> Where:

@@ -138,7 +138,7 @@ def test_check_without_host_or_hub_checks_the_host_data_only(tmp_path):
 
 
 def test_first_batch_knows_a_pinned_revision_directory(tmp_path):
-    from gpuserve.serve.plan import read_input
+    from gpuserve.plans.serve import read_input
 
     inputs = read_input({"profile": str(_profile(tmp_path)), "models_dir": "/srv/m"}, "inv.py")
     target = f"/srv/m/zai-org--GLM-5-NVFP4/{COMMIT}"

@@ -191,8 +191,9 @@ def _fetch(stub: Stub, tmp_path: Path, **kw):
     target = str(tmp_path / "models" / "org--model" / COMMIT)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     kw.setdefault("disk_check", False)
-    marker = fetch_module().fetch(REPO, COMMIT, target, endpoint=stub.url,
-                                  report=lambda doc: None, **kw)
+    module = fetch_module()
+    marker = module.fetch(REPO, COMMIT, target, endpoint=stub.url, report=lambda doc: None,
+                          options=module.FetchOptions(**kw))
     return marker, Path(target)
 
 
@@ -372,7 +373,7 @@ def test_a_drip_below_the_minimum_rate_ends_within_one_window(stub, tmp_path, mi
     stub.files[name] = stub.files[name][:100]
     stub.fault(name, drip=True)
     clock = FakeClock()
-    client = HUB.Client(stub.url, None, stall=10_000, min_rate=min_rate, clock=clock)
+    client = HUB.Client(stub.url, None, HUB.Limits(stall=10_000, min_rate=min_rate), clock=clock)
     hasher = DripHash(stub, clock)
     part = tmp_path / "part"
     url = client.resolve_url(REPO, COMMIT, name)
@@ -389,7 +390,7 @@ def test_a_drip_below_the_minimum_rate_ends_within_one_window(stub, tmp_path, mi
 
 def test_a_document_request_has_a_total_deadline(stub):
     clock = FakeClock()
-    client = HUB.Client(stub.url, None, request_deadline=60, clock=clock)
+    client = HUB.Client(stub.url, None, HUB.Limits(request_deadline=60), clock=clock)
     clock.now = 0
     meter = client.meter("tree page")
     clock.now = 61
@@ -424,8 +425,8 @@ def test_a_document_dripping_within_the_rate_ends_at_its_deadline(stub):
             stub.consumed.release()
             return self.now
 
-    client = HUB.Client(stub.url, None, stall=10_000, min_rate=0, request_deadline=50,
-                        clock=Ticking())
+    client = HUB.Client(stub.url, None, HUB.Limits(stall=10_000, min_rate=0,
+                                                  request_deadline=50), clock=Ticking())
     with pytest.raises(HUB.HubError, match="README.md: not done within the 50 s a request "
                        "may take") as e:
         client.read_capped(client.resolve_url(REPO, COMMIT, "README.md"), 1 << 20,

@@ -4,8 +4,8 @@ Why: pyinfra's ``--dry`` stops before executing, and many operations of the host
 gateway deploys decide only then (a file rendered from facts the driver install changes,
 a venv, a reboot), so their dry run looked like a no-op. Each role notes here, where it
 adds an operation, what that operation would do as decided from the state read before any
-change; roles/managed.py notes its files, packages, directories and systemctl steps
-itself. roles/preview.py prints the notes (diffs against the live files, secrets
+change; roles/base/managed.py notes its files, packages, directories and systemctl steps
+itself. roles/base/preview.py prints the notes (diffs against the live files, secrets
 redacted). Without ``--dry`` nothing is noted.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from pyinfra import host
 
-from gpuserve.roles.run_context import run_context
+from gpuserve.roles.base.run_context import run_context
 
 
 @dataclass(frozen=True)

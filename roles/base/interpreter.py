@@ -30,9 +30,9 @@ from gpuserve.launch.interpreter import (
     managed_path,
     packages_read_for,
 )
-from gpuserve.roles import managed
-from gpuserve.roles.inventory import inventory_source
-from gpuserve.roles.prefetch import Read, fact
+from gpuserve.roles.base import managed
+from gpuserve.roles.base.inventory import inventory_source
+from gpuserve.roles.base.prefetch import Read, fact
 
 STAMP = ".gpuserve-archive-sha256"
 
@@ -61,7 +61,7 @@ def reads(choice: InterpreterChoice | None) -> list[Read]:
 def asked(role: VenvRole = SGLANG) -> str:
     """Host data's interpreter for ``role`` (the gateway's ``router_python`` falls back to
     ``sglang_python``), checked before any change. The serve deploy takes it from its
-    parsed input instead (gpuserve/serve/plan.py)."""
+    parsed input instead (gpuserve/plans/serve.py)."""
     from gpuserve.serve.install import validate_python
 
     return validate_python(host.data.dict(), inventory_source(), role.key)[0]
@@ -145,7 +145,7 @@ def install_interpreter(choice: InterpreterChoice | None, purpose: str) -> None:
     """The choice's apt packages (``-venv``, and ``-dev`` for Python.h, which Triton's JIT
     compiles against; Debian splits both out of python3) and, for a managed build, its
     archive; None: python3 with python3-venv. A rerun with everything there adds no
-    operation (roles/managed.py)."""
+    operation (roles/base/managed.py)."""
     packages = list(choice.packages) if choice else ["python3-venv"]
     if packages:
         managed.packages(name=f"{', '.join(packages)} for {purpose}", packages=packages,

@@ -21,12 +21,12 @@ from gpuserve.facts.compat import cli_params, current_state
 class HostContext:
     """One host's part of the run (each field is owned by the module named)."""
 
-    reads: Any = None  # gpuserve.roles.prefetch: the batch's values
+    reads: Any = None  # gpuserve.roles.base.prefetch: the batch's values
     smoke: Any = None  # gpuserve.roles.checks: the smoke request the gate made
-    on_failure: Any = None  # gpuserve.roles.failure: what to run when the host fails
+    on_failure: Any = None  # gpuserve.roles.base.failure: what to run when the host fails
     serve_input: Any = None  # gpuserve.roles.deploys.serve: the host's parsed ServeInput
     serve_plan: Any = None  # gpuserve.roles.deploys.serve: the host's ServePlan
-    planned: Any = None  # gpuserve.roles.planned: what a dry run notes it would change
+    planned: Any = None  # gpuserve.roles.base.planned: what a dry run notes it would change
 
 
 @dataclass

@@ -26,7 +26,7 @@ from gpuserve.facts.compat import (
     current_state,
     op_global_argument,
 )
-from gpuserve.roles.run_context import run_context
+from gpuserve.roles.base.run_context import run_context
 
 
 def _take_hook(host_name: str) -> Callable[[], list[str]] | None:

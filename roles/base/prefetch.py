@@ -6,7 +6,7 @@ serve deploy ran 57 commands on the lab host. Here a deploy declares its reads u
 (:func:`prefetch`), they run as one ``sh`` script, and each fact's own ``process``
 parses its slice, so the values are exactly what ``host.get_fact`` would return.
 
-How: docs/reruns.md, "gpuserve.roles.prefetch: one script, and reading its values"
+How: docs/reruns.md, "gpuserve.roles.base.prefetch: one script, and reading its values"
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pyinfra.api import FactBase, StringCommand
 
 from gpuserve.facts.base import complete_jobs, in_parallel
 from gpuserve.facts.compat import changed_on_host
-from gpuserve.roles.run_context import run_context
+from gpuserve.roles.base.run_context import run_context
 
 _MISSING = "##gpuserve-prefetch-missing-command##"
 BATCH_PREFIX = "_batch"  # the batch's shell functions and job frame (in_parallel)
@@ -48,7 +48,7 @@ class _Store:
 
 
 def _store(create: bool = True) -> _Store | None:
-    """This host's prefetched values in the run's context (roles/run_context.py)."""
+    """This host's prefetched values in the run's context (roles/base/run_context.py)."""
     mine = run_context().host(host.name)
     if mine.reads is None and create:
         mine.reads = _Store()
@@ -121,7 +121,7 @@ def prefetch(reads: Iterable[Read]) -> None:
     """Run ``reads`` on the current host in one command and keep their values.
 
     A fact class with ``group_command(kwargs_list)``/``group_process(kwargs_list,
-    output)`` has all its reads run as one command (e.g. gpuserve.roles.managed.PathState: one
+    output)`` has all its reads run as one command (e.g. gpuserve.roles.base.managed.PathState: one
     ``stat`` for every path). A read whose command fails (non-zero exit) is not kept:
     :func:`fact` then runs it on its own, so a failing fact behaves exactly as without
     the prefetch. Reads given to :func:`defer` before join this batch."""

@@ -5,7 +5,7 @@ again at execute time: on the lab host that was most of a no-op rerun's 57 remot
 commands. Here a path that already matches adds no operation, and one that differs adds
 one command with no fact read of its own.
 
-How: docs/reruns.md, "gpuserve.roles.managed: one read, one command"
+How: docs/reruns.md, "gpuserve.roles.base.managed: one read, one command"
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from pyinfra.facts.apt import noninteractive_apt
 
 from gpuserve.host.unit_state import LiveUnit, parse_unit_state
 from gpuserve.launch.install_progress import APT_LINES, apt_progress
-from gpuserve.roles import planned, progress
-from gpuserve.roles.failure import fail_host
-from gpuserve.roles.prefetch import Read, fact, fact_if_unchanged
+from gpuserve.roles.base import planned, progress
+from gpuserve.roles.base.failure import fail_host
+from gpuserve.roles.base.prefetch import Read, fact, fact_if_unchanged
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class PathState(FactBase):
     """Kind, mode, owner, group (and sha1 for a regular file) of one path.
 
     Many paths are read together by one ``stat`` and one ``sha1sum``
-    (:meth:`group_command`, used by roles/prefetch.py): on a TCG lab guest every process
+    (:meth:`group_command`, used by roles/base/prefetch.py): on a TCG lab guest every process
     costs tens of milliseconds, and a deploy reads some twenty paths."""
 
     @staticmethod
@@ -210,7 +210,7 @@ def secret(*, name: str, dest: str, contents: Callable[[], str], user: str, grou
 def _write(name: str, dest: str, contents: Callable[[], str], user: str, group: str,
            mode: str, shown: bool) -> OperationMeta | None:
     """The write of :func:`put` (``shown``) and :func:`secret`, noted for a dry run's
-    preview (roles/planned.py; a secret's whole text is redacted there)."""
+    preview (roles/base/planned.py; a secret's whole text is redacted there)."""
     want = hashlib.sha1(contents().encode()).hexdigest()
     if _is(state(dest), "file", user, group, mode, want):
         return None
@@ -346,7 +346,7 @@ APT_LOCK_TIMEOUT_S = 600
 @operation()
 def apt_install(packages: list[str], update: bool = False, no_recommends: bool = False):
     """``apt-get install`` (after ``apt-get update`` when asked), detached and polled with
-    a progress line at least every 10 s (roles/progress.py): a driver or a CUDA toolkit
+    a progress line at least every 10 s (roles/base/progress.py): a driver or a CUDA toolkit
     is gigabytes of archives. A failure fails the host with apt's last lines."""
     lock = f"-o DPkg::Lock::Timeout={APT_LOCK_TIMEOUT_S}"
     steps = [noninteractive_apt(f"{lock} update")] if update else []

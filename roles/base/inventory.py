@@ -18,7 +18,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from gpuserve.errors import GpuserveError
 from gpuserve.fleet.multinode import Member
-from gpuserve.roles.run_context import run_context
+from gpuserve.roles.base.run_context import run_context
 from gpuserve.settings import settings
 from gpuserve.terminal import printable
 
@@ -66,7 +66,7 @@ def packaged_deploy(func: Callable[..., None]) -> Callable[..., None]:
             text = "\n".join(printable(line) for line in str(exc).split("\n"))
             if run_context().inventory_file is None:  # pyinfra's API: the caller handles it
                 raise PyinfraError(f"gpuserve: error: {text}") from None
-            # pyinfra's CLI would print "pyinfra error in roles/inventory.py line N:"
+            # pyinfra's CLI would print "pyinfra error in roles/base/inventory.py line N:"
             # before it, which reads as a crash of this file: the message alone, then exit
             # (pyinfra still disconnects, in its finally)
             logger.error(f"gpuserve: error: {text}")

@@ -4,9 +4,9 @@ pyinfra's ``--dry`` stops before executing; operations that act only when execut
 (install, switch, checks, a driver's files, a reboot) show nothing there, so a switch
 looked like a no-op. This prints, per host and from the host's own plan and prefetched
 state, what the real run would change (gpuserve/preview.py): every deploy's from what its
-roles noted where they add their operations (roles/planned.py). It runs at prepare time
+roles noted where they add their operations (roles/base/planned.py). It runs at prepare time
 and reads only: the live texts of the files that would change come in one batch
-(roles/prefetch.py).
+(roles/base/prefetch.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pyinfra import host, logger
 from pyinfra.facts.files import FileContents
 
 from gpuserve.preview import Preview, file_diff, preview_lines
-from gpuserve.roles import planned
-from gpuserve.roles.prefetch import Read, fact, prefetch
+from gpuserve.roles.base import planned
+from gpuserve.roles.base.prefetch import Read, fact, prefetch
 
 
 def live_diffs(files: dict[str, str | None], with_diff: bool, secrets: list[str | None],
@@ -40,7 +40,7 @@ def live_diffs(files: dict[str, str | None], with_diff: bool, secrets: list[str 
 def print_planned_preview(with_diff: bool, secrets: list[str | None],
                           preflight: list[str] | tuple[str, ...] = (),
                           by_value: tuple[str, ...] = ()) -> None:
-    """Log what this host's roles noted they would change (roles/planned.py): the
+    """Log what this host's roles noted they would change (roles/base/planned.py): the
     host, gateway and serve deploys' preview. ``preflight``: the plan's lines, said
     first; ``by_value``: files noted as secret whose diff redacts only the ``secrets``'
     values (the serve unit's EnvironmentFile and --config file), not every line."""
