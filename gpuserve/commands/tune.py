@@ -31,7 +31,7 @@ from gpuserve.tune.outcome import FIGURES, LoadStatus, Outcome, from_dict
 from gpuserve.tune.report import plot, summary, table, winner_text
 from gpuserve.tune.search import Measurement, run_search
 from gpuserve.tune.session import comm_from, precheck, prepare
-from gpuserve.tune.snapshot import draft_data, error_line, last_run, last_start, parse_snapshot
+from gpuserve.tune.snapshot import draft_data, error_line, failed_run, last_start, parse_snapshot
 from gpuserve.tune.space import OBJECTIVES, load_tune
 
 SERVE = "gpuserve.roles.deploys.serve_sglang"
@@ -236,10 +236,11 @@ class PyinfraExecutor:
                            reason=reason[:600], diagnosis=diagnosis)
 
     def _journal(self, path: Path) -> str:
-        """The service journal of the last start, read with the snapshot deploy."""
+        """The service journal of the failed start (the newest recent one naming an error,
+        else the last), read with the snapshot deploy."""
         rc, _ = self.runner.deploy(SNAPSHOT, f"profile={path}",
                                    f"tune_snapshot={self.snapshot_path}")
-        return last_run(parse_snapshot(self.snapshot_path).journal) if rc == 0 else ""
+        return failed_run(parse_snapshot(self.snapshot_path).journal) if rc == 0 else ""
 
 
 _FAILURE = re.compile(r"(?:\] |: )(health|bench|smoke|quality): (.*(?:failed|stopped|fatal|not "

@@ -96,6 +96,23 @@ def last_run(journal: str) -> str:
     return "\n".join(lines[starts[-1]:] if starts else lines[-200:])
 
 
+def failed_run(journal: str, within: int = 3) -> str:
+    """The journal lines of the newest of the last ``within`` starts that names an error,
+    else the last start's: a candidate that crashed is often not the last start by the
+    time its journal is read (systemd's Restart=on-failure, then the rollback, start the
+    server again), and which start is last depends on how fast the host got there."""
+    lines = journal.splitlines()
+    starts = [i for i, line in enumerate(lines) if _STARTED.search(line)]
+    if not starts:
+        return "\n".join(lines[-200:])
+    ends = [*starts[1:], len(lines)]
+    for begin, end in list(zip(starts, ends, strict=True))[::-1][:within]:
+        run = "\n".join(lines[begin:end])
+        if error_line(run):
+            return run
+    return "\n".join(lines[starts[-1]:])
+
+
 _ERROR = re.compile(r"\b(\w*Error|CUDA error|Not enough memory|out of memory)\b")
 
 

@@ -360,3 +360,33 @@ def test_repeated_runs_are_scenarios_of_one_deploy(tmp_path) -> None:
     assert names == ["single", "single-r2", "single-r3", "c8", "c8-r2", "c8-r3"]
     assert [scenario_level(n) for n in names] == [1, 1, 1, 8, 8, 8]
     assert scenario_level("batch") is None and scenario_level("c8-rx") is None
+
+
+# ------------------------------------------------------------ the failed start's journal
+
+def _run(stamp: str, *body: str) -> list[str]:
+    return [f"{stamp} lab-gpu systemd[1]: Started gpuserve-sglang.service - SGLang.",
+            *(f"{stamp} lab-gpu python[7]: {line}" for line in body)]
+
+
+# composed, in the ``short-iso-precise`` shape the snapshot deploy reads (journalctl -o
+# short-iso-precise): a candidate that crashed while serving, systemd's Restart=on-failure
+# start of it, then the rollback's start of the last good profile
+CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered"
+JOURNAL = "\n".join([
+    *_run("2026-12-06T10:00:00.000000+0000", "The server is fired up and ready to roll!"),
+    *_run("2026-12-06T10:05:00.000000+0000", "The server is fired up and ready to roll!",
+          CRASH),
+    *_run("2026-12-06T10:05:30.000000+0000", "Load weight begin."),
+    *_run("2026-12-06T10:06:00.000000+0000", "The server is fired up and ready to roll!")])
+
+
+def test_the_failed_start_is_found_behind_the_restarts_that_followed_it() -> None:
+    from gpuserve.tune.snapshot import error_line, failed_run, last_run
+
+    assert error_line(last_run(JOURNAL)) is None  # the rollback's start is the last one
+    run = failed_run(JOURNAL)
+    assert error_line(run) == CRASH and run.startswith("2026-12-06T10:05:00")
+    # bounded: a crash further back than ``within`` starts is not this candidate's
+    assert error_line(failed_run(JOURNAL, within=2)) is None
+    assert failed_run("no start here") == "no start here"
