@@ -38,7 +38,7 @@ class QualitySpec:
     expected_accept_length: float | None = None  # None: the launch's own reference
     top_k: int = 20  # top_logprobs_num of the teacher-forced pass
     max_new_tokens: int = 32  # greedy tokens per chat/completion prompt
-    timeout_s: float = 120.0  # the whole check on the host
+    timeout_s: float = 600.0  # the whole check on the host: a bound (docs/quality.md)
 
 
 _FLOATS_0_1 = ("greedy_agreement_min", "accuracy_alpha", "accuracy_drop_max",
