@@ -252,6 +252,7 @@ class ServeInput:
     on_regression: OnRegression | None  # None: the profile's bench.on_regression
     results_dir: str | None  # None: recording off
     metrics: bool  # sglang_metrics
+    quality_check: bool  # host data's quality_check
     service: service.ServiceData  # extra env, secrets, listen address, hardening
     python: str  # sglang_python: auto, system, managed or a path
     python_mirror: str | None
@@ -380,6 +381,7 @@ def read_input(host_data: dict, source: str, host_name: str = "",
         on_regression=validate_on_regression(data["on_regression"], source),
         results_dir=validate_results_dir(data["results_dir"], source),
         metrics=_flag(data, "sglang_metrics", source),
+        quality_check=_flag(data, "quality_check", source),
         service=service.service_data(
             source, extra_env=data["sglang_extra_env"], hf_token=data["hf_token"],
             api_key=data["sglang_api_key"], listen_address=data["listen_address"],

@@ -32,6 +32,10 @@ DEFAULTS = {
     # (gpuserve/serve/preflight.py): enforce, warn or off
     # accepts: str: enforce, warn or off
     "preflight": "enforce",
+    # the output-quality check of a new launch (roles/checks/quality.py, docs/quality.md);
+    # false skips it on this host (the profile's quality.check turns it off everywhere)
+    # accepts: bool
+    "quality_check": True,
 }
 
 def results_root(results_dir: str) -> Path:

@@ -46,7 +46,7 @@ class QualityRequest:
 def quality_request(plan) -> QualityRequest | None:
     """The serve plan's check (None when the profile says ``quality: {check: false}``)."""
     spec = plan.input.profile.quality
-    if not spec.check:
+    if not spec.check or not plan.input.quality_check:
         return None
     weights = getattr(plan, "weights", None)
     return QualityRequest(spec=spec, record=plan.record,
