@@ -49,9 +49,7 @@ def pytest_collection_modifyitems(config, items):
     """Mark everything under tests/lab as `lab`, and run the lab's own self-test
     (test_lab.py) first so a broken lab fails fast before any deploy test, and the
     faults (test_faults.py: a reboot, a full disk, a crashed server, a dropped deploy)
-    late, on the host the other modules leave and where they cannot disturb them, and the
-    docs' command blocks (test_docs_run.py) after them: README's ``make demo`` serves and
-    benchmarks again, records that test_serve.py's first deploy must not find. The
+    last, on the host the other modules leave and where they cannot disturb them. The
     gateway (test_router.py) goes after the serve modules, in front of the server they
     leave, so it needs no serve deploy of its own. The NVSwitch box (test_nvswitch.py)
     goes after the serve modules too: it switches the box and moves the driver, and
@@ -69,8 +67,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.lab)
     order = {"test_lab.py": 0, "test_lab_vm.py": 0, "test_container_host.py": 0.5,
              "test_monitor.py": 1.3, "test_nvswitch.py": 1.4, "test_router.py": 1.5,
-             "test_faults.py": 2, "test_docs_run.py": 2.5, "test_fleet.py": 3,
-             "test_pd.py": 3.1,
+             "test_faults.py": 2, "test_fleet.py": 3, "test_pd.py": 3.1,
              "test_rdma_vm.py": 3.9, "test_kernel_cmdline.py": 4}
     items.sort(key=lambda it: order.get(Path(str(it.path)).name, 1))
 
