@@ -239,9 +239,11 @@ def test_rolls_back_a_crashing_candidate_and_carries_on(lab, field_notes) -> Non
     assert rc == 0, out[-6000:]
     crash = next(d for label, d in outcomes(results).items() if "eagle_topk=2" in label)
     assert crash["status"] == "failed", crash
-    assert "illegal memory access" in (crash["diagnosis"] or {}).get("error", ""), crash
+    assert "illegal memory access" in ((crash["diagnosis"] or {}).get("error") or ""), crash
     after = out.split(f"{crash['candidate']}", 1)[-1]
-    assert "tune: switching the host back to" in out
+    # back on a good launch: the serve deploy's own rollback (a crash within its checks:
+    # the quality check is the second request) or the tuner's switch back (a crash later)
+    assert "rolled back to" in (crash["reason"] or "") or "tune: switching the host back to" in out
     assert "loading and measuring concurrency 1" in after  # the search went on
     # left on the inventory's profile, healthy
     assert "tune: leaving the host on the inventory's profile" in out
