@@ -7,14 +7,19 @@ SGLang's gateway in PD mode), the second decodes (docs/disaggregation.md).
     pyinfra -y --serial inventory/lab_pd.py deploy/serve.py
     pyinfra -y inventory/lab_pd.py deploy/router.py
 
-Instances: $GPUSERVE_LAB_FLEET ("A,B"), default "<GPUSERVE_LAB_NAME>,<same>-2". Groups:
-``prefill`` (lab-gpu), ``decode`` (lab-gpu-2) and ``gpu`` (both: the gateway's workers).
-Every host serves tests/fixtures/profiles/lab-pd.yaml from the mirror's PD locks
-(lab/locks.py: the newest stand-in with the Mooncake stand-in resolved in).
+Instances: $GPUSERVE_LAB_FLEET ("A,B" or "A,B,C"), default "<GPUSERVE_LAB_NAME>,<same>-2".
+Groups: ``prefill`` (lab-gpu), ``decode`` (lab-gpu-2, and lab-gpu-3 with a third
+instance) and ``gpu`` (all: the gateway's workers). Every host serves
+tests/fixtures/profiles/lab-pd.yaml from the mirror's PD locks (lab/locks.py: the newest
+stand-in with the Mooncake stand-in resolved in); $GPUSERVE_LAB_PD_DECODE_PROFILE gives
+the decode hosts another profile (an edit of the decode group's data, as a user makes
+it for a decode-only switch). The live judgement of a rolling switch is off
+(``rolling_live_window`` 0): the fleet lab test (inventory/lab_fleet.py) covers it.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -37,7 +42,10 @@ def _pd_host(index: int, name: str) -> tuple[str, dict]:
     if not address:
         raise _lab.LabNotRunning(f"lab instance {name!r} has no fleet address: run "
                                  "`python -m lab link A B` first")
-    data.update(private_address=address, listen_address=address, profile=PROFILE,
+    profile = PROFILE if index == 0 else \
+        os.environ.get("GPUSERVE_LAB_PD_DECODE_PROFILE") or PROFILE
+    data.update(private_address=address, listen_address=address, profile=profile,
+                rolling_live_window=0,
                 sglang_prefill_group="prefill", sglang_decode_group="decode",
                 sglang_locks_dir=str(pd_locks_dir(st.mirror_root)))
     if index > 0:
@@ -47,7 +55,7 @@ def _pd_host(index: int, name: str) -> tuple[str, dict]:
     return inventories.fleet_host_name(index), data
 
 
-_hosts = [_pd_host(i, n) for i, n in enumerate(inventories.fleet_names()[:2])]
+_hosts = [_pd_host(i, n) for i, n in enumerate(inventories.fleet_names())]
 prefill = _hosts[:1]
 decode = _hosts[1:]
 gpu = _hosts

@@ -133,9 +133,13 @@ def plan_rollout(host_name: str, source: str) -> Rollout | None:
     served = plan.served
     others = tuple(w for w in served if w.host != host_name)
     # in a PD fleet a role stands alone: a prefill's requests go to another prefill only
-    if not any(w.role == mine.role for w in others):
-        # the gateway's only worker: nothing can take its requests while it restarts,
-        # and taking it out would only fail them sooner (take_out_refusal would refuse)
+    peers = [(w.host, normal_url(w.url)) for w in others if w.role == mine.role]
+    if not peers:
+        # the gateway's only worker (of its role): nothing can take its requests while it
+        # restarts, and taking it out would only fail them sooner (take_out_refusal
+        # would refuse); said before any change when that empties a PD role
+        if mine.role:
+            logger.warning(lone_role_restart(host_name, mine.role, router.name))
         return None
     return Rollout(
         router=router.name, worker=host_name, url=normal_url(mine.url),
@@ -146,7 +150,16 @@ def plan_rollout(host_name: str, source: str) -> Rollout | None:
         max_unavailable=plan.max_unavailable, drain_timeout=plan.drain_timeout,
         idle_timeout=plan.idle_timeout, drain_grace=plan.drain_grace,
         ready_timeout=max(plan.ready_timeout, 60.0),
-        later=_after_in_inventory(host_name, [(w.host, normal_url(w.url)) for w in others]))
+        later=_after_in_inventory(host_name, peers))
+
+
+def lone_role_restart(host_name: str, role: str, router: str) -> str:
+    """The warning of a restart that leaves a PD role without a server: smg in PD mode
+    needs a prefill and a decode server for every request."""
+    return (f"{host_name}: rolling switch: the only {role} server behind the gateway on "
+            f"{router} restarts without a drain: every request through the gateway fails "
+            f"until it serves again (give each role two hosts, or change only the other "
+            "role's launch, for a switch with 0 failed requests)")
 
 
 def _after_in_inventory(host_name: str, workers: list[tuple[str, str]]) -> tuple[str, ...]:

@@ -1,14 +1,24 @@
-"""A PD fleet in the lab: one prefill host, one decode host, SGLang's gateway (the real
+"""A PD fleet in the lab: one prefill host, two decode hosts, SGLang's gateway (the real
 smg 1.13.0) in PD mode on the first, all from inventory/lab_pd.py.
 
-The decode host is a clone of the session's served host (lab/fleet.py), joined to it by
-the lab's private network (10.77.0.1-2). Both run the SGLang stand-in in its PD role
-(lab/sglang_standin, pd.py): the prefill's bootstrap server answers SGLang's routes and
-the KV bytes move over the stand-in's own TCP transfer (not Mooncake, not RDMA: the lab
-records no RDMA device, so the launch falls back to mooncake_tcp, warned). SGLang's
-benchmark client (the stand-in of sglang.benchmark.serving) runs on the first host
-against the gateway: every request must be answered, and each one's KV hand-off is in
-the decode server's journal.
+The decode hosts are clones of the session's served host (lab/fleet.py), joined to it by
+the lab's private network (10.77.0.1-3). Two decode hosts and one prefill host, not two
+of each: the smallest fleet in which a rolling switch keeps a prefill and a decode
+server serving. The switch changes the decode role's launch only
+(tests/fixtures/profiles/lab-pd-decode-64.yaml), so the decode hosts roll one at a time
+while the prefill host is left as it is; a fourth instance (a second prefill, for a
+switch of the prefill role too) would add its clone and first deploy to CI's time and
+show nothing the per-role counting (unit-tested) does not.
+
+All run the SGLang stand-in in its PD role (lab/sglang_standin, pd.py): the prefill's
+bootstrap server answers SGLang's routes and the KV bytes move over the stand-in's own
+TCP transfer (not Mooncake, not RDMA: the lab records no RDMA device, so the launch
+falls back to mooncake_tcp, warned). SGLang's benchmark client (the stand-in of
+sglang.benchmark.serving) runs on the first host against the gateway: every request must
+be answered, and each one's KV hand-off is in a decode server's journal. Then a rolling
+switch of the decode role (``--serial``) under a bounded stream of requests through the
+gateway: no request fails, each decode host ends on the new launch, the prefill server
+is not restarted.
 
 What this cannot show: InfiniBand, GPUDirect RDMA, KV transfer at GPU speed
 (docs/disaggregation.md).
@@ -19,6 +29,9 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import threading
+import time
+from dataclasses import dataclass, field
 
 import pytest
 from labhelpers import ENV_PATH, clean, unit_venv
@@ -27,20 +40,75 @@ from lab.locks import locks_dir
 
 PD_INVENTORY = "inventory/lab_pd.py"
 KEY = "lab-router-key-not-a-secret-0001"  # inventory/lab.py: the lab's own, not a secret
-HOSTS = ("lab-gpu", "lab-gpu-2")
+HOSTS = ("lab-gpu", "lab-gpu-2", "lab-gpu-3")
+ROLES = dict(zip(HOSTS, ("prefill", "decode", "decode"), strict=True))
 URLS = {h: f"http://10.77.0.{i + 1}:30000" for i, h in enumerate(HOSTS)}
 PROMPTS = 24
+DECODE_64 = "tests/fixtures/profiles/lab-pd-decode-64.yaml"  # the decode role's change
+
+
+@dataclass
+class Client:
+    """Native ``/generate`` requests through the gateway, one at a time, until stopped (at
+    most ``max_requests``, at most ``max_seconds``): every answer must be a 200 with
+    text (smg in PD mode wants the model named in the body)."""
+
+    port: int
+    max_requests: int = 3000
+    max_seconds: float = 900.0
+    ok: int = 0
+    failures: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _one(self) -> None:
+        body = json.dumps({"model": "glm-5", "text": "The capital of France is",
+                           "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            conn.request("POST", "/generate", body=body.encode(), headers={
+                "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status != 200 or not json.loads(data).get("text"):
+                self.failures.append(f"{time.strftime('%X')} HTTP {resp.status}: {data[:200]!r}")
+            else:
+                self.ok += 1
+        except (OSError, ValueError) as exc:
+            self.failures.append(f"{time.strftime('%X')} {type(exc).__name__}: {exc}")
+        finally:
+            conn.close()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.max_seconds
+        for _ in range(self.max_requests):
+            if self._stop.is_set() or time.monotonic() > deadline:
+                return
+            self._one()
+            time.sleep(0.2)
+
+    def __enter__(self) -> Client:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout=120)
 
 
 class PdFleet:
-    def __init__(self, lab, other: str, gateway_port: int):
-        self.lab, self.other, self.gateway_port = lab, other, gateway_port
-        self.env = dict(lab.env, GPUSERVE_LAB_FLEET=f"{lab.name},{other}")
+    def __init__(self, lab, others: list[str], gateway_port: int):
+        self.lab, self.others, self.gateway_port = lab, others, gateway_port
+        self.env = dict(lab.env, GPUSERVE_LAB_FLEET=",".join([lab.name, *others]))
 
-    def pyinfra(self, deploy: str, *data: str, serial: bool = False, check: bool = True):
+    def pyinfra(self, deploy: str, *data: str, serial: bool = False, check: bool = True,
+                env: dict | None = None):
         """pyinfra over the PD inventory (``--serial`` before it, ``data`` after)."""
         r = self.lab.run_tool("pyinfra", "-y", *(["--serial"] if serial else []),
-                              PD_INVENTORY, deploy, *data, env=self.env, timeout=1800)
+                              PD_INVENTORY, deploy, *data, env={**self.env, **(env or {})},
+                              timeout=1800)
         if check and r.returncode != 0:
             raise AssertionError(f"pyinfra {deploy} {' '.join(data)} failed ({r.returncode}):\n"
                                  + r.stdout[-6000:])
@@ -50,8 +118,14 @@ class PdFleet:
     def ssh(self, host: str, cmd: str, check: bool = True) -> str:
         if host == HOSTS[0]:
             return self.lab.ssh(cmd, check=check).stdout
-        return self.lab.lab_cli("ssh", "--name", self.other, "--", cmd, check=check,
-                                timeout=120).stdout
+        return self.lab.lab_cli("ssh", "--name", self.others[HOSTS.index(host) - 1], "--",
+                                cmd, check=check, timeout=120).stdout
+
+    def args(self, host: str) -> str:
+        return self.ssh(host, f"grep ^GPUSERVE_SGLANG_ARGS= {ENV_PATH}")
+
+    def main_pid(self, host: str) -> str:
+        return self.ssh(host, "systemctl show -p MainPID --value gpuserve-sglang").strip()
 
     def workers(self) -> list[dict]:
         conn = http.client.HTTPConnection("127.0.0.1", self.gateway_port, timeout=30)
@@ -64,17 +138,20 @@ class PdFleet:
 
 @pytest.fixture(scope="module")
 def pd_fleet(lab):
-    other = f"{lab.name}-2"
+    others = [f"{lab.name}-{i}" for i in range(2, len(HOSTS) + 1)]
     try:
-        lab.lab_cli("up", "--name", other, "--clone-from", lab.name, timeout=900)
-        lab.lab_cli("link", lab.name, other)
+        for other in others:
+            lab.lab_cli("up", "--name", other, "--clone-from", lab.name, timeout=900)
+        lab.lab_cli("link", lab.name, *others)
         port = int(lab.lab_cli("forward", "--name", lab.name, "30080")
                    .stdout.strip().splitlines()[-1])
-        fleet = PdFleet(lab, other, port)
+        fleet = PdFleet(lab, others, port)
         fleet.serve = fleet.pyinfra("deploy/serve.py", "--data", "bench=off", serial=True)
+        fleet.router = fleet.pyinfra("deploy/router.py")
         yield fleet
     finally:
-        lab.lab_cli("down", "--name", other, check=False)
+        for other in others:
+            lab.lab_cli("down", "--name", other, check=False)
         lab.lab_cli("unlink", "--name", lab.name, check=False)
 
 
@@ -89,7 +166,7 @@ def test_check_refuses_a_lock_without_the_transfer_engine_before_connecting(
     ok = pd_fleet.lab.run_tool("gpuserve", "check", PD_INVENTORY, "--deploy", "serve",
                                env=pd_fleet.env)
     assert ok.returncode == 0, ok.stdout[-3000:]
-    assert "PD prefill (1 prefill : 1 decode), mooncake_tcp" in ok.stdout
+    assert "PD prefill (1 prefill : 2 decode), mooncake_tcp" in ok.stdout
 
 
 def test_the_pd_fleet_answers_every_bench_request_through_the_gateway(pd_fleet) -> None:
@@ -97,15 +174,14 @@ def test_the_pd_fleet_answers_every_bench_request_through_the_gateway(pd_fleet) 
     # no RDMA device recorded in the lab: the TCP fallback, warned with its cost
     assert "PD prefill: no /etc/gpuserve/host.json" in out or "TCP fallback" in out, \
         out[-4000:]
-    for host, role in zip(HOSTS, ("prefill", "decode"), strict=True):
-        args = pd_fleet.ssh(host, f"grep ^GPUSERVE_SGLANG_ARGS= {ENV_PATH}")
+    for host, role in ROLES.items():
+        args = pd_fleet.args(host)
         assert re.search(rf"--disaggregation-mode['\s]+{role}\b", args), args
         assert re.search(r"--disaggregation-transfer-backend['\s]+mooncake_tcp\b", args), args
         assert ("--disaggregation-bootstrap-port" in args) == (role == "prefill"), args
-    r = pd_fleet.pyinfra("deploy/router.py")
-    assert "2/2 workers ready" in r.stdout, r.stdout[-4000:]
+    assert "3/3 workers ready" in pd_fleet.router.stdout, pd_fleet.router.stdout[-4000:]
     types = {w["url"].rstrip("/"): w.get("worker_type") for w in pd_fleet.workers()}
-    assert types == {URLS["lab-gpu"]: "prefill", URLS["lab-gpu-2"]: "decode"}, types
+    assert types == {URLS[h]: role for h, role in ROLES.items()}, types
     venv = unit_venv(pd_fleet.lab)
     # the native backend (streaming /generate): smg refuses the OpenAI backend's
     # best_of with stream ("best_of is not supported when stream is enabled"), and its
@@ -120,8 +196,33 @@ def test_the_pd_fleet_answers_every_bench_request_through_the_gateway(pd_fleet) 
         "tail -n 1 /tmp/pd-bench.jsonl"))
     result = json.loads(bench.strip().splitlines()[-1])
     assert result["completed"] == PROMPTS, bench[-3000:]
-    journal = pd_fleet.ssh(HOSTS[1], "journalctl -u gpuserve-sglang --no-pager -o cat")
+    journal = "".join(pd_fleet.ssh(h, "journalctl -u gpuserve-sglang --no-pager -o cat")
+                      for h in HOSTS[1:])
     handed = re.findall(r"PD decode: room \d+: (\d+) KV bytes from 10\.77\.0\.1:\d+ "
                         r"\(bootstrap 10\.77\.0\.1:8998; stand-in TCP transfer", journal)
     # every request of the run (the client's warmup too) got its KV cache from the prefill
     assert len(handed) >= PROMPTS, journal[-3000:]
+
+
+def test_a_rolling_switch_of_the_decode_role_fails_no_request(pd_fleet) -> None:
+    prefill_pid, prefill_args = pd_fleet.main_pid(HOSTS[0]), pd_fleet.args(HOSTS[0])
+    with Client(pd_fleet.gateway_port) as client:
+        time.sleep(3)  # traffic flows before the first decode host leaves
+        r = pd_fleet.pyinfra("deploy/serve.py", "--data", "bench=off", serial=True,
+                             env={"GPUSERVE_LAB_PD_DECODE_PROFILE": DECODE_64})
+        time.sleep(3)
+    assert client.failures == [], client.failures[:10]
+    assert client.ok >= 20, client.ok
+    out = r.stdout
+    # one decode host at a time: each back in the gateway before the other leaves it
+    marks = []
+    for h in HOSTS[1:]:
+        marks += [out.index(f"{h}: gateway: out of"), out.index(f"{h}: gateway: back in")]
+    assert marks == sorted(marks), marks
+    # the prefill host's launch did not change: not taken out, not restarted
+    assert f"{HOSTS[0]}: gateway:" not in out and "restarts without a drain" not in out
+    assert pd_fleet.main_pid(HOSTS[0]) == prefill_pid and pd_fleet.args(HOSTS[0]) == prefill_args
+    for h in HOSTS[1:]:
+        assert re.search(r"--max-running-requests['\s]+64\b", pd_fleet.args(h)), h
+    seen = {w["url"].rstrip("/"): w["status"] for w in pd_fleet.workers()}
+    assert seen == {u: "ready" for u in URLS.values()}, seen

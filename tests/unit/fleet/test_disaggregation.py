@@ -360,3 +360,23 @@ def test_a_rolling_switch_counts_each_role_on_its_own() -> None:
     # the only prefill host has no peer: taking it out would fail every request
     assert rollout_of(inv, "gpu-p") is None
     assert rollout_of(pd_inventory(("gpu-d",)), "gpu-d") is None
+
+
+def test_a_decode_host_is_judged_against_the_later_decode_hosts_only() -> None:
+    # the prefill comes after it in the inventory: its metrics are not a decode's
+    inv = pd_inventory(("gpu-d", "gpu-e"))
+    inv.hosts = {n: inv.get_host(n) for n in ("gpu-d", "gpu-p", "gpu-e")}
+    assert rollout_of(inv, "gpu-d").later == ("http://10.77.0.3:30000",)
+    assert rollout_of(inv, "gpu-e").later == ()
+
+
+def test_restarting_a_roles_only_host_is_warned_before_any_change(caplog) -> None:
+    with caplog.at_level("WARNING", logger="pyinfra"):
+        assert rollout_of(pd_inventory(("gpu-d", "gpu-e")), "gpu-p") is None
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert ("gpu-p: rolling switch: the only prefill server behind the gateway on gpu-p "
+            "restarts without a drain: every request through the gateway fails") in said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pyinfra"):
+        assert rollout_of(pd_inventory(("gpu-d", "gpu-e")), "gpu-d") is not None
+    assert "restarts without a drain" not in " ".join(r.getMessage() for r in caplog.records)
