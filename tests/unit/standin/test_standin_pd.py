@@ -50,11 +50,11 @@ def _roles(site23, model_dir, tmp_path, **env):
     environment = standin_env(site23, GPUSERVE_LAB_STANDIN_KV_TRANSFER_TIMEOUT="2", **env)
     prefill = healthy_server(model_dir, "qwen", (
         "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "nixl",
-        "--disaggregation-bootstrap-port", str(bootstrap)), environment,
+        "--disaggregation-bootstrap-port", str(bootstrap), "--enable-metrics"), environment,
         log=tmp_path / "prefill.log")
     decode = healthy_server(model_dir, "qwen", (
-        "--disaggregation-mode", "decode", "--disaggregation-transfer-backend", "nixl"),
-        environment, log=tmp_path / "decode.log")
+        "--disaggregation-mode", "decode", "--disaggregation-transfer-backend", "nixl",
+        "--enable-metrics"), environment, log=tmp_path / "decode.log")
     return bootstrap, prefill, decode
 
 
@@ -106,6 +106,36 @@ def test_a_dual_dispatched_request_is_answered_after_the_kv_hand_off(site23, mod
         with _open(f"http://127.0.0.1:{d_port}/v1/completions",
                    {"prompt": WORDS, "max_tokens": 2, **fake}) as r:
             assert json.loads(r.read())["usage"]["completion_tokens"] == 2
+        # a bootstrap server that does not answer: a bootstrap failure, not a transfer's
+        with pytest.raises(urllib.error.HTTPError):
+            _open(f"http://127.0.0.1:{d_port}/generate",
+                  {**body, "bootstrap_port": free_port(), "bootstrap_room": 8})
+        # SGLang's PD metrics, each role the ones its scheduler sets
+        decode_m, prefill_m = _metrics(d_port), _metrics(p_port)
+        assert decode_m["num_decode_transfer_queue_reqs"] == 0
+        assert decode_m["num_transfer_failed_reqs_total"] == 1  # room 7
+        assert decode_m["num_bootstrap_failed_reqs_total"] == 1
+        assert "kv_transfer_latency_ms_count" not in decode_m
+        assert prefill_m["kv_transfer_latency_ms_count"] == 1  # room 4242 only
+        assert prefill_m["kv_transfer_total_mb_sum"] == 8 * 64 / 1e6
+        assert prefill_m["num_prefill_inflight_queue_reqs"] == 0
+        assert "num_decode_transfer_queue_reqs" not in prefill_m
+        assert (decode_m["engine_type"], prefill_m["engine_type"]) == ({"decode"}, {"prefill"})
+
+
+def _metrics(port: int) -> dict:
+    """``/metrics`` as {name without sglang: and labels: value} (one series a name);
+    every series must carry the server's role as SGLang labels it (engine_type)."""
+    with _open(f"http://127.0.0.1:{port}/metrics") as r:
+        text = r.read().decode()
+    out, engines = {}, set()
+    for line in text.splitlines():
+        if line.startswith("sglang:") and "_bucket{" not in line:
+            name, value = line.split("{", 1)[0], line.rsplit(" ", 1)[1]
+            out[name.removeprefix("sglang:")] = float(value)
+            engines.add(line.split('engine_type="', 1)[1].split('"', 1)[0])
+    out["engine_type"] = engines
+    return out
 
 
 def test_mooncake_without_its_engine_dies_at_start(site23, model_dir, tmp_path) -> None:

@@ -33,10 +33,35 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang._standin import logs
+from sglang._standin.server import Histogram
 from sglang._standin.sim import env_float
 
 FAKE_BOOTSTRAP_HOST = "2.2.2.2"  # sglang/srt/disaggregation/utils.py
 RANK_KEYS = ("prefill_dp_rank", "prefill_cp_rank", "target_tp_rank", "target_pp_rank")
+# bucket bounds of SGLang 0.5.23 (metrics_collector.py: kv_transfer_latency_ms,
+# kv_transfer_speed_gb_s, kv_transfer_total_mb)
+LATENCY_MS_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
+SPEED_GB_S_BUCKETS = (0.1, 0.5, 1, 5, 10, 25, 50, 100, 200, 400)
+TOTAL_MB_BUCKETS = (1, 5, 10, 50, 100, 500, 1000, 5000, 10000)
+
+
+class PdStats:
+    """The PD counters SGLang exports (see the module's docstring), under one lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.transfer_queue = 0  # decode: waiting for their KV cache
+        self.bootstrap_failed = 0
+        self.transfer_failed = 0
+        self.latency_ms = Histogram(LATENCY_MS_BUCKETS)
+        self.speed_gb_s = Histogram(SPEED_GB_S_BUCKETS)
+        self.total_mb = Histogram(TOTAL_MB_BUCKETS)
+
+    def sent(self, size: int, seconds: float) -> None:
+        with self.lock:
+            self.latency_ms.observe(seconds * 1000)
+            self.speed_gb_s.observe(size / max(seconds, 1e-9) / 1e9)
+            self.total_mb.observe(size / 1e6)
 
 
 class Bootstrap:
@@ -135,22 +160,26 @@ class KvStore:
             return self.rooms.pop(room)[0]
 
 
-def _serve_kv(listener: socket.socket, store: KvStore, timeout: float) -> None:
+def _serve_kv(listener: socket.socket, store: KvStore, timeout: float,
+              stats: PdStats) -> None:
     """The stand-in transfer: one connection per room, ``ROOM\\n`` in, length + bytes out
     (length 2**64-1: the prefill never produced that room in time)."""
     while True:
         conn, _ = listener.accept()
-        threading.Thread(target=_send_room, args=(conn, store, timeout), daemon=True).start()
+        threading.Thread(target=_send_room, args=(conn, store, timeout, stats),
+                         daemon=True).start()
 
 
-def _send_room(conn: socket.socket, store: KvStore, timeout: float) -> None:
+def _send_room(conn: socket.socket, store: KvStore, timeout: float, stats: PdStats) -> None:
     with conn:
         line = conn.makefile("rb").readline(64)
         data = store.take(int(line.strip() or b"-1"), timeout)
         if data is None:
             conn.sendall(struct.pack("!Q", (1 << 64) - 1))
             return
+        start = time.monotonic()
         conn.sendall(struct.pack("!Q", len(data)) + data)
+        stats.sent(len(data), time.monotonic() - start)
 
 
 class PdRole:
@@ -164,6 +193,7 @@ class PdRole:
         self.timeout = env_float("KV_TRANSFER_TIMEOUT", 60.0)
         self.store = KvStore()
         self.transfers = 0
+        self.stats = PdStats()
         if mode == "prefill":
             self._start_prefill(host, bootstrap_port, http_port)
 
@@ -172,8 +202,8 @@ class PdRole:
         httpd = ThreadingHTTPServer((host, bootstrap_port), _bootstrap_handler(table))
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         listener = socket.create_server((host, 0))
-        threading.Thread(target=_serve_kv, args=(listener, self.store, self.timeout),
-                         daemon=True).start()
+        threading.Thread(target=_serve_kv, args=(listener, self.store, self.timeout,
+                                                 self.stats), daemon=True).start()
         # the rank registers itself, as SGLang's KV manager does (_register_to_bootstrap)
         table.put({"attn_tp_size": 1, "attn_tp_rank": 0, "attn_cp_size": 1,
                    "attn_cp_rank": 0, "attn_dp_size": 1, "attn_dp_rank": 0, "pp_size": 1,
@@ -205,6 +235,23 @@ class PdRole:
         if self.mode != "decode" or where is None or where[0] == FAKE_BOOTSTRAP_HOST:
             return None
         host, port, room = where
+        with self.stats.lock:
+            self.stats.transfer_queue += 1
+        try:
+            return self._receive(host, port, room, prompt_tokens)
+        finally:
+            with self.stats.lock:
+                self.stats.transfer_queue -= 1
+
+    def _fail(self, kind: str, message: str) -> str:
+        with self.stats.lock:
+            if kind == "bootstrap":
+                self.stats.bootstrap_failed += 1
+            else:
+                self.stats.transfer_failed += 1
+        return message
+
+    def _receive(self, host: str, port: int, room: int, prompt_tokens: int) -> str | None:
         base = f"http://{host}:{port}/route?"
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
@@ -214,6 +261,10 @@ class PdRole:
             with opener.open(base + urllib.parse.urlencode({k: 0 for k in RANK_KEYS}),
                              timeout=10) as r:
                 rank = json.loads(r.read())
+        except (OSError, ValueError) as exc:
+            return self._fail("bootstrap", f"KV bootstrap at {host}:{port} room {room} "
+                              f"failed: {exc}")
+        try:
             ip = rank["rank_ip"] if rank["rank_ip"] not in ("0.0.0.0", "::") else host
             with socket.create_connection((ip, rank["rank_port"]), timeout=self.timeout + 5) \
                     as conn:
@@ -221,11 +272,24 @@ class PdRole:
                 reader = conn.makefile("rb")
                 (size,) = struct.unpack("!Q", reader.read(8))
                 data = reader.read(size) if size != (1 << 64) - 1 else b""
-        except (OSError, ValueError, KeyError, struct.error) as exc:
-            return f"KV transfer from {host}:{port} room {room} failed: {exc}"
+        except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+            return self._fail("transfer", f"KV transfer from {host}:{port} room {room} "
+                              f"failed: {exc}")
         if size == (1 << 64) - 1 or len(data) != prompt_tokens * self.bytes_per_token:
-            return f"KV transfer from {host}:{port} room {room}: no KV cache in time"
+            return self._fail("transfer", f"KV transfer from {host}:{port} room {room}: "
+                              "no KV cache in time")
         self.transfers += 1
         logs.log(f"PD decode: room {room}: {len(data)} KV bytes from {ip}:{rank['rank_port']} "
                  f"(bootstrap {host}:{port}; stand-in TCP transfer, not {self.backend})")
         return None
+
+    def waiting(self) -> int:
+        """Requests waiting for their KV cache (SGLang counts its decode prealloc and
+        transfer queues as waiting in its load report)."""
+        with self.stats.lock:
+            return self.stats.transfer_queue
+
+    def inflight(self) -> int:
+        """Prefill: KV caches produced and not yet taken by their decode server."""
+        with self.store.cond:
+            return len(self.store.rooms)

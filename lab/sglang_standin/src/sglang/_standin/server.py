@@ -338,8 +338,9 @@ def make_handler(state: State):
             # wait (gpuserve/data/scripts/sglang_idle.py) reads the two counts.
             with state.lock:
                 running = state.running
+            waiting = state.pd.waiting() if state.pd is not None else 0
             self._json(200, {"loads": [{"dp_rank": 0, "num_running_reqs": running,
-                                        "num_waiting_reqs": 0}]})
+                                        "num_waiting_reqs": waiting}]})
 
         def ready(self) -> None:
             self._empty(200 if state.status == UP else 503)
@@ -608,9 +609,12 @@ def render_metrics(state: State) -> str:
     """Prometheus text with SGLang's metric names and labels
     (srt/observability/metrics_collector.py)."""
     name = state.served_model_name
-    sched = (f'engine_type="unified",model_name="{name}",moe_ep_rank="0",pp_rank="0",'
+    # SGLang labels every series with the server's PD role (DisaggregationMode.
+    # to_engine_type: prefill, decode, else unified)
+    engine = state.pd.mode if state.pd is not None else "unified"
+    sched = (f'engine_type="{engine}",model_name="{name}",moe_ep_rank="0",pp_rank="0",'
              f'tp_rank="0"')
-    tok = f'engine_type="unified",is_streaming="false",model_name="{name}"'
+    tok = f'engine_type="{engine}",is_streaming="false",model_name="{name}"'
     max_tokens = state.info.get("max_total_num_tokens") or 0
     lines: list[str] = []
 
@@ -649,10 +653,36 @@ def render_metrics(state: State) -> str:
                   "Histogram of time to first token in seconds.", state.ttft, tok)
         histogram("inter_token_latency_seconds",
                   "Histogram of inter-token latency in seconds.", state.itl,
-                  f'engine_type="unified",model_name="{name}"')
+                  f'engine_type="{engine}",model_name="{name}"')
         histogram("e2e_request_latency_seconds",
                   "Histogram of End-to-end request latency in seconds", state.e2e, tok)
+    if state.pd is not None:
+        _pd_metrics(state.pd, gauge, counter, histogram, sched)
     return "\n".join(lines) + "\n"
+
+
+def _pd_metrics(pd, gauge, counter, histogram, sched: str) -> None:
+    """A PD server's metrics (sglang/_standin/pd.py, PdStats): SGLang 0.5.23's names and
+    types (metrics_collector.py), each role the ones its scheduler sets."""
+    if pd.mode == "prefill":
+        gauge("num_prefill_inflight_queue_reqs",
+              "The number of requests in the prefill inflight queue.", pd.inflight(), sched)
+    with pd.stats.lock:
+        if pd.mode == "decode":
+            gauge("num_decode_transfer_queue_reqs",
+                  "The number of requests in the decode transfer queue.",
+                  pd.stats.transfer_queue, sched)
+        counter("num_bootstrap_failed_reqs_total", "The number of bootstrap failed requests.",
+                pd.stats.bootstrap_failed, sched)
+        counter("num_transfer_failed_reqs_total", "The number of transfer failed requests.",
+                pd.stats.transfer_failed, sched)
+        if pd.mode == "prefill":
+            histogram("kv_transfer_latency_ms", "Histogram of KV cache transfer latency in ms.",
+                      pd.stats.latency_ms, sched)
+            histogram("kv_transfer_speed_gb_s", "Histogram of KV cache transfer speed in GB/s.",
+                      pd.stats.speed_gb_s, sched)
+            histogram("kv_transfer_total_mb", "Histogram of KV cache transfer size in MB.",
+                      pd.stats.total_mb, sched)
 
 
 class _Server(ThreadingHTTPServer):
