@@ -514,7 +514,7 @@ def check_serve(name: str, data: dict, source: str,
                "newest_lock": plan.lock.name, "sglang_version": plan.version,
                "lock_candidates": verdicts, "bench_scenarios": scenarios, "listen": listen,
                "results_dir": str(plan.record.results_dir) if plan.record else None,
-               "interpreter": interpreter}
+               "interpreter": interpreter, "pd_role": plan.pd.role if plan.pd else None}
     return Result(name, "serve", ok=True, summary=summary, warnings=warnings,
                   details=details)
 

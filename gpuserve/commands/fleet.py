@@ -293,6 +293,7 @@ def _plan(row: st.HostStatus, name: str, data: dict, source: str, groups: dict) 
         return
     details = result.details
     row.profile, row.profile_file = details["profile"], details["profile_file"]
+    row.role = details.get("pd_role")
     locks = {lk.name: lk for lk in load_locks(data.get("sglang_locks_dir") or None,
                                                source=source, field="sglang_locks_dir")}
     usable = [v["lock"] for v in details["lock_candidates"] if v["ok"]]
@@ -331,7 +332,7 @@ def _records(row: st.HostStatus, name: str, data: dict, source: str) -> None:
 # ----------------------------------------------------------------------------- text
 
 HEADERS = ("host", "profile", "sglang", "gateway", "health", "out tok/s", "last run",
-           "tok/s now", "run/queue", "KV", "TTFT p50/p99")
+           "tok/s now", "run/queue", "KV", "TTFT p50/p99", "PD role")
 
 
 def _gateway_cell(row: st.HostStatus) -> str:
@@ -398,13 +399,32 @@ def _live_cells(live) -> tuple[str, str, str, str]:
             num("kv_usage", "{:.0%}"), ttft)
 
 
+def _pd_line(row: st.HostStatus) -> str | None:
+    """A PD host's live transfer figures (SGLang's PD metrics through the monitor's
+    rules), or None for a regular host or one without figures."""
+    from gpuserve.monitor.query import PD_COLUMNS
+
+    live = row.live
+    if row.role is None or live is None or all(live.get(k) is None for k in PD_COLUMNS):
+        return None
+
+    def num(key: str, form: str = "{:.0f}") -> str:
+        value = live.get(key)
+        return "-" if value is None else form.format(value)
+
+    return (f"{row.host}: {row.role}: {num('pd_queue')} request(s) in its PD queues, "
+            f"KV transfer p99 {num('kv_transfer_p99_ms')} ms, failures in 5 min: "
+            f"{num('pd_bootstrap_failed')} bootstrap, {num('pd_transfer_failed')} transfer")
+
+
 def format_status(rows: list[st.HostStatus], answers: list[st.GatewayAnswer]) -> str:
     cells = [(r.host, _profile_cell(r), _versions_cell(r), _gateway_cell(r),
               _health_cell(r, answers),
               fmt(r.last_run.output_tok_s) if r.last_run else "-", _run_cell(r),
-              *_live_cells(r.live))
+              *_live_cells(r.live), r.role or "-")
              for r in rows]
     lines = table(HEADERS, cells, {"out tok/s", "tok/s now"})
+    lines += [line for r in rows if (line := _pd_line(r))]
     for r in rows:
         lines += [f"{r.host}: {v.text}: {v.note}" for v in r.views
                   if v.note and v.view != "no_answer"]

@@ -105,6 +105,7 @@ class HostStatus:
     records_error: str | None = None
     live: object | None = None  # gpuserve.monitor.query.LiveFigures, from the monitor
     running: object | None = None  # gpuserve.serve.running.Running, from the records
+    role: str | None = None  # prefill or decode in a PD fleet (docs/disaggregation.md)
 
     @property
     def ok(self) -> bool:
@@ -293,7 +294,7 @@ def gateway_dict(answer: GatewayAnswer) -> dict:
 
 
 def host_dict(h: HostStatus) -> dict:
-    return {"host": h.host, "profile": h.profile, "profile_file": h.profile_file,
+    return {"host": h.host, "role": h.role, "profile": h.profile, "profile_file": h.profile_file,
             "sglang_versions": list(h.sglang_versions), "sglang_pinned": h.pinned,
             "router_of": list(h.router_of), "plan_error": h.plan_error,
             "gateway": [v.to_dict() for v in h.views], "results_dir": h.results_dir,

@@ -22,7 +22,15 @@ LIVE_QUERIES = {
     "kv_usage": "gpuserve:kv_usage:max",
     "ttft_p50_s": "gpuserve:ttft_seconds:p50_5m",
     "ttft_p99_s": "gpuserve:ttft_seconds:p99_5m",
+    # PD disaggregation: requests in the role's PD queues, KV transfer p99 (prefill
+    # hosts, where SGLang observes it), bootstrap and transfer failures over 5 minutes
+    "pd_queue": "gpuserve:pd_queue_reqs",
+    "kv_transfer_p99_ms": "gpuserve:kv_transfer_ms:p99_5m",
+    "pd_bootstrap_failed": "gpuserve:pd_bootstrap_failed:increase5m",
+    "pd_transfer_failed": "gpuserve:pd_transfer_failed:increase5m",
 }
+#: the PD columns: shown on a line of their own under the table, for PD hosts
+PD_COLUMNS = ("pd_queue", "kv_transfer_p99_ms", "pd_bootstrap_failed", "pd_transfer_failed")
 MAX_ANSWER = 4 * 1024 * 1024
 
 
@@ -71,7 +79,8 @@ def parse_vector(text: str, source: str) -> dict[str, list[float]]:
 
 
 #: columns whose series of one host add up (a host serving two profiles); the rest: max
-SUMMED = ("tok_s", "running", "queued")
+SUMMED = ("tok_s", "running", "queued", "pd_queue", "pd_bootstrap_failed",
+          "pd_transfer_failed")
 
 
 def live_by_host(answers: dict[str, dict[str, list[float]]]) -> dict[str, LiveFigures]:

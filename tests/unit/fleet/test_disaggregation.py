@@ -320,6 +320,39 @@ def test_check_refuses_a_backend_the_lock_lacks(tmp_path, capsys) -> None:
     assert "disaggregation.transfer_backend" in out and "missing from the lock" in out
 
 
+def test_fleet_status_shows_each_hosts_role(tmp_path, capsys, locks) -> None:
+    from gpuserve.cli import main
+
+    inv = inventory(tmp_path, locks)
+    main(["fleet", "status", str(inv), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert {h["host"]: h["role"] for h in doc["hosts"]} == {"gpu-p": "prefill",
+                                                             "gpu-d": "decode"}
+    main(["fleet", "status", str(inv)])
+    rows = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines()
+            if ln.startswith("gpu-")}
+    assert rows["gpu-p"][-1] == "prefill" and rows["gpu-d"][-1] == "decode"
+
+
+def test_fleet_status_says_a_pd_hosts_transfer_figures_under_the_table() -> None:
+    from gpuserve.commands.fleet import format_status
+    from gpuserve.fleet.status import HostStatus
+    from gpuserve.monitor.query import LiveFigures
+
+    rows = [HostStatus("gpu-p", role="prefill", live=LiveFigures({
+                "pd_queue": 3.0, "kv_transfer_p99_ms": 12.4, "pd_bootstrap_failed": 0.0,
+                "pd_transfer_failed": 0.0})),
+            HostStatus("gpu-d", role="decode", live=LiveFigures({"pd_queue": 7.0})),
+            HostStatus("gpu-x", live=LiveFigures({"pd_queue": 1.0})),  # not a PD host
+            HostStatus("gpu-q", role="decode", live=LiveFigures({"tok_s": 5.0}))]
+    out = format_status(rows, [])
+    assert ("gpu-p: prefill: 3 request(s) in its PD queues, KV transfer p99 12 ms, "
+            "failures in 5 min: 0 bootstrap, 0 transfer") in out
+    assert ("gpu-d: decode: 7 request(s) in its PD queues, KV transfer p99 - ms, "
+            "failures in 5 min: - bootstrap, - transfer") in out
+    assert "gpu-x: " not in out and "gpu-q: decode:" not in out
+
+
 # ------------------------------------------------------------------ a rolling switch per role
 
 def pd_inventory(decode: tuple[str, ...]):

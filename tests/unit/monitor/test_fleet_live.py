@@ -24,6 +24,11 @@ ANSWERS = {
     "gpuserve:kv_usage:max": [("gpu-a", "0.42")],
     "gpuserve:ttft_seconds:p50_5m": [("gpu-a", "0.120")],
     "gpuserve:ttft_seconds:p99_5m": [("gpu-a", "0.950")],
+    # PD figures: none of these hosts is a PD server
+    "gpuserve:pd_queue_reqs": [],
+    "gpuserve:kv_transfer_ms:p99_5m": [],
+    "gpuserve:pd_bootstrap_failed:increase5m": [],
+    "gpuserve:pd_transfer_failed:increase5m": [],
 }
 
 
