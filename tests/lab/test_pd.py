@@ -208,9 +208,13 @@ def test_a_rolling_switch_of_the_decode_role_fails_no_request(pd_fleet) -> None:
     prefill_pid, prefill_args = pd_fleet.main_pid(HOSTS[0]), pd_fleet.args(HOSTS[0])
     with Client(pd_fleet.gateway_port) as client:
         time.sleep(3)  # traffic flows before the first decode host leaves
+        t0 = time.monotonic()
         r = pd_fleet.pyinfra("deploy/serve.py", "--data", "bench=off", serial=True,
                              env={"GPUSERVE_LAB_PD_DECODE_PROFILE": DECODE_64})
+        took = time.monotonic() - t0
         time.sleep(3)
+    print(f"PD rolling switch: {client.ok} requests answered, {len(client.failures)} "
+          f"failed, the switch took {took:.0f} s")
     assert client.failures == [], client.failures[:10]
     assert client.ok >= 20, client.ok
     out = r.stdout
