@@ -43,7 +43,7 @@ lab: lab-deps
 # hosts to the state they need and spend most of their time waiting on servers, the
 # tuner's on lab host "pytest-own" (CONTAINER_OWN_HOST), the fleet's, the fleet tune's
 # and Debian 13's on "pytest-side" and its clones (CONTAINER_SIDE), the start-up cache's,
-# the quality gate's and the PD fleet's on "pytest-new" and its clone (CONTAINER_NEW), the rest, in their
+# the quality gate's and the PD fleet's on "pytest-new" and its clones (CONTAINER_NEW), the rest, in their
 # order, on "pytest", whose output streams here. The lab's disk images (debootstrap
 # and dpkg, minutes on a fresh machine) are built first, beside the unit tier. The logs of
 # the others are printed once all are done; an interrupted run stops them (background
@@ -59,7 +59,7 @@ UNIT_SECOND = tests/unit/corpus tests/unit/memory tests/unit/tune tests/unit/mon
 CONTAINER_OWN_HOST = tests/lab/test_tune.py
 # in this order: the fleet tune clones "pytest-side-2", which the fleet module names too
 CONTAINER_SIDE = tests/lab/test_tune_fleet.py tests/lab/test_debian13.py tests/lab/test_fleet.py
-# the start-up cache, the output-quality gate and the PD fleet (which clones "pytest-new-2")
+# the start-up cache, the output-quality gate and the PD fleet (which clones "pytest-new-2" and "-3")
 CONTAINER_NEW = tests/lab/test_startup_cache.py tests/lab/test_quality.py tests/lab/test_pd.py
 test: lab-deps
 	$(BIN)/ruff check .
