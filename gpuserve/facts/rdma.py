@@ -20,7 +20,8 @@ MAX_LINES = 20000  # 8 NICs x 2 ports x 256 GIDs x 2 (value, type) is 8192
 RDMA_COMMAND = (
     f"echo '{marker('ib')}'; "
     f"grep -H . {IB}/*/device/numa_node {IB}/*/ports/*/state {IB}/*/ports/*/phys_state "
-    f"{IB}/*/ports/*/link_layer {IB}/*/ports/*/gids/* {IB}/*/ports/*/gid_attrs/types/* "
+    f"{IB}/*/ports/*/link_layer {IB}/*/ports/*/rate {IB}/*/ports/*/gids/* "
+    f"{IB}/*/ports/*/gid_attrs/types/* "
     f"2>/dev/null | head -n {MAX_LINES}; "
     f"echo '{marker('gpu_numa')}'; "
     "grep -H . /sys/bus/pci/drivers/nvidia/*/numa_node 2>/dev/null | head -n 64; "

@@ -118,6 +118,20 @@ RDMA = {
     # /etc/gpuserve/rdma-loopback.json; 0 turns it off.
     # accepts: int (seconds, 0-60)
     "rdma_loopback": 0,
+    # An inventory group whose hosts are measured between each other (each host with
+    # the next: perftest's ib_write_bw and ib_write_lat, server on one, client on the
+    # other, ACTIVE ports matched by position): figures in the log and each client's
+    # /etc/gpuserve/rdma-pairs.json; None turns it off. Every host of the group runs
+    # the host deploy in the same run, without --serial.
+    # accepts: str (an inventory group) or None
+    "rdma_pairs_group": None,
+    # Seconds of ib_write_bw per matched port of a pair.
+    # accepts: int (seconds, 1-60)
+    "rdma_pairs_seconds": 5,
+    # perftest's TCP port on the server host: port k of a pair uses this + 2k
+    # (bandwidth) and + 2k + 1 (latency).
+    # accepts: int (1024-65000)
+    "rdma_pairs_port": 18515,
 }
 
 #: roles/proxmox (deploy/hypervisor.py; gpuserve check reads it for hypervisor hosts)

@@ -85,6 +85,7 @@ class HostSettings:
     fabric: Any = None  # gpuserve.host.fabric.FabricSettings (gpuserve/host/plan.py)
     rdma: str = "auto"  # roles/rdma: auto, on, off (gpuserve.host.rdma.rdma_mode)
     rdma_loopback: int = 0  # roles/rdma: seconds of perftest loopback per port, 0 off
+    rdma_pairs: Any = None  # roles/rdma: gpuserve.host.rdma_pairs.PairSettings or None
 
 
 def kernel_settings(data: dict[str, Any], src: str) -> KernelSettings:

@@ -39,13 +39,15 @@ class RdmaPort:
     netdev: str | None = None
     numa_node: int | None = None
     gids: list[Gid] = field(default_factory=list)
+    rate_gbps: float | None = None  # sysfs ports/N/rate (``100 Gb/sec (4X EDR)``)
 
     def as_dict(self) -> dict:
         """The host record's ``rdma.devices[]`` entry (one per port)."""
         return {"name": self.device, "port": self.port, "state": self.state,
                 "link_layer": self.link_layer, "phys_state": self.phys_state,
                 "netdev": self.netdev, "numa_node": self.numa_node,
-                "gids": [{"index": g.index, "gid": g.gid, "type": g.type} for g in self.gids]}
+                "gids": [{"index": g.index, "gid": g.gid, "type": g.type} for g in self.gids],
+                "rate_gbps": self.rate_gbps}
 
 
 def _state(word: str) -> str:
@@ -108,12 +110,21 @@ def parse_rdma_link(text: str | Iterable[str]) -> list[RdmaPort]:
     return ports
 
 
+_RATE_RE = re.compile(r"^\s*([\d.]+)\s*Gb/sec")
+
+
+def parse_rate(text: str) -> float | None:
+    """sysfs ``ports/N/rate`` (``100 Gb/sec (4X EDR)``) in Gb/s; None when unreadable."""
+    match = _RATE_RE.match(text or "")
+    return float(match.group(1)) if match else None
+
+
 _SYSFS_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/(?:ports/(\d+)/)?(.+?):(.*)$")
 
 
 def parse_sysfs_rdma(text: str | Iterable[str]) -> list[RdmaPort]:
     """``grep -H . `` over /sys/class/infiniband/*: ports/N/{state,phys_state,
-    link_layer}, ports/N/gids/I, ports/N/gid_attrs/types/I and device/numa_node.
+    link_layer,rate}, ports/N/gids/I, ports/N/gid_attrs/types/I and device/numa_node.
     Zero GIDs (unused entries) are dropped; a NUMA node of -1 (unknown) is None."""
     ports: dict[tuple[str, int], RdmaPort] = {}
     numa: dict[str, int | None] = {}
@@ -138,6 +149,8 @@ def parse_sysfs_rdma(text: str | Iterable[str]) -> list[RdmaPort]:
             port.phys_state = value.split(":", 1)[-1].strip()
         elif attr == "link_layer":
             port.link_layer = value
+        elif attr == "rate":
+            port.rate_gbps = parse_rate(value)
         elif attr.startswith("gids/") and value.lower() != ZERO_GID:
             port.gids.append(Gid(int(attr.split("/")[1]), value.lower()))
         elif attr.startswith("gid_attrs/types/"):

@@ -14,7 +14,7 @@ import dataclasses
 from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.host import defaults as host_defaults
-from gpuserve.host import fabric, keyring, mirrors, rdma
+from gpuserve.host import fabric, keyring, mirrors, rdma, rdma_pairs
 from gpuserve.host.host_data import HostSettings, host_settings
 from gpuserve.measure import gate_runs
 from gpuserve.settings import settings as merged
@@ -51,4 +51,5 @@ def plan_host(host_data: dict, source: str) -> HostSettings:
                                fabric=fabric.fabric_settings(data, source),
                                rdma=rdma.rdma_mode(data["rdma"], source),
                                rdma_loopback=rdma.loopback_seconds(data["rdma_loopback"],
-                                                                   source))
+                                                                   source),
+                               rdma_pairs=rdma_pairs.pair_settings(data, source))

@@ -27,6 +27,7 @@ from gpuserve.roles.base.prefetch import defer, fact, prefetch
 from gpuserve.roles.base.preview import print_planned_preview
 from gpuserve.roles.base.run_context import run_context
 from gpuserve.roles.nvidia_driver import userspace
+from gpuserve.roles.rdma import pairs as rdma_pairs
 
 
 @packaged_deploy
@@ -107,6 +108,7 @@ def provision_kernel_host(settings: HostSettings) -> None:
     fabric_manager.activate(fm, fm_changed, settings.fabric.wait_timeout)
     rdma.activate_gpudirect(direct)  # after the reboot that loads the new module
     rdma.measure_loopback(settings.rdma_loopback)
+    rdma_pairs.measure_pairs(settings.rdma_pairs)
     measure(settings)
 
 
@@ -116,6 +118,7 @@ def provision_userspace(settings: HostSettings, branch: int) -> None:
     cuda_toolkit.install_cuda_toolkit(lane=settings.cuda_lane, branch=branch)
     nccl.configure_nccl(overrides=settings.nccl_overrides)
     rdma.measure_loopback(settings.rdma_loopback)
+    rdma_pairs.measure_pairs(settings.rdma_pairs)
     measure(settings)
 
 

@@ -6,8 +6,8 @@ perftest, infiniband-diags: gpuserve/data/host/rdma.yaml), chooses GPUDirect RDM
 (dma-buf, or the nvidia-peermem module loaded at boot: gpuserve.host.rdma.gpudirect)
 and hands :func:`record` to the NCCL role, which writes it into
 /etc/gpuserve/host.json as ``rdma`` (devices[] per port with state, link layer, GIDs,
-NUMA node; the GPUs' NUMA nodes; the GPUDirect choice). Nothing here measures between
-hosts: docs/disaggregation.md says what is and is not built.
+NUMA node; the GPUs' NUMA nodes; the GPUDirect choice). Between hosts of a group:
+roles/rdma/pairs.py.
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ def record(direct: rdma_host.GpuDirect | None) -> dict[str, Any] | None:
 def chosen_record() -> dict[str, Any] | None:
     """This host's record as :func:`install_rdma` chose it; None before or without."""
     return _CHOSEN.get(host.name)
+
+
+def record_of(name: str) -> dict[str, Any] | None:
+    """Another host's record of this run (roles/rdma/pairs.py reads both ends of a
+    pair at execute time, once every host has prepared); None outside the run."""
+    return _CHOSEN.get(name)
 
 
 @deploy("RDMA userspace")

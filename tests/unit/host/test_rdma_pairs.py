@@ -1,0 +1,174 @@
+"""RDMA between the hosts of one group (gpuserve/host/rdma_pairs.py, roles/rdma/pairs.py):
+which pairs, the commands, the parse of real perftest outputs, the gate, and the order of
+the operations on two hosts (server started before the client, stopped after)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.connect import connect_all
+from pyinfra.api.deploy import add_deploy, deploy
+from pyinfra.api.operations import run_ops
+from pyinfra.context import ctx_host, ctx_inventory
+
+from gpuserve.errors import InputError
+from gpuserve.host import rdma_pairs
+from gpuserve.parsers.rdma import parse_rate, parse_sysfs_rdma
+from gpuserve.parsers.sections import marker
+from gpuserve.plans.host import plan_host
+from gpuserve.roles import rdma
+from gpuserve.roles.rdma import pairs as pairs_role
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rdma"
+
+
+def _port(name: str, gid_index: int = 3, rate: float | None = 200.0) -> dict:
+    return {"name": name, "port": 1, "state": "ACTIVE", "link_layer": "Ethernet",
+            "rate_gbps": rate,
+            "gids": [{"index": 0, "gid": "fe80::1", "type": "IB/RoCE v1"},
+                     {"index": gid_index, "gid": "0000:0000:0000:0000:0000:ffff:0a00:0001",
+                      "type": "RoCE v2"}]}
+
+
+def test_ring_pairs_each_host_with_the_next_in_rounds_without_a_shared_host():
+    assert rdma_pairs.ring(["a"]) == []
+    assert rdma_pairs.ring(["a", "b"]) == [("a", "b")]
+    assert rdma_pairs.ring(["a", "b", "c", "d"]) == [("a", "b"), ("b", "c"), ("c", "d"),
+                                                     ("d", "a")]
+    for names, count in ((["a", "b", "c", "d"], 2), (["a", "b", "c"], 3)):
+        rounds = rdma_pairs.rounds(names)
+        assert len(rounds) == count
+        assert sorted(p for r in rounds for p in r) == sorted(rdma_pairs.ring(names))
+        for r in rounds:
+            hosts = [h for p in r for h in p]
+            assert len(hosts) == len(set(hosts))
+
+
+def test_host_data_validated_before_any_host():
+    assert plan_host({}, "inv.py").rdma_pairs is None
+    got = plan_host({"rdma_pairs_group": "gpu"}, "inv.py").rdma_pairs
+    assert got == rdma_pairs.PairSettings("gpu", 5, 18515)
+    for key, bad in (("rdma_pairs_seconds", 0), ("rdma_pairs_port", 80),
+                     ("rdma_pairs_group", 3)):
+        with pytest.raises(InputError, match=f"inv.py.*{key}"):
+            plan_host({"rdma_pairs_group": "gpu", key: bad}, "inv.py")
+
+
+def test_ports_matched_by_position_and_scripts_bounded():
+    server = {"devices": [_port("mlx5_0"), {**_port("mlx5_1"), "state": "DOWN"},
+                          _port("mlx5_2")]}
+    client = {"devices": [_port("mlx5_0", gid_index=1), _port("mlx5_1")]}
+    ports = rdma_pairs.matched(server, client)
+    assert [(s["name"], c["name"]) for s, c in ports] == [("mlx5_0", "mlx5_0"),
+                                                         ("mlx5_2", "mlx5_1")]
+    start = rdma_pairs.server_script([s for s, _ in ports], 5, 18515)
+    # two servers a port, each detached and bounded, on four consecutive ports
+    assert start.count("setsid timeout ") == 4
+    assert "-d mlx5_2 -i 1 -x 3 -F -D 5 --report_gbits -p 18517" in start
+    assert "-d mlx5_2 -i 1 -x 3 -F -n 1000 -p 18518" in start
+    pair = rdma_pairs.Pair("a", "b", "10.0.0.1")
+    client_sh = rdma_pairs.client_script(pair, [c for _, c in ports], 5, 18515)
+    assert "timeout 35 ib_write_bw -d mlx5_0 -i 1 -x 1 -F -D 5 --report_gbits -p 18515 " \
+           "10.0.0.1" in client_sh
+    assert client_sh.index(marker("bw1")) < client_sh.index("-p 18517 10.0.0.1")
+    stop = rdma_pairs.stop_script(2, 18515)
+    assert "kill" in stop and "/run/gpuserve-rdma-pair-18518.log" in stop
+
+
+def test_results_from_real_two_host_outputs_and_the_gate():
+    bw = (FIXTURES / "ib_write_bw_spark_rocep.txt").read_text()
+    lat = (FIXTURES / "ib_write_lat_spark_rocep.txt").read_text()
+    pair = rdma_pairs.Pair("spark2", "spark", "192.168.177.12")
+    ports = [(_port("rocep1s0f1", rate=200.0), _port("rocep1s0f1", rate=200.0))]
+    out = "\n".join([marker("bw0"), bw, marker("lat0"), lat])
+    [result] = rdma_pairs.pair_results(pair, ports, out)
+    assert result["write_bw_gbps"] == 111.71 and result["write_lat_us"] == 1.47
+    assert result["server_device"] == "rocep1s0f1/1" and result["link_gbps"] == 200.0
+    assert rdma_pairs.slow([result]) == []  # 111.71 of 200 is above half the link
+    [fast_link] = rdma_pairs.pair_results(
+        pair, [(_port("x", rate=400.0), _port("y", rate=400.0))], out)
+    [evidence] = rdma_pairs.slow([fast_link])
+    assert "spark2 x/1 -> spark y/1: 111.71 Gb/s, below 50% of the 400 Gb/s" in evidence
+    [unknown] = rdma_pairs.pair_results(pair, [(_port("x", rate=None), _port("y"))], out)
+    assert rdma_pairs.slow([unknown]) == []  # no recorded rate: no verdict
+    [failed] = rdma_pairs.pair_results(pair, ports, marker("bw0") + "\nCouldn't connect "
+                                       "to 192.168.177.12:18515\n")
+    assert "Couldn't connect" in failed["error"]
+    assert "not measured" in rdma_pairs.slow([failed])[0]
+
+
+def test_sysfs_rate_read():
+    assert parse_rate("100 Gb/sec (4X EDR)") == 100.0
+    assert parse_rate("") is None
+    [port] = parse_sysfs_rdma(["/sys/class/infiniband/mlx5_0/ports/1/state:4: ACTIVE",
+                               "/sys/class/infiniband/mlx5_0/ports/1/rate:400 Gb/sec (4X NDR)"])
+    assert port.rate_gbps == 400.0 and port.as_dict()["rate_gbps"] == 400.0
+
+
+BW = (FIXTURES / "ib_write_bw_spark_rocep.txt").read_text().splitlines()
+LAT = (FIXTURES / "ib_write_lat_spark_rocep.txt").read_text().splitlines()
+
+
+def _two_hosts(monkeypatch, data: dict) -> tuple[State, list[tuple[str, str]]]:
+    """Prepare measure_pairs on two @fake hosts of group ``gpu`` and execute it; every
+    command of both hosts lands in one list, in the order they ran."""
+    # the client script's output, as the host prints it: a marker before each tool
+    responses = {marker("bw0"): {"stdout": [marker("bw0"), *BW, marker("lat0"), *LAT]}}
+    fake = {"fake_responses": responses, "fake_delay": 0, "fake_delay_jitter": 0}
+    names = ["@fake/a", "@fake/b"]
+    inventory = Inventory(([(n, {**data, **fake}) for n in names], {}),
+                          gpu=(names, {}))
+    for name in names:
+        monkeypatch.setitem(rdma._CHOSEN, name, {"devices": [_port("mlx5_0")]})
+    state = State(inventory=inventory, config=Config())
+    connect_all(state)
+    log: list[tuple[str, str]] = []
+    for h in inventory:
+        original = h.connector.run_shell_command
+
+        def recorded(command, *args, _name=h.name, _run=original, **kwargs):
+            log.append((_name, f"{command} {kwargs.get('_stdin') or ''}"))
+            return _run(command, *args, **kwargs)
+
+        monkeypatch.setattr(h.connector, "run_shell_command", recorded)
+
+    @deploy("pairs")
+    def measure() -> None:
+        pairs_role.measure_pairs(rdma_pairs.PairSettings("gpu", 5, 18515))
+
+    with ctx_inventory.use(inventory):
+        for h in inventory:
+            add_deploy(state, measure, host=h)
+    run_ops(state)
+    return state, log
+
+
+def test_two_hosts_server_starts_before_the_client_and_stops_after(monkeypatch):
+    _, log = _two_hosts(monkeypatch, {"private_address": "10.0.0.1"})
+    steps = [(name, "start" if "setsid timeout" in cmd else "client" if "ib_write_bw" in cmd
+              else "write" if rdma_pairs.PAIRS_PATH in cmd else "stop" if "kill" in cmd
+              else "other") for name, cmd in log]
+    steps = [s for s in steps if s[1] != "other"]
+    assert steps == [("@fake/a", "start"), ("@fake/b", "client"), ("@fake/b", "write"),
+                     ("@fake/a", "stop")]
+    client = next(cmd for name, cmd in log if "ib_write_bw" in cmd and name == "@fake/b")
+    assert "-p 18515 10.0.0.1" in client  # the server's private_address
+    written = next(cmd for _, cmd in log if rdma_pairs.PAIRS_PATH in cmd)
+    assert '"write_bw_gbps": 111.71' in written and '"client": "@fake/b"' in written
+
+
+def test_serial_run_and_missing_group_refused(monkeypatch):
+    from gpuserve.roles.base import run_context as rc
+
+    names = ["@fake/a", "@fake/b"]
+    inventory = Inventory((names, {}), gpu=(names, {}))
+    with ctx_inventory.use(inventory), ctx_host.use(inventory.get_host("@fake/a")):
+        with pytest.raises(InputError, match="no inventory group 'nope'"):
+            pairs_role.plan_pairs(rdma_pairs.PairSettings("nope", 5, 18515))
+        [[pair]] = pairs_role.plan_pairs(rdma_pairs.PairSettings("gpu", 5, 18515))
+        assert pair == rdma_pairs.Pair("@fake/a", "@fake/b", "@fake/a")
+        monkeypatch.setattr(rc, "_OUTSIDE", rc.RunContext(serial=True))
+        with pytest.raises(InputError, match="without --serial"):
+            pairs_role.plan_pairs(rdma_pairs.PairSettings("gpu", 5, 18515))
