@@ -877,6 +877,18 @@ def _rdma_numa(ctx: Context) -> str | None:
     return _rdma_problems(ctx, "numa_mismatch")
 
 
+@rule("rdma-pair-slow")
+def _rdma_pair_slow(ctx: Context) -> str | None:
+    """A pair of hosts measured far below its link rate, or not measured (the tools
+    failed), from the pair figures this host recorded as a client."""
+    pairs = (ctx.facts.rdma or {}).get("pairs")
+    if not pairs:
+        return None
+    from gpuserve.host.rdma_pairs import slow
+
+    return "; ".join(slow(pairs)) or None
+
+
 @rule("pd-without-rdma")
 def _pd_without_rdma(ctx: Context) -> str | None:
     """A prefill or decode profile whose host recorded no ACTIVE RDMA port: the KV

@@ -23,6 +23,7 @@ from gpuserve.facts.gpu import CUDA_TOOLKIT_COMMAND, NVIDIA_DRIVER_COMMAND, driv
 from gpuserve.facts.host import BOOT_EVIDENCE_COMMAND, IOMMU_COMMAND, IOMMU_MARKER
 from gpuserve.host.hostfacts import HostFacts
 from gpuserve.host.nccl_env import HOST_JSON_PATH
+from gpuserve.host.rdma_pairs import PAIRS_PATH
 from gpuserve.measure.gate_runs import MEASURED_JSON, read_measured
 from gpuserve.measure.gates import measured_section
 from gpuserve.parsers import (
@@ -76,6 +77,9 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
     # the host deploy's record (roles/rdma writes its ``rdma`` block): the RDMA rules
     ("host_json", f"if [ -e {HOST_JSON_PATH} ]; then cat {HOST_JSON_PATH} 2>/dev/null "
                   f"|| echo '{UNREADABLE}'; fi"),
+    # the pair measurement's figures on a client host (roles/rdma/pairs.py): rdma.pairs
+    ("rdma_pairs", f"if [ -e {PAIRS_PATH} ]; then cat {PAIRS_PATH} 2>/dev/null "
+                   f"|| echo '{UNREADABLE}'; fi"),
 )
 SECTION_NAMES = tuple(name for name, _ in _SECTIONS) + ("sglang",)
 _NVIDIA_SMI_SECTIONS = ("gpus", "topo", "p2p_r", "p2p_w", "fabric")
@@ -147,13 +151,14 @@ def document_from_sections(sections: dict[str, list[str]]) -> dict[str, Any]:
         "cpu_vendor": _parse(sections.get("cpu"), cpuinfo.parse_cpu_vendor),
         "sglang_version": sglang[0] if sglang else None,
         "measured": _measured(sections.get("measured")),
-        "rdma": _rdma(sections.get("host_json")),
+        "rdma": _rdma(sections.get("host_json"), sections.get("rdma_pairs")),
     }
 
 
-def _rdma(lines: list[str] | None) -> dict[str, Any] | None:
-    """host.json's ``rdma`` block; None when not gathered, absent or unreadable (unknown:
-    the RDMA rules stay silent)."""
+def _rdma(lines: list[str] | None, pairs: list[str] | None = None) -> dict[str, Any] | None:
+    """host.json's ``rdma`` block, with ``pairs`` from the pair measurement's file where
+    this host was a client; None when not gathered, absent or unreadable (unknown: the
+    RDMA rules stay silent)."""
     if not lines or UNREADABLE in "\n".join(lines):
         return None
     try:
@@ -162,7 +167,23 @@ def _rdma(lines: list[str] | None) -> dict[str, Any] | None:
         logger.warning("host facts document: %s: %s, treated as unknown", HOST_JSON_PATH, exc)
         return None
     rdma = doc.get("rdma") if isinstance(doc, dict) else None
-    return rdma if isinstance(rdma, dict) else None
+    if not isinstance(rdma, dict):
+        return None
+    measured = _pairs(pairs)
+    return rdma if measured is None else {**rdma, "pairs": measured}
+
+
+def _pairs(lines: list[str] | None) -> list[dict[str, Any]] | None:
+    """The pair measurement's entries (None: no file, unreadable or not ours)."""
+    if not lines or UNREADABLE in "\n".join(lines):
+        return None
+    try:
+        doc = safeload.loads_json("\n".join(lines), PAIRS_PATH)
+    except InputError as exc:
+        logger.warning("host facts document: %s: %s, treated as unknown", PAIRS_PATH, exc)
+        return None
+    found = doc.get("pairs") if isinstance(doc, dict) else None
+    return [p for p in found if isinstance(p, dict)] if isinstance(found, list) else None
 
 
 def _measured(lines: list[str] | None) -> dict[str, Any] | None:

@@ -5,9 +5,9 @@ of the group adds the same three operations a round (start the servers, run the
 clients, stop the servers), each doing its part or nothing: pyinfra runs one operation
 on every host and waits for all of them before the next, so a round's servers listen
 before its clients connect and are ended after they finish. ``--serial`` (host after
-host) would run a server's start and stop before its client, so it is refused before
-any host changes. Each step is bounded (``timeout``, a 10 s listen wait). Why this and
-not a second channel: docs/disaggregation.md "Between hosts".
+host) or ``--no-wait`` would run a server's start and stop before its client, so both
+are refused before any host changes. Each step is bounded (``timeout``, a 10 s listen
+wait). Why this and not a second channel: docs/disaggregation.md "Between hosts".
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 
 from gpuserve.errors import InputError
+from gpuserve.facts.compat import cli_params
 from gpuserve.host import rdma_pairs
 from gpuserve.roles import rdma
 from gpuserve.roles.base import managed, planned
@@ -104,10 +105,11 @@ def plan_pairs(settings: rdma_pairs.PairSettings) -> list[list[rdma_pairs.Pair]]
     if not members:
         raise InputError(source, "rdma_pairs_group", f"no inventory group "
                          f"{settings.group!r} with hosts")
-    if run_context().serial:
+    if run_context().serial or cli_params().get("no_wait"):
         raise InputError(source, "rdma_pairs_group", "the pair measurement runs a "
                          "server and a client on two hosts at once: run the host deploy "
-                         "without --serial")
+                         "without --serial or --no-wait (each operation on every host "
+                         "before the next)")
     data = {m.name: m.data for m in members}
     return [[rdma_pairs.Pair(s, c, rdma_pairs.address_of(s, data[s], source))
              for s, c in group] for group in rdma_pairs.rounds([m.name for m in members])]

@@ -172,3 +172,33 @@ def test_serial_run_and_missing_group_refused(monkeypatch):
         monkeypatch.setattr(rc, "_OUTSIDE", rc.RunContext(serial=True))
         with pytest.raises(InputError, match="without --serial"):
             pairs_role.plan_pairs(rdma_pairs.PairSettings("gpu", 5, 18515))
+
+
+def test_doctor_names_a_slow_pair_from_the_facts_document():
+    import copy
+    import json
+
+    from gpuserve.doctor.rules import diagnose
+    from gpuserve.facts.document import document_from_sections
+    from gpuserve.host.hostfacts import HostFacts
+    from gpuserve.launch.profiles import load_profile
+
+    out = "\n".join([marker("bw0"), *BW, marker("lat0"), *LAT])
+    pair = rdma_pairs.Pair("spark2", "spark", "192.168.177.12")
+    fast = rdma_pairs.pair_results(pair, [(_port("x", rate=400.0), _port("y", rate=400.0))],
+                                   out)
+    ok = rdma_pairs.pair_results(pair, [(_port("x"), _port("y"))], out)
+    host_json = [json.dumps({"rdma": {"devices": [_port("y")], "gpu_numa_nodes": []}})]
+    fixture = FIXTURES.parent / "hostfacts" / "h200-nvlink.json"
+
+    def findings(results: list[dict]) -> dict[str, str]:
+        rdma_block = document_from_sections({"host_json": host_json, "rdma_pairs": [
+            json.dumps({"seconds": 5, "pairs": results})]})["rdma"]
+        doc = copy.deepcopy(json.loads(fixture.read_text()))
+        doc["rdma"] = rdma_block
+        facts = HostFacts.from_dict(doc, "h200-nvlink.json")
+        return {f.id: json.dumps(f.to_dict()) for f in
+                diagnose(load_profile("qwen3-235b-a22b-fp8-h200-tp8"), facts)}
+
+    assert "111.71 Gb/s, below 50% of the 400 Gb/s" in findings(fast)["rdma-pair-slow"]
+    assert "rdma-pair-slow" not in findings(ok)
