@@ -164,13 +164,20 @@ def test_serial_run_and_missing_group_refused(monkeypatch):
 
     names = ["@fake/a", "@fake/b"]
     inventory = Inventory((names, {}), gpu=(names, {}))
+    monkeypatch.setattr(pairs_role, "run_context", lambda: rc.RunContext())
+    monkeypatch.setattr(pairs_role, "cli_params", lambda: {})
     with ctx_inventory.use(inventory), ctx_host.use(inventory.get_host("@fake/a")):
         with pytest.raises(InputError, match="no inventory group 'nope'"):
             pairs_role.plan_pairs(rdma_pairs.PairSettings("nope", 5, 18515))
         [[pair]] = pairs_role.plan_pairs(rdma_pairs.PairSettings("gpu", 5, 18515))
         assert pair == rdma_pairs.Pair("@fake/a", "@fake/b", "@fake/a")
-        monkeypatch.setattr(rc, "_OUTSIDE", rc.RunContext(serial=True))
-        with pytest.raises(InputError, match="without --serial"):
+        # pyinfra's command line as the CLI parsed it: --serial, then --no-wait
+        monkeypatch.setattr(pairs_role, "run_context", lambda: rc.RunContext(serial=True))
+        with pytest.raises(InputError, match="without --serial or --no-wait"):
+            pairs_role.plan_pairs(rdma_pairs.PairSettings("gpu", 5, 18515))
+        monkeypatch.setattr(pairs_role, "run_context", lambda: rc.RunContext())
+        monkeypatch.setattr(pairs_role, "cli_params", lambda: {"no_wait": True})
+        with pytest.raises(InputError, match="without --serial or --no-wait"):
             pairs_role.plan_pairs(rdma_pairs.PairSettings("gpu", 5, 18515))
 
 
