@@ -71,8 +71,11 @@ def provision(settings: HostSettings) -> None:
         rdma.install_rdma(direct=rdma.plan(settings.rdma, settings.flavour, plan.branch),
                           kernel_host=False)
         provision_userspace(settings, plan.branch)
-        return
-    provision_kernel_host(settings)
+    else:
+        provision_kernel_host(settings)
+    # one call site for both paths: pyinfra's CLI orders operations by the lines of
+    # their call stack, and a pair's server and client must be the same operations
+    rdma_pairs.measure_pairs(settings.rdma_pairs)
 
 
 def provision_kernel_host(settings: HostSettings) -> None:
@@ -108,7 +111,6 @@ def provision_kernel_host(settings: HostSettings) -> None:
     fabric_manager.activate(fm, fm_changed, settings.fabric.wait_timeout)
     rdma.activate_gpudirect(direct)  # after the reboot that loads the new module
     rdma.measure_loopback(settings.rdma_loopback)
-    rdma_pairs.measure_pairs(settings.rdma_pairs)
     measure(settings)
 
 
@@ -118,7 +120,6 @@ def provision_userspace(settings: HostSettings, branch: int) -> None:
     cuda_toolkit.install_cuda_toolkit(lane=settings.cuda_lane, branch=branch)
     nccl.configure_nccl(overrides=settings.nccl_overrides)
     rdma.measure_loopback(settings.rdma_loopback)
-    rdma_pairs.measure_pairs(settings.rdma_pairs)
     measure(settings)
 
 
