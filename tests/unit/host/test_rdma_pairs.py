@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyinfra
 import pytest
+from pyinfra import host
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy, deploy
 from pyinfra.api.operations import run_ops
-from pyinfra.context import ctx_host, ctx_inventory
+from pyinfra.api.state import StateStage
+from pyinfra.context import ctx_host, ctx_inventory, ctx_state
+from pyinfra.operations import server
 
 from gpuserve.errors import InputError
 from gpuserve.host import rdma_pairs
@@ -111,9 +115,11 @@ BW = (FIXTURES / "ib_write_bw_spark_rocep.txt").read_text().splitlines()
 LAT = (FIXTURES / "ib_write_lat_spark_rocep.txt").read_text().splitlines()
 
 
-def _two_hosts(monkeypatch, data: dict) -> tuple[State, list[tuple[str, str]]]:
+def _two_hosts(monkeypatch, data: dict, extra_on_b: bool = False,
+               ) -> tuple[State, list[tuple[str, str]]]:
     """Prepare measure_pairs on two @fake hosts of group ``gpu`` and execute it; every
-    command of both hosts lands in one list, in the order they ran."""
+    command of both hosts lands in one list, in the order they ran. ``extra_on_b``: the
+    client host adds one operation more before it (another path through the deploy)."""
     # the client script's output, as the host prints it: a marker before each tool
     responses = {marker("bw0"): {"stdout": [marker("bw0"), *BW, marker("lat0"), *LAT]}}
     fake = {"fake_responses": responses, "fake_delay": 0, "fake_delay_jitter": 0}
@@ -136,13 +142,45 @@ def _two_hosts(monkeypatch, data: dict) -> tuple[State, list[tuple[str, str]]]:
 
     @deploy("pairs")
     def measure() -> None:
+        if extra_on_b and host.name == "@fake/b":
+            server.shell(name="only on b", commands=["echo b-only"])
         pairs_role.measure_pairs(rdma_pairs.PairSettings("gpu", 5, 18515))
 
+    if pyinfra.is_cli:  # the stages pyinfra_cli/cli.py sets around the deploy files
+        state.set_stage(StateStage.Prepare)
     with ctx_inventory.use(inventory):
         for h in inventory:
-            add_deploy(state, measure, host=h)
+            if pyinfra.is_cli:  # the CLI calls the deploy code in each host's context
+                with ctx_state.use(state), ctx_host.use(h):
+                    measure()
+            else:
+                add_deploy(state, measure, host=h)
+    if pyinfra.is_cli:
+        state.set_stage(StateStage.Execute)
     run_ops(state)
     return state, log
+
+
+def _steps(log: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    steps = [(name, "start" if "setsid timeout" in cmd else "client" if "ib_write_bw" in cmd
+              else "write" if rdma_pairs.PAIRS_PATH in cmd else "stop" if "kill" in cmd
+              else "other") for name, cmd in log]
+    return [s for s in steps if s[1] != "other"]
+
+
+def test_cli_order_lines_up_the_steps_when_the_hosts_differ_before(monkeypatch):
+    # pyinfra's CLI orders by the call stack's lines (pyinfra.api.operation
+    # solve_operation_consistency): one host's extra operation does not shift the steps
+    monkeypatch.setattr(pyinfra, "is_cli", True)
+    state, log = _two_hosts(monkeypatch, {}, extra_on_b=True)
+    # each step is one operation of both hosts, so pyinfra waits for it on both
+    steps = [h for h in state.get_op_order()
+             if any("RDMA pairs" in n for n in state.get_op_meta(h).names)]
+    assert len(steps) == 3
+    assert all(h in state.ops[host_] for h in steps for host_ in state.inventory)
+    assert _steps(log) == [("@fake/a", "start"), ("@fake/b", "client"),
+                           ("@fake/b", "write"), ("@fake/a", "stop")]
+    assert any("b-only" in cmd for name, cmd in log if name == "@fake/b")
 
 
 def test_two_hosts_server_starts_before_the_client_and_stops_after(monkeypatch):
