@@ -247,3 +247,13 @@ def test_doctor_names_a_slow_pair_from_the_facts_document():
 
     assert "111.71 Gb/s, below 50% of the 400 Gb/s" in findings(fast)["rdma-pair-slow"]
     assert "rdma-pair-slow" not in findings(ok)
+
+
+def test_server_address_from_private_address_else_how_the_controller_reaches_it():
+    assert rdma_pairs.address_of("gpu1", {"private_address": "10.0.0.7"}, "inv.py") == \
+        "10.0.0.7"
+    assert rdma_pairs.address_of("gpu1", {"ssh_hostname": "gpu1.lan"}, "inv.py") == \
+        "gpu1.lan"
+    assert rdma_pairs.address_of("gpu1", {}, "inv.py") == "gpu1"
+    with pytest.raises(InputError, match=r"inv.py.*private_address \(host gpu1\)"):
+        rdma_pairs.address_of("gpu1", {"private_address": "ten.0.0.7"}, "inv.py")
