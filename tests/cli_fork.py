@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -41,8 +42,10 @@ def _child(argv: Sequence[str], cwd: Path, env: Mapping[str, str] | None,
             os.environ.update(env)
         os.chdir(cwd)
         sys.argv = [str(PYINFRA), *argv]
+        from pyinfra_cli import util
         from pyinfra_cli.main import main
 
+        util.PYTHON_CODES.clear()  # compiled inventories and deploys by file name, as new
         main()
         code = 0
     except SystemExit as stop:
@@ -100,3 +103,19 @@ def _wait(pid: int, timeout: float, argv: Sequence[str]) -> int:
             raise subprocess.TimeoutExpired([str(PYINFRA), *argv], timeout)
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+def forked_subprocess() -> types.SimpleNamespace:
+    """A stand-in for the ``subprocess`` module of a command that starts the pyinfra CLI
+    (gpuserve/commands/_readonly.py, through ``monkeypatch``): ``run`` of this
+    environment's pyinfra goes through :func:`run_pyinfra` in the current directory;
+    everything else is subprocess's own."""
+
+    def run(argv, **kwargs):
+        if not argv or argv[0] != str(PYINFRA):
+            return subprocess.run(argv, **kwargs)
+        return run_pyinfra(argv[1:], Path.cwd(), timeout=kwargs.get("timeout") or 120,
+                           env=kwargs.get("env"))
+
+    names = {name: getattr(subprocess, name) for name in subprocess.__all__}
+    return types.SimpleNamespace(**{**names, "run": run})
