@@ -52,7 +52,7 @@ lab: lab-deps
 # uses both cores once the lab tiers are done: under pytest-xdist a worker was lost near
 # the end of the run, at a different test each time, 2 of 3 runs; not understood yet.
 # The split is by measured CPU, docs/performance.md "Where the unit tier's time goes":
-# about 166 s and 149 s of CPU, measured directory by directory on 2026-12-06.)
+# about 163 s and 149 s of CPU, measured directory by directory on 2026-12-06.)
 PYTEST_TIER = $(BIN)/pytest -p no:cacheprovider
 UNIT_SECOND = tests/unit/corpus tests/unit/memory tests/unit/tune tests/unit/monitor \
 	tests/unit/operate tests/unit/weights tests/unit/measure tests/unit/launch \
