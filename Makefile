@@ -51,11 +51,12 @@ lab: lab-deps
 # (The unit tier runs as two plain pytest processes, UNIT_SECOND and the rest, so that it
 # uses both cores once the lab tiers are done: under pytest-xdist a worker was lost near
 # the end of the run, at a different test each time, 2 of 3 runs; not understood yet.
-# The split is by measured time: the two took 471 s and 199 s side by side when split
-# by test count, the bad-input corpus alone 226 s.)
+# The split is by measured CPU, docs/performance.md "Where the unit tier's time goes":
+# about 163 s and 149 s of CPU, measured directory by directory on 2026-12-06.)
 PYTEST_TIER = $(BIN)/pytest -p no:cacheprovider
 UNIT_SECOND = tests/unit/corpus tests/unit/memory tests/unit/tune tests/unit/monitor \
-	tests/unit/operate
+	tests/unit/operate tests/unit/weights tests/unit/measure tests/unit/launch \
+	tests/unit/doctor
 CONTAINER_OWN_HOST = tests/lab/test_tune.py
 # in this order: the fleet tune clones "pytest-side-2", which the fleet module names too
 CONTAINER_SIDE = tests/lab/test_tune_fleet.py tests/lab/test_debian13.py tests/lab/test_fleet.py

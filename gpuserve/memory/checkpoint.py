@@ -18,7 +18,7 @@ import importlib.util
 import math
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -246,6 +246,15 @@ class _Acc:
     how: str = ""
 
 
+@lru_cache(maxsize=16)
+def _classified(tensors: tuple[TensorGroup, ...],
+                arch: ModelArch) -> tuple[tuple[str, int | None, int, int], ...]:
+    """(component, MTP layer or None, params, bytes) of each tensor pattern, in order. One
+    scan is planned for many layouts (a tune plans every candidate, the judge each twice);
+    classifying its ~2,400 patterns again each time was most of a plan's CPU."""
+    return tuple((*classify(t.pattern, arch), t.params, t.nbytes) for t in tensors)
+
+
 def checkpoint_weights(
     scan: CheckpointScan, layout: Layout, arch: ModelArch | None = None
 ) -> list[WeightPart]:
@@ -264,17 +273,19 @@ def checkpoint_weights(
     names["routed_experts"] = f"routed experts x{len(arch.moe_layer_ids)} layers"
     acc: dict[str, _Acc] = {}
     mtp_layers: set[int] = set()
-    for t in scan.tensors:
-        kind, mtp = classify(t.pattern, arch)
+    shares: dict[str, tuple[float, str]] = {}
+    for kind, mtp, params, nbytes in _classified(scan.tensors, arch):
         if mtp is not None:
             if not with_mtp or kind == "mtp_shared":
                 continue
             mtp_layers.add(mtp)
-        share, how = shard(kind, layout, arch)
+        if kind not in shares:
+            shares[kind] = shard(kind, layout, arch)
+        share, how = shares[kind]
         part = "draft/MTP layers" if mtp is not None else names[kind]
         a = acc.setdefault(part, _Acc(how=how if mtp is None else "like one target layer"))
-        a.params += t.params * share
-        a.nbytes += t.nbytes * share
+        a.params += params * share
+        a.nbytes += nbytes * share
     order = list(dict.fromkeys([*names.values(), "draft/MTP layers"]))
     parts = []
     for part, a in sorted(acc.items(), key=lambda kv: order.index(kv[0])):

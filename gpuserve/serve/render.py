@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import PurePosixPath
 
 import jinja2
@@ -139,7 +140,11 @@ def validate_hardening_off(value: object, source: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(value))
 
 
+@cache
 def _env() -> jinja2.Environment:
+    """One environment per process: its templates compile once (a serve plan renders the
+    unit twice; compiling them each time was a sixth of a fleet status). Its loader still
+    reloads a template whose file changed."""
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,

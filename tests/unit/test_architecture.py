@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,6 +26,13 @@ UPWARD = {"roles", "lab", "deploy"}
 MAPPED = {"roles": "gpuserve.roles"}
 # every directory of Python the repository has
 EVERYWHERE = ("gpuserve", "roles", "deploy", "tests", "bench", "tools", "lab", "inventory")
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once for every check that walks it (the checks only
+    read the trees; parsing every file again per check was most of this module's CPU)."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def _sources(base: str) -> list[Path]:
@@ -70,7 +78,7 @@ def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     edge to ``pkg.mod`` when that is a module, else to ``pkg``)."""
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _tree(path)
         edges = set()
         for _, target, names in _imported(tree, name, path.name == "__init__.py"):
             subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in modules]
@@ -143,7 +151,7 @@ def _package_modules(base: str) -> dict[str, Path]:
 def test_gpuserve_imports_nothing_above_it():
     found = []
     for path in _sources("gpuserve"):
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _tree(path)
         for line, target, names in _imported(tree, _module_name(path),
                                              path.name == "__init__.py"):
             if target.split(".")[0] in UPWARD or _is_roles(target, names):
@@ -156,7 +164,7 @@ def test_roles_are_imported_as_gpuserve_roles_only():
     found = []
     for base in EVERYWHERE:
         for path in _sources(base):
-            tree = ast.parse(path.read_text(), str(path))
+            tree = _tree(path)
             for line, target, _ in _imported(tree, _module_name(path),
                                              path.name == "__init__.py"):
                 if target.split(".")[0] == "roles":
@@ -168,7 +176,7 @@ def test_roles_and_deploy_import_no_lab():
     found = []
     for base in ("roles", "deploy"):
         for path in _sources(base):
-            tree = ast.parse(path.read_text(), str(path))
+            tree = _tree(path)
             for line, target, _ in _imported(tree, _module_name(path),
                                              path.name == "__init__.py"):
                 if target.split(".")[0] in {"lab", "deploy"}:
@@ -198,7 +206,7 @@ def test_no_function_over_80_lines():
     long = []
     for base in ("gpuserve", "roles", "deploy"):
         for path in _sources(base):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for node in ast.walk(_tree(path)):
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     lines = node.end_lineno - node.lineno + 1
                     if lines > MAX_FUNCTION_LINES:
@@ -293,7 +301,7 @@ def test_no_function_takes_more_than_8_parameters():
         for path in _sources(base):
             if _elsewhere(path):
                 continue
-            for line, name, count in _too_many(ast.parse(path.read_text(), str(path))):
+            for line, name, count in _too_many(_tree(path)):
                 found.append(f"{path.relative_to(REPO)}:{line}: {name} ({count} parameters)")
     assert not found, (f"functions over {MAX_PARAMETERS} parameters (group them in a "
                        "dataclass):\n" + "\n".join(found))
@@ -341,7 +349,7 @@ def test_no_private_name_is_imported_across_modules():
     for path, name in owners.items():
         if _elsewhere(path):
             continue
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _tree(path)
         for line, what in _private_imports(tree, name, path.name == "__init__.py",
                                            set(modules)):
             provider = modules.get(what.rsplit(".", 1)[0])
@@ -379,7 +387,7 @@ def test_no_module_re_exports_another_modules_names():
     for name, path in modules.items():
         if _elsewhere(path) or str(path.relative_to(REPO)) in PUBLIC_ENTRY:
             continue
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _tree(path)
         for what, source in _reexports(tree, name, path.name == "__init__.py", set(modules)):
             found.append(f"{path.relative_to(REPO)}: {what} (defined in {source})")
     assert not found, "re-exported names (import them from their module):\n" + "\n".join(found)

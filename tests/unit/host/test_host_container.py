@@ -5,8 +5,6 @@ per skipped step, nothing changed when the repository lacks the module's version
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,10 +12,10 @@ import pytest
 from gpuserve.errors import InputError
 from gpuserve.host import container
 from gpuserve.host.nccl_env import is_vm
+from tests.cli_fork import run_pyinfra
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures" / "gpuhost"
-PYINFRA = Path(sys.executable).with_name("pyinfra")
 OPEN_NVRM = FIXTURES / "proc_driver_nvidia_version_open_composed.txt"  # labelled composed
 URL = "http://10.0.2.2:8080/cuda/repos/debian12/x86_64/"
 # Package:/Version: lines as the lab's NVIDIA-layout repository lists them (lab/nvidia_repo)
@@ -117,8 +115,7 @@ def run(tmp_path: Path, nvrm: list[str], *flags: str,
             "nvidia_repo_url": URL, "trusted_mirrors": ["http://10.0.2.2:8080/"],
             "nvidia_keyring_sha256": "ab" * 32, "gates": "off"}
     inventory.write_text(f"fakeinv = [('@fake/gpu1', {data!r})]\n")
-    r = subprocess.run([str(PYINFRA), *flags, str(inventory), "deploy/host.py"], cwd=REPO,
-                       capture_output=True, text=True, timeout=120)
+    r = run_pyinfra([*flags, str(inventory), "deploy/host.py"], REPO, timeout=120)
     return r.returncode, r.stdout + r.stderr
 
 

@@ -5,11 +5,11 @@ shows the plan."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.cli_fork import run_pyinfra
+
 REPO = Path(__file__).resolve().parents[3]
-PYINFRA = Path(sys.executable).with_name("pyinfra")
 
 RESPONSES = {
     "uname -s": ["Linux"],
@@ -24,8 +24,7 @@ def run(tmp_path: Path, deploy: str, data: dict, *flags: str) -> subprocess.Comp
     inventory = tmp_path / "fakeinv.py"
     host_data = {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": RESPONSES, **data}
     inventory.write_text(f"fakeinv = [('@fake/gpu1', {host_data!r})]\n")
-    return subprocess.run([str(PYINFRA), *flags, str(inventory), deploy], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    return run_pyinfra([*flags, str(inventory), deploy], REPO, timeout=120)
 
 
 def test_bad_host_data_names_inventory_and_key(tmp_path):

@@ -22,13 +22,12 @@ from gpuserve.errors import InputError
 from gpuserve.host.hostfacts import HostFacts
 from gpuserve.launch.profiles import load_profile
 from gpuserve.memory import calibration
-from gpuserve.memory.checkpoint import scan_directory
 from gpuserve.memory.measured import MeasuredStart, parse_record_measurements
 from gpuserve.memory.models import load_record
 from gpuserve.memory.planner import FitVerdict
 from gpuserve.memory.preflight import check_fit
 from gpuserve.tune import judge
-from tests.checkpoints import compose_record
+from tests.checkpoints import scan_once
 
 REPO = Path(__file__).resolve().parents[3]
 LOGS = REPO / "tests/fixtures/logs"
@@ -178,9 +177,8 @@ def test_record_measurements_are_validated_naming_file_and_field():
 
 
 @pytest.fixture(scope="module")
-def glm5(tmp_path_factory):
-    return scan_directory(compose_record(
-        "glm-5-nvfp4", tmp_path_factory.mktemp("models") / "GLM-5-NVFP4", shards=20))
+def glm5():
+    return scan_once("glm-5-nvfp4", shards=20)
 
 
 def ep8_at(tmp_path: Path, mfs: float):

@@ -20,7 +20,7 @@ from gpuserve.cli import main as cli_main
 from gpuserve.errors import InputError
 from gpuserve.launch.profiles import load_profile
 from gpuserve.memory.calibration import CALIBRATION_ERROR_GIB, DRAFT_DEFAULT_GIB
-from gpuserve.memory.checkpoint import CheckpointScan, TensorGroup, scan_directory
+from gpuserve.memory.checkpoint import CheckpointScan, TensorGroup
 from gpuserve.memory.draft import (
     draft_from_config,
     draft_from_scan,
@@ -37,7 +37,7 @@ from gpuserve.tune.judge import (
     risk,
     uncertainty,
 )
-from tests.checkpoints import compose_record
+from tests.checkpoints import scan_doc_once, scan_once
 
 REPO = Path(__file__).resolve().parents[3]
 GPUS = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())["gpus"]
@@ -132,9 +132,8 @@ def test_no_draft_without_a_drafting_algorithm():
 
 
 @pytest.fixture(scope="module")
-def glm5(tmp_path_factory):
-    return scan_directory(compose_record(
-        "glm-5-nvfp4", tmp_path_factory.mktemp("models") / "GLM-5-NVFP4", shards=20))
+def glm5():
+    return scan_once("glm-5-nvfp4", shards=20)
 
 
 def _profile(tmp_path: Path, bs: int, speculative: bool, mfs: float = 0.83):
@@ -241,7 +240,7 @@ def test_the_serve_preflight_reads_the_drafts_checkpoint_on_the_host(glm5, tmp_p
     from gpuserve.serve.preflight import run_preflight
 
     head = write_head_checkpoint(tmp_path / "glm5-eagle3-head")
-    docs = {"/models/GLM-5-NVFP4": json.dumps(scan_module().scan(glm5.directory)),
+    docs = {"/models/GLM-5-NVFP4": json.dumps(scan_doc_once("glm-5-nvfp4", shards=20)),
             "/models/glm5-eagle3-head": json.dumps(scan_module().scan(str(head)))}
     prof = _profile(tmp_path, 128, True)
     report = run_preflight("enforce", host="gpu1", profile=prof, version="0.5.23", gpus=GPUS,
@@ -279,7 +278,7 @@ def test_a_tune_reads_the_drafts_its_candidates_name_and_plans_them(glm5, tmp_pa
     box = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
     doc = {"schema": "gpuserve.tune-snapshot/1", "host": "box", "sglang_version": "0.5.23",
            "lock": "x", "gpus": GPUS, "host_facts": box,
-           "checkpoint": json.dumps(scan_module().scan(glm5.directory)),
+           "checkpoint": json.dumps(scan_doc_once("glm-5-nvfp4", shards=20)),
            "drafts": {"/models/glm5-eagle3-head": json.dumps(scan_module().scan(str(head))),
                       "/models/unreadable": None}}
     (tmp_path / "snap.json").write_text(json.dumps(doc))

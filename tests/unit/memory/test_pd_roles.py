@@ -22,10 +22,9 @@ import pytest
 
 from gpuserve.fleet.disaggregation import role_profile
 from gpuserve.launch.profiles import load_profile
-from gpuserve.memory.checkpoint import scan_directory
 from gpuserve.memory.memory_defaults import MemorySettings, memory_defaults
 from gpuserve.memory.preflight import check_fit, launch_settings
-from tests.checkpoints import compose_record
+from tests.checkpoints import scan_once
 
 REPO = Path(__file__).resolve().parents[3]
 BOX = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
@@ -79,10 +78,8 @@ def test_decode_keeps_more_for_its_pool_than_prefill() -> None:
 
 
 @pytest.fixture(scope="module")
-def glm5(tmp_path_factory):
-    directory = compose_record("glm-5-nvfp4", tmp_path_factory.mktemp("models") / "GLM-5",
-                               shards=20)
-    return scan_directory(directory)
+def glm5():
+    return scan_once("glm-5-nvfp4", shards=20)
 
 
 def _pd(tmp_path: Path, roles: str) -> object:

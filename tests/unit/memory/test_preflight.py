@@ -11,7 +11,7 @@ from gpuserve.cli import main as cli_main
 from gpuserve.launch.profiles import load_profile
 from gpuserve.memory.checkpoint import scan_directory
 from gpuserve.memory.preflight import check_fit, launch_settings
-from tests.checkpoints import compose_record, compose_record_once
+from tests.checkpoints import compose_record, compose_record_once, scan_once
 
 REPO = Path(__file__).resolve().parents[3]
 BOX = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
@@ -25,8 +25,8 @@ def glm5_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def glm5(glm5_dir):
-    return scan_directory(glm5_dir)
+def glm5():
+    return scan_once("glm-5-nvfp4", shards=20)
 
 
 def _profile(tmp_path: Path, text: str):

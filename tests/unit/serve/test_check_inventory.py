@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import paramiko
 import pytest
 
 from gpuserve.cli import main
+from tests.cli_fork import run_pyinfra
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -254,9 +254,7 @@ def test_same_message_as_the_serve_deploy_through_pyinfra(tmp_path, capsys) -> N
     bad.write_text(BAD_BENCH_PROFILE)
     inv = tmp_path / "fakeinv.py"
     inv.write_text(f"fakeinv = [('@fake/gpu1', {{'fake_delay': 0, 'profile': {str(bad)!r}}})]\n")
-    deploy = subprocess.run([str(Path(sys.executable).with_name("pyinfra")), "-y", str(inv),
-                             "deploy/serve.py"], cwd=REPO, capture_output=True, text=True,
-                            timeout=120)
+    deploy = run_pyinfra(["-y", str(inv), "deploy/serve.py"], REPO, timeout=120)
     expected = f"{bad}:9: bench.scenarios.tiny.prompts: 2 prompts cannot keep 8 requests"
     assert deploy.returncode != 0 and expected in deploy.stdout + deploy.stderr
     rc, out, _ = check(capsys, str(inv), "--deploy", "serve")

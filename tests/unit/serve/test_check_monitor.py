@@ -5,13 +5,12 @@ real inventory file, and ``ssh_key`` files, judged without connecting."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpuserve.cli import main
+from tests.cli_fork import run_pyinfra
 from tests.unit.serve.test_check_inventory import REPO, line, no_network  # noqa: F401
 
 KEYRING = "a" * 64
@@ -111,9 +110,7 @@ def test_same_refusal_as_the_monitor_deploy_through_pyinfra(tmp_path, capsys) ->
     inv.write_text("gpu = [('@fake/gpu1', {'fake_delay': 0, 'profile': 'glm5-nvfp4-tp8'})]\n"
                    "monitor = [('@fake/mon1', {'fake_delay': 0, "
                    "'monitor_scrape_interval': 0})]\n")
-    deploy = subprocess.run([str(Path(sys.executable).with_name("pyinfra")), "-y", str(inv),
-                             "deploy/monitor.py"], cwd=REPO, capture_output=True, text=True,
-                            timeout=120)
+    deploy = run_pyinfra(["-y", str(inv), "deploy/monitor.py"], REPO, timeout=120)
     expected = f"{inv}: monitor_scrape_interval: must be whole seconds in 1..300, got 0"
     assert deploy.returncode != 0 and expected in deploy.stdout + deploy.stderr
     rc, out = check(capsys, str(inv), "--deploy", "monitor")

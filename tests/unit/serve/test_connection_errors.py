@@ -6,10 +6,11 @@ SSH connector, to a loopback port nothing listens on."""
 from __future__ import annotations
 
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.cli_fork import run_pyinfra
 
 REPO = Path(__file__).resolve().parents[3]
 PYINFRA = REPO / ".venv" / "bin" / "pyinfra"
@@ -36,8 +37,7 @@ def test_deploy_connection_failure_is_one_readable_line(tmp_path, key, says) -> 
     inventory = tmp_path / "inv.py"
     inventory.write_text(f'gpu = [("dead", {{"ssh_hostname": "127.0.0.1", "ssh_port": {port}, '
                          f'"ssh_connect_retries": 0, "profile": "glm5-nvfp4-tp8"{extra}}})]\n')
-    proc = subprocess.run([str(PYINFRA), "-y", str(inventory), "deploy/serve.py"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = run_pyinfra(["-y", str(inventory), "deploy/serve.py"], REPO, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     ours = [line.strip() for line in out.splitlines() if "gpuserve: error:" in line]

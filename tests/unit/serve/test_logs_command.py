@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from gpuserve.cli import main
+from gpuserve.commands import _readonly
 from gpuserve.commands._readonly import connection_cause, failure, host_data
 from gpuserve.commands.logs import last_start
 from gpuserve.errors import InputError
 from gpuserve.launch.secrets import host_secret_values
 from gpuserve.redact import REDACTED, redact
+from tests.cli_fork import forked_subprocess
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 STARTED = ("2026-12-05T01:18:26.318730+0000 gpu1 systemd[1]: Started "
@@ -96,6 +98,7 @@ def test_an_unreachable_host_is_one_line(tmp_path, capsys, monkeypatch, verb, ke
     inventory.write_text(f'hosts = [("dead", {{"ssh_hostname": "127.0.0.1", "ssh_port": {port}, '
                          f'"profile": "glm5-nvfp4-tp8"{extra}}})]\n')
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(_readonly, "subprocess", forked_subprocess())  # the same CLI, forked
     assert main([verb, "inv.py", "--limit", "dead"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpuserve: error: dead: unreachable: " + says.format(port=port)), err

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,10 +15,10 @@ from gpuserve.launch.lock_choice import HostRuntime, PreflightError
 from gpuserve.plans.serve import HostReads, first_reads, read_input
 from gpuserve.roles.checks.probe import serving_probe_read
 from gpuserve.serve.install import pip_args
+from tests.cli_fork import run_pyinfra
 from tests.serve_plans import plan_of
 
 REPO = Path(__file__).resolve().parents[3]
-PYINFRA = Path(sys.executable).with_name("pyinfra")
 
 
 def test_pip_args_air_gapped_mirror() -> None:
@@ -249,11 +247,10 @@ def test_cli_refuses_bad_profile_before_any_operation(case: str, tmp_path: Path)
     profile = tmp_path / f"{case}.yaml"
     profile.write_text(text)
     env = dict(os.environ, PYINFRA_FAKE_DELAY="0")
-    proc = subprocess.run(
-        [str(PYINFRA), "-y", "@fake", "deploy/serve.py", "--data", f"profile={profile}",
+    proc = run_pyinfra(
+        ["-y", "@fake", "deploy/serve.py", "--data", f"profile={profile}",
          "--data", "sglang_version=0.5.23"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
-    )
+        REPO, timeout=120, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert f"gpuserve: error: {profile}" in out and f": {field}: " in out, out
@@ -289,11 +286,10 @@ def test_serve_deploy_on_fake_host_refuses_a_user_lock_check_refuses(tmp_path) -
     next(p for p in lock["packages"] if p["name"] == "sglang")["sha256"] = "f" * 64
     (tmp_path / "locks").mkdir()
     (tmp_path / "locks" / shipped.name).write_text(json.dumps(lock))
-    proc = subprocess.run(
-        [str(PYINFRA), "-y", "--dry", "@fake", "deploy/serve.py", "--data",
+    proc = run_pyinfra(
+        ["-y", "--dry", "@fake", "deploy/serve.py", "--data",
          "profile=glm5-nvfp4-tp8", "--data", f"sglang_locks_dir={tmp_path / 'locks'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, PYINFRA_FAKE_DELAY="0"))
+        REPO, timeout=120, env=dict(os.environ, PYINFRA_FAKE_DELAY="0"))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
     assert f"{tmp_path / 'locks' / shipped.name}: packages (sglang): " in out, out[-2000:]
@@ -305,10 +301,9 @@ def test_serve_deploy_on_fake_host_refuses_a_fifo_profile_without_waiting(tmp_pa
     forever); the subprocess's timeout is the hang's test."""
     fifo = tmp_path / "p.yaml"
     os.mkfifo(fifo)
-    proc = subprocess.run(
-        [str(PYINFRA), "-y", "--dry", "@fake", "deploy/serve.py", "--data", f"profile={fifo}"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, PYINFRA_FAKE_DELAY="0"))
+    proc = run_pyinfra(
+        ["-y", "--dry", "@fake", "deploy/serve.py", "--data", f"profile={fifo}"],
+        REPO, timeout=120, env=dict(os.environ, PYINFRA_FAKE_DELAY="0"))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
     assert f"{fifo}: is a FIFO (named pipe), not a regular file" in out, out[-2000:]
@@ -377,12 +372,11 @@ def test_bench_off_and_host_on_regression_wins() -> None:
 
 def test_cli_refuses_untrusted_http_find_links_before_any_operation() -> None:
     env = dict(os.environ, PYINFRA_FAKE_DELAY="0")
-    proc = subprocess.run(
-        [str(PYINFRA), "-y", "@fake", "deploy/serve.py", "--data", "profile=glm5-nvfp4-tp8",
+    proc = run_pyinfra(
+        ["-y", "@fake", "deploy/serve.py", "--data", "profile=glm5-nvfp4-tp8",
          "--data", "sglang_version=0.5.23",
          "--data", "pip_find_links=http://10.0.2.2:8000/wheels/"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
-    )
+        REPO, timeout=120, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert ": pip_find_links: 'http://10.0.2.2:8000/wheels/' is plain http" in out, out

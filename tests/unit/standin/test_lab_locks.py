@@ -169,18 +169,21 @@ def test_lock_installs_hash_checked_from_the_mirror_wheels(lab_locks, standin_mi
                                                            offline_env):
     """What the serve deploy runs on the guest, here: a fresh venv, the lock's requirements
     with --require-hashes --no-deps from the wheels only, then pip check; a wheel whose
-    bytes differ from the lock is refused."""
+    bytes differ from the lock is refused. The venv has no pip of its own (ensurepip cost
+    6 s CPU): this environment's pip works on it through ``--python``."""
     lock = _load(lab_locks / lab_locks_mod.lock_name("0.5.23+lab"))
     req = tmp_path / "requirements.txt"
     req.write_text(lock.requirements_text())
-    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")],
+                   check=True)
     py = str(tmp_path / "venv" / "bin" / "python")
     env = {**os.environ, **offline_env, "PIP_CONFIG_FILE": os.devnull,
            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    base = [sys.executable, "-m", "pip", "--python", py]
 
     def pip(*args: str, wheels: Path = standin_mirror / "wheels"):
-        return subprocess.run([py, "-m", "pip", *args, "--no-index", "--find-links",
-                               str(wheels)] if args[0] == "install" else [py, "-m", "pip", *args],
+        return subprocess.run([*base, *args, "--no-index", "--find-links", str(wheels)]
+                              if args[0] == "install" else [*base, *args],
                               capture_output=True, text=True, env=env, timeout=300)
 
     tampered = tmp_path / "tampered"

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from gpuserve.commands.tune import FileStore
-from gpuserve.memory.checkpoint import scan_module
 from gpuserve.tune.outcome import goodput, pareto_front
 from gpuserve.tune.predict import Comm
 from gpuserve.tune.report import summary, table, winner_text
@@ -23,7 +22,7 @@ from gpuserve.tune.search import Measurement, run_search
 from gpuserve.tune.session import prepare
 from gpuserve.tune.snapshot import HostSnapshot, last_start
 from gpuserve.tune.space import load_tune
-from tests.checkpoints import compose_record, once_in_dir
+from tests.checkpoints import scan_doc_once
 
 REPO = Path(__file__).resolve().parents[3]
 BOX = json.loads((REPO / "tests/fixtures/hostfacts/reference-box-kvm.json").read_text())
@@ -34,8 +33,7 @@ TP8_AFTER_WEIGHTS_GIB = 21.7  # the field notes' free memory after TP8 weights
 def snapshot() -> HostSnapshot:
     """The reference box with the composed GLM-5 NVFP4 checkpoint's scan (composed and
     scanned once per test process: test_noise and test_decisions use it too)."""
-    scan = once_in_dir("glm-5-nvfp4 scan", lambda root: json.dumps(scan_module().scan(
-        str(compose_record("glm-5-nvfp4", root / "GLM-5-NVFP4", shards=20)))))
+    scan = json.dumps(scan_doc_once("glm-5-nvfp4", shards=20))
     return HostSnapshot(host="box", sglang_version="0.5.23", lock="sglang-0.5.23@x",
                         gpus=BOX["gpus"], checkpoint=scan, host_facts=BOX, host_json=None)
 
