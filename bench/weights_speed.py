@@ -2,7 +2,7 @@
 ``hf download``, on loopback, from the lab's Hub stand-in (lab/hub), side by side.
 
     .venv/bin/python bench/weights_speed.py [--shards 4] [--shard-mib 320] [--runs 3]
-                                            [--workers 8] [--dir /tmp]
+                                            [--workers 8] [--dir /tmp] [--link-mbit 0]
 
 It writes a repository of ``--shards`` LFS safetensors-named files of random bytes
 (plus a config.json) into a Hub stand-in root under ``--dir``, starts the stand-in in
@@ -19,6 +19,9 @@ fetches the revision with:
 - ``same, cold read-back``: the same, with the downloaded files written out and
   dropped from the page cache (``posix_fadvise``, untimed) before they are read back: a
   checkpoint larger than the page cache, as a 440 GB one is;
+- ``hash alone``: sha256 of as many bytes as the files have, from memory, the files
+  ``--workers`` at once (no transfer, no disk): the hash's own cost, which fetch+verify
+  adds to the download alone where no core is idle;
 - ``gpuserve weights``: the command, a process of its own (the interpreter's and
   gpuserve's start-up included);
 - ``hf download``: huggingface_hub's command (``.venv/bin/hf``, 8 workers, its own
@@ -29,7 +32,10 @@ disk at once: about 2.6 GB with the defaults). It prints the medians (and min-ma
 side by side with the ratios to the download alone and to ``hf download``, and the CPU
 seconds each used (this process, its commands and the server together: on a machine
 busy with other work the wall times move with the load, the CPU seconds much less).
-The page cache is hot (the server's files are read from memory after the first run). Goals:
+The page cache is hot (the server's files are read from memory after the first run).
+``--link-mbit N`` paces everything the server sends to one link of N Mbit/s (its socket
+writes, all connections together): a host fetching from a Hub waits on its link, and
+the hash runs in that time. Goals:
 fetch+verify at most 1.1x the download alone, and no slower than ``hf download``.
 No test asserts on these times.
 """
@@ -37,6 +43,7 @@ No test asserts on these times.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -58,6 +65,7 @@ from gpuserve.memory.remote import hub_module  # noqa: E402
 from lab.hub import store  # noqa: E402
 
 REPO = "bench/Weights-Speed"
+CONFIG = json.dumps({"model_type": "bench"}) + "\n"
 VENV = ROOT / ".venv" / "bin"
 
 
@@ -67,7 +75,7 @@ def make_repo(hub_root: Path, shards: int, shard_bytes: int) -> str:
     tree = repo_dir / ".staging"
     tree.mkdir(parents=True)
     (tree / ".gitattributes").write_text("*.safetensors filter=lfs diff=lfs merge=lfs -text\n")
-    (tree / "config.json").write_text(json.dumps({"model_type": "bench"}) + "\n")
+    (tree / "config.json").write_text(CONFIG)
     for i in range(1, shards + 1):
         with open(tree / f"model-{i:05d}-of-{shards:05d}.safetensors", "wb") as f:
             left = shard_bytes
@@ -86,13 +94,26 @@ def make_repo(hub_root: Path, shards: int, shard_bytes: int) -> str:
     return cid
 
 
-def start_server(hub_root: Path) -> tuple[subprocess.Popen, str]:
-    """The stand-in in a process of its own (not this one's interpreter lock)."""
+def start_server(hub_root: Path, link_mbit: float = 0) -> tuple[subprocess.Popen, str]:
+    """The stand-in in a process of its own (not this one's interpreter lock). With
+    ``link_mbit``, everything it sends shares one link of that many megabits/s (a pacing
+    of its socket writes, all connections together), as a host's link to a Hub would."""
     code = ("import sys, time; from pathlib import Path; from lab.hub.server import HubServer\n"
+            "rate = float(sys.argv[2]) * 1e6 / 8\n"
+            "if rate:\n"
+            "    import socketserver, threading\n"
+            "    lock, link = threading.Lock(), [time.monotonic()]\n"
+            "    def write(self, b, send=socketserver._SocketWriter.write):\n"
+            "        with lock:\n"
+            "            link[0] = max(link[0], time.monotonic()) + memoryview(b).nbytes / rate\n"
+            "            free = link[0]\n"
+            "        time.sleep(max(0.0, free - time.monotonic()))\n"
+            "        return send(self, b)\n"
+            "    socketserver._SocketWriter.write = write\n"
             "s = HubServer(Path(sys.argv[1])).__enter__(); print(s.url, flush=True)\n"
             "while True: time.sleep(3600)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(hub_root)], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(hub_root), str(link_mbit)],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
     url = proc.stdout.readline().strip()
     if not url.startswith("http://"):
         proc.kill()
@@ -117,7 +138,23 @@ def download_alone(url: str, commit: str, out: Path, workers: int) -> list[dict]
     return files
 
 
-def methods(url: str, commit: str, workers: int) -> dict[str, Callable[[Path], float]]:
+def hash_alone(sizes: list[int], workers: int) -> None:
+    """sha256 of as many bytes as each file has, from one 1 MiB block in memory, the
+    files ``workers`` at once: what the hash costs with no transfer and no disk."""
+    block = os.urandom(1 << 20)
+
+    def one(size: int) -> str:
+        h = hashlib.sha256()
+        for at in range(0, size, len(block)):
+            h.update(block[:min(len(block), size - at)])
+        return h.hexdigest()
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, sizes))
+
+
+def methods(url: str, commit: str, workers: int,
+            sizes: list[int]) -> dict[str, Callable[[Path], float]]:
     """Each method: a function of an empty output directory, returning its seconds."""
     module = fetch_module()
     env = {**os.environ, "HF_ENDPOINT": url, "HF_HUB_DISABLE_TELEMETRY": "1",
@@ -155,9 +192,10 @@ def methods(url: str, commit: str, workers: int) -> dict[str, Callable[[Path], f
                                                                    workers)),
         "fetch+verify": lambda out: timed(lambda: module.fetch(
             REPO, commit, str(out / "rev"), endpoint=url, report=lambda d: None,
-            workers=workers)),
+            options=module.FetchOptions(workers=workers))),
         "download, then hash": then_hash,
         "same, cold read-back": lambda out: then_hash(out, cold=True),
+        "hash alone": lambda out: timed(lambda: hash_alone(sizes, workers)),
         "gpuserve weights": lambda out: timed(lambda: command(
             [str(VENV / "gpuserve"), "weights", "--hf", f"{REPO}@{commit}",
              "--hf-endpoint", url, "--workers", str(workers), str(out / "models")],
@@ -185,10 +223,12 @@ def cpu_s(server_pid: int) -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + server
 
 
-def measure(url: str, commit: str, work: Path, runs: int, workers: int,
+def measure(url: str, commit: str, work: Path, a: argparse.Namespace,
             server_pid: int) -> tuple[dict, dict]:
     """Wall and CPU seconds (client and server together) of every method, each run."""
-    table = methods(url, commit, workers)
+    runs, workers = a.runs, a.workers
+    sizes = [a.shard_mib << 20] * a.shards + [len(CONFIG)]
+    table = methods(url, commit, workers, sizes)
     names = list(table)
     times: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
@@ -206,11 +246,13 @@ def measure(url: str, commit: str, work: Path, runs: int, workers: int,
     return times, cpu
 
 
-def report(times: dict, cpu: dict, total: int, shards: int) -> None:
+def report(times: dict, cpu: dict, total: int, a: argparse.Namespace) -> None:
     med = {n: statistics.median(v) for n, v in times.items()}
     floor, hf = med["download alone"], med["hf download"]
-    print(f"{REPO}: {total / 1e9:.2f} GB in {shards} shards + config.json, loopback, "
-          f"medians of {len(next(iter(times.values())))}")
+    link = f"one {a.link_mbit:g} Mbit/s link" if a.link_mbit else "as fast as it goes"
+    print(f"{REPO}: {total / 1e9:.2f} GB in {a.shards} shards + config.json, loopback "
+          f"({link}), {a.workers} workers, medians of {len(next(iter(times.values())))}, "
+          f"load average {os.getloadavg()[0]:.1f} at the end")
     print(f"{'':22}{'median':>9}  {'min-max':>13}  {'x download':>10}  {'x hf download':>13}"
           f"  {'MB/s':>6}  {'CPU s':>6}  {'x download':>10}")
     cpu_floor = statistics.median(cpu["download alone"])
@@ -231,15 +273,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--dir", default=None, help="where the repository and copies go")
+    p.add_argument("--link-mbit", type=float, default=0, metavar="MBIT",
+                   help="the server sends over one link of this many Mbit/s (default: "
+                   "as fast as loopback and the CPUs go)")
     a = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="weights-speed-", dir=a.dir))
     server = None
     try:
         commit = make_repo(work / "hub", a.shards, a.shard_mib << 20)
-        server, url = start_server(work / "hub")
-        times, cpu = measure(url, commit, work, a.runs, a.workers, server.pid)
-        report(times, cpu, a.shards * (a.shard_mib << 20) + len('{"model_type": "bench"}\n'),
-               a.shards)
+        server, url = start_server(work / "hub", a.link_mbit)
+        times, cpu = measure(url, commit, work, a, server.pid)
+        report(times, cpu, a.shards * (a.shard_mib << 20) + len(CONFIG), a)
     finally:
         if server is not None:
             server.kill()
