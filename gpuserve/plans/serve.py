@@ -53,7 +53,7 @@ from gpuserve.launch.lock_choice import (
 )
 from gpuserve.launch.locks import Lock, load_locks
 from gpuserve.launch.profiles import Profile, load_profile, profile_ref_problem
-from gpuserve.launch.secrets import secret_flags
+from gpuserve.launch.secrets import is_secret_env_name, secret_flags
 from gpuserve.launch.venvs import venv_path
 from gpuserve.measure.bench_catalog import available_bench_versions, load_bench_catalog
 from gpuserve.measure.health import health_generates
@@ -303,7 +303,11 @@ class ServeInput:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        return tuple(s for s in (self.service.hf_token, self.service.api_key) if s)
+        """hf_token, sglang_api_key and every secret-named ``sglang_extra_env`` value
+        (the rule of :func:`gpuserve.launch.secrets.host_secret_values`)."""
+        extra = [v for k, v in self.service.extra_env.items()
+                 if is_secret_env_name(k) and isinstance(v, str)]
+        return tuple(s for s in (self.service.hf_token, self.service.api_key, *extra) if s)
 
 
 @dataclass(frozen=True, kw_only=True)

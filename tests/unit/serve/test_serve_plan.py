@@ -545,3 +545,13 @@ def test_the_serve_deploy_loads_the_profile_once_per_host(monkeypatch) -> None:
     assert loads == ["glm5-nvfp4-tp8", "glm5-nvfp4-tp8"]
     assert len(batches) == 2  # one first batch per host, derived from the parsed input
     assert [run_context(state).host(h).serve_plan for h in ("gpu1", "gpu2")] == plans
+
+
+def test_the_previews_secrets_include_secret_named_extra_env() -> None:
+    """--dry redacts with the input's secrets: a secret-named sglang_extra_env value is one
+    of them, as in host_secret_values; a plain extra env value is not."""
+    data = {"profile": "glm5-nvfp4-tp8", "hf_token": "hf_" + "a" * 30,
+            "sglang_extra_env": {"WANDB_API_KEY": "wandb-secret-value-123",
+                                 "NCCL_DEBUG": "WARN"}}
+    secrets = read_input(data, "inventory/gpu.py", "", lambda group: None).secrets
+    assert set(secrets) == {"hf_" + "a" * 30, "wandb-secret-value-123"}
