@@ -464,6 +464,14 @@ def make_handler(state: State):
 
         def generate(self) -> None:
             body = self._body()
+            if isinstance(body, dict) and not body.get("stream"):
+                try:
+                    items = toylm.batch_items(body)
+                except ValueError as e:  # http_server.py _create_error_response
+                    self._json(400, {"error": {"message": str(e)}})
+                    return
+                if items is not None:
+                    return self._toy_batch(items)
             if isinstance(body, dict) and body.get("return_logprob") and not body.get("stream"):
                 return self._toy_generate(body)
             params = body.get("sampling_params") or {}
@@ -530,6 +538,71 @@ def make_handler(state: State):
                                lambda *a: None)
             meta["e2e_latency"] = e2e
             self._json(200, reply)
+
+        def _toy_batch(self, items: list[dict]) -> None:
+            """SGLang's batch ``/generate``: the toy model's replies as one JSON list in
+            order (tokenizer_manager.py ``_handle_batch_request``), after one batched
+            prefill and one decode of the batch (COMPOSED pacing: ``_batch_decode``)."""
+            spec = state.perf.spec_accept_length or 2.0
+            replies = [toylm.generate(quality_model, b, spec if getattr(
+                state.args, "speculative_algorithm", None) else None) for b in items]
+            metas = [r["meta_info"] for r in replies]
+            e2e = self._batch_decode([m["prompt_tokens"] for m in metas],
+                                     [max(m["completion_tokens"], 1) for m in metas])
+            for meta, seconds in zip(metas, e2e, strict=True):
+                meta["e2e_latency"] = seconds
+            self._json(200, replies)
+
+        def _batch_decode(self, prompts: list[int], news: list[int]) -> list[float]:
+            """Simulated time of a batch (COMPOSED): one prefill of all its prompt tokens
+            at the surface's prefill rate (the prefill lock held once, as a batch is one
+            scheduler batch), then decode steps of the running requests together at the
+            batch's step time, each request leaving when its own tokens are out; the
+            e2e latency of each."""
+            start, n = time.monotonic(), len(prompts)
+            for _ in prompts:
+                state.count_start()
+            reserved = state.admit(sum(prompts) + sum(news))
+            with state.lock:
+                state.running += n
+                state.active_tokens += sum(prompts)
+            held, left, e2e = sum(prompts), n, [0.0] * n
+            try:
+                with state.prefill_lock:
+                    time.sleep(sum(prompts) / state.prefill_tps)
+                if state.perf.ttft_s > 0:
+                    time.sleep(state.perf.ttft_s)
+                for _ in prompts:
+                    state.ttft.observe(time.monotonic() - start)
+                next_t = time.monotonic()
+                for step in range(max(news)):
+                    if step:
+                        next_t += state.token_interval()
+                        time.sleep(max(next_t - time.monotonic(), 0.0))
+                    active = [i for i in range(n) if news[i] > step]
+                    with state.lock:
+                        state.active_tokens += len(active)
+                        state.window_tokens += len(active)
+                    held += len(active)
+                    for i in active:
+                        if news[i] == step + 1:
+                            e2e[i] = time.monotonic() - start
+                            left -= 1
+                            with state.lock:
+                                state.running -= 1
+            finally:
+                with state.lock:
+                    state.running -= left
+                    state.active_tokens -= held
+                state.release(reserved)
+                state.finished()
+            with state.lock:
+                state.requests_total += n
+                state.prompt_tokens_total += sum(prompts)
+                state.generation_tokens_total += sum(news)
+            for seconds in e2e:
+                state.e2e.observe(seconds)
+            return e2e
 
         def completions(self) -> None:
             body = self._body()
