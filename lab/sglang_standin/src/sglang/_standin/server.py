@@ -544,32 +544,39 @@ def make_handler(state: State):
             order (tokenizer_manager.py ``_handle_batch_request``), after one batched
             prefill and one decode of the batch (COMPOSED pacing: ``_batch_decode``)."""
             spec = state.perf.spec_accept_length or 2.0
-            replies = [toylm.generate(quality_model, b, spec if getattr(
-                state.args, "speculative_algorithm", None) else None) for b in items]
-            metas = [r["meta_info"] for r in replies]
-            e2e = self._batch_decode([m["prompt_tokens"] for m in metas],
-                                     [max(m["completion_tokens"], 1) for m in metas])
-            for meta, seconds in zip(metas, e2e, strict=True):
-                meta["e2e_latency"] = seconds
+            spec = spec if getattr(state.args, "speculative_algorithm", None) else None
+            replies: list[dict] = []
+
+            def work() -> list[int]:
+                replies.extend(toylm.generate(quality_model, b, spec) for b in items)
+                return [max(r["meta_info"]["completion_tokens"], 1) for r in replies]
+
+            e2e = self._batch_decode([toylm.prompt_length(b) for b in items],
+                                     [toylm.max_new(b) for b in items], work)
+            for reply, seconds in zip(replies, e2e, strict=True):
+                reply["meta_info"]["e2e_latency"] = seconds
             self._json(200, replies)
 
-        def _batch_decode(self, prompts: list[int], news: list[int]) -> list[float]:
+        def _batch_decode(self, prompts: list[int], limits: list[int], work) -> list[float]:
             """Simulated time of a batch (COMPOSED): one prefill of all its prompt tokens
             at the surface's prefill rate (the prefill lock held once, as a batch is one
-            scheduler batch), then decode steps of the running requests together at the
-            batch's step time, each request leaving when its own tokens are out; the
-            e2e latency of each."""
+            scheduler batch; the toy model's own CPU time, ``work()``, which returns each
+            request's output length, runs inside that window, not on top of it), then
+            decode steps of the running requests together at the batch's step time, each
+            request leaving when its own tokens are out; the e2e latency of each."""
             start, n = time.monotonic(), len(prompts)
             for _ in prompts:
                 state.count_start()
-            reserved = state.admit(sum(prompts) + sum(news))
+            reserved = state.admit(sum(prompts) + sum(limits))
             with state.lock:
                 state.running += n
                 state.active_tokens += sum(prompts)
-            held, left, e2e = sum(prompts), n, [0.0] * n
+            held, left, e2e, news = sum(prompts), n, [0.0] * n, [1] * n
             try:
                 with state.prefill_lock:
-                    time.sleep(sum(prompts) / state.prefill_tps)
+                    end = time.monotonic() + sum(prompts) / state.prefill_tps
+                    news = work()
+                    time.sleep(max(end - time.monotonic(), 0.0))
                 if state.perf.ttft_s > 0:
                     time.sleep(state.perf.ttft_s)
                 for _ in prompts:

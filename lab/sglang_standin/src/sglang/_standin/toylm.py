@@ -271,3 +271,14 @@ def batch_items(body: dict) -> list[dict] | None:
         for item, v in zip(out, value, strict=True):
             item[name] = v
     return out
+
+
+def prompt_length(body: dict) -> int:
+    """The prompt's token count of one request body (``input_ids`` or ``text``)."""
+    ids = body.get("input_ids")
+    return len(ids) if ids is not None else len(tokenize(str(body.get("text", ""))))
+
+
+def max_new(body: dict) -> int:
+    """The request's ``max_new_tokens`` (the toy model's default 128)."""
+    return int((body.get("sampling_params") or {}).get("max_new_tokens") or 128)
