@@ -16,7 +16,7 @@ logprob_start_len = prompt length - 1, top_logprobs_num, max_new_tokens 1. Batch
 PARALLEL at a time under one deadline; each reply is capped (MAX_REPLY per prompt,
 MAX_BATCH_REPLY in all), must be a list of one answer per prompt, and is reduced to the
 fields the parser reads. Prints one JSON document {"elapsed_s", "error", "requests",
-"results": [...]} (one result per prompt, as before batching) and exits 0.
+"results": [...]} (one result per prompt) and exits 0.
 """
 
 import argparse
