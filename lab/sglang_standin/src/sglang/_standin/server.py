@@ -94,7 +94,8 @@ class State:
         self.on_crash = None
         self.lock = threading.Lock()
         self.admit_cond = threading.Condition(self.lock)
-        # Prefill is compute-bound: one prompt at a time, so TTFT grows with the queue.
+        # Prefill is compute-bound: one prompt (or one batch) at a time, so TTFT grows
+        # with the queue.
         self.prefill_lock = threading.Lock()
         self.running = 0
         self.prompt_tokens_total = 0
