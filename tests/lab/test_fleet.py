@@ -12,6 +12,8 @@ request at a time, bounded in count and time; every request must succeed.
 
 Each switched host is judged by live traffic over 20 s against the hosts not switched
 yet (inventory/lab_fleet.py): an equal profile goes on, a slower one is rolled back.
+A profile whose launch fails the output-quality check (on for that switch only) is
+rolled back on the first host, before it is back in the gateway, and the roll stops.
 
 Runs last (conftest): it changes where the first host's server listens, and takes the
 other instances down at the end.
