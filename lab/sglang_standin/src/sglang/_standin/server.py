@@ -97,6 +97,9 @@ class State:
         # Prefill is compute-bound: one prompt (or one batch) at a time, so TTFT grows
         # with the queue.
         self.prefill_lock = threading.Lock()
+        # the end of the prefill a batch reserved (it computes its replies outside the
+        # lock, inside its simulated window); a later prefill starts after it
+        self.prefill_free_at = 0.0
         self.running = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -399,7 +402,8 @@ def make_handler(state: State):
             try:
                 if not self.prefilled:  # a PD decode server received the KV cache
                     with state.prefill_lock:
-                        time.sleep(prompt_tokens / state.prefill_tps)
+                        time.sleep(max(state.prefill_free_at - time.monotonic(), 0.0)
+                                   + prompt_tokens / state.prefill_tps)
                 if self.pd_body is not None:  # a PD prefill server hands it over
                     state.pd.produced(self.pd_body, prompt_tokens)
                 if state.perf.ttft_s > 0:
@@ -560,9 +564,10 @@ def make_handler(state: State):
 
         def _batch_decode(self, prompts: list[int], limits: list[int], work) -> list[float]:
             """Simulated time of a batch (COMPOSED): one prefill of all its prompt tokens
-            at the surface's prefill rate (the prefill lock held once, as a batch is one
-            scheduler batch; the toy model's own CPU time, ``work()``, which returns each
-            request's output length, runs inside that window, not on top of it), then
+            at the surface's prefill rate, reserved after the prefill before it (as a
+            batch is one scheduler batch; the toy model's own CPU time, ``work()``, which
+            returns each request's output length, runs inside that window, outside the
+            lock, so other batches' windows go on meanwhile), then
             decode steps of the running requests together at the batch's step time, each
             request leaving when its own tokens are out; the e2e latency of each."""
             start, n = time.monotonic(), len(prompts)
@@ -574,10 +579,12 @@ def make_handler(state: State):
                 state.active_tokens += sum(prompts)
             held, left, e2e, news = sum(prompts), n, [0.0] * n, [1] * n
             try:
-                with state.prefill_lock:
-                    end = time.monotonic() + sum(prompts) / state.prefill_tps
-                    news = work()
-                    time.sleep(max(end - time.monotonic(), 0.0))
+                with state.prefill_lock:  # reserve the prefill after the one before
+                    end = max(time.monotonic(), state.prefill_free_at) \
+                        + sum(prompts) / state.prefill_tps
+                    state.prefill_free_at = end
+                news = work()
+                time.sleep(max(end - time.monotonic(), 0.0))
                 if state.perf.ttft_s > 0:
                     time.sleep(state.perf.ttft_s)
                 for _ in prompts:
