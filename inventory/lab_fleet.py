@@ -20,11 +20,11 @@ requests a side: the fleet test's client sends a few a second. The gateway route
 robin, so every worker gets its share of the client's one-at-a-time requests (cache-aware
 routing would keep them on one worker). The stand-ins run the fleet's performance
 surface (lab/surfaces/fleet.yaml): every launch decodes at 60 tokens/s except one without
-decode CUDA graphs (30 % slower: the fleet test's slower profile), and they prefill at 17
-tokens/s, so the client's 5-word prompt's TTFT (~294 ms) sits in the middle of one of
-SGLang's default TTFT buckets (200-400 ms), where the scheduling noise of a busy 2-core
-machine (tens of ms) cannot move its p99 into another (at ~2 ms it did, and an equal
-profile was rolled back).
+decode CUDA graphs (30 % slower: the fleet test's slower profile), and each request (or
+batch) waits a fixed 294 ms before its first token, so the client's 5-word prompt's TTFT
+(~295 ms) sits in the middle of one of SGLang's default TTFT buckets (200-400 ms), where
+the scheduling noise of a busy 2-core machine (tens of ms) cannot move its p99 into
+another (at ~2 ms it did, and an equal profile was rolled back).
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ def _fleet_host(index: int, name: str) -> tuple[str, dict]:
                 nccl_socket_ifname=st.extra.get("fleet_ifname"), **_LIVE)
     data["sglang_extra_env"] = {**data.get("sglang_extra_env", {}),
                                 "GPUSERVE_LAB_STANDIN_SURFACE": "fleet"}
-    # the fleet surface prefills at 17 tokens/s (above): the quality check's ~17,000
-    # prompt tokens would take minutes per host; tests/lab/test_quality.py proves the check
+    # the output-quality check is off on the fleet (it adds seconds to every switch of
+    # every host); tests/lab/test_fleet.py turns it on (--data quality_check=true) for the
+    # rolling switch whose canary it stops, tests/lab/test_quality.py proves the rest
     data["quality_check"] = False
     host = inventories.fleet_host_name(index)
     if index > 0:

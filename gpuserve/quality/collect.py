@@ -1,10 +1,11 @@
 """The host side's request list and the reading of what it brought back.
 
 The host script (``data/scripts/sglang_quality.py``, stdlib only) is transport: it sends
-each prompt to the local server's ``/generate`` greedily, then, for completion prompts,
-once more with ``input_ids`` = the prompt's ids + the forced continuation (the
-reference's, or its own for a new reference) and ``logprob_start_len`` = prompt length
-- 1, keeping only the reply fields the parser reads. Everything is judged here, from
+the prompts in batches (SGLang's batch form of ``/generate``) greedily, then, for
+completion prompts, once more with ``input_ids`` = the prompt's ids + the forced
+continuation (the reference's, or its own for a new reference) and ``logprob_start_len``
+= prompt length - 1, keeping only the reply fields the parser reads, one result per
+prompt. Everything is judged here, from
 the real reply shapes (gpuserve/quality/parser.py). Bounded on both sides: a capped
 prompt count, request spec size, reply size and wall time.
 """

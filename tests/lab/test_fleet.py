@@ -12,6 +12,8 @@ request at a time, bounded in count and time; every request must succeed.
 
 Each switched host is judged by live traffic over 20 s against the hosts not switched
 yet (inventory/lab_fleet.py): an equal profile goes on, a slower one is rolled back.
+A profile whose launch fails the output-quality check (on for that switch only) is
+rolled back on the first host, before it is back in the gateway, and the roll stops.
 
 Runs last (conftest): it changes where the first host's server listens, and takes the
 other instances down at the end.
@@ -34,6 +36,7 @@ KEY = "lab-router-key-not-a-secret-0001"  # inventory/lab.py: the lab's own, not
 SWITCH_TO = "glm5-nvfp4-tp8-eagle3"
 BACK_TO = "glm5-nvfp4-tp8"
 SLOWER = "tests/fixtures/profiles/lab-slower-decode.yaml"  # SWITCH_TO, eager: 30 % slower
+BROKEN = "tests/fixtures/profiles/lab-quality-broken.yaml"  # NaN logprobs from token 4
 HOSTS = ("lab-gpu", "lab-gpu-2", "lab-gpu-3")
 URLS = {h: f"http://10.77.0.{i + 1}:30000" for i, h in enumerate(HOSTS)}
 
@@ -235,6 +238,33 @@ def test_a_slower_profile_is_rolled_back_by_the_live_comparison_and_the_roll_sto
     assert ("rolling switch: not switched: lab-gpu failed first behind the gateway on "
             "lab-gpu; lab-gpu-2 was not changed") in out
     assert "lab-gpu-3 was not changed and keeps its current profile" in out
+    assert {h: fleet.profile(h) for h in HOSTS} == {h: SWITCH_TO for h in HOSTS}
+    seen = fleet.wait_ready(60)
+    assert all(seen.get(u) == "ready" for u in URLS.values()), seen
+
+
+def test_a_quality_regressing_profile_stops_the_roll_at_its_first_host(fleet) -> None:
+    # the canary: the check runs on the first host while it is out of the gateway (on for
+    # this switch only: the fleet inventory turns it off), fails, the host is rolled back
+    # and put back, and no other host is touched
+    assert {h: fleet.profile(h) for h in HOSTS} == {h: SWITCH_TO for h in HOSTS}
+    with Client(fleet.gateway_port) as client:
+        time.sleep(3)
+        r = fleet.pyinfra("--serial", "deploy/serve.py", "--data", f"profile={BROKEN}",
+                          "--data", "bench=off", "--data", "quality_check=true", check=False)
+        time.sleep(3)
+    assert r.returncode != 0
+    out = r.stdout
+    assert client.failures == [], client.failures[:10]
+    assert "quality: profile lab-quality-broken failed its quality check: " in out, \
+        out[-4000:]
+    assert re.search(r"non_finite_logprobs \d+ \(limit 0\)", out), out[-4000:]
+    assert (f"the host was rolled back to profile {SWITCH_TO}, which is healthy again"
+            in out), out[-4000:]
+    assert "gateway: lab-gpu is back in lab-gpu's list and ready" in out, out[-4000:]
+    assert ("rolling switch: not switched: lab-gpu failed first behind the gateway on "
+            "lab-gpu; lab-gpu-2 was not changed") in out
+    assert "lab-gpu-2: gateway: out of" not in out
     assert {h: fleet.profile(h) for h in HOSTS} == {h: SWITCH_TO for h in HOSTS}
     seen = fleet.wait_ready(60)
     assert all(seen.get(u) == "ready" for u in URLS.values()), seen

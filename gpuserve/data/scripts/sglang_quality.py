@@ -3,13 +3,20 @@
 roles/checks/quality.py. Transport only: the controller judges (gpuserve/quality/).
 
 Stdlib only (Python >= 3.8). Reads the request spec from --spec (base64 of zlib JSON:
-prompts, top_k, timeout_s). Per prompt: one greedy POST /generate with return_logprob
-(and logprob_start_len 0 for a completion prompt, whose prompt token ids the forced pass
-needs); for a completion prompt then one teacher-forced POST /generate with input_ids =
-prompt ids + forced ids (the reference's, or its own reply), logprob_start_len = prompt
-length - 1, top_logprobs_num, max_new_tokens 1. Requests run 16 at a time under one
-deadline; each reply is capped at 4 MiB and reduced to the fields the parser reads.
-Prints one JSON document {"elapsed_s", "error", "results": [...]} and exits 0.
+prompts, top_k, timeout_s). The prompts go in batches: one POST /generate carries up to
+BATCH prompts (and at most MAX_BODY bytes) as SGLang's batch form of GenerateReqInput
+(lists of ``text`` or ``input_ids``, one ``sampling_params`` and ``logprob_start_len``
+per prompt; python/sglang/srt/managers/io_struct.py ``_normalize_batch_inputs``), which
+the server answers with a JSON list in the same order (tokenizer_manager.py
+``_handle_batch_request``) and prefills as one batch. Per batch: the greedy pass with
+return_logprob (logprob_start_len 0 for a completion prompt, whose prompt token ids the
+forced pass needs, -1 otherwise); then for its completion prompts the teacher-forced
+pass: input_ids = prompt ids + forced ids (the reference's, or its own reply),
+logprob_start_len = prompt length - 1, top_logprobs_num, max_new_tokens 1. Batches run
+PARALLEL at a time under one deadline; each reply is capped (MAX_REPLY per prompt,
+MAX_BATCH_REPLY in all), must be a list of one answer per prompt, and is reduced to the
+fields the parser reads. Prints one JSON document {"elapsed_s", "error", "requests",
+"results": [...]} (one result per prompt) and exits 0.
 """
 
 import argparse
@@ -23,14 +30,17 @@ import zlib
 from sglang_probe import _dechunk, api_key_from_config, server_host  # uploaded beside
 
 MAX_REPLY = 4 * 1024 * 1024
-PARALLEL = 16
+MAX_BATCH_REPLY = 32 * 1024 * 1024
+BATCH = 32
+MAX_BODY = 1024 * 1024
+PARALLEL = 4
 KEEP_TOP = ("text", "output_ids")
 KEEP_META = ("finish_reason", "prompt_tokens", "completion_tokens", "output_token_logprobs",
              "output_top_logprobs", "input_token_logprobs", "input_top_logprobs",
              "spec_verify_ct", "spec_accept_length")
 
 
-def post(host, port, path, payload, headers, deadline):
+def post(host, port, path, payload, headers, deadline, max_reply=MAX_REPLY):
     """(status, parsed JSON or the text's first 300 chars) of one bounded POST."""
     body = json.dumps(payload).encode()
     head = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close",
@@ -51,8 +61,8 @@ def post(host, port, path, payload, headers, deadline):
             if not chunk:
                 break
             size += len(chunk)
-            if size > MAX_REPLY:
-                raise ValueError(f"reply larger than {MAX_REPLY} bytes")
+            if size > max_reply:
+                raise ValueError(f"reply larger than {max_reply} bytes")
             chunks.append(chunk)
     header, sep, rest = b"".join(chunks).partition(b"\r\n\r\n")
     status_line = header.decode("latin-1").split("\r\n")[0].split(" ", 2)
@@ -64,7 +74,7 @@ def post(host, port, path, payload, headers, deadline):
         doc = json.loads(rest.decode("utf-8", "replace"))
     except ValueError:
         return int(status_line[1]), rest.decode("utf-8", "replace")[:300]
-    return int(status_line[1]), reduce(doc)
+    return int(status_line[1]), [reduce(d) for d in doc] if isinstance(doc, list) else reduce(doc)
 
 
 def reduce(doc):
@@ -78,42 +88,97 @@ def reduce(doc):
     return out
 
 
-def one(item, top_k, ctx):
-    """The greedy request and, for a completion prompt, the teacher-forced one."""
-    sp = {"max_new_tokens": item["max_new"], "temperature": 0}
-    if item.get("stop"):
-        sp["stop"] = item["stop"]
-    payload = {"text": item["text"], "sampling_params": sp, "return_logprob": True}
-    if item.get("teacher"):
-        payload["logprob_start_len"] = 0
-    out = {"id": item["id"]}
+def split(entries, size_of, limit=BATCH, max_body=MAX_BODY):
+    """``entries`` in order, cut into lists of at most ``limit`` entries and (but for a
+    single entry) at most ``max_body`` bytes by ``size_of``."""
+    out, cur, size = [], [], 0
+    for e in entries:
+        n = size_of(e)
+        if cur and (len(cur) >= limit or size + n > max_body):
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(e)
+        size += n
+    return out + [cur] if cur else out
+
+
+def batch_post(payload, n, ctx):
+    """One batch request of ``n`` prompts -> one (status, body) or error per prompt, in
+    order; anything but a list of ``n`` answers is an error for each of them."""
     try:
-        out["status"], out["body"] = post(ctx["host"], ctx["port"], "/generate", payload,
-                                          ctx["headers"], ctx["deadline"])
-        if item.get("teacher") and out["status"] == 200:
-            out["forced"] = forced(item, out["body"], top_k, ctx)
+        status, doc = post(ctx["host"], ctx["port"], "/generate", payload, ctx["headers"],
+                           ctx["deadline"], min(MAX_REPLY * n, MAX_BATCH_REPLY))
     except Exception as e:  # refused, cut, timed out, too big: the controller names it
-        out["error"] = f"{type(e).__name__}: {e}"
-    return out
+        return [{"error": f"{type(e).__name__}: {e}"}] * n
+    finally:
+        with ctx["lock"]:
+            ctx["requests"] += 1
+    if status != 200:
+        return [{"status": status, "body": doc}] * n
+    if not isinstance(doc, list) or len(doc) != n:
+        shape = f"a list of {len(doc)}" if isinstance(doc, list) else type(doc).__name__
+        return [{"error": f"batch reply is {shape}, not a list of {n} answers: "
+                          f"{str(doc)[:200]}"}] * n
+    return [{"status": status, "body": d} for d in doc]
 
 
-def forced(item, body, top_k, ctx):
-    meta = body.get("meta_info") if isinstance(body, dict) else None
-    prompt_ids = [t[1] for t in (meta or {}).get("input_token_logprobs") or []]
+def greedy(batch, ctx):
+    """The greedy pass of a batch of prompts: one result per prompt."""
+    sps = []
+    for item in batch:
+        sp = {"max_new_tokens": item["max_new"], "temperature": 0}
+        if item.get("stop"):
+            sp["stop"] = item["stop"]
+        sps.append(sp)
+    payload = {"text": [item["text"] for item in batch], "sampling_params": sps,
+               "return_logprob": True,
+               "logprob_start_len": [0 if item.get("teacher") else -1 for item in batch]}
+    answers = batch_post(payload, len(batch), ctx)
+    return [dict(answers[i], id=item["id"]) for i, item in enumerate(batch)]
+
+
+def forced_input(item, out):
+    """(input_ids, forced count) of a completion prompt's teacher-forced pass, or an
+    error text."""
+    body = out.get("body") if isinstance(out.get("body"), dict) else {}
+    meta = body.get("meta_info") if isinstance(body.get("meta_info"), dict) else {}
+    prompt_ids = [t[1] for t in meta.get("input_token_logprobs") or []
+                  if isinstance(t, list) and len(t) > 1]
     ids = item.get("forced")
     if ids is None:
         ids = body.get("output_ids") or []
     if not prompt_ids or not ids:
-        return {"error": "no prompt ids or no continuation to force"}
-    payload = {"input_ids": prompt_ids + list(ids), "return_logprob": True,
-               "logprob_start_len": len(prompt_ids) - 1, "top_logprobs_num": top_k,
-               "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
-    try:
-        status, reply = post(ctx["host"], ctx["port"], "/generate", payload, ctx["headers"],
-                             ctx["deadline"])
-    except Exception as e:
-        return {"error": f"{type(e).__name__}: {e}"}
-    return {"status": status, "body": reply, "count": len(ids)}
+        return "no prompt ids or no continuation to force"
+    return prompt_ids + list(ids), len(ids)
+
+
+def forced(pairs, top_k, ctx):
+    """The teacher-forced pass of (item, greedy result) pairs, in batches; sets each
+    result's ``forced``."""
+    todo = []
+    for item, out in pairs:
+        got = forced_input(item, out)
+        if isinstance(got, str):
+            out["forced"] = {"error": got}
+        else:
+            todo.append((out, got))
+    for part in split(todo, lambda e: 8 * len(e[1][0]) + 64):
+        payload = {"input_ids": [ids for _, (ids, _) in part], "return_logprob": True,
+                   "logprob_start_len": [len(ids) - count - 1 for _, (ids, count) in part],
+                   "top_logprobs_num": top_k,
+                   "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+        answers = batch_post(payload, len(part), ctx)
+        for i, (out, (_, count)) in enumerate(part):
+            answer = answers[i]
+            out["forced"] = dict(answer, count=count) if "error" not in answer else answer
+
+
+def run_batch(batch, top_k, ctx):
+    """Greedy, then teacher-forced for the batch's completion prompts."""
+    results = greedy(batch, ctx)
+    forced([(item, results[i]) for i, item in enumerate(batch)
+            if item.get("teacher") and results[i].get("status") == 200], top_k, ctx)
+    return results
 
 
 def main():
@@ -132,29 +197,33 @@ def main():
     key = api_key_from_config(args.config)
     if key:
         headers["Authorization"] = "Bearer " + key
+    lock = threading.Lock()
     ctx = {"host": server_host(args.port), "port": args.port, "headers": headers,
-           "deadline": start + float(spec.get("timeout_s", 120))}
-    items, results, lock = list(spec.get("prompts") or []), [], threading.Lock()
+           "deadline": start + float(spec.get("timeout_s", 120)), "lock": lock,
+           "requests": 0}
+    batches = split(list(spec.get("prompts") or []), lambda i: 2 * len(i["text"]) + 256)
+    results, top_k = [], int(spec.get("top_k", 20))
 
     def worker():
         while True:
             with lock:
-                if not items:
+                if not batches:
                     return
-                item = items.pop(0)
-            r = one(item, int(spec.get("top_k", 20)), ctx)
+                batch = batches.pop(0)
+            done = run_batch(batch, top_k, ctx)
             with lock:
-                results.append(r)
+                results.extend(done)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(PARALLEL)]
+    threads = [threading.Thread(target=worker, daemon=True)
+               for _ in range(min(PARALLEL, len(batches)))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(max(ctx["deadline"] - time.monotonic(), 0) + 5)
     with lock:
-        done = list(results)
+        done, requests = list(results), ctx["requests"]
     print(json.dumps({"elapsed_s": round(time.monotonic() - start, 3), "error": None,
-                      "results": done}))
+                      "requests": requests, "results": done}))
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ SGLANG_E2E = SGLANG_TTFT + [600, 1200, 1800, 2400]
 
 # One stand-in per decode speed (a number), or per launch on the wheel's fleet surface (a
 # mapping of server-args dests: the speed the server would run at), serving ``n``
-# one-at-a-time requests of 10 tokens with a ~0.29 s TTFT (the lab fleet's 5-token prompt
-# at 17 tokens/s); prints /metrics' text.
+# one-at-a-time requests of 10 tokens with a ~0.29 s TTFT (the lab fleet's fixed 0.294 s
+# and its 5-token prompt at 8,000 tokens/s); prints /metrics' text.
 _RENDER = """
 import json, sys
 from types import SimpleNamespace
@@ -48,14 +48,14 @@ for name, speed in json.loads(sys.argv[1]).items():
     perf = None
     if isinstance(speed, dict):
         perf = fleet.start(surface.LaunchArgs(speed), ModelShape()).perf
-        assert perf.prefill_tps == 17.0, perf
+        assert perf.ttft_s == 0.294 and perf.prefill_tps == 8000.0, perf
     state = State(SimpleNamespace(served_model_name="m", model_path="m", **flags), {}, "0",
-                  decode_tps=speed if perf is None else 0.0, prefill_tps=17.0, perf=perf)
+                  decode_tps=speed if perf is None else 0.0, prefill_tps=8000.0, perf=perf)
     for _ in range(40):
-        state.ttft.observe(5 / 17.0)
+        state.ttft.observe(0.294 + 5 / 8000.0)
         for _ in range(9):
             state.itl.observe(state.token_interval())
-        state.e2e.observe(5 / 17.0 + 9 * state.token_interval())
+        state.e2e.observe(0.294 + 5 / 8000.0 + 9 * state.token_interval())
         state.requests_total += 1
         state.generation_tokens_total += 10
     out[name] = render_metrics(state)

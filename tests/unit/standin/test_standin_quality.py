@@ -124,3 +124,66 @@ def test_a_surface_rule_assigns_a_launchs_perturbations(tmp_path):
     path.write_text(path.read_text().replace("nan_after:8", "nan_after:eight"))
     with pytest.raises(surface.SurfaceError, match=r"rules\[1\]\.quality"):
         surface.load(path)
+
+
+def _post(port: int, body: dict) -> tuple[int, object]:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("POST", "/generate", body=json.dumps(body),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def test_a_batch_is_answered_in_order_like_its_single_requests(site23, model_dir, tmp_path):
+    # SGLang's batch form (io_struct.py GenerateReqInput: lists of text / input_ids, a
+    # list of sampling_params or one for all), answered as a JSON list in order
+    texts = [p.text for p in PROMPTS[:3]] + [PROMPTS[40].text]
+    sps = [{"max_new_tokens": 8, "temperature": 0}] * 3 + [{"max_new_tokens": 4}]
+    env = standin_env(site23, **FAST)
+    with healthy_server(model_dir, "toy", (), env, log=tmp_path / "batch.log") as port:
+        status, batch = _post(port, {"text": texts, "sampling_params": sps,
+                                     "return_logprob": True, "logprob_start_len": [0, -1, 0, -1]})
+        singles = [_post(port, {"text": t, "sampling_params": sp, "return_logprob": True,
+                                "logprob_start_len": start})[1]
+                   for t, sp, start in zip(texts, sps, [0, -1, 0, -1], strict=True)]
+        ids = [[t[1] for t in b["meta_info"]["input_token_logprobs"]] for b in singles[:1]]
+        forced_status, forced = _post(port, {
+            "input_ids": ids + ids, "return_logprob": True, "top_logprobs_num": 3,
+            "logprob_start_len": len(ids[0]) - 1, "sampling_params": {"max_new_tokens": 1}})
+        bad_status, bad = _post(port, {"text": texts, "sampling_params": sps[:2]})
+    assert status == 200 and isinstance(batch, list) and len(batch) == 4
+    for got, want in zip(batch, singles, strict=True):
+        assert got["output_ids"] == want["output_ids"] and got["text"] == want["text"]
+        for key in ("input_token_logprobs", "output_token_logprobs", "finish_reason",
+                    "prompt_tokens", "completion_tokens"):
+            assert got["meta_info"][key] == want["meta_info"][key], key
+    assert [len(b["output_ids"]) for b in batch][3] <= 4
+    assert forced_status == 200 and len(forced) == 2 and forced[0] == forced[1] | {
+        "meta_info": forced[1]["meta_info"] | {"e2e_latency": forced[0]["meta_info"][
+            "e2e_latency"]}}
+    assert bad_status == 400 and "sampling_params" in bad["error"]["message"]
+
+
+def test_a_batch_pays_its_prefill_once_at_the_prefill_rate(site23, model_dir, tmp_path):
+    # 4 prompts of ~50 words at 1,000 prompt tokens/s: one batched prefill of all their
+    # tokens takes at least their sum over the rate (a lower bound: a loaded machine can
+    # only add to it)
+    import time
+
+    text = " ".join(["the"] * 50)
+    env = standin_env(site23, **dict(FAST, GPUSERVE_LAB_STANDIN_PREFILL_TPS="1000"))
+    with healthy_server(model_dir, "toy", (), env, log=tmp_path / "pace.log") as port:
+        t0 = time.monotonic()
+        status, batch = _post(port, {"text": [text] * 4, "return_logprob": True,
+                                     "sampling_params": {"max_new_tokens": 2}})
+        elapsed = time.monotonic() - t0
+    assert status == 200
+    tokens = sum(b["meta_info"]["prompt_tokens"] for b in batch)
+    assert tokens == 200
+    assert elapsed >= tokens / 1000
+    assert all(b["meta_info"]["e2e_latency"] >= tokens / 1000 for b in batch)

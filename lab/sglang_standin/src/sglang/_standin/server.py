@@ -94,8 +94,12 @@ class State:
         self.on_crash = None
         self.lock = threading.Lock()
         self.admit_cond = threading.Condition(self.lock)
-        # Prefill is compute-bound: one prompt at a time, so TTFT grows with the queue.
+        # Prefill is compute-bound: one prompt (or one batch) at a time, so TTFT grows
+        # with the queue.
         self.prefill_lock = threading.Lock()
+        # the end of the prefill a batch reserved (it computes its replies outside the
+        # lock, inside its simulated window); a later prefill starts after it
+        self.prefill_free_at = 0.0
         self.running = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -399,7 +403,8 @@ def make_handler(state: State):
             try:
                 if not self.prefilled:  # a PD decode server received the KV cache
                     with state.prefill_lock:
-                        time.sleep(prompt_tokens / state.prefill_tps)
+                        time.sleep(max(state.prefill_free_at - time.monotonic(), 0.0)
+                                   + prompt_tokens / state.prefill_tps)
                 if self.pd_body is not None:  # a PD prefill server hands it over
                     state.pd.produced(self.pd_body, prompt_tokens)
                 if state.perf.ttft_s > 0:
@@ -465,6 +470,14 @@ def make_handler(state: State):
 
         def generate(self) -> None:
             body = self._body()
+            if isinstance(body, dict) and not body.get("stream"):
+                try:
+                    items = toylm.batch_items(body)
+                except ValueError as e:  # http_server.py _create_error_response
+                    self._json(400, {"error": {"message": str(e)}})
+                    return
+                if items is not None:
+                    return self._toy_batch(items)
             if isinstance(body, dict) and body.get("return_logprob") and not body.get("stream"):
                 return self._toy_generate(body)
             params = body.get("sampling_params") or {}
@@ -531,6 +544,81 @@ def make_handler(state: State):
                                lambda *a: None)
             meta["e2e_latency"] = e2e
             self._json(200, reply)
+
+        def _toy_batch(self, items: list[dict]) -> None:
+            """SGLang's batch ``/generate``: the toy model's replies as one JSON list in
+            order (tokenizer_manager.py ``_handle_batch_request``), after one batched
+            prefill and one decode of the batch (COMPOSED pacing: ``_batch_decode``)."""
+            spec = state.perf.spec_accept_length or 2.0
+            spec = spec if getattr(state.args, "speculative_algorithm", None) else None
+            replies: list[dict] = []
+
+            def work() -> list[int]:
+                replies.extend(toylm.generate(quality_model, b, spec) for b in items)
+                return [max(r["meta_info"]["completion_tokens"], 1) for r in replies]
+
+            e2e = self._batch_decode([toylm.prompt_length(b) for b in items],
+                                     [toylm.max_new(b) for b in items], work)
+            for reply, seconds in zip(replies, e2e, strict=True):
+                reply["meta_info"]["e2e_latency"] = seconds
+            self._json(200, replies)
+
+        def _batch_decode(self, prompts: list[int], limits: list[int], work) -> list[float]:
+            """Simulated time of a batch (COMPOSED): one prefill of all its prompt tokens
+            at the surface's prefill rate, reserved after the prefill before it (as a
+            batch is one scheduler batch; the toy model's own CPU time, ``work()``, which
+            returns each request's output length, runs inside that window, outside the
+            lock, so other batches' windows go on meanwhile), then
+            decode steps of the running requests together at the batch's step time, each
+            request leaving when its own tokens are out; the e2e latency of each."""
+            start, n = time.monotonic(), len(prompts)
+            for _ in prompts:
+                state.count_start()
+            reserved = state.admit(sum(prompts) + sum(limits))
+            with state.lock:
+                state.running += n
+                state.active_tokens += sum(prompts)
+            held, left, e2e, news = sum(prompts), n, [0.0] * n, [1] * n
+            try:
+                with state.prefill_lock:  # reserve the prefill after the one before
+                    end = max(time.monotonic(), state.prefill_free_at) \
+                        + sum(prompts) / state.prefill_tps
+                    state.prefill_free_at = end
+                news = work()
+                time.sleep(max(end - time.monotonic(), 0.0))
+                if state.perf.ttft_s > 0:
+                    time.sleep(state.perf.ttft_s)
+                for _ in prompts:
+                    state.ttft.observe(time.monotonic() - start)
+                next_t = time.monotonic()
+                for step in range(max(news)):
+                    if step:
+                        next_t += state.token_interval()
+                        time.sleep(max(next_t - time.monotonic(), 0.0))
+                    active = [i for i in range(n) if news[i] > step]
+                    with state.lock:
+                        state.active_tokens += len(active)
+                        state.window_tokens += len(active)
+                    held += len(active)
+                    for i in active:
+                        if news[i] == step + 1:
+                            e2e[i] = time.monotonic() - start
+                            left -= 1
+                            with state.lock:
+                                state.running -= 1
+            finally:
+                with state.lock:
+                    state.running -= left
+                    state.active_tokens -= held
+                state.release(reserved)
+                state.finished()
+            with state.lock:
+                state.requests_total += n
+                state.prompt_tokens_total += sum(prompts)
+                state.generation_tokens_total += sum(news)
+            for seconds in e2e:
+                state.e2e.observe(seconds)
+            return e2e
 
         def completions(self) -> None:
             body = self._body()

@@ -241,3 +241,44 @@ def _input_logprobs(model: ToyLM, ids: list[int], start, k: int) -> dict:
     if k:
         out["input_top_logprobs"] = tops
     return out
+
+
+def batch_items(body: dict) -> list[dict] | None:
+    """The requests of SGLang's batch form of ``/generate`` (a list of ``text``, or a list
+    of ``input_ids`` lists), one body each, or None for a single request. Per-prompt
+    fields are a list (one per prompt) or one value for all, as GenerateReqInput's
+    ``_normalize_batch_inputs`` reads them (python/sglang/srt/managers/io_struct.py of
+    sgl-project/sglang at 001067ff); a ValueError like its own otherwise."""
+    text, ids = body.get("text"), body.get("input_ids")
+    if isinstance(text, list):
+        prompts, key = text, "text"
+    elif text is None and isinstance(ids, list) and ids and isinstance(ids[0], list):
+        prompts, key = ids, "input_ids"
+    else:
+        return None
+    n = len(prompts)
+    if not n:
+        raise ValueError(f"{key} cannot be empty.")
+    out = [dict(body, **{key: p}) for p in prompts]
+    for name in ("sampling_params", "return_logprob", "logprob_start_len",
+                 "top_logprobs_num", "rid"):
+        value = body.get(name)
+        if not isinstance(value, list):
+            continue
+        if len(value) != n:
+            raise ValueError(f"The length of {name} ({len(value)}) should be equal to "
+                             f"the batch size ({n}).")
+        for item, v in zip(out, value, strict=True):
+            item[name] = v
+    return out
+
+
+def prompt_length(body: dict) -> int:
+    """The prompt's token count of one request body (``input_ids`` or ``text``)."""
+    ids = body.get("input_ids")
+    return len(ids) if ids is not None else len(tokenize(str(body.get("text", ""))))
+
+
+def max_new(body: dict) -> int:
+    """The request's ``max_new_tokens`` (the toy model's default 128)."""
+    return int((body.get("sampling_params") or {}).get("max_new_tokens") or 128)
