@@ -170,16 +170,16 @@ def test_a_batch_is_answered_in_order_like_its_single_requests(site23, model_dir
 
 
 def test_a_batch_pays_its_prefill_once_at_the_prefill_rate(site23, model_dir, tmp_path):
-    # 4 prompts of ~50 words at 1,000 prompt tokens/s: one batched prefill of all their
-    # tokens takes at least their sum over the rate (a lower bound: a loaded machine can
-    # only add to it)
+    # 4 prompts of 50 words, no two sharing a first word (so the prefix cache holds
+    # nothing of them), at 1,000 prompt tokens/s: one batched prefill of all their tokens
+    # takes at least their sum over the rate (a lower bound: a loaded machine can only add)
     import time
 
-    text = " ".join(["the"] * 50)
+    texts = [" ".join([first] + ["the"] * 49) for first in ("a", "an", "of", "to")]
     env = standin_env(site23, **dict(FAST, GPUSERVE_LAB_STANDIN_PREFILL_TPS="1000"))
     with healthy_server(model_dir, "toy", (), env, log=tmp_path / "pace.log") as port:
         t0 = time.monotonic()
-        status, batch = _post(port, {"text": [text] * 4, "return_logprob": True,
+        status, batch = _post(port, {"text": texts, "return_logprob": True,
                                      "sampling_params": {"max_new_tokens": 2}})
         elapsed = time.monotonic() - t0
     assert status == 200
@@ -187,3 +187,28 @@ def test_a_batch_pays_its_prefill_once_at_the_prefill_rate(site23, model_dir, tm
     assert tokens == 200
     assert elapsed >= tokens / 1000
     assert all(b["meta_info"]["e2e_latency"] >= tokens / 1000 for b in batch)
+
+
+def test_the_prefix_cache_prefills_only_what_sglang_would() -> None:
+    """A prompt sharing a cached prefix prefills its tail only; never the last token; with
+    input logprobs asked for, nothing past ``logprob_start_len`` comes from the cache
+    (schedule_batch.py ``Req._compute_max_prefix_len``)."""
+    import importlib.util
+
+    path = Path(__file__).parents[3] / "lab/sglang_standin/src/sglang/_standin/toylm.py"
+    spec = importlib.util.spec_from_file_location("standin_toylm", path)
+    toylm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(toylm)
+    cache = toylm.PrefixCache()
+    shots = list(range(10, 110))  # a 100-token few-shot prefix
+    assert cache.uncached({"input_ids": shots + [7, 8]}) == 102
+    assert cache.uncached({"input_ids": shots + [9, 9, 9]}) == 3
+    assert cache.uncached({"input_ids": shots + [7, 8]}) == 1  # all but the last token
+    forced = {"input_ids": shots + [7, 8, 5, 5], "return_logprob": True,
+              "logprob_start_len": 50}
+    assert cache.uncached(forced) == 104 - 50
+    assert cache.uncached({"input_ids": [1, 2, 3]}) == 3
+    small = toylm.PrefixCache(size=1)
+    small.uncached({"input_ids": shots})
+    small.uncached({"input_ids": [1, 2, 3]})
+    assert small.uncached({"input_ids": shots}) == 100  # evicted

@@ -100,6 +100,9 @@ class State:
         # the end of the prefill a batch reserved (it computes its replies outside the
         # lock, inside its simulated window); a later prefill starts after it
         self.prefill_free_at = 0.0
+        # SGLang's prefix cache, for the batch /generate the quality check sends
+        self.prefix_cache = None if getattr(args, "disable_radix_cache", False) \
+            else toylm.PrefixCache()
         self.running = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -557,20 +560,25 @@ def make_handler(state: State):
                 replies.extend(toylm.generate(quality_model, b, spec) for b in items)
                 return [max(r["meta_info"]["completion_tokens"], 1) for r in replies]
 
+            cache = state.prefix_cache
             e2e = self._batch_decode([toylm.prompt_length(b) for b in items],
-                                     [toylm.max_new(b) for b in items], work)
+                                     [toylm.max_new(b) for b in items], work,
+                                     prefill=None if cache is None else
+                                     sum(cache.uncached(b) for b in items))
             for reply, seconds in zip(replies, e2e, strict=True):
                 reply["meta_info"]["e2e_latency"] = seconds
             self._json(200, replies)
 
-        def _batch_decode(self, prompts: list[int], limits: list[int], work) -> list[float]:
-            """Simulated time of a batch (COMPOSED): one prefill of all its prompt tokens
-            at the surface's prefill rate, reserved after the prefill before it (as a
-            batch is one scheduler batch; the toy model's own CPU time, ``work()``, which
-            returns each request's output length, runs inside that window, outside the
-            lock, so other batches' windows go on meanwhile), then
-            decode steps of the running requests together at the batch's step time, each
-            request leaving when its own tokens are out; the e2e latency of each."""
+        def _batch_decode(self, prompts: list[int], limits: list[int], work,
+                          prefill: int | None = None) -> list[float]:
+            """Simulated time of a batch (COMPOSED): one prefill of its prompt tokens
+            (``prefill``: those the prefix cache lacks) at the surface's prefill rate,
+            reserved after the prefill before it (as a batch is one scheduler batch;
+            the toy model's own CPU time, ``work()``, which returns each request's
+            output length, runs inside that window, outside the lock, so other batches'
+            windows go on meanwhile), then decode steps of the running requests together
+            at the batch's step time, each request leaving when its own tokens are out;
+            the e2e latency of each."""
             start, n = time.monotonic(), len(prompts)
             for _ in prompts:
                 state.count_start()
@@ -582,7 +590,7 @@ def make_handler(state: State):
             try:
                 with state.prefill_lock:  # reserve the prefill after the one before
                     end = max(time.monotonic(), state.prefill_free_at) \
-                        + sum(prompts) / state.prefill_tps
+                        + (sum(prompts) if prefill is None else prefill) / state.prefill_tps
                     state.prefill_free_at = end
                 news = work()
                 time.sleep(max(end - time.monotonic(), 0.0))

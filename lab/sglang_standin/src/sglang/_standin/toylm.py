@@ -24,7 +24,9 @@ from __future__ import annotations
 import math
 import random
 import re
+import threading
 import zlib
+from collections import deque
 from functools import lru_cache
 
 WORDS = ("<eos>", "\n", "the", "a", "of", "and", "to", "is", "in", "it", "that", "was",
@@ -273,10 +275,54 @@ def batch_items(body: dict) -> list[dict] | None:
     return out
 
 
+def prompt_ids(body: dict) -> list[int]:
+    """The prompt's token ids of one request body (``input_ids`` or ``text``)."""
+    ids = body.get("input_ids")
+    return list(ids) if ids is not None else tokenize(str(body.get("text", "")))
+
+
 def prompt_length(body: dict) -> int:
     """The prompt's token count of one request body (``input_ids`` or ``text``)."""
-    ids = body.get("input_ids")
-    return len(ids) if ids is not None else len(tokenize(str(body.get("text", ""))))
+    return len(prompt_ids(body))
+
+
+def max_prefix(body: dict, length: int) -> int:
+    """How much of a prompt SGLang may take from its prefix cache: all but the last
+    token, and no further than ``logprob_start_len`` when input logprobs are asked for
+    (sglang/srt/managers/schedule_batch.py ``Req._compute_max_prefix_len``)."""
+    most = length - 1
+    start = body.get("logprob_start_len")
+    if body.get("return_logprob") and isinstance(start, int) and start >= 0:
+        most = min(most, start)
+    return max(most, 0)
+
+
+class PrefixCache:
+    """The stand-in's radix cache (COMPOSED: a bounded list of recent prompts, not a
+    tree): the prompt tokens a batch must prefill after the longest cached prefix, as
+    SGLang's RadixAttention skips them (on by default; ``--disable-radix-cache`` turns
+    it off)."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.prompts: deque[tuple[int, ...]] = deque(maxlen=size)
+        self.lock = threading.Lock()
+
+    def uncached(self, body: dict) -> int:
+        """The prompt tokens of ``body`` not in the cache; the prompt is cached after."""
+        ids = tuple(prompt_ids(body))
+        most = max_prefix(body, len(ids))
+        with self.lock:
+            hit = max((_common(ids, p, most) for p in self.prompts), default=0)
+            self.prompts.append(ids)
+        return len(ids) - hit
+
+
+def _common(a: tuple[int, ...], b: tuple[int, ...], most: int) -> int:
+    n = min(len(a), len(b), most)
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def max_new(body: dict) -> int:
