@@ -159,13 +159,7 @@ def _rdma(lines: list[str] | None, pairs: list[str] | None = None) -> dict[str, 
     """host.json's ``rdma`` block, with ``pairs`` from the pair measurement's file where
     this host was a client; None when not gathered, absent or unreadable (unknown: the
     RDMA rules stay silent)."""
-    if not lines or UNREADABLE in "\n".join(lines):
-        return None
-    try:
-        doc = safeload.loads_json("\n".join(lines), HOST_JSON_PATH)
-    except InputError as exc:
-        logger.warning("host facts document: %s: %s, treated as unknown", HOST_JSON_PATH, exc)
-        return None
+    doc = _json_file(lines, HOST_JSON_PATH)
     rdma = doc.get("rdma") if isinstance(doc, dict) else None
     if not isinstance(rdma, dict):
         return None
@@ -175,15 +169,20 @@ def _rdma(lines: list[str] | None, pairs: list[str] | None = None) -> dict[str, 
 
 def _pairs(lines: list[str] | None) -> list[dict[str, Any]] | None:
     """The pair measurement's entries (None: no file, unreadable or not ours)."""
+    doc = _json_file(lines, PAIRS_PATH)
+    found = doc.get("pairs") if isinstance(doc, dict) else None
+    return [p for p in found if isinstance(p, dict)] if isinstance(found, list) else None
+
+
+def _json_file(lines: list[str] | None, path: str) -> Any:
+    """A host file's JSON (None: not gathered, absent, unreadable or not JSON, warned)."""
     if not lines or UNREADABLE in "\n".join(lines):
         return None
     try:
-        doc = safeload.loads_json("\n".join(lines), PAIRS_PATH)
+        return safeload.loads_json("\n".join(lines), path)
     except InputError as exc:
-        logger.warning("host facts document: %s: %s, treated as unknown", PAIRS_PATH, exc)
+        logger.warning("host facts document: %s: %s, treated as unknown", path, exc)
         return None
-    found = doc.get("pairs") if isinstance(doc, dict) else None
-    return [p for p in found if isinstance(p, dict)] if isinstance(found, list) else None
 
 
 def _measured(lines: list[str] | None) -> dict[str, Any] | None:
