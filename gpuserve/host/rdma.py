@@ -177,3 +177,11 @@ def loopback_result(device: dict, output: str) -> dict[str, Any]:
     result.update(write_bw_gbps=round(bw.average_gbps, 3), write_bw_size=bw.size_bytes,
                   write_lat_us=lat.t_avg, write_lat_p99_us=lat.p99)
     return result
+
+
+def figures(result: dict) -> str:
+    """One measurement's figures for the deploy's log (its error when the tools failed)."""
+    if "error" in result:
+        return f"error: {result['error']}"
+    return (f"write {result['write_bw_gbps']} Gb/s, latency {result['write_lat_us']} us "
+            f"(p99 {result['write_lat_p99_us']})")

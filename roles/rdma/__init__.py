@@ -114,11 +114,21 @@ def activate_gpudirect(direct: rdma_host.GpuDirect | None) -> None:
     load_peermem(name="GPUDirect RDMA: nvidia-peermem loaded")
 
 
+def write_record(host, path: str, doc: dict) -> bool:
+    """Write a measurement's JSON record on the host (root-owned, world-readable: it
+    holds figures and device names, no secret)."""
+    import json
+
+    command = managed.write_command(path, json.dumps(doc, indent=2) + "\n",
+                                    "root", "root", "644")
+    ok, _ = host.run_shell_command(command, **command.connector_arguments)
+    return ok
+
+
 def _loopback(seconds: int, devices: list[dict]):
     """FunctionCommand body: run the loopback on each ACTIVE port, log the figures and
     write them to LOOPBACK_PATH; a port whose tools fail is named, the host not failed
     (the record and the doctor already say what is wrong with a port)."""
-    import json
 
     def run(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
         results = []
@@ -127,14 +137,10 @@ def _loopback(seconds: int, devices: list[dict]):
             text = "\n".join(output.stdout_lines + output.stderr_lines)
             result = rdma_host.loopback_result(device, text)
             results.append(result)
-            figures = (f"error: {result['error']}" if "error" in result else
-                       f"write {result['write_bw_gbps']} Gb/s, latency "
-                       f"{result['write_lat_us']} us (p99 {result['write_lat_p99_us']})")
-            host.log(f"RDMA loopback {device['name']}/{device['port']}: {figures}")
-        text = json.dumps({"loopback_seconds": seconds, "ports": results}, indent=2) + "\n"
-        command = managed.write_command(rdma_host.LOOPBACK_PATH, text, "root", "root", "644")
-        ok, _ = host.run_shell_command(command, **command.connector_arguments)
-        return ok
+            host.log(f"RDMA loopback {device['name']}/{device['port']}: "
+                     f"{rdma_host.figures(result)}")
+        return write_record(host, rdma_host.LOOPBACK_PATH,
+                            {"loopback_seconds": seconds, "ports": results})
 
     return run
 

@@ -12,16 +12,15 @@ wait). Why this and not a second channel: docs/disaggregation.md "Between hosts"
 
 from __future__ import annotations
 
-import json
-
 from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 
 from gpuserve.errors import InputError
 from gpuserve.facts.compat import cli_params
+from gpuserve.host import rdma as rdma_host
 from gpuserve.host import rdma_pairs
 from gpuserve.roles import rdma
-from gpuserve.roles.base import managed, planned
+from gpuserve.roles.base import planned
 from gpuserve.roles.base.inventory import group_members, inventory_source
 from gpuserve.roles.base.run_context import run_context
 
@@ -56,17 +55,12 @@ def _client(pair: rdma_pairs.Pair, seconds: int, port: int):
         results = rdma_pairs.pair_results(
             pair, ports, "\n".join(output.stdout_lines + output.stderr_lines))
         for r in results:
-            figures = (f"error: {r['error']}" if "error" in r else
-                       f"write {r['write_bw_gbps']} Gb/s, latency {r['write_lat_us']} us "
-                       f"(p99 {r['write_lat_p99_us']})")
             host.log(f"RDMA pair {r['server']} {r['server_device']} -> {r['client']} "
-                     f"{r['client_device']}: {figures}")
+                     f"{r['client_device']}: {rdma_host.figures(r)}")
         for evidence in rdma_pairs.slow(results):
             host.log(f"RDMA pair below its link: {evidence}")
-        text = json.dumps({"seconds": seconds, "pairs": results}, indent=2) + "\n"
-        command = managed.write_command(rdma_pairs.PAIRS_PATH, text, "root", "root", "644")
-        ok, _ = host.run_shell_command(command, **command.connector_arguments)
-        return ok
+        return rdma.write_record(host, rdma_pairs.PAIRS_PATH,
+                                 {"seconds": seconds, "pairs": results})
 
     return run
 
