@@ -86,6 +86,7 @@ class HostSettings:
     rdma: str = "auto"  # roles/rdma: auto, on, off (gpuserve.host.rdma.rdma_mode)
     rdma_loopback: int = 0  # roles/rdma: seconds of perftest loopback per port, 0 off
     rdma_pairs: Any = None  # roles/rdma: gpuserve.host.rdma_pairs.PairSettings or None
+    keyring_sha256: str | None = None  # nvidia_keyring_sha256, None: the published one
 
 
 def kernel_settings(data: dict[str, Any], src: str) -> KernelSettings:

@@ -123,6 +123,8 @@ class StartSpec:
     checkpoint: Checkpoint
     launch: dict
     gpu: dict | None = None
+    #: the host data's secrets (the plan's), redacted from a recorded error line
+    secrets: tuple[str, ...] = ()
 
 
 def gpu_of(gpus: list[dict]) -> dict | None:

@@ -40,7 +40,7 @@ def plan_host(host_data: dict, source: str) -> HostSettings:
     trusted = mirrors.validate_trusted_mirrors(data["trusted_mirrors"], source)
     mirrors.require_https(settings.repo_url, "nvidia_repo_url", trusted, source,
                           allow_file=True)
-    keyring.validate_sha256(data["nvidia_keyring_sha256"], source)
+    keyring_sha256 = keyring.validate_sha256(data["nvidia_keyring_sha256"], source)
     results_dir = data["results_dir"]
     if not isinstance(results_dir, str):
         raise InputError(source, "results_dir", "must be a path (\"\" turns recording off)")
@@ -52,4 +52,5 @@ def plan_host(host_data: dict, source: str) -> HostSettings:
                                rdma=rdma.rdma_mode(data["rdma"], source),
                                rdma_loopback=rdma.loopback_seconds(data["rdma_loopback"],
                                                                    source),
-                               rdma_pairs=rdma_pairs.pair_settings(data, source))
+                               rdma_pairs=rdma_pairs.pair_settings(data, source),
+                               keyring_sha256=keyring_sha256)

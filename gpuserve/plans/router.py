@@ -155,6 +155,7 @@ class RouterPlan:
     api_key: str = field(repr=False, default="")
     warnings: tuple[str, ...] = ()
     interpreter: InterpreterChoice | None = None  # builds the venv (None: python3)
+    python_wish: sglang.PythonWish | None = None  # router_python, mirror and catalog
 
     @property
     def python(self) -> str:
@@ -307,7 +308,7 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
     listen, prometheus, port, prom_port, policy = _listeners(data, source)
     numbers = _numbers(data, source)
     user, home, index_url, find_links, trusted = _install_settings(data, host_data, source)
-    sglang.validate_python(host_data, source, "router_python")
+    wish = sglang.python_wish(host_data, source, "router_python")
     ports = {"router_port": port, "router_prometheus_port": prom_port}
     workers, warnings = _workers(members, group, host_name=host_name, ports=ports,
                                  api_key=api_key, source=source, group_members=group_members)
@@ -326,7 +327,8 @@ def plan_router(host_data: dict, source: str, *, host_name: str,
                       drain_timeout=float(numbers["router_drain_timeout"]),
                       idle_timeout=float(numbers["router_idle_timeout"]),
                       drain_grace=float(numbers["router_drain_grace"]),
-                      api_key=api_key, warnings=tuple(warnings), interpreter=interpreter)
+                      api_key=api_key, warnings=tuple(warnings), interpreter=interpreter,
+                      python_wish=wish)
 
 
 def _workers_group(data: dict, source: str,

@@ -40,7 +40,6 @@ from gpuserve.launch.interpreter import (
     InterpreterChoice,
     ManagedBuild,
     choose_interpreter,
-    managed_builds,
 )
 from gpuserve.launch.lock_choice import (
     HostRuntime,
@@ -76,7 +75,7 @@ from gpuserve.serve import checks, metrics, service, weights
 from gpuserve.serve import install as sglang
 from gpuserve.serve.checks import BenchPlan, results_root
 from gpuserve.serve.checks import mark_path as bench_mark_path
-from gpuserve.serve.install import validate_python
+from gpuserve.serve.install import python_builds, validate_python
 from gpuserve.serve.preflight import PreflightMode, PreflightReport, run_preflight
 from gpuserve.serve.preflight import validate_mode as validate_preflight
 
@@ -117,6 +116,10 @@ class ServePlan:
     @property
     def find_links(self) -> str | None:
         return self.input.settings.find_links
+
+    @property
+    def trusted_mirrors(self) -> tuple[str, ...]:
+        return self.input.settings.trusted
 
     @property
     def health_timeout(self) -> float:
@@ -232,6 +235,8 @@ class _Settings:
     index_url: str | None
     find_links: str | None
     timeout: float
+    #: the validated ``trusted_mirrors`` (plain-http prefixes pip may trust)
+    trusted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -390,7 +395,7 @@ def read_input(host_data: dict, source: str, host_name: str = "",
             source, extra_env=data["sglang_extra_env"], hf_token=data["hf_token"],
             api_key=data["sglang_api_key"], listen_address=data["listen_address"],
             hardening_off=data["unit_hardening_off"]),
-        python=python, python_mirror=mirror, python_builds=_builds(data, source), pd=role)
+        python=python, python_mirror=mirror, python_builds=python_builds(data), pd=role)
 
 
 def _flag(data: dict, key: str, source: str) -> bool:
@@ -398,13 +403,6 @@ def _flag(data: dict, key: str, source: str) -> bool:
     if not isinstance(value, bool):
         raise InputError(source, key, f"must be true or false, got {value!r:.40}")
     return value
-
-
-def _builds(data: dict, source: str) -> tuple[ManagedBuild, ...]:
-    """The managed CPython catalog host data's ``sglang_python_builds`` names, else the
-    shipped one (read on the controller, like ``sglang_locks_dir``)."""
-    path = data.get("sglang_python_builds")
-    return managed_builds(Path(path)) if isinstance(path, str) and path else managed_builds()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -485,7 +483,8 @@ def plan_serve(inputs: ServeInput, reads: HostReads) -> ServePlan:
     record, bench = _record_and_bench(inputs, built, communication(host_json_lines), plan)
     start = StartSpec(inputs.results_dir, version, checks_report.checkpoint
                       or Checkpoint(profile.model.path), launch_of(profile),
-                      gpu_of(list(runtime.gpu_list))) if inputs.results_dir else None
+                      gpu_of(list(runtime.gpu_list)),
+                      inputs.secrets) if inputs.results_dir else None
     return ServePlan(input=inputs, lock=lock, version=version, runtime=runtime,
                      service=plan, record=record, bench=bench, preflight=checks_report,
                      weights=weights_plan, start=start, notes=notes,
@@ -573,7 +572,7 @@ def _settings(data: dict, source: str) -> _Settings:
     find_links = optional_str(data, "pip_find_links", source)
     # credentials over http, and http to a mirror not in trusted_mirrors, are refused
     # here, before any host is touched
-    sglang.validate_pip_urls(index_url, find_links, data["trusted_mirrors"], source)
+    trusted = sglang.validate_pip_urls(index_url, find_links, data["trusted_mirrors"], source)
     timeout = data["health_timeout"]
     # ``not 0 < t <= max`` rather than ``t <= 0``: NaN compares false with everything, so
     # the old check let ``nan`` (and ``inf``) through and the health gate never timed out.
@@ -583,7 +582,7 @@ def _settings(data: dict, source: str) -> _Settings:
         raise InputError(source, "health_timeout", "must be a finite number of seconds in "
                          f"(0, {MAX_HEALTH_TIMEOUT}], got {timeout!r:.40}")
     return _Settings(profile_ref, pinned, locks_dir, user, home, keep, index_url, find_links,
-                     timeout)
+                     timeout, tuple(trusted))
 
 
 def check_offline_model(profile: Profile) -> None:

@@ -6,6 +6,8 @@ http only from trusted mirrors). Pure: roles/sglang installs with what these dec
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlparse
 
 from gpuserve.errors import InputError
@@ -79,8 +81,6 @@ def validate_python(data: dict, source: str, key: str = "sglang_python"
                                  data.get("trusted_mirrors"), source)
     builds = data.get("sglang_python_builds")
     if builds is not None:
-        from pathlib import Path
-
         from gpuserve.launch.interpreter import managed_builds
 
         try:
@@ -92,6 +92,36 @@ def validate_python(data: dict, source: str, key: str = "sglang_python"
             raise InputError(source, "sglang_python_builds", f"{builds!r:.120} cannot be "
                              f"read as a managed-CPython catalog: {exc}"[:300]) from None
     return value, mirror
+
+
+@dataclass(frozen=True)
+class PythonWish:
+    """Host data's interpreter for one role's venvs, read once (:func:`python_wish`)."""
+
+    asked: str  # auto, system, managed or an absolute interpreter path
+    mirror: str | None  # sglang_python_mirror
+    builds: tuple  # the managed-CPython catalog (gpuserve.launch.interpreter.ManagedBuild)
+
+    @property
+    def explicit_path(self) -> str:
+        """The interpreter path when one is asked for, else "" (auto, system, managed)."""
+        return self.asked if self.asked.startswith("/") else ""
+
+
+def python_wish(data: dict, source: str, key: str = "sglang_python") -> PythonWish:
+    """:func:`validate_python` with the managed-CPython catalog host data's
+    ``sglang_python_builds`` names (else the shipped one), read on the controller."""
+    asked, mirror = validate_python(data, source, key)
+    return PythonWish(asked, mirror, python_builds(data))
+
+
+def python_builds(data: dict) -> tuple:
+    """The managed CPython catalog host data's ``sglang_python_builds`` names, else the
+    shipped one (read on the controller, like ``sglang_locks_dir``)."""
+    from gpuserve.launch.interpreter import managed_builds
+
+    path = data.get("sglang_python_builds")
+    return managed_builds(Path(path)) if isinstance(path, str) and path else managed_builds()
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 

@@ -31,8 +31,8 @@ from gpuserve.launch.interpreter import (
     packages_read_for,
 )
 from gpuserve.roles.base import managed
-from gpuserve.roles.base.inventory import inventory_source
 from gpuserve.roles.base.prefetch import Read, fact
+from gpuserve.serve.install import PythonWish
 
 STAMP = ".gpuserve-archive-sha256"
 
@@ -58,20 +58,6 @@ def reads(choice: InterpreterChoice | None) -> list[Read]:
     return [Read.of(ManagedPythonStamp, path=install_dir(choice))]
 
 
-def asked(role: VenvRole = SGLANG) -> str:
-    """Host data's interpreter for ``role`` (the gateway's ``router_python`` falls back to
-    ``sglang_python``), checked before any change. The serve deploy takes it from its
-    parsed input instead (gpuserve/plans/serve.py)."""
-    from gpuserve.serve.install import validate_python
-
-    return validate_python(host.data.dict(), inventory_source(), role.key)[0]
-
-
-def explicit_path(wanted: str) -> str:
-    """Host data's interpreter when it is a path, else "" (auto, system, managed)."""
-    return wanted if isinstance(wanted, str) and wanted.startswith("/") else ""
-
-
 def choice_read(pythons: Collection[str], explicit: str = "") -> Read:
     """The interpreter facts for these lock Pythons and host data's interpreter path
     (``explicit``; read in the deploy's first batch; apt only where python3 has no lock)."""
@@ -79,19 +65,16 @@ def choice_read(pythons: Collection[str], explicit: str = "") -> Read:
                    explicit=explicit)
 
 
-def choose_on_host(pythons: Collection[str], home: str, role: VenvRole = SGLANG
-                   ) -> InterpreterChoice:
+def choose_on_host(pythons: Collection[str], home: str, wish: PythonWish,
+                   role: VenvRole = SGLANG) -> InterpreterChoice:
     """The interpreter ``role``'s venvs are built with (gpuserve/launch/interpreter.py),
-    said in the deploy's output with why; an InterpreterError before any change (the
-    gateway's deploy; the serve deploy's plan chooses from the same facts)."""
-    from gpuserve.serve.install import validate_python
-
-    wanted, mirror = validate_python(host.data.dict(), inventory_source(), role.key)
-    read = choice_read(pythons, explicit_path(wanted))
+    from the plan's ``wish``, said in the deploy's output with why; an InterpreterError
+    before any change (the gateway's deploy; the serve deploy's plan chooses from the
+    same facts)."""
+    read = choice_read(pythons, wish.explicit_path)
     facts = facts_from(fact(read.cls, **dict(read.kwargs)))
-    choice = choose_interpreter(facts, pythons,
-                                asked=wanted, mirror=mirror, home=home, host=host.name,
-                                builds=tuple(builds_for_host()), role=role)
+    choice = choose_interpreter(facts, pythons, asked=wish.asked, mirror=wish.mirror,
+                                home=home, host=host.name, builds=wish.builds, role=role)
     logger.info(f"{host.name}: {role.label} interpreter: {choice.kind} Python "
                 f"{choice.version} ({choice.path}): {choice.reason}")
     # how this path is proven on the host's distribution (docs/hosts.md's matrix as data)
@@ -100,13 +83,12 @@ def choose_on_host(pythons: Collection[str], home: str, role: VenvRole = SGLANG
     return choice
 
 
-def prepare_reads(home: str, pythons: Collection[str], role: VenvRole = SGLANG
-                  ) -> list[Read]:
+def prepare_reads(home: str, pythons: Collection[str], wish: PythonWish) -> list[Read]:
     """Everything a choice for these lock Pythons reads or may install, for the deploy's
     first prefetch: the choice's facts, the apt packages and managed builds' stamps."""
     ordered = sorted(set(pythons))
-    builds = tuple(b for b in builds_for_host() if b.python in ordered)
-    return [choice_read(ordered, explicit_path(asked(role))), *package_reads(ordered),
+    builds = tuple(b for b in wish.builds if b.python in ordered)
+    return [choice_read(ordered, wish.explicit_path), *package_reads(ordered),
             *stamp_reads(home, builds)]
 
 
@@ -117,17 +99,6 @@ def candidate_paths(home: str, python: str, explicit: str,
     return (f"/usr/bin/python{python}",
             *(managed_path(home, b) for b in builds if b.python == python),
             *([explicit] if explicit else []))
-
-
-def builds_for_host():
-    """The managed CPython catalog host data's ``sglang_python_builds`` names, else the
-    shipped one (read on the controller, like ``sglang_locks_dir``; the gateway's deploy)."""
-    from pathlib import Path
-
-    from gpuserve.launch.interpreter import managed_builds
-
-    path = host.data.get("sglang_python_builds")
-    return managed_builds(Path(path)) if isinstance(path, str) and path else managed_builds()
 
 
 def stamp_reads(home: str, builds: Collection[ManagedBuild]) -> list[Read]:

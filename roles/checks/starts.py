@@ -12,7 +12,6 @@ from pyinfra import host, logger
 from pyinfra.api import FactBase
 
 from gpuserve.errors import InputError
-from gpuserve.launch.secrets import host_secret_values
 from gpuserve.measure.results import utc_now
 from gpuserve.measure.start_phases import phases
 from gpuserve.measure.starts import StartSpec, from_log, read_starts, write_start
@@ -55,12 +54,11 @@ def record_start(spec: StartSpec | None, unit: str) -> None:
         log = parse_log(lines, f"{host.name}: journal of {unit}")
     except InputError:
         return  # no SGLang start-up line: it died before printing any
-    secrets = host_secret_values(host.data.dict())
     error = error_line(lines)
     try:
         record = from_log(log, spec, host=host.name, timestamp=utc_now(),
                           server_start=server_start, phases=phases(lines),
-                          error=redact(error, secrets) if error else None)
+                          error=redact(error, spec.secrets) if error else None)
         path = write_start(root, record)
     except (InputError, OSError) as e:
         logger.warning(f"{host.name}: start: memory figures not recorded: {e}")

@@ -60,7 +60,8 @@ def provision(settings: HostSettings) -> None:
     logger.info(f"{host.name}: {proven_on_host(release, 'host')}")
     container = fact(Container)
     if container:
-        plan, url, sha256 = userspace.prepare(settings.repo_url, container)
+        plan, url, sha256 = userspace.prepare(settings.repo_url, container,
+                                              settings.keyring_sha256)
         fm = fabric_manager.decide(settings.fabric, plan.branch)
         fm_changed = fabric_manager.stale(fm, plan.deb_version)
         userspace.install_userspace_driver(plan=plan, url=url, sha256=sha256,
@@ -95,6 +96,7 @@ def provision_kernel_host(settings: HostSettings) -> None:
         install_headers=settings.install_headers,
         contrib=settings.debian_contrib,
         persistence=settings.persistence,
+        keyring_sha256=settings.keyring_sha256,
     ), fm=fm)
     cuda_toolkit.install_cuda_toolkit(lane=settings.cuda_lane, branch=settings.branch)
     direct = rdma.plan(settings.rdma, settings.flavour, settings.branch)

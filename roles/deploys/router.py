@@ -11,7 +11,7 @@ from gpuserve.errors import InputError
 from gpuserve.facts.host import InstallTarget
 from gpuserve.launch.interpreter import GATEWAY
 from gpuserve.launch.lock_choice import PreflightError
-from gpuserve.plans.router import DEFAULTS, is_router_host, plan_router
+from gpuserve.plans.router import is_router_host, plan_router
 from gpuserve.roles import router as router_role
 from gpuserve.roles.base import interpreter as interpreter_role
 from gpuserve.roles.base import planned
@@ -37,19 +37,18 @@ def sglang_gateway() -> None:
                              "the inventory group whose hosts serve SGLang behind the gateway")
         logger.info(f"{host.name}: not a router host (no router_workers_group); skipped")
         return
-    home = data.get("router_home", DEFAULTS["router_home"])
-    user = data.get("router_user", DEFAULTS["router_user"])
-    # the plan validates both before anything is read with them
-    candidates = plan_router(data, inventory_source(), host_name=host.name,
-                             group_members=group_members).locks
-    pythons = {lk.python for lk in candidates}
+    # validated before anything is read with them; the lock waits for the interpreter
+    first = plan_router(data, inventory_source(), host_name=host.name,
+                        group_members=group_members)
+    home, user = first.home, first.user
+    pythons = {lk.python for lk in first.locks}
     prefetch([*router_role.plan_reads(home, user),
-              *interpreter_role.prepare_reads(home, pythons, GATEWAY)])
+              *interpreter_role.prepare_reads(home, pythons, first.python_wish)])
     target = fact(InstallTarget, path=home)
     if not target["python"]:  # the gateway's probe runs with it (roles/router)
         raise PreflightError(f"{host.name}: no python3 on the host (the gateway's probe "
                              "needs one); nothing on the host was changed")
-    choice = interpreter_role.choose_on_host(pythons, home, GATEWAY)
+    choice = interpreter_role.choose_on_host(pythons, home, first.python_wish, GATEWAY)
     plan = plan_router(data, inventory_source(), host_name=host.name,
                        group_members=group_members, python=choice.version,
                        glibc=target["glibc"], interpreter=choice)

@@ -196,7 +196,8 @@ def serve(plan: ServePlan, live: LiveSettings | None = None) -> None:
 
     install_sglang(user=plan.user, home=plan.home, lock=plan.lock,
                    index_url=plan.index_url, find_links=plan.find_links,
-                   expect_gpus=plan.expect_gpus, interpreter=plan.interpreter)
+                   expect_gpus=plan.expect_gpus, interpreter=plan.interpreter,
+                   trusted=plan.trusted_mirrors)
     install_check_scripts(bin_dir=plan.bin_dir)
     if plan.weights is not None:  # before the service: the unit points at the revision
         w = plan.weights

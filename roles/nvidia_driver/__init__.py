@@ -354,11 +354,10 @@ def activate(dropin_changed: bool | None) -> None:
 
 def repository(repo_url: str | None, keyring_sha256: str | None) -> tuple[str, str]:
     """(base URL, cuda-keyring sha256): as given, else NVIDIA's for the host's
-    distribution. ``keyring_sha256`` None: host data ``nvidia_keyring_sha256``, else the
-    digest published for the distribution; none known is an InputError."""
+    distribution. ``keyring_sha256`` (the host plan's ``nvidia_keyring_sha256``) None:
+    the digest published for the distribution; none known is an InputError."""
     source = inventory_source()
-    given = keyring.validate_sha256(
-        keyring_sha256 or host.data.get("nvidia_keyring_sha256"), source)
+    given = keyring.validate_sha256(keyring_sha256, source)
     # the distribution is read only when needed (a mirror with its own digest needs none)
     try:
         nvidia_default = "" if repo_url and given else default_repo_url()

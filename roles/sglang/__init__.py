@@ -364,7 +364,8 @@ NOLOGIN = "/usr/sbin/nologin"
 @deploy("Install SGLang")
 def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = None,
                    find_links: str | None = None, expect_gpus: int = 0,
-                   interpreter: InterpreterChoice | None = None) -> str:
+                   interpreter: InterpreterChoice | None = None,
+                   trusted: tuple[str, ...] = ()) -> str:
     """Service account, the lock's verified venv; returns the venv's path.
 
     Reads come from the deploy's prefetch where it has them (roles/base/prefetch.py); every
@@ -395,9 +396,9 @@ def install_sglang(user: str, home: str, lock: Lock, index_url: str | None = Non
     managed.put(name=f"lock {lock.name} ({len(lock.packages)} hashed wheels)",
                 text=lock.requirements_text(), dest=requirements, user="root",
                 group="root", mode="644")
-    # the serve plan validated these already; read again so no caller can skip the rule
-    trusted = validate_pip_urls(index_url, find_links, host.data.get("trusted_mirrors"),
-                                inventory_source())
+    # the serve plan validated these already (``trusted``: its trusted_mirrors); checked
+    # again so that no caller can skip the rule
+    validate_pip_urls(index_url, find_links, list(trusted), inventory_source())
     credentials = pip_config_text(index_url, find_links)
 
     def pip_credentials() -> str:  # a function: pyinfra shows its name, not the text

@@ -270,7 +270,7 @@ def test_keyring_download_is_checked_by_sha256_before_dpkg():
 
 
 def test_keyring_sha256_given_wins_over_the_published_one():
-    # deploy/host.py leaves it None and the role reads host data nvidia_keyring_sha256
+    # deploy/host.py passes the host plan's nvidia_keyring_sha256
     # (tests/unit/host/test_host_deploy_scripts.py covers that path through pyinfra)
     own = "0123456789abcdef" * 4
     ops = _driver_plan({}, install_headers=False, keyring_sha256=own)

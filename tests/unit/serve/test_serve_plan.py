@@ -55,6 +55,8 @@ def test_trusted_mirror_passes_the_serve_plan() -> None:
                        "trusted_mirrors": ["http://10.0.2.2:8000"]},
                       "inventory/gpu.py", runtime())
     assert plan.find_links == "http://10.0.2.2:8000/w/"
+    # the install role takes the validated prefixes from the plan, not from host data
+    assert plan.trusted_mirrors == ("http://10.0.2.2:8000/",)
 
 
 @pytest.mark.parametrize("value", ["http://10.0.2.2:8000/", ["ftp://m/"], [""],
@@ -386,16 +388,16 @@ def test_cli_refuses_untrusted_http_find_links_before_any_operation() -> None:
 
 
 def _install_commands(trusted: list[str], find_links: str) -> list[str]:
-    """install_sglang prepared on a @fake host whose host data has ``trusted_mirrors``."""
+    """install_sglang prepared on a @fake host with the plan's ``trusted_mirrors``."""
     from gpuserve.launch.locks import available_locks
     from gpuserve.roles.sglang import install_sglang
     from tests.unit.conftest import prepare_fake
 
     lock = next(lk for lk in available_locks() if lk.name == "sglang-0.5.23-cu13-py311")
     responses = {"useradd": ["/usr/sbin/useradd"], "groupadd": ["/usr/sbin/groupadd"]}
-    return prepare_fake(install_sglang, responses, {"trusted_mirrors": trusted},
-                        host="@fake/h", user="sglang", home="/opt/gpuserve", lock=lock,
-                        find_links=find_links).runs()
+    return prepare_fake(install_sglang, responses, {}, host="@fake/h", user="sglang",
+                        home="/opt/gpuserve", lock=lock, find_links=find_links,
+                        trusted=tuple(trusted)).runs()
 
 
 def test_install_gives_trusted_host_only_for_a_marked_mirror() -> None:
@@ -555,3 +557,13 @@ def test_the_previews_secrets_include_secret_named_extra_env() -> None:
                                  "NCCL_DEBUG": "WARN"}}
     secrets = read_input(data, "inventory/gpu.py", "", lambda group: None).secrets
     assert set(secrets) == {"hf_" + "a" * 30, "wandb-secret-value-123"}
+
+
+def test_the_start_record_redacts_with_the_plans_secrets() -> None:
+    """The start record's error line (roles/checks/starts.py) is redacted with the plan's
+    secrets, the same ones as the preview's, not read from host data again."""
+    data = {"profile": "glm5-nvfp4-tp8", "hf_token": "hf_" + "b" * 30, "results_dir": "results",
+            "sglang_extra_env": {"WANDB_API_KEY": "wandb-secret-value-456"}}
+    plan = plan_of(data, "inventory/gpu.py", runtime())
+    assert plan.start is not None
+    assert set(plan.start.secrets) == {"hf_" + "b" * 30, "wandb-secret-value-456"}
