@@ -5,8 +5,14 @@ for the modules there (no package, rootdir import mode ``prepend``)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 UNIT = "gpuserve-sglang.service"
@@ -173,3 +179,104 @@ def tune(lab, results: Path, surface: str, file: Path, noise: float = 0.0,
                      "--data", f"sglang_extra_env={json.dumps(env)}", *where[1:],
                      timeout=1500)
     return r.returncode, clean(r.stdout)
+
+
+#: the lab gateway's API key (inventory/lab.py: the lab's own, not a secret)
+ROUTER_KEY = "lab-router-key-not-a-secret-0001"
+#: an OpenAI completion through the gateway (a 200 with choices answers it)
+COMPLETION = ("/v1/completions", {"model": "glm-5", "prompt": "The capital of France is",
+                                  "max_tokens": 4, "temperature": 0}, "choices")
+#: SGLang's native ``/generate`` (smg in PD mode wants the model named in the body)
+GENERATE = ("/generate", {"model": "glm-5", "text": "The capital of France is",
+                          "sampling_params": {"max_new_tokens": 4, "temperature": 0}}, "text")
+
+
+@dataclass
+class Client:
+    """Requests through the gateway on ``port``, one at a time every 0.2 s, until stopped
+    (at most ``max_requests``, at most ``max_seconds``): every answer must be a 200 whose
+    JSON has the ``request``'s answer key (:data:`COMPLETION`, :data:`GENERATE`)."""
+
+    port: int
+    request: tuple[str, dict, str] = COMPLETION
+    max_requests: int = 3000
+    max_seconds: float = 900.0
+    ok: int = 0
+    failures: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _one(self) -> None:
+        path, body, answer = self.request
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            conn.request("POST", path, body=json.dumps(body).encode(), headers={
+                "Authorization": f"Bearer {ROUTER_KEY}", "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status != 200 or not json.loads(data).get(answer):
+                self.failures.append(f"{time.strftime('%X')} HTTP {resp.status}: {data[:200]!r}")
+            else:
+                self.ok += 1
+        except (OSError, ValueError) as exc:
+            self.failures.append(f"{time.strftime('%X')} {type(exc).__name__}: {exc}")
+        finally:
+            conn.close()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.max_seconds
+        for _ in range(self.max_requests):
+            if self._stop.is_set() or time.monotonic() > deadline:
+                return
+            self._one()
+            time.sleep(0.2)
+
+    def __enter__(self) -> Client:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout=120)
+
+
+#: the lab fleet's hosts as its inventories name them (the module's own host first)
+FLEET_HOSTS = ("lab-gpu", "lab-gpu-2", "lab-gpu-3")
+
+
+class LabFleet:
+    """The module's lab host (``lab``) and its clones (``others``, lab names), which the
+    fleet inventories name :data:`FLEET_HOSTS` in that order, behind a gateway on
+    ``gateway_port``."""
+
+    def __init__(self, lab, others: list[str], gateway_port: int):
+        self.lab, self.others, self.gateway_port = lab, others, gateway_port
+        self.env = dict(lab.env, GPUSERVE_LAB_FLEET=",".join([lab.name, *others]))
+
+    def ssh(self, host: str, cmd: str, check: bool = True) -> str:
+        """``cmd``'s output on the fleet host named ``host`` in the inventory."""
+        if host == FLEET_HOSTS[0]:
+            return self.lab.ssh(cmd, check=check).stdout
+        return self.lab.lab_cli("ssh", "--name", self.others[FLEET_HOSTS.index(host) - 1],
+                                "--", cmd, check=check, timeout=120).stdout
+
+
+@contextmanager
+def linked_clones(lab) -> Iterator[tuple[list[str], int]]:
+    """(the clones' lab names, the gateway port forwarded from the module's host): the
+    rest of :data:`FLEET_HOSTS` cloned from ``lab`` and linked to it, downed and unlinked
+    on the way out."""
+    others = [f"{lab.name}-{i}" for i in range(2, len(FLEET_HOSTS) + 1)]
+    try:
+        for other in others:
+            lab.lab_cli("up", "--name", other, "--clone-from", lab.name, timeout=900)
+        lab.lab_cli("link", lab.name, *others)
+        port = int(lab.lab_cli("forward", "--name", lab.name, "30080")
+                   .stdout.strip().splitlines()[-1])
+        yield others, port
+    finally:
+        for other in others:
+            lab.lab_cli("down", "--name", other, check=False)
+        lab.lab_cli("unlink", "--name", lab.name, check=False)

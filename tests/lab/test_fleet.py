@@ -24,78 +24,22 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import threading
 import time
-from dataclasses import dataclass, field
 
 import pytest
-from labhelpers import ENV_PATH, clean
+from labhelpers import ENV_PATH, FLEET_HOSTS, ROUTER_KEY, Client, LabFleet, clean, linked_clones
 
 FLEET_INVENTORY = "inventory/lab_fleet.py"
-KEY = "lab-router-key-not-a-secret-0001"  # inventory/lab.py: the lab's own, not a secret
+KEY = ROUTER_KEY
 SWITCH_TO = "glm5-nvfp4-tp8-eagle3"
 BACK_TO = "glm5-nvfp4-tp8"
 SLOWER = "tests/fixtures/profiles/lab-slower-decode.yaml"  # SWITCH_TO, eager: 30 % slower
 BROKEN = "tests/fixtures/profiles/lab-quality-broken.yaml"  # NaN logprobs from token 4
-HOSTS = ("lab-gpu", "lab-gpu-2", "lab-gpu-3")
+HOSTS = FLEET_HOSTS
 URLS = {h: f"http://10.77.0.{i + 1}:30000" for i, h in enumerate(HOSTS)}
 
 
-@dataclass
-class Client:
-    """Completions through the gateway, one at a time, until stopped (at most
-    ``max_requests``, at most ``max_seconds``): every answer must be a 200 with text."""
-
-    port: int
-    max_requests: int = 3000
-    max_seconds: float = 900.0
-    ok: int = 0
-    failures: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def _one(self) -> None:
-        body = json.dumps({"model": "glm-5", "prompt": "The capital of France is",
-                           "max_tokens": 4, "temperature": 0}).encode()
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            conn.request("POST", "/v1/completions", body=body, headers={
-                "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
-            resp = conn.getresponse()
-            data = resp.read()
-            if resp.status != 200 or not json.loads(data).get("choices"):
-                self.failures.append(f"{time.strftime('%X')} HTTP {resp.status}: {data[:200]!r}")
-            else:
-                self.ok += 1
-        except (OSError, ValueError) as exc:
-            self.failures.append(f"{time.strftime('%X')} {type(exc).__name__}: {exc}")
-        finally:
-            conn.close()
-
-    def _run(self) -> None:
-        deadline = time.monotonic() + self.max_seconds
-        for _ in range(self.max_requests):
-            if self._stop.is_set() or time.monotonic() > deadline:
-                return
-            self._one()
-            time.sleep(0.2)
-
-    def __enter__(self) -> Client:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(timeout=120)
-
-
-class Fleet:
-    def __init__(self, lab, others: list[str], gateway_port: int):
-        self.lab, self.others, self.gateway_port = lab, others, gateway_port
-        self.env = dict(lab.env, GPUSERVE_LAB_FLEET=",".join([lab.name, *others]))
-
+class Fleet(LabFleet):
     def pyinfra(self, *args: str, fail: str = "", check: bool = True):
         """pyinfra over the fleet inventory: ``args`` are its options and deploy (so
         ``--serial`` goes before the deploy, as on a user's command line)."""
@@ -110,13 +54,6 @@ class Fleet:
                                  + r.stdout[-6000:])
         r.stdout = clean(r.stdout)
         return r
-
-    def ssh(self, host: str, cmd: str, check: bool = True) -> str:
-        if host == HOSTS[0]:
-            return self.lab.ssh(cmd, check=check).stdout
-        other = self.others[HOSTS.index(host) - 1]
-        r = self.lab.lab_cli("ssh", "--name", other, "--", cmd, check=check, timeout=120)
-        return r.stdout
 
     def profile(self, host: str) -> str:
         text = self.ssh(host, f"sed -n 's/^# Profile: //p' {ENV_PATH}")
@@ -142,13 +79,7 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(lab):
-    others = [f"{lab.name}-{i}" for i in range(2, len(HOSTS) + 1)]
-    try:
-        for other in others:
-            lab.lab_cli("up", "--name", other, "--clone-from", lab.name, timeout=900)
-        lab.lab_cli("link", lab.name, *others)
-        port = int(lab.lab_cli("forward", "--name", lab.name, "30080")
-                   .stdout.strip().splitlines()[-1])
+    with linked_clones(lab) as (others, port):
         f = Fleet(lab, others, port)
         # Every server listens where its source's did (the clones like their source);
         # the gateway is installed but stopped (test_router.py's end). The serve deploy
@@ -169,10 +100,6 @@ def fleet(lab):
         seen = f.wait_ready()
         assert all(seen.get(u) == "ready" for u in URLS.values()), seen
         yield f
-    finally:
-        for other in others:
-            lab.lab_cli("down", "--name", other, check=False)
-        lab.lab_cli("unlink", "--name", lab.name, check=False)
 
 
 def test_without_serial_a_fleet_switch_is_refused_before_any_change(fleet) -> None:

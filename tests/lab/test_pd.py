@@ -29,80 +29,33 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import threading
 import time
-from dataclasses import dataclass, field
 
 import pytest
-from labhelpers import ENV_PATH, clean, unit_venv
+from labhelpers import (
+    ENV_PATH,
+    FLEET_HOSTS,
+    GENERATE,
+    ROUTER_KEY,
+    Client,
+    LabFleet,
+    clean,
+    linked_clones,
+    unit_venv,
+)
 
 from lab.locks import locks_dir
 
 PD_INVENTORY = "inventory/lab_pd.py"
-KEY = "lab-router-key-not-a-secret-0001"  # inventory/lab.py: the lab's own, not a secret
-HOSTS = ("lab-gpu", "lab-gpu-2", "lab-gpu-3")
+KEY = ROUTER_KEY
+HOSTS = FLEET_HOSTS
 ROLES = dict(zip(HOSTS, ("prefill", "decode", "decode"), strict=True))
 URLS = {h: f"http://10.77.0.{i + 1}:30000" for i, h in enumerate(HOSTS)}
 PROMPTS = 24
 DECODE_64 = "tests/fixtures/profiles/lab-pd-decode-64.yaml"  # the decode role's change
 
 
-@dataclass
-class Client:
-    """Native ``/generate`` requests through the gateway, one at a time, until stopped (at
-    most ``max_requests``, at most ``max_seconds``): every answer must be a 200 with
-    text (smg in PD mode wants the model named in the body)."""
-
-    port: int
-    max_requests: int = 3000
-    max_seconds: float = 900.0
-    ok: int = 0
-    failures: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def _one(self) -> None:
-        body = json.dumps({"model": "glm-5", "text": "The capital of France is",
-                           "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            conn.request("POST", "/generate", body=body.encode(), headers={
-                "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
-            resp = conn.getresponse()
-            data = resp.read()
-            if resp.status != 200 or not json.loads(data).get("text"):
-                self.failures.append(f"{time.strftime('%X')} HTTP {resp.status}: {data[:200]!r}")
-            else:
-                self.ok += 1
-        except (OSError, ValueError) as exc:
-            self.failures.append(f"{time.strftime('%X')} {type(exc).__name__}: {exc}")
-        finally:
-            conn.close()
-
-    def _run(self) -> None:
-        deadline = time.monotonic() + self.max_seconds
-        for _ in range(self.max_requests):
-            if self._stop.is_set() or time.monotonic() > deadline:
-                return
-            self._one()
-            time.sleep(0.2)
-
-    def __enter__(self) -> Client:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(timeout=120)
-
-
-class PdFleet:
-    def __init__(self, lab, others: list[str], gateway_port: int):
-        self.lab, self.others, self.gateway_port = lab, others, gateway_port
-        self.env = dict(lab.env, GPUSERVE_LAB_FLEET=",".join([lab.name, *others]))
-
+class PdFleet(LabFleet):
     def pyinfra(self, deploy: str, *data: str, serial: bool = False, check: bool = True,
                 env: dict | None = None):
         """pyinfra over the PD inventory (``--serial`` before it, ``data`` after)."""
@@ -114,12 +67,6 @@ class PdFleet:
                                  + r.stdout[-6000:])
         r.stdout = clean(r.stdout)
         return r
-
-    def ssh(self, host: str, cmd: str, check: bool = True) -> str:
-        if host == HOSTS[0]:
-            return self.lab.ssh(cmd, check=check).stdout
-        return self.lab.lab_cli("ssh", "--name", self.others[HOSTS.index(host) - 1], "--",
-                                cmd, check=check, timeout=120).stdout
 
     def args(self, host: str) -> str:
         return self.ssh(host, f"grep ^GPUSERVE_SGLANG_ARGS= {ENV_PATH}")
@@ -138,21 +85,11 @@ class PdFleet:
 
 @pytest.fixture(scope="module")
 def pd_fleet(lab):
-    others = [f"{lab.name}-{i}" for i in range(2, len(HOSTS) + 1)]
-    try:
-        for other in others:
-            lab.lab_cli("up", "--name", other, "--clone-from", lab.name, timeout=900)
-        lab.lab_cli("link", lab.name, *others)
-        port = int(lab.lab_cli("forward", "--name", lab.name, "30080")
-                   .stdout.strip().splitlines()[-1])
+    with linked_clones(lab) as (others, port):
         fleet = PdFleet(lab, others, port)
         fleet.serve = fleet.pyinfra("deploy/serve.py", "--data", "bench=off", serial=True)
         fleet.router = fleet.pyinfra("deploy/router.py")
         yield fleet
-    finally:
-        for other in others:
-            lab.lab_cli("down", "--name", other, check=False)
-        lab.lab_cli("unlink", "--name", lab.name, check=False)
 
 
 def test_check_refuses_a_lock_without_the_transfer_engine_before_connecting(
@@ -206,7 +143,7 @@ def test_the_pd_fleet_answers_every_bench_request_through_the_gateway(pd_fleet) 
 
 def test_a_rolling_switch_of_the_decode_role_fails_no_request(pd_fleet) -> None:
     prefill_pid, prefill_args = pd_fleet.main_pid(HOSTS[0]), pd_fleet.args(HOSTS[0])
-    with Client(pd_fleet.gateway_port) as client:
+    with Client(pd_fleet.gateway_port, GENERATE) as client:
         time.sleep(3)  # traffic flows before the first decode host leaves
         t0 = time.monotonic()
         r = pd_fleet.pyinfra("deploy/serve.py", "--data", "bench=off", serial=True,
