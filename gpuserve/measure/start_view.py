@@ -13,6 +13,7 @@ from gpuserve import safeload
 from gpuserve.errors import InputError
 from gpuserve.measure.start_phases import PHASES
 from gpuserve.measure.starts import MAX_BYTES, StartRecord, parse_start
+from gpuserve.table import table
 
 _SHORT = {"to_weights": "to-weights", "weights": "weights", "kv_pool": "kv-pool",
           "graphs": "graphs", "jit": "jit", "warmup": "warm-up",
@@ -51,11 +52,8 @@ def starts_table(records: list[StartRecord]) -> str:
     rows = [[r.host, r.timestamp, str(r.launch.get("profile") or "-"), r.sglang_version,
              r.outcome, *(f"{r.phases[k]:.1f}" if k in r.phases else "-" for k in PHASES)]
             for r in records]
-    widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
-    lines = ["starts (seconds per phase; jit overlaps the others)",
-             *("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-               for row in [head, *rows])]
-    return "\n".join(lines)
+    return "\n".join(["starts (seconds per phase; jit overlaps the others)",
+                      *table([[str(c) for c in row] for row in [head, *rows]], rule=False)])
 
 
 def starts_json(records: list[StartRecord]) -> list[dict]:

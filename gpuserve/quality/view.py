@@ -7,6 +7,7 @@ from pathlib import Path
 
 from gpuserve.quality.judge import failed_findings
 from gpuserve.quality.record import QUALITY_DIR, SCHEMA, newest_runs
+from gpuserve.table import table
 
 
 def _roots(paths: list[str]) -> list[Path]:
@@ -60,9 +61,7 @@ def format_quality(rows: list[dict]) -> str:
         cells.append((r["host"], r["profile"], verdict, _fig(f, "kld_mean"),
                       _fig(f, "kld_p99"), _fig(f, "greedy_agreement", 2), acc,
                       r["reference"] or "none (sanity only)"))
-    widths = [max(len(str(c[i])) for c in cells) for i in range(len(head))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-             for row in cells]
+    lines = table([[str(c) for c in row] for row in cells], rule=False)
     return "\n".join(["quality (the latest check per host and profile; docs/quality.md)",
                       *lines])
 
