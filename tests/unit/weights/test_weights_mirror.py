@@ -247,8 +247,13 @@ def test_a_drip_at_one_byte_a_second_ends_with_a_clear_error(hub, place, command
         ["weights", "--hf", f"{TINY}@{c}", "--hf-endpoint", hub.url, str(place)]
     err = _cli(argv, capsys, monkeypatch)
     assert "config.json" in err and "hf_endpoint" in err
-    assert re.search(r"\b[1-9] bytes in [34] s, below 4096 bytes/s \(host data "
-                     r"weights_min_rate\)", err), err
+    found = re.search(r"\b(\d+) bytes in (\d+) s, below 4096 bytes/s \(host data "
+                      r"weights_min_rate\)", err)
+    assert found, err
+    # the decision, not the machine's pace: judged only after a whole rate window, and
+    # long before the stall window (120 s) would have ended it
+    got, seconds = int(found[1]), int(found[2])
+    assert 3 <= seconds < 120 and 0 < got < 4096 * seconds, err
 
 
 def test_a_listing_that_never_answers_ends_within_the_stall_window(hub, place):
@@ -256,7 +261,7 @@ def test_a_listing_that_never_answers_ends_within_the_stall_window(hub, place):
     t = time.monotonic()
     with pytest.raises(HUB.HubError, match="did not answer within 2 s"):
         fetch(hub, place, stall=2)
-    assert time.monotonic() - t < 15
+    assert time.monotonic() - t < 30  # ended by the window, not by the server's answer
 
 
 def _cli(argv, capsys, monkeypatch) -> str:
