@@ -3,7 +3,12 @@
 Machine model (QEMU 7.2 docs, docs/system/devices/... and `-device help`):
 
 - ``-machine q35`` with ``-accel tcg -cpu max``: /dev/kvm exists on the CI machines but
-  Debian's 6.1 kernel hung under KVM there, so the lab uses TCG (slower, reliable).
+  is PVM (dmesg ``kvm-pvm: loaded``; the CPU has no vmx/svm), which runs only kernels
+  built for it (``CONFIG_PVM_GUEST``, booted without firmware). Debian's 6.1 kernel
+  runs emulated there, over 100x slower (2026-12-06: GRUB's countdown ran, then the
+  bzImage's XZ decompressor made about 24 KB/s; an uncompressed vmlinux printed its
+  early lines seconds apart), and ``-cpu host`` aborts on MSR 0x10a unless
+  ``-arch-capabilities``. So the lab uses TCG.
 - ``-device intel-iommu`` first: QEMU requires the vIOMMU before the devices it
   translates. ``intremap=on`` works under TCG (the kernel-irqchip=split requirement in
   hw/i386/intel_iommu.c applies only to a KVM in-kernel irqchip).
