@@ -10,7 +10,9 @@
   bare name);
 - no function over 80 lines in gpuserve/, roles/ or deploy/;
 - no function in gpuserve/ or roles/ over 8 parameters, no ``_private`` name taken from
-  another module, no ``__all__`` re-exporting another module's names.
+  another module, no ``__all__`` re-exporting another module's names;
+- roles read host data (``host.data``) only in the deploys (roles/deploys/) and the one
+  shared reader (roles/base/inventory.py): a role takes what its plan read.
 """
 
 from __future__ import annotations
@@ -407,3 +409,27 @@ def test_the_shape_checks_find_what_they_look_for():
         (1, "p.b._x"), (4, "p.b._z"), (5, "p.b._w")]
     tree = ast.parse("from p.b import x, y\ndef z(): pass\n__all__ = ['x', 'z']\n")
     assert _reexports(tree, "p.a", False, modules) == [("x", "p.b")]
+
+
+#: where roles/ may read ``host.data``: the deploys, which plan, and the shared reader
+HOST_DATA_READERS = ("roles/deploys/", "roles/base/inventory.py")
+
+
+def _host_data_reads(tree: ast.AST) -> list[int]:
+    """Lines of every ``host.data`` in ``tree``."""
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "data"
+            and isinstance(node.value, ast.Name) and node.value.id == "host"]
+
+
+def test_roles_read_host_data_only_where_they_plan():
+    """A role below the deploys takes what the deploy's plan read (the plan's secrets,
+    trusted mirrors, keyring digest, interpreter wish), never ``host.data`` again: one
+    reading, validated once, before any change."""
+    found = [f"{path.relative_to(REPO)}:{line}"
+             for path in _sources("roles")
+             if not str(path.relative_to(REPO)).startswith(HOST_DATA_READERS)
+             for line in _host_data_reads(_tree(path))]
+    assert not found, "host.data read below the deploys:\n" + "\n".join(found)
+    # the scanner finds both spellings it must
+    assert _host_data_reads(ast.parse("x = host.data.get('a')\ny = host.data.dict()")) == [1, 2]
