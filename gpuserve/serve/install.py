@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 
 from gpuserve.errors import InputError
 from gpuserve.host import mirrors
+from gpuserve.launch.interpreter import ManagedBuild, managed_builds
 
 DEFAULTS = {
     # Exact SGLang version to install (a lock must exist for it, local part allowed:
@@ -81,8 +82,6 @@ def validate_python(data: dict, source: str, key: str = "sglang_python"
                                  data.get("trusted_mirrors"), source)
     builds = data.get("sglang_python_builds")
     if builds is not None:
-        from gpuserve.launch.interpreter import managed_builds
-
         try:
             managed_builds(Path(str(builds)))
         except InputError as exc:  # not a regular file, too large, not JSON
@@ -100,7 +99,7 @@ class PythonWish:
 
     asked: str  # auto, system, managed or an absolute interpreter path
     mirror: str | None  # sglang_python_mirror
-    builds: tuple  # the managed-CPython catalog (gpuserve.launch.interpreter.ManagedBuild)
+    builds: tuple[ManagedBuild, ...]  # the managed-CPython catalog
 
     @property
     def explicit_path(self) -> str:
@@ -115,11 +114,9 @@ def python_wish(data: dict, source: str, key: str = "sglang_python") -> PythonWi
     return PythonWish(asked, mirror, python_builds(data))
 
 
-def python_builds(data: dict) -> tuple:
+def python_builds(data: dict) -> tuple[ManagedBuild, ...]:
     """The managed CPython catalog host data's ``sglang_python_builds`` names, else the
     shipped one (read on the controller, like ``sglang_locks_dir``)."""
-    from gpuserve.launch.interpreter import managed_builds
-
     path = data.get("sglang_python_builds")
     return managed_builds(Path(path)) if isinstance(path, str) and path else managed_builds()
 
