@@ -577,14 +577,14 @@ def recorded_choice(name: str, data: dict, source: str, pythons: set[str], home:
         SGLANG,
         choose_interpreter,
         known_distributions,
-        managed_builds,
         recorded_facts,
     )
-    from gpuserve.serve.install import validate_python
+    from gpuserve.serve.install import python_wish
 
     role = role or SGLANG
     distro = data.get("host_distribution")
-    asked, mirror = validate_python(data, source, role.key)
+    wish = python_wish(data, source, role.key)
+    asked = wish.asked
     if distro is None:
         return None
     try:
@@ -599,10 +599,8 @@ def recorded_choice(name: str, data: dict, source: str, pythons: set[str], home:
                 "path": asked, "lock": "by its version", "packages": [], "url": None,
                 "sha256": None, "reason": f"{role.key} names {asked}; its version (and "
                 "so the lock) is read on the host"}
-    catalog = data.get("sglang_python_builds")
-    builds = managed_builds(Path(catalog)) if catalog else None
-    choice = choose_interpreter(facts, pythons, asked=asked, mirror=mirror, home=home,
-                                host=name, builds=builds, role=role)
+    choice = choose_interpreter(facts, pythons, asked=asked, mirror=wish.mirror, home=home,
+                                host=name, builds=wish.builds, role=role)
     return {"distribution": distro, "kind": choice.kind, "python": choice.python,
             "version": choice.version, "path": choice.path, "lock": None,
             "packages": list(choice.packages), "url": choice.url,

@@ -75,7 +75,6 @@ from gpuserve.serve import checks, metrics, service, weights
 from gpuserve.serve import install as sglang
 from gpuserve.serve.checks import BenchPlan, results_root
 from gpuserve.serve.checks import mark_path as bench_mark_path
-from gpuserve.serve.install import python_builds, validate_python
 from gpuserve.serve.preflight import PreflightMode, PreflightReport, run_preflight
 from gpuserve.serve.preflight import validate_mode as validate_preflight
 
@@ -259,9 +258,7 @@ class ServeInput:
     metrics: bool  # sglang_metrics
     quality_check: bool  # host data's quality_check
     service: service.ServiceData  # extra env, secrets, listen address, hardening
-    python: str  # sglang_python: auto, system, managed or a path
-    python_mirror: str | None
-    python_builds: tuple[ManagedBuild, ...]  # the managed-CPython catalog
+    python: sglang.PythonWish  # sglang_python, its mirror and the managed-CPython catalog
     pd: disagg.PdPlacement | None = None  # this host's role in a PD fleet (its profile's too)
 
     @property
@@ -356,8 +353,8 @@ def first_reads(inputs: ServeInput) -> FirstReads:
         smoke_records=inputs.results_dir if inputs.smoke_per_start else None)
     return FirstReads(
         home=inputs.settings.home, user=inputs.settings.user, locks=locks, pythons=pythons,
-        explicit_python=inputs.python if inputs.python.startswith("/") else "",
-        builds=tuple(b for b in inputs.python_builds if b.python in pythons),
+        explicit_python=inputs.python.explicit_path,
+        builds=tuple(b for b in inputs.python.builds if b.python in pythons),
         checkpoint=inputs.checkpoint_path, weights=inputs.weights_target, probe=probe)
 
 
@@ -382,7 +379,6 @@ def read_input(host_data: dict, source: str, host_name: str = "",
     preflight_mode = validate_preflight(data["preflight"], source)
     if profile.model.hf:
         weights.check_data(data, source, settings.home)
-    python, mirror = validate_python(data, source)
     return ServeInput(
         data=data, source=source, host_name=host_name, settings=settings, profile=profile,
         placement=placement, locks=tuple(locks), preflight=preflight_mode,
@@ -395,7 +391,7 @@ def read_input(host_data: dict, source: str, host_name: str = "",
             source, extra_env=data["sglang_extra_env"], hf_token=data["hf_token"],
             api_key=data["sglang_api_key"], listen_address=data["listen_address"],
             hardening_off=data["unit_hardening_off"]),
-        python=python, python_mirror=mirror, python_builds=python_builds(data), pd=role)
+        python=sglang.python_wish(data, source), pd=role)
 
 
 def _flag(data: dict, key: str, source: str) -> bool:
@@ -502,9 +498,9 @@ def _runtime(inputs: ServeInput, reads: HostReads) -> tuple[HostRuntime, tuple[s
     if reads.interpreter is None or not pythons:
         return runtime, ()
     facts = reads.interpreter()
-    choice = choose_interpreter(facts, pythons, asked=inputs.python,
-                                mirror=inputs.python_mirror, home=inputs.settings.home,
-                                host=runtime.name, builds=inputs.python_builds, role=SGLANG)
+    choice = choose_interpreter(facts, pythons, asked=inputs.python.asked,
+                                mirror=inputs.python.mirror, home=inputs.settings.home,
+                                host=runtime.name, builds=inputs.python.builds, role=SGLANG)
     notes = (f"{SGLANG.label} interpreter: {choice.kind} Python {choice.version} "
              f"({choice.path}): {choice.reason}",
              # how this path is proven on the host's distribution (docs/hosts.md's matrix)

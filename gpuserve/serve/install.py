@@ -120,6 +120,7 @@ def python_builds(data: dict) -> tuple[ManagedBuild, ...]:
     path = data.get("sglang_python_builds")
     return managed_builds(Path(path)) if isinstance(path, str) and path else managed_builds()
 
+
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
