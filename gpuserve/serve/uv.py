@@ -170,7 +170,10 @@ def install_steps(venv: str, python: str, requirements: str, pip_options: list[s
                   version: str, uv_config_path: str | None) -> list[str]:
     """Shell: the venv by uv (the chosen interpreter, never a downloaded one), the lock's
     wheels by ``uv pip install --require-hashes --no-deps`` with uv's cache beside the
-    venvs (removed after it, whatever its status, which the step keeps), ``uv pip check``."""
+    venvs (removed after it, whatever its status, which the step keeps), ``uv pip check``.
+    ``--compile-bytecode``: the unit's ProtectSystem=strict keeps the venv read-only to the
+    server, which would otherwise compile every module it imports at every start (uv,
+    unlike pip, compiles nothing by default)."""
     q = shlex.quote
     uv = f"{UV_ENV} {q(uv_path(venv, version))}"
     cache = f"{tools_dir(venv)}/uv-cache"
@@ -180,7 +183,7 @@ def install_steps(venv: str, python: str, requirements: str, pip_options: list[s
     target = f"--python {q(venv)}/bin/python"
     install = (f"UV_CACHE_DIR={q(cache)} {uv} pip install {config} {target} "
                f"--require-hashes --no-deps --only-binary :all: --link-mode hardlink "
-               f"{options} -r {q(requirements)}")
+               f"--compile-bytecode {options} -r {q(requirements)}")
     return [f"{uv} venv {q(venv)} --no-config --python {q(python)}",
             f"{{ {install}; status=$?; rm -rf {q(cache)}; (exit $status); }}",
             f"{uv} pip check --no-config {target}"]

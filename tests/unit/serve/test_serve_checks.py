@@ -367,7 +367,7 @@ def test_missing_or_other_stamp_rebuilds_from_nothing_with_hashes(stamp: str) ->
     assert steps[2] == ("{ UV_CACHE_DIR=/opt/gpuserve/tools/uv-cache "
                         f"{uv} pip install --no-config --python {VENV}/bin/python "
                         "--require-hashes --no-deps --only-binary :all: --link-mode hardlink "
-                        "--no-index --find-links http://10.0.2.2:8000/wheels/ "
+                        "--compile-bytecode --no-index --find-links http://10.0.2.2:8000/wheels/ "
                         "-r /opt/gpuserve/locks/r.txt; status=$?; "
                         "rm -rf /opt/gpuserve/tools/uv-cache; (exit $status); } || "
                         f"{failed}")
