@@ -12,9 +12,12 @@ are the type schema, so the table in the docs and this module cannot drift apart
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import ipaddress
 import math
+import os
 import re
 import types
 import typing
@@ -373,6 +376,24 @@ def list_profiles(profiles_dir: Path | None = None) -> list[str]:
 
 
 def read_with_origins(path: Path) -> tuple[dict[str, Any], dict[str, Origin]]:
+    """A profile file's values and each one's origin, composed once per version of the
+    file (its stat) in a process: a tune reads the same profiles for every candidate.
+    The caller gets its own copy to change."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return _read_with_origins(path)  # the reader's own error names the file
+    data, locs = _read_once(Path(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    return copy.deepcopy(data), dict(locs)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_once(path: Path, _mtime_ns: int, _size: int,
+               _ino: int) -> tuple[dict[str, Any], dict[str, Origin]]:
+    return _read_with_origins(path)
+
+
+def _read_with_origins(path: Path) -> tuple[dict[str, Any], dict[str, Origin]]:
     # Bounded (size, depth, alias expansion): see gpuserve/safeload.py. Non-finite floats
     # are left to the typed checks (_coerce, parse_bench), whose messages say what the
     # field wants ("seconds", "a number in (0, 1)").

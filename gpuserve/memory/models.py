@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -400,6 +401,15 @@ def load_record(name: str) -> ModelArch:
             raise InputError(
                 "--model", "model", f"no record {name!r}; known: {', '.join(record_names())}"
             )
+    st = path.stat()
+    return _record_file(path, st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=64)
+def _record_file(path: Path, _mtime_ns: int, _size: int) -> ModelArch:
+    """One record file read and checked once per version of it (the key's stat): a
+    tune plans every candidate and the judge each twice, each from the record; the
+    result is frozen, so one copy serves them all."""
     data = safeload.load_yaml_file(path)
     if not isinstance(data, dict):
         raise InputError(path, None, "a model record must be a YAML mapping")

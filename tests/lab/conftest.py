@@ -59,9 +59,9 @@ def pytest_collection_modifyitems(config, items):
     them: it moves the host's server onto the fleet's private address. In the container
     tier the container host deploy (test_container_host.py) provisions the host right
     after the self-test, as deploy/host.py does on a Proxmox LXC container; in the VM
-    tier the reboot through GRUB (test_kernel_cmdline.py) is last, so the host deploy
-    starts from a cold boot, and the soft-RoCE deploy (test_rdma_vm.py) comes after
-    the host deploy's module."""
+    tier the host deploy (test_host_deploy.py, whose reboot through GRUB the command
+    line's self-test rides) starts from the cold boot, and the soft-RoCE deploy
+    (test_rdma_vm.py) comes after it."""
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.path)).parents:
@@ -69,7 +69,7 @@ def pytest_collection_modifyitems(config, items):
     order = {"test_lab.py": 0, "test_lab_vm.py": 0, "test_container_host.py": 0.5,
              "test_monitor.py": 1.3, "test_nvswitch.py": 1.4, "test_router.py": 1.5,
              "test_faults.py": 2, "test_fleet.py": 3, "test_pd.py": 3.1,
-             "test_rdma_vm.py": 3.9, "test_kernel_cmdline.py": 4}
+             "test_rdma_vm.py": 3.9}
     items.sort(key=lambda it: order.get(Path(str(it.path)).name, 1))
 
 

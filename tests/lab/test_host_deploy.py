@@ -2,8 +2,10 @@
 
 One module-scoped sequence, kept short because every deploy and reboot runs under TCG:
 bare lab Debian -> deploy/host.py (NVIDIA-layout mirror, GRUB change, a real reboot
-because the lab inventory sets allow_reboot) -> the IOMMU fact reads on -> the rerun
-reports no changes -> ``pytest tests/host --inventory inventory/lab.py`` passes -> the
+because the lab inventory sets allow_reboot) -> the IOMMU fact reads on, and a probe
+parameter put in /etc/default/grub before the deploy is on the rebooted kernel's command
+line (update-grub and a reboot through GRUB: the deploy's own, no second reboot) -> the
+rerun reports no changes -> ``pytest tests/host --inventory inventory/lab.py`` passes -> the
 proprietary flavour is refused on the Blackwell box before anything changes -> the
 bare-metal box changes the NCCL env -> the hypervisor deploy writes the VM config
 through the qm stand-in and its rerun changes nothing.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpuserve.host import nccl_env
+from lab.state import pid_alive
 
 pytestmark = [pytest.mark.lab, pytest.mark.vm]  # the kernel: GRUB, initramfs, reboot
 
@@ -49,11 +53,19 @@ def no_changes(out: str) -> bool:
 
 @pytest.fixture(scope="module")
 def provisioned(lab):
+    """The host deploy on the cold-booted image (IOMMU off), with a probe parameter
+    added to GRUB_CMDLINE_LINUX_DEFAULT first (no update-grub: the deploy runs it):
+    (what was before, exit status, output)."""
     before = {
         "boot_id": lab.boot_id(),
         "groups": lab.ssh("ls /sys/kernel/iommu_groups | wc -l").stdout.strip(),
         "grub": lab.ssh("grep ^GRUB_CMDLINE_LINUX_DEFAULT /etc/default/grub").stdout,
+        "probe": f"gpuserve_lab_probe={secrets.token_hex(4)}",
+        "qemu_pid": lab.state.pid,
     }
+    lab.ssh("sed -i 's/^GRUB_CMDLINE_LINUX_DEFAULT=\"\\(.*\\)\"/"
+            f"GRUB_CMDLINE_LINUX_DEFAULT=\"\\1 {before['probe']}\"/' /etc/default/grub",
+            check=True)
     rc, out = host_deploy(lab)
     return before, rc, out
 
@@ -64,7 +76,9 @@ def test_bare_host_provisioned_with_grub_change_and_reboot(lab, provisioned):
     assert before["groups"] == "0" and "intel_iommu=off" in before["grub"]
     assert lab.boot_id() != before["boot_id"], "allow_reboot is set: the deploy must reboot"
     grub = lab.ssh("grep ^GRUB_CMDLINE_LINUX_DEFAULT /etc/default/grub").stdout
-    assert grub.strip() == 'GRUB_CMDLINE_LINUX_DEFAULT="intel_iommu=on iommu=pt"'
+    # the deploy's value replaced at its place, the unrelated probe kept at its own
+    assert grub.strip() == (f'GRUB_CMDLINE_LINUX_DEFAULT="intel_iommu=on {before["probe"]} '
+                            'iommu=pt"')
     cmdline = lab.ssh("cat /proc/cmdline").stdout.split()
     assert "intel_iommu=on" in cmdline and "iommu=pt" in cmdline
     fact = subprocess.run(
@@ -79,6 +93,22 @@ def test_bare_host_provisioned_with_grub_change_and_reboot(lab, provisioned):
                         "nvidia-kernel-open-dkms cuda-toolkit-13-0").stdout
     assert "nvidia-open-580 580.126.20-1" in installed
     assert "cuda-toolkit-13-0 13.0.88-1" in installed
+
+
+def test_cmdline_change_via_update_grub_survives_a_reboot(lab, provisioned):
+    """The lab VM's kernel takes its command line from /etc/default/grub through
+    update-grub and GRUB across a guest reboot (the deploy's), as a real host's does:
+    the probe parameter no deploy knows is on the running kernel's command line, the
+    IOMMU groups appear (intel_iommu=on after the image's intel_iommu=off: the kernel
+    honours the last value), and the reboot kept the QEMU process."""
+    before, rc, out = provisioned
+    assert rc == 0, out[-4000:]
+    r = lab.ssh("cat /proc/cmdline; ls /sys/kernel/iommu_groups | wc -l", check=True)
+    cmdline, groups = r.stdout.splitlines()
+    assert before["probe"] in cmdline.split()
+    assert int(groups) >= 4, "intel_iommu=on after a reboot must give IOMMU groups"
+    assert lab.state.pid == before["qemu_pid"] and pid_alive(before["qemu_pid"]), \
+        "a guest reboot must keep the QEMU process"
 
 
 def test_rerun_reports_no_changes(lab, provisioned):

@@ -3,9 +3,9 @@ ACS, the vIOMMU, a kernel command line changed by update-grub and a reboot), and
 self-tests of test_lab.py that hold for both kinds, run here on the VM.
 
 The first module of the VM tier (see conftest.py). ``lab down``/``up`` and the status
-are the container tier's (test_lab.py); the reboot through GRUB is test_kernel_cmdline.py,
-last in the tier, so the host deploy before it starts from a cold boot with the IOMMU
-off.
+are the container tier's (test_lab.py); the command line changed through update-grub and
+a reboot is test_host_deploy.py's (the host deploy's own reboot, from a cold boot with
+the IOMMU off).
 """
 
 from __future__ import annotations
