@@ -25,6 +25,7 @@ from gpuserve import safeload
 from gpuserve import versions as pep440
 from gpuserve.errors import GpuserveError, InputError
 from gpuserve.fleet.multinode import Member
+from gpuserve.table import table
 from gpuserve.terminal import escaped_key, non_ascii_note, printable
 
 DEPLOYS = ("serve", "host", "router", "hypervisor", "monitor")
@@ -727,16 +728,14 @@ def format_results(results: list[Result], deploys: tuple[str, ...]) -> str:
     """One line per host and deploy, warnings indented under it, then what was not
     checked (so a green run is never mistaken for a checked host)."""
     # every value escaped here: a line break in a host name must not forge a report line
-    width = max(len(printable(r.host)) for r in results)
-    kind = max(5, *(len(r.deploy) for r in results))  # serve, host, router, monitor, ...
-    lines = []
+    rows = []
     for r in results:
-        status = "ok" if r.ok else "FAIL"
-        lines.append(f"{printable(r.host):<{width}}  {r.deploy:<{kind}}  {status:<4}  "
-                     f"{printable((r.summary if r.ok else r.error) or '')}")
-        lines += [f"{'':<{width}}  {'':<{kind}}  warn  {printable(w)}" for w in r.warnings]
+        rows.append([printable(r.host), r.deploy, "ok" if r.ok else "FAIL",
+                     printable((r.summary if r.ok else r.error) or "")])
+        rows += [["", "", "warn", printable(w)] for w in r.warnings]
         if r.proven:
-            lines.append(f"{'':<{width}}  {'':<{kind}}  how   {printable(r.proven)}")
+            rows.append(["", "", "how", printable(r.proven)])
+    lines = table(rows, rule=False, free_last=True)
     failed = sum(not r.ok for r in results)
     hosts = len({r.host for r in results})
     lines.append(f"# {_count(hosts, 'host')}, {_count(len(results), 'check')}, "

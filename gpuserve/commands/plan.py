@@ -581,9 +581,10 @@ def _print_plan(plan: Any, arch: Any) -> None:
     )
     source = getattr(plan, "weights_from", "model record")
     print("weights per GPU" + (" (from checkpoint):" if source.startswith("checkpoint") else ":"))
-    for w in plan.weights:
-        print(f"  {w['part'].ljust(28)} {w['gib']:9.2f} GiB  {w['how']}")
-    print(f"  {'total'.ljust(28)} {plan.weights_gib:9.2f} GiB")
+    parts = [(w["part"], f"{w['gib']:.2f} GiB", w["how"]) for w in plan.weights]
+    for line in fixed_width([*parts, ("total", f"{plan.weights_gib:.2f} GiB", "")], rule=False,
+                            right={1}, free_last=True, indent="  "):
+        print(line.rstrip())
     _table(
         [
             ("free after weights (GiB)", plan.avail_after_weights_gib),
