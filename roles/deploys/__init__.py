@@ -9,20 +9,15 @@ under the roles' own names.
     serve_sglang()
 """
 
-import importlib
+from gpuserve.roles.deploys.host import provision_gpu_host
+from gpuserve.roles.deploys.hypervisor import proxmox_hypervisor
+from gpuserve.roles.deploys.monitor import monitor_fleet
+from gpuserve.roles.deploys.operate import serve_launch, service_journal
+from gpuserve.roles.deploys.remove import remove_gpuserve
+from gpuserve.roles.deploys.router import sglang_gateway
+from gpuserve.roles.deploys.serve import serve_sglang
+from gpuserve.roles.deploys.tune import tune_snapshot
 
-#: Each deploy by the module that defines it, imported when the deploy is first asked
-#: for: a pyinfra run of one deploy file imports that deploy's roles, not all nine.
-_MODULES = {"monitor_fleet": "monitor", "provision_gpu_host": "host",
-            "proxmox_hypervisor": "hypervisor", "remove_gpuserve": "remove",
-            "serve_launch": "operate", "serve_sglang": "serve", "service_journal": "operate",
-            "sglang_gateway": "router", "tune_snapshot": "tune"}
-
-__all__ = sorted(_MODULES)
-
-
-def __getattr__(name: str):
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__all__ = ["monitor_fleet", "provision_gpu_host", "proxmox_hypervisor", "remove_gpuserve",
+           "serve_launch", "serve_sglang", "service_journal", "sglang_gateway",
+           "tune_snapshot"]
