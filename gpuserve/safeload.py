@@ -66,6 +66,18 @@ def not_regular(mode: int) -> str | None:
     return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
+def file_version(path: str | Path) -> tuple[int, int, int] | None:
+    """``(mtime_ns, size, inode)`` of ``path`` (symlinks followed), None when it cannot be
+    stat'ed: the key under which a reader may keep what it parsed from one version of a
+    file for the rest of the process (a tune reads the same profiles and model record for
+    every candidate); the read itself still goes through this module's doors."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
 def regular_file(path: str | Path, field: str | None = None,
                  max_bytes: int | None = None) -> Path:
     """``path`` when it names a regular file (symlinks followed) of at most ``max_bytes``,

@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import ipaddress
 import math
-import os
 import re
 import types
 import typing
@@ -379,17 +378,16 @@ def read_with_origins(path: Path) -> tuple[dict[str, Any], dict[str, Origin]]:
     """A profile file's values and each one's origin, composed once per version of the
     file (its stat) in a process: a tune reads the same profiles for every candidate.
     The caller gets its own copy to change."""
-    try:
-        st = os.stat(path)
-    except OSError:
+    version = safeload.file_version(path)
+    if version is None:
         return _read_with_origins(path)  # the reader's own error names the file
-    data, locs = _read_once(Path(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    data, locs = _read_once(Path(path), version)
     return copy.deepcopy(data), dict(locs)
 
 
 @functools.lru_cache(maxsize=64)
-def _read_once(path: Path, _mtime_ns: int, _size: int,
-               _ino: int) -> tuple[dict[str, Any], dict[str, Origin]]:
+def _read_once(path: Path, _version: tuple[int, int, int]
+               ) -> tuple[dict[str, Any], dict[str, Origin]]:
     return _read_with_origins(path)
 
 

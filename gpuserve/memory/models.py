@@ -401,13 +401,12 @@ def load_record(name: str) -> ModelArch:
             raise InputError(
                 "--model", "model", f"no record {name!r}; known: {', '.join(record_names())}"
             )
-    st = path.stat()
-    return _record_file(path, st.st_mtime_ns, st.st_size)
+    return _record_file(path, safeload.file_version(path))
 
 
 @lru_cache(maxsize=64)
-def _record_file(path: Path, _mtime_ns: int, _size: int) -> ModelArch:
-    """One record file read and checked once per version of it (the key's stat): a
+def _record_file(path: Path, _version: tuple[int, int, int] | None) -> ModelArch:
+    """One record file read and checked once per version of it (safeload.file_version): a
     tune plans every candidate and the judge each twice, each from the record; the
     result is frozen, so one copy serves them all."""
     data = safeload.load_yaml_file(path)
