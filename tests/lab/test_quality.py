@@ -5,7 +5,8 @@ One module, one host: the inventory profile serves and records the checkpoint's 
 reference; a switch to a profile whose launch is healthy but broken (NaN logprobs) fails
 its quality check, rolls back and names the metric; a switch to an FP8-KV-like launch
 passes and records its KLD; the good profile is served again at the end. Then a tune
-whose fastest launch is broken refuses it for quality and picks the fastest that passes.
+whose fastest launch is broken refuses it for quality and picks among those that pass
+what it measured fastest (or keeps the incumbent where its noise cannot tell).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from labhelpers import clean, healthy, host_provisioned, served_profile, tune
+from tunejudge import judge_reported
 
 pytestmark = pytest.mark.lab
 
@@ -90,9 +92,12 @@ def test_a_tune_refuses_its_fastest_launch_for_quality(lab, reference, tmp_path)
     assert rc == 0, out[-6000:]
     [row] = [ln for ln in out.splitlines() if ln.startswith("memory.cuda_graph_max_bs=128")]
     assert "refused: quality" in row and "non_finite_logprobs" in row, out[-6000:]
-    # picked, unless this machine's own run-to-run noise hides the gain over 512
-    assert re.search(r"best single_stream: [\d.,]+ tok/s: memory\.cuda_graph_max_bs=256",
-                     out) or re.search(r"no significant gain: memory\.cuda_graph_max_bs=256",
-                                       out), out[-6000:]
+    # the broken launch never picked; of those that passed, the pick the tune must take
+    # given what it measured (on the surface 256 is +5 % over 512, which a loaded
+    # machine's noise may hide or reverse: never a fixed winner, tunejudge.py)
+    docs = [json.loads(p.read_text())
+            for p in (tmp_path / "lab-gpu/tune-lab-quality").glob("*.json")]
+    pick = judge_reported(out, docs, "single_stream")
+    assert pick["choice"].get("memory.cuda_graph_max_bs") in (None, "256"), pick["choice"]
     assert not re.search(r"best single_stream: .*memory\.cuda_graph_max_bs=128", out)
     assert served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab)

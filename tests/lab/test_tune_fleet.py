@@ -95,10 +95,11 @@ def test_two_hosts_tune_side_by_side(lab, fleet_tunes) -> None:
     (a, b), whole = spans, max(s[-1] for s in spans) - min(s[0] for s in spans)
     both = min(a[-1], b[-1]) - max(a[0], b[0])
     assert both >= 0.5 * whole, spans  # one after the other: about 0
-    # a pick, or the incumbent kept: the surface's graph sizes lie within 1 % of each
-    # other at one stream, which the machine's own noise may hide
-    assert re.search(r"best single_stream: [\d.,]+ tok/s: (memory\.cuda_graph_max_bs=|"
-                     r"incumbent .*no significant gain)", out2), out2[-3000:]
+    # a pick or the incumbent: the surface's graph sizes lie within 1 % of each other at
+    # one stream, which the machine's own noise may hide or reverse (what a tune must
+    # decide from its measurements is test_tune.py's)
+    assert re.search(r"^best single_stream: [\d.,]+ tok/s: (memory\.cuda_graph_max_bs=\d+|"
+                     r"incumbent) \(", out2, re.M), out2[-3000:]
     # every host left on its inventory profile; the first checked live
     assert out2.count("tune: leaving the host on the inventory's profile") == 2
     assert served_profile(lab) == "glm5-nvfp4-tp8" and healthy(lab)
