@@ -24,6 +24,7 @@ otherwise shown for failing tests).
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -40,6 +41,7 @@ import testinfra.host
 
 from lab.sshutil import ssh_argv
 from lab.state import InstanceState, instance_dir, read_state
+from tests.fork_server import ForkServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = REPO_ROOT / "inventory" / "lab.py"
@@ -73,11 +75,28 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda it: order.get(Path(str(it.path)).name, 1))
 
 
+_FORKS: ForkServer | None = None
+
+
+def _pyinfra_forks() -> ForkServer:
+    """This test process's pyinfra fork server (tests/fork_server.py), started on first
+    use and closed when the process exits."""
+    global _FORKS
+    if _FORKS is None:
+        _FORKS = ForkServer()
+        atexit.register(_FORKS.close)
+    return _FORKS
+
+
 def _run_echo(argv: list[str], env: dict, timeout: float | None,
               cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
-    """Run, echo each output line as it comes, return stdout+stderr interleaved."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace")
+    """Run, echo each output line as it comes, return stdout+stderr interleaved. The
+    venv's pyinfra runs forked from a pre-imported helper (tests/fork_server.py)."""
+    if argv[0] == str(VENV_BIN / "pyinfra"):
+        proc = _pyinfra_forks().start(argv[1:], cwd, env)
+    else:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
     assert proc.stdout is not None
     lines = []
     watchdog = threading.Timer(timeout, proc.kill) if timeout else None
