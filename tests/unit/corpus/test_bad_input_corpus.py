@@ -20,6 +20,7 @@ import resource
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,12 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 CASES_DIR = REPO / "tests" / "fixtures" / "corpus"
-#: a hang ends here; generous, since the unit tier runs niced beside the lab tiers on two
-#: cores, where one CLI start has taken over 20 s
-TIMEOUT_S = 60
+#: a case's own CPU seconds at most (the slowest take about 15 on an idle machine): a bound
+#: the machine's load cannot flip, since the unit tier runs niced beside the lab tiers
+CPU_LIMIT_S = 60
+#: a hang that spends no CPU (a blocked read) ends here; wall time, far beyond what the
+#: slowest case took niced beside four busy loops (about 15 CPU s at a twentieth of a core)
+TIMEOUT_S = 900
 MEMORY_BYTES = 1024 * 1024 * 1024  # 1 GiB of address space: a billion laughs would need more
 
 
@@ -48,6 +52,17 @@ CASES = load_cases()
 
 def _limit_memory() -> None:  # runs in the child between fork and exec
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+
+
+def _limit_memory_and_cpu() -> None:  # a process per case: the CPU bound as an rlimit
+    _limit_memory()
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The process's CPU seconds so far (user + system, /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def expand(text: str, tmp: Path) -> str:
@@ -162,7 +177,8 @@ def run_case(case: dict[str, Any], tmp: Path, worker: Worker | None = None
     if worker is not None:
         return worker.run({**message, "cwd": str(tmp)})
     proc = subprocess.run(argv, cwd=tmp, env=_env(), capture_output=True, text=True,
-                          errors="replace", timeout=TIMEOUT_S, preexec_fn=_limit_memory,
+                          errors="replace", timeout=TIMEOUT_S,
+                          preexec_fn=_limit_memory_and_cpu,
                           check=False)
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -173,11 +189,13 @@ def _env() -> dict[str, str]:
 
 class Worker:
     """tests/unit/corpus/case_worker.py: cases one after another in one child process
-    (its address space limited as each case's was), each within :data:`TIMEOUT_S`; a
-    case that passes it kills the child (the next case starts another) and fails."""
+    (its address space limited as each case's was), each within :data:`CPU_LIMIT_S` of
+    the child's CPU and :data:`TIMEOUT_S` of wall time; a case that passes either kills
+    the child (the next case starts another) and fails."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
+        self.bound: float = TIMEOUT_S
 
     def _start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
@@ -191,16 +209,29 @@ class Worker:
         proc = self._start()
         proc.stdin.write(json.dumps(message) + "\n")
         proc.stdin.flush()
-        ready, _, _ = select.select([proc.stdout], [], [], TIMEOUT_S)
-        line = proc.stdout.readline() if ready else ""
+        line = self._answer(proc)
         if not line:
             died = proc.poll()
             self.close()
             if died is not None:  # killed (the memory limit, a signal): as a process would
                 return died, f"the case worker exited with {died}"
-            raise subprocess.TimeoutExpired(message.get("argv") or "plan_case", TIMEOUT_S)
+            raise subprocess.TimeoutExpired(message.get("argv") or "plan_case", self.bound)
         answer = json.loads(line)
         return answer["code"], answer["output"]
+
+    def _answer(self, proc: subprocess.Popen) -> str:
+        """The case's answer line; "" once the child exits or passes a bound (which one:
+        ``self.bound``, in seconds)."""
+        spent = _cpu_seconds(proc.pid)
+        deadline = time.monotonic() + TIMEOUT_S
+        self.bound = TIMEOUT_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            if select.select([proc.stdout], [], [], 1.0)[0]:
+                return proc.stdout.readline()
+            if _cpu_seconds(proc.pid) - spent > CPU_LIMIT_S:
+                self.bound = CPU_LIMIT_S
+                break
+        return ""
 
     def close(self) -> None:
         if self.proc is not None:

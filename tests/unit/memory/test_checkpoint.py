@@ -30,6 +30,7 @@ from gpuserve.memory.checkpoint import (
 from gpuserve.memory.models import MODELS_DIR, load_record
 from gpuserve.memory.planner import GIB, Layout, PlanRequest, predict, weights_per_gpu
 from gpuserve.paths import SCRIPTS_DIR
+from tests import bounded
 from tests.checkpoints import compose_record, compose_tool, scan_once
 
 REPO = Path(__file__).resolve().parents[3]
@@ -316,8 +317,7 @@ def run_fact(directory: Path, cache: Path, script_edit: str = "") -> dict:
     if script_edit:  # the controller hashes the script it sends: a new script, a new salt
         salt = re.search(r"--salt (\w+)", cmd).group(1)
         cmd = cmd.replace(salt, f"{script_edit}{salt}")
-    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=True,
-                         timeout=60).stdout
+    out = bounded.run(["sh", "-c", cmd], capture_output=True, text=True, check=True).stdout
     return json.loads(out)
 
 

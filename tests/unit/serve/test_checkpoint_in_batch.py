@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from gpuserve.paths import SCRIPTS_DIR
 from gpuserve.plans.serve import read_input
 from gpuserve.roles.base.managed import PathState
 from gpuserve.roles.base.prefetch import Read, _command_text, batch_script, split_output
+from tests import bounded
 from tests.checkpoints import compose_record
 
 REPO = Path(__file__).resolve().parents[3]
@@ -65,8 +65,7 @@ def test_scan_in_a_batch_gives_the_facts_own_output(tmp_path) -> None:
             return super().command(path).replace(CHECKPOINT_SCAN_CACHE, str(tmp_path / "c"))
 
     def sh(script: str) -> list[str]:
-        return subprocess.run(["sh", "-c", script], capture_output=True, text=True,
-                              timeout=60).stdout.splitlines()
+        return bounded.run(["sh", "-c", script], capture_output=True, text=True).stdout.splitlines()
 
     alone = json.loads("\n".join(sh(_command_text(Scan().command(str(ckpt))))))
     reads = [Read.of(PathState, path=str(tmp_path)), Read.of(Scan, path=str(ckpt)),
@@ -92,8 +91,7 @@ def scan_runner(directory: Path, tmp_path: Path):
 
     def sh(no_python: bool = False) -> str:
         script = (f"PATH={stub}:$PATH\n" if no_python else "") + command
-        return subprocess.run(["sh", "-c", script], capture_output=True, text=True,
-                              timeout=60).stdout
+        return bounded.run(["sh", "-c", script], capture_output=True, text=True).stdout
     return sh
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from gpuserve.errors import InputError
 from gpuserve.facts.host import ModelCheckpoint
 from gpuserve.launch.lock_choice import HostRuntime, PreflightError
+from tests import bounded
 from tests.checkpoints import compose_record_once
 from tests.serve_plans import plan_of
 
@@ -44,8 +44,8 @@ def scan_on_host(directory: Path):
     def checkpoint(path: str) -> str:
         calls.append(path)
         cmd = ModelCheckpoint().command(str(directory))
-        return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True,
-                              check=True, timeout=60).stdout
+        return bounded.run(["sh", "-c", cmd], capture_output=True, text=True,
+                              check=True).stdout
     return checkpoint, calls
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from gpuserve.measure.starts import (
 )
 from gpuserve.memory.checkpoint import parse_scan
 from gpuserve.memory.startup_log import read_log
+from tests import bounded
 from tests.checkpoints import compose_record_once
 from tests.serve_plans import plan_of
 from tests.unit.serve.test_serve_preflight import assert_readable
@@ -56,8 +56,7 @@ def glm5_dir(tmp_path_factory) -> Path:
 def scan(glm5_dir):
     """What host.get_fact(ModelCheckpoint, path=...) returns, run in a local shell."""
     cmd = ModelCheckpoint().command(str(glm5_dir))
-    text = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=True,
-                          timeout=60).stdout
+    text = bounded.run(["sh", "-c", cmd], capture_output=True, text=True, check=True).stdout
     return lambda path: text
 
 
