@@ -162,7 +162,7 @@ def loopback_script(device: dict, seconds: int, tcp_port: int = 18515) -> str:
 
 def loopback_result(device: dict, output: str) -> dict[str, Any]:
     """The figures of :func:`loopback_script`'s output, or the tool's own error text."""
-    from gpuserve.parsers.rdma import parse_perftest_bw, parse_perftest_lat
+    from gpuserve.parsers.rdma import latency_fields, parse_perftest_bw, parse_perftest_lat
     from gpuserve.parsers.sections import split_sections
 
     sections = split_sections(output)
@@ -175,7 +175,7 @@ def loopback_result(device: dict, output: str) -> dict[str, Any]:
         result["error"] = f"{exc}: {' | '.join(tail)}"
         return result
     result.update(write_bw_gbps=round(bw.average_gbps, 3), write_bw_size=bw.size_bytes,
-                  write_lat_us=lat.t_avg, write_lat_p99_us=lat.p99)
+                  **latency_fields(lat))
     return result
 
 
@@ -183,5 +183,7 @@ def figures(result: dict) -> str:
     """One measurement's figures for the deploy's log (its error when the tools failed)."""
     if "error" in result:
         return f"error: {result['error']}"
+    if result.get("write_lat_us") is None:
+        return f"write {result['write_bw_gbps']} Gb/s, latency: {result.get('write_lat_note')}"
     return (f"write {result['write_bw_gbps']} Gb/s, latency {result['write_lat_us']} us "
             f"(p99 {result['write_lat_p99_us']})")

@@ -179,7 +179,7 @@ def pair_results(pair: Pair, ports: list[tuple[dict, dict]], output: str,
                  ) -> list[dict[str, Any]]:
     """One entry per matched port: the pair, both devices, the figures (or the tool's
     own error text) and the link rate they are judged against."""
-    from gpuserve.parsers.rdma import parse_perftest_bw, parse_perftest_lat
+    from gpuserve.parsers.rdma import latency_fields, parse_perftest_bw, parse_perftest_lat
     from gpuserve.parsers.sections import split_sections
 
     sections = split_sections(output)
@@ -199,7 +199,7 @@ def pair_results(pair: Pair, ports: list[tuple[dict, dict]], output: str,
             entry["error"] = f"{exc}: {' | '.join(tail)}"
         else:
             entry.update(write_bw_gbps=round(bw.average_gbps, 3), write_bw_size=bw.size_bytes,
-                         write_lat_us=lat.t_avg, write_lat_p99_us=lat.p99)
+                         **latency_fields(lat))
         results.append(entry)
     return results
 

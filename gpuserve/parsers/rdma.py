@@ -8,6 +8,7 @@ than the GPUs. Formats and sources: docs/disaggregation.md ("RDMA on the host").
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -195,7 +196,10 @@ class PerftestLat:
 
 
 _BW_HEAD_RE = re.compile(r"BW average\[(Gb/sec|MB/sec)\]")
-_ROW_RE = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+(?:\s+[\d.]+)+)\s*$")
+# a value is a number, or what perftest prints when its cycles-to-microseconds clock
+# failed to calibrate (a VM's or a loaded host's clock): inf, -nan
+_VALUE = r"(?:[\d.]+|-?inf|-?nan)"
+_ROW_RE = re.compile(rf"^\s*(\d+)\s+(\d+)\s+({_VALUE}(?:\s+{_VALUE})+)\s*$")
 
 
 def _header(lines: list[str], key: str) -> str | None:
@@ -229,7 +233,9 @@ def parse_perftest_bw(text: str | Iterable[str]) -> PerftestBw:
 
 
 def parse_perftest_lat(text: str | Iterable[str]) -> PerftestLat:
-    """The last result row of ``ib_write_lat`` (or read/send)."""
+    """The last result row of ``ib_write_lat`` (or read/send); a value perftest printed
+    as ``inf`` or ``-nan`` (its clock not calibrated) is not finite: see
+    :func:`latency_fields`."""
     lines = as_lines(text)
     if not any("t_avg[usec]" in line for line in lines):
         raise ParseError("no perftest latency header (t_avg[usec])")
@@ -239,3 +245,18 @@ def parse_perftest_lat(text: str | Iterable[str]) -> PerftestLat:
     size, iters, v = rows[-1]
     return PerftestLat(_header(lines, "Device"), size, iters, v[0], v[1], v[2], v[3],
                        v[5] if len(v) > 5 else None)
+
+
+#: why a latency row has no figure (:func:`latency_fields`)
+UNCALIBRATED = ("perftest printed inf: its CPU clock did not calibrate (a VM's or a "
+                "loaded host's), so the row has no latency; the bandwidth stands")
+
+
+def latency_fields(lat: PerftestLat) -> dict:
+    """A latency row as a record's fields: ``write_lat_us`` and ``write_lat_p99_us``, or,
+    where perftest printed no finite average, both None and ``write_lat_note`` saying
+    why (JSON has no inf)."""
+    if not math.isfinite(lat.t_avg):
+        return {"write_lat_us": None, "write_lat_p99_us": None, "write_lat_note": UNCALIBRATED}
+    p99 = lat.p99 if lat.p99 is not None and math.isfinite(lat.p99) else None
+    return {"write_lat_us": lat.t_avg, "write_lat_p99_us": p99}

@@ -7,7 +7,7 @@ Each kind is booted once per test session, on first use: `make test` runs the tw
 kinds in two pytest processes side by side (`-m "lab and vm"`, `-m "lab and not vm"`).
 
     def test_something(lab):
-        lab.run_pyinfra("deploy/host.py")            # the real CLI, output captured
+        lab.run_pyinfra("deploy/host.py")  # the real CLI (tests/fork_server.py), output captured
         assert lab.ssh("systemctl is-active x").stdout.strip() == "active"
         host = lab.testinfra_host()                  # testinfra over paramiko, pinned key
         assert host.file("/etc/x").exists

@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+from gpuserve.parsers.rdma import UNCALIBRATED
+
 pytestmark = [pytest.mark.lab, pytest.mark.vm]  # rdma_rxe: a kernel module
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -57,6 +59,8 @@ def test_soft_roce_found_recorded_and_measured_by_the_host_deploy(lab):
     # ib_write_bw prints Gb/s with two decimals: under QEMU TCG on a loaded machine the
     # loopback can print 0.00, so the bandwidth is asserted measured, not above a floor
     assert isinstance(port["write_bw_gbps"], float) and port["write_bw_gbps"] >= 0
-    assert port["write_lat_us"] > 0
+    # a latency, or none where perftest's clock did not calibrate (it printed inf: under
+    # TCG on a loaded machine), said in the record: the decision, given what it printed
+    assert (port["write_lat_us"] or 0) > 0 or port["write_lat_note"] == UNCALIBRATED, port
     assert "RDMA loopback rxe0/1: write" in out
     print(f"lab: soft-RoCE loopback {port}")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from gpuserve.parsers.common import ParseError
 from gpuserve.parsers.rdma import (
+    UNCALIBRATED,
+    latency_fields,
     parse_ibv_devinfo,
     parse_perftest_bw,
     parse_perftest_lat,
@@ -139,3 +142,13 @@ def test_soft_roce_perftest_rows_with_tabs():
         "rxe0", "Ethernet", 672, 0.12, "Gb/sec")
     lat = parse_perftest_lat(fixture("ib_write_lat_rxe0_lab_vm.txt"))
     assert (lat.t_min, lat.t_avg, lat.p99) == (31.76, 53.43, 508.54)
+
+
+def test_uncalibrated_clock_row_parses_as_not_finite():
+    lat = parse_perftest_lat(fixture("ib_write_lat_rxe0_lab_vm_inf.txt"))
+    assert (lat.size_bytes, lat.iterations) == (2, 1000)
+    assert math.isinf(lat.t_avg) and math.isinf(lat.p99)
+    assert latency_fields(lat) == {"write_lat_us": None, "write_lat_p99_us": None,
+                                   "write_lat_note": UNCALIBRATED}
+    good = parse_perftest_lat(fixture("ib_write_lat_rxe0_lab_vm.txt"))
+    assert latency_fields(good) == {"write_lat_us": 53.43, "write_lat_p99_us": 508.54}
