@@ -75,11 +75,16 @@ def test_a_job_reports_its_status_and_a_lost_one_is_told_apart(tmp_path) -> None
         return JobStatus().process(out.splitlines())
 
     ok = str(tmp_path / "ok")
-    start = start_command(ok, "echo step one; sleep 1; echo step two; exit 3")
+    release = tmp_path / "release"  # the job runs on until the test lets it go: a
+    # status taken before that is a running job's, however slow the machine
+    start = start_command(ok, f"echo step one; while [ ! -e {release} ]; do sleep 0.05; "
+                              "done; echo step two; exit 3")
     subprocess.run(str(start), shell=True, check=True, timeout=30)
     assert status(ok).rc is None
-    time.sleep(2)
-    done = status(ok)
+    release.touch()
+    deadline = time.monotonic() + 120
+    while (done := status(ok)).rc is None and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert done.rc == 3 and done.selected == ["step one", "step two"]
     lost = tmp_path / "lost"
     lost.mkdir()
