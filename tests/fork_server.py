@@ -11,6 +11,12 @@ and stderr go, interleaved, to a socket the test reads line by line as it comes:
 ``subprocess.Popen(..., stdout=PIPE, stderr=STDOUT)`` gave, minus some 1.5 s of imports
 a run. Every run starts from the helper's pristine state (nothing one run loads is seen
 by the next), and the helper leaves when the test process does.
+
+Other processes reach the same helper through its launcher (:attr:`ForkServer.launcher`,
+an executable named ``pyinfra``): `gpuserve tune --pyinfra LAUNCHER` starts one per
+candidate deploy, a stdlib-only interpreter (``-S``) that hands the helper its own
+stdout and stderr, working directory and environment, forwards the signals it gets and
+exits with the CLI's status, as the console script would.
 """
 
 from __future__ import annotations
@@ -66,7 +72,8 @@ class ForkedRun:
 
 
 class ForkServer:
-    """The helper process of one test process, started on first use."""
+    """The helper process of one test process, started on first use; ``launcher``: the
+    executable other processes run in place of the venv's ``pyinfra``."""
 
     def __init__(self) -> None:
         self._dir = tempfile.mkdtemp(prefix="gpuserve-forks-")
@@ -79,6 +86,12 @@ class ForkServer:
                 raise RuntimeError(f"the pyinfra fork server did not start "
                                    f"(exit {self._proc.poll()})")
             time.sleep(0.05)
+        self.launcher = os.path.join(self._dir, "pyinfra")
+        with open(self.launcher, "w") as fh:
+            fh.write(f"#!{sys.executable} -S\n"
+                     f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+                     f"import fork_server\nfork_server.client({self.path!r}, sys.argv[1:])\n")
+        os.chmod(self.launcher, 0o755)
 
     def start(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> ForkedRun:
         """``pyinfra *argv`` in ``cwd`` with ``env``, started."""
@@ -90,20 +103,45 @@ class ForkServer:
             self._proc.wait(timeout=10)
         with contextlib.suppress(OSError):
             os.unlink(self.path)
+            os.unlink(self.launcher)
             os.rmdir(self._dir)
 
 
-def _runner(conn: socket.socket, request: dict, out: int) -> None:
-    """A forked runner: fork the CLI, report its pid, wait, report its status; never
-    returns."""
+def client(server: str, argv: list[str]) -> None:
+    """The launcher's side: ``pyinfra *argv`` forked by the helper at ``server`` with
+    this process's stdout, stderr, working directory and environment; exits as it did
+    (a signal's death as ``128 + N``, as a shell reports it)."""
+    control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    control.connect(server)
+    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
+    socket.send_fds(control, [json.dumps(request).encode()], [1, 2])
+    pid = int(json.loads(control.recv(4096))["pid"])
+
+    def forward(signum: int, _frame) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
+    answer = control.recv(4096)
+    code = (os.waitstatus_to_exitcode(int(json.loads(answer)["status"])) if answer
+            else -signal.SIGKILL)
+    sys.exit(code if code >= 0 else 128 - code)
+
+
+def _runner(conn: socket.socket, request: dict, out: int, err: int) -> None:
+    """A forked runner: fork the CLI (stdout to ``out``, stderr to ``err``), report its
+    pid, wait, report its status; never returns."""
     import cli_fork
 
     try:
         pid = os.fork()
         if pid == 0:
             conn.close()
-            cli_fork._child(request["argv"], Path(request["cwd"]), request["env"], out, out)
+            cli_fork._child(request["argv"], Path(request["cwd"]), request["env"], out, err)
         os.close(out)
+        if err != out:
+            os.close(err)
         conn.sendall(json.dumps({"pid": pid}).encode())
         delay = 0.001
         while not (done := os.waitpid(pid, os.WNOHANG))[0]:
@@ -140,13 +178,15 @@ def serve(path: str) -> None:
             continue
         with conn:
             conn.settimeout(None)
-            message, fds, _, _ = socket.recv_fds(conn, REQUEST_BYTES, 1)
+            # one descriptor (stdout and stderr interleaved) or two
+            message, fds, _, _ = socket.recv_fds(conn, REQUEST_BYTES, 2)
             if not fds:
                 continue
             if os.fork() == 0:
                 listener.close()
-                _runner(conn, json.loads(message), fds[0])
-            os.close(fds[0])
+                _runner(conn, json.loads(message), fds[0], fds[-1])
+            for fd in fds:
+                os.close(fd)
 
 
 if __name__ == "__main__":

@@ -178,6 +178,12 @@ class Lab:
                                  + r.stdout[-6000:])
         return r
 
+    def pyinfra_launcher(self) -> str:
+        """An executable that runs the venv's pyinfra CLI forked from this test process's
+        helper (tests/fork_server.py), for commands that start pyinfra themselves
+        (`gpuserve tune --pyinfra`)."""
+        return _pyinfra_forks().launcher
+
     def run_tool(self, name: str, *args: str, env: dict | None = None,
                  timeout: float | None = 600) -> subprocess.CompletedProcess:
         """`.venv/bin/<name> <args>` from the repo root, output echoed and captured."""

@@ -175,8 +175,10 @@ def tune(lab, results: Path, surface: str, file: Path, noise: float = 0.0,
                    GPUSERVE_LAB_STANDIN_SURFACE_SEED="1")
     where = ["inventory/lab_pair.py", "--limit", ",".join(limit)] if limit else \
         ["inventory/lab.py"]
+    # each candidate's serve deploy is the real pyinfra CLI, forked (lab.pyinfra_launcher)
     r = lab.run_tool("gpuserve", "tune", where[0], str(file), "--results", str(results),
                      "--data", f"sglang_extra_env={json.dumps(env)}", *where[1:],
+                     "--pyinfra", lab.pyinfra_launcher(),
                      timeout=1500)
     return r.returncode, clean(r.stdout)
 
