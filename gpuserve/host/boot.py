@@ -191,3 +191,20 @@ def boot_loader_config(boot_loader: str | None) -> tuple[str, str]:
     if boot_loader == "systemd-boot":
         return "/etc/kernel/cmdline", "proxmox-boot-tool refresh"
     return "/etc/default/grub", "update-grub"
+
+
+def rebuild_initramfs_holding(module: str, boot: str = "/boot") -> str:
+    """The shell step that rebuilds every initramfs in ``boot`` that holds ``module``, or
+    that ``lsinitramfs`` cannot list (``update-initramfs -u -k VERSION`` each), and no
+    other: blacklisting a module matters at boot only where an initramfs can load it
+    before the root file system's modprobe.d is read; an image without it (MODULES=dep,
+    no plymouth) boots the same rebuilt or not, and the rebuild is the slowest step of a
+    deploy on a small host. ``lsinitramfs`` (initramfs-tools-core) lists every
+    compression and early-microcode layout update-initramfs writes."""
+    name = re.escape(module)
+    images = f"{shlex.quote(boot.rstrip('/'))}/initrd.img-"
+    return (f"held=; for img in {images}*; do [ -e \"$img\" ] || continue; "
+            "if ! listing=$(lsinitramfs \"$img\" 2>/dev/null) || printf '%s\\n' \"$listing\" "
+            f"| grep -Eq '/{name}\\.ko(\\.[a-z]+)?$'; then held=1; "
+            f"update-initramfs -u -k \"${{img#{images}}}\" || exit 1; fi; done; "
+            f"[ -n \"$held\" ] || echo 'no initramfs holds {module}: none rebuilt'")

@@ -26,8 +26,8 @@ from pyinfra.facts.server import Arch, Command, KernelVersion, LinuxDistribution
 from pyinfra.operations import apt, files, server
 
 from gpuserve.errors import InputError
+from gpuserve.host import boot, driver, fabric, keyring, passthrough
 from gpuserve.host import defaults as host_defaults
-from gpuserve.host import driver, fabric, keyring, passthrough
 from gpuserve.host.unit_state import LiveUnit
 from gpuserve.paths import TEMPLATES_DIR
 from gpuserve.roles.base import managed, planned
@@ -291,7 +291,8 @@ def _source_configured(repo_url: str) -> bool:
 
 
 def configure(persistence: bool) -> bool | None:
-    """nouveau off (initramfs rebuilt when the blacklist changes), persistence mode on.
+    """nouveau off (each initramfs that holds nouveau rebuilt when the blacklist
+    changes), persistence mode on.
     Returns whether the persistenced drop-in changes (None: persistence off)."""
     blacklist = managed.put(
         name="Blacklist nouveau",
@@ -299,10 +300,11 @@ def configure(persistence: bool) -> bool | None:
         dest=BLACKLIST, user="root", group="root", mode="644",
     )
     if blacklist is not None:
-        planned.action("update-initramfs -u (the initramfs without nouveau)")
+        planned.action("update-initramfs -u (the initramfs without nouveau) where an "
+                       "initramfs holds nouveau")
         server.shell(
             name="Rebuild the initramfs without nouveau",
-            commands=["update-initramfs -u"],
+            commands=[boot.rebuild_initramfs_holding("nouveau")],
             _if=blacklist.did_change,
         )
     if fact(_host_facts().NouveauLoaded):

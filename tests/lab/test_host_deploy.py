@@ -62,12 +62,28 @@ def provisioned(lab):
         "grub": lab.ssh("grep ^GRUB_CMDLINE_LINUX_DEFAULT /etc/default/grub").stdout,
         "probe": f"gpuserve_lab_probe={secrets.token_hex(4)}",
         "qemu_pid": lab.state.pid,
+        # does the running kernel's initramfs hold nouveau, and when was it written
+        "initramfs": lab.ssh(INITRAMFS, check=True).stdout.split(),
     }
     lab.ssh("sed -i 's/^GRUB_CMDLINE_LINUX_DEFAULT=\"\\(.*\\)\"/"
             f"GRUB_CMDLINE_LINUX_DEFAULT=\"\\1 {before['probe']}\"/' /etc/default/grub",
             check=True)
     rc, out = host_deploy(lab)
     return before, rc, out
+
+
+INITRAMFS = ("img=/boot/initrd.img-$(uname -r); lsinitramfs $img | grep -c '/nouveau\\.ko'; "
+             "stat -c %Y $img")
+
+
+def test_the_initramfs_is_rebuilt_only_where_it_holds_nouveau(lab, provisioned):
+    """The blacklist changes on a bare host; the initramfs is rebuilt if it held
+    nouveau (none on the lab image: MODULES=dep, no GPU of the guest's own), else left."""
+    before, rc, out = provisioned
+    assert rc == 0, out[-4000:]
+    held, written = before["initramfs"]
+    _, written_now = lab.ssh(INITRAMFS, check=True).stdout.split()
+    assert (written_now != written) == (held != "0"), (held, written, written_now)
 
 
 def test_bare_host_provisioned_with_grub_change_and_reboot(lab, provisioned):

@@ -316,3 +316,58 @@ def test_debian13_refuses_r580_and_names_the_branch_it_can_have() -> None:
     assert repository_branch_problem(r["ID"], r["VERSION_ID"], 590) is None
     d12 = recorded_facts("debian12").os_release
     assert repository_branch_problem(d12["ID"], d12["VERSION_ID"], 580) is None
+
+
+def _initramfs_step(tmp_path, images: dict[str, str | None]) -> tuple[int, str, list[str]]:
+    """Run the nouveau rebuild step under /bin/sh over ``images`` (kernel version ->
+    what lsinitramfs lists, None: it cannot list it), lsinitramfs and update-initramfs
+    stubbed on PATH; (exit status, output, the versions rebuilt)."""
+    import subprocess
+
+    boot_dir, bin_dir = tmp_path / "boot dir", tmp_path / "bin"
+    boot_dir.mkdir()
+    bin_dir.mkdir()
+    for version, listing in images.items():
+        (boot_dir / f"initrd.img-{version}").write_text("")
+        if listing is not None:
+            (tmp_path / f"{version}.list").write_text(listing)
+    rebuilt = tmp_path / "rebuilt"
+    (bin_dir / "lsinitramfs").write_text(
+        f'#!/bin/sh\ncat "{tmp_path}/${{1##*initrd.img-}}.list"\n')
+    (bin_dir / "update-initramfs").write_text(
+        f'#!/bin/sh\n[ "$1 $2" = "-u -k" ] && echo "$3" >> "{rebuilt}"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    r = subprocess.run(["/bin/sh", "-c", boot.rebuild_initramfs_holding("nouveau",
+                                                                         str(boot_dir))],
+                       env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True,
+                       text=True, timeout=30)
+    done = rebuilt.read_text().split() if rebuilt.exists() else []
+    return r.returncode, r.stdout + r.stderr, done
+
+
+NOUVEAU_LISTING = ("usr/lib/modules/6.8.0-90-generic/kernel/drivers/gpu/drm/nouveau\n"
+                   "usr/lib/modules/6.8.0-90-generic/kernel/drivers/gpu/drm/nouveau/"
+                   "nouveau.ko.zst\n")
+
+
+def test_only_an_initramfs_holding_nouveau_is_rebuilt(tmp_path):
+    rc, out, rebuilt = _initramfs_step(tmp_path, {
+        "6.8.0-90-generic": NOUVEAU_LISTING,
+        "6.1.0-41-amd64": "usr/lib/modules/6.1.0-41-amd64/kernel/drivers/virtio/virtio.ko\n"})
+    assert rc == 0, out
+    assert rebuilt == ["6.8.0-90-generic"]
+
+
+def test_no_initramfs_with_nouveau_rebuilds_none_and_says_so(tmp_path):
+    # a directory named nouveau without the module, and a module that only starts so
+    rc, out, rebuilt = _initramfs_step(tmp_path, {"6.1.0-41-amd64": (
+        "usr/lib/modules/6.1.0-41-amd64/kernel/drivers/gpu/drm/nouveau\n"
+        "usr/lib/modules/6.1.0-41-amd64/kernel/drivers/gpu/drm/nouveau_extra.ko\n")})
+    assert (rc, rebuilt) == (0, [])
+    assert "no initramfs holds nouveau: none rebuilt" in out
+
+
+def test_an_initramfs_that_cannot_be_listed_is_rebuilt(tmp_path):
+    rc, out, rebuilt = _initramfs_step(tmp_path, {"6.1.0-41-amd64": None})
+    assert (rc, rebuilt) == (0, ["6.1.0-41-amd64"]), out
