@@ -16,15 +16,16 @@ Machine model (QEMU 7.2 docs, docs/system/devices/... and `-device help`):
   (hw/pci-bridge/pcie_root_port.c) makes the guest see real ACS and separate IOMMU
   groups, as on a GPU host where GPUs hang off root ports. One port stays empty.
 - No ``-no-reboot``: a guest ``reboot`` resets the machine inside the same process.
-- ``-smp 2``, though one vCPU costs less: with two the guest's ``rcu_preempt`` thread
-  alone used 60-71 s of CPU in its first 5-6 minutes (8 s with one), and QEMU's CPU fell
-  with one vCPU, one boot each on this 2-core machine under load (2026-12-06, qemu
-  utime+stime): boot to SSH 78 -> 63 s, ``update-initramfs -u -k all`` 119 -> 100 s, the
-  whole probe (boot, forks, Python imports, initramfs, apt) 270 -> 228 s; the VM tier
-  alone 870 CPU s (1,100 in a CI run with two). But the soft-RoCE measurement's
-  ``ib_write_lat`` runs its server and client on the guest, both busy-polling: on one
-  vCPU under a CI run's load its latency rows came out ``inf`` (perftest's CPU-MHz sample
-  failing its fit) and the RDMA test failed, so the lab keeps two. ``mitigations=off``
+- ``-smp 1``: with two vCPUs the guest's ``rcu_preempt`` thread alone used 60-71 s of
+  CPU in its first 5-6 minutes (8 s with one), and QEMU's CPU fell with one vCPU, one
+  boot each on this 2-core machine under load (2026-12-06, qemu utime+stime): boot to
+  SSH 78 -> 63 s, ``update-initramfs -u -k all`` 119 -> 100 s, the whole probe (boot,
+  forks, Python imports, initramfs, apt) 270 -> 228 s; the VM tier alone 916 CPU s
+  against 1,100 with two in a CI run. The soft-RoCE measurement's ``ib_write_lat`` runs
+  its server and client on the guest, both busy-polling: on one vCPU under load its
+  latency rows can come out ``inf`` (perftest's CPU-MHz sample failing its fit); the
+  product records the bandwidth and no latency, saying why (gpuserve/parsers/rdma.py
+  ``UNCALIBRATED``), which is the lab test's assertion then. ``mitigations=off``
   and ``-cpu max,-la57`` saved nothing measurable (the guest reports Meltdown "Not
   affected": no page-table isolation to turn off).
 - ``tb-size``: TCG's translation cache is 512 MiB (QEMU's default is 1 GiB). With the
@@ -69,9 +70,8 @@ class VmSpec:
     qmp_socket: Path
     pidfile: Path
     memory_mib: int = 2048
-    # two vCPUs (module docstring): one costs less CPU, but perftest's loopback pair
-    # then shares it and its latency run fails under load
-    cpus: int = 2
+    # one vCPU (module docstring): two cost ~185 CPU s more a VM tier
+    cpus: int = 1
 
 
 def qemu_argv(spec: VmSpec) -> list[str]:
