@@ -20,7 +20,7 @@ from lab.deps import ensure_deps
 from lab.image import ensure_image
 from lab.models import install_models
 from lab.recipe import DEFAULT_OS, OS_RECIPES
-from lab.sshutil import ssh_argv
+from lab.sshutil import instance_ssh
 from lab.state import instance_name, list_instances, read_state
 
 
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
                 return 1
             cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
-            argv_ = ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts)
+            argv_ = instance_ssh(st)
             os.execvp(argv_[0], [*argv_, *cmd])
     except (RuntimeError, TimeoutError, ValueError, OSError) as exc:
         print(f"lab: error: {exc}", file=sys.stderr)

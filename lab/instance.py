@@ -11,7 +11,7 @@ from pathlib import Path
 from lab import mirror, qemu
 from lab.image import ensure_image
 from lab.keys import ensure_keys, public_key, write_known_hosts
-from lab.sshutil import ssh_ok
+from lab.sshutil import close_mux, ssh_ok
 from lab.state import (
     InstanceState,
     clear_state,
@@ -254,6 +254,7 @@ def down(name: str, timeout: float = 90.0) -> str:
     st = read_state(name)
     if st is None:
         return "not running"
+    close_mux(st)
     if st.kind == "container":
         from lab import container_instance
 

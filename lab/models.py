@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from lab.sshutil import ssh_argv
+from lab.sshutil import instance_ssh
 from lab.state import InstanceState, instance_dir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ def install_models(st: InstanceState, cache_root: Path | None = None) -> str:
     """Compose (cached) and copy the GLM-5 NVFP4 checkpoint to the guest's MODEL_DIR unless
     its stamp already names the same inputs; returns what was done."""
     src, digest, _ = compose_cached(cache_root or instance_dir(st.name))
-    ssh = ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts)
+    ssh = instance_ssh(st)
     stamp = f"{MODEL_DIR}/{STAMP}"
     seen = subprocess.run(
         [*ssh, f"cat {shlex.quote(stamp)} 2>/dev/null || true"],

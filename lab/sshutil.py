@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from pathlib import Path
 
-from lab.state import InstanceState, read_state
+from lab.state import InstanceState, instance_dir, read_state
+
+#: Seconds a shared connection outlives its last command (``ControlPersist``).
+MUX_PERSIST_S = 60
+# A unix socket's path is at most 107 bytes, and ssh first binds the path plus a
+# 17-character random suffix.
+_MUX_PATH_MAX = 80
 
 
 def ssh_argv(port: int, key: Path | str, known_hosts: Path | str,
-             connect_timeout: int = 10) -> list[str]:
-    """OpenSSH options that trust only the pinned host key (never accept-new)."""
+             connect_timeout: int = 10, mux: Path | None = None) -> list[str]:
+    """OpenSSH options that trust only the pinned host key (never accept-new); with
+    ``mux``, commands share one login through that control socket (:func:`mux_path`)."""
+    shared = [] if mux is None else [
+        "-o", "ControlMaster=auto", "-o", f"ControlPath={mux}",
+        "-o", f"ControlPersist={MUX_PERSIST_S}",
+        # a master whose guest went away without a reset ends within 15 s
+        "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+    ]
     return [
         "ssh", "-p", str(port), "-i", str(key),
         "-o", "IdentitiesOnly=yes",
@@ -20,8 +34,37 @@ def ssh_argv(port: int, key: Path | str, known_hosts: Path | str,
         "-o", "GlobalKnownHostsFile=/dev/null",
         "-o", f"ConnectTimeout={connect_timeout}",
         "-o", "LogLevel=ERROR",
+        *shared,
         "root@127.0.0.1",
     ]
+
+
+def mux_path(st: InstanceState) -> Path | None:
+    """The instance's control socket for shared logins (None where its path is too long
+    for a unix socket: each command then logs in by itself).
+
+    Why: a login costs the lab VM's guest about a second of emulated CPU (sshd's re-exec,
+    key exchange, PAM and logind under TCG), a command over a shared one almost none;
+    the tests run some hundred and fifty of them on the VM. Only commands share it:
+    :func:`ssh_ok` always logs in, since only a real login says sshd answers."""
+    path = instance_dir(st.name) / "ssh.mux"
+    return path if len(str(path)) <= _MUX_PATH_MAX else None
+
+
+def instance_ssh(st: InstanceState) -> list[str]:
+    """``ssh ... root@127.0.0.1`` for the instance, sharing its login (append the
+    command)."""
+    return ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts, mux=mux_path(st))
+
+
+def close_mux(st: InstanceState) -> None:
+    """End the instance's shared login, if one runs (before the instance goes down)."""
+    path = mux_path(st)
+    if path is None or not path.exists():
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        subprocess.run(["ssh", "-o", f"ControlPath={path}", "-O", "exit", "root@127.0.0.1"],
+                       capture_output=True, timeout=10)
 
 
 def ssh_ok(port: int, key: Path | str, known_hosts: Path | str, timeout: float = 15) -> bool:
@@ -45,8 +88,8 @@ def run_in(st: InstanceState | str, command: str, timeout: float = 120,
         if st is None:
             raise RuntimeError(f"lab instance {name!r} is not running: `python -m lab up "
                                f"--name {name}` first")
-    r = subprocess.run([*ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts), command],
-                       capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run([*instance_ssh(st), command], capture_output=True, text=True,
+                       timeout=timeout)
     if check and r.returncode != 0:
         raise RuntimeError(f"{st.name}: `{command[:200]}` failed ({r.returncode}): "
                            f"{r.stderr.strip()[-400:]}")

@@ -39,7 +39,7 @@ import pytest
 import testinfra.backend
 import testinfra.host
 
-from lab.sshutil import ssh_argv
+from lab.sshutil import instance_ssh
 from lab.state import InstanceState, instance_dir, read_state
 from tests.fork_server import ForkServer
 
@@ -193,7 +193,7 @@ class Lab:
             timeout: float = 300) -> subprocess.CompletedProcess:
         """Run a shell command in the guest as root (pinned host key, lab key)."""
         st = self.state
-        r = subprocess.run([*ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts), cmd],
+        r = subprocess.run([*instance_ssh(st), cmd],
                            capture_output=True, text=True, timeout=timeout)
         if check and r.returncode != 0:
             raise AssertionError(f"ssh {cmd!r} failed ({r.returncode}):\n{r.stdout}{r.stderr}")

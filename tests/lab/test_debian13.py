@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from labhelpers import clean, healthy, lab_hub, no_changes, unit_venv
 
-from lab.sshutil import ssh_argv
+from lab.sshutil import instance_ssh
 
 pytestmark = pytest.mark.lab
 
@@ -197,7 +197,7 @@ def test_apt_rejects_a_key_bound_with_sha1(debian13_lab, tmp_path) -> None:
            "echo 'deb [signed-by=/tmp/sha1/key.gpg] file:/tmp/sha1/repo /' > /tmp/sha1/one.list"
            " && apt-get update -o Dir::Etc::SourceList=/tmp/sha1/one.list "
            "-o Dir::Etc::SourceParts=- 2>&1")
-    r = subprocess.run([*ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts), cmd],
+    r = subprocess.run([*instance_ssh(st), cmd],
                        input=sha1_bound_repository(tmp_path), capture_output=True, timeout=120)
     out = r.stdout.decode(errors="replace")
     assert r.returncode != 0, out

@@ -92,3 +92,31 @@ def test_run_in_an_instance_that_is_not_running_names_it(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match=r"lab instance 'nowhere' is not running: "
                                            r"`python -m lab up --name nowhere`"):
         run_in("nowhere", "true")
+
+
+
+def test_commands_share_the_instances_login_through_its_control_socket(monkeypatch,
+                                                                        tmp_path):
+    """Commands share one login per instance (a login costs the VM guest about a second
+    under TCG); the socket lives in the instance's directory, so a new instance of
+    another name never reaches an old one's connection."""
+    from lab.sshutil import instance_ssh, mux_path, ssh_argv
+
+    monkeypatch.setenv("GPUSERVE_LAB_HOME", str(tmp_path))
+    argv = instance_ssh(_state("a"))
+    assert f"ControlPath={tmp_path}/instances/a/ssh.mux" in argv
+    assert "ControlMaster=auto" in argv and argv[-1] == "root@127.0.0.1"
+    assert mux_path(_state("b")) == tmp_path / "instances/b/ssh.mux"
+    # the host key stays pinned on the login that opens the socket
+    assert "StrictHostKeyChecking=yes" in argv and "UserKnownHostsFile=/i/known_hosts" in argv
+    # a plain login (what says that sshd answers) shares nothing
+    assert not any("Control" in a for a in ssh_argv(2222, "/k", "/kh"))
+
+
+def test_a_control_socket_path_too_long_for_unix_sockets_is_not_used(monkeypatch,
+                                                                      tmp_path):
+    from lab.sshutil import instance_ssh, mux_path
+
+    monkeypatch.setenv("GPUSERVE_LAB_HOME", str(tmp_path / ("d" * 90)))
+    assert mux_path(_state("a")) is None
+    assert not any("Control" in a for a in instance_ssh(_state("a")))
