@@ -53,8 +53,10 @@ lab: lab-deps
 # tuner's on lab host "pytest-own" (CONTAINER_OWN_HOST), the fleet's, the fleet tune's
 # and Debian 13's on "pytest-side" and its clones (CONTAINER_SIDE), the start-up cache's,
 # the quality gate's and the PD fleet's on "pytest-new" and its clones (CONTAINER_NEW), the rest, in their
-# order, on "pytest", whose output streams here. The lab's disk images (debootstrap
-# and dpkg, minutes on a fresh machine) are built first, beside the unit tier. The logs of
+# order, on "pytest", whose output streams here. The lab's Debian 12 disk image
+# (debootstrap and dpkg, two minutes on a fresh machine) is built first, beside the unit
+# tier; the Debian 13 one, which only the side part's test_debian13.py boots (its `lab up`
+# waits on the build's lock), beside the lab tiers. The logs of
 # the others are printed once all are done; an interrupted run stops them (background
 # jobs ignore Ctrl-C: the trap).
 # (The unit tier runs as two plain pytest processes, UNIT_SECOND and the rest, so that it
@@ -77,9 +79,11 @@ test: lab-deps
 	  $(foreach m,$(UNIT_SECOND),--ignore=$(m)) >$(VENV)/unit.log 2>&1 & unit=$$!; \
 	nice -n 10 $(PYTEST_TIER) -m "not lab" --basetemp=$(VENV)/tmp-unit2 --durations=25 \
 	  $(UNIT_SECOND) >$(VENV)/unit2.log 2>&1 & unit2=$$!; \
-	vm=; own=; side=; new=; trap 'kill $$unit $$unit2 $$vm $$own $$side $$new 2>/dev/null; tail -n 20 $(VENV)/unit.log $(VENV)/unit2.log $(VENV)/vm.log $(VENV)/own.log $(VENV)/side.log $(VENV)/new.log; exit 130' INT TERM HUP; \
+	vm=; own=; side=; new=; img13=; trap 'kill $$unit $$unit2 $$vm $$own $$side $$new $$img13 2>/dev/null; tail -n 20 $(VENV)/unit.log $(VENV)/unit2.log $(VENV)/vm.log $(VENV)/own.log $(VENV)/side.log $(VENV)/new.log; exit 130' INT TERM HUP; \
 	echo "the unit tier runs beside the lab tiers, in two parts (logs: $(VENV)/unit.log, $(VENV)/unit2.log)"; \
-	lab=1; vmrc=1; ownrc=1; siderc=1; newrc=1; if $(BIN)/python -m lab image; then \
+	lab=1; vmrc=1; ownrc=1; siderc=1; newrc=1; if $(BIN)/python -m lab image --os debian12; then \
+	  $(BIN)/python -m lab image --os debian13 >$(VENV)/image-debian13.log 2>&1 & img13=$$!; \
+	  echo "the Debian 13 image is built beside the lab tiers (log: $(VENV)/image-debian13.log)"; \
 	  $(PYTEST_TIER) -m "lab and vm" --basetemp=$(VENV)/tmp-vm --durations=30 >$(VENV)/vm.log 2>&1 & vm=$$!; \
 	  echo "the VM lab tier runs beside the container lab tier (log: $(VENV)/vm.log)"; \
 	  GPUSERVE_LAB_NAME=pytest-own $(PYTEST_TIER) -m "lab and not vm" --basetemp=$(VENV)/tmp-own \
@@ -95,7 +99,7 @@ test: lab-deps
 	    $(foreach m,$(CONTAINER_OWN_HOST) $(CONTAINER_SIDE) $(CONTAINER_NEW),--ignore=$(m)); lab=$$?; \
 	  echo "waiting for the other lab processes"; wait $$own; ownrc=$$?; wait $$side; siderc=$$?; \
 	  wait $$new; newrc=$$?; \
-	  wait $$vm; vmrc=$$?; fi; \
+	  wait $$vm; vmrc=$$?; wait $$img13; fi; \
 	echo "waiting for the unit tier"; wait $$unit; unit=$$?; wait $$unit2; unit2=$$?; \
 	echo "=== container lab tier, own-host modules (exit $$ownrc) ==="; cat $(VENV)/own.log; \
 	echo "=== container lab tier, side modules (exit $$siderc) ==="; cat $(VENV)/side.log; \

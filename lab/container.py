@@ -257,13 +257,15 @@ def unmount_root(p: Paths) -> list[str]:
     return stuck
 
 
-def clear_leftovers(p: Paths, netns: str) -> list[str]:
+def clear_leftovers(p: Paths, netns: str, replacing_disk: bool = False) -> list[str]:
     """Before a host is started again: what an earlier host of this name left behind
     when it was not taken down (a crash, a killed ``up``, a lost state file): its
     processes, network namespace (with its slirp4netns), cgroups, mounts and loop
     devices. Mounting over stale mounts reused them, and a clone's copy then rewrote a
     disk file still mounted there: the clone failed with "Structure needs cleaning" or a
-    read-only overlay. Returns what it removed."""
+    read-only overlay. A disk file about to be kept is waited on until no loop device
+    holds it; one about to be replaced by a new file (``replacing_disk``: a fresh host,
+    a clone) is not, since a held loop keeps only the old file. Returns what it removed."""
     removed = []
     cgroups = host_cgroups(netns)
     if killed := kill_cgroups(cgroups):
@@ -286,24 +288,31 @@ def clear_leftovers(p: Paths, netns: str) -> list[str]:
     if Path(f"/run/netns/{netns}").exists():
         netns_delete(netns)
         removed.append(f"network namespace {netns}")
-    removed += [f"{d} (loop device of {p.disk_file.name})" for d in detach_loops(p)]
+    removed += [f"{d} (loop device of {p.disk_file.name})"
+                for d in detach_loops(p, wait=0.0 if replacing_disk else LOOP_WAIT_S)]
     return removed
 
 
-def _loops_of(disk_file: Path) -> list[str]:
+def loops_of(disk_file: Path) -> list[str]:
+    """The loop devices attached to ``disk_file`` (``losetup --associated``)."""
     r = subprocess.run(["losetup", "--associated", str(disk_file)], capture_output=True,
                        text=True, timeout=60)
     return [line.split(":", 1)[0] for line in r.stdout.splitlines() if line.strip()]
 
 
-def detach_loops(p: Paths, wait: float = 120.0) -> list[str]:
-    """Detach the loop devices still holding the host's disk file, and wait (bounded)
-    until none is left: after a lazy unmount a busy loop device only goes once its last
-    user has, so a check right after ``down`` could still see it (on a machine busy with
-    other test processes one was still attached 10 s after its unmount, another 30 s
-    after a killed host's orphans had gone). Returns the
-    devices that were still attached at first."""
-    devices = _loops_of(p.disk_file)
+#: How long a start waits for the loop devices still holding a disk file it keeps.
+LOOP_WAIT_S = 120.0
+
+
+def detach_loops(p: Paths, wait: float) -> list[str]:
+    """Detach the loop devices still holding the host's disk file (autoclear: the kernel
+    frees each once its last mount has gone) and wait up to ``wait`` until none is left:
+    after a lazy unmount a busy loop device only goes once its last user has (on a
+    machine busy with other test processes one was still attached 10 s after its
+    unmount, another 30 s after a killed host's orphans had gone; with other container
+    hosts running, until they stopped). Returns the devices that were still attached
+    at first."""
+    devices = loops_of(p.disk_file)
     deadline = time.monotonic() + wait
     left = devices
     while left:
@@ -312,7 +321,7 @@ def detach_loops(p: Paths, wait: float = 120.0) -> list[str]:
         if time.monotonic() > deadline:
             break
         time.sleep(0.2)
-        left = _loops_of(p.disk_file)
+        left = loops_of(p.disk_file)
     return devices
 
 

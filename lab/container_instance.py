@@ -27,6 +27,9 @@ from lab.state import (
     write_state,
 )
 
+#: How long `down` waits for the disk's loop device to go (a host alone: at once).
+DOWN_LOOP_WAIT_S = 5.0
+
 
 def _say(msg: str) -> None:
     from lab.instance import say
@@ -70,7 +73,8 @@ def up(name: str, fresh: bool = False, timeout: float = 120.0,
     idir = instance_dir(name)
     idir.mkdir(parents=True, exist_ok=True)
     paths = container.Paths(idir)
-    if left := container.clear_leftovers(paths, container.netns_name(name)):
+    replacing = fresh or source is not None  # mount_root's new file, or the clone's copy
+    if left := container.clear_leftovers(paths, container.netns_name(name), replacing):
         _say(f"removed what an earlier {name!r} left behind: {'; '.join(left)}")
     if source is not None:
         _copy_disk(source, paths)
@@ -241,12 +245,19 @@ def down(name: str, timeout: float = 60.0) -> str:
     if not borrowed and st.mirror_pid:
         mirror.stop(st.mirror_pid)
     stuck = container.unmount_root(paths)
-    container.detach_loops(paths)
+    # Not waited for: another container host's mount namespace, made while this one ran,
+    # can hold the disk's mount until that host stops (each `down` beside a running host
+    # waited the full two minutes); the next start of this name waits when it keeps the
+    # disk file, and the kernel frees the device once its last mount has gone.
+    held = container.detach_loops(paths, wait=DOWN_LOOP_WAIT_S)
+    still = [d for d in held if d in container.loops_of(paths.disk_file)]
     container.remove_cgroups(container.host_cgroups(netns))
     container.netns_delete(netns)
     clear_state(name)
     _say(f"{name!r}: {result}; mounts removed"
          + (f" (lazily: {'; '.join(stuck)})" if stuck else "")
+         + (f"; loop device {', '.join(still)} still held by another mount namespace "
+            "(the kernel frees it when that ends)" if still else "")
          + (f"; mirror (of {borrowed}) left running" if borrowed else "; mirror stopped"))
     return result
 

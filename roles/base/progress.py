@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pyinfra import host, logger
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from gpuserve.poll import Poll
+from gpuserve.poll import JOB_FIRST_PAUSES_S, Poll
 from gpuserve.serve.weights import POLL_S, REPORT_S
 
 #: Where the jobs keep their output, one directory per start: tmpfs on a systemd host, so
@@ -94,7 +94,7 @@ def wait(run_dir: str, select: str, describe: Callable[[list[str], float], str],
     ``REPORT_S`` seconds, and once at the end."""
     last = 0.0
     job = JobState(None, [], [])
-    for elapsed in Poll(timeout, POLL_S):
+    for elapsed in Poll(timeout, POLL_S, first_s=JOB_FIRST_PAUSES_S):
         job = host.get_fact(JobStatus, run_dir=run_dir, select=select) or JobState(
             None, [], [])
         if job.rc is not None:

@@ -41,7 +41,7 @@ from gpuserve.measure.results import (
     utc_now,
     write_record,
 )
-from gpuserve.poll import Poll
+from gpuserve.poll import JOB_FIRST_PAUSES_S, Poll
 from gpuserve.roles.base.failure import fail_host
 from gpuserve.roles.base.prefetch import Read, fact_if_unchanged
 from gpuserve.roles.checks.rollback import roll_back
@@ -102,7 +102,7 @@ def _poll(script: str, run_dir: str, scenario: Scenario, timeout: float, interva
           report_every: float) -> tuple[RunStatus, bool]:
     """Poll until the run ends or ``timeout`` passes: (last status, timed out)."""
     last_report, last_done = -report_every, -1
-    for elapsed in Poll(timeout, interval):
+    for elapsed in Poll(timeout, interval, first_s=JOB_FIRST_PAUSES_S):
         status = parse_status(host.get_fact(BenchStatus, script=script, run_dir=run_dir))
         if status.state != RunState.RUNNING:
             return status, False

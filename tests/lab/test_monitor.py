@@ -54,6 +54,9 @@ def monitored(lab):
     if lab.ssh(f"systemctl is-active {UNIT}").stdout.strip() != "active":
         lab.run_pyinfra("deploy/serve.py", "--data", "bench=off")
     r = lab.run_pyinfra("deploy/monitor.py", inventory=INVENTORY)
+    # systemd says started before Prometheus listens: its API is asked once it is ready
+    _wait("Prometheus ready", lambda: lab.ssh(
+        "curl -sf -m 5 http://127.0.0.1:9090/-/ready").returncode == 0, timeout=60)
     yield ANSI.sub("", r.stdout)
     # leave the host as the other modules expect it: serving, no scraper running
     lab.ssh(f"systemctl start {UNIT}; systemctl stop prometheus prometheus-node-exporter")

@@ -67,3 +67,14 @@ def test_a_break_is_not_a_timeout() -> None:
     else:
         pytest.fail("the poll ended the loop before the break")
     assert clock.sleeps == [10, 10, 10]
+
+
+def test_the_first_pauses_are_shorter_and_the_count_bound_holds_them() -> None:
+    """A job that ends within a second is seen then, not at the steady pace; the bound
+    still lets the poll reach its timeout."""
+    clock = Clock()
+    assert list(poll(clock, 10, 2, first_s=(0.25, 0.5, 1.0))) == [
+        0, 0.25, 0.75, 1.75, 3.75, 5.75, 7.75, 9.75, 10]
+    assert clock.sleeps[:4] == [0.25, 0.5, 1.0, 2]
+    stalled = Poll(10, 2, first_s=(0.25, 0.5), clock=lambda: 0.0, sleep=lambda s: None)
+    assert len(list(stalled)) == 8
