@@ -50,10 +50,12 @@ lab: lab-deps
 # lab tier in four parts on hosts of their own (`-m "lab and not vm"`: everything above
 # the kernel, on systemd-nspawn hosts at native speed): modules that bring their own
 # hosts to the state they need and spend most of their time waiting on servers, the
-# tuner's on lab host "pytest-own" (CONTAINER_OWN_HOST), the fleet's, the fleet tune's
-# and Debian 13's on "pytest-side" and its clones (CONTAINER_SIDE), the start-up cache's,
-# the quality gate's and the PD fleet's on "pytest-new" and its clones (CONTAINER_NEW), the rest, in their
-# order, on "pytest", whose output streams here. The lab's Debian 12 disk image
+# tuner's on the field notes' surface and the fleet's on lab host "pytest-own" and its
+# clones (CONTAINER_OWN_HOST), the fleet tune's and Debian 13's on "pytest-side" and
+# its clones (CONTAINER_SIDE), the start-up cache's, the quality gate's, the tuner's on
+# the other surfaces and the PD fleet's on "pytest-new" and its clones (CONTAINER_NEW),
+# the rest, in their order, on "pytest", whose output streams here (the parts are
+# balanced by their wall time in a clean-clone run: docs/performance.md). The lab's Debian 12 disk image
 # (debootstrap and dpkg, two minutes on a fresh machine) is built first, beside the unit
 # tier; the Debian 13 one, which only the side part's test_debian13.py boots (its `lab up`
 # waits on the build's lock), beside the lab tiers. The logs of
@@ -68,11 +70,14 @@ PYTEST_TIER = $(BIN)/pytest -p no:cacheprovider
 UNIT_SECOND = tests/unit/corpus tests/unit/memory tests/unit/tune tests/unit/monitor \
 	tests/unit/operate tests/unit/weights tests/unit/measure tests/unit/launch \
 	tests/unit/doctor
-CONTAINER_OWN_HOST = tests/lab/test_tune.py
-# in this order: the fleet tune clones "pytest-side-2", which the fleet module names too
-CONTAINER_SIDE = tests/lab/test_tune_fleet.py tests/lab/test_debian13.py tests/lab/test_fleet.py
-# the start-up cache, the output-quality gate and the PD fleet (which clones "pytest-new-2" and "-3")
-CONTAINER_NEW = tests/lab/test_startup_cache.py tests/lab/test_quality.py tests/lab/test_pd.py
+# the tuner on the field notes' surface, then the fleet (which clones "pytest-own-2" and "-3")
+CONTAINER_OWN_HOST = tests/lab/test_tune.py tests/lab/test_fleet.py
+# the fleet tune (which clones "pytest-side-2"), then Debian 13 on a host of its own
+CONTAINER_SIDE = tests/lab/test_tune_fleet.py tests/lab/test_debian13.py
+# the start-up cache, the output-quality gate, the tuner on the other surfaces and the PD
+# fleet (which clones "pytest-new-2" and "-3")
+CONTAINER_NEW = tests/lab/test_startup_cache.py tests/lab/test_quality.py \
+	tests/lab/test_tune_surfaces.py tests/lab/test_pd.py
 test: lab-deps
 	$(BIN)/ruff check .
 	@nice -n 10 $(PYTEST_TIER) -m "not lab" --basetemp=$(VENV)/tmp-unit --durations=25 \

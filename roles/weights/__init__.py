@@ -22,7 +22,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import StringCommand, deploy, operation
 
 from gpuserve.paths import SCRIPTS_DIR
-from gpuserve.poll import Poll
+from gpuserve.poll import JOB_FIRST_PAUSES_S, Poll
 from gpuserve.roles.base import managed
 from gpuserve.roles.base.failure import fail_host
 from gpuserve.serve.weights import POLL_S, REPORT_S, WeightsPlan, one_line, progress_line
@@ -60,7 +60,7 @@ def download(plan: WeightsPlan, script: str, python: str, token_file: str | None
         argv += ["--token-file", token_file]
     yield StringCommand(" ".join(shlex.quote(a) for a in argv))
     last, phase = -REPORT_S, None
-    for elapsed in Poll(plan.timeout, POLL_S):
+    for elapsed in Poll(plan.timeout, POLL_S, first_s=JOB_FIRST_PAUSES_S):
         doc = _status(script, plan.run_dir)
         if doc.get("state") == "done":
             again = doc.get("refetched") or []

@@ -1,11 +1,18 @@
 """What a lab tune must have decided, given what it measured: the tune's own noise
 estimate, the records' figures and the "best" line it printed (tests/lab/test_tune.py,
 test_quality.py). The stand-in decodes at the surface's rate on this machine's CPUs, so
-a loaded machine adds its own noise: the lab asserts decisions, never fixed winners."""
+a loaded machine adds its own noise: the lab asserts decisions, never fixed winners.
+Also the records of a lab tune (:func:`outcomes`) and the surfaces' truth
+(:func:`surface_truth`), for tests/lab/test_tune.py and test_tune_surfaces.py."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 #: the statuses of a record with a figure
 MEASURED = ("measured", "stopped")
@@ -70,3 +77,87 @@ def judge_reported(out: str, docs: list[dict], objective: str) -> dict:
         assert figure(pick, objective)[0] == figure(top, objective)[0], (
             pick["choice"], top["choice"])
     return pick
+
+
+def outcomes(results: Path, name: str = "lab") -> dict[str, dict]:
+    """label -> the tune's record of that candidate."""
+    docs = [json.loads(p.read_text())
+            for p in (results / f"lab-gpu/tune-{name}").glob("*.json")]
+    out = {}
+    for doc in docs:
+        label = " ".join(f"{k}={v}" for k, v in doc["choice"].items()) or "incumbent"
+        out[label] = doc
+    return out
+
+
+# launches within this of the surface's optimum count as it (the stand-in's timings are
+# real: its HTTP and tokenizing work blur differences of a percent or two)
+TOLERANCE = 0.02
+
+
+def judge_pick(out: str, docs: list[dict], objective: str, truth, *,
+               reported: bool = True) -> dict:
+    """Assert the pick for ``objective`` is the decision the tune must take given what it
+    measured, and what that decision is worth on the surface; returns the picked record.
+
+    With ``reported``, the tune's own "best" line: the measured top, with its gain, or
+    the incumbent with "no significant gain", never where the measured gain lies far
+    beyond the measured noise. Without, the measured top (an objective the tune does not
+    name). Either way ``truth(doc)`` (the surface's noise-free figure and its optimum)
+    must put the pick within the tolerance of the optimum, or within what the measured
+    noise cannot resolve."""
+    noise = measured_noise(out)
+    if reported:
+        pick = judge_reported(out, docs, objective)
+    else:
+        pick = max((d for d in docs if d["status"] in MEASURED),
+                   key=lambda d: figure(d, objective)[0])
+    value, optimum = truth(pick)
+    # the surface's optimum, measured as often as the pick at the most
+    blur = spread(noise, objective, pick, pick)
+    assert value >= optimum * (1 - max(TOLERANCE, blur)), (
+        f"{objective}: picked {pick['choice']} at {value:.1f} tok/s on the surface, its "
+        f"optimum {optimum:.1f}; measured noise {100 * noise:.2f} % per run, "
+        f"{runs(pick, objective)} runs")
+    return pick
+
+
+def surface_truth(surface: str, tune_file: Path, objective: str):
+    """``truth(doc) -> (the surface's noise-free figure of the record's launch, the
+    surface's optimum over the tune file's whole space)`` for ``objective``
+    (lab/surface.py, bench/tune_surface.py: the same evaluation the stand-in serves)."""
+    import tempfile
+
+    from gpuserve.tune.session import prepare
+    from gpuserve.tune.space import candidate_profile, load_tune
+    from lab import surface as surfaces
+
+    bench = tune_surface_bench()
+    spec, raw = load_tune(tune_file)
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = prepare(spec, raw, bench.snapshot(Path(tmp)), comm=bench.Comm(),
+                           log=lambda _: None, stamp=lambda: "")
+    loaded = surfaces.load(REPO / "lab/surfaces" / f"{surface}.yaml")
+    by_knob = {k.name: {v.label: v for v in k.values} for k in prepared.knobs}
+    opt = surfaces.true_optimum(loaded, bench.every_launch(spec, prepared.knobs), objective,
+                                concurrencies=spec.loads, input_len=spec.input_len,
+                                output_len=spec.output_len, metric="output")
+
+    def truth(doc: dict) -> tuple[float, float]:
+        choice = {k: by_knob[k][label] for k, label in doc["choice"].items()}
+        launch = bench.launch_of(candidate_profile(spec, choice, "check"))
+        value = next((v for v, _, each, _ in opt.ranking if each == launch), None)
+        assert value is not None, (f"{doc['choice']} was measured but fails on the "
+                                   f"surface {surface}")
+        return value, opt.value
+
+    return truth
+
+
+def tune_surface_bench():
+    """bench/tune_surface.py, loaded by its path (the surface's optimum over a tune file)."""
+    spec = importlib.util.spec_from_file_location("tune_surface",
+                                                  REPO / "bench/tune_surface.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
