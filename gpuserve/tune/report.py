@@ -75,6 +75,10 @@ def provenance(run: TuneRun, outcome: Outcome, objective: str,
     return "".join(f"# {line}\n" for line in lines if line)
 
 
+#: PyYAML's line width for a winner profile: wide enough that no value is folded.
+UNFOLDED = 1 << 16
+
+
 def winner_text(run: TuneRun, outcome: Outcome, objective: str, snapshot: HostSnapshot,
                 directory: Path, knobs) -> str:
     fields: dict = {}
@@ -95,8 +99,10 @@ def winner_text(run: TuneRun, outcome: Outcome, objective: str, snapshot: HostSn
         from gpuserve.launch.profiles import load_profile
 
         doc["extra_args"] = [*load_profile(run.spec.incumbent).extra_args, *extra]
+    # one line a value, however long (a combination's description is): PyYAML folds
+    # plain scalars at 80 columns, and a folded description greps as two
     return provenance(run, outcome, objective, snapshot) + yaml.safe_dump(
-        doc, sort_keys=False, default_flow_style=False)
+        doc, sort_keys=False, default_flow_style=False, width=UNFOLDED)
 
 
 def plot(run: TuneRun, path: Path) -> Path | None:

@@ -167,12 +167,20 @@ def test_combinations_of_the_best_values(snapshot, tmp_path) -> None:
     body = SPACE.replace("objectives:\n  single_stream: {}\n", "objectives:\n").replace(
         "p99_itl: 60 ms", "p99_itl: 80 ms").replace(
         "loads: [1, 16, 64]", "  memory.chunked_prefill_size: [4096, 8192]\nloads: [1, 16, 64]")
-    run, _, _ = tuned(snapshot, tmp_path, body, FakeHost())
+    run, _, prepared = tuned(snapshot, tmp_path, body, FakeHost())
     combos = [o for o in run.outcomes if o.phase == "combination"]
     assert [sorted(o.choice) for o in combos] == [["layout", "memory.chunked_prefill_size"]]
     assert combos[0].choice["memory.chunked_prefill_size"] == "8192"
     assert "mfs=0.83" in combos[0].choice["layout"]
     assert run.best("goodput") is combos[0]
+    # its winner profile says so on one line, however long (PyYAML folds at a space past
+    # its 80 columns: a longer tune name puts the label's space there)
+    run.spec = dataclasses.replace(run.spec, name="a-tune-named-at-length")
+    text = winner_text(run, combos[0], "goodput", snapshot, tmp_path, prepared.knobs)
+    description = f"a-tune-named-at-length: best goodput ({combos[0].label})"
+    assert len(description) > 80
+    assert any(line.startswith("description: ") and description in line
+               for line in text.splitlines()), text
 
 
 def test_budget_in_loads(snapshot, tmp_path) -> None:
