@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -95,18 +96,18 @@ def test_run_in_an_instance_that_is_not_running_names_it(monkeypatch, tmp_path):
 
 
 
-def test_commands_share_the_instances_login_through_its_control_socket(monkeypatch,
-                                                                        tmp_path):
+def test_commands_share_the_instances_login_through_its_control_socket(monkeypatch):
     """Commands share one login per instance (a login costs the VM guest about a second
     under TCG); the socket lives in the instance's directory, so a new instance of
     another name never reaches an old one's connection."""
     from lab.sshutil import instance_ssh, mux_path, ssh_argv
 
-    monkeypatch.setenv("GPUSERVE_LAB_HOME", str(tmp_path))
+    home = "/lab-home"  # short: pytest's own temporary paths can exceed a socket's
+    monkeypatch.setenv("GPUSERVE_LAB_HOME", home)
     argv = instance_ssh(_state("a"))
-    assert f"ControlPath={tmp_path}/instances/a/ssh.mux" in argv
+    assert f"ControlPath={home}/instances/a/ssh.mux" in argv
     assert "ControlMaster=auto" in argv and argv[-1] == "root@127.0.0.1"
-    assert mux_path(_state("b")) == tmp_path / "instances/b/ssh.mux"
+    assert mux_path(_state("b")) == Path(home) / "instances/b/ssh.mux"
     # the host key stays pinned on the login that opens the socket
     assert "StrictHostKeyChecking=yes" in argv and "UserKnownHostsFile=/i/known_hosts" in argv
     # a plain login (what says that sshd answers) shares nothing
