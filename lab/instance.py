@@ -86,6 +86,8 @@ def up(name: str, fresh: bool = False, memory_mib: int = 2048,
     if st and pid_alive(st.pid) and st.kind != kind:
         raise RuntimeError(f"instance {name!r} runs as a {st.kind}: `python -m lab down "
                            f"--name {name}` first, or pass --kind {st.kind}")
+    if not (st and pid_alive(st.pid)) or fresh or clone_from:
+        close_mux(name)  # a new boot of this name
     if kind == "container":
         from lab import container_instance
 
@@ -254,7 +256,7 @@ def down(name: str, timeout: float = 90.0) -> str:
     st = read_state(name)
     if st is None:
         return "not running"
-    close_mux(st)
+    close_mux(name)
     if st.kind == "container":
         from lab import container_instance
 

@@ -39,7 +39,7 @@ def ssh_argv(port: int, key: Path | str, known_hosts: Path | str,
     ]
 
 
-def mux_path(st: InstanceState) -> Path | None:
+def mux_path(st: InstanceState | str) -> Path | None:
     """The instance's control socket for shared logins (None where its path is too long
     for a unix socket: each command then logs in by itself).
 
@@ -47,7 +47,7 @@ def mux_path(st: InstanceState) -> Path | None:
     key exchange, PAM and logind under TCG), a command over a shared one almost none;
     the tests run some hundred and fifty of them on the VM. Only commands share it:
     :func:`ssh_ok` always logs in, since only a real login says sshd answers."""
-    path = instance_dir(st.name) / "ssh.mux"
+    path = instance_dir(st if isinstance(st, str) else st.name) / "ssh.mux"
     return path if len(str(path)) <= _MUX_PATH_MAX else None
 
 
@@ -57,9 +57,11 @@ def instance_ssh(st: InstanceState) -> list[str]:
     return ssh_argv(st.ssh_port, st.ssh_key, st.known_hosts, mux=mux_path(st))
 
 
-def close_mux(st: InstanceState) -> None:
-    """End the instance's shared login, if one runs (before the instance goes down)."""
-    path = mux_path(st)
+def close_mux(name: str) -> None:
+    """End instance ``name``'s shared login, if one runs: before it goes down, and before
+    a new boot of that name (a login left from a host that crashed must not carry the
+    new host's commands)."""
+    path = mux_path(name)
     if path is None or not path.exists():
         return
     with contextlib.suppress(subprocess.TimeoutExpired):
