@@ -55,12 +55,12 @@ lab: lab-deps
 # its clones (CONTAINER_SIDE), the start-up cache's, the quality gate's, the tuner's on
 # the other surfaces and the PD fleet's on "pytest-new" and its clones (CONTAINER_NEW),
 # the rest, in their order, on "pytest", whose output streams here (the parts are
-# balanced by their wall time in a clean-clone run: docs/performance.md). The lab's Debian 12 disk image
-# (debootstrap and dpkg, two minutes on a fresh machine) is built first, beside the unit
-# tier; the Debian 13 one, which only the side part's test_debian13.py boots (its `lab up`
-# waits on the build's lock), beside the lab tiers. The logs of
-# the others are printed once all are done; an interrupted run stops them (background
-# jobs ignore Ctrl-C: the trap).
+# balanced by their wall time in a clean-clone run: docs/performance.md). The lab's
+# Debian 12 disk image (debootstrap and dpkg, two minutes on a fresh machine) is built
+# first, beside the unit tier; the Debian 13 one, which only the side part's
+# test_debian13.py boots (its `lab up` waits on the build's lock), beside the lab tiers.
+# The logs of the others are printed once all are done; an interrupted run stops them
+# (background jobs ignore Ctrl-C: the trap).
 # (The unit tier runs as two plain pytest processes, UNIT_SECOND and the rest, so that it
 # uses both cores once the lab tiers are done: under pytest-xdist a worker was lost near
 # the end of the run, at a different test each time, 2 of 3 runs; not understood yet.
